@@ -1,0 +1,56 @@
+"""The ``poli`` command line: one module per command, each thin over the library."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import typing as t
+
+import click
+
+from politerm import __version__
+from politerm.errors import PolitermError
+
+# command name -> module under politerm.cli holding a click command called ``command``
+_COMMANDS: dict[str, str] = {
+    "doctor": "doctor",
+}
+
+
+class _LazyGroup(click.Group):
+    """Imports a command's module only when that command runs (fast ``poli --help``)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module_name = _COMMANDS.get(cmd_name)
+        if module_name is None:
+            return None
+        module = importlib.import_module(f"politerm.cli.{module_name}")
+        command = getattr(module, "command")  # noqa: B009  # the contract of every cli module
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_LazyGroup)
+@click.version_option(__version__, prog_name="poli")
+def cli() -> None:
+    """Run AI coding agents as long-lived TUIs in tmux and drive them unattended."""
+
+
+def main(argv: t.Sequence[str] | None = None) -> None:
+    """Run ``poli``; a :class:`PolitermError` becomes one line on stderr and exit code 1."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("poli: aborted", err=True)
+        sys.exit(130)
+    except PolitermError as exc:
+        click.echo(f"poli: {exc}", err=True)
+        sys.exit(1)

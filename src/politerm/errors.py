@@ -1,0 +1,140 @@
+"""The one exception tree of politerm.
+
+Every error politerm raises on purpose derives from :class:`PolitermError`; the CLI turns
+them into one-line messages and exit codes. Errors about bad arguments or input also derive
+from :class:`ValueError`. "Could not look" (:class:`TmuxLookupError`) is kept apart from
+"is absent" (:class:`PaneNotFound`, :class:`ServerNotRunning`).
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+
+class PolitermError(Exception):
+    """Root of every error politerm raises on purpose."""
+
+
+class ConfigError(PolitermError, ValueError):
+    """A configuration file, key or environment variable holds a bad value."""
+
+
+# --- tmux layer -------------------------------------------------------------------------
+
+
+class TmuxError(PolitermError):
+    """Something went wrong talking to tmux."""
+
+
+class TmuxNotFound(TmuxError):
+    """The tmux binary is missing from PATH or too old."""
+
+
+class ServerNotRunning(TmuxError):
+    """The private tmux server is not running (never started, or it died)."""
+
+
+class SessionNotFound(TmuxError):
+    """A tmux session of that name does not exist."""
+
+
+class PaneNotFound(TmuxError):
+    """A pane id does not exist (any more)."""
+
+    def __init__(self, pane_id: str, detail: str = "") -> None:
+        self.pane_id = pane_id
+        super().__init__(f"pane {pane_id} not found" + (f": {detail}" if detail else ""))
+
+
+class TmuxCommandError(TmuxError):
+    """tmux answered a command with ``%error``."""
+
+    def __init__(self, command: str, lines: t.Sequence[str]) -> None:
+        self.command = command
+        self.lines = list(lines)
+        detail = "; ".join(lines) or "no detail"
+        super().__init__(f"tmux command {command.split(' ', 1)[0]!r} failed: {detail}")
+
+
+class TmuxLookupError(TmuxError):
+    """We could not look (tmux did not answer); says nothing about whether a thing exists."""
+
+
+class ControlModeError(TmuxError):
+    """The control-mode connection dropped or could not be established."""
+
+
+# --- agents -----------------------------------------------------------------------------
+
+
+class AgentError(PolitermError):
+    """An agent misbehaved or could not be driven."""
+
+
+class ProfileError(AgentError, ValueError):
+    """An agent profile file is malformed."""
+
+
+class PromptNotDelivered(AgentError):
+    """A prompt could not be confirmed as submitted to an agent."""
+
+
+class AgentTimeout(AgentError):
+    """A bounded wait on an agent ran out; the message says what was awaited."""
+
+
+class AgentExited(AgentError):
+    """The agent's process is gone."""
+
+
+# --- protocol ---------------------------------------------------------------------------
+
+
+class ProtocolError(PolitermError):
+    """A tagged block or report is malformed."""
+
+
+class BlockRejected(ProtocolError, ValueError):
+    """A candidate block was seen but is not well-formed; the message says why."""
+
+
+# --- pipelines --------------------------------------------------------------------------
+
+
+class PipelineError(PolitermError):
+    """A pipeline could not be loaded or run."""
+
+
+class PipelineSyntaxError(PipelineError, ValueError):
+    """A pipeline file has a problem at a given line."""
+
+    def __init__(self, path: str | pathlib.Path, line: int, message: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.detail = message
+        super().__init__(f"{path}:{line}: {message}")
+
+
+# --- store ------------------------------------------------------------------------------
+
+
+class StoreError(PolitermError):
+    """The run store could not be opened or written."""
+
+
+class SchemaTooNew(StoreError):
+    """The store was written by a newer politerm; we refuse to touch it."""
+
+
+# --- routing / tasks --------------------------------------------------------------------
+
+
+class RoutingError(PolitermError):
+    """The router could not move a message or finish a task."""
+
+
+class TaskFailed(RoutingError):
+    """A task ended without a final report; the message names agent, step and screen."""

@@ -14,7 +14,7 @@ class WaitTimeout(AssertionError):
 
 
 def retry_until(
-    fn: t.Callable[[], T | None | bool],
+    fn: t.Callable[[], T | bool | None],
     seconds: float,
     *,
     interval: float = 0.05,
@@ -44,18 +44,19 @@ def retry_until(
     42
     """
     deadline = time.monotonic() + seconds
-    last: T | None | bool = None
+    last: T | bool | None = None
     while True:
         last = fn()
         if last:
             return t.cast("T", last)
         if time.monotonic() >= deadline:
-            raise WaitTimeout(f"timed out after {seconds:g}s waiting for {what} (last: {last!r})")
+            msg = f"timed out after {seconds:g}s waiting for {what} (last: {last!r})"
+            raise WaitTimeout(msg)
         time.sleep(interval)
 
 
 async def aretry_until(
-    fn: t.Callable[[], t.Awaitable[T | None | bool]],
+    fn: t.Callable[[], t.Awaitable[T | bool | None]],
     seconds: float,
     *,
     interval: float = 0.05,
@@ -63,11 +64,12 @@ async def aretry_until(
 ) -> T:
     """Async twin of :func:`retry_until` for awaitable checks."""
     deadline = time.monotonic() + seconds
-    last: T | None | bool = None
+    last: T | bool | None = None
     while True:
         last = await fn()
         if last:
             return t.cast("T", last)
         if time.monotonic() >= deadline:
-            raise WaitTimeout(f"timed out after {seconds:g}s waiting for {what} (last: {last!r})")
+            msg = f"timed out after {seconds:g}s waiting for {what} (last: {last!r})"
+            raise WaitTimeout(msg)
         await asyncio.sleep(interval)

@@ -1,0 +1,1 @@
+"""Non-public helpers shared by several layers."""

@@ -1,0 +1,263 @@
+"""Delivery with confirmation: paste a prompt, submit it, and prove it was submitted.
+
+The prompt goes in as a paste (``load-buffer`` + ``paste-buffer``), never as keystrokes.
+After the submit key, the screen must show the text left the input area or the agent
+became busy; otherwise the submit key is pressed again with backoff. The outcome is one of
+:class:`Outcome`, returned with the screen lines that decided it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import time
+import typing as t
+
+from politerm.agents.state import AgentState
+from politerm.errors import PaneNotFound
+
+if t.TYPE_CHECKING:
+    from politerm.agents.profile import AgentProfile
+    from politerm.agents.state import StateReading
+    from politerm.terminal import Snapshot, Terminal
+
+log = logging.getLogger(__name__)
+
+# Fallback re-check while no output arrives (an agent may change state silently, e.g. die).
+_RECHECK = 0.25
+
+
+class Outcome(str, enum.Enum):
+    """How a delivery ended."""
+
+    DELIVERED = "delivered"
+    STRANDED = "stranded"
+    BLOCKED = "blocked"
+    AGENT_EXITED = "agent_exited"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeliveryResult:
+    """The outcome of one delivery and the evidence that decided it.
+
+    Attributes
+    ----------
+    outcome
+        DELIVERED, STRANDED, BLOCKED or AGENT_EXITED.
+    evidence
+        Screen lines (or facts) that decided the outcome.
+    submits
+        How many times the submit key was pressed.
+    submitted
+        Whether the text is known to have been submitted (a BLOCKED delivery may have been:
+        the agent read it and asked for approval).
+    elapsed
+        Seconds from the start of the paste to the decision.
+    rule
+        Which check decided it, for logs.
+    """
+
+    outcome: Outcome
+    evidence: tuple[str, ...]
+    submits: int
+    submitted: bool
+    elapsed: float
+    rule: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True for DELIVERED."""
+        return self.outcome is Outcome.DELIVERED
+
+
+async def _snapshot(term: Terminal) -> Snapshot | None:
+    try:
+        return await term.snapshot()
+    except PaneNotFound:
+        return None
+
+
+async def _settle(term: Terminal, seconds: float) -> None:
+    """Wait for the next output of the terminal or ``seconds``, whichever comes first."""
+    event = term.output_event()
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        pass
+
+
+def _gone(elapsed: float, submits: int, *, submitted: bool) -> DeliveryResult:
+    return DeliveryResult(
+        Outcome.AGENT_EXITED, ("pane is gone",), submits, submitted, elapsed, "pane missing"
+    )
+
+
+def _blocking(reading: StateReading) -> bool:
+    return reading.state in (AgentState.WAITING_APPROVAL, AgentState.DIALOG)
+
+
+async def deliver(
+    term: Terminal,
+    text: str | bytes,
+    profile: AgentProfile,
+    *,
+    paste_timeout: float | None = None,
+) -> DeliveryResult:
+    """Paste ``text`` into ``term``, press the profile's submit key, and confirm it.
+
+    Parameters
+    ----------
+    term
+        Where the agent runs (a tmux pane or a PTY).
+    text
+        The prompt; bytes are sent exactly, str as UTF-8.
+    profile
+        Submit key, delay, retries, backoff and the detectors that judge the screen.
+    paste_timeout
+        How long to wait for the pasted text to show in the input box before submitting
+        anyway; default from the profile, longer for large texts.
+
+    Returns
+    -------
+    DeliveryResult
+        Never raises for an agent that misbehaves; the outcome says what happened.
+    """
+    data = text.encode() if isinstance(text, str) else text
+    start = time.monotonic()
+
+    def elapsed() -> float:
+        return time.monotonic() - start
+
+    snap = await _snapshot(term)
+    if snap is None:
+        return _gone(elapsed(), 0, submitted=False)
+    before = profile.detect(snap)
+    if before.state is AgentState.EXITED:
+        return DeliveryResult(
+            Outcome.AGENT_EXITED, before.evidence, 0, False, elapsed(), before.rule
+        )
+    if _blocking(before):
+        return DeliveryResult(Outcome.BLOCKED, before.evidence, 0, False, elapsed(), before.rule)
+    await term.prepare_input()
+    screen_before = snap.lines
+
+    try:
+        await term.paste(data, bracketed=profile.bracketed_paste, keep_lf=profile.keep_lf)
+    except PaneNotFound:
+        return _gone(elapsed(), 0, submitted=False)
+
+    # Wait until the paste shows in the input box, so the submit key cannot overtake it.
+    limit = paste_timeout if paste_timeout is not None else profile.paste_timeout
+    limit += len(data) / 200_000  # a 1 MiB paste takes the program a while to take in
+    deadline = time.monotonic() + limit
+    can_see_input = profile.detectors.input_line is not None or profile.detectors.paste_marker
+    while can_see_input:
+        event = term.output_event()
+        snap = await _snapshot(term)
+        if snap is None:
+            return _gone(elapsed(), 0, submitted=False)
+        if not snap.alive:
+            r = profile.detect(snap)
+            return DeliveryResult(Outcome.AGENT_EXITED, r.evidence, 0, False, elapsed(), r.rule)
+        if profile.paste_shown(snap) or time.monotonic() >= deadline:
+            break
+        try:
+            async with asyncio.timeout(min(_RECHECK, max(0.0, deadline - time.monotonic()))):
+                await event.wait()
+        except TimeoutError:
+            pass
+
+    submits = 0
+    backoff = profile.retry_backoff
+    while True:
+        if profile.submit_delay:
+            await asyncio.sleep(profile.submit_delay)
+        try:
+            await term.send_keys(profile.submit_key)
+        except PaneNotFound:
+            return _gone(elapsed(), submits, submitted=submits > 0)
+        submits += 1
+        result = await _confirm(
+            term, profile, screen_before, profile.confirm_timeout, submits, start
+        )
+        if result is not None:
+            log.debug("delivery to %s: %s after %d submit(s)", term.name, result.outcome, submits)
+            return result
+        if submits > profile.submit_retries:
+            snap = await _snapshot(term)
+            tail = tuple(snap.tail(6)) if snap else ("pane is gone",)
+            return DeliveryResult(
+                Outcome.STRANDED,
+                tail,
+                submits,
+                False,
+                elapsed(),
+                f"text still in the input box after {submits} submit key presses",
+            )
+        log.info(
+            "delivery to %s: not submitted yet, pressing %s again", term.name, profile.submit_key
+        )
+        await asyncio.sleep(backoff)
+        backoff *= 2
+
+
+async def _confirm(
+    term: Terminal,
+    profile: AgentProfile,
+    screen_before: tuple[str, ...],
+    timeout: float,
+    submits: int,
+    start: float,
+) -> DeliveryResult | None:
+    """Watch the screen after a submit key; a result when decided, None to press again."""
+    deadline = time.monotonic() + timeout
+    has_input = profile.detectors.input_line is not None
+    has_busy = bool(profile.detectors.busy)
+    while True:
+        event = term.output_event()
+        snap = await _snapshot(term)
+        now = time.monotonic()
+        if snap is None:
+            return _gone(now - start, submits, submitted=True)
+        reading = profile.detect(snap)
+        if reading.state is AgentState.EXITED:
+            return DeliveryResult(
+                Outcome.AGENT_EXITED, reading.evidence, submits, True, now - start, reading.rule
+            )
+        if _blocking(reading):
+            return DeliveryResult(
+                Outcome.BLOCKED, reading.evidence, submits, True, now - start, reading.rule
+            )
+        if reading.state is AgentState.BUSY:
+            return DeliveryResult(
+                Outcome.DELIVERED, reading.evidence, submits, True, now - start, reading.rule
+            )
+        if has_input and reading.input_text == "" and not _paste_marker_left(profile, snap):
+            return DeliveryResult(
+                Outcome.DELIVERED,
+                ("input box is empty again", *snap.tail(3)),
+                submits,
+                True,
+                now - start,
+                "input cleared",
+            )
+        if not has_input and not has_busy and snap.lines != screen_before:
+            # A program we cannot read: the screen changing after Enter is all we can see.
+            return DeliveryResult(
+                Outcome.DELIVERED, tuple(snap.tail(3)), submits, True, now - start, "screen changed"
+            )
+        if now >= deadline:
+            return None
+        try:
+            async with asyncio.timeout(min(_RECHECK, deadline - now)):
+                await event.wait()
+        except TimeoutError:
+            pass
+
+
+def _paste_marker_left(profile: AgentProfile, snap: Snapshot) -> bool:
+    # Only the bottom of the screen holds the input box; history above may show old markers.
+    return profile.paste_marker_in(snap.lines[-8:])

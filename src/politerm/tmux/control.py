@@ -1,0 +1,542 @@
+"""A persistent asyncio client for tmux control mode (``tmux -C``).
+
+One connection serves every capture, paste and key of a session: commands are written as
+lines, replies come back framed by ``%begin``/``%end`` (or ``%error``) with the same
+command number, and pane output arrives unasked as ``%output`` notifications. libtmux has
+no asyncio control-mode client, so this one is ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import time
+import typing as t
+
+from politerm.errors import (
+    ControlModeError,
+    PaneNotFound,
+    ServerNotRunning,
+    SessionNotFound,
+    TmuxCommandError,
+    TmuxLookupError,
+)
+from politerm.tmux._escape import command_line, decode_output
+
+if t.TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+log = logging.getLogger(__name__)
+
+_GUARD = re.compile(rb"^%(begin|end|error) (\d+) (\d+) (\d+)$")
+_PANE_MISSING = re.compile(r"can't find pane:? ?(%\d+)?|no such pane")
+_SESSION_MISSING = re.compile(r"can't find session|no such session|session not found")
+_SERVER_GONE = re.compile(
+    r"no server running|error connecting to|server exited|lost server", re.IGNORECASE
+)
+
+OutputCallback = t.Callable[[str, bytes], None]
+NotificationCallback = t.Callable[["Notification"], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Notification:
+    """A ``%``-line tmux sent unasked, e.g. ``%window-close @3``."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+@dataclasses.dataclass
+class _Pending:
+    line: str
+    future: asyncio.Future[list[str]]
+    sent_at: float
+
+
+@dataclasses.dataclass
+class _PaneFeed:
+    """Per-pane output bookkeeping: a counter, a wake-up event and subscribers."""
+
+    seq: int = 0
+    last_output: float = 0.0
+    event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    callbacks: list[OutputCallback] = dataclasses.field(default_factory=list)
+
+
+class ControlClient:
+    """An asyncio control-mode connection to one session of a private tmux server.
+
+    Parameters
+    ----------
+    socket_name
+        The private server's socket name (``tmux -L``).
+    session
+        The session to attach to; it must exist (see :class:`politerm.tmux.server.TmuxServer`).
+    tmux
+        The tmux binary.
+    reconnect
+        Re-attach automatically when the connection drops while the server still runs.
+
+    Notes
+    -----
+    Start it with :meth:`start` (or ``async with``). Commands sent while the connection is
+    being re-established wait for it, within their own timeout.
+    """
+
+    def __init__(
+        self,
+        socket_name: str,
+        session: str,
+        *,
+        tmux: str = "tmux",
+        reconnect: bool = True,
+        reconnect_attempts: int = 5,
+    ) -> None:
+        self.socket_name = socket_name
+        self.session = session
+        self.tmux = tmux
+        self.reconnect = reconnect
+        self.reconnect_attempts = reconnect_attempts
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._write_lock = asyncio.Lock()
+        self._connected = asyncio.Event()
+        self._closing = False
+        self._dead_reason: str | None = None
+        self._panes: dict[str, _PaneFeed] = {}
+        self._listeners: list[NotificationCallback] = []
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self.connections = 0
+        self.exit_reason: str | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> t.Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the control connection is up right now."""
+        return self._connected.is_set()
+
+    async def start(self, timeout: float = 10.0) -> None:
+        """Attach to the session in control mode.
+
+        Raises
+        ------
+        ServerNotRunning
+            When the server is not running.
+        SessionNotFound
+            When the session does not exist.
+        ControlModeError
+            When tmux did not accept the connection within ``timeout``.
+        """
+        self._closing = False
+        self._dead_reason = None
+        await self._spawn(timeout)
+
+    async def _check_session(self, env: dict[str, str]) -> None:
+        # Control mode with a missing target still starts (it just has nothing to show),
+        # so the server and session are checked first with one short-lived process.
+        proc = await asyncio.create_subprocess_exec(
+            self.tmux,
+            "-L",
+            self.socket_name,
+            "has-session",
+            "-t",
+            f"={self.session}",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        try:
+            _, err = await asyncio.wait_for(proc.communicate(), 5)
+        except TimeoutError:
+            proc.kill()
+            msg = f"tmux has-session did not answer within 5s (socket {self.socket_name!r})"
+            raise TmuxLookupError(msg) from None
+        if proc.returncode == 0:
+            return
+        detail = err.decode(errors="replace").strip()
+        if _SESSION_MISSING.search(detail):
+            msg = f"no tmux session {self.session!r} on socket {self.socket_name!r}"
+            raise SessionNotFound(msg)
+        msg = f"no tmux server on socket {self.socket_name!r} ({detail or 'not running'})"
+        raise ServerNotRunning(msg)
+
+    async def _spawn(self, timeout: float) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+        await self._check_session(env)
+        self._proc = await asyncio.create_subprocess_exec(
+            self.tmux,
+            "-L",
+            self.socket_name,
+            "-C",
+            "attach-session",
+            "-t",
+            f"={self.session}",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            limit=1 << 24,
+        )
+        self._reader = asyncio.create_task(self._read_loop(self._proc), name="tmux-control-reader")
+        # The round trip of a first command proves the attach worked.
+        try:
+            async with asyncio.timeout(timeout):
+                fut = await self._send_now("display-message -p '#{session_name}'")
+                await fut
+        except TimeoutError as exc:
+            await self._kill_proc()
+            msg = (
+                f"tmux control mode did not answer within {timeout:g}s "
+                f"(socket {self.socket_name!r}, session {self.session!r})"
+            )
+            raise ControlModeError(msg) from exc
+        except ControlModeError:
+            reason = self.exit_reason or ""
+            stderr = ""
+            if self._proc is not None and self._proc.stderr is not None:
+                with contextlib.suppress(Exception):
+                    stderr = (await asyncio.wait_for(self._proc.stderr.read(), 1)).decode(
+                        errors="replace"
+                    )
+            detail = (stderr or reason).strip()
+            await self._kill_proc()
+            if _SERVER_GONE.search(detail) or not detail:
+                why = detail or "connection refused"
+                msg = f"no tmux server on socket {self.socket_name!r} ({why})"
+                raise ServerNotRunning(msg) from None
+            if _SESSION_MISSING.search(detail):
+                msg = f"no tmux session {self.session!r} on socket {self.socket_name!r}"
+                raise SessionNotFound(msg) from None
+            msg = f"tmux control mode refused: {detail}"
+            raise ControlModeError(msg) from None
+        self.connections += 1
+        self._connected.set()
+        log.debug("control client attached to %s/%s", self.socket_name, self.session)
+
+    async def close(self) -> None:
+        """Detach and stop; pending commands fail with :class:`ControlModeError`."""
+        self._closing = True
+        if self._reconnect_task is not None:
+            self._reconnect_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reconnect_task
+        proc = self._proc
+        if proc is not None and proc.returncode is None and proc.stdin is not None:
+            # An empty line asks tmux to detach the control client cleanly.
+            with contextlib.suppress(Exception):
+                proc.stdin.write(b"\n")
+                await proc.stdin.drain()
+                proc.stdin.close()
+            with contextlib.suppress(TimeoutError, Exception):
+                await asyncio.wait_for(proc.wait(), 2)
+        await self._kill_proc()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        self._fail_pending("control client closed")
+        self._connected.clear()
+
+    async def _kill_proc(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 2)
+
+    # --- commands -------------------------------------------------------------------------
+
+    async def cmd(self, *args: str, timeout: float = 10.0) -> list[str]:
+        """Run one tmux command over the connection and return its output lines.
+
+        Parameters
+        ----------
+        *args
+            The command and its arguments, unquoted (quoting is done here).
+        timeout
+            Upper bound on the whole round trip, including waiting for a reconnect.
+
+        Raises
+        ------
+        PaneNotFound
+            The target pane does not exist.
+        TmuxCommandError
+            tmux answered ``%error``.
+        TmuxLookupError
+            No answer within ``timeout``.
+        ServerNotRunning
+            The server is gone.
+        """
+        return await self.raw(command_line(args), timeout=timeout)
+
+    async def raw(self, line: str, *, timeout: float = 10.0) -> list[str]:
+        """Send an already-quoted command line; see :meth:`cmd`."""
+        deadline = time.monotonic() + timeout
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    if self._dead_reason is not None:
+                        raise ServerNotRunning(self._dead_reason)
+                    await self._connected.wait()
+                    try:
+                        fut = await self._send_now(line)
+                        lines = await fut
+                    except ControlModeError:
+                        # Connection dropped under us: wait for the reconnect and resend.
+                        # Only idempotent lookups would be safe to resend blindly, so the
+                        # caller is told instead when the command may have run.
+                        if self._dead_reason is not None:
+                            raise ServerNotRunning(self._dead_reason) from None
+                        raise
+                    return lines
+        except TimeoutError as exc:
+            waited = timeout - max(0.0, deadline - time.monotonic())
+            msg = f"tmux did not answer {line.split(' ', 1)[0]!r} within {waited:.1f}s"
+            raise TmuxLookupError(msg) from exc
+        except TmuxCommandError as exc:
+            detail = "; ".join(exc.lines)
+            m = _PANE_MISSING.search(detail)
+            if m:
+                raise PaneNotFound(m.group(1) or _target_of(line), detail) from None
+            if _SESSION_MISSING.search(detail):
+                raise SessionNotFound(detail) from None
+            raise
+
+    async def _send_now(self, line: str) -> asyncio.Future[list[str]]:
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.returncode is not None:
+            msg = "tmux control connection is down"
+            raise ControlModeError(msg)
+        fut: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        async with self._write_lock:
+            # Append and write under one lock so reply order matches send order.
+            self._pending.append(_Pending(line, fut, time.monotonic()))
+            try:
+                proc.stdin.write(line.encode() + b"\n")
+                await proc.stdin.drain()
+            except (ConnectionError, BrokenPipeError, RuntimeError) as exc:
+                msg = f"tmux control connection is down: {exc}"
+                raise ControlModeError(msg) from exc
+        return fut
+
+    # --- reading --------------------------------------------------------------------------
+
+    async def _read_loop(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        block: list[str] | None = None
+        block_num = b""
+        block_ours = False
+        try:
+            while True:
+                raw = await proc.stdout.readline()
+                if not raw:
+                    break
+                line = raw[:-1] if raw.endswith(b"\n") else raw
+                if block is not None:
+                    m = _GUARD.match(line)
+                    if m and m.group(1) in (b"end", b"error") and m.group(3) == block_num:
+                        if block_ours:
+                            self._resolve(block, error=m.group(1) == b"error")
+                        elif m.group(1) == b"error":
+                            self.exit_reason = "; ".join(block) or "attach failed"
+                        block = None
+                        continue
+                    block.append(line.decode("utf-8", errors="replace"))
+                    continue
+                if line.startswith(b"%output "):
+                    self._on_output(line)
+                    continue
+                m = _GUARD.match(line)
+                if m and m.group(1) == b"begin":
+                    block = []
+                    block_num = m.group(3)
+                    # flags=1 marks a reply to a command this client sent; 0 is tmux's own
+                    # reply to the attach-session given on the command line.
+                    block_ours = m.group(4) == b"1"
+                    continue
+                if line.startswith(b"%"):
+                    self._on_notification(line)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a reader crash must not leave waiters hanging
+            log.exception("tmux control reader failed")
+        finally:
+            self._on_disconnect(proc)
+
+    def _resolve(self, lines: list[str], *, error: bool) -> None:
+        if not self._pending:
+            log.warning("tmux reply with no pending command: %r", lines[:3])
+            return
+        pending = self._pending.popleft()
+        if pending.future.done():
+            return
+        if error:
+            pending.future.set_exception(TmuxCommandError(pending.line, lines))
+        else:
+            pending.future.set_result(lines)
+
+    def _on_output(self, line: bytes) -> None:
+        # "%output %12 <escaped bytes>"
+        try:
+            _, pane_id, payload = line.split(b" ", 2)
+        except ValueError:
+            _, pane_id = line.split(b" ", 1)
+            payload = b""
+        pid = pane_id.decode()
+        data = decode_output(payload)
+        feed = self._panes.get(pid)
+        if feed is None:
+            feed = self._panes[pid] = _PaneFeed()
+        feed.seq += 1
+        feed.last_output = time.monotonic()
+        feed.event.set()
+        feed.event = asyncio.Event()
+        for cb in list(feed.callbacks):
+            try:
+                cb(pid, data)
+            except Exception:
+                log.exception("output subscriber failed for %s", pid)
+
+    def _on_notification(self, line: bytes) -> None:
+        parts = line.decode("utf-8", errors="replace").split(" ")
+        note = Notification(parts[0][1:], tuple(parts[1:]))
+        if note.name == "exit":
+            self.exit_reason = " ".join(note.args) or "exit"
+        for cb in list(self._listeners):
+            try:
+                cb(note)
+            except Exception:
+                log.exception("notification listener failed for %s", note.name)
+
+    def _on_disconnect(self, proc: asyncio.subprocess.Process) -> None:
+        if proc is not self._proc:
+            return
+        self._connected.clear()
+        self._fail_pending(f"tmux control connection dropped ({self.exit_reason or 'eof'})")
+        # Wake every waiter so it re-checks the pane instead of sleeping to its timeout.
+        for feed in self._panes.values():
+            feed.event.set()
+            feed.event = asyncio.Event()
+        if not self._closing and self.reconnect:
+            self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect_loop())
+        elif not self._closing:
+            self._dead_reason = "tmux control connection dropped"
+
+    def _fail_pending(self, why: str) -> None:
+        while self._pending:
+            p = self._pending.popleft()
+            if not p.future.done():
+                p.future.set_exception(ControlModeError(why))
+
+    async def _reconnect_loop(self) -> None:
+        delay = 0.05
+        last: Exception | None = None
+        for _ in range(self.reconnect_attempts):
+            await asyncio.sleep(delay)
+            if self._closing:
+                return
+            try:
+                self.exit_reason = None
+                await self._spawn(timeout=5.0)
+            except (ServerNotRunning, SessionNotFound) as exc:
+                last = exc
+                break
+            except ControlModeError as exc:
+                last = exc
+                delay = min(delay * 2, 1.0)
+                continue
+            log.info("tmux control connection re-established")
+            return
+        self._dead_reason = (
+            f"tmux server on socket {self.socket_name!r} is gone (session {self.session!r}): {last}"
+        )
+        for feed in self._panes.values():
+            feed.event.set()
+            feed.event = asyncio.Event()
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _feed(self, pane_id: str) -> _PaneFeed:
+        feed = self._panes.get(pane_id)
+        if feed is None:
+            feed = self._panes[pane_id] = _PaneFeed()
+        return feed
+
+    def output_event(self, pane_id: str) -> asyncio.Event:
+        """Return an event set at the next ``%output`` of the pane (or a disconnect).
+
+        Take the event *before* looking at the screen, then wait on it, so that output
+        arriving in between is not missed.
+        """
+        return self._feed(pane_id).event
+
+    def output_seq(self, pane_id: str) -> int:
+        """Number of ``%output`` notifications seen for the pane so far."""
+        return self._feed(pane_id).seq
+
+    def last_output(self, pane_id: str) -> float:
+        """``time.monotonic()`` of the pane's last output, 0.0 if none yet."""
+        return self._feed(pane_id).last_output
+
+    def subscribe(self, pane_id: str, callback: OutputCallback) -> Callable[[], None]:
+        """Call ``callback(pane_id, data)`` with each decoded output chunk of the pane.
+
+        Returns a function that removes the subscription.
+        """
+        feed = self._feed(pane_id)
+        feed.callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                feed.callbacks.remove(callback)
+
+        return unsubscribe
+
+    def on_notification(self, callback: NotificationCallback) -> Callable[[], None]:
+        """Call ``callback`` with every notification (``%exit``, ``%window-close``, ...)."""
+        self._listeners.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(callback)
+
+        return remove
+
+    async def wait_output(self, pane_id: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the pane's next output; True if it came."""
+        event = self.output_event(pane_id)
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    @property
+    def dead_reason(self) -> str | None:
+        """Why the connection is gone for good, or None while it is usable."""
+        return self._dead_reason
+
+
+def _target_of(line: str) -> str:
+    parts: Sequence[str] = line.split()
+    for i, part in enumerate(parts[:-1]):
+        if part == "-t":
+            return parts[i + 1]
+    return "?"

@@ -1,0 +1,408 @@
+"""A tmux pane driven over the session's control-mode connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import re
+import secrets
+import typing as t
+
+import psutil
+
+from politerm._internal.proctree import kill_processes, process_tree
+from politerm.errors import PaneNotFound, TmuxCommandError
+from politerm.terminal import Snapshot
+
+if t.TYPE_CHECKING:
+    import os
+    from collections.abc import Mapping, Sequence
+
+    from politerm.tmux.control import ControlClient
+    from politerm.tmux.server import TmuxServer
+
+_NAMED_KEYS = frozenset(
+    [
+        "Enter",
+        "Escape",
+        "Tab",
+        "BTab",
+        "BSpace",
+        "Space",
+        "Up",
+        "Down",
+        "Left",
+        "Right",
+        "Home",
+        "End",
+        "PageUp",
+        "PageDown",
+        "PPage",
+        "NPage",
+        "DC",
+        "IC",
+        "KPEnter",
+    ]
+    + [f"F{i}" for i in range(1, 13)]
+)
+_MODIFIED = re.compile(r"^(?:[CMS]-)+(.+)$")
+# A paste-end sequence inside the text would end bracketed paste early and turn the rest of
+# the message into keystrokes; it is the one sequence message text may not carry.
+_PASTE_END = b"\x1b[201~"
+
+_INFO_FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better
+    [
+        "#{pane_id}",
+        "#{pane_pid}",
+        "#{pane_dead}",
+        "#{pane_dead_status}",
+        "#{pane_in_mode}",
+        "#{pane_current_command}",
+        "#{pane_width}",
+        "#{pane_height}",
+        "#{history_size}",
+        "#{cursor_x}",
+        "#{cursor_y}",
+        "#{alternate_on}",
+        "#{session_name}",
+        "#{window_id}",
+        "#{@poli_agent}",
+    ]
+)
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a named key or a single character, else raise ValueError.
+
+    Message text must never travel as keystrokes; only keys do.
+
+    Examples
+    --------
+    >>> check_key("Enter"), check_key("C-c"), check_key("y"), check_key("F2")
+    ('Enter', 'C-c', 'y', 'F2')
+    >>> check_key("rm -rf ~")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a key name: 'rm -rf ~' (message text goes through paste, never send-keys)
+    """
+    base = key
+    m = _MODIFIED.match(key)
+    if m:
+        base = m.group(1)
+    if base in _NAMED_KEYS or (len(base) == 1 and base.isprintable()):
+        return key
+    msg = f"not a key name: {key!r} (message text goes through paste, never send-keys)"
+    raise ValueError(msg)
+
+
+def sanitize_paste(data: bytes) -> bytes:
+    r"""Neutralise a bracketed-paste end marker hidden in message text.
+
+    Examples
+    --------
+    >>> sanitize_paste(b"ok \x1b[201~rm -rf ~\r")
+    b'ok [201~rm -rf ~\r'
+    >>> sanitize_paste(b"plain")
+    b'plain'
+    """
+    return data.replace(_PASTE_END, _PASTE_END[1:])
+
+
+@dataclasses.dataclass(frozen=True)
+class PaneInfo:
+    """What tmux says about a pane right now."""
+
+    pane_id: str
+    pid: int
+    dead: bool
+    dead_status: int | None
+    in_mode: bool
+    current_command: str
+    width: int
+    height: int
+    history_size: int
+    cursor_x: int
+    cursor_y: int
+    alternate_on: bool
+    session: str
+    window_id: str
+    agent: str
+
+    @property
+    def cursor_line(self) -> int:
+        """Absolute line number of the cursor (history lines count from 0)."""
+        return self.history_size + self.cursor_y
+
+
+def _parse_info(line: str) -> PaneInfo:
+    f = line.split("\t")
+    return PaneInfo(
+        pane_id=f[0],
+        pid=int(f[1] or 0),
+        dead=f[2] == "1",
+        dead_status=int(f[3]) if f[3] else None,
+        in_mode=f[4] == "1",
+        current_command=f[5],
+        width=int(f[6]),
+        height=int(f[7]),
+        history_size=int(f[8]),
+        cursor_x=int(f[9]),
+        cursor_y=int(f[10]),
+        alternate_on=f[11] == "1",
+        session=f[12],
+        window_id=f[13],
+        agent=f[14],
+    )
+
+
+class Pane:
+    """One pane, addressed by its stable id (``%N``).
+
+    Parameters
+    ----------
+    client
+        The control-mode connection of the pane's session.
+    pane_id
+        tmux pane id, e.g. ``%3``.
+    server
+        The server, for ``load-buffer`` (which needs its own process).
+    """
+
+    def __init__(self, client: ControlClient, pane_id: str, server: TmuxServer) -> None:
+        if not pane_id.startswith("%"):
+            msg = f"not a tmux pane id: {pane_id!r}"
+            raise ValueError(msg)
+        self.client = client
+        self.pane_id = pane_id
+        self.server = server
+
+    def __repr__(self) -> str:
+        return f"Pane({self.pane_id})"
+
+    @property
+    def name(self) -> str:
+        """A display name (the pane id)."""
+        return self.pane_id
+
+    async def info(self) -> PaneInfo:
+        """Current state of the pane.
+
+        Raises
+        ------
+        PaneNotFound
+            When the pane is gone.
+        """
+        lines = await self.client.cmd("display-message", "-p", "-t", self.pane_id, _INFO_FORMAT)
+        if not lines or not lines[0].startswith("%"):
+            raise PaneNotFound(self.pane_id, "no pane info")
+        return _parse_info(lines[0])
+
+    async def is_alive(self) -> bool:
+        """False when the pane is gone or its program has exited."""
+        try:
+            return not (await self.info()).dead
+        except PaneNotFound:
+            return False
+
+    async def capture(
+        self,
+        *,
+        escapes: bool = False,
+        start: int | str | None = None,
+        end: int | str | None = None,
+        join: bool = True,
+    ) -> list[str]:
+        """Capture lines of the pane.
+
+        Parameters
+        ----------
+        escapes
+            Keep colours and attributes (``-e``).
+        start, end
+            Line range as tmux takes it (0 is the first visible line, negative numbers are
+            history, ``"-"`` is the start of history / end of screen); default: the screen.
+        join
+            Join lines tmux wrapped itself (``-J``).
+        """
+        args = ["capture-pane", "-p", "-t", self.pane_id]
+        if join:
+            args.insert(2, "-J")
+        if escapes:
+            args.insert(2, "-e")
+        if start is not None:
+            args += ["-S", str(start)]
+        if end is not None:
+            args += ["-E", str(end)]
+        return await self.client.cmd(*args)
+
+    async def capture_history(self) -> list[str]:
+        """The whole scrollback plus the screen."""
+        return await self.capture(start="-", end="-")
+
+    async def paste(self, data: bytes, *, bracketed: bool = True, keep_lf: bool = True) -> None:
+        """Paste ``data`` into the pane through a uniquely named buffer.
+
+        The text goes to tmux through ``load-buffer`` on stdin and into the pane with
+        ``paste-buffer -d`` (bracketed with ``-p`` when the program asked for it); it is
+        never typed as keys.
+        """
+        buffer = f"poli-{secrets.token_hex(8)}"
+        await self.server.load_buffer(buffer, sanitize_paste(data))
+        args = ["paste-buffer", "-d", "-b", buffer, "-t", self.pane_id]
+        if bracketed:
+            args.insert(1, "-p")
+        if keep_lf:
+            args.insert(1, "-r")
+        try:
+            await self.client.cmd(*args, timeout=30.0)
+        except PaneNotFound:
+            await self.client.cmd("delete-buffer", "-b", buffer)
+            raise
+
+    async def send_keys(self, *keys: str) -> None:
+        """Press named keys (``Enter``, ``Escape``, ``C-c``) or single characters."""
+        for key in keys:
+            check_key(key)
+        await self.client.cmd("send-keys", "-t", self.pane_id, *keys)
+
+    async def snapshot(self) -> Snapshot:
+        """The screen, cursor and liveness now (the :class:`Terminal` view of the pane)."""
+        info = await self.info()
+        lines = await self.capture()
+        return Snapshot(
+            lines=tuple(lines),
+            cursor_x=info.cursor_x,
+            cursor_y=info.cursor_y,
+            alive=not info.dead,
+            exit_status=info.dead_status,
+            history_size=info.history_size,
+            in_mode=info.in_mode,
+        )
+
+    async def prepare_input(self) -> None:
+        """Leave copy mode so pasted text and keys reach the program."""
+        await self.leave_copy_mode()
+
+    async def leave_copy_mode(self) -> None:
+        """Quit copy mode (a person scrolling) so pasted text reaches the program."""
+        if (await self.info()).in_mode:
+            await self.client.cmd("copy-mode", "-q", "-t", self.pane_id)
+
+    async def resize(self, width: int, height: int) -> None:
+        """Resize the pane's window to ``width`` x ``height``."""
+        info = await self.info()
+        await self.client.cmd(
+            "resize-window", "-t", info.window_id, "-x", str(width), "-y", str(height)
+        )
+
+    async def interrupt(self, key: str = "C-c") -> None:
+        """Send the interrupt key of the agent (``C-c`` or ``Escape``)."""
+        await self.send_keys(key)
+
+    async def set_option(self, name: str, value: str) -> None:
+        """Set a pane user option, e.g. ``@poli_agent``."""
+        if not name.startswith("@"):
+            msg = f"user options start with '@': {name!r}"
+            raise ValueError(msg)
+        await self.client.cmd("set-option", "-p", "-t", self.pane_id, name, value)
+
+    async def get_option(self, name: str) -> str | None:
+        """Read a pane user option; None when unset."""
+        lines = await self.client.cmd("show-options", "-pqv", "-t", self.pane_id, name)
+        return lines[0] if lines else None
+
+    async def kill(self, *, grace: float = 3.0) -> None:
+        """Kill the pane and its whole process tree, and verify every process is gone."""
+        try:
+            info = await self.info()
+        except PaneNotFound:
+            return
+        procs = process_tree(info.pid) if info.pid else []
+        with contextlib.suppress(PaneNotFound, TmuxCommandError):
+            await self.client.cmd("kill-pane", "-t", self.pane_id)
+        await asyncio.to_thread(kill_processes, procs, grace=grace, what=f"pane {self.pane_id}")
+
+    async def respawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start ``argv`` again in this (dead) pane, killing what ran there."""
+        info = await self.info()
+        procs = process_tree(info.pid) if info.pid and not info.dead else []
+        args = ["respawn-pane", "-k", "-t", self.pane_id]
+        if cwd is not None:
+            args += ["-c", str(cwd)]
+        for key, value in (env or {}).items():
+            args += ["-e", f"{key}={value}"]
+        await self.client.cmd(*args, *argv)
+        await asyncio.to_thread(kill_processes, procs, what=f"pane {self.pane_id}")
+
+    async def wait_output(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the pane's next output; True if it came."""
+        return await self.client.wait_output(self.pane_id, timeout)
+
+    def output_event(self) -> asyncio.Event:
+        """Event set by the pane's next output (take it before looking at the screen)."""
+        return self.client.output_event(self.pane_id)
+
+
+async def new_window(
+    client: ControlClient,
+    server: TmuxServer,
+    *,
+    session: str,
+    name: str,
+    argv: Sequence[str],
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    agent: str | None = None,
+) -> Pane:
+    """Open a window running ``argv`` in ``session`` and return its pane.
+
+    ``agent`` is stored as the pane's ``@poli_agent`` user option so the pane can be found
+    again after a restart.
+    """
+    args = ["new-window", "-d", "-P", "-F", "#{pane_id}", "-t", f"={session}:", "-n", name]
+    if cwd is not None:
+        args += ["-c", str(cwd)]
+    for key, value in (env or {}).items():
+        args += ["-e", f"{key}={value}"]
+    lines = await client.cmd(*args, *argv)
+    pane = Pane(client, lines[0].strip(), server)
+    if agent:
+        await pane.set_option("@poli_agent", agent)
+    return pane
+
+
+async def find_agent_pane(client: ControlClient, server: TmuxServer, agent: str) -> Pane | None:
+    """The pane whose ``@poli_agent`` is ``agent`` in the client's session, if any."""
+    lines = await client.cmd(
+        "list-panes", "-s", "-t", f"={client.session}", "-F", "#{pane_id}\t#{@poli_agent}"
+    )
+    for line in lines:
+        pane_id, _, name = line.partition("\t")
+        if name == agent:
+            return Pane(client, pane_id, server)
+    return None
+
+
+async def find_pane_running(client: ControlClient, server: TmuxServer, program: str) -> Pane | None:
+    """The first pane of the server whose process tree runs ``program`` (name or argv[0])."""
+    lines = await client.cmd("list-panes", "-a", "-F", "#{pane_id}\t#{pane_pid}")
+    for line in lines:
+        pane_id, _, pid = line.partition("\t")
+        if not pid.isdigit():
+            continue
+        for proc in process_tree(int(pid)):
+            try:
+                cmdline = proc.cmdline()
+                names = {proc.name(), *(cmdline[:1]), *(c.rsplit("/", 1)[-1] for c in cmdline[:2])}
+            except psutil.Error:
+                continue
+            if program in names:
+                return Pane(client, pane_id, server)
+    return None

@@ -1,0 +1,242 @@
+"""The private tmux server politerm runs its agents on.
+
+Never the user's default server, never their ``~/.tmux.conf``: the server is started on its
+own socket name with our own minimal config file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pathlib
+import typing as t
+
+import platformdirs
+
+from politerm.errors import ServerNotRunning, SessionNotFound, TmuxCommandError, TmuxLookupError
+from politerm.tmux.control import ControlClient
+
+if t.TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from politerm.tmux.pane import Pane
+
+CONFIG_VERSION = "1"
+
+_TMUX_CONF = """\
+# politerm's private tmux server. Generated; edits are overwritten.
+set -g history-limit {history_limit}
+set -g default-size {width}x{height}
+set -g window-size latest
+# Keep a dead agent's pane so its exit status and last screen can be read.
+set -g remain-on-exit on
+set -g exit-empty off
+set -g exit-unattached off
+set -g destroy-unattached off
+set -g automatic-rename off
+set -g allow-rename off
+set -g set-clipboard off
+set -s escape-time 10
+set -s focus-events off
+set -g status-left "[poli #S] "
+set -g status-left-length 40
+set -g @poli_conf {version}
+"""
+
+
+def default_config_dir() -> pathlib.Path:
+    """Where the generated tmux config lives (user state dir)."""
+    return platformdirs.user_state_path("politerm") / "tmux"
+
+
+class TmuxServer:
+    """A private tmux server addressed by socket name.
+
+    Parameters
+    ----------
+    socket_name
+        ``tmux -L`` name; defaults to ``poli``.
+    tmux
+        The tmux binary.
+    config_dir
+        Where our generated tmux config is written.
+    width, height
+        Default window size for new sessions.
+    history_limit
+        Scrollback lines kept per pane (agent transcripts are long).
+    """
+
+    def __init__(
+        self,
+        socket_name: str = "poli",
+        *,
+        tmux: str = "tmux",
+        config_dir: pathlib.Path | None = None,
+        width: int = 200,
+        height: int = 50,
+        history_limit: int = 200_000,
+    ) -> None:
+        self.socket_name = socket_name
+        self.tmux = tmux
+        self.config_dir = config_dir or default_config_dir()
+        self.width = width
+        self.height = height
+        self.history_limit = history_limit
+        self._clients: dict[str, ControlClient] = {}
+
+    # --- one-shot tmux processes (bootstrap and buffers only) ---------------------------
+
+    async def run(
+        self, *args: str, input: bytes | None = None, timeout: float = 10.0
+    ) -> tuple[int, str, str]:
+        """Run one tmux command as its own process on our socket.
+
+        Used only where control mode cannot serve: starting the server, and
+        ``load-buffer`` from stdin (a control client's stdin is its command channel).
+        """
+        env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+        proc = await asyncio.create_subprocess_exec(
+            self.tmux,
+            "-L",
+            self.socket_name,
+            "-f",
+            str(self.config_file()),
+            *args,
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            msg = f"tmux {args[0] if args else ''} did not finish within {timeout:g}s"
+            raise TmuxLookupError(msg) from None
+        return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def config_file(self) -> pathlib.Path:
+        """Write (if needed) and return our tmux config file (mode 0600)."""
+        path = self.config_dir / f"tmux-{self.socket_name}.conf"
+        text = _TMUX_CONF.format(
+            history_limit=self.history_limit,
+            width=self.width,
+            height=self.height,
+            version=CONFIG_VERSION,
+        )
+        if not path.exists() or path.read_text() != text:
+            self.config_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            tmp.replace(path)
+        return path
+
+    async def is_running(self) -> bool:
+        """Whether the server answers on its socket."""
+        rc, _, _ = await self.run("list-sessions", "-F", "#{session_name}")
+        return rc == 0
+
+    async def list_sessions(self) -> list[str]:
+        """Names of the server's sessions; empty when the server is not running."""
+        rc, out, _ = await self.run("list-sessions", "-F", "#{session_name}")
+        return out.split() if rc == 0 else []
+
+    async def has_session(self, name: str) -> bool:
+        """Whether session ``name`` exists (exact match)."""
+        rc, _, _ = await self.run("has-session", "-t", f"={name}")
+        return rc == 0
+
+    async def ensure_session(
+        self,
+        name: str,
+        *,
+        window_name: str = "control",
+        argv: Sequence[str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Create session ``name`` unless it exists; return True if it was created.
+
+        The server is started with our config if it was not running.
+        """
+        if await self.has_session(name):
+            return False
+        args = [
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-n",
+            window_name,
+            "-x",
+            str(self.width),
+            "-y",
+            str(self.height),
+        ]
+        if cwd is not None:
+            args += ["-c", str(cwd)]
+        for key, value in (env or {}).items():
+            args += ["-e", f"{key}={value}"]
+        args += list(argv or ["sh"])
+        rc, _, err = await self.run(*args)
+        if rc != 0:
+            msg = "new-session"
+            raise TmuxCommandError(msg, [err.strip()])
+        # A server someone else started (e.g. a test fixture) lacks our options.
+        rc, out, _ = await self.run("show-options", "-gqv", "@poli_conf")
+        if out.strip() != CONFIG_VERSION:
+            await self.run("source-file", str(self.config_file()))
+        return True
+
+    async def connect(self, session: str) -> ControlClient:
+        """Return the (shared) control-mode connection to ``session``, starting it if needed."""
+        client = self._clients.get(session)
+        if client is not None and (client.connected or client.dead_reason is None):
+            return client
+        client = ControlClient(self.socket_name, session, tmux=self.tmux)
+        await client.start()
+        self._clients[session] = client
+        return client
+
+    async def load_buffer(self, name: str, data: bytes) -> None:
+        """Load ``data`` into paste buffer ``name`` through stdin, never a command line."""
+        rc, _, err = await self.run("load-buffer", "-b", name, "-", input=data, timeout=30.0)
+        if rc != 0:
+            if "no server" in err or "error connecting" in err:
+                msg = f"no tmux server on socket {self.socket_name!r}"
+                raise ServerNotRunning(msg)
+            msg = "load-buffer"
+            raise TmuxCommandError(msg, [err.strip()])
+
+    async def pane(self, session: str, pane_id: str) -> Pane:
+        """A :class:`Pane` handle on ``pane_id`` over the session's control connection."""
+        from politerm.tmux.pane import Pane
+
+        return Pane(await self.connect(session), pane_id, self)
+
+    async def kill_session(self, name: str) -> None:
+        """Kill session ``name`` (its panes get SIGHUP; see :meth:`Pane.kill` for trees)."""
+        client = self._clients.pop(name, None)
+        if client is not None:
+            await client.close()
+        rc, _, err = await self.run("kill-session", "-t", f"={name}")
+        if rc != 0 and "can't find session" in err:
+            msg = f"no tmux session {name!r} on socket {self.socket_name!r}"
+            raise SessionNotFound(msg)
+
+    async def kill_server(self) -> None:
+        """Stop the whole private server."""
+        for client in list(self._clients.values()):
+            await client.close()
+        self._clients.clear()
+        await self.run("kill-server")
+
+    async def close(self) -> None:
+        """Close every control connection this object opened (the server keeps running)."""
+        for client in list(self._clients.values()):
+            await client.close()
+        self._clients.clear()

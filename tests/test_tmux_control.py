@@ -1,0 +1,207 @@
+"""The control-mode client against a real private tmux server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import sys
+import typing as t
+
+import psutil
+import pytest
+
+from politerm.errors import (
+    PaneNotFound,
+    ServerNotRunning,
+    SessionNotFound,
+    TmuxCommandError,
+)
+from politerm.testing.retry import aretry_until
+from politerm.tmux import ControlClient, TmuxServer, find_agent_pane, find_pane_running, new_window
+
+if t.TYPE_CHECKING:
+    from politerm.tmux import Pane
+
+
+async def _sh(client: ControlClient, srv: TmuxServer, name: str = "w", *argv: str) -> Pane:
+    return await new_window(
+        client, srv, session="t", name=name, argv=list(argv) or ["sh"], agent=name
+    )
+
+
+async def test_command_reply_and_error(tmux_session: ControlClient) -> None:
+    assert await tmux_session.cmd("display-message", "-p", "#{session_name}") == ["t"]
+    # quoting survives quotes, dollars and semicolons
+    weird = """it's "q" $HOME; #{x}"""
+    await tmux_session.cmd("set-option", "-g", "@weird", weird)
+    assert await tmux_session.cmd("show-options", "-gv", "@weird") == [weird]
+    with pytest.raises(TmuxCommandError, match="unknown command"):
+        await tmux_session.cmd("no-such-command")
+
+
+async def test_many_commands_in_flight_keep_order(tmux_session: ControlClient) -> None:
+    results = await asyncio.gather(
+        *(tmux_session.cmd("display-message", "-p", f"n{i}") for i in range(200))
+    )
+    assert results == [[f"n{i}"] for i in range(200)]
+
+
+async def test_output_events_carry_decoded_bytes(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    pane = await _sh(tmux_session, tmux_server)
+    chunks: list[bytes] = []
+    tmux_session.subscribe(pane.pane_id, lambda _pid, data: chunks.append(data))
+    await pane.paste(b"printf 'tab\\there\\\\x\\n'\n")
+
+    async def seen() -> bool:
+        return b"tab\there\\x\r\n" in b"".join(chunks)
+
+    await aretry_until(seen, 5, what="decoded %output with a tab and a backslash")
+    assert tmux_session.output_seq(pane.pane_id) > 0
+    assert tmux_session.last_output(pane.pane_id) > 0
+
+
+async def test_dead_pane_is_pane_not_found(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    pane = await _sh(tmux_session, tmux_server)
+    await pane.kill()
+    with pytest.raises(PaneNotFound, match=pane.pane_id):
+        await pane.capture()
+    with pytest.raises(PaneNotFound):
+        await pane.info()
+    assert not await pane.is_alive()
+
+
+async def test_exited_program_leaves_a_dead_pane_with_status(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    pane = await _sh(tmux_session, tmux_server, "x", "sh", "-c", "echo bye; exit 7")
+
+    async def dead() -> bool:
+        # tmux sees the pty close before it reaps the child, so the status comes a bit later
+        info = await pane.info()
+        return info.dead and info.dead_status is not None
+
+    await aretry_until(dead, 5, what="the pane's program to exit with a status")
+    info = await pane.info()
+    assert info.dead_status == 7
+    assert "bye" in await pane.capture_history()
+
+
+async def test_dropped_connection_reconnects(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    pane = await _sh(tmux_session, tmux_server)
+    assert tmux_session.connections == 1
+    # Kill the control-mode client process itself, as an OOM killer or a stray kill would.
+    clients = await tmux_session.cmd("list-clients", "-F", "#{client_pid} #{client_control_mode}")
+    pids = [int(c.split()[0]) for c in clients if c.endswith(" 1")]
+    assert pids
+    os.kill(pids[0], signal.SIGKILL)
+
+    async def reconnected() -> bool:
+        return tmux_session.connections == 2 and tmux_session.connected
+
+    await aretry_until(reconnected, 10, what="the control connection to come back")
+    assert await pane.is_alive()
+    assert await tmux_session.cmd("display-message", "-p", "ok") == ["ok"]
+
+
+async def test_killed_server_raises_server_not_running(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    await _sh(tmux_session, tmux_server)
+    rc, _, _ = await tmux_server.run("kill-server")
+    assert rc == 0
+
+    async def gone() -> bool:
+        return tmux_session.dead_reason is not None
+
+    await aretry_until(gone, 10, what="the client to notice the server is gone")
+    with pytest.raises(ServerNotRunning, match="gone"):
+        await tmux_session.cmd("display-message", "-p", "x", timeout=5)
+
+
+async def test_missing_server_and_session(tmux_server: TmuxServer) -> None:
+    client = ControlClient(tmux_server.socket_name, "nope", reconnect=False)
+    with pytest.raises(ServerNotRunning):
+        await client.start()
+    await tmux_server.ensure_session("t")
+    with pytest.raises(SessionNotFound):
+        await ControlClient(tmux_server.socket_name, "nope").start()
+
+
+async def test_private_config_is_used(tmux_session: ControlClient) -> None:
+    assert await tmux_session.cmd("show-options", "-gv", "history-limit") == ["200000"]
+    assert await tmux_session.cmd("show-options", "-gv", "remain-on-exit") == ["on"]
+
+
+async def test_capture_screen_escapes_and_history(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    pane = await _sh(tmux_session, tmux_server)
+    await pane.paste(
+        b"i=0; while [ $i -lt 120 ]; do echo line$i; i=$((i+1)); done; "
+        b"printf '\\033[31mred\\033[0m\\n'\n"
+    )
+
+    async def done() -> bool:
+        return any(ln == "red" for ln in await pane.capture())
+
+    await aretry_until(done, 5, what="120 lines and a red word")
+    plain = await pane.capture()
+    colored = await pane.capture(escapes=True)
+    assert "red" in plain
+    assert any("\x1b[31m" in ln for ln in colored)
+    history = await pane.capture_history()
+    assert "line1" in history and "line119" in history
+    assert len(history) > len(plain)
+
+
+async def test_resize_and_user_option(tmux_session: ControlClient, tmux_server: TmuxServer) -> None:
+    pane = await _sh(tmux_session, tmux_server, "agentx")
+    await pane.resize(120, 30)
+    info = await pane.info()
+    assert (info.width, info.height) == (120, 30)
+    assert info.agent == "agentx"
+    assert await pane.get_option("@poli_agent") == "agentx"
+    found = await find_agent_pane(tmux_session, tmux_server, "agentx")
+    assert found is not None and found.pane_id == pane.pane_id
+
+
+async def test_kill_takes_the_whole_tree_even_when_it_ignores_sighup(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    script = "trap '' HUP TERM; sleep 600 & sleep 601 & wait"
+    pane = await _sh(tmux_session, tmux_server, "tree", "sh", "-c", script)
+
+    async def children() -> list[psutil.Process]:
+        info = await pane.info()
+        kids = psutil.Process(info.pid).children(recursive=True)
+        return kids if len(kids) >= 2 else []
+
+    kids = await aretry_until(children, 5, what="two sleep children")
+    root = psutil.Process((await pane.info()).pid)
+    await pane.kill(grace=1.0)
+    for proc in [root, *kids]:
+        assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+
+
+async def test_find_pane_running_program(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    await _sh(tmux_session, tmux_server, "a")
+    pane = await _sh(
+        tmux_session, tmux_server, "b", sys.executable, "-c", "import time; time.sleep(60)"
+    )
+
+    async def found() -> Pane | None:
+        return await find_pane_running(tmux_session, tmux_server, pathlib.Path(sys.executable).name)
+
+    hit = await aretry_until(found, 5, what="the python pane")
+    assert hit.pane_id == pane.pane_id
+    assert await find_pane_running(tmux_session, tmux_server, "no-such-program") is None

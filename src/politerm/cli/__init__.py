@@ -13,6 +13,7 @@ from politerm.errors import PolitermError
 
 # command name -> module under politerm.cli holding a click command called ``command``
 _COMMANDS: dict[str, str] = {
+    "config": "config",
     "doctor": "doctor",
 }
 
@@ -42,7 +43,7 @@ def cli() -> None:
 def main(argv: t.Sequence[str] | None = None) -> None:
     """Run ``poli``; a :class:`PolitermError` becomes one line on stderr and exit code 1."""
     try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+        rv = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
@@ -54,3 +55,5 @@ def main(argv: t.Sequence[str] | None = None) -> None:
     except PolitermError as exc:
         click.echo(f"poli: {exc}", err=True)
         sys.exit(1)
+    # With standalone_mode=False click returns ctx.exit()'s code instead of exiting.
+    sys.exit(rv if isinstance(rv, int) else 0)

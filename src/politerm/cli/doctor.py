@@ -1,0 +1,36 @@
+"""``poli doctor``: check tmux, the socket directory, agents, dependencies and the config."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from politerm.doctor import DoctorContext, doctor_timeout, exit_code, render_table, run_checks
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read this file instead of ./poli.toml.",
+)
+def command(as_json: bool, config_path: Path | None) -> None:
+    """Check that this machine can run politerm; exit 1 if any check FAILs."""
+    env = dict(os.environ)
+    rows = run_checks(DoctorContext(env=env, config_path=config_path, timeout=doctor_timeout(env)))
+    if as_json:
+        click.echo(json.dumps([row.as_dict() for row in rows], indent=2))
+    else:
+        from rich.console import Console
+
+        Console(highlight=False).print(render_table(rows))
+    # SystemExit, not ctx.exit(): in non-standalone mode click returns an Exit's code
+    # instead of raising it, and ``politerm.cli.main`` does not look at return values.
+    if (code := exit_code(rows)) != 0:
+        sys.exit(code)

@@ -1,0 +1,358 @@
+"""SQLite connection, pragmas and forward migrations of the run store.
+
+The schema version lives in ``PRAGMA user_version`` and equals the number of
+:data:`MIGRATIONS` applied. Each migration runs in its own ``BEGIN IMMEDIATE`` transaction
+together with the version bump, so a crash leaves the store at the old or the new version,
+never in between.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import sqlite3
+import typing as t
+
+import platformdirs
+
+from politerm.errors import SchemaTooNew, StoreError
+
+BUSY_TIMEOUT_MS: t.Final = 10_000
+"""How long a writer waits for another process's write transaction before giving up."""
+
+FILE_MODE: t.Final = 0o600
+DIR_MODE: t.Final = 0o700
+
+
+class Migration(t.NamedTuple):
+    """One forward step of the schema: ``statements`` take the store to ``version``."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+_V1_INITIAL = Migration(
+    1,
+    "initial schema",
+    (
+        """
+        CREATE TABLE meta (
+            key   TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE agents (
+            name           TEXT PRIMARY KEY,
+            session        TEXT NOT NULL,
+            pane_id        TEXT NOT NULL,
+            command        TEXT NOT NULL,
+            cwd            TEXT NOT NULL,
+            profile        TEXT NOT NULL,
+            resume_command TEXT,
+            env            TEXT NOT NULL DEFAULT '{}',
+            state          TEXT NOT NULL,
+            created        REAL NOT NULL,
+            updated        REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE tasks (
+            id         TEXT PRIMARY KEY,
+            request    TEXT NOT NULL,
+            state      TEXT NOT NULL,
+            round      INTEGER NOT NULL DEFAULT 0,
+            max_rounds INTEGER NOT NULL,
+            report     TEXT,
+            error      TEXT,
+            question   TEXT,
+            created    REAL NOT NULL,
+            updated    REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE expectations (
+            task_id  TEXT PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+            sender   TEXT NOT NULL,
+            type     TEXT NOT NULL,
+            deadline REAL NOT NULL,
+            nudged   INTEGER NOT NULL DEFAULT 0,
+            created  REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE messages (
+            id         INTEGER PRIMARY KEY AUTOINCREMENT,
+            task_id    TEXT REFERENCES tasks(id),
+            sender     TEXT NOT NULL,
+            recipient  TEXT NOT NULL,
+            type       TEXT NOT NULL,
+            msg_id     TEXT NOT NULL,
+            nonce      TEXT,
+            turn_nonce TEXT,
+            body       TEXT NOT NULL,
+            header     TEXT NOT NULL DEFAULT '{}',
+            text       TEXT,
+            state      TEXT NOT NULL,
+            attempts   INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            evidence   TEXT,
+            created    REAL NOT NULL,
+            updated    REAL NOT NULL,
+            deadline   REAL,
+            dedupe_key TEXT NOT NULL UNIQUE
+        )
+        """,
+        "CREATE INDEX messages_task ON messages(task_id)",
+        """
+        CREATE TABLE turns (
+            agent      TEXT PRIMARY KEY,
+            nonce      TEXT NOT NULL,
+            task_id    TEXT REFERENCES tasks(id),
+            message_id INTEGER REFERENCES messages(id),
+            start_line INTEGER NOT NULL,
+            started    REAL NOT NULL
+        )
+        """,
+        # No foreign key to tasks: a block naming an unknown task is exactly the kind of thing
+        # this log must be able to record (as rejected).
+        """
+        CREATE TABLE blocks (
+            id         INTEGER PRIMARY KEY AUTOINCREMENT,
+            agent      TEXT NOT NULL,
+            task_id    TEXT,
+            type       TEXT NOT NULL,
+            msg_id     TEXT,
+            nonce      TEXT,
+            dedupe_key TEXT NOT NULL,
+            header     TEXT NOT NULL DEFAULT '{}',
+            body       TEXT NOT NULL,
+            accepted   INTEGER NOT NULL,
+            reason     TEXT,
+            seen       REAL NOT NULL,
+            UNIQUE (dedupe_key, accepted)
+        )
+        """,
+        "CREATE INDEX blocks_task ON blocks(task_id)",
+    ),
+)
+
+_V2_EVENTS = Migration(
+    2,
+    "events timeline; index for next_queued",
+    (
+        """
+        CREATE TABLE events (
+            id      INTEGER PRIMARY KEY AUTOINCREMENT,
+            ts      REAL NOT NULL,
+            kind    TEXT NOT NULL,
+            task_id TEXT,
+            agent   TEXT,
+            detail  TEXT NOT NULL DEFAULT '',
+            data    TEXT NOT NULL DEFAULT '{}'
+        )
+        """,
+        "CREATE INDEX events_task ON events(task_id, id)",
+        # next_queued() runs on every router tick: recipient + state, oldest id first.
+        "CREATE INDEX messages_recipient_state ON messages(recipient, state, id)",
+    ),
+)
+
+MIGRATIONS: t.Final[tuple[Migration, ...]] = (_V1_INITIAL, _V2_EVENTS)
+"""Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
+
+SCHEMA_VERSION: t.Final = len(MIGRATIONS)
+"""The schema version this code writes."""
+
+
+def default_store_path() -> pathlib.Path:
+    """Where the run store lives unless told otherwise.
+
+    Returns
+    -------
+    pathlib.Path
+        ``<user state dir>/politerm/runs.sqlite3`` (e.g. ``~/.local/state/politerm/...``).
+    """
+    return platformdirs.user_state_path("politerm") / "runs.sqlite3"
+
+
+def ensure_private_dir(directory: pathlib.Path) -> None:
+    """Create ``directory`` and missing parents with mode 0700; leave existing ones alone.
+
+    Parameters
+    ----------
+    directory
+        The folder that will hold the store.
+    """
+    missing: list[pathlib.Path] = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        if d.parent == d:
+            break
+        d = d.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process won the race
+            d.mkdir(mode=DIR_MODE)
+            # mkdir's mode is filtered by the umask; ours must hold regardless.
+            d.chmod(DIR_MODE)
+
+
+def create_private_file(path: pathlib.Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it already exists.
+
+    SQLite gives the ``-wal`` and ``-shm`` files the mode of the database file, so creating
+    the database ourselves is what keeps all three private.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, FILE_MODE)  # the umask may have removed bits we asked for; never added
+    finally:
+        os.close(fd)
+
+
+def connect(
+    path: pathlib.Path, *, migrations: t.Sequence[Migration] = MIGRATIONS
+) -> sqlite3.Connection:
+    """Open (creating if needed) the store at ``path`` and bring its schema up to date.
+
+    Parameters
+    ----------
+    path
+        The SQLite file.
+    migrations
+        The migrations to apply; tests pass a prefix of :data:`MIGRATIONS` to build an old
+        store.
+
+    Returns
+    -------
+    sqlite3.Connection
+        In autocommit mode (``isolation_level=None``): callers open their own short
+        ``BEGIN IMMEDIATE`` transactions. Rows are :class:`sqlite3.Row`.
+
+    Raises
+    ------
+    SchemaTooNew
+        The file's schema version is newer than ``len(migrations)``.
+    StoreError
+        The file is not a SQLite database, or cannot be opened or migrated.
+    """
+    ensure_private_dir(path.parent)
+    try:
+        create_private_file(path)
+    except OSError as e:
+        msg = f"cannot create run store {path}: {e.strerror or e}"
+        raise StoreError(msg) from e
+    try:
+        # check_same_thread=False: RunStore serialises use of the connection with a lock, and
+        # the router may call it from worker threads.
+        conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+    except sqlite3.Error as e:
+        msg = f"cannot open run store {path}: {e}"
+        raise StoreError(msg) from e
+    try:
+        conn.row_factory = sqlite3.Row
+        _configure(conn, path)
+        migrate(conn, path, migrations)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _configure(conn: sqlite3.Connection, path: pathlib.Path) -> None:
+    try:
+        # busy_timeout first: switching to WAL needs a lock another process may hold.
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        # FULL, not NORMAL: a committed routing decision must survive power loss, not only a
+        # killed process; the write rate is a few per second at most.
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.DatabaseError as e:
+        msg = f"{path} is not a usable run store: {e}"
+        raise StoreError(msg) from e
+    if str(mode).lower() != "wal":
+        msg = f"{path}: could not switch the run store to WAL mode (got {mode!r})"
+        raise StoreError(msg)
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    """Return the schema version recorded in the open database."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(
+    conn: sqlite3.Connection, path: pathlib.Path, migrations: t.Sequence[Migration] = MIGRATIONS
+) -> int:
+    """Apply every migration the store lacks, one transaction each.
+
+    Parameters
+    ----------
+    conn
+        An autocommit connection (see :func:`connect`).
+    path
+        Named in error messages.
+    migrations
+        Ordered so that ``migrations[i].version == i + 1``.
+
+    Returns
+    -------
+    int
+        The schema version after migrating.
+
+    Raises
+    ------
+    SchemaTooNew
+        The store's version is beyond ``len(migrations)``.
+    StoreError
+        A migration failed; the store stays at the last version that completed.
+    """
+    ours = len(migrations)
+    try:
+        current = user_version(conn)
+    except sqlite3.DatabaseError as e:
+        msg = f"{path} is not a usable run store: {e}"
+        raise StoreError(msg) from e
+    if current > ours:
+        msg = _too_new(path, current, ours)
+        raise SchemaTooNew(msg)
+    for m in migrations[current:]:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Re-read under the write lock: another process may have migrated meanwhile.
+                if user_version(conn) >= m.version:
+                    conn.execute("COMMIT")
+                    continue
+                for statement in m.statements:
+                    conn.execute(statement)
+                # PRAGMA takes no bound parameters; m.version is an int from our own table.
+                conn.execute(f"PRAGMA user_version = {int(m.version)}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            msg = f"run store {path}: migration {m.version} ({m.description}) failed: {e}"
+            raise StoreError(msg) from e
+    final = user_version(conn)
+    if final > ours:  # a newer politerm migrated the file while we were opening it
+        msg = _too_new(path, final, ours)
+        raise SchemaTooNew(msg)
+    return final
+
+
+def _too_new(path: pathlib.Path, theirs: int, ours: int) -> str:
+    return (
+        f"run store {path} has schema version {theirs}, newer than this politerm's "
+        f"{ours}; upgrade politerm"
+    )

@@ -1,0 +1,239 @@
+"""``poli doctor`` as a real subprocess, against real (and deliberately broken) binaries."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from politerm.doctor import (
+    CheckResult,
+    DoctorContext,
+    Status,
+    check_python_deps,
+    check_socket_dir,
+    exit_code,
+    run_checks,
+)
+
+REAL_TMUX = shutil.which("tmux")
+needs_tmux = pytest.mark.skipif(REAL_TMUX is None, reason="tmux is not installed")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The test's environment (HOME etc. already isolated) with a private TMUX_TMPDIR."""
+    tmpdir = tmp_path / "tmux-tmp"
+    tmpdir.mkdir(mode=0o700)
+    return {
+        **os.environ,
+        "TMUX_TMPDIR": str(tmpdir),
+        "COLUMNS": "400",  # rich wraps long fix hints at 80 columns otherwise
+        "NO_COLOR": "1",
+    }
+
+
+def poli_doctor(
+    env: dict[str, str], *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "politerm", "doctor", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def rows_of(result: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
+    rows = json.loads(result.stdout)
+    assert isinstance(rows, list)
+    return {row["check"]: row for row in rows}
+
+
+def write_script(path: Path, body: str) -> Path:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+@needs_tmux
+def test_healthy_machine_exits_0(env: dict[str, str], tmp_path: Path) -> None:
+    result = poli_doctor(env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FAIL" not in result.stdout
+    for check in ("tmux", "socket dir", "config", "agent PLANNER", "agent EXECUTER"):
+        assert check in result.stdout
+
+
+@needs_tmux
+def test_json_output_parses(env: dict[str, str], tmp_path: Path) -> None:
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = rows_of(result)
+    assert set(rows) >= {"tmux", "socket dir", "config", "agent PLANNER", "python deps"}
+    for row in rows.values():
+        assert set(row) == {"check", "status", "detail", "fix"}
+        assert row["status"] in {"OK", "WARN"}
+    assert rows["agent PLANNER"]["detail"].startswith(sys.executable)
+
+
+def test_tmux_missing_fails_with_install_hint(env: dict[str, str], tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    env["PATH"] = str(bin_dir)
+    result = poli_doctor(env, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "tmux not found on PATH" in result.stdout
+    assert "apt-get install -y tmux" in result.stdout
+
+
+def test_tmux_too_old(env: dict[str, str], tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_script(bin_dir / "tmux", 'echo "tmux 2.9"')
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    row = rows_of(result)["tmux"]
+    assert row["status"] == "FAIL"
+    assert "tmux 2.9" in row["detail"]
+    assert "too old" in row["detail"]
+    assert "tmux >= 3.2" in row["fix"]
+
+
+@needs_tmux
+def test_socket_dir_with_wrong_mode(env: dict[str, str], tmp_path: Path) -> None:
+    socket_dir = Path(env["TMUX_TMPDIR"]) / f"tmux-{os.getuid()}"
+    socket_dir.mkdir()
+    socket_dir.chmod(0o755)
+    result = poli_doctor(env, cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"chmod 700 {socket_dir}" in result.stdout
+    row = rows_of(poli_doctor(env, "--json", cwd=tmp_path))["socket dir"]
+    assert row["status"] == "FAIL"
+    assert "0755" in row["detail"]
+
+
+@needs_tmux
+def test_hanging_agent_fails_within_the_timeout(env: dict[str, str], tmp_path: Path) -> None:
+    hang = write_script(tmp_path / "hangs", "sleep 60")
+    env["PLANNER_CMD"] = str(hang)
+    env["POLI_DOCTOR_TIMEOUT"] = "1"
+    started = time.monotonic()
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1
+    row = rows_of(result)["agent PLANNER"]
+    assert row["status"] == "FAIL"
+    assert "hangs" in row["detail"]
+    assert elapsed < 20, f"doctor took {elapsed:.1f}s despite a 1s probe timeout"
+
+
+@needs_tmux
+def test_agent_missing_from_path(env: dict[str, str], tmp_path: Path) -> None:
+    env["EXECUTER_CMD"] = "no-such-agent-xyz --flag"
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    row = rows_of(result)["agent EXECUTER"]
+    assert row["status"] == "FAIL"
+    assert "no-such-agent-xyz not found on PATH" in row["detail"]
+    assert "agents.EXECUTER.command" in row["fix"]
+
+
+@needs_tmux
+def test_agent_without_version_flag_warns(env: dict[str, str], tmp_path: Path) -> None:
+    env["PLANNER_CMD"] = str(write_script(tmp_path / "noversion", 'echo "bad flag" >&2; exit 2'))
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    assert result.returncode == 0
+    row = rows_of(result)["agent PLANNER"]
+    assert row["status"] == "WARN"
+    assert "exited 2: bad flag" in row["detail"]
+
+
+@needs_tmux
+def test_bad_config_is_a_fail_row(env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "poli.toml").write_text('[timeouts]\nplan = "abc"\n')
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    rows = rows_of(result)
+    assert rows["config"]["status"] == "FAIL"
+    assert rows["config"]["detail"] == (
+        "poli.toml: timeouts.plan: expected a number of seconds > 0, got 'abc'"
+    )
+    assert rows["agents"]["status"] == "WARN"
+
+
+@needs_tmux
+def test_explicit_config_option(env: dict[str, str], tmp_path: Path) -> None:
+    config = tmp_path / "other.toml"
+    config.write_text('[tmux]\nsocket = "elsewhere"\n')
+    rows = rows_of(poli_doctor(env, "--json", "--config", str(config), cwd=tmp_path))
+    assert rows["config"]["status"] == "OK"
+    assert str(config) in rows["config"]["detail"] or "other.toml" in rows["config"]["detail"]
+    assert rows["socket dir"]["detail"].endswith("/elsewhere")
+    missing = poli_doctor(env, "--json", "--config", str(tmp_path / "nope.toml"), cwd=tmp_path)
+    assert missing.returncode == 1
+    assert "config file not found" in rows_of(missing)["config"]["detail"]
+
+
+def test_bad_timeout_variable_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
+    env["POLI_DOCTOR_TIMEOUT"] = "soon"
+    result = poli_doctor(env, cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "poli: POLI_DOCTOR_TIMEOUT: expected a number of seconds > 0, got 'soon'"
+    )
+
+
+# --- the library, without the CLI -------------------------------------------------------
+
+
+def test_checks_are_extensible_and_crashes_are_contained(tmp_path: Path) -> None:
+    def check_pipelines(ctx: DoctorContext) -> t.Iterable[CheckResult]:
+        return [CheckResult("pipelines", Status.WARN, "2 pipelines, 1 unused")]
+
+    def check_broken(ctx: DoctorContext) -> t.Iterable[CheckResult]:
+        msg = "boom"
+        raise RuntimeError(msg)
+
+    ctx = DoctorContext(env={"TMUX_TMPDIR": str(tmp_path)}, project_dir=tmp_path)
+    rows = run_checks(ctx, [check_socket_dir, check_pipelines, check_broken])
+    assert [(r.check, r.status) for r in rows] == [
+        ("socket dir", Status.OK),
+        ("pipelines", Status.WARN),
+        ("broken", Status.FAIL),
+    ]
+    assert "boom" in rows[2].detail
+    assert exit_code(rows) == 1
+    assert exit_code(rows[:2]) == 0
+
+
+def test_socket_dir_owned_and_private(tmp_path: Path) -> None:
+    directory = tmp_path / f"tmux-{os.getuid()}"
+    directory.mkdir(mode=0o700)
+    directory.chmod(0o700)
+    ctx = DoctorContext(env={"TMUX_TMPDIR": str(tmp_path)}, project_dir=tmp_path)
+    (row,) = check_socket_dir(ctx)
+    assert row.status is Status.OK
+    assert "mode 0700" in row.detail
+    directory.rmdir()
+    directory.write_text("not a dir")
+    (row,) = check_socket_dir(ctx)
+    assert row.status is Status.FAIL
+    assert "not a directory" in row.detail
+
+
+def test_python_deps_are_installed() -> None:
+    (row,) = check_python_deps(DoctorContext(env={}))
+    assert row.status in {Status.OK, Status.WARN}

@@ -207,6 +207,9 @@ class Config(_Section):
     agents: dict[str, AgentConfig] = Field(
         default_factory=dict, description="a table of agent tables"
     )
+    templates: dict[str, Path] = Field(
+        default_factory=dict, description="a table of template name = file path"
+    )
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
 
@@ -383,6 +386,10 @@ def _anchor_paths(data: dict[str, t.Any], base: Path) -> None:
             table[key] = base / Path(table[key]).expanduser()
 
     anchor(data.get("store"), "path")
+    templates = data.get("templates")
+    if isinstance(templates, dict):
+        for name in list(templates):
+            anchor(templates, name)
     agents = data.get("agents")
     if isinstance(agents, dict):
         for agent in agents.values():

@@ -24,6 +24,7 @@ class Snapshot:
     exit_status: int | None = None
     history_size: int = 0
     in_mode: bool = False
+    alternate_screen: bool = False
 
     def tail(self, n: int = 8) -> list[str]:
         """The last ``n`` non-blank lines, for error messages and evidence."""

@@ -213,6 +213,11 @@ class AgentProfile(_Model):
             )
         return StateReading(AgentState.UNKNOWN, tuple(snap.tail(3)), input_text, rule="no match")
 
+    def is_input_line(self, line: str) -> bool:
+        """Whether ``line`` looks like the profile's input line."""
+        rx = self._input_re
+        return rx is not None and rx.match(line.rstrip()) is not None
+
     def paste_marker_in(self, lines: Sequence[str]) -> bool:
         """Whether any of ``lines`` shows the collapsed-paste marker."""
         rx = self._paste_re

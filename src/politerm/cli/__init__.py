@@ -13,6 +13,15 @@ from politerm.errors import PolitermError
 
 # command name -> module under politerm.cli holding a click command called ``command``
 _COMMANDS: dict[str, str] = {
+    "abort": "abort",
+    "answer": "answer",
+    "attach": "attach",
+    "demo": "demo",
+    "down": "down",
+    "route": "route",
+    "status": "status",
+    "task": "task",
+    "up": "up",
     "config": "config",
     "doctor": "doctor",
 }

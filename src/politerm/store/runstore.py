@@ -327,6 +327,16 @@ class RunStore:
             msg = f"run store {self._path} is closed"
             raise StoreError(msg)
 
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits (``PRAGMA data_version``).
+
+        The router checks it to notice new tasks, answers and aborts written by other
+        ``poli`` processes without re-reading every table.
+        """
+        with self._reading() as conn:
+            row = conn.execute("PRAGMA data_version").fetchone()
+        return int(row[0])
+
     # --- meta -----------------------------------------------------------------------------
 
     def set_meta(self, key: str, value: str) -> None:

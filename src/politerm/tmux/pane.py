@@ -278,6 +278,7 @@ class Pane:
             exit_status=info.dead_status,
             history_size=info.history_size,
             in_mode=info.in_mode,
+            alternate_screen=info.alternate_on,
         )
 
     async def prepare_input(self) -> None:

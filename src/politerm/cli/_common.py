@@ -1,0 +1,71 @@
+"""Shared bits of the command modules: config and store loading, event printing."""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+import typing as t
+
+import click
+
+from politerm.config import load_config
+from politerm.store import RunStore
+
+if t.TYPE_CHECKING:
+    from politerm.config import Config
+    from politerm.store.models import Event
+
+F = t.TypeVar("F", bound=t.Callable[..., t.Any])
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=pathlib.Path),
+    help="Read this file instead of ./poli.toml.",
+)
+
+_STYLE = {
+    "task": "bold",
+    "queued": "dim",
+    "delivered": "cyan",
+    "block": "green",
+    "status": "blue",
+    "question": "yellow",
+    "nudge": "yellow",
+    "retry": "yellow",
+    "rejected": "magenta",
+    "done": "bold green",
+    "failed": "bold red",
+    "aborted": "bold red",
+    "agent-exited": "bold red",
+    "dead-letter": "red",
+}
+
+
+def load(config_path: pathlib.Path | None) -> Config:
+    """The configuration for a command."""
+    return load_config(config_path=config_path)
+
+
+def open_store(config: Config) -> RunStore:
+    """The run store the configuration names."""
+    return RunStore.open(config.store.resolved_path())
+
+
+def format_event(event: Event) -> str:
+    """One line for a hop, e.g. ``04:12:03 PLANNER → EXECUTER: plan``."""
+    when = datetime.datetime.fromtimestamp(event.ts).strftime("%H:%M:%S")
+    who = f"[{event.agent}] " if event.agent else ""
+    task = f"{event.task_id} " if event.task_id else ""
+    detail = " ".join(event.detail.split())
+    if len(detail) > 160:
+        detail = detail[:157] + "..."
+    return f"{when} {task}{event.kind:<12} {who}{detail}"
+
+
+def print_event(event: Event) -> None:
+    """Print one event as a styled line."""
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(highlight=False).print(Text(format_event(event), style=_STYLE.get(event.kind, "")))

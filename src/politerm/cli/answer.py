@@ -1,0 +1,22 @@
+"""``poli answer``: reply to a question an agent asked."""
+
+from __future__ import annotations
+
+import pathlib
+
+import click
+
+from politerm.cli._common import config_option, load, open_store
+from politerm.engine.loop import answer
+
+
+@click.command("answer")
+@click.argument("task_id")
+@click.argument("text")
+@config_option
+def command(task_id: str, text: str, config_path: pathlib.Path | None) -> None:
+    """Answer TASK_ID's question with TEXT; the router delivers it to the asking agent."""
+    config = load(config_path)
+    with open_store(config) as store:
+        answer(store, config, task_id, text)
+    click.echo(f"answered {task_id}")

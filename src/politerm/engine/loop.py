@@ -1,0 +1,220 @@
+"""The Planner⇄Executer loop as library calls: submit, route, follow, answer, abort.
+
+The CLI commands are thin wrappers around these functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+import typing as t
+
+from politerm.engine.router import ACTIVE, PLANNER, Router
+from politerm.engine.session import RouterLock, Session
+from politerm.engine.templates import Templates
+from politerm.errors import RoutingError
+from politerm.store.models import MessageState, TaskState
+
+if t.TYPE_CHECKING:
+    from politerm.config import Config
+    from politerm.store import RunStore
+    from politerm.store.models import Event, Task
+
+Printer = t.Callable[["Event"], None]
+TERMINAL = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.ABORTED})
+
+
+def new_task_id() -> str:
+    """A task id: UTC time plus a short random suffix, e.g. ``T20261122-0412-3fa9``."""
+    return f"T{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def router_lock(config: Config) -> RouterLock:
+    """The lock that keeps one router per session."""
+    return RouterLock(config.store.resolved_path(), config.tmux.socket, config.tmux.session)
+
+
+def templates_for(config: Config) -> Templates:
+    """The effective prompt templates of a configuration."""
+    return Templates.from_files(config.templates)
+
+
+async def route(
+    config: Config,
+    store: RunStore,
+    *,
+    until: t.Callable[[], bool] | None = None,
+    printer: Printer | None = None,
+    session: Session | None = None,
+) -> None:
+    """Run the router over the session's running agents until ``until()`` (or forever).
+
+    Raises
+    ------
+    RoutingError
+        Another router already routes this session.
+    SessionNotFound
+        The session is not up.
+    """
+    lock = router_lock(config)
+    if not lock.acquire():
+        msg = f"another router (pid {lock.holder()}) is routing session {config.tmux.session!r}"
+        raise RoutingError(msg)
+    session = session or Session(config, store)
+    follower = None
+    try:
+        agents = await session.attach()
+        router = Router(config, store, agents, templates=templates_for(config))
+        if printer is not None:
+            follower = asyncio.create_task(follow(store, printer))
+        await router.run(until=until)
+    finally:
+        if follower is not None:
+            await asyncio.sleep(0.2)  # let the follower print the last events
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+        lock.release()
+        await session.server.close()
+
+
+async def follow(
+    store: RunStore,
+    printer: Printer,
+    *,
+    task_id: str | None = None,
+    after: int | None = None,
+    interval: float = 0.05,
+) -> None:
+    """Print the store's events as they are written (runs until cancelled)."""
+    last = (
+        after if after is not None else max((e.id for e in store.list_events(limit=1)), default=0)
+    )
+    while True:
+        for event in store.list_events(task_id=task_id, limit=500):
+            if event.id > last:
+                last = event.id
+                printer(event)
+        await asyncio.sleep(interval)
+
+
+def submit(store: RunStore, config: Config, request: str, *, task_id: str | None = None) -> Task:
+    """Record a new task; the router picks it up."""
+    if not request.strip():
+        msg = "the task request is empty"
+        raise RoutingError(msg)
+    tid = task_id or new_task_id()
+    task = store.create_task(tid, request, max_rounds=config.routing.max_rounds)
+    store.add_event("task", task_id=tid, detail=request)
+    return task
+
+
+async def run_task(
+    config: Config,
+    store: RunStore,
+    request: str,
+    *,
+    task_id: str | None = None,
+    printer: Printer | None = None,
+    timeout: float | None = None,
+) -> Task:
+    """Submit a task and route until it ends (or waits for the user); return it.
+
+    Routes in this process when no router runs for the session; otherwise follows the
+    running router's progress.
+    """
+    task = submit(store, config, request, task_id=task_id)
+    after = min((e.id for e in store.list_events(task_id=task.id, limit=5)), default=1) - 1
+
+    def settled() -> bool:
+        current = store.get_task(task.id)
+        return current is None or current.state not in ACTIVE
+
+    lock = router_lock(config)
+    follower = asyncio.create_task(
+        follow(store, printer or (lambda _e: None), task_id=task.id, after=after)
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            if lock.acquire():
+                lock.release()
+                await route(config, store, until=settled)
+            else:
+                while not settled():
+                    await asyncio.sleep(0.1)
+    except TimeoutError:
+        msg = f"task {task.id} not finished within {timeout:g}s (it goes on; see `poli status`)"
+        raise RoutingError(msg) from None
+    finally:
+        await asyncio.sleep(0.15)
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+    final = store.get_task(task.id)
+    assert final is not None
+    return final
+
+
+def answer(store: RunStore, config: Config, task_id: str, text: str) -> None:
+    """Answer the question a task is waiting on; the asking agent gets it next."""
+    task = store.get_task(task_id)
+    if task is None:
+        msg = f"no task {task_id!r}"
+        raise RoutingError(msg)
+    if task.state is not TaskState.WAITING_USER:
+        msg = f"task {task_id} is {task.state.value}, not waiting for an answer"
+        raise RoutingError(msg)
+    asker = store.get_meta(f"asker:{task_id}") or PLANNER
+    n = sum(1 for m in store.list_messages(task_id=task_id) if m.type == "answer")
+    store.add_message(
+        task_id=task_id,
+        sender="USER",
+        recipient=asker,
+        type="answer",
+        msg_id=task_id,
+        body=text,
+        header={},
+        dedupe_key=f"answer:{task_id}:{n + 1}",
+    )
+    state = TaskState.PLANNING if asker == PLANNER else TaskState.EXECUTING
+    store.update_task(task_id, state=state, clear=("question",))
+    timeouts = config.timeouts
+    total = timeouts.plan if asker == PLANNER else timeouts.exec
+    store.set_expectation(task_id, sender=asker, type="plan", deadline=time.time() + total)
+    store.add_event("answer", task_id=task_id, agent=asker, detail=text)
+
+
+async def abort(config: Config, store: RunStore, task_id: str | None = None) -> Task:
+    """Abort a task: interrupt the agents working on it and drop its queued messages."""
+    if task_id is None:
+        active = [tk for tk in store.list_tasks() if tk.state in (*ACTIVE, TaskState.WAITING_USER)]
+        if not active:
+            msg = "no active task to abort"
+            raise RoutingError(msg)
+        task_id = active[-1].id
+    task = store.get_task(task_id)
+    if task is None:
+        msg = f"no task {task_id!r}"
+        raise RoutingError(msg)
+    store.update_task(task_id, state=TaskState.ABORTED, error="aborted by the user")
+    store.clear_expectation(task_id)
+    for msg_row in store.list_messages(task_id=task_id):
+        if msg_row.state in (MessageState.QUEUED, MessageState.RETRIED):
+            store.transition(msg_row.id, MessageState.DEAD, error="task aborted")
+    session = Session(config, store)
+    try:
+        if await session.is_up():
+            agents = await session.attach()
+            for name, (profile, pane) in agents.items():
+                turn = store.current_turn(name)
+                if turn is not None and turn.task_id == task_id:
+                    await pane.interrupt(profile.interrupt_key)
+                    store.end_turn(name, turn.nonce)
+    finally:
+        await session.server.close()
+    store.add_event("aborted", task_id=task_id, detail="aborted by the user")
+    final = store.get_task(task_id)
+    assert final is not None
+    return final

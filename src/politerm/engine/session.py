@@ -1,0 +1,405 @@
+"""Bringing a Planner⇄Executer session up, finding it again, and taking it down."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import importlib.resources
+import os
+import pathlib
+import shlex
+import time
+import typing as t
+
+from politerm.agents.profile import AgentProfile, load_profile
+from politerm.agents.state import AgentState, StateReading
+from politerm.engine.delivery import deliver
+from politerm.engine.router import RESUME_META
+from politerm.errors import AgentExited, AgentTimeout, RoutingError, SessionNotFound
+from politerm.store.models import MessageState, TaskState
+from politerm.tmux.pane import find_agent_pane, new_window
+from politerm.tmux.server import TmuxServer
+
+if t.TYPE_CHECKING:
+    from politerm.config import AgentConfig, Config
+    from politerm.store import RunStore
+    from politerm.tmux.pane import Pane
+
+Agents = dict[str, tuple[AgentProfile, "Pane"]]
+
+
+def agent_profile(cfg: AgentConfig) -> AgentProfile:
+    """The profile of a configured agent, sharpened by its ``ready_regex`` if it has one."""
+    profile = load_profile(cfg.profile or "generic")
+    if cfg.ready_regex:
+        detectors = profile.detectors.model_copy(
+            update={"ready": [*profile.detectors.ready, cfg.ready_regex]}
+        )
+        profile = profile.model_copy(update={"detectors": detectors})
+    return profile
+
+
+def builtin_primer(name: str) -> str:
+    """The built-in primer text for an agent role (PLANNER, EXECUTER, or any other)."""
+    base = importlib.resources.files("politerm.engine") / "primers"
+    path = base / f"{name.lower()}.md"
+    if not path.is_file():
+        path = base / "agent.md"
+    return path.read_text()
+
+
+def make_server(config: Config) -> TmuxServer:
+    """The private tmux server the configuration names."""
+    tc = config.tmux
+    return TmuxServer(tc.socket, width=tc.width, height=tc.height, history_limit=tc.history_limit)
+
+
+class Session:
+    """The agents of one politerm session on the private tmux server.
+
+    Parameters
+    ----------
+    config
+        Socket, session name, agents and timeouts.
+    store
+        The run store; agents and their panes are recorded there.
+    server
+        The tmux server (default: from the config).
+    """
+
+    def __init__(self, config: Config, store: RunStore, server: TmuxServer | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.server = server or make_server(config)
+        self.name = config.tmux.session
+
+    async def is_up(self) -> bool:
+        """Whether the tmux session exists."""
+        return await self.server.has_session(self.name)
+
+    async def up(
+        self,
+        *,
+        resume: bool = False,
+        primers: bool = True,
+        on_event: t.Callable[[str], None] | None = None,
+    ) -> Agents:
+        """Create the session and start every configured agent, ready for prompts.
+
+        With ``resume``, an existing session is reused, agents whose panes are gone or dead
+        are restarted with their resume arguments, and tasks that failed because an agent
+        or the server died are put back in flight.
+
+        Raises
+        ------
+        RoutingError
+            The session is already up (without ``resume``).
+        AgentTimeout, AgentExited
+            An agent did not come up ready; the message names it and shows its screen.
+        """
+        say = on_event or (lambda _msg: None)
+        exists = await self.is_up()
+        if exists and not resume:
+            msg = (
+                f"session {self.name!r} is already up on socket {self.config.tmux.socket!r}; "
+                "use `poli down` first, or `poli up --resume`"
+            )
+            raise RoutingError(msg)
+        if not exists:
+            await self.server.ensure_session(self.name, window_name="control", argv=_control_argv())
+            say(f"session {self.name} created on socket {self.config.tmux.socket}")
+        client = await self.server.connect(self.name)
+        agents: Agents = {}
+        restarted: list[str] = []
+        for name, acfg in self.config.agents.items():
+            profile = agent_profile(acfg)
+            pane = await find_agent_pane(client, self.server, name)
+            alive = pane is not None and await pane.is_alive()
+            if pane is not None and alive:
+                agents[name] = (profile, pane)
+                say(f"{name}: already running in {pane.pane_id}")
+                continue
+            argv = acfg.argv()
+            if resume and exists:
+                extra = acfg.resume_args if acfg.resume_args is not None else profile.resume_args
+                argv = [*argv, *extra]
+                restarted.append(name)
+            env = {**profile.env, **acfg.env}
+            cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
+            if pane is not None:
+                await pane.respawn(argv, cwd=cwd, env=env)
+            else:
+                pane = await new_window(
+                    client,
+                    self.server,
+                    session=self.name,
+                    name=name.lower(),
+                    argv=argv,
+                    cwd=cwd,
+                    env=env,
+                    agent=name,
+                )
+            self.store.upsert_agent(
+                name,
+                session=self.name,
+                pane_id=pane.pane_id,
+                command=shlex.join(argv),
+                cwd=str(cwd),
+                profile=profile.name,
+                resume_command=shlex.join([*acfg.argv(), *profile.resume_args]),
+                env=None,
+            )
+            agents[name] = (profile, pane)
+            say(f"{name}: started {shlex.join(argv)} in {pane.pane_id}")
+        waits = [
+            self.wait_ready(name, profile, pane, say=say)
+            for name, (profile, pane) in agents.items()
+        ]
+        await asyncio.gather(*waits)
+        if primers:
+            await asyncio.gather(
+                *(
+                    self._prime(name, profile, pane, say)
+                    for name, (profile, pane) in agents.items()
+                    if name not in restarted or not exists
+                )
+            )
+        if resume:
+            self._resume_tasks(restarted, say)
+        return agents
+
+    async def attach(self) -> Agents:
+        """Find the running agents of an existing session (after a router restart).
+
+        Raises
+        ------
+        SessionNotFound
+            When the session is not up.
+        """
+        if not await self.is_up():
+            msg = (
+                f"no session {self.name!r} on socket {self.config.tmux.socket!r}: "
+                "run `poli up` (or `poli up --resume` after a crash)"
+            )
+            raise SessionNotFound(msg)
+        client = await self.server.connect(self.name)
+        agents: Agents = {}
+        for name, acfg in self.config.agents.items():
+            pane = await find_agent_pane(client, self.server, name)
+            if pane is None:
+                msg = f"agent {name} has no pane in session {self.name!r}: run `poli up --resume`"
+                raise SessionNotFound(msg)
+            agents[name] = (agent_profile(acfg), pane)
+        return agents
+
+    async def down(self) -> list[str]:
+        """Kill every agent's process tree and the session; return what was stopped."""
+        stopped: list[str] = []
+        if not await self.is_up():
+            return stopped
+        client = await self.server.connect(self.name)
+        for name in self.config.agents:
+            pane = await find_agent_pane(client, self.server, name)
+            if pane is not None:
+                await pane.kill()
+                stopped.append(name)
+            if self.store.get_agent(name) is not None:
+                self.store.set_agent_state(name, AgentState.EXITED.value)
+        await self.server.kill_session(self.name)
+        if not await self.server.list_sessions():
+            await self.server.kill_server()
+        return stopped
+
+    async def wait_ready(
+        self,
+        name: str,
+        profile: AgentProfile,
+        pane: Pane,
+        *,
+        timeout: float | None = None,
+        say: t.Callable[[str], None] | None = None,
+    ) -> StateReading:
+        """Wait until the agent is ready, answering start-up dialogs by its profile.
+
+        Raises
+        ------
+        AgentTimeout
+            Not ready within the ``ready`` timeout; the message shows the screen.
+        AgentExited
+            The agent exited while starting.
+        """
+        limit = timeout if timeout is not None else self.config.timeouts.ready
+        deadline = time.monotonic() + limit
+        answered: dict[str, int] = {}
+        quiet_since = time.monotonic()
+        seq = pane.client.output_seq(pane.pane_id)
+        reading: StateReading | None = None
+        while True:
+            event = pane.output_event()
+            snap = await pane.snapshot()
+            reading = profile.detect(snap)
+            now = time.monotonic()
+            if reading.state is AgentState.EXITED:
+                msg = f"agent {name} exited while starting: {' | '.join(reading.evidence)}"
+                raise AgentExited(msg)
+            if reading.state is AgentState.DIALOG and reading.dialog:
+                count = answered.get(reading.dialog, 0)
+                dialog = next(d for d in profile.dialogs if d.name == reading.dialog)
+                if count < 3:
+                    answered[reading.dialog] = count + 1
+                    await pane.send_keys(*dialog.keys)
+                    if say:
+                        keys = "+".join(dialog.keys)
+                        say(f"{name}: answered the {dialog.name} dialog with {keys}")
+                    await pane.wait_output(1.0)
+                    continue
+            if reading.state is AgentState.READY:
+                self._set_state(name, AgentState.READY)
+                return reading
+            new_seq = pane.client.output_seq(pane.pane_id)
+            if new_seq != seq:
+                seq, quiet_since = new_seq, now
+            elif (
+                _no_detectors(profile)
+                and profile.quiescence
+                and now - quiet_since >= profile.quiescence
+            ):
+                self._set_state(name, AgentState.READY)
+                return StateReading(AgentState.READY, tuple(snap.tail(1)), rule="quiet")
+            if now >= deadline:
+                screen = " | ".join(snap.tail(6))
+                state = reading.state.value
+                msg = f"agent {name} not ready after {limit:g}s ({state}); screen: {screen}"
+                raise AgentTimeout(msg)
+            await _wait(event, min(0.5, deadline - now))
+
+    def _set_state(self, name: str, state: AgentState) -> None:
+        if self.store.get_agent(name) is not None:
+            self.store.set_agent_state(name, state.value)
+
+    async def _prime(
+        self, name: str, profile: AgentProfile, pane: Pane, say: t.Callable[[str], None]
+    ) -> None:
+        acfg = self.config.agents[name]
+        if acfg.primer is False:
+            return
+        text = (
+            pathlib.Path(acfg.primer).read_text()
+            if isinstance(acfg.primer, (str, os.PathLike))
+            else builtin_primer(name)
+        )
+        result = await deliver(pane, text, profile)
+        if not result.ok:
+            msg = f"agent {name}: primer not delivered ({result.outcome.value}): {result.rule}"
+            raise RoutingError(msg)
+        say(f"{name}: primer delivered")
+        # The agent answers the primer; wait until it is ready for work again.
+        await asyncio.sleep(0.05)
+        await self.wait_ready(name, profile, pane)
+
+    def _resume_tasks(self, restarted: list[str], say: t.Callable[[str], None]) -> None:
+        for task in self.store.list_tasks():
+            previous = self.store.get_meta(f"{RESUME_META}{task.id}")
+            if task.state is not TaskState.FAILED or not previous:
+                continue
+            state = TaskState(previous)
+            self.store.update_task(task.id, state=state, clear=("error",))
+            self.store.set_meta(f"{RESUME_META}{task.id}", "")
+            for name in self.config.agents:
+                turn = self.store.current_turn(name)
+                if turn is None or turn.task_id != task.id or turn.message_id is None:
+                    continue
+                msg = self.store.get_message(turn.message_id)
+                self.store.end_turn(name, turn.nonce)
+                if msg is None:
+                    continue
+                # The restarted agent lost the prompt it was working on: send it again.
+                n = sum(
+                    1 for m in self.store.list_messages(task_id=task.id) if m.msg_id == msg.msg_id
+                )
+                self.store.add_message(
+                    task_id=task.id,
+                    sender=msg.sender,
+                    recipient=msg.recipient,
+                    type=msg.type,
+                    msg_id=msg.msg_id,
+                    body=msg.body,
+                    header=msg.header,
+                    nonce=msg.nonce,
+                    dedupe_key=f"{msg.dedupe_key}:resume{n}",
+                )
+                if msg.state is MessageState.DELIVERED:
+                    self.store.transition(msg.id, MessageState.ACKNOWLEDGED)
+            exp = self.store.get_expectation(task.id)
+            sender = (
+                exp.sender if exp else ("PLANNER" if state is TaskState.PLANNING else "EXECUTER")
+            )
+            timeouts = self.config.timeouts
+            total = timeouts.plan if sender == "PLANNER" else timeouts.exec
+            self.store.set_expectation(
+                task.id,
+                sender=sender,
+                type=exp.type if exp else "plan",
+                deadline=time.time() + total,
+            )
+            self.store.add_event("resumed", task_id=task.id, detail=f"back to {state.value}")
+            say(f"task {task.id}: resumed ({state.value})")
+
+
+def _no_detectors(profile: AgentProfile) -> bool:
+    d = profile.detectors
+    return not (d.ready or d.busy or d.input_line)
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    try:
+        async with asyncio.timeout(max(0.0, seconds)):
+            await event.wait()
+    except TimeoutError:
+        pass
+
+
+def _control_argv() -> list[str]:
+    # Window 0 shows the live status of the session to anyone who attaches.
+    import sys
+
+    return [sys.executable, "-m", "politerm", "status", "--watch"]
+
+
+class RouterLock:
+    """One router per session: an exclusive ``flock`` on a file beside the store."""
+
+    def __init__(self, store_path: pathlib.Path, socket: str, session: str) -> None:
+        self.path = store_path.parent / f"router-{socket}-{session}.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock without waiting; False if another router holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def holder(self) -> int | None:
+        """PID of the router holding the lock, if one does."""
+        try:
+            text = self.path.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+
+    def release(self) -> None:
+        """Give the lock up."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+__all__ = ["Agents", "RouterLock", "Session", "agent_profile", "builtin_primer", "make_server"]

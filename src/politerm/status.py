@@ -1,0 +1,108 @@
+"""The status of a run store: agents, tasks, message queues, recent events."""
+
+from __future__ import annotations
+
+import typing as t
+
+from politerm.store.models import MessageState
+
+if t.TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from politerm.store import RunStore
+    from politerm.store.models import Event
+
+_OPEN = (MessageState.QUEUED, MessageState.RETRIED, MessageState.DELIVERING, MessageState.DEAD)
+
+
+def collect(store: RunStore, *, events: int = 15) -> dict[str, t.Any]:
+    """Everything ``poli status`` shows, as plain data (``--json`` prints it as is)."""
+    turns = {a.name: store.current_turn(a.name) for a in store.list_agents()}
+
+    def working_on(name: str) -> str | None:
+        turn = turns[name]
+        return turn.task_id if turn is not None else None
+
+    return {
+        "agents": [
+            {
+                "name": a.name,
+                "state": a.state,
+                "pane": a.pane_id,
+                "profile": a.profile,
+                "command": a.command,
+                "turn": working_on(a.name),
+            }
+            for a in store.list_agents()
+        ],
+        "tasks": [
+            {
+                "id": tk.id,
+                "state": tk.state.value,
+                "round": tk.round,
+                "request": tk.request,
+                "question": tk.question,
+                "error": tk.error,
+                "report": tk.report,
+            }
+            for tk in store.list_tasks()[-20:]
+        ],
+        "messages": [
+            {
+                "id": m.id,
+                "task": m.task_id,
+                "from": m.sender,
+                "to": m.recipient,
+                "type": m.type,
+                "state": m.state.value,
+                "attempts": m.attempts,
+                "error": m.last_error,
+            }
+            for m in store.list_messages(state=set(_OPEN))
+        ],
+        "events": [
+            {
+                "id": e.id,
+                "ts": e.ts,
+                "kind": e.kind,
+                "task": e.task_id,
+                "agent": e.agent,
+                "detail": e.detail,
+            }
+            for e in store.list_events(limit=events)
+        ],
+    }
+
+
+def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableType:
+    """A rich view of :func:`collect`'s data."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from politerm.store.models import Event
+
+    agents = Table(title="agents", expand=True)
+    for col in ("agent", "state", "pane", "profile", "working on"):
+        agents.add_column(col)
+    for a in data["agents"]:
+        agents.add_row(a["name"], a["state"], a["pane"], a["profile"], a["turn"] or "-")
+    tasks = Table(title="tasks", expand=True)
+    for col in ("task", "state", "round", "request", "question / error / report"):
+        tasks.add_column(col, overflow="fold")
+    for tk in data["tasks"]:
+        note = tk["question"] or tk["error"] or (tk["report"] or "")[:120]
+        tasks.add_row(tk["id"], tk["state"], str(tk["round"]), tk["request"][:60], note)
+    queue = Table(title="messages not yet delivered", expand=True)
+    for col in ("id", "task", "from → to", "type", "state", "attempts", "error"):
+        queue.add_column(col, overflow="fold")
+    for m in data["messages"]:
+        queue.add_row(
+            str(m["id"]), m["task"] or "-", f"{m['from']} → {m['to']}", m["type"], m["state"],
+            str(m["attempts"]), m["error"] or "",
+        )  # fmt: skip
+    lines = [
+        fmt(Event(e["id"], e["ts"], e["kind"], e["task"], e["agent"], e["detail"], {}))
+        for e in data["events"]
+    ]
+    return Group(agents, tasks, queue, Text("recent events", style="bold"), Text("\n".join(lines)))

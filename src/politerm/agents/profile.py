@@ -225,7 +225,8 @@ class AgentProfile(_Model):
 
     def paste_shown(self, snap: Snapshot) -> bool:
         """Whether the input box shows pasted text (or the collapsed-paste marker)."""
-        if self.paste_marker_in(snap.lines):
+        # Only the input box counts: the transcript above keeps markers of earlier pastes.
+        if self.paste_marker_in(snap.lines[-8:]):
             return True
         return bool(self.input_text(snap))
 

@@ -154,6 +154,7 @@ async def deliver(
     limit += len(data) / 200_000  # a 1 MiB paste takes the program a while to take in
     deadline = time.monotonic() + limit
     can_see_input = profile.detectors.input_line is not None or profile.detectors.paste_marker
+    seen = False
     while can_see_input:
         event = term.output_event()
         snap = await _snapshot(term)
@@ -162,7 +163,8 @@ async def deliver(
         if not snap.alive:
             r = profile.detect(snap)
             return DeliveryResult(Outcome.AGENT_EXITED, r.evidence, 0, False, elapsed(), r.rule)
-        if profile.paste_shown(snap) or time.monotonic() >= deadline:
+        seen = profile.paste_shown(snap)
+        if seen or time.monotonic() >= deadline:
             break
         try:
             async with asyncio.timeout(min(_RECHECK, max(0.0, deadline - time.monotonic()))):
@@ -181,7 +183,7 @@ async def deliver(
             return _gone(elapsed(), submits, submitted=submits > 0)
         submits += 1
         result = await _confirm(
-            term, profile, screen_before, profile.confirm_timeout, submits, start
+            term, profile, screen_before, profile.confirm_timeout, submits, start, seen=seen
         )
         if result is not None:
             log.debug("delivery to %s: %s after %d submit(s)", term.name, result.outcome, submits)
@@ -211,8 +213,14 @@ async def _confirm(
     timeout: float,
     submits: int,
     start: float,
+    *,
+    seen: bool,
 ) -> DeliveryResult | None:
-    """Watch the screen after a submit key; a result when decided, None to press again."""
+    """Watch the screen after a submit key; a result when decided, None to press again.
+
+    An empty input box proves submission only if the text was seen in it first; otherwise
+    (a program that never showed the paste) only busy, or a changed screen, does.
+    """
     deadline = time.monotonic() + timeout
     has_input = profile.detectors.input_line is not None
     has_busy = bool(profile.detectors.busy)
@@ -235,7 +243,12 @@ async def _confirm(
             return DeliveryResult(
                 Outcome.DELIVERED, reading.evidence, submits, True, now - start, reading.rule
             )
-        if has_input and reading.input_text == "" and not _paste_marker_left(profile, snap):
+        if (
+            has_input
+            and reading.input_text == ""
+            and not _paste_marker_left(profile, snap)
+            and (seen or snap.lines != screen_before)
+        ):
             return DeliveryResult(
                 Outcome.DELIVERED,
                 ("input box is empty again", *snap.tail(3)),

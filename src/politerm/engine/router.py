@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import pathlib
 import time
 import typing as t
 
@@ -101,12 +102,19 @@ class Router:
         self.store = store
         self.templates = templates or Templates()
         self.agents: dict[str, AgentRuntime] = {
-            name: AgentRuntime(name, profile, pane, BlockParser(detect_echo=True))
+            name: AgentRuntime(
+                name, profile, pane, BlockParser(detect_echo=True, message_dir=self._cwd(name))
+            )
             for name, (profile, pane) in agents.items()
         }
         self._stop = asyncio.Event()
         self._fatal: str | None = None
         self._data_version = -1
+
+    def _cwd(self, name: str) -> pathlib.Path | None:
+        # Long bodies come as files in the agent's working directory; nowhere else.
+        acfg = self.config.agents.get(name)
+        return pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
 
     # --- public ---------------------------------------------------------------------------
 
@@ -220,8 +228,13 @@ class Router:
             except ServerNotRunning as exc:
                 self._server_gone(str(exc))
                 return
-            except StoreError:
-                log.exception("agent %s: store error", rt.name)
+            except TmuxLookupError as exc:
+                # tmux did not answer in time; look again at the next wake-up.
+                log.warning("agent %s: %s", rt.name, exc)
+            except Exception:  # a crashed agent loop would silently stop routing to it
+                log.exception("agent %s: routing step failed; retrying", rt.name)
+                self.store.add_event("error", agent=rt.name, detail="routing step failed")
+                await asyncio.sleep(0.5)
             waiters = [
                 asyncio.create_task(output.wait()),
                 asyncio.create_task(rt.wake.wait()),
@@ -537,6 +550,7 @@ class Router:
             sender=msg.sender,
             recipient=msg.recipient,
             msg_type=msg.type,
+            file_ref=f"msgs/{msg.msg_id}-{nonce}.md",
         )
 
     # --- the store tick: new tasks, deadlines, aborts -------------------------------------

@@ -120,7 +120,8 @@ class Session:
                 say(f"{name}: already running in {pane.pane_id}")
                 continue
             argv = acfg.argv()
-            if resume and exists:
+            # An agent that ran before gets its resume arguments, to keep its context.
+            if resume and self.store.get_agent(name) is not None:
                 extra = acfg.resume_args if acfg.resume_args is not None else profile.resume_args
                 argv = [*argv, *extra]
                 restarted.append(name)
@@ -161,7 +162,7 @@ class Session:
                 *(
                     self._prime(name, profile, pane, say)
                     for name, (profile, pane) in agents.items()
-                    if name not in restarted or not exists
+                    if name not in restarted
                 )
             )
         if resume:

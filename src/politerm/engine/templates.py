@@ -120,6 +120,7 @@ class Templates:
         msg_type: str = "",
         reply_to: str | None = None,
         reply_type: str | None = None,
+        file_ref: str | None = None,
     ) -> str:
         """Render one prompt.
 
@@ -134,7 +135,7 @@ class Templates:
         shape_to, shape_type, what = REPLY_SHAPES.get(name, ("PLANNER", "result", "your reply"))
         to = reply_to or shape_to
         typ = reply_type or shape_type
-        primer = render_primer(to, typ, msg_id, nonce, what=what)
+        primer = render_primer(to, typ, msg_id, nonce, what=what, file_ref=file_ref)
         return self.texts[name].format(
             id=msg_id,
             nonce=nonce,

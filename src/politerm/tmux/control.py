@@ -108,6 +108,8 @@ class ControlClient:
         self._pending: collections.deque[_Pending] = collections.deque()
         self._write_lock = asyncio.Lock()
         self._connected = asyncio.Event()
+        # Set together with _dead_reason, so waiters for a reconnect learn it will not come.
+        self._dead = asyncio.Event()
         self._closing = False
         self._dead_reason: str | None = None
         self._panes: dict[str, _PaneFeed] = {}
@@ -144,6 +146,7 @@ class ControlClient:
         """
         self._closing = False
         self._dead_reason = None
+        self._dead.clear()
         await self._spawn(timeout)
 
     async def _check_session(self, env: dict[str, str]) -> None:
@@ -293,7 +296,9 @@ class ControlClient:
                 while True:
                     if self._dead_reason is not None:
                         raise ServerNotRunning(self._dead_reason)
-                    await self._connected.wait()
+                    if not self._connected.is_set():
+                        await _first(self._connected, self._dead)
+                        continue
                     try:
                         fut = await self._send_now(line)
                         lines = await fut
@@ -436,7 +441,7 @@ class ControlClient:
         if not self._closing and self.reconnect:
             self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect_loop())
         elif not self._closing:
-            self._dead_reason = "tmux control connection dropped"
+            self._set_dead("tmux control connection dropped")
 
     def _fail_pending(self, why: str) -> None:
         while self._pending:
@@ -463,12 +468,16 @@ class ControlClient:
                 continue
             log.info("tmux control connection re-established")
             return
-        self._dead_reason = (
+        self._set_dead(
             f"tmux server on socket {self.socket_name!r} is gone (session {self.session!r}): {last}"
         )
         for feed in self._panes.values():
             feed.event.set()
             feed.event = asyncio.Event()
+
+    def _set_dead(self, reason: str) -> None:
+        self._dead_reason = reason
+        self._dead.set()
 
     # --- events ---------------------------------------------------------------------------
 
@@ -532,6 +541,16 @@ class ControlClient:
     def dead_reason(self) -> str | None:
         """Why the connection is gone for good, or None while it is usable."""
         return self._dead_reason
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until any of ``events`` is set."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
 
 
 def _target_of(line: str) -> str:

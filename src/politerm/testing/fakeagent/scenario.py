@@ -1,0 +1,167 @@
+"""The scenario a fake agent plays: how it looks, which quirks it has, what it replies.
+
+A scenario is a TOML (or JSON) file validated by :class:`Scenario`; see the package
+docstring of :mod:`politerm.testing.fakeagent` for the full format.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import pathlib
+import re
+import tomllib
+
+import pydantic
+
+from politerm.errors import ConfigError
+
+SCENARIO_DIR = pathlib.Path(__file__).parent / "scenarios"
+
+
+class Mode(str, enum.Enum):
+    """Which real CLI the fake imitates."""
+
+    CLAUDE = "claude"
+    CODEX = "codex"
+    GEMINI = "gemini"
+    PLAIN = "plain"
+
+
+class Action(str, enum.Enum):
+    """What a rule does with the prompt it matched."""
+
+    REPLY = "reply"
+    CRASH = "crash"
+    HANG = "hang"
+    EXIT = "exit"
+
+
+class ScenarioError(ConfigError):
+    """A scenario file is missing, unparsable or fails validation."""
+
+
+class _Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+class WriteFile(_Model):
+    """A file the agent writes when a rule fires (after approval, if any)."""
+
+    path: str
+    content: str = ""
+
+
+class Rule(_Model):
+    """One prompt → behaviour rule; the first rule whose regex matches wins."""
+
+    match: str = r"(?s).*"
+    reply: str = ""
+    think_time: float | None = pydantic.Field(default=None, ge=0)
+    approval: str | None = None
+    deny_reply: str | None = None
+    write_file: WriteFile | None = None
+    action: Action = Action.REPLY
+    status_lines: list[str] | None = None
+    defaults: dict[str, str] = pydantic.Field(default_factory=dict)
+
+    @pydantic.field_validator("match")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            msg = f"bad regex: {exc}"
+            raise ValueError(msg) from exc
+        return value
+
+    def search(self, prompt: str) -> re.Match[str] | None:
+        """Match this rule's regex anywhere in ``prompt``."""
+        return re.search(self.match, prompt)
+
+
+class Scenario(_Model):
+    """A whole scenario file."""
+
+    mode: Mode | None = None
+    think_time: float = pydantic.Field(default=0.3, ge=0)
+    trust_dialog: bool = False
+    swallow_first_enter_after_paste: bool = False
+    swallow_enter_in_burst: bool = False
+    list_reindent: bool = False
+    strip_fences: bool | None = None
+    ignore_sighup: bool = False
+    spawn_child: bool = False
+    child_command: list[str] = pydantic.Field(default_factory=lambda: ["sleep", "600"])
+    status_lines: list[str] = pydantic.Field(default_factory=list)
+    default_reply: str = "ECHO: {first_line}"
+    rules: list[Rule] = pydantic.Field(default_factory=list)
+
+    def pick(self, prompt: str) -> tuple[int, Rule, dict[str, str]]:
+        r"""Return ``(index, rule, groups)`` of the first matching rule.
+
+        Index ``-1`` is the implicit default rule (``default_reply``).
+
+        Examples
+        --------
+        >>> s = Scenario(rules=[Rule(match=r"id=(?P<id>\w+)", reply="got {id}")])
+        >>> s.pick("x id=T7")[0], s.pick("x id=T7")[2]
+        (0, {'id': 'T7'})
+        >>> s.pick("nothing")[0]
+        -1
+        """
+        for index, rule in enumerate(self.rules):
+            m = rule.search(prompt)
+            if m:
+                groups = dict(rule.defaults)
+                groups.update({k: v for k, v in m.groupdict().items() if v is not None})
+                return index, rule, groups
+        return -1, Rule(reply=self.default_reply), {}
+
+
+def bundled_scenario(name: str) -> pathlib.Path:
+    """Path of a scenario shipped with the package, e.g. ``bundled_scenario("echo")``.
+
+    Examples
+    --------
+    >>> bundled_scenario("echo").name
+    'echo.toml'
+    """
+    path = SCENARIO_DIR / (name if name.endswith((".toml", ".json")) else f"{name}.toml")
+    if not path.is_file():
+        msg = f"no bundled scenario {name!r} in {SCENARIO_DIR}"
+        raise ScenarioError(msg)
+    return path
+
+
+def load_scenario(path: str | pathlib.Path) -> Scenario:
+    """Read and validate a scenario file (TOML, or JSON when it ends in ``.json``).
+
+    Raises
+    ------
+    ScenarioError
+        One line naming the file and the offending key.
+    """
+    path = pathlib.Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        msg = f"{path}: cannot read scenario: {exc.strerror}"
+        raise ScenarioError(msg) from exc
+    kind = "json" if path.suffix == ".json" else "toml"
+    try:
+        data = json.loads(raw) if kind == "json" else tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        msg = f"{path}: not valid {kind}: {exc}"
+        raise ScenarioError(msg) from exc
+    if not isinstance(data, dict):
+        msg = f"{path}: top level must be a table"
+        raise ScenarioError(msg)
+    try:
+        return Scenario.model_validate(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "<top>"
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        msg = f"{path}: key {key!r}: {first['msg']}{more}"
+        raise ScenarioError(msg) from exc

@@ -22,7 +22,6 @@ from tests.loophelpers import (
     PLAN,
     PLANNER_HEAD,
     PLANNER_OK,
-    RESULT,
     Loop,
     block,
     open_loop,
@@ -429,4 +428,25 @@ async def test_killed_tmux_server_fails_clearly_then_up_resume_finishes(
         await _finish(loop)
 
 
-__all__ = ["RESULT"]
+async def test_transcript_is_cross_checked_with_the_screen(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    path = write_project(project, _socket(server))
+    text = path.read_text().replace(
+        'planner.jsonl"]', 'planner.jsonl", "--transcript", ".fake-transcript.jsonl"]', 1
+    )
+    path.write_text(text)
+    loop = open_loop(project)
+    try:
+        await _up(loop)
+        task = await run_task(loop.config, loop.store, "check the transcript")
+        assert task.state is TaskState.DONE, task.error
+
+        checks = [
+            e.detail for e in loop.store.list_events(task_id=task.id) if e.kind == "cross-check"
+        ]
+        # The plan block was read from the screen and again from the agent's transcript.
+        assert "plan block: screen and transcript agree" in checks
+        assert not [e for e in loop.store.list_events(task_id=task.id) if e.kind == "drift"]
+    finally:
+        await _finish(loop)

@@ -103,6 +103,28 @@ class Detectors(_Model):
         return self
 
 
+class TranscriptSpec(_Model):
+    """Where an agent CLI keeps its own transcript, a source no screen renderer can mangle.
+
+    Attributes
+    ----------
+    format
+        ``claude`` (Claude Code JSONL), ``codex`` (Codex rollout JSONL) or ``aider``
+        (``.aider.chat.history.md``).
+    locate
+        ``file``: ``path`` relative to the agent's working directory; ``claude-projects``:
+        the newest session log of the working directory under ``$CLAUDE_CONFIG_DIR``
+        (default ``~/.claude``); ``codex-sessions``: the newest rollout under ``$CODEX_HOME``
+        (default ``~/.codex``).
+    path
+        For ``locate = "file"``.
+    """
+
+    format: t.Literal["claude", "codex", "aider"]
+    locate: t.Literal["file", "claude-projects", "codex-sessions"] = "file"
+    path: str | None = None
+
+
 class AgentProfile(_Model):
     """Everything politerm knows about driving one agent CLI."""
 
@@ -125,6 +147,7 @@ class AgentProfile(_Model):
     stuck_after: float = pydantic.Field(0.0, ge=0)
     dialogs: list[Dialog] = []
     detectors: Detectors = Detectors()
+    transcript: TranscriptSpec | None = None
 
     @functools.cached_property
     def _patterns(self) -> dict[str, tuple[re.Pattern[str], ...]]:

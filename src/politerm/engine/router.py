@@ -23,6 +23,7 @@ import typing as t
 from politerm.agents.state import AgentState
 from politerm.engine.delivery import Outcome, deliver
 from politerm.engine.templates import Templates
+from politerm.engine.transcripts import locate_transcript
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,
@@ -30,7 +31,7 @@ from politerm.errors import (
     StoreError,
     TmuxLookupError,
 )
-from politerm.protocol import BlockParser
+from politerm.protocol import BlockParser, TranscriptTail, cross_check
 from politerm.protocol.parser import last_prompt_line
 from politerm.protocol.primer import new_nonce
 from politerm.store.models import MessageState, TaskState
@@ -73,6 +74,20 @@ class AgentRuntime:
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     dead: bool = False
     last_screen: tuple[str, ...] = ()
+    cwd: pathlib.Path | None = None
+    last_nonce: str | None = None
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The agent's own transcript: parsed with its own parser and cross-checked with the
+    # screen, keyed by (nonce, type, id).
+    tail: TranscriptTail | None = None
+    tparser: BlockParser = dataclasses.field(default_factory=lambda: BlockParser(detect_echo=False))
+    screen_blocks: dict[tuple[str | None, str, str], Block] = dataclasses.field(
+        default_factory=dict
+    )
+    transcript_blocks: dict[tuple[str | None, str, str], Block] = dataclasses.field(
+        default_factory=dict
+    )
+    checked: set[tuple[str | None, str, str]] = dataclasses.field(default_factory=set)
 
 
 class Router:
@@ -103,10 +118,17 @@ class Router:
         self.templates = templates or Templates()
         self.agents: dict[str, AgentRuntime] = {
             name: AgentRuntime(
-                name, profile, pane, BlockParser(detect_echo=True, message_dir=self._cwd(name))
+                name,
+                profile,
+                pane,
+                BlockParser(detect_echo=True, message_dir=self._cwd(name)),
+                cwd=self._cwd(name),
+                env={**profile.env, **self._env(name)},
             )
             for name, (profile, pane) in agents.items()
         }
+        for rt in self.agents.values():
+            rt.tparser = BlockParser(detect_echo=False, message_dir=rt.cwd)
         self._stop = asyncio.Event()
         self._fatal: str | None = None
         self._data_version = -1
@@ -115,6 +137,10 @@ class Router:
         # Long bodies come as files in the agent's working directory; nowhere else.
         acfg = self.config.agents.get(name)
         return pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
+
+    def _env(self, name: str) -> dict[str, str]:
+        acfg = self.config.agents.get(name)
+        return dict(acfg.env) if acfg is not None else {}
 
     # --- public ---------------------------------------------------------------------------
 
@@ -273,9 +299,15 @@ class Router:
         turn = self.store.current_turn(rt.name)
         rt.turn_nonce = turn.nonce if turn else None
         if turn is not None:
+            rt.last_nonce = turn.nonce
             await self._scan_turn(rt, turn, snap)
             turn = self.store.current_turn(rt.name)
             rt.turn_nonce = turn.nonce if turn else None
+        elif rt.tail is not None:
+            # The turn was answered on screen; the transcript may still be catching up, and
+            # its copy of the block is cross-checked when it arrives.
+            nonce = rt.last_nonce if self.config.routing.require_nonce else None
+            self._transcript_blocks(rt, nonce)
         if turn is not None and self._idle_without_block(rt, turn, now):
             self._answered_without_block(rt, turn, snap)
             turn = self.store.current_turn(rt.name)
@@ -319,16 +351,69 @@ class Router:
     async def _scan_turn(self, rt: AgentRuntime, turn: Turn, snap: Snapshot) -> None:
         lines = await self._turn_lines(rt, turn, snap)
         parser = rt.parser
-        parser.expect_nonce(turn.nonce if self.config.routing.require_nonce else None)
+        nonce = turn.nonce if self.config.routing.require_nonce else None
+        parser.expect_nonce(nonce)
         before = len(parser.rejections)
         for block in parser.scan_screen(lines):
-            self._handle_block(rt, turn, block)
+            key = (block.nonce, block.type, block.id)
+            rt.screen_blocks[key] = block
+            self._cross_check(rt, key)
+            if self.store.current_turn(rt.name) is not None:
+                self._handle_block(rt, turn, block)
+        for block in self._transcript_blocks(rt, nonce):
+            if self.store.current_turn(rt.name) is not None:
+                # The screen lost or mangled it (scrolled off an alternate screen, say):
+                # the transcript still has it.
+                self._handle_block(rt, turn, block)
         for rej in parser.rejections[before:]:
             self.store.add_event(
                 "rejected",
                 task_id=turn.task_id,
                 agent=rt.name,
                 detail=f"line {rej.line}: {rej.reason}",
+            )
+
+    def _transcript_blocks(self, rt: AgentRuntime, nonce: str | None) -> list[Block]:
+        """New blocks from the agent's own transcript file, if its profile names one."""
+        spec = rt.profile.transcript
+        if spec is None or rt.cwd is None:
+            return []
+        if rt.tail is None:
+            path = locate_transcript(spec, rt.cwd, rt.env)
+            if path is None:
+                return []
+            rt.tail = TranscriptTail(path, spec.format)
+        rt.tparser.expect_nonce(nonce)
+        fresh = []
+        for block in rt.tail.feed(rt.tparser):
+            key = (block.nonce, block.type, block.id)
+            rt.transcript_blocks[key] = block
+            self._cross_check(rt, key)
+            if key not in rt.screen_blocks:
+                fresh.append(block)
+        return fresh
+
+    def _cross_check(self, rt: AgentRuntime, key: tuple[str | None, str, str]) -> None:
+        screen, raw = rt.screen_blocks.get(key), rt.transcript_blocks.get(key)
+        if screen is None or raw is None or key in rt.checked:
+            return
+        rt.checked.add(key)
+        check = cross_check(screen, raw)
+        turn_task = raw.id if self.store.get_task(raw.id) else None
+        if check.agree:
+            self.store.add_event(
+                "cross-check",
+                task_id=turn_task,
+                agent=rt.name,
+                detail=f"{raw.type} block: screen and transcript agree",
+            )
+        else:
+            self.store.add_event(
+                "drift",
+                task_id=turn_task,
+                agent=rt.name,
+                detail=f"{raw.type} block differs from the transcript: "
+                + "; ".join(check.mismatches),
             )
 
     def _handle_block(self, rt: AgentRuntime, turn: Turn, block: Block) -> None:

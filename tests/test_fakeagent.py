@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import signal
@@ -14,6 +15,7 @@ import typing as t
 
 import pytest
 
+from politerm.protocol.transcript import claude_texts
 from politerm.testing.fakeagent import Mode, bundled_scenario, load_scenario, prompts
 from politerm.testing.fakeagent.keys import KeyDecoder
 from politerm.testing.retry import retry_until
@@ -213,6 +215,102 @@ def test_swallow_enter_in_burst(
     agent.keys("Enter")
     agent.wait_event("prompt", count=2)
     assert prompts(agent.log) == [b"burst", b"pasted"]
+
+
+def test_swallow_enter_in_burst_window_covers_a_paste(
+    server: Server, workdir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    scenario = write_scenario(tmp_path, "swallow_enter_in_burst = true\nburst_window = 0.5\n")
+    agent = FakePane(server, workdir, "codex", scenario=scenario)
+    agent.wait_ready()
+    agent.paste(b"pasted")
+    agent.keys("Enter")
+    (swallowed,) = agent.wait_event("swallowed_enter")
+    assert swallowed["reason"] == "burst"
+    assert agent.events("prompt") == []
+
+    def enter_until_submitted() -> bool:
+        agent.keys("Enter")
+        return bool(agent.events("prompt"))
+
+    # Once the window has passed, Enter submits again.
+    retry_until(enter_until_submitted, 5, interval=0.2, what="an Enter after the burst window")
+    assert prompts(agent.log) == [b"pasted"]
+
+
+def test_swallow_all_enters_keeps_the_input_stuck(
+    server: Server, workdir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    scenario = write_scenario(tmp_path, "swallow_all_enters = true\n")
+    agent = FakePane(server, workdir, "claude", scenario=scenario)
+    agent.wait_ready()
+    agent.paste(b"stuck forever")
+    agent.wait_screen("❯\u00a0stuck forever")
+    for count in (1, 2, 3):
+        agent.keys("Enter")
+        agent.wait_event("swallowed_enter", count=count)
+    agent.type("!")
+    agent.keys("Enter")
+    swallowed = agent.wait_event("swallowed_enter", count=4)
+    assert {e["reason"] for e in swallowed} == {"all"}
+    assert agent.events("prompt") == []
+    assert "❯\u00a0stuck forever!" in agent.wait_screen("stuck forever!")
+    assert agent.dead_status() is None
+
+
+TRANSCRIPT_REPLY = """Here is the plan.
+
+[[POLI:MSG {"to":"EXECUTER","id":"{id}"}]]
+```json
+{"steps": [1, 2]}
+```
+<PLAN>
+1. do it
+   keep this indent
+</PLAN>
+[[/POLI:MSG]]
+café ✓
+"""
+
+
+def test_transcript_records_prompts_and_raw_replies(
+    server: Server, workdir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    scenario = tmp_path / "scenario.json"
+    rule = {"match": r"id=(?P<id>\w+)", "reply": TRANSCRIPT_REPLY}
+    scenario.write_text(json.dumps({"think_time": 0.8, "rules": [rule]}))
+    transcript = tmp_path / "session.jsonl"
+    agent = FakePane(
+        server, workdir, "claude", scenario=scenario, extra=["--transcript", str(transcript)]
+    )
+    agent.wait_ready()
+    assert stat.S_IMODE(transcript.stat().st_mode) == 0o600
+    prompt = "plan id=T7\nsecond line é"
+    agent.paste(prompt.encode())
+    agent.wait_screen("second line")
+    agent.keys("Enter")
+    agent.wait_screen("esc to interrupt")
+    # While the reply is being thought up, only the prompt is in the transcript.
+    (user,) = [json.loads(line) for line in transcript.read_text("utf-8").splitlines()]
+    assert user["type"] == "user"
+    assert user["message"] == {"role": "user", "content": prompt}
+
+    def assistant_lines() -> list[str]:
+        lines = transcript.read_text("utf-8").splitlines()
+        return [line for line in lines if json.loads(line)["type"] == "assistant"]
+
+    (line,) = retry_until(assistant_lines, 5, what="the assistant line")
+    screen = agent.wait_screen("● Here is the plan.")
+    raw = TRANSCRIPT_REPLY.replace("{id}", "T7")
+    assert claude_texts(line) == [raw]
+    assert json.loads(line)["message"]["role"] == "assistant"
+    # The screen dropped the fences; the transcript kept them.
+    assert "```" not in screen
+    assert "```json" in raw
+    agent.keys("C-d")
+    assert agent.wait_dead() == 0
+    kinds = [json.loads(x)["type"] for x in transcript.read_text("utf-8").splitlines()]
+    assert kinds == ["user", "assistant"]
 
 
 APPROVAL_SCENARIO = """

@@ -22,6 +22,7 @@ from tests.loophelpers import (
     PLAN,
     PLANNER_HEAD,
     PLANNER_OK,
+    RESULT,
     Loop,
     block,
     open_loop,
@@ -448,5 +449,93 @@ async def test_transcript_is_cross_checked_with_the_screen(
         # The plan block was read from the screen and again from the agent's transcript.
         assert "plan block: screen and transcript agree" in checks
         assert not [e for e in loop.store.list_events(task_id=task.id) if e.kind == "drift"]
+    finally:
+        await _finish(loop)
+
+
+async def test_status_blocks_are_recorded_not_forwarded(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    status = block("PLANNER", "status", "halfway there", tag="STATUS")
+    executer = EXECUTER_HEAD + rule(r"\AYou received", status + "\n" + RESULT)
+    write_project(project, _socket(server), executer=executer)
+    loop = open_loop(project)
+    try:
+        await _up(loop)
+        task = await run_task(loop.config, loop.store, "with status")
+        assert task.state is TaskState.DONE, task.error
+        blocks = [e for e in loop.store.list_events(task_id=task.id) if e.kind == "block"]
+        assert any("status" in e.detail and e.data["body"] == "halfway there" for e in blocks)
+        planner = loop.prompts("PLANNER")
+        assert len(planner) == 2 and "halfway there" not in planner[1]
+        assert "Created hello.txt." in planner[1]
+    finally:
+        await _finish(loop)
+
+
+async def test_planner_idle_after_result_without_block_reports_its_screen(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    planner = (
+        PLANNER_HEAD
+        + rule(r"\A\s*EXECUTER replied:", "Everything worked; hello.txt exists. PROSE-REPORT")
+        + rule(r"\A(?=TASK_ID=)", PLAN)
+    )
+    write_project(project, _socket(server), planner=planner)
+    loop = open_loop(project)
+    try:
+        await _up(loop)
+        task = await run_task(loop.config, loop.store, "prose report", timeout=30)
+        assert task.state is TaskState.DONE, task.error
+        assert task.report is not None and "PROSE-REPORT" in task.report
+        assert "EXECUTER replied" not in task.report  # the echoed prompt is not the report
+    finally:
+        await _finish(loop)
+
+
+async def test_round_limit_ends_the_task(server: libtmux.Server, project: pathlib.Path) -> None:
+    planner = PLANNER_HEAD + rule(r"\A", PLAN)  # plans forever
+    write_project(project, _socket(server), planner=planner, extra="[routing]\nmax_rounds = 2\n")
+    loop = open_loop(project)
+    try:
+        await _up(loop)
+        task = await run_task(loop.config, loop.store, "loop forever", timeout=60)
+        assert task.state is TaskState.FAILED
+        assert task.error is not None and "round limit 2 reached" in task.error
+        assert len(loop.prompts("EXECUTER")) == 2
+    finally:
+        await _finish(loop)
+
+
+async def test_templates_are_overridable(server: libtmux.Server, project: pathlib.Path) -> None:
+    path = write_project(project, _socket(server))
+    (project / "task.txt").write_text(
+        "TASK_ID={id}\nCUSTOM TEMPLATE for: {request}\n{primer}\nnonce=({nonce})\n(nonce={nonce})"
+    )
+    path.write_text(path.read_text() + '\n[templates]\ntask = "task.txt"\n')
+    loop = open_loop(project)
+    try:
+        await _up(loop)
+        task = await run_task(loop.config, loop.store, "custom")
+        assert task.state is TaskState.DONE, task.error
+        assert "CUSTOM TEMPLATE for: custom" in loop.prompts("PLANNER")[0]
+    finally:
+        await _finish(loop)
+
+
+async def test_generic_profile_for_an_unknown_command(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    # A plain line REPL under the generic profile: ready by its prompt regex, no busy signal.
+    path = write_project(project, _socket(server), executer_mode="plain")
+    text = path.read_text().replace('profile = "fake-plain"', "ready_regex = '^>\\s*$'")
+    path.write_text(text)
+    loop = open_loop(project)
+    try:
+        assert loop.config.agents["EXECUTER"].profile == "generic"
+        await _up(loop)
+        task = await run_task(loop.config, loop.store, "generic executer", timeout=60)
+        assert task.state is TaskState.DONE, task.error
+        assert len(loop.prompts("EXECUTER")) == 1
     finally:
         await _finish(loop)

@@ -19,7 +19,14 @@ from politerm.errors import (
     TmuxCommandError,
 )
 from politerm.testing.retry import aretry_until
-from politerm.tmux import ControlClient, TmuxServer, find_agent_pane, find_pane_running, new_window
+from politerm.tmux import (
+    ControlClient,
+    TmuxServer,
+    find_agent_pane,
+    find_pane_running,
+    new_window,
+    split_pane,
+)
 
 if t.TYPE_CHECKING:
     from politerm.tmux import Pane
@@ -205,3 +212,43 @@ async def test_find_pane_running_program(
     hit = await aretry_until(found, 5, what="the python pane")
     assert hit.pane_id == pane.pane_id
     assert await find_pane_running(tmux_session, tmux_server, "no-such-program") is None
+
+
+async def test_notifications_window_close_and_pane_mode(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    seen: list[str] = []
+    tmux_session.on_notification(lambda note: seen.append(note.name))
+    pane = await _sh(tmux_session, tmux_server, "n")
+    woken = pane.output_event()
+    await tmux_session.cmd("copy-mode", "-t", pane.pane_id)
+    await asyncio.wait_for(woken.wait(), 5)  # the watcher is woken by %pane-mode-changed
+    assert (await pane.info()).in_mode
+    await pane.leave_copy_mode()
+    assert not (await pane.info()).in_mode
+    await tmux_session.cmd("kill-window", "-t", (await pane.info()).window_id)
+
+    async def closed() -> bool:
+        return "window-close" in seen or "unlinked-window-close" in seen
+
+    await aretry_until(closed, 5, what="%window-close")
+    assert "pane-mode-changed" in seen
+
+
+async def test_split_pane_with_size_cwd_env(
+    tmux_session: ControlClient, tmux_server: TmuxServer, tmp_path: pathlib.Path
+) -> None:
+    left = await new_window(
+        tmux_session, tmux_server, session="t", name="s", argv=["sh"], size=(160, 40)
+    )
+    info = await left.info()
+    assert (info.width, info.height) == (160, 40)
+    right = await split_pane(left, argv=["sh"], cwd=tmp_path, env={"POLI_X": "42"}, agent="RIGHT")
+    await right.paste(b'echo "$POLI_X:$(pwd)"\n')
+    want = f"42:{tmp_path}"
+
+    async def shown() -> bool:
+        return any(ln.strip() == want for ln in await right.capture())
+
+    await aretry_until(shown, 5, what="env and cwd echoed in the new pane")
+    assert (await right.info()).agent == "RIGHT"

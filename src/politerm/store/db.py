@@ -12,6 +12,7 @@ import contextlib
 import os
 import pathlib
 import sqlite3
+import time
 import typing as t
 
 import platformdirs
@@ -271,7 +272,7 @@ def _configure(conn: sqlite3.Connection, path: pathlib.Path) -> None:
     try:
         # busy_timeout first: switching to WAL needs a lock another process may hold.
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _switch_to_wal(conn)
         # FULL, not NORMAL: a committed routing decision must survive power loss, not only a
         # killed process; the write rate is a few per second at most.
         conn.execute("PRAGMA synchronous = FULL")
@@ -282,6 +283,19 @@ def _configure(conn: sqlite3.Connection, path: pathlib.Path) -> None:
     if str(mode).lower() != "wal":
         msg = f"{path}: could not switch the run store to WAL mode (got {mode!r})"
         raise StoreError(msg)
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> str:
+    # SQLite answers "database is locked" at once, without calling the busy handler, when
+    # another process is switching the same fresh file to WAL; so wait here, bounded.
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def user_version(conn: sqlite3.Connection) -> int:

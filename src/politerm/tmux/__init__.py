@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from politerm.tmux.control import ControlClient, Notification
-from politerm.tmux.pane import Pane, PaneInfo, find_agent_pane, find_pane_running, new_window
+from politerm.tmux.pane import (
+    Pane,
+    PaneInfo,
+    find_agent_pane,
+    find_pane_running,
+    new_window,
+    split_pane,
+)
 from politerm.tmux.server import TmuxServer
 
 __all__ = [
@@ -15,4 +22,5 @@ __all__ = [
     "find_agent_pane",
     "find_pane_running",
     "new_window",
+    "split_pane",
 ]

@@ -423,6 +423,13 @@ class ControlClient:
         note = Notification(parts[0][1:], tuple(parts[1:]))
         if note.name == "exit":
             self.exit_reason = " ".join(note.args) or "exit"
+        elif note.name == "pane-mode-changed" and note.args:
+            # A person scrolling (copy mode) or leaving it: the pane's watcher looks again.
+            self._wake(note.args[0])
+        elif note.name in ("window-close", "unlinked-window-close", "session-changed"):
+            # Panes may be gone or moved: every watcher re-checks instead of sleeping on.
+            for pane_id in list(self._panes):
+                self._wake(pane_id)
         for cb in list(self._listeners):
             try:
                 cb(note)
@@ -474,6 +481,11 @@ class ControlClient:
         for feed in self._panes.values():
             feed.event.set()
             feed.event = asyncio.Event()
+
+    def _wake(self, pane_id: str) -> None:
+        feed = self._feed(pane_id)
+        feed.event.set()
+        feed.event = asyncio.Event()
 
     def _set_dead(self, reason: str) -> None:
         self._dead_reason = reason

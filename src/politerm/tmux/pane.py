@@ -361,11 +361,12 @@ async def new_window(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     agent: str | None = None,
+    size: tuple[int, int] | None = None,
 ) -> Pane:
     """Open a window running ``argv`` in ``session`` and return its pane.
 
     ``agent`` is stored as the pane's ``@poli_agent`` user option so the pane can be found
-    again after a restart.
+    again after a restart; ``size`` (columns, rows) fixes the window's size.
     """
     args = ["new-window", "-d", "-P", "-F", "#{pane_id}", "-t", f"={session}:", "-n", name]
     if cwd is not None:
@@ -374,6 +375,34 @@ async def new_window(
         args += ["-e", f"{key}={value}"]
     lines = await client.cmd(*args, *argv)
     pane = Pane(client, lines[0].strip(), server)
+    if agent:
+        await pane.set_option("@poli_agent", agent)
+    if size is not None:
+        await pane.resize(*size)
+    return pane
+
+
+async def split_pane(
+    target: Pane,
+    *,
+    argv: Sequence[str],
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    agent: str | None = None,
+    horizontal: bool = True,
+    percent: int | None = None,
+) -> Pane:
+    """Split ``target``'s pane and run ``argv`` in the new pane (side by side by default)."""
+    args = ["split-window", "-d", "-P", "-F", "#{pane_id}", "-t", target.pane_id]
+    args.insert(1, "-h" if horizontal else "-v")
+    if percent is not None:
+        args += ["-l", f"{percent}%"]
+    if cwd is not None:
+        args += ["-c", str(cwd)]
+    for key, value in (env or {}).items():
+        args += ["-e", f"{key}={value}"]
+    lines = await target.client.cmd(*args, *argv)
+    pane = Pane(target.client, lines[0].strip(), target.server)
     if agent:
         await pane.set_option("@poli_agent", agent)
     return pane

@@ -6,7 +6,8 @@ screens drawn with the same characters as Claude Code, Codex and Gemini CLI (see
 match it. Run it with::
 
     python -m politerm.testing.fakeagent --mode {claude,codex,gemini,plain}
-        [--scenario FILE|NAME] [--log FILE.jsonl] [--name NAME] [--no-alt-screen]
+        [--scenario FILE|NAME] [--log FILE.jsonl] [--transcript FILE.jsonl]
+        [--name NAME] [--no-alt-screen]
 
 ``--scenario`` takes a path or the name of a bundled scenario (``echo``,
 ``demo-planner``, ``demo-executer``). Without one it echoes: ``ECHO: <first line>``.
@@ -22,6 +23,9 @@ Scenario format (TOML; JSON when the file ends in ``.json``)::
     trust_dialog = false            # folder-trust dialog at start; Enter/1/y accepts
     swallow_first_enter_after_paste = false  # gemini: first Enter after a paste ignored
     swallow_enter_in_burst = false  # codex/gemini: Enter in the same read() as typed text ignored
+    burst_window = 0.0              # with the above: an Enter this many seconds after typed
+                                    # text or a paste is part of the burst too
+    swallow_all_enters = false      # every Enter in the input box ignored: a stuck input
     list_reindent = false           # codex: lazy list continuation lines get indented
     strip_fences = true             # hide ``` fence lines (default: true, plain: false)
     ignore_sighup = false           # gemini: survive tmux kill-session (SIG_IGN, inherited)
@@ -48,6 +52,14 @@ text for typed text), ``paste`` (len, sha256), ``prompt`` (n, len, sha256, text,
 queued), ``swallowed_enter`` (reason), ``dialog``, ``approval`` (tool, command, choice,
 approved), ``write_file``, ``reply``, ``interrupt``, ``resize``, ``crash``, ``exit``
 (code, reason). Read it back with :func:`read_log` and :func:`prompts`.
+
+Transcript (``--transcript``, JSONL, mode 0600, one ``write()`` per line), shaped like
+Claude Code's session log so :func:`politerm.protocol.transcript.claude_texts` reads it:
+``{"type": "user", "message": {"role": "user", "content": PROMPT}, ...}`` when a turn
+starts, and ``{"type": "assistant", "message": {"role": "assistant", "content":
+[{"type": "text", "text": REPLY}]}, ...}`` once the reply is on the screen. ``REPLY`` is
+the rule's rendered reply before any screen treatment (fences, tags and newlines intact);
+a turn without reply text (an interrupt, a denial without ``deny_reply``) writes none.
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ from politerm.testing.fakeagent.text import (
     sanitize,
     strip_fences,
 )
+from politerm.testing.fakeagent.transcript import Transcript
 
 if t.TYPE_CHECKING:
     import types
@@ -108,6 +109,8 @@ class FakeAgent:
         Use the alternate screen (only meaningful for modes that do by default).
     name
         Shown in the terminal title and logged.
+    transcript
+        Where prompts and raw replies go, Claude-Code style (``--transcript``).
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class FakeAgent:
         name: str = "",
         fd_in: int = 0,
         fd_out: int = 1,
+        transcript: Transcript | None = None,
     ) -> None:
         self.scenario = scenario
         self.mode = mode
@@ -143,6 +147,7 @@ class FakeAgent:
         self.hanging = False
         self.selected = 0
         self.swallow_next_enter = False
+        self.last_input = 0.0  # monotonic time of the last typed text or paste
         self.ctrl_c_deadline = 0.0
         self.width, self.height = 80, 24
         self.pending_rows: list[str] = []
@@ -152,6 +157,8 @@ class FakeAgent:
         self.output_ok = True
         self.stdin_open = True
         self.child: subprocess.Popen[bytes] | None = None
+        self.transcript = transcript or Transcript(None)
+        self.unlogged_replies: list[str] = []
         self._wake_r = -1
         self._signal_exit: tuple[int, str] | None = None
         self._resized = False
@@ -204,6 +211,8 @@ class FakeAgent:
             self._write(teardown)
             with contextlib.suppress(termios.error):
                 termios.tcsetattr(self.fd_in, termios.TCSADRAIN, saved)
+            self._log_replies()
+            self.transcript.close()
         if crash:
             sys.stderr.write("fakeagent: simulated crash\n")
             sys.stderr.flush()
@@ -262,6 +271,7 @@ class FakeAgent:
                 self._handle(self.decoder.flush(), burst=False)
             self._tick()
             self._render()
+            self._log_replies()
 
     def _timeout(self) -> float | None:
         waits: list[float] = []
@@ -350,6 +360,7 @@ class FakeAgent:
 
     def _type(self, data: bytes) -> None:
         self.ctrl_c_deadline = 0.0
+        self.last_input = time.monotonic()
         if not self.parts or self.parts[-1].marker is not None:
             self.parts.append(_Part(bytearray()))
         self.parts[-1].data += data
@@ -362,15 +373,18 @@ class FakeAgent:
             self.parts.append(_Part(bytearray(data), marker))
         else:
             self._type(data)
+        self.last_input = time.monotonic()
         if self.scenario.swallow_first_enter_after_paste:
             self.swallow_next_enter = True
 
     def _key(self, key: str, *, burst: bool) -> None:
         if key == "enter":
-            if self.swallow_next_enter:
+            if self.scenario.swallow_all_enters:
+                self.log.write("swallowed_enter", reason="all")
+            elif self.swallow_next_enter:
                 self.swallow_next_enter = False
                 self.log.write("swallowed_enter", reason="after_paste")
-            elif burst and self.scenario.swallow_enter_in_burst:
+            elif self.scenario.swallow_enter_in_burst and (burst or self._in_burst_window()):
                 self.log.write("swallowed_enter", reason="burst")
             else:
                 self._submit()
@@ -390,6 +404,10 @@ class FakeAgent:
                 self.ctrl_c_deadline = time.monotonic() + CTRL_C_WINDOW
         elif key == "ctrl-d":
             raise _Exit(0, "ctrl-d")
+
+    def _in_burst_window(self) -> bool:
+        window = self.scenario.burst_window
+        return bool(window and self.parts and time.monotonic() - self.last_input < window)
 
     def _backspace(self) -> None:
         if not self.parts:
@@ -452,6 +470,7 @@ class FakeAgent:
 
     def _start_turn(self, data: bytes, display: str, n: int) -> None:
         text = data.decode("utf-8", "surrogateescape")
+        self.transcript.user(text)
         index, rule, groups = self.scenario.pick(text)
         if rule.action is Action.CRASH:
             self.log.write("crash", n=n, rule=index)
@@ -536,7 +555,9 @@ class FakeAgent:
         elapsed = int(time.monotonic() - turn.started)
         rows: list[str] = []
         if template:
-            lines = render_template(template, turn.values).rstrip("\n").split("\n")
+            raw = render_template(template, turn.values)
+            self.unlogged_replies.append(raw)
+            lines = raw.rstrip("\n").split("\n")
             if self.scenario.list_reindent:
                 lines = reindent_lists(lines)
             if self.strip_fences:
@@ -545,6 +566,12 @@ class FakeAgent:
         self._commit([*rows, *self.screen.done(elapsed, turn.n)])
         self.log.write("reply", n=turn.n, rule=turn.rule_index, seconds=elapsed)
         self._end_turn()
+
+    def _log_replies(self) -> None:
+        """Write replies to the transcript once they are on the terminal, as Claude does."""
+        for raw in self.unlogged_replies:
+            self.transcript.assistant(raw)
+        self.unlogged_replies.clear()
 
     def _interrupt(self) -> None:
         turn = self.turn
@@ -659,6 +686,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log", help="JSONL event log (created 0600)")
     parser.add_argument("--name", default="", help="name shown in the title and logged")
     parser.add_argument(
+        "--transcript", help="Claude-Code-style JSONL session transcript (created 0600)"
+    )
+    parser.add_argument(
         "--no-alt-screen", action="store_true", help="codex: draw inline, history in scrollback"
     )
     return parser
@@ -691,5 +721,19 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"fakeagent: cannot open log {args.log}: {exc.strerror}", file=sys.stderr)
         return 2
-    agent = FakeAgent(scenario, mode, log, alt_screen=not args.no_alt_screen, name=args.name)
+    try:
+        transcript = Transcript(args.transcript, cwd=str(pathlib.Path.cwd()))
+    except OSError as exc:
+        log.close()
+        msg = f"fakeagent: cannot open transcript {args.transcript}: {exc.strerror}"
+        print(msg, file=sys.stderr)
+        return 2
+    agent = FakeAgent(
+        scenario,
+        mode,
+        log,
+        alt_screen=not args.no_alt_screen,
+        name=args.name,
+        transcript=transcript,
+    )
     return agent.run()

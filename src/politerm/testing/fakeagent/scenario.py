@@ -88,6 +88,8 @@ class Scenario(_Model):
     trust_dialog: bool = False
     swallow_first_enter_after_paste: bool = False
     swallow_enter_in_burst: bool = False
+    burst_window: float = pydantic.Field(default=0.0, ge=0, le=10)
+    swallow_all_enters: bool = False
     list_reindent: bool = False
     strip_fences: bool | None = None
     ignore_sighup: bool = False

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import pathlib
 import random
 import re
@@ -54,10 +55,10 @@ from bench._common import (
     ratio,
 )
 from politerm.agents import AgentState, load_profile
-from politerm.config import AgentConfig, Config, StoreConfig, TmuxConfig, load_config
+from politerm.config import Config, StoreConfig, TmuxConfig, load_config
 from politerm.engine.loop import submit, templates_for
 from politerm.engine.router import Router
-from politerm.engine.session import Session, agent_profile
+from politerm.engine.session import Session
 from politerm.engine.templates import Templates
 from politerm.protocol.primer import new_nonce
 from politerm.store import RunStore
@@ -68,7 +69,6 @@ from politerm.testing.retry import aretry_until
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from politerm.agents import AgentProfile
     from politerm.tmux import Pane
 
 
@@ -102,25 +102,37 @@ def _block(to: str, typ: str, tag: str, body: str) -> str:
     return f"Here you go.\n\n[[POLI:MSG {header}]]\n<{tag}>\n{body}\n</{tag}>\n[[/POLI:MSG]]\n"
 
 
-def _rule(match: str, reply: str) -> str:
-    return f"[[rules]]\nmatch = '(?s){match}{_IDS}'\nreply = '''{reply}'''\n\n"
+def _rule(match: str, reply: str, think_time: float | None = None) -> str:
+    think = "" if think_time is None else f"think_time = {think_time:.3f}\n"
+    return f"[[rules]]\nmatch = '(?s){match}{_IDS}'\n{think}reply = '''{reply}'''\n\n"
 
 
-def _scenarios(think_time: float) -> dict[str, str]:
-    head = f'mode = "{MODE}"\nthink_time = {think_time}\n\n'
-    return {
-        "planner": head
+def _scenarios(sizes: Sizes) -> dict[str, str]:
+    head = f'mode = "{MODE}"\nthink_time = {sizes.think_time}\n\n'
+    plan = _block("EXECUTER", "plan", "PLAN", "1. Do step {k}.\n2. Report.")
+    result = _block("PLANNER", "result", "RESULT", "Did it.")
+    # The executer's think time steps through one poll interval with the task number, so
+    # its result lands at every phase of a polling loop, as real think times do.
+    executer = head + "".join(
+        _rule(
+            rf"\AYou received a PLANNER plan block:(?=.*?Do step \d*{d}\.)",
+            result,
+            sizes.think_time + d * sizes.poll_interval / 10,
+        )
+        for d in range(10)
+    )
+    planner = (
+        head
         + _rule(r"\A\s*EXECUTER replied:", _block("USER", "final", "REPORT", "All done."))
-        + _rule(r"\A(?=TASK_ID=)", _block("EXECUTER", "plan", "PLAN", "1. Do it.\n2. Report.")),
-        "executer": head
-        + _rule(r"\AYou received a PLANNER plan block:", _block("PLANNER", "result", "RESULT", "Did it.")),
-    }  # fmt: skip
+        + _rule(r"\A(?=TASK_ID=)(?=.*?benchmark task (?P<k>\d+))", plan)
+    )
+    return {"planner": planner, "executer": executer}
 
 
-def _write_scenarios(root: pathlib.Path, think_time: float) -> dict[str, pathlib.Path]:
+def _write_scenarios(root: pathlib.Path, sizes: Sizes) -> dict[str, pathlib.Path]:
     root.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for name, text in _scenarios(think_time).items():
+    for name, text in _scenarios(sizes).items():
         paths[name] = root / f"{name}.toml"
         paths[name].write_text(text)
     return paths
@@ -227,7 +239,8 @@ class PollingRouter:
         buffer = f"seed-{new_nonce()}"
         run = subprocess.run
         run(self.tmux_argv("load-buffer", "-b", buffer, "-"), input=text.encode(), check=True)
-        run(self.tmux_argv("paste-buffer", "-p", "-r", "-d", "-b", buffer, "-t", pane_id), check=True)  # fmt: skip
+        paste = ("paste-buffer", "-p", "-r", "-d", "-b", buffer, "-t", pane_id)
+        run(self.tmux_argv(*paste), check=True)
         run(self.tmux_argv("send-keys", "-t", pane_id, "Enter"), check=True)
 
     def start_task(self, task_id: str, request: str, to: str = "PLANNER") -> None:
@@ -297,8 +310,8 @@ class HandoffRun:
     confirmed: list[float] = dataclasses.field(default_factory=list)
 
 
-def _project(root: pathlib.Path, socket: str, think_time: float) -> pathlib.Path:
-    _write_scenarios(root, think_time)
+def _project(root: pathlib.Path, socket: str, sizes: Sizes) -> pathlib.Path:
+    _write_scenarios(root, sizes)
     agents = ""
     for name in ("planner", "executer"):
         (root / name).mkdir(exist_ok=True)
@@ -315,7 +328,7 @@ def _project(root: pathlib.Path, socket: str, think_time: float) -> pathlib.Path
 
 
 async def handoff_ours(bench: Bench, sizes: Sizes) -> HandoffRun:
-    root = _project(bench.workdir / "ours", bench.socket, sizes.think_time)
+    root = _project(bench.workdir / "ours", bench.socket, sizes)
     config = load_config(root, env={})
     store = RunStore.open(config.store.resolved_path())
     try:
@@ -376,7 +389,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes) -> HandoffRun:
 
 async def handoff_baseline(bench: Bench, sizes: Sizes) -> HandoffRun:
     root = bench.workdir / "seed"
-    _write_scenarios(root, sizes.think_time)
+    _write_scenarios(root, sizes)
     profile = load_profile(f"fake-{MODE}")
     panes: dict[str, str] = {}
     started: list[Pane] = []
@@ -465,7 +478,7 @@ async def bench_handoff(bench: Bench, sizes: Sizes) -> list[Row]:
         _handoff_rows(sizes, ours, seed),
     )
     plan = Stats.of(ours.plan)
-    split = [
+    split: list[Row] = [
         {
             "politerm P→E": "block recorded in the store",
             "p50 ms": Stats.of(ours.recorded).p50,
@@ -479,7 +492,7 @@ async def bench_handoff(bench: Bench, sizes: Sizes) -> list[Row]:
         },
     ]
     print_table("handoff: where politerm's P→E time goes (from the plan block printed)", split)
-    verdict = [
+    verdict: list[Row] = [
         {
             "target": f"P→E p{pct} <= {target:g} ms",
             "measured ms": got,
@@ -569,15 +582,8 @@ async def _grow_idle(bench: Bench, panes: list[Pane], n: int) -> None:
     await asyncio.sleep(1.0)
 
 
-def _plain_profile() -> AgentProfile:
-    # fake-plain's input_line ('^> (?P<text>.*)$') never matches the empty prompt, whose
-    # trailing space tmux drops, so the agent would stay UNKNOWN: say what ready looks like,
-    # as a user would with ready_regex in poli.toml.
-    return agent_profile(AgentConfig(command=FAKEAGENT, profile="fake-plain", ready_regex="^>$"))
-
-
 async def _idle_ours(bench: Bench, panes: list[Pane], meter: CpuMeter, window: float) -> CpuSample:
-    profile = _plain_profile()
+    profile = load_profile("fake-plain")
     store = RunStore.open(bench.workdir / "idle" / f"idle-{len(panes)}.sqlite3")
     config = Config(
         tmux=TmuxConfig(socket=bench.socket, session=SESSION),
@@ -636,6 +642,9 @@ async def bench_idle(bench: Bench, sizes: Sizes) -> list[Row]:
                     "% of a core": 100 * s.total / s.wall,
                     "x router": ratio(seed.router, s.router),
                     "x total": ratio(seed.total, s.total),
+                    # A seed that cannot keep up polls less and so costs less: scale it to
+                    # the rate it was meant to keep.
+                    "x total, seed at 0.4 s": ratio(seed.total * nominal / max(polls, 1), s.total),
                     "seed polls": f"{polls}/{nominal:.0f}" if s is seed else "",
                 }
             )
@@ -645,7 +654,7 @@ async def bench_idle(bench: Bench, sizes: Sizes) -> list[Row]:
         f"idle CPU: N idle fake agents (plain mode), CPU seconds over {sizes.window:g} s",
         rows,
     )
-    verdict = [
+    verdict: list[Row] = [
         {
             "agents": r["agents"],
             "target": f"politerm total <= 1/{TARGET_IDLE_RATIO:g} of the seed",
@@ -662,13 +671,23 @@ async def bench_idle(bench: Bench, sizes: Sizes) -> list[Row]:
 # --- entry point -------------------------------------------------------------------------
 
 
+def _load(when: str) -> None:
+    # Other work on the machine moves these figures more than anything measured here.
+    one, five, _ = os.getloadavg()
+    print(f"\n(load average {when}: {one:.2f} over 1 min, {five:.2f} over 5 min)")
+    sys.stdout.flush()
+
+
 async def run(quick: bool = False) -> dict[str, list[Row]]:
     sizes = QUICK if quick else FULL
     tables: dict[str, list[Row]] = {}
+    _load("before the handoff benchmark")
     async with private_server("loop") as bench:
         tables["handoff"] = await bench_handoff(bench, sizes)
+    _load("before the idle benchmark")
     async with private_server("idle") as bench:
         tables["idle"] = await bench_idle(bench, sizes)
+    _load("at the end")
     return tables
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import dataclasses
@@ -15,17 +16,18 @@ import pytest
 
 from politerm.agents import AgentState, load_profile
 from politerm.engine.delivery import Outcome, deliver
-from politerm.testing.fakeagent import read_log
-from politerm.testing.fakeagent import prompts as logged_prompts
+from politerm.testing.fakeagent import prompts, read_log
 from politerm.testing.retry import aretry_until
 from politerm.tmux import new_window
 
 if t.TYPE_CHECKING:
     from politerm.agents import AgentProfile
+    from politerm.engine.delivery import DeliveryResult
     from politerm.tmux import ControlClient, Pane, TmuxServer
 
 FAKE = [sys.executable, "-m", "politerm.testing.fakeagent"]
 START_SECONDS = 15.0  # python start-up on a loaded 2-core box
+DELIVER_SECONDS = 30.0  # far above the slowest outcome (STRANDED after every retry)
 
 
 @dataclasses.dataclass
@@ -44,7 +46,7 @@ class Agent:
         return [e for e in read_log(self.log) if kind is None or e["event"] == kind]
 
     def prompts(self) -> list[bytes]:
-        return logged_prompts(self.log) if self.log.exists() else []
+        return prompts(self.log) if self.log.exists() else []
 
     def canaries(self) -> list[pathlib.Path]:
         return [*self.cwd.glob("CANARY*"), *self.home.glob("CANARY*")]
@@ -80,6 +82,12 @@ async def start_agent(
 
     await aretry_until(ready, START_SECONDS, what=f"the fake {mode} agent to be READY")
     return agent
+
+
+async def send(agent: Agent, data: bytes, profile: AgentProfile | None = None) -> DeliveryResult:
+    """``deliver`` with a hard bound, so a delivery that never decides fails the test."""
+    async with asyncio.timeout(DELIVER_SECONDS):
+        return await deliver(agent.pane, data, profile or agent.profile)
 
 
 # --- delivery into every mode -----------------------------------------------------------
@@ -145,7 +153,7 @@ async def test_delivers_exact_bytes(
     text: TextCase,
 ) -> None:
     agent = await start_agent(tmux_session, tmux_server, tmp_path, mode.mode, extra=mode.extra)
-    result = await deliver(agent.pane, text.data, agent.profile)
+    result = await send(agent, text.data)
     assert result.outcome is Outcome.DELIVERED, result
     assert result.submitted
     received = text.received if text.received is not None else text.data
@@ -203,7 +211,7 @@ async def test_swallowed_enter_is_retried(
     if case.submit_delay is not None:
         profile = profile.model_copy(update={"submit_delay": case.submit_delay})
     data = b"first line\nsecond line"
-    result = await deliver(agent.pane, data, profile)
+    result = await send(agent, data, profile)
     assert result.outcome is Outcome.DELIVERED, result
     assert agent.prompts() == [data]
     swallowed = agent.events("swallowed_enter")
@@ -221,7 +229,7 @@ async def test_stuck_input_is_stranded(
     agent = await start_agent(
         tmux_session, tmux_server, tmp_path, "claude", "swallow_all_enters = true\n"
     )
-    result = await deliver(agent.pane, b"never leaves the box", agent.profile)
+    result = await send(agent, b"never leaves the box")
     assert result.outcome is Outcome.STRANDED, result
     assert not result.submitted
     assert result.submits == agent.profile.submit_retries + 1
@@ -268,7 +276,7 @@ async def test_approval_question_blocks(
     case: ApprovalCase,
 ) -> None:
     agent = await start_agent(tmux_session, tmux_server, tmp_path, case.test_id, APPROVAL_SCENARIO)
-    result = await deliver(agent.pane, b"please run the greeting", agent.profile)
+    result = await send(agent, b"please run the greeting")
     assert result.outcome is Outcome.BLOCKED, result
     assert result.submitted
     assert any(case.question in line for line in result.evidence), result.evidence
@@ -276,7 +284,7 @@ async def test_approval_question_blocks(
     pastes = len(agent.events("paste"))
 
     # While the question is up, nothing is pasted: the text would answer it.
-    again = await deliver(agent.pane, b"1\ny\n", agent.profile)
+    again = await send(agent, b"1\ny\n")
     assert again.outcome is Outcome.BLOCKED, again
     assert not again.submitted
     assert again.submits == 0
@@ -299,21 +307,21 @@ async def test_crashed_agent_is_agent_exited(
     tmux_session: ControlClient, tmux_server: TmuxServer, tmp_path: pathlib.Path
 ) -> None:
     agent = await start_agent(tmux_session, tmux_server, tmp_path, "claude", CRASH_SCENARIO)
-    result = await deliver(agent.pane, b"boom", agent.profile)
+    result = await send(agent, b"boom")
     assert result.outcome is Outcome.AGENT_EXITED, result
     assert result.submitted
     assert agent.prompts() == [b"boom"]
     assert [e["event"] for e in agent.events()][-1] == "crash"
 
     # Into the dead pane: nothing is tried.
-    dead = await deliver(agent.pane, b"anyone there?", agent.profile)
+    dead = await send(agent, b"anyone there?")
     assert dead.outcome is Outcome.AGENT_EXITED, dead
     assert (dead.submits, dead.submitted) == (0, False)
     assert agent.prompts() == [b"boom"]
 
     # And into a pane that no longer exists.
     await agent.pane.kill(grace=1.0)
-    gone = await deliver(agent.pane, b"hello?", agent.profile)
+    gone = await send(agent, b"hello?")
     assert gone.outcome is Outcome.AGENT_EXITED, gone
     assert gone.evidence == ("pane is gone",)
 

@@ -792,3 +792,27 @@ def test_two_processes_race_on_dedupe(store_path: pathlib.Path) -> None:
     with RunStore.open(store_path) as s:
         assert len(s.list_messages()) == 150
         assert sum(1 for r in iter_audit(s.audit_path) if r["kind"] == "message.add") == 150
+
+
+def test_batch_is_one_transaction_and_audits_after_commit(tmp_path: pathlib.Path) -> None:
+    store = RunStore.open(tmp_path / "b.sqlite3")
+    store.create_task("T1", "req", max_rounds=3)
+    before = len(list(iter_audit(store.audit_path)))
+    with pytest.raises(RuntimeError), store.batch():
+        store.update_task("T1", round=2)
+        store.set_meta("k", "v")
+        raise RuntimeError
+    task = store.get_task("T1")
+    assert task is not None and task.round == 0
+    assert store.get_meta("k") is None
+    assert len(list(iter_audit(store.audit_path))) == before
+    with store.batch():
+        store.update_task("T1", round=1)
+        with store.batch():
+            store.set_meta("k", "v")
+        other = RunStore.open(tmp_path / "b.sqlite3")
+        assert other.get_meta("k") is None  # not committed until the outer batch ends
+        other.close()
+    assert store.get_meta("k") == "v"
+    assert len(list(iter_audit(store.audit_path))) == before + 2
+    store.close()

@@ -187,6 +187,38 @@ def _event(row: sqlite3.Row) -> Event:
     )
 
 
+class _BatchedAudit:
+    """The audit log, holding lines back while a batch is open (they follow its commit)."""
+
+    def __init__(self, log: AuditLog) -> None:
+        self._log = log
+        self._held: list[tuple[str, dict[str, t.Any]]] | None = None
+
+    @property
+    def path(self) -> pathlib.Path:
+        return self._log.path
+
+    def append(self, kind: str, **fields: t.Any) -> None:
+        if self._held is not None:
+            self._held.append((kind, fields))
+        else:
+            self._log.append(kind, **fields)
+
+    def hold(self) -> None:
+        self._held = []
+
+    def drop(self) -> None:
+        self._held = None
+
+    def release(self) -> None:
+        held, self._held = self._held or [], None
+        for kind, fields in held:
+            self._log.append(kind, **fields)
+
+    def close(self) -> None:
+        self._log.close()
+
+
 class RunStore:
     """Durable state of politerm runs: agents, tasks, messages, turns, blocks and events.
 
@@ -214,8 +246,9 @@ class RunStore:
         self._path = path
         self._clock = clock
         self._lock = threading.RLock()
-        self._audit = AuditLog(audit_path_for(path))
+        self._audit = _BatchedAudit(AuditLog(audit_path_for(path)))
         self._closed = False
+        self._batch_depth = 0
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -306,6 +339,14 @@ class RunStore:
         """
         with self._lock:
             self._check_open()
+            if self._batch_depth:
+                # Inside batch(): the batch owns the transaction.
+                try:
+                    yield self._conn
+                except sqlite3.Error as e:
+                    msg = f"run store {self._path}: write failed: {e}"
+                    raise StoreError(msg) from e
+                return
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
@@ -321,6 +362,46 @@ class RunStore:
                     msg = f"run store {self._path}: write failed: {e}"
                     raise StoreError(msg) from e
                 raise
+
+    @contextlib.contextmanager
+    def batch(self) -> t.Iterator[None]:
+        """Make every write inside one transaction: all of them commit, or none.
+
+        The router writes one block's effects (forwarded message, task state, expectation,
+        acknowledgement, end of turn) as one batch: one commit, one fsync, and after a
+        ``kill -9`` either all of them are there or none. Audit lines are written after the
+        commit; nested batches join the outer one.
+        """
+        with self._lock:
+            self._check_open()
+            if self._batch_depth:
+                self._batch_depth += 1
+                try:
+                    yield
+                finally:
+                    self._batch_depth -= 1
+                return
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                msg = f"run store {self._path}: cannot start a write: {e}"
+                raise StoreError(msg) from e
+            self._batch_depth = 1
+            self._audit.hold()
+            try:
+                yield
+                self._conn.execute("COMMIT")
+            except BaseException as e:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                self._audit.drop()
+                if isinstance(e, sqlite3.Error):
+                    msg = f"run store {self._path}: write failed: {e}"
+                    raise StoreError(msg) from e
+                raise
+            finally:
+                self._batch_depth = 0
+            self._audit.release()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -40,6 +40,8 @@ _SERVER_GONE = re.compile(
     r"no server running|error connecting to|server exited|lost server", re.IGNORECASE
 )
 
+_DEAD_SUB = "poli-dead"
+
 OutputCallback = t.Callable[[str, bytes], None]
 NotificationCallback = t.Callable[["Notification"], None]
 
@@ -229,6 +231,10 @@ class ControlClient:
             raise ControlModeError(msg) from None
         self.connections += 1
         self._connected.set()
+        # A pane whose program dies prints nothing more, so no %output would wake its
+        # watcher: subscribe to #{pane_dead} and get %subscription-changed instead.
+        with contextlib.suppress(TmuxCommandError, ControlModeError):
+            await (await self._send_now(f"refresh-client -B '{_DEAD_SUB}:%*:#{{pane_dead}}'"))
         log.debug("control client attached to %s/%s", self.socket_name, self.session)
 
     async def close(self) -> None:
@@ -423,6 +429,11 @@ class ControlClient:
         note = Notification(parts[0][1:], tuple(parts[1:]))
         if note.name == "exit":
             self.exit_reason = " ".join(note.args) or "exit"
+        elif note.name == "subscription-changed" and note.args[:1] == (_DEAD_SUB,):
+            for arg in note.args[1:]:
+                if arg.startswith("%"):
+                    self._wake(arg)
+                    break
         elif note.name == "pane-mode-changed" and note.args:
             # A person scrolling (copy mode) or leaving it: the pane's watcher looks again.
             self._wake(note.args[0])

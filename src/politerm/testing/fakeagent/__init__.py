@@ -49,9 +49,10 @@ Scenario format (TOML; JSON when the file ends in ``.json``)::
 Log (``--log``, JSONL, mode 0600, one ``write()`` per line): every object has ``ts``
 and ``event``: ``start`` (mode, name, pid, child_pid, cwd, cols, rows), ``key`` (key,
 text for typed text), ``paste`` (len, sha256), ``prompt`` (n, len, sha256, text,
-queued), ``swallowed_enter`` (reason), ``dialog``, ``approval`` (tool, command, choice,
-approved), ``write_file``, ``reply``, ``interrupt``, ``resize``, ``crash``, ``exit``
-(code, reason). Read it back with :func:`read_log` and :func:`prompts`.
+queued), ``swallowed_enter`` (reason: ``after_paste``, ``burst`` or ``all``), ``dialog``,
+``approval`` (tool, command, choice, approved), ``write_file``, ``reply``, ``interrupt``,
+``resize``, ``crash``, ``exit`` (code, reason). Read it back with :func:`read_log` and
+:func:`prompts`.
 
 Transcript (``--transcript``, JSONL, mode 0600, one ``write()`` per line), shaped like
 Claude Code's session log so :func:`politerm.protocol.transcript.claude_texts` reads it:

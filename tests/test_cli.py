@@ -58,6 +58,12 @@ def test_up_task_status_down(server: libtmux.Server, tmp_path: pathlib.Path) -> 
     assert up.returncode == 0, up.stderr + up.stdout
     again = poli(tmp_path, "up")
     assert again.returncode == 1 and "already up" in again.stderr
+
+    def control_window() -> str:
+        return "\n".join(server.cmd("capture-pane", "-p", "-t", "=t:control").stdout)
+
+    # Window 0 shows this project's live status (its store, not the default one).
+    retry_until(lambda: "EXECUTER" in control_window(), 15, what="the control window's status")
     task = poli(tmp_path, "task", "make hello", "--id", "T-cli")
     assert task.returncode == 0, task.stderr + task.stdout
     assert "final report (T-cli)" in task.stdout

@@ -57,6 +57,7 @@ def test_defaults(project: Path) -> None:
     assert config.routing.max_attempts == 3
     assert config.routing.message_ttl == 3600.0
     assert config.routing.require_nonce is True
+    assert (config.routing.approval, config.routing.approval_patterns) == ("ask", [])
     assert config.store.path is None
     assert config.store.resolved_path() == default_store_path()
     assert str(default_store_path()).startswith(str(platformdirs.user_state_path("politerm")))
@@ -355,7 +356,18 @@ ERROR_CASES = [
         "unknown-key-far",
         "[routing]\ncolour = 3",
         "routing.colour: unknown key; expected one of: max_rounds, max_attempts, "
-        "message_ttl, require_nonce",
+        "message_ttl, require_nonce, approval, approval_patterns",
+    ),
+    ErrorCase(
+        "approval-mode",
+        '[routing]\napproval = "maybe"',
+        "routing.approval: expected one of 'ask', 'approve', 'deny', got 'maybe'",
+    ),
+    ErrorCase(
+        "approval-pattern-regex",
+        '[routing]\napproval_patterns = ["("]',
+        "routing.approval_patterns: expected a list of regular expressions, got ['('] "
+        "('(': missing ), unterminated subpattern at position 0)",
     ),
 ]
 

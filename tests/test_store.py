@@ -210,7 +210,7 @@ def test_migration_from_v1_preserves_data(store_path: pathlib.Path) -> None:
     conn.close()
 
     with RunStore.open(store_path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 2
+        assert s.schema_version == SCHEMA_VERSION == len(MIGRATIONS)
         task = s.get_task("t1")
         assert task is not None
         assert (task.request, task.state, task.max_rounds) == ("fix it", TaskState.EXECUTING, 3)
@@ -224,8 +224,10 @@ def test_migration_from_v1_preserves_data(store_path: pathlib.Path) -> None:
 
 def test_failed_migration_rolls_back(store_path: pathlib.Path) -> None:
     RunStore.open(store_path).close()
-    broken = Migration(3, "broken", ("CREATE TABLE half_done (a)", "THIS IS NOT SQL"))
-    with pytest.raises(StoreError, match="migration 3"):
+    broken = Migration(
+        SCHEMA_VERSION + 1, "broken", ("CREATE TABLE half_done (a)", "THIS IS NOT SQL")
+    )
+    with pytest.raises(StoreError, match=f"migration {SCHEMA_VERSION + 1}"):
         connect(store_path, migrations=(*MIGRATIONS, broken))
     with RunStore.open(store_path) as s:
         assert s.schema_version == SCHEMA_VERSION

@@ -41,6 +41,8 @@ __all__ = [
     "KNOWN_PROFILES",
     "AgentConfig",
     "Config",
+    "EpicConfig",
+    "RedactConfig",
     "RoutingConfig",
     "StoreConfig",
     "TimeoutsConfig",
@@ -123,6 +125,23 @@ class RoutingConfig(_Section):
     max_attempts: int = Field(default=3, ge=1, description="a whole number >= 1")
     message_ttl: float = Field(default=3600.0, gt=0, allow_inf_nan=False, description=_SECONDS)
     require_nonce: bool = Field(default=True, description="true or false")
+    approval: t.Literal["ask", "approve", "deny"] = Field(
+        default="ask", description="one of 'ask', 'approve', 'deny'"
+    )
+    approval_patterns: list[str] = Field(
+        default_factory=list, description="a list of regular expressions"
+    )
+
+    @field_validator("approval_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                msg = f"{pattern!r}: {exc}"
+                raise ValueError(msg) from None
+        return value
 
 
 _Primer: t.TypeAlias = Path | t.Literal[False] | None
@@ -197,6 +216,71 @@ class AgentConfig(_Section):
         return shlex.split(self.command) if isinstance(self.command, str) else list(self.command)
 
 
+_PROMPT_FILE = "a path to an existing prompt file"
+
+
+class EpicConfig(_Section):
+    """``poli go``: which agent burns an epic down, where work items come from, prompts.
+
+    Prompt files override the built-in layers (``politerm/epic/prompts/*.md``).
+    """
+
+    agent: str = Field(default="codex", min_length=1, description="an agent profile name")
+    commands: dict[str, list[str]] = Field(
+        default_factory=dict, description="a table of profile name = command list"
+    )
+    source: t.Literal["auto", "bd", "builtin"] = Field(
+        default="auto", description="'auto', 'bd' or 'builtin'"
+    )
+    bd: str = Field(default="bd", min_length=1, description="the bd program")
+    session_timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False, description=_SECONDS)
+    grace: float = Field(default=120.0, gt=0, allow_inf_nan=False, description=_SECONDS)
+    width: int = Field(default=200, ge=20, description="a whole number of columns >= 20")
+    height: int = Field(default=50, ge=5, description="a whole number of rows >= 5")
+    summary_chunk_chars: int = Field(
+        default=12_000, ge=200, description="a whole number of characters >= 200"
+    )
+    transcripts: bool = Field(default=True, description="true or false")
+    base_prompt: Path | None = Field(default=None, description=_PROMPT_FILE)
+    epic_prompt: Path | None = Field(default=None, description=_PROMPT_FILE)
+    item_prompt: Path | None = Field(default=None, description=_PROMPT_FILE)
+    report_prompt: Path | None = Field(default=None, description=_PROMPT_FILE)
+    summary_prompt: Path | None = Field(default=None, description=_PROMPT_FILE)
+    combine_prompt: Path | None = Field(default=None, description=_PROMPT_FILE)
+
+    @field_validator(
+        "base_prompt",
+        "epic_prompt",
+        "item_prompt",
+        "report_prompt",
+        "summary_prompt",
+        "combine_prompt",
+    )
+    @classmethod
+    def _prompt_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            msg = "no such file"
+            raise ValueError(msg)
+        return value
+
+
+class RedactConfig(_Section):
+    """Extra secret patterns, redacted like the built-in ones (see :mod:`politerm.redact`)."""
+
+    patterns: list[str] = Field(default_factory=list, description="a list of regular expressions")
+
+    @field_validator("patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                msg = f"{pattern!r}: {exc}"
+                raise ValueError(msg) from None
+        return value
+
+
 class Config(_Section):
     """The whole configuration; build it with :func:`load_config`."""
 
@@ -210,6 +294,8 @@ class Config(_Section):
     templates: dict[str, Path] = Field(
         default_factory=dict, description="a table of template name = file path"
     )
+    epic: EpicConfig = Field(default_factory=EpicConfig, description="a table")
+    redact: RedactConfig = Field(default_factory=RedactConfig, description="a table")
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
 
@@ -386,6 +472,8 @@ def _anchor_paths(data: dict[str, t.Any], base: Path) -> None:
             table[key] = base / Path(table[key]).expanduser()
 
     anchor(data.get("store"), "path")
+    for key in ("base", "epic", "item", "report", "summary", "combine"):
+        anchor(data.get("epic"), f"{key}_prompt")
     templates = data.get("templates")
     if isinstance(templates, dict):
         for name in list(templates):

@@ -444,6 +444,29 @@ def register_check(check: Check) -> Check:
     return check
 
 
+# --- pipelines --------------------------------------------------------------------------
+
+
+@register_check
+def check_pipelines(ctx: DoctorContext) -> Iterable[CheckResult]:
+    """Validate every pipeline visible from the project (project, user dir, built-ins)."""
+    from politerm.pipeline.agents import list_pipelines
+    from politerm.pipeline.parser import validate_file
+
+    project = (ctx.project_dir or Path.cwd()).resolve()
+    found = list_pipelines(project)
+    problems = [line for p in found for line in validate_file(p.path, project)]
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        detail = "; ".join(problems[:3]) + more
+        return [
+            CheckResult(
+                "pipelines", Status.FAIL, detail, "run `poli pipeline validate FILE` and fix it"
+            )
+        ]
+    return [CheckResult("pipelines", Status.OK, f"{len(found)} pipelines valid")]
+
+
 def doctor_timeout(env: Mapping[str, str]) -> float:
     """Return the probe timeout: ``POLI_DOCTOR_TIMEOUT`` or :data:`DEFAULT_TIMEOUT`.
 

@@ -101,6 +101,32 @@ class BlockRejected(ProtocolError, ValueError):
     """A candidate block was seen but is not well-formed; the message says why."""
 
 
+class ReportError(ProtocolError):
+    """A session's fenced report is wrong or missing; the message says what and where."""
+
+
+# --- headless PTY -----------------------------------------------------------------------
+
+
+class PtyError(PolitermError):
+    """A pseudo-terminal could not be allocated or driven."""
+
+
+# --- epic runs --------------------------------------------------------------------------
+
+
+class EpicError(PolitermError):
+    """An epic run could not go on (work items, sessions, summaries)."""
+
+
+class WorkItemError(EpicError, ValueError):
+    """A work item or epic does not exist, or a request about one is invalid."""
+
+
+class BdError(EpicError):
+    """The ``bd`` tracker failed or answered something we cannot read."""
+
+
 # --- pipelines --------------------------------------------------------------------------
 
 
@@ -116,6 +142,16 @@ class PipelineSyntaxError(PipelineError, ValueError):
         self.line = line
         self.detail = message
         super().__init__(f"{path}:{line}: {message}")
+
+
+class PipelineInvalid(PipelineError, ValueError):
+    """A pipeline file has problems; :attr:`problems` lists every one, in file order."""
+
+    def __init__(self, problems: t.Sequence[PipelineSyntaxError]) -> None:
+        self.problems = list(problems)
+        first = str(self.problems[0]) if self.problems else "invalid pipeline"
+        more = len(self.problems) - 1
+        super().__init__(first + (f" (+{more} more)" if more > 0 else ""))
 
 
 # --- store ------------------------------------------------------------------------------

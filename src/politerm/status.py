@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing as t
 
+from politerm.agents.approval import list_pending
 from politerm.store.models import MessageState
 
 if t.TYPE_CHECKING:
@@ -17,7 +18,8 @@ _OPEN = (MessageState.QUEUED, MessageState.RETRIED, MessageState.DELIVERING, Mes
 
 def collect(store: RunStore, *, events: int = 15) -> dict[str, t.Any]:
     """Everything ``poli status`` shows, as plain data (``--json`` prints it as is)."""
-    turns = {a.name: store.current_turn(a.name) for a in store.list_agents()}
+    agents = store.list_agents()
+    turns = {a.name: store.current_turn(a.name) for a in agents}
 
     def working_on(name: str) -> str | None:
         turn = turns[name]
@@ -33,7 +35,19 @@ def collect(store: RunStore, *, events: int = 15) -> dict[str, t.Any]:
                 "command": a.command,
                 "turn": working_on(a.name),
             }
-            for a in store.list_agents()
+            for a in agents
+        ],
+        "approvals": [
+            {
+                "agent": p.agent,
+                "tool": p.tool,
+                "command": p.command,
+                "what": p.what,
+                "asked": p.asked,
+                "answer": p.answer.value if p.answer else None,
+                "evidence": list(p.evidence),
+            }
+            for p in list_pending(store, [a.name for a in agents])
         ],
         "tasks": [
             {
@@ -101,8 +115,18 @@ def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableT
             str(m["id"]), m["task"] or "-", f"{m['from']} → {m['to']}", m["type"], m["state"],
             str(m["attempts"]), m["error"] or "",
         )  # fmt: skip
+    parts: list[RenderableType] = [agents, tasks]
+    if data.get("approvals"):
+        approvals = Table(title="approval questions waiting (poli approve AGENT [--deny])")
+        for col in ("agent", "wants to run", "answer", "on screen"):
+            approvals.add_column(col, overflow="fold")
+        for ap in data["approvals"]:
+            approvals.add_row(
+                ap["agent"], ap["what"], ap["answer"] or "-", " | ".join(ap["evidence"])[:160]
+            )
+        parts.append(approvals)
     lines = [
         fmt(Event(e["id"], e["ts"], e["kind"], e["task"], e["agent"], e["detail"], {}))
         for e in data["events"]
     ]
-    return Group(agents, tasks, queue, Text("recent events", style="bold"), Text("\n".join(lines)))
+    return Group(*parts, queue, Text("recent events", style="bold"), Text("\n".join(lines)))

@@ -15,7 +15,11 @@ if t.TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
-    """A rendered screen at one moment, with the cursor and the program's liveness."""
+    """A rendered screen at one moment, with the cursor and the program's liveness.
+
+    ``title`` is the terminal title the program set (tmux ``#{pane_title}``), ``""`` when
+    the backend cannot tell.
+    """
 
     lines: tuple[str, ...]
     cursor_x: int = 0
@@ -25,6 +29,7 @@ class Snapshot:
     history_size: int = 0
     in_mode: bool = False
     alternate_screen: bool = False
+    title: str = ""
 
     def tail(self, n: int = 8) -> list[str]:
         """The last ``n`` non-blank lines, for error messages and evidence."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 import typing as t
 
 import psutil
@@ -63,16 +64,30 @@ def kill_processes(
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(alive, timeout=grace)
+    alive = _wait_gone(alive, grace)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    _, alive = psutil.wait_procs(alive, timeout=grace)
-    alive = [p for p in alive if _running(p)]
+    alive = _wait_gone(alive, grace)
     if alive:
         pids = ", ".join(str(p.pid) for p in alive)
         msg = f"{what}: processes {pids} survived SIGKILL"
         raise AgentError(msg)
+
+
+def _wait_gone(procs: list[psutil.Process], seconds: float) -> list[psutil.Process]:
+    """Wait until every process is gone or a zombie; return the ones still running.
+
+    ``psutil.wait_procs`` would wait out the whole timeout on a zombie whose parent (tmux,
+    not us) has not reaped it yet, though a zombie is already dead.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        psutil.wait_procs(procs, timeout=0)  # reaps the ones that are our own children
+        procs = [p for p in procs if _running(p)]
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(0.02)
 
 
 def _running(proc: psutil.Process) -> bool:

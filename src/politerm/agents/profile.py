@@ -7,6 +7,7 @@ A profile may ``extends = "other"`` to inherit every key it does not set.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pathlib
 import re
@@ -48,11 +49,16 @@ def _compile(patterns: Sequence[str], where: str) -> tuple[re.Pattern[str], ...]
 
 
 class Dialog(_Model):
-    """A start-up or modal dialog: how to recognise it and the keys that answer it."""
+    """A start-up or modal dialog: how to recognise it and the keys that answer it.
+
+    ``match`` is searched in the detector region; anchor it (``[Yes]: *$``) when the
+    question stays on screen after it is answered, as line REPLs leave it.
+    """
 
     name: str
     match: str
     keys: list[str] = ["Enter"]
+    description: str = ""
 
     @functools.cached_property
     def pattern(self) -> re.Pattern[str]:
@@ -66,41 +72,144 @@ class Detectors(_Model):
     Attributes
     ----------
     ready, busy, approval, error
-        Any match decides that state (checked in the order approval, busy, error, ready).
+        Any match decides that state (checked in the order approval, stuck, busy, error,
+        ready).
+    stuck
+        Rate-limit and quota messages: the agent cannot go on by itself (state STUCK).
     input_line
         Regex with a ``text`` group matching the input line; searched bottom-up.
     input_placeholder
         Texts shown in an empty input box (``Ask Codex to do anything``).
     input_at_cursor
         Only the cursor's line can be the input line (line REPLs and shells).
+    input_anchor
+        A line that closes the input box from below (opencode's agent line); the input line
+        is then looked for only in the ``input_anchor_lines`` lines above it, and an input
+        box with no text line is empty.
+    busy_off_prompt
+        With ``input_at_cursor``: the cursor away from any input line means the program is
+        working (line REPLs that show no spinner, such as ``aider --no-pretty``).
     paste_marker
         A collapsed-paste marker in the input box (``[Pasted text #1 +31 lines]``).
+    title_ready, title_busy
+        Regexes over the pane title the program sets; used only when the screen decides
+        nothing.
+    progress_ignore
+        Lines that change without progress (spinner glyphs, timers); busy lines and digits
+        are ignored anyway when judging whether an agent is stuck.
     region_lines
-        Only the last N screen lines are searched (0: the whole screen).
+        Only the last N screen lines (down to the last non-blank one) are searched
+        (0: the whole screen).
     """
 
     ready: list[str] = []
     busy: list[str] = []
     approval: list[str] = []
     error: list[str] = []
+    stuck: list[str] = []
     input_line: str | None = None
     input_placeholder: list[str] = []
     input_at_cursor: bool = False
+    input_anchor: str | None = None
+    input_anchor_lines: int = pydantic.Field(default=3, ge=1, le=50)
+    busy_off_prompt: bool = False
     paste_marker: str | None = None
-    region_lines: int = 0
+    title_ready: list[str] = []
+    title_busy: list[str] = []
+    progress_ignore: list[str] = []
+    region_lines: int = pydantic.Field(default=0, ge=0)
 
     @pydantic.model_validator(mode="after")
     def _check_regexes(self) -> Detectors:
-        for field in ("ready", "busy", "approval", "error", "input_placeholder"):
+        for field in (
+            "ready",
+            "busy",
+            "approval",
+            "error",
+            "stuck",
+            "input_placeholder",
+            "title_ready",
+            "title_busy",
+            "progress_ignore",
+        ):
             _compile(getattr(self, field), f"detectors.{field}")
-        for field in ("input_line", "paste_marker"):
+        for field in ("input_line", "paste_marker", "input_anchor"):
             value = getattr(self, field)
             if value is not None:
                 _compile([value], f"detectors.{field}")
         if self.input_line is not None and "(?P<text>" not in self.input_line:
             msg = "detectors.input_line: needs a (?P<text>...) group"
             raise ValueError(msg)
+        if self.busy_off_prompt and not self.input_at_cursor:
+            msg = "detectors.busy_off_prompt: needs input_at_cursor = true"
+            raise ValueError(msg)
         return self
+
+
+class ApprovalSpec(_Model):
+    """How a tool-permission question is read and answered.
+
+    Attributes
+    ----------
+    approve, deny
+        Keys that answer the question (``["y"]``, ``["Escape"]``).
+    command
+        Regex searched in the detector region; its ``command`` group is the command the
+        agent wants to run (matched by ``approval_patterns``), an optional ``tool`` group
+        names the tool.
+    """
+
+    approve: list[str] = ["Enter"]
+    deny: list[str] = ["Escape"]
+    command: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _check(self) -> ApprovalSpec:
+        if self.command is not None:
+            _compile([self.command], "approval.command")
+            if "(?P<command>" not in self.command:
+                msg = "approval.command: needs a (?P<command>...) group"
+                raise ValueError(msg)
+        return self
+
+
+class Rendering(_Model):
+    """How the CLI draws a reply holding our tagged block (data for parsers and docs).
+
+    Attributes
+    ----------
+    reply_prefix
+        The bullet before the first line of a reply (``"● "``; ``""`` for none).
+    indent
+        Spaces before every following line of a reply.
+    wrap_indent
+        Continuation indent of lines the CLI wraps itself.
+    prompt_prefix
+        How the user's own prompts are echoed (``"❯ "``, ``"┃  "``).
+    list_reindent
+        Lines after a list item are indented as part of it (lazy continuation).
+    single_brackets
+        A standalone ``[[X]]`` may render as ``[X]``.
+    drops_html_tags
+        ``<PLAN>``-like tags vanish (aider's pretty markdown).
+    """
+
+    reply_prefix: str = ""
+    indent: int = pydantic.Field(default=0, ge=0)
+    wrap_indent: int = pydantic.Field(default=0, ge=0)
+    prompt_prefix: str = ""
+    list_reindent: bool = False
+    single_brackets: bool = False
+    drops_html_tags: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ApprovalRequest:
+    """A tool-permission question seen on screen: what the agent wants to run."""
+
+    tool: str
+    command: str
+    evidence: tuple[str, ...]
 
 
 class TranscriptSpec(_Model):
@@ -126,27 +235,34 @@ class TranscriptSpec(_Model):
 
 
 class AgentProfile(_Model):
-    """Everything politerm knows about driving one agent CLI."""
+    """Everything politerm knows about driving one agent CLI.
+
+    See ``docs/profiles.md`` for every key.
+    """
 
     name: str
     description: str = ""
     command: list[str] = []
     resume_args: list[str] = []
     unsafe_args: list[str] = []
+    unsafe_env: dict[str, str] = {}
+    version_args: list[str] = ["--version"]
     env: dict[str, str] = {}
     submit_key: str = "Enter"
-    submit_delay: float = pydantic.Field(0.0, ge=0, le=10)
-    submit_retries: int = pydantic.Field(3, ge=0, le=20)
-    retry_backoff: float = pydantic.Field(0.25, gt=0, le=10)
-    confirm_timeout: float = pydantic.Field(1.5, gt=0, le=120)
-    paste_timeout: float = pydantic.Field(3.0, gt=0, le=120)
+    submit_delay: float = pydantic.Field(default=0.0, ge=0, le=10)
+    submit_retries: int = pydantic.Field(default=3, ge=0, le=20)
+    retry_backoff: float = pydantic.Field(default=0.25, gt=0, le=10)
+    confirm_timeout: float = pydantic.Field(default=1.5, gt=0, le=120)
+    paste_timeout: float = pydantic.Field(default=3.0, gt=0, le=120)
     interrupt_key: str = "Escape"
     bracketed_paste: bool = True
     keep_lf: bool = True
-    quiescence: float = pydantic.Field(0.0, ge=0)
-    stuck_after: float = pydantic.Field(0.0, ge=0)
+    quiescence: float = pydantic.Field(default=0.0, ge=0)
+    stuck_after: float = pydantic.Field(default=0.0, ge=0)
     dialogs: list[Dialog] = []
     detectors: Detectors = Detectors()
+    approval: ApprovalSpec = ApprovalSpec()
+    render: Rendering = Rendering()
     transcript: TranscriptSpec | None = None
 
     @functools.cached_property
@@ -154,10 +270,14 @@ class AgentProfile(_Model):
         d = self.detectors
         return {
             "approval": _compile(d.approval, "approval"),
+            "stuck": _compile(d.stuck, "stuck"),
             "busy": _compile(d.busy, "busy"),
             "error": _compile(d.error, "error"),
             "ready": _compile(d.ready, "ready"),
             "placeholder": _compile(d.input_placeholder, "placeholder"),
+            "title_ready": _compile(d.title_ready, "title_ready"),
+            "title_busy": _compile(d.title_busy, "title_busy"),
+            "progress_ignore": _compile(d.progress_ignore, "progress_ignore"),
         }
 
     @functools.cached_property
@@ -166,47 +286,83 @@ class AgentProfile(_Model):
         return re.compile(pat) if pat else None
 
     @functools.cached_property
+    def _anchor_re(self) -> re.Pattern[str] | None:
+        pat = self.detectors.input_anchor
+        return re.compile(pat) if pat else None
+
+    @functools.cached_property
     def _paste_re(self) -> re.Pattern[str] | None:
         pat = self.detectors.paste_marker
         return re.compile(pat) if pat else None
+
+    @functools.cached_property
+    def _command_re(self) -> re.Pattern[str] | None:
+        pat = self.approval.command
+        return re.compile(pat, re.MULTILINE) if pat else None
+
+    def _input_candidates(self, snap: Snapshot) -> Sequence[str] | None:
+        """The lines that may hold the input line, nearest first; None: no input box."""
+        lines = snap.lines
+        if self.detectors.input_at_cursor:
+            if not 0 <= snap.cursor_y < len(lines):
+                return None
+            return [lines[snap.cursor_y]]
+        anchor = self._anchor_re
+        if anchor is None:
+            return lines[::-1]
+        for i in range(len(lines) - 1, -1, -1):
+            if anchor.match(lines[i].rstrip()):
+                lo = max(0, i - self.detectors.input_anchor_lines)
+                return lines[lo:i][::-1]
+        return None
 
     def input_text(self, snap: Snapshot) -> str | None:
         """The text in the input box; ``""`` when empty, None when no input box is seen."""
         rx = self._input_re
         if rx is None:
             return None
-        lines = snap.lines
-        if self.detectors.input_at_cursor:
-            if not 0 <= snap.cursor_y < len(lines):
-                return None
-            candidates: Sequence[tuple[int, str]] = [(snap.cursor_y, lines[snap.cursor_y])]
-        else:
-            candidates = list(enumerate(lines))[::-1]
-        for _, line in candidates:
+        candidates = self._input_candidates(snap)
+        if candidates is None:
+            return None
+        anchored = self._anchor_re is not None and not self.detectors.input_at_cursor
+        for line in candidates:
             m = rx.match(line.rstrip())
             if m:
                 text = (m.group("text") or "").strip()
+                if anchored and not text:
+                    continue  # a padding line of the box; the text may be above it
                 for ph in self._patterns["placeholder"]:
                     if ph.fullmatch(text):
                         return ""
                 return text
-        return None
+        return "" if anchored else None
+
+    def region(self, snap: Snapshot) -> str:
+        """The screen text the detectors search: the last ``region_lines`` lines.
+
+        The blank rows under a full-screen dialog drawn at the top are not counted.
+        """
+        lines = list(snap.lines)
+        if self.detectors.region_lines:
+            end = len(lines)
+            while end and not lines[end - 1].strip():
+                end -= 1
+            lines = lines[max(0, end - self.detectors.region_lines) : end]
+        return "\n".join(ln.rstrip() for ln in lines)
 
     def detect(self, snap: Snapshot) -> StateReading:
         """Decide the agent's state from one screen snapshot.
 
-        Approval questions and dialogs win over busy, busy over error, error over ready,
-        so a stale "ready" footer never hides a question.
+        Dialogs and approval questions win over stuck, stuck over busy, busy over error,
+        error over ready, so a stale "ready" footer never hides a question. The pane title
+        decides only when the screen does not.
         """
         if not snap.alive:
             status = "?" if snap.exit_status is None else str(snap.exit_status)
             return StateReading(
                 AgentState.EXITED, (f"exit status {status}", *snap.tail(6)), rule="pane dead"
             )
-        lines = list(snap.lines)
-        if self.detectors.region_lines:
-            lines = lines[-self.detectors.region_lines :]
-        text = "\n".join(ln.rstrip() for ln in lines)
+        text = self.region(snap)
         input_text = self.input_text(snap)
         for dialog in self.dialogs:
             m = dialog.pattern.search(text)
@@ -220,21 +376,76 @@ class AgentProfile(_Model):
                 )
         for state, key in (
             (AgentState.WAITING_APPROVAL, "approval"),
+            (AgentState.STUCK, "stuck"),
             (AgentState.BUSY, "busy"),
-            (AgentState.ERROR, "error"),
-            (AgentState.READY, "ready"),
         ):
-            for rx in self._patterns[key]:
-                m = rx.search(text)
-                if m:
-                    return StateReading(
-                        state, (_line_at(text, m.start()),), input_text, rule=f"{key}: {rx.pattern}"
-                    )
+            reading = self._search(text, state, key, input_text)
+            if reading is not None:
+                return reading
+        if self.detectors.busy_off_prompt and input_text is None and self._input_re is not None:
+            return StateReading(
+                AgentState.BUSY, tuple(snap.tail(1)), None, rule="cursor off the prompt"
+            )
+        for state, key in ((AgentState.ERROR, "error"), (AgentState.READY, "ready")):
+            reading = self._search(text, state, key, input_text)
+            if reading is not None:
+                return reading
         if input_text == "":
             return StateReading(
                 AgentState.READY, tuple(snap.tail(1)), input_text, rule="empty input line"
             )
+        if snap.title:
+            for state, key in ((AgentState.BUSY, "title_busy"), (AgentState.READY, "title_ready")):
+                for rx in self._patterns[key]:
+                    if rx.search(snap.title):
+                        rule = f"{key}: {rx.pattern}"
+                        evidence = (f"title: {snap.title}",)
+                        return StateReading(state, evidence, input_text, rule=rule)
         return StateReading(AgentState.UNKNOWN, tuple(snap.tail(3)), input_text, rule="no match")
+
+    def _search(
+        self, text: str, state: AgentState, key: str, input_text: str | None
+    ) -> StateReading | None:
+        for rx in self._patterns[key]:
+            m = rx.search(text)
+            if m:
+                return StateReading(
+                    state, (_line_at(text, m.start()),), input_text, rule=f"{key}: {rx.pattern}"
+                )
+        return None
+
+    def approval_request(self, snap: Snapshot) -> ApprovalRequest | None:
+        """What the tool-permission question on screen asks to run, if one shows.
+
+        The command is ``""`` when the profile has no ``approval.command`` regex or it does
+        not match; the evidence is the question's lines either way.
+        """
+        reading = self.detect(snap)
+        if reading.state is not AgentState.WAITING_APPROVAL:
+            return None
+        text = self.region(snap)
+        rx = self._command_re
+        m = rx.search(text) if rx is not None else None
+        if m is None:
+            return ApprovalRequest("", "", reading.evidence)
+        groups = m.groupdict()
+        command = " ".join((groups.get("command") or "").split())
+        tool = (groups.get("tool") or "").strip()
+        evidence = (*reading.evidence, _line_at(text, m.start("command")))
+        return ApprovalRequest(tool, command, tuple(dict.fromkeys(evidence)))
+
+    def progress_key(self, snap: Snapshot) -> tuple[str, ...]:
+        """The screen minus what moves without progress (spinners, timers, busy lines).
+
+        Two snapshots with the same key show no progress; the tracker's STUCK rule uses it.
+        """
+        skip = self._patterns["busy"] + self._patterns["progress_ignore"]
+        out = []
+        for line in snap.lines:
+            if any(rx.search(line) for rx in skip):
+                continue
+            out.append(_DIGITS.sub("", line).rstrip())
+        return tuple(out)
 
     def is_input_line(self, line: str) -> bool:
         """Whether ``line`` looks like the profile's input line."""
@@ -252,6 +463,21 @@ class AgentProfile(_Model):
         if self.paste_marker_in(snap.lines[-8:]):
             return True
         return bool(self.input_text(snap))
+
+    def launch_argv(self, *, unsafe: bool = False, resume: bool = False) -> list[str]:
+        """The command line to start this agent: command, then resume and unsafe arguments."""
+        return [
+            *self.command,
+            *(self.resume_args if resume else ()),
+            *(self.unsafe_args if unsafe else ()),
+        ]
+
+    def launch_env(self, *, unsafe: bool = False) -> dict[str, str]:
+        """Extra environment for the agent: ``env``, plus ``unsafe_env`` when unattended."""
+        return {**self.env, **(self.unsafe_env if unsafe else {})}
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def _line_at(text: str, pos: int) -> str:
@@ -282,6 +508,11 @@ def _read_toml(path: pathlib.Path) -> dict[str, t.Any]:
         raise ProfileError(msg) from None
 
 
+# Tables a profile that ``extends`` another merges key by key; others replace wholesale
+# (``env = {}`` in a child clears its parent's environment).
+_MERGED_TABLES = ("detectors", "approval", "render")
+
+
 def _raw_profile(
     name: str, files: dict[str, pathlib.Path], seen: tuple[str, ...]
 ) -> dict[str, t.Any]:
@@ -302,8 +533,9 @@ def _raw_profile(
         raise ProfileError(msg)
     base = _raw_profile(parent, files, (*seen, name))
     merged = {**base, **data}
-    if "detectors" in base and "detectors" in data:
-        merged["detectors"] = {**base["detectors"], **data["detectors"]}
+    for table in _MERGED_TABLES:
+        if isinstance(base.get(table), dict) and isinstance(data.get(table), dict):
+            merged[table] = {**base[table], **data[table]}
     return merged
 
 

@@ -14,6 +14,8 @@ from politerm.errors import PolitermError
 # command name -> module under politerm.cli holding a click command called ``command``
 _COMMANDS: dict[str, str] = {
     "abort": "abort",
+    "agents": "agents",
+    "approve": "approve",
     "answer": "answer",
     "attach": "attach",
     "demo": "demo",
@@ -24,6 +26,19 @@ _COMMANDS: dict[str, str] = {
     "up": "up",
     "config": "config",
     "doctor": "doctor",
+    # pipelines
+    "gate": "gate",
+    "list": "list",
+    "pipeline": "pipeline",
+    "resume": "resume",
+    "run": "run",
+    # epic runs
+    "export": "export",
+    "go": "go",
+    "import": "import_",
+    "log": "log",
+    "summarize": "summarize",
+    "work": "work",
 }
 
 

@@ -1,4 +1,4 @@
-"""``poli abort``: stop a task and interrupt the agents working on it."""
+"""``poli abort``: stop a task and interrupt the agents working on it, or abort a pipeline run."""
 
 from __future__ import annotations
 
@@ -13,9 +13,27 @@ from politerm.engine.loop import abort
 
 @click.command("abort")
 @click.argument("task_id", required=False)
+@click.option("--run-id", help="Abort this pipeline run instead of a task.")
+@click.option("--project", type=click.Path(file_okay=False, path_type=pathlib.Path),
+              help="The project of the pipeline run (default: the current directory).")  # fmt: skip
 @config_option
-def command(task_id: str | None, config_path: pathlib.Path | None) -> None:
-    """Abort TASK_ID (default: the newest active task)."""
+def command(
+    task_id: str | None,
+    run_id: str | None,
+    project: pathlib.Path | None,
+    config_path: pathlib.Path | None,
+) -> None:
+    """Abort TASK_ID (default: the newest active task), or a pipeline run with --run-id.
+
+    A pipeline run's runner, session and every agent process tree are stopped, and its
+    ``.poli/steps/<run id>/`` and state file are removed.
+    """
+    if run_id is not None or (project is not None and task_id is None):
+        from politerm.pipeline.ops import abort_run, project_dir
+
+        state = asyncio.run(abort_run(project=project_dir(project), run_id=run_id))
+        click.echo(f"aborted run {state.run_id}")
+        return
     config = load(config_path)
     with open_store(config) as store:
         task = asyncio.run(abort(config, store, task_id))

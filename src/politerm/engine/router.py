@@ -20,7 +20,17 @@ import pathlib
 import time
 import typing as t
 
+from politerm.agents.approval import (
+    ApprovalPolicy,
+    Decision,
+    PendingApproval,
+    clear_pending,
+    describe,
+    get_pending,
+    set_pending,
+)
 from politerm.agents.state import AgentState
+from politerm.agents.tracker import StateTracker
 from politerm.engine.delivery import Outcome, deliver
 from politerm.engine.templates import Templates
 from politerm.engine.transcripts import locate_transcript
@@ -38,6 +48,7 @@ from politerm.store.models import MessageState, TaskState
 
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
+    from politerm.agents.state import StateReading
     from politerm.config import Config
     from politerm.protocol.block import Block
     from politerm.store import RunStore
@@ -55,8 +66,15 @@ ACTIVE = frozenset({TaskState.PENDING, TaskState.PLANNING, TaskState.EXECUTING})
 # An agent idle this long after a prompt, with no block, has answered without one.
 IDLE_GRACE = 1.5
 # Upper bound on how long an agent loop sleeps without any event.
-MAX_SLEEP = 0.5
+# Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
+IDLE_BACKSTOP = 10.0
+TURN_BACKSTOP = 2.0
+# Full store scan (new tasks, deadlines, expiry) at least this often, and on every change
+# another process commits.
+SCAN_EVERY = 1.0
 RESUME_META = "resume-state:"
+# After pressing an approval's keys, the question may stay on screen until the agent redraws.
+APPROVAL_HOLD = 5.0
 
 
 @dataclasses.dataclass
@@ -68,8 +86,6 @@ class AgentRuntime:
     pane: Pane
     parser: BlockParser
     state: AgentState = AgentState.STARTING
-    ready_since: float = 0.0
-    busy_seen: bool = False
     turn_nonce: str | None = None
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     dead: bool = False
@@ -88,6 +104,22 @@ class AgentRuntime:
         default_factory=dict
     )
     checked: set[tuple[str | None, str, str]] = dataclasses.field(default_factory=set)
+    # The state tracker (ready latch, STUCK); made from the profile when left out.
+    tracker: StateTracker | None = None
+    # The screen on which approval keys were last pressed, and when.
+    approval_screen: tuple[str, ...] | None = None
+    approval_at: float = 0.0
+    approval_asked: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tracker is None:
+            self.tracker = StateTracker(self.profile)
+
+    @property
+    def track(self) -> StateTracker:
+        """The tracker (always set after construction)."""
+        assert self.tracker is not None
+        return self.tracker
 
 
 class Router:
@@ -129,9 +161,11 @@ class Router:
         }
         for rt in self.agents.values():
             rt.tparser = BlockParser(detect_echo=False, message_dir=rt.cwd)
+        self.policy = ApprovalPolicy.of(config.routing.approval, config.routing.approval_patterns)
         self._stop = asyncio.Event()
         self._fatal: str | None = None
         self._data_version = -1
+        self._next_scan = 0.0
 
     def _cwd(self, name: str) -> pathlib.Path | None:
         # Long bodies come as files in the agent's working directory; nowhere else.
@@ -272,13 +306,16 @@ class Router:
             finally:
                 for w in waiters:
                     w.cancel()
-            # Let a burst of output finish before reading the screen again.
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0)  # let the other loops run between bursts
 
     def _sleep_for(self, rt: AgentRuntime) -> float:
-        if rt.state is AgentState.READY and rt.turn_nonce is not None:
-            return min(MAX_SLEEP, IDLE_GRACE / 3)
-        return MAX_SLEEP
+        # Output, a store change, tmux's pane-death notification or the router's own wake
+        # call end every sleep; the bound only covers what no event announces.
+        if rt.turn_nonce is None:
+            return IDLE_BACKSTOP
+        if rt.state is AgentState.READY:
+            return IDLE_GRACE / 3  # an answer without a block shows as silence
+        return TURN_BACKSTOP
 
     async def _server_alive(self, rt: AgentRuntime) -> bool:
         client = rt.pane.client
@@ -290,12 +327,17 @@ class Router:
     async def _step(self, rt: AgentRuntime) -> None:
         snap = await rt.pane.snapshot()
         rt.last_screen = snap.lines
-        reading = rt.profile.detect(snap)
         now = time.monotonic()
+        reading = rt.track.update(snap, now)
         if reading.state is AgentState.EXITED:
             self._agent_died(rt, reading.evidence)
             return
-        self._latch(rt, reading.state, now)
+        self._record_state(rt, reading)
+        if reading.state is AgentState.WAITING_APPROVAL:
+            await self._on_approval(rt, snap, now)
+        elif rt.approval_asked and reading.state is not AgentState.UNKNOWN:
+            # A redraw frame (UNKNOWN) is not an answer; a definite other state is.
+            self._approval_gone(rt)
         turn = self.store.current_turn(rt.name)
         rt.turn_nonce = turn.nonce if turn else None
         if turn is not None:
@@ -320,23 +362,104 @@ class Router:
             return  # one prompt at a time: wait for this turn's block
         await self._deliver(rt, msg, turn, snap)
 
-    def _latch(self, rt: AgentRuntime, state: AgentState, now: float) -> None:
-        # READY latches until we send input: a redraw that hides the input box for a frame
-        # must not flap the agent to UNKNOWN and back.
-        if state is AgentState.READY:
-            if rt.state is not AgentState.READY:
-                rt.ready_since = now
-            rt.state = state
-        elif state is AgentState.UNKNOWN and rt.state is AgentState.READY:
-            pass
-        else:
-            if state is AgentState.BUSY:
-                rt.busy_seen = True
-            rt.state = state
+    def _record_state(self, rt: AgentRuntime, reading: StateReading) -> None:
+        # The tracker latches READY until we send input, so redraws do not flap it.
+        previous, rt.state = rt.state, reading.state
+        if reading.state is AgentState.STUCK and previous is not AgentState.STUCK:
+            turn = self.store.current_turn(rt.name)
+            self.store.add_event(
+                "stuck",
+                task_id=turn.task_id if turn else None,
+                agent=rt.name,
+                detail=f"{rt.name} is stuck ({reading.rule}): " + " | ".join(reading.evidence),
+            )
         with contextlib.suppress(StoreError):
             agent = self.store.get_agent(rt.name)
             if agent is not None and agent.state != rt.state.value:
                 self.store.set_agent_state(rt.name, rt.state.value)
+
+    # --- approvals ------------------------------------------------------------------------
+
+    async def _on_approval(self, rt: AgentRuntime, snap: Snapshot, now: float) -> None:
+        """Answer a tool-permission question by the run's policy, or wait for the user."""
+        if rt.approval_screen is not None and (
+            now - rt.approval_at < 0.3
+            or (snap.lines == rt.approval_screen and now - rt.approval_at < APPROVAL_HOLD)
+        ):
+            return  # our keys were just pressed; the agent has not redrawn yet
+        request = rt.profile.approval_request(snap)
+        if request is None:
+            return
+        turn = self.store.current_turn(rt.name)
+        task_id = turn.task_id if turn else None
+        what = describe(request)
+        verdict = self.policy.decide(request)
+        decision, by, reason = verdict.decision, "policy", verdict.reason
+        if decision is None:
+            pending = get_pending(self.store, rt.name)
+            if pending is None or pending.command != request.command:
+                set_pending(
+                    self.store,
+                    PendingApproval(
+                        rt.name, request.tool, request.command, request.evidence, time.time()
+                    ),
+                )
+                rt.approval_asked = True
+                self.store.add_event(
+                    "approval-asked",
+                    task_id=task_id,
+                    agent=rt.name,
+                    detail=f"{rt.name} asks to run {what}: answer with "
+                    f"`poli approve {rt.name}` or `poli approve {rt.name} --deny`",
+                    data={
+                        "tool": request.tool,
+                        "command": request.command,
+                        "evidence": list(request.evidence),
+                    },
+                )
+                return
+            if pending.answer is None:
+                rt.approval_asked = True
+                return
+            decision, by, reason = pending.answer, "user", "answered with `poli approve`"
+        spec = rt.profile.approval
+        keys = spec.approve if decision is Decision.APPROVE else spec.deny
+        await rt.pane.send_keys(*keys)
+        rt.approval_screen, rt.approval_at = snap.lines, now
+        if rt.approval_asked or by == "user":
+            clear_pending(self.store, rt.name)
+            rt.approval_asked = False
+        done = "approved" if decision is Decision.APPROVE else "denied"
+        self.store.add_event(
+            "approval",
+            task_id=task_id,
+            agent=rt.name,
+            detail=f"{done} {what} for {rt.name} ({by}: {reason}; keys {'+'.join(keys)})",
+            data={
+                "decision": decision.value,
+                "by": by,
+                "reason": reason,
+                "tool": request.tool,
+                "command": request.command,
+                "keys": list(keys),
+                "evidence": list(request.evidence),
+            },
+        )
+
+    def _approval_gone(self, rt: AgentRuntime) -> None:
+        """The question we asked the user about left the screen without our keys."""
+        rt.approval_asked = False
+        pending = get_pending(self.store, rt.name)
+        if pending is None:
+            return
+        clear_pending(self.store, rt.name)
+        turn = self.store.current_turn(rt.name)
+        self.store.add_event(
+            "approval-gone",
+            task_id=turn.task_id if turn else None,
+            agent=rt.name,
+            detail=f"{rt.name}'s question about {pending.what} was answered in its pane",
+        )
 
     # --- reading blocks -------------------------------------------------------------------
 
@@ -417,7 +540,11 @@ class Router:
             )
 
     def _handle_block(self, rt: AgentRuntime, turn: Turn, block: Block) -> None:
-        """Apply a block's effects; every effect is idempotent on the block's key."""
+        """Apply a block's effects in one transaction; each is idempotent on the block's key."""
+        with self.store.batch():
+            self._apply_block(rt, turn, block)
+
+    def _apply_block(self, rt: AgentRuntime, turn: Turn, block: Block) -> None:
         key = block.dedupe_key
         task = self.store.get_task(block.id)
         if task is None or (turn.task_id is not None and block.id != turn.task_id):
@@ -523,8 +650,8 @@ class Router:
         msg = self.store.get_message(turn.message_id)
         if msg is None or msg.state is not MessageState.DELIVERED:
             return False
-        return now - rt.ready_since >= IDLE_GRACE and (
-            rt.busy_seen or time.time() - turn.started >= IDLE_GRACE * 2
+        return now - rt.track.ready_since >= IDLE_GRACE and (
+            rt.track.busy_seen or time.time() - turn.started >= IDLE_GRACE * 2
         )
 
     def _answered_without_block(self, rt: AgentRuntime, turn: Turn, snap: Snapshot) -> None:
@@ -558,21 +685,23 @@ class Router:
         follow_up = msg.type in ("nudge", "retry") and turn is not None
         nonce = turn.nonce if follow_up and turn is not None else new_nonce()
         text = msg.text if msg.text and msg.turn_nonce == nonce else self._render(msg, nonce)
-        msg = self.store.transition(
-            msg.id,
-            MessageState.DELIVERING,
-            expect={MessageState.QUEUED, MessageState.RETRIED},
-            turn_nonce=nonce,
-            text=text,
-        )
-        if not follow_up:
-            start = -1 if snap.alternate_screen else snap.history_size + snap.cursor_y
-            self.store.start_turn(
-                rt.name, nonce=nonce, task_id=msg.task_id, message_id=msg.id, start_line=start
+        with self.store.batch():
+            msg = self.store.transition(
+                msg.id,
+                MessageState.DELIVERING,
+                expect={MessageState.QUEUED, MessageState.RETRIED},
+                turn_nonce=nonce,
+                text=text,
             )
+            if not follow_up:
+                start = -1 if snap.alternate_screen else snap.history_size + snap.cursor_y
+                self.store.start_turn(
+                    rt.name, nonce=nonce, task_id=msg.task_id, message_id=msg.id, start_line=start
+                )
+        if not follow_up:
             rt.turn_nonce = nonce
-        rt.busy_seen = False
-        rt.state = AgentState.UNKNOWN  # the ready latch ends with our input
+        rt.track.input_sent()  # the ready latch ends with our input
+        rt.state = rt.track.state
         result = await deliver(rt.pane, text, rt.profile)
         evidence = " | ".join(result.evidence)
         if result.outcome is Outcome.DELIVERED or (
@@ -642,10 +771,14 @@ class Router:
 
     async def _tick(self) -> None:
         version = self.store.data_version()
+        now = time.monotonic()
         if version != self._data_version:
             self._data_version = version
             for rt in self.agents.values():
                 rt.wake.set()
+        elif now < self._next_scan:
+            return
+        self._next_scan = now + SCAN_EVERY
         for task in self.store.list_tasks(active_only=True):
             if task.state is TaskState.PENDING:
                 self._start_task(task)
@@ -654,6 +787,11 @@ class Router:
             self._event("dead-letter", msg, detail="ttl expired")
 
     def _start_task(self, task: Task) -> None:
+        with self.store.batch():
+            self._queue_task(task)
+        self.agents[PLANNER].wake.set()
+
+    def _queue_task(self, task: Task) -> None:
         self.store.add_message(
             task_id=task.id,
             sender="USER",
@@ -670,7 +808,6 @@ class Router:
         self.store.add_event(
             "queued", task_id=task.id, agent=PLANNER, detail="USER → PLANNER: task"
         )
-        self.agents[PLANNER].wake.set()
 
     def _expect(self, task_id: str, sender: str, typ: str) -> None:
         self.store.set_expectation(

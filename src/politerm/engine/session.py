@@ -106,7 +106,9 @@ class Session:
             )
             raise RoutingError(msg)
         if not exists:
-            await self.server.ensure_session(self.name, window_name="control", argv=_control_argv())
+            await self.server.ensure_session(
+                self.name, window_name="control", argv=_control_argv(self.store.path)
+            )
             say(f"session {self.name} created on socket {self.config.tmux.socket}")
         client = await self.server.connect(self.name)
         agents: Agents = {}
@@ -360,11 +362,11 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
         pass
 
 
-def _control_argv() -> list[str]:
-    # Window 0 shows the live status of the session to anyone who attaches.
+def _control_argv(store: pathlib.Path) -> list[str]:
+    # Window 0 shows the live status of this session's store to anyone who attaches.
     import sys
 
-    return [sys.executable, "-m", "politerm", "status", "--watch"]
+    return [sys.executable, "-m", "politerm", "status", "--watch", "--store", str(store)]
 
 
 class RouterLock:

@@ -161,7 +161,86 @@ _V2_EVENTS = Migration(
     ),
 )
 
-MIGRATIONS: t.Final[tuple[Migration, ...]] = (_V1_INITIAL, _V2_EVENTS)
+_V3_EPICS = Migration(
+    3,
+    "epic runs: built-in work queue, runs, session records and summaries",
+    (
+        """
+        CREATE TABLE epics (
+            name    TEXT PRIMARY KEY,
+            title   TEXT NOT NULL DEFAULT '',
+            prompt  TEXT NOT NULL DEFAULT '',
+            created REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE work_items (
+            id       TEXT PRIMARY KEY,
+            epic     TEXT NOT NULL REFERENCES epics(name),
+            title    TEXT NOT NULL,
+            body     TEXT NOT NULL DEFAULT '',
+            priority INTEGER NOT NULL DEFAULT 2,
+            state    TEXT NOT NULL,
+            note     TEXT,
+            created  REAL NOT NULL,
+            updated  REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX work_items_ready ON work_items(epic, state, priority, created)",
+        """
+        CREATE TABLE work_deps (
+            item_id    TEXT NOT NULL REFERENCES work_items(id) ON DELETE CASCADE,
+            depends_on TEXT NOT NULL REFERENCES work_items(id),
+            PRIMARY KEY (item_id, depends_on)
+        )
+        """,
+        """
+        CREATE TABLE epic_runs (
+            id          TEXT PRIMARY KEY,
+            epic        TEXT NOT NULL,
+            repo_root   TEXT NOT NULL,
+            source      TEXT NOT NULL,
+            agent       TEXT NOT NULL,
+            state       TEXT NOT NULL,
+            started     REAL NOT NULL,
+            finished    REAL,
+            config_hash TEXT NOT NULL DEFAULT ''
+        )
+        """,
+        # No foreign keys: imported records may name runs and items this store never saw.
+        """
+        CREATE TABLE session_records (
+            id              TEXT PRIMARY KEY,
+            record_schema   INTEGER NOT NULL,
+            kind            TEXT NOT NULL,
+            run_id          TEXT,
+            repo_root       TEXT NOT NULL DEFAULT '',
+            epic            TEXT NOT NULL,
+            item_id         TEXT,
+            agent_binary    TEXT NOT NULL DEFAULT '',
+            agent_version   TEXT,
+            model           TEXT,
+            flags           TEXT NOT NULL DEFAULT '[]',
+            status          TEXT NOT NULL,
+            commit_summary  TEXT,
+            commit_body     TEXT,
+            queued          REAL NOT NULL,
+            started         REAL,
+            finished        REAL,
+            transcript_path TEXT,
+            config_hash     TEXT NOT NULL DEFAULT '',
+            redaction       TEXT NOT NULL DEFAULT 'clean',
+            escalation      TEXT,
+            error           TEXT,
+            drift           TEXT NOT NULL DEFAULT '[]'
+        )
+        """,
+        "CREATE INDEX session_records_run ON session_records(run_id, queued)",
+        "CREATE INDEX session_records_epic ON session_records(epic, kind, finished)",
+    ),
+)
+
+MIGRATIONS: t.Final[tuple[Migration, ...]] = (_V1_INITIAL, _V2_EVENTS, _V3_EPICS)
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 
 SCHEMA_VERSION: t.Final = len(MIGRATIONS)

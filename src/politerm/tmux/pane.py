@@ -68,6 +68,8 @@ _INFO_FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better
         "#{session_name}",
         "#{window_id}",
         "#{@poli_agent}",
+        # Last: a title is free text and may itself hold a tab.
+        "#{pane_title}",
     ]
 )
 
@@ -128,6 +130,7 @@ class PaneInfo:
     session: str
     window_id: str
     agent: str
+    title: str = ""
 
     @property
     def cursor_line(self) -> int:
@@ -153,6 +156,7 @@ def _parse_info(line: str) -> PaneInfo:
         session=f[12],
         window_id=f[13],
         agent=f[14],
+        title="\t".join(f[15:]),
     )
 
 
@@ -279,6 +283,7 @@ class Pane:
             history_size=info.history_size,
             in_mode=info.in_mode,
             alternate_screen=info.alternate_on,
+            title=info.title,
         )
 
     async def prepare_input(self) -> None:

@@ -1,0 +1,198 @@
+"""Approval policy: who answers an agent's tool-permission question, and how.
+
+Per run, ``[routing] approval`` says what happens when an agent asks to run a tool:
+``"ask"`` (the question waits for ``poli approve AGENT [--deny]``), ``"approve"`` or
+``"deny"``. ``approval_patterns`` are regexes over the command the agent wants to run; a
+command matching one is approved whatever the mode, so ``approval = "deny"`` with
+patterns approves by pattern and denies the rest. Every decision is recorded as an event
+with the screen lines it was made on; nothing is answered silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+import typing as t
+
+from politerm.agents.profile import ApprovalRequest
+from politerm.errors import RoutingError
+
+if t.TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from politerm.store import RunStore
+
+
+class ApprovalMode(str, enum.Enum):
+    """What the policy does with a question no pattern approves."""
+
+    ASK = "ask"
+    APPROVE = "approve"
+    DENY = "deny"
+
+
+class Decision(str, enum.Enum):
+    """An answer to a tool-permission question."""
+
+    APPROVE = "approve"
+    DENY = "deny"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The policy's answer (None: ask the user) and why."""
+
+    decision: Decision | None
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ApprovalPolicy:
+    """Decides tool-permission questions for one run.
+
+    Examples
+    --------
+    >>> p = ApprovalPolicy.of("deny", [r"^echo "])
+    >>> p.decide(ApprovalRequest("Bash", "echo hi > out.txt", ())).decision
+    <Decision.APPROVE: 'approve'>
+    >>> p.decide(ApprovalRequest("Bash", "rm -rf /", ())).reason
+    "policy 'deny': no approval pattern matches 'rm -rf /'"
+    >>> ApprovalPolicy.of("ask").decide(ApprovalRequest("", "ls", ())).decision is None
+    True
+    """
+
+    mode: ApprovalMode = ApprovalMode.ASK
+    patterns: tuple[re.Pattern[str], ...] = ()
+
+    @classmethod
+    def of(cls, mode: str, patterns: Sequence[str] = ()) -> ApprovalPolicy:
+        """Build a policy from configuration values."""
+        return cls(ApprovalMode(mode), tuple(re.compile(p) for p in patterns))
+
+    def decide(self, request: ApprovalRequest) -> Verdict:
+        """The verdict on one question."""
+        for rx in self.patterns:
+            if request.command and rx.search(request.command):
+                return Verdict(Decision.APPROVE, f"pattern {rx.pattern!r} matches the command")
+        if self.mode is ApprovalMode.APPROVE:
+            return Verdict(Decision.APPROVE, "policy 'approve': approve all")
+        if self.mode is ApprovalMode.DENY:
+            why = (
+                f"no approval pattern matches {request.command!r}" if self.patterns else "deny all"
+            )
+            return Verdict(Decision.DENY, f"policy 'deny': {why}")
+        return Verdict(None, "policy 'ask': waiting for `poli approve`")
+
+
+def describe(request: ApprovalRequest) -> str:
+    """One line naming what the agent asks to run, e.g. ``Bash(echo hi)``.
+
+    Examples
+    --------
+    >>> describe(ApprovalRequest("Bash", "echo hi", ()))
+    'Bash(echo hi)'
+    >>> describe(ApprovalRequest("", "", ("Allow execution of [Shell]?",)))
+    'Allow execution of [Shell]?'
+    """
+    if request.command:
+        return f"{request.tool}({request.command})" if request.tool else request.command
+    return request.evidence[0] if request.evidence else "a tool"
+
+
+# --- questions waiting for the user (policy "ask") ----------------------------------------
+#
+# A pending question lives in the run store's meta table under ``approval:<AGENT>`` as JSON,
+# so ``poli status`` shows it and ``poli approve`` (another process) answers it; the router
+# sees the answer on its next store tick and presses the keys.
+
+_PENDING = "approval:"
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingApproval:
+    """A question an agent asked that waits for ``poli approve``."""
+
+    agent: str
+    tool: str
+    command: str
+    evidence: tuple[str, ...]
+    asked: float
+    answer: Decision | None = None
+
+    @property
+    def what(self) -> str:
+        """One line naming what the agent asks to run."""
+        return describe(ApprovalRequest(self.tool, self.command, self.evidence))
+
+
+def _key(agent: str) -> str:
+    return f"{_PENDING}{agent}"
+
+
+def get_pending(store: RunStore, agent: str) -> PendingApproval | None:
+    """The question ``agent`` waits on, if any."""
+    raw = store.get_meta(_key(agent))
+    if not raw:
+        return None
+    data = json.loads(raw)
+    answer = data.get("answer")
+    return PendingApproval(
+        agent=agent,
+        tool=data.get("tool", ""),
+        command=data.get("command", ""),
+        evidence=tuple(data.get("evidence", ())),
+        asked=float(data.get("asked", 0.0)),
+        answer=Decision(answer) if answer else None,
+    )
+
+
+def set_pending(store: RunStore, pending: PendingApproval) -> None:
+    """Record (or update) the question ``pending.agent`` waits on."""
+    data = {
+        "tool": pending.tool,
+        "command": pending.command,
+        "evidence": list(pending.evidence),
+        "asked": pending.asked,
+        "answer": pending.answer.value if pending.answer else None,
+    }
+    store.set_meta(_key(pending.agent), json.dumps(data))
+
+
+def clear_pending(store: RunStore, agent: str) -> None:
+    """Forget ``agent``'s question (answered, or gone from its screen)."""
+    store.set_meta(_key(agent), "")
+
+
+def answer_pending(store: RunStore, agent: str, decision: Decision) -> PendingApproval:
+    """Answer ``agent``'s pending question; the router presses the keys.
+
+    Raises
+    ------
+    RoutingError
+        ``agent`` has no question waiting.
+    """
+    pending = get_pending(store, agent)
+    if pending is None:
+        msg = f"agent {agent} has no approval question waiting (see `poli status`)"
+        raise RoutingError(msg)
+    answered = dataclasses.replace(pending, answer=decision)
+    set_pending(store, answered)
+    store.add_event(
+        "approval-answer",
+        agent=agent,
+        detail=f"user: {decision.value} {pending.what}",
+        data={"decision": decision.value, "command": pending.command, "by": "user"},
+    )
+    return answered
+
+
+def list_pending(store: RunStore, agents: Sequence[str]) -> list[PendingApproval]:
+    """The pending questions of ``agents``."""
+    out = []
+    for name in agents:
+        pending = get_pending(store, name)
+        if pending is not None:
+            out.append(pending)
+    return out

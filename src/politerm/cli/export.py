@@ -1,0 +1,44 @@
+"""``poli export --jsonl``: session records as JSON lines (importable with ``poli import``)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import click
+
+from politerm.cli._common import config_option, load
+from politerm.cli._epic import epic_store
+from politerm.epic.records import export_lines
+from politerm.store.db import FILE_MODE
+
+
+@click.command("export")
+@click.option("--jsonl", "jsonl", is_flag=True, required=True, help="JSON lines (the format).")
+@click.option("--run", "run_id", metavar="ID", help="Only this run's records.")
+@click.option("--epic", help="Only this epic's records.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=pathlib.Path),
+    help="Write to this file (mode 0600) instead of stdout.",
+)
+@config_option
+def command(
+    jsonl: bool,
+    run_id: str | None,
+    epic: str | None,
+    output: pathlib.Path | None,
+    config_path: pathlib.Path | None,
+) -> None:
+    """Export session records, redacted, one JSON object per line."""
+    del jsonl
+    with epic_store(load(config_path)) as es:
+        lines = list(export_lines(es, run_id=run_id, epic=epic))
+    text = "".join(line + "\n" for line in lines)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.touch(mode=FILE_MODE)
+    output.chmod(FILE_MODE)
+    output.write_text(text, encoding="utf-8")
+    click.echo(f"{len(lines)} record(s) written to {output}", err=True)

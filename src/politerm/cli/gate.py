@@ -1,0 +1,17 @@
+"""``poli gate``: answer the question a pipeline run is waiting on."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("gate")
+@click.argument("answer", type=click.Choice(["y", "n", "r", "s"], case_sensitive=False))
+@click.option("--project", type=click.Path(file_okay=False), default=".", show_default=True)
+@click.option("--run-id", help="The run (default: the latest one waiting for an answer).")
+def command(answer: str, project: str, run_id: str | None) -> None:
+    """Answer a gate or a failed step: y continue, n abort, r re-run, s skip."""
+    from politerm.pipeline import ops
+
+    question = ops.answer(ops.project_dir(project), run_id, answer, by="poli gate")
+    click.echo(f"step {question['step']}: answered {answer.lower()}")

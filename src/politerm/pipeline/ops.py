@@ -1,0 +1,312 @@
+"""What the pipeline commands do: start, resume, abort, answer and show runs.
+
+Each function takes the project directory, loads its configuration (``poli.toml``: socket,
+store) and works on the run store; the CLI modules only parse arguments and print.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import os
+import pathlib
+import shutil
+import time
+import typing as t
+
+import psutil
+
+from politerm._internal.proctree import process_tree
+from politerm.config import load_config
+from politerm.engine.session import make_server
+from politerm.errors import PipelineError, TmuxError
+from politerm.pipeline import worktrees
+from politerm.pipeline.agents import find_pipeline
+from politerm.pipeline.model import FINISHED_RUN, RunStatus
+from politerm.pipeline.parser import load_pipeline
+from politerm.pipeline.runner import PipelineRunner, new_record, start_run, terminate
+from politerm.pipeline.state import (
+    RunState,
+    answer_question,
+    latest_run_id,
+    project_runs,
+    read_question,
+    state_path,
+    steps_dir,
+)
+from politerm.store import RunStore
+
+if t.TYPE_CHECKING:
+    from politerm.config import Config
+
+Say = t.Callable[[str], None]
+
+
+def project_dir(project: pathlib.Path | str | None) -> pathlib.Path:
+    """The project directory, absolute (default: the current directory)."""
+    return pathlib.Path(project or ".").expanduser().resolve()
+
+
+def open_project(project: pathlib.Path) -> tuple[Config, RunStore]:
+    """The project's configuration and run store."""
+    config = load_config(project)
+    return config, RunStore.open(config.store.resolved_path())
+
+
+async def run_new(
+    pipeline_ref: str,
+    *,
+    project: pathlib.Path,
+    task: str,
+    cli: str,
+    run_id: str | None = None,
+    headless: bool = False,
+    unsafe: bool = False,
+    use_worktrees: bool = False,
+    on_fail: str = "ask",
+    say: Say | None = None,
+) -> RunState:
+    """Start a new run and drive it to its end (or an interruption)."""
+    from politerm.pipeline.runner import FailurePolicy
+
+    FailurePolicy.parse(on_fail)
+    pipeline = load_pipeline(find_pipeline(pipeline_ref, project), project)
+    config, store = open_project(project)
+    try:
+        record = new_record(
+            pipeline,
+            project=project,
+            task=task,
+            cli=cli,
+            socket=config.tmux.socket,
+            run_id=run_id,
+            headless=headless,
+            unsafe=unsafe,
+            use_worktrees=use_worktrees,
+            on_fail=on_fail,
+        )
+        state = start_run(pipeline, record, store)
+        await PipelineRunner(pipeline, state, config, say=say).run()
+        return state
+    finally:
+        store.close()
+
+
+async def resume_run(
+    *, project: pathlib.Path, run_id: str | None = None, say: Say | None = None
+) -> RunState:
+    """Continue a run from its last completed step (latest run by default).
+
+    Raises
+    ------
+    PipelineError
+        No such run, it has finished, or its runner is still alive.
+    """
+    rid = run_id or latest_run_id(project)
+    config, store = open_project(project)
+    try:
+        state = RunState.load(store, rid)
+        rec = state.record
+        if rec.status in FINISHED_RUN:
+            msg = f"run {rid} has already ended ({rec.status.value})"
+            raise PipelineError(msg)
+        if rec.pid is not None and _is_runner(rec.pid):
+            msg = f"run {rid} is still being run by process {rec.pid}"
+            raise PipelineError(msg)
+        pipeline = load_pipeline(rec.pipeline, project)
+        state.event("pipeline.resumed", f"resumed by process {os.getpid()}")
+        await PipelineRunner(pipeline, state, config, say=say).run()
+        return state
+    finally:
+        store.close()
+
+
+def _is_runner(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and "politerm" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+
+
+async def abort_run(*, project: pathlib.Path, run_id: str | None = None) -> RunState:
+    """Stop a run: its runner, every agent's process tree and the session; remove its files.
+
+    ``.poli/steps/<run id>/`` and ``.poli/state.<run id>`` are removed; the run store keeps
+    the record (status ``aborted``).
+    """
+    rid = run_id or latest_run_id(project)
+    config, store = open_project(project)
+    try:
+        state = RunState.load(store, rid)
+        rec = state.record
+        if rec.pid is not None and _is_runner(rec.pid):
+            await asyncio.to_thread(_stop_runner, rec.pid)
+        state = RunState.load(store, rid)  # the runner saved its last state on the way out
+        rec = state.record
+        server = make_server(config)
+        server.socket_name = rec.socket
+        try:
+            if await server.has_session(rec.session):
+                client = await server.connect(rec.session)
+                lines = await client.cmd(
+                    "list-panes", "-s", "-t", f"={rec.session}", "-F", "#{pane_pid}"
+                )
+                procs = [p for pid in lines if pid.isdigit() for p in process_tree(int(pid))]
+                await server.kill_session(rec.session)
+                await asyncio.to_thread(terminate, procs)
+        except TmuxError:
+            pass  # the server is gone: nothing of the run is left running in it
+        finally:
+            await server.close()
+        if rec.worktrees:
+            with contextlib.suppress(PipelineError):
+                await asyncio.to_thread(worktrees.abort_merge, project)
+            await asyncio.to_thread(worktrees.remove_all, project, rid)
+        state.clear_question()
+        rec.status = RunStatus.ABORTED
+        rec.pid = None
+        rec.error = "aborted by the user"
+        state.save(file=False)
+        state.event("pipeline.aborted", "aborted by the user")
+        shutil.rmtree(steps_dir(project, rid), ignore_errors=True)
+        state_path(project, rid).unlink(missing_ok=True)
+        return state
+    finally:
+        store.close()
+
+
+def _stop_runner(pid: int, grace: float = 10.0) -> None:
+    proc = psutil.Process(pid)
+    with contextlib.suppress(psutil.Error):
+        proc.terminate()  # SIGTERM: the runner saves its state and exits
+        proc.wait(grace)
+    with contextlib.suppress(psutil.Error):
+        if proc.is_running():
+            proc.kill()
+            proc.wait(grace)
+
+
+def answer(project: pathlib.Path, run_id: str | None, reply: str, *, by: str) -> dict[str, t.Any]:
+    """Answer the open question of a run (latest run waiting for one by default)."""
+    _, store = open_project(project)
+    try:
+        rid = run_id or _waiting_run(store, project)
+        return answer_question(store, rid, reply, by=by)
+    finally:
+        store.close()
+
+
+def _waiting_run(store: RunStore, project: pathlib.Path) -> str:
+    for run in reversed(project_runs(project)):
+        rid = run.get("run_id", "")
+        q = read_question(store, rid) if rid else None
+        if q is not None and q.get("answer") is None:
+            return rid
+    msg = f"no pipeline run in {project} is waiting for an answer"
+    raise PipelineError(msg)
+
+
+def run_status(
+    store: RunStore, project: pathlib.Path, run_id: str | None = None
+) -> dict[str, t.Any]:
+    """A run's progress as plain data: steps, the open question, recent events."""
+    rid = run_id or latest_run_id(project)
+    state = RunState.load(store, rid)
+    rec = state.record
+    pipeline = None
+    with contextlib.suppress(PipelineError):
+        pipeline = load_pipeline(rec.pipeline, project)
+    steps = []
+    for num, srec in sorted(rec.steps.items()):
+        step = pipeline.step(num) if pipeline is not None else None
+        took = (srec.finished or time.time()) - srec.started if srec.started else None
+        steps.append(
+            {
+                "num": num,
+                "agent": step.agent if step else "?",
+                "gate": step.gate.value if step else "?",
+                "group": step.group if step else None,
+                "status": srec.status.value,
+                "attempt": srec.attempt,
+                "seconds": round(took, 1) if took is not None else None,
+                "error": srec.error,
+                "approved": srec.approved,
+            }
+        )
+    question = read_question(store, rid)
+    events = [
+        {"ts": e.ts, "kind": e.kind, "step": e.agent, "detail": e.detail}
+        for e in store.list_events(limit=400)
+        if e.data.get("run") == rid
+    ][-12:]
+    return {
+        "run_id": rid,
+        "pipeline": rec.pipeline_name,
+        "status": rec.status.value,
+        "session": rec.session,
+        "socket": rec.socket,
+        "task": rec.task,
+        "current_step": rec.current_step,
+        "error": rec.error,
+        "steps": steps,
+        "question": question if question and question.get("answer") is None else None,
+        "events": events,
+    }
+
+
+def project_status(project: pathlib.Path, run_id: str | None = None) -> list[dict[str, t.Any]]:
+    """Progress of one run, or of every run of the project whose state file exists."""
+    _, store = open_project(project)
+    try:
+        if run_id is not None:
+            return [run_status(store, project, run_id)]
+        out = []
+        for run in project_runs(project):
+            with contextlib.suppress(PipelineError):
+                out.append(run_status(store, project, run.get("run_id", "")))
+        return out
+    finally:
+        store.close()
+
+
+_MARK = {
+    "done": "✔",
+    "running": "▶",
+    "failed": "✘",
+    "skipped": "↷",
+    "pending": "·",
+}
+
+
+def format_status(data: dict[str, t.Any]) -> str:
+    """A run's progress as text (``poli status``, the control window)."""
+    lines = [
+        f"run {data['run_id']}  pipeline {data['pipeline']}  [{data['status']}]",
+        f"session {data['session']} (tmux -L {data['socket']})",
+        f"task: {data['task']}",
+        "",
+    ]
+    for s in data["steps"]:
+        took = f"{s['seconds']:.0f}s" if s["seconds"] is not None else ""
+        group = f" [{s['group']}]" if s["group"] else ""
+        gate = " gate" + (" ✔" if s["approved"] else "") if s["gate"] == "gate" else ""
+        attempt = f" attempt {s['attempt']}" if s["attempt"] > 1 else ""
+        lines.append(
+            f" {_MARK.get(s['status'], '?')} {s['num']:>2} {s['agent']:<16} "
+            f"{s['status']:<8}{group}{gate}{attempt} {took}".rstrip()
+        )
+        if s["error"] and s["status"] in ("failed", "running", "skipped"):
+            lines.append(f"      {s['error'][:150]}")
+    if data.get("error"):
+        lines += ["", f"error: {data['error']}"]
+    if data.get("question"):
+        q = data["question"]
+        lines += ["", f"? step {q['step']}: {q['question']}"]
+    if data["events"]:
+        lines += ["", "recent:"]
+        for e in data["events"][-8:]:
+            when = datetime.datetime.fromtimestamp(e["ts"]).strftime("%H:%M:%S")
+            lines.append(f"  {when} {' '.join(e['detail'].split())[:150]}")
+    return "\n".join(lines)

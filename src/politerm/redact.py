@@ -1,0 +1,208 @@
+"""Secret redaction applied before anything reaches a transcript, a record, a log or an export.
+
+Built-in patterns cover the common provider keys and tokens (OpenAI, Anthropic, Google,
+GitHub, AWS, Slack), JWTs, PEM private key blocks and ``password=``-style pairs; config adds
+its own (``[redact] patterns``). Every match becomes ``[REDACTED:<kind>]``.
+
+:class:`Redactor` works on whole texts; :class:`LineRedactor` on a stream of lines (a
+transcript being written), holding back a private key block until it is complete so that no
+line of it reaches the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import typing as t
+
+if t.TYPE_CHECKING:
+    from collections.abc import Iterable
+
+#: Built-in patterns, most specific first (an Anthropic key also looks like an OpenAI one).
+BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
+    (
+        "private-key",
+        (
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
+            r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        ),
+    ),
+    ("anthropic-key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
+    ("openai-key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+    ("google-key", r"\bAIza[0-9A-Za-z_-]{35}"),
+    ("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
+    ("aws-access-key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    (
+        "aws-secret-key",
+        (
+            r"(?i)(?<![A-Za-z0-9])(?:aws_?secret_?access_?key|aws_?secret)\b[\"']?\s*[:=]\s*[\"']?"
+            r"[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])"
+        ),
+    ),
+    ("slack-token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    (
+        "password",
+        (
+            r"(?i)\b(?:password|passwd|pwd|secret|api_?key|access_?token|auth_?token|token)"
+            r"\b[\"']?\s*[:=]\s*(?:\"[^\"\n]+\"|'[^'\n]+'|[^\s\"',;]+)"
+        ),
+    ),
+)
+
+_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+#: A private key block longer than this many lines is cut off and redacted as it is.
+MAX_PEM_LINES = 200
+
+
+def _marker(kind: str) -> str:
+    return f"[REDACTED:{kind}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class RedactResult:
+    """A redacted text and how many secrets were replaced."""
+
+    text: str
+    count: int
+
+
+class Redactor:
+    """Replaces secrets in text.
+
+    Parameters
+    ----------
+    extra
+        Additional regular expressions (from config); matches become ``[REDACTED:custom]``.
+
+    Examples
+    --------
+    >>> r = Redactor()
+    >>> r.redact("key=sk-proj-" + "a" * 30 + " ok")
+    'key=[REDACTED:openai-key] ok'
+    >>> r.redact("login with password=hunter2 now")
+    'login with [REDACTED:password] now'
+    >>> r.redact("nothing to see")
+    'nothing to see'
+    """
+
+    def __init__(self, extra: Iterable[str] = ()) -> None:
+        pats: list[tuple[str, re.Pattern[str]]] = [
+            (kind, re.compile(p, re.DOTALL)) for kind, p in BUILTIN_PATTERNS
+        ]
+        for p in extra:
+            try:
+                pats.append(("custom", re.compile(p)))
+            except re.error as exc:
+                msg = f"redact pattern {p!r} is not a valid regular expression: {exc}"
+                raise ValueError(msg) from None
+        self.patterns = tuple(pats)
+
+    def scan(self, text: str) -> RedactResult:
+        """Redact ``text`` and count the replacements."""
+        count = 0
+        for kind, rx in self.patterns:
+            text, n = rx.subn(_marker(kind), text)
+            count += n
+        return RedactResult(text, count)
+
+    def redact(self, text: str) -> str:
+        """Redact ``text``."""
+        return self.scan(text).text
+
+    def redact_opt(self, text: str | None) -> str | None:
+        """Redact ``text`` unless it is None."""
+        return None if text is None else self.redact(text)
+
+    def redact_json(self, value: t.Any) -> t.Any:
+        """Redact every string inside a JSON-like value (dicts, lists, strings)."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {k: self.redact_json(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.redact_json(v) for v in value]
+        return value
+
+
+class LineRedactor:
+    """Redacts a stream of complete lines, holding private key blocks until they end.
+
+    Examples
+    --------
+    >>> lr = LineRedactor(Redactor())
+    >>> lr.push("-----BEGIN PRIVATE KEY-----"), lr.push("MIIabc")
+    ([], [])
+    >>> lr.push("-----END PRIVATE KEY-----")
+    ['[REDACTED:private-key]']
+    >>> lr.push("plain")
+    ['plain']
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        self._held: list[str] = []
+        self.count = 0
+
+    def push(self, line: str) -> list[str]:
+        """Take one line; return the lines that may be written now."""
+        if self._held:
+            self._held.append(line)
+            if _PEM_END.search(line) or len(self._held) > MAX_PEM_LINES:
+                return self._release()
+            return []
+        if _PEM_BEGIN.search(line) and not _PEM_END.search(line):
+            self._held.append(line)
+            return []
+        res = self.redactor.scan(line)
+        self.count += res.count
+        return [res.text]
+
+    def _release(self) -> list[str]:
+        held, self._held = self._held, []
+        text = "\n".join(held)
+        if not _PEM_END.search(text):
+            # Cut off (too long or the stream ended): never write any of it.
+            self.count += 1
+            return [_marker("private-key")]
+        res = self.redactor.scan(text)
+        self.count += res.count
+        return res.text.split("\n")
+
+    def flush(self) -> list[str]:
+        """The stream ended: release whatever is held (redacted)."""
+        return self._release() if self._held else []
+
+
+class _RedactingFactory:
+    """A log record factory that redacts the formatted message of every record."""
+
+    def __init__(self, redactor: Redactor, previous: t.Callable[..., logging.LogRecord]) -> None:
+        self.redactor = redactor
+        self.previous = previous
+
+    def __call__(self, *args: t.Any, **kwargs: t.Any) -> logging.LogRecord:
+        record = self.previous(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            return record
+        record.msg = self.redactor.redact(message)
+        record.args = None
+        return record
+
+
+def install_log_redaction(redactor: Redactor) -> t.Callable[[], None]:
+    """Redact every log record's message from now on (all loggers, all handlers).
+
+    Returns a function that restores the previous record factory.
+    """
+    previous = logging.getLogRecordFactory()
+    logging.setLogRecordFactory(_RedactingFactory(redactor, previous))
+
+    def restore() -> None:
+        logging.setLogRecordFactory(previous)
+
+    return restore

@@ -1,0 +1,514 @@
+"""Epic runs in the run store: the built-in work queue, runs, session records and summaries.
+
+Tables come from schema version 3 (see :mod:`politerm.store.db`). Every text that an agent or
+a person wrote passes through a :class:`~politerm.redact.Redactor` before it is written to
+SQLite or to the audit log, so no secret reaches the disk by this path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+import typing as t
+
+from politerm.errors import StoreError, WorkItemError
+from politerm.redact import Redactor
+
+if t.TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from politerm.store.runstore import RunStore
+
+RECORD_SCHEMA: t.Final = 1
+"""Version of the session record shape (``record_schema`` column, and ``poli export``)."""
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
+
+
+class WorkState(str, enum.Enum):
+    """Where a work item of the built-in queue stands."""
+
+    OPEN = "open"
+    IN_PROGRESS = "in_progress"
+    DONE = "done"
+    NEEDS_HELP = "needs_help"
+
+
+class SessionStatus(str, enum.Enum):
+    """How a session (or summary) stands or ended."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    NEEDS_HELP = "needs_help"
+    ERROR = "error"
+    ABORTED = "aborted"
+
+    @property
+    def finished(self) -> bool:
+        """The item got an answer (``--resume`` skips it): success or needs_help."""
+        return self in (SessionStatus.SUCCESS, SessionStatus.NEEDS_HELP)
+
+
+class RecordKind(str, enum.Enum):
+    """What a record is about."""
+
+    SESSION = "session"
+    SUMMARY = "summary"
+
+
+@dataclasses.dataclass(frozen=True)
+class Epic:
+    """An epic of the built-in queue."""
+
+    name: str
+    title: str
+    prompt: str
+    created: float
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkItem:
+    """One unit of work: from the built-in queue or from ``bd``."""
+
+    id: str
+    epic: str
+    title: str
+    body: str = ""
+    priority: int = 2
+    state: str = WorkState.OPEN.value
+    depends_on: tuple[str, ...] = ()
+    note: str | None = None
+    created: float = 0.0
+    updated: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EpicRun:
+    """One ``poli go`` run over an epic."""
+
+    id: str
+    epic: str
+    repo_root: str
+    source: str
+    agent: str
+    state: str
+    started: float
+    finished: float | None
+    config_hash: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionRecord:
+    """One session (or summary) as recorded; what ``poli log`` and ``poli export`` show."""
+
+    id: str
+    kind: str
+    epic: str
+    status: str
+    queued: float
+    run_id: str | None = None
+    repo_root: str = ""
+    item_id: str | None = None
+    agent_binary: str = ""
+    agent_version: str | None = None
+    model: str | None = None
+    flags: tuple[str, ...] = ()
+    commit_summary: str | None = None
+    commit_body: str | None = None
+    started: float | None = None
+    finished: float | None = None
+    transcript_path: str | None = None
+    config_hash: str = ""
+    redaction: str = "clean"
+    escalation: str | None = None
+    error: str | None = None
+    drift: tuple[str, ...] = ()
+    record_schema: int = RECORD_SCHEMA
+
+    def to_json(self) -> dict[str, t.Any]:
+        """A JSON-ready dict (lists for tuples)."""
+        out = dataclasses.asdict(self)
+        out["flags"] = list(self.flags)
+        out["drift"] = list(self.drift)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, t.Any]) -> SessionRecord:
+        """Build a record from :meth:`to_json` output (``poli import``).
+
+        Raises
+        ------
+        StoreError
+            Missing or unknown keys, or a record schema newer than ours.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            msg = f"unknown record keys: {', '.join(sorted(unknown))}"
+            raise StoreError(msg)
+        schema = int(data.get("record_schema", RECORD_SCHEMA))
+        if schema > RECORD_SCHEMA:
+            msg = f"record schema {schema} is newer than this politerm's {RECORD_SCHEMA}"
+            raise StoreError(msg)
+        try:
+            values = dict(data)
+            values["flags"] = tuple(str(x) for x in values.get("flags") or ())
+            values["drift"] = tuple(str(x) for x in values.get("drift") or ())
+            values["record_schema"] = schema
+            return cls(**values)
+        except TypeError as exc:
+            msg = f"bad record: {exc}"
+            raise StoreError(msg) from None
+
+
+_RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SessionRecord))
+
+
+def _record(row: sqlite3.Row) -> SessionRecord:
+    values = {name: row[name] for name in _RECORD_COLUMNS}
+    values["flags"] = tuple(json.loads(row["flags"]))
+    values["drift"] = tuple(json.loads(row["drift"]))
+    return SessionRecord(**values)
+
+
+def _run(row: sqlite3.Row) -> EpicRun:
+    return EpicRun(**{f.name: row[f.name] for f in dataclasses.fields(EpicRun)})
+
+
+def check_id(value: str, what: str) -> str:
+    """Return ``value`` if it is a usable id (letters, digits, ``._:-``), else raise.
+
+    Examples
+    --------
+    >>> check_id("auth-1", "item id")
+    'auth-1'
+    >>> check_id("a b", "item id")
+    Traceback (most recent call last):
+    ...
+    politerm.errors.WorkItemError: item id 'a b': use letters, digits, '.', '_', ':' or '-'
+    """
+    if not _ID_RE.match(value):
+        msg = f"{what} {value!r}: use letters, digits, '.', '_', ':' or '-'"
+        raise WorkItemError(msg)
+    return value
+
+
+class EpicStore:
+    """Epic tables of a :class:`~politerm.store.RunStore` (same connection, lock and audit log).
+
+    Parameters
+    ----------
+    store
+        An open run store at schema version 3 or later.
+    redactor
+        Applied to every text before it is written.
+    """
+
+    def __init__(self, store: RunStore, redactor: Redactor | None = None) -> None:
+        self.store = store
+        self.redactor = redactor or Redactor()
+
+    def _audit(self, kind: str, **fields: t.Any) -> None:
+        self.store._audit.append(kind, **self.redactor.redact_json(fields))
+
+    def _now(self) -> float:
+        return self.store._clock()
+
+    # --- epics and work items -------------------------------------------------------------
+
+    def ensure_epic(self, name: str, *, title: str = "", prompt: str = "") -> Epic:
+        """Create the epic unless it exists (then only non-empty title/prompt update it)."""
+        check_id(name, "epic")
+        title, prompt = self.redactor.redact(title), self.redactor.redact(prompt)
+        now = self._now()
+        with self.store._writing() as c:
+            c.execute(
+                "INSERT INTO epics (name, title, prompt, created) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(name) DO UPDATE SET"
+                " title = CASE WHEN excluded.title != '' THEN excluded.title ELSE title END,"
+                " prompt = CASE WHEN excluded.prompt != '' THEN excluded.prompt ELSE prompt END",
+                (name, title, prompt, now),
+            )
+            row = c.execute("SELECT * FROM epics WHERE name = ?", (name,)).fetchone()
+        self._audit("epic.ensure", epic=name, title=title)
+        return Epic(row["name"], row["title"], row["prompt"], row["created"])
+
+    def get_epic(self, name: str) -> Epic | None:
+        """The epic called ``name``, if it exists."""
+        with self.store._reading() as c:
+            row = c.execute("SELECT * FROM epics WHERE name = ?", (name,)).fetchone()
+        return Epic(row["name"], row["title"], row["prompt"], row["created"]) if row else None
+
+    def add_item(
+        self,
+        epic: str,
+        title: str,
+        *,
+        body: str = "",
+        priority: int = 2,
+        depends_on: Sequence[str] = (),
+        item_id: str | None = None,
+    ) -> WorkItem:
+        """Add a work item to ``epic`` (created if needed).
+
+        Raises
+        ------
+        WorkItemError
+            Empty title, bad priority, a duplicate id, or a dependency that does not exist.
+        """
+        if not title.strip():
+            msg = "a work item needs a title"
+            raise WorkItemError(msg)
+        if not 0 <= priority <= 4:
+            msg = f"priority must be 0 (highest) to 4, got {priority}"
+            raise WorkItemError(msg)
+        self.ensure_epic(epic)
+        title, body = self.redactor.redact(title), self.redactor.redact(body)
+        now = self._now()
+        with self.store._writing() as c:
+            if item_id is None:
+                n = c.execute("SELECT COUNT(*) FROM work_items WHERE epic = ?", (epic,)).fetchone()
+                item_id = f"{epic}-{int(n[0]) + 1}"
+                while c.execute("SELECT 1 FROM work_items WHERE id = ?", (item_id,)).fetchone():
+                    item_id += "x"
+            check_id(item_id, "item id")
+            if c.execute("SELECT 1 FROM work_items WHERE id = ?", (item_id,)).fetchone():
+                msg = f"work item {item_id!r} already exists"
+                raise WorkItemError(msg)
+            for dep in depends_on:
+                if not c.execute("SELECT 1 FROM work_items WHERE id = ?", (dep,)).fetchone():
+                    msg = f"work item {item_id!r} depends on {dep!r}, which does not exist"
+                    raise WorkItemError(msg)
+            c.execute(
+                "INSERT INTO work_items (id, epic, title, body, priority, state, created, updated)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (item_id, epic, title, body, priority, WorkState.OPEN.value, now, now),
+            )
+            c.executemany(
+                "INSERT OR IGNORE INTO work_deps (item_id, depends_on) VALUES (?, ?)",
+                [(item_id, dep) for dep in depends_on],
+            )
+        self._audit("work.add", item=item_id, epic=epic, title=title, depends_on=list(depends_on))
+        item = self.get_item(item_id)
+        assert item is not None
+        return item
+
+    def _item(self, c: sqlite3.Connection, row: sqlite3.Row) -> WorkItem:
+        deps = c.execute(
+            "SELECT depends_on FROM work_deps WHERE item_id = ? ORDER BY depends_on", (row["id"],)
+        ).fetchall()
+        return WorkItem(
+            id=row["id"],
+            epic=row["epic"],
+            title=row["title"],
+            body=row["body"],
+            priority=row["priority"],
+            state=row["state"],
+            depends_on=tuple(d[0] for d in deps),
+            note=row["note"],
+            created=row["created"],
+            updated=row["updated"],
+        )
+
+    def get_item(self, item_id: str) -> WorkItem | None:
+        """The work item ``item_id``, if it exists."""
+        with self.store._reading() as c:
+            row = c.execute("SELECT * FROM work_items WHERE id = ?", (item_id,)).fetchone()
+            return self._item(c, row) if row else None
+
+    def list_items(self, epic: str | None = None) -> list[WorkItem]:
+        """Work items (of one epic), by priority then age."""
+        sql = "SELECT * FROM work_items"
+        args: tuple[str, ...] = ()
+        if epic is not None:
+            sql += " WHERE epic = ?"
+            args = (epic,)
+        with self.store._reading() as c:
+            rows = c.execute(sql + " ORDER BY priority, created, id", args).fetchall()
+            return [self._item(c, r) for r in rows]
+
+    def ready_items(self, epic: str) -> list[WorkItem]:
+        """Open items of ``epic`` whose every dependency is done, by priority then age."""
+        with self.store._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM work_items w WHERE w.epic = ? AND w.state = ? AND NOT EXISTS ("
+                " SELECT 1 FROM work_deps d JOIN work_items o ON o.id = d.depends_on"
+                " WHERE d.item_id = w.id AND o.state != ?)"
+                " ORDER BY w.priority, w.created, w.id",
+                (epic, WorkState.OPEN.value, WorkState.DONE.value),
+            ).fetchall()
+            return [self._item(c, r) for r in rows]
+
+    def set_item_state(
+        self, item_id: str, state: WorkState, *, note: str | None = None
+    ) -> WorkItem:
+        """Move a work item to ``state`` (with an optional note, e.g. the escalation).
+
+        Raises
+        ------
+        WorkItemError
+            No such item.
+        """
+        note = self.redactor.redact_opt(note)
+        with self.store._writing() as c:
+            cur = c.execute(
+                "UPDATE work_items SET state = ?, note = COALESCE(?, note), updated = ?"
+                " WHERE id = ?",
+                (state.value, note, self._now(), item_id),
+            )
+            if cur.rowcount == 0:
+                msg = f"no work item {item_id!r}"
+                raise WorkItemError(msg)
+        self._audit("work.state", item=item_id, state=state.value, note=note)
+        item = self.get_item(item_id)
+        assert item is not None
+        return item
+
+    # --- runs -----------------------------------------------------------------------------
+
+    def create_run(
+        self, run_id: str, *, epic: str, repo_root: str, source: str, agent: str, config_hash: str
+    ) -> EpicRun:
+        """Record the start of a ``poli go`` run."""
+        with self.store._writing() as c:
+            c.execute(
+                "INSERT INTO epic_runs (id, epic, repo_root, source, agent, state, started,"
+                " config_hash) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+                (run_id, epic, repo_root, source, agent, self._now(), config_hash),
+            )
+        self._audit("run.start", run=run_id, epic=epic, source=source, agent=agent)
+        run = self.get_run(run_id)
+        assert run is not None
+        return run
+
+    def get_run(self, run_id: str) -> EpicRun | None:
+        """The run ``run_id``, if recorded."""
+        with self.store._reading() as c:
+            row = c.execute("SELECT * FROM epic_runs WHERE id = ?", (run_id,)).fetchone()
+        return _run(row) if row else None
+
+    def set_run_state(self, run_id: str, state: str, *, finished: bool = True) -> None:
+        """Mark a run ``state`` (``done``, ``stopped``, ``aborted``, ``running``)."""
+        with self.store._writing() as c:
+            c.execute(
+                "UPDATE epic_runs SET state = ?, finished = ? WHERE id = ?",
+                (state, self._now() if finished else None, run_id),
+            )
+        self._audit("run.state", run=run_id, state=state)
+
+    # --- records --------------------------------------------------------------------------
+
+    def _clean(self, record: SessionRecord) -> SessionRecord:
+        r = self.redactor
+        return dataclasses.replace(
+            record,
+            repo_root=r.redact(record.repo_root),
+            agent_binary=r.redact(record.agent_binary),
+            agent_version=r.redact_opt(record.agent_version),
+            model=r.redact_opt(record.model),
+            flags=tuple(r.redact(f) for f in record.flags),
+            commit_summary=r.redact_opt(record.commit_summary),
+            commit_body=r.redact_opt(record.commit_body),
+            transcript_path=r.redact_opt(record.transcript_path),
+            escalation=r.redact_opt(record.escalation),
+            error=r.redact_opt(record.error),
+            drift=tuple(r.redact(d) for d in record.drift),
+        )
+
+    def _row(self, record: SessionRecord) -> tuple[t.Any, ...]:
+        values = dataclasses.asdict(record)
+        values["flags"] = json.dumps(list(record.flags), ensure_ascii=False)
+        values["drift"] = json.dumps(list(record.drift), ensure_ascii=False)
+        return tuple(values[name] for name in _RECORD_COLUMNS)
+
+    def add_record(self, record: SessionRecord, *, replace: bool = False) -> bool:
+        """Write a record (redacted); False when one with its id exists and not ``replace``."""
+        record = self._clean(record)
+        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+        cols = ", ".join(_RECORD_COLUMNS)
+        marks = ", ".join("?" for _ in _RECORD_COLUMNS)
+        with self.store._writing() as c:
+            cur = c.execute(
+                f"{verb} INTO session_records ({cols}) VALUES ({marks})", self._row(record)
+            )
+        added = cur.rowcount > 0
+        if added:
+            self._audit("record.write", **_audit_fields(record))
+        return added
+
+    def update_record(self, record_id: str, **changes: t.Any) -> SessionRecord:
+        """Change fields of a record (redacted); returns the new record.
+
+        Raises
+        ------
+        StoreError
+            No such record.
+        """
+        current = self.get_record(record_id)
+        if current is None:
+            msg = f"no session record {record_id!r}"
+            raise StoreError(msg)
+        self.add_record(dataclasses.replace(current, **changes), replace=True)
+        new = self.get_record(record_id)
+        assert new is not None
+        return new
+
+    def get_record(self, record_id: str) -> SessionRecord | None:
+        """The record ``record_id`` (a session UUID), if any."""
+        with self.store._reading() as c:
+            row = c.execute("SELECT * FROM session_records WHERE id = ?", (record_id,)).fetchone()
+        return _record(row) if row else None
+
+    def list_records(
+        self,
+        *,
+        run_id: str | None = None,
+        epic: str | None = None,
+        kind: RecordKind | None = None,
+        newest_first: bool = False,
+    ) -> list[SessionRecord]:
+        """Records, filtered; oldest first unless ``newest_first``."""
+        where: list[str] = []
+        args: list[str] = []
+        for column, value in (("run_id", run_id), ("epic", epic)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if kind is not None:
+            where.append("kind = ?")
+            args.append(kind.value)
+        sql = "SELECT * FROM session_records"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        order = "DESC" if newest_first else "ASC"
+        sql += f" ORDER BY COALESCE(finished, started, queued) {order}, queued {order}, id {order}"
+        with self.store._reading() as c:
+            return [_record(r) for r in c.execute(sql, args).fetchall()]
+
+    def import_records(self, records: Iterable[SessionRecord]) -> tuple[int, int]:
+        """Add records not already present; returns (added, skipped)."""
+        added = skipped = 0
+        for record in records:
+            if self.add_record(record):
+                added += 1
+            else:
+                skipped += 1
+        return added, skipped
+
+
+def _audit_fields(record: SessionRecord) -> dict[str, t.Any]:
+    return {
+        "record": record.id,
+        "record_kind": record.kind,
+        "run": record.run_id,
+        "epic": record.epic,
+        "item": record.item_id,
+        "status": record.status,
+        "commit_summary": record.commit_summary,
+        "escalation": record.escalation,
+        "error": record.error,
+    }

@@ -755,3 +755,28 @@ def test_block_is_hashable_and_renders() -> None:
     (block,) = parse_blocks(PLAIN).blocks
     assert hash(block) == hash(block)
     assert json.loads(block.render().splitlines()[0][11:-2]) == HEADER
+
+
+def test_gemini_numbered_code_block() -> None:
+    # Gemini CLI numbers the lines of code blocks by default; our primers ask for one.
+    screen = [
+        "✦ Here is the plan.",
+        "",
+        '     1 [[POLI:MSG {"to":"EXECUTER","type":"plan","id":"T1","nonce":"abc123"}]]',
+        "     2 <PLAN>",
+        "     3 1. do the thing",
+        "     4 2. check the thing",
+        "     5",
+        "     6 </PLAN>",
+        "     7 [[/POLI:MSG]]",
+        "",
+        "  End of plan.",
+    ]
+    found = parse_blocks(screen, nonce="abc123")
+    assert [(b.to, b.type, b.id) for b in found.blocks] == [("EXECUTER", "plan", "T1")]
+    assert found.blocks[0].body_lines == ["1. do the thing", "2. check the thing"]
+    # Numbers that are not a numbered code block stay text (aider's lists lose their dots).
+    plain = parse_blocks(
+        ['[[POLI:MSG {"to":"EXECUTER","type":"plan","id":"T1"}]]', " 1 do it", "[[/POLI:MSG]]"]
+    )
+    assert plain.blocks[0].body_lines == ["1 do it"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import typing as t
 
 import click
 
@@ -14,7 +15,7 @@ from politerm.epic.records import parse_lines
 @click.command("import")
 @click.argument("file", type=click.File("r", encoding="utf-8"))
 @config_option
-def command(file: click.utils.LazyFile, config_path: pathlib.Path | None) -> None:
+def command(file: t.TextIO, config_path: pathlib.Path | None) -> None:
     """Import session records from FILE ('-': stdin); records already present are skipped."""
     records = parse_lines(file, source=file.name)
     with epic_store(load(config_path)) as es:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import typing as t
 
 import click
 
@@ -34,7 +35,7 @@ def add(
     epic: str,
     title: str,
     body: str,
-    body_file: click.utils.LazyFile | None,
+    body_file: t.TextIO | None,
     priority: int,
     depends_on: tuple[str, ...],
     item_id: str | None,

@@ -513,6 +513,10 @@ class _Candidate:
 _Event = Block | Rejection
 
 
+# A code-block line number after the reply gutter: "   12 text" or a bare "   12".
+_LINE_NO = re.compile(r"^([ ●•✦┃│⎿⏺]*?)(\d{1,5})(?: +|$)")
+
+
 class _Machine:
     """The line-by-line state machine shared by :meth:`feed` and :meth:`scan_screen`."""
 
@@ -530,6 +534,27 @@ class _Machine:
         self.max_body_lines = max_body_lines
         self.echo = _EchoTracker()
         self.cand: _Candidate | None = None
+        # Gemini numbers the lines of code blocks ("   1 [[POLI:MSG ..."): the number we
+        # expect on the next line of a numbered block, or None.
+        self.next_no: int | None = None
+
+    def _unnumber(self, line: str) -> str:
+        """Blank out a code-block line number (keeping columns), tracking the sequence."""
+        m = _LINE_NO.match(line)
+        if m is None:
+            self.next_no = None
+            return line
+        n = int(m.group(2))
+        if self.next_no is None:
+            # A numbered block starts only on a numbered header line.
+            rest = line[m.end() :]
+            if not _HEADER.match(strip_gutter(rest)):
+                return line
+        elif n != self.next_no:
+            self.next_no = None
+            return line
+        self.next_no = n + 1
+        return line[: m.start(2)] + " " * len(m.group(2)) + line[m.end(2) :]
 
     def in_body(self) -> bool:
         return self.cand is not None and self.cand.header is not None
@@ -542,7 +567,7 @@ class _Machine:
         return Rejection(c.line, what, c.text)
 
     def push(self, raw: str, index: int) -> list[_Event]:
-        line = clean_line(raw)
+        line = self._unnumber(clean_line(raw))
         echo = self.echo.is_echo(line) if self.detect_echo else False
         # On an echo line the prompt glyph is part of the gutter: a block there is still
         # seen, so that its rejection says why.

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import time
 import typing as t
 
 import psutil
@@ -119,7 +120,15 @@ class Agent:
         assert verdict.decision is not None, verdict.reason
         spec = self.profile.approval
         keys = spec.approve if verdict.decision is Decision.APPROVE else spec.deny
-        await self.pane.send_keys(*keys)
+        # Like the router: a key that reaches the CLI before its question listens is lost,
+        # so press again (bounded) while the same question stays on screen.
+        for _ in range(3):
+            await self.pane.send_keys(*keys)
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                if self.profile.approval_request(await self.pane.snapshot()) is None:
+                    return verdict
+                await self.pane.wait_output(0.25)
         return verdict
 
 

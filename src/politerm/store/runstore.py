@@ -332,36 +332,13 @@ class RunStore:
 
     @contextlib.contextmanager
     def _writing(self) -> t.Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction; committed on success, rolled back otherwise.
+        """One ``BEGIN IMMEDIATE`` transaction (or a part of the open :meth:`batch`).
 
         IMMEDIATE takes the write lock up front, so a read-then-write (compare-and-set) in
         the block cannot be invalidated by another process between the two.
         """
-        with self._lock:
-            self._check_open()
-            if self._batch_depth:
-                # Inside batch(): the batch owns the transaction.
-                try:
-                    yield self._conn
-                except sqlite3.Error as e:
-                    msg = f"run store {self._path}: write failed: {e}"
-                    raise StoreError(msg) from e
-                return
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as e:
-                msg = f"run store {self._path}: cannot start a write: {e}"
-                raise StoreError(msg) from e
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            except BaseException as e:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                if isinstance(e, sqlite3.Error):
-                    msg = f"run store {self._path}: write failed: {e}"
-                    raise StoreError(msg) from e
-                raise
+        with self.batch():
+            yield self._conn
 
     @contextlib.contextmanager
     def batch(self) -> t.Iterator[None]:

@@ -28,7 +28,7 @@ import typing as t
 
 import psutil
 
-from politerm._internal.proctree import process_tree
+from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.state import AgentState
 from politerm.engine.delivery import Outcome, deliver
 from politerm.engine.session import Session, make_server
@@ -702,31 +702,13 @@ class PipelineRunner:
         await asyncio.to_thread(worktrees.remove, self.project, rec.run_id, step.num)
 
 
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def terminate(procs: t.Sequence[psutil.Process], grace: float = 3.0) -> bool:
-    """SIGTERM ``procs``, SIGKILL what is left after ``grace``; True when all are gone.
-
-    A killed agent stays a zombie until tmux reaps it, which psutil's ``wait_procs`` counts
-    as running; polling for "gone or zombie" ends the wait as soon as the process is dead.
-    """
-    for sig_kill in (False, True):
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                proc.kill() if sig_kill else proc.terminate()
-        deadline = time.monotonic() + grace
-        while any(_alive(p) for p in procs):
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.01)
-        else:
-            return True
-    return not any(_alive(p) for p in procs)
+    """SIGTERM ``procs``, SIGKILL what is left after ``grace``; True when all are gone."""
+    try:
+        kill_processes(procs, grace=grace, what="step agent")
+    except AgentError:
+        return False
+    return True
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:

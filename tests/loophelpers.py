@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -113,6 +114,19 @@ def write_project(
     path = root / "poli.toml"
     path.write_text(toml)
     return path
+
+
+@contextlib.asynccontextmanager
+async def started(root: pathlib.Path) -> t.AsyncIterator[Loop]:
+    """The project's loop with its agents up; agents, server and store closed afterwards."""
+    loop = open_loop(root)
+    try:
+        await loop.session.up()
+        yield loop
+    finally:
+        await loop.session.down()
+        await loop.session.server.close()
+        loop.store.close()
 
 
 def open_loop(root: pathlib.Path) -> Loop:

@@ -72,6 +72,9 @@ TURN_BACKSTOP = 2.0
 # Full store scan (new tasks, deadlines, expiry) at least this often, and on every change
 # another process commits.
 SCAN_EVERY = 1.0
+# How often the router looks for other processes' store commits (new tasks, answers, aborts)
+# and asks the caller whether to stop; the idle cost of a router is mostly this.
+TICK = 0.25
 RESUME_META = "resume-state:"
 # After pressing an approval's keys, the question may stay on screen until the agent redraws.
 APPROVAL_HOLD = 5.0
@@ -214,7 +217,7 @@ class Router:
                 if until is not None and until():
                     break
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(0.1):
+                    async with asyncio.timeout(TICK):
                         await self._stop.wait()
         finally:
             self.stop()

@@ -665,16 +665,17 @@ class Router:
         if rt.name == PLANNER and msg.type == "result":
             # A planner that goes quiet after a result, with no block, has reported in prose.
             report = _screen_report(snap, rt)
-            self.store.update_task(task.id, state=TaskState.DONE, report=report)
-            self.store.clear_expectation(task.id)
-            self.store.add_event(
-                "done",
-                task_id=task.id,
-                agent=rt.name,
-                detail="planner went idle: screen is the report",
-            )
-            self._ack_turn(turn)
-            self._end_turn(rt, turn)
+            with self.store.batch():
+                self.store.update_task(task.id, state=TaskState.DONE, report=report)
+                self.store.clear_expectation(task.id)
+                self.store.add_event(
+                    "done",
+                    task_id=task.id,
+                    agent=rt.name,
+                    detail="planner went idle: screen is the report",
+                )
+                self._ack_turn(turn)
+                self._end_turn(rt, turn)
 
     # --- delivering -----------------------------------------------------------------------
 
@@ -896,11 +897,12 @@ class Router:
         task = self.store.get_task(task_id)
         if task is None or task.state not in (*ACTIVE, TaskState.WAITING_USER):
             return
-        if resumable is not None:
-            self.store.set_meta(f"{RESUME_META}{task_id}", resumable.value)
-        self.store.update_task(task_id, state=TaskState.FAILED, error=why)
-        self.store.clear_expectation(task_id)
-        self.store.add_event("failed", task_id=task_id, detail=why)
+        with self.store.batch():
+            if resumable is not None:
+                self.store.set_meta(f"{RESUME_META}{task_id}", resumable.value)
+            self.store.update_task(task_id, state=TaskState.FAILED, error=why)
+            self.store.clear_expectation(task_id)
+            self.store.add_event("failed", task_id=task_id, detail=why)
         log.error("task %s failed: %s", task_id, why)
 
     def _agent_died(self, rt: AgentRuntime, evidence: tuple[str, ...]) -> None:

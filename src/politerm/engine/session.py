@@ -23,6 +23,7 @@ from politerm.tmux.server import TmuxServer
 if t.TYPE_CHECKING:
     from politerm.config import AgentConfig, Config
     from politerm.store import RunStore
+    from politerm.store.models import Task
     from politerm.tmux.pane import Pane
 
 Agents = dict[str, tuple[AgentProfile, "Pane"]]
@@ -168,7 +169,7 @@ class Session:
                 )
             )
         if resume:
-            self._resume_tasks(restarted, say)
+            self._resume_tasks(say)
         return agents
 
     async def attach(self) -> Agents:
@@ -300,53 +301,54 @@ class Session:
         await asyncio.sleep(0.05)
         await self.wait_ready(name, profile, pane)
 
-    def _resume_tasks(self, restarted: list[str], say: t.Callable[[str], None]) -> None:
+    def _resume_tasks(self, say: t.Callable[[str], None]) -> None:
         for task in self.store.list_tasks():
             previous = self.store.get_meta(f"{RESUME_META}{task.id}")
             if task.state is not TaskState.FAILED or not previous:
                 continue
             state = TaskState(previous)
-            self.store.update_task(task.id, state=state, clear=("error",))
-            self.store.set_meta(f"{RESUME_META}{task.id}", "")
-            for name in self.config.agents:
-                turn = self.store.current_turn(name)
-                if turn is None or turn.task_id != task.id or turn.message_id is None:
-                    continue
-                msg = self.store.get_message(turn.message_id)
-                self.store.end_turn(name, turn.nonce)
-                if msg is None:
-                    continue
-                # The restarted agent lost the prompt it was working on: send it again.
-                n = sum(
-                    1 for m in self.store.list_messages(task_id=task.id) if m.msg_id == msg.msg_id
-                )
-                self.store.add_message(
-                    task_id=task.id,
-                    sender=msg.sender,
-                    recipient=msg.recipient,
-                    type=msg.type,
-                    msg_id=msg.msg_id,
-                    body=msg.body,
-                    header=msg.header,
-                    nonce=msg.nonce,
-                    dedupe_key=f"{msg.dedupe_key}:resume{n}",
-                )
-                if msg.state is MessageState.DELIVERED:
-                    self.store.transition(msg.id, MessageState.ACKNOWLEDGED)
-            exp = self.store.get_expectation(task.id)
-            sender = (
-                exp.sender if exp else ("PLANNER" if state is TaskState.PLANNING else "EXECUTER")
-            )
-            timeouts = self.config.timeouts
-            total = timeouts.plan if sender == "PLANNER" else timeouts.exec
-            self.store.set_expectation(
-                task.id,
-                sender=sender,
-                type=exp.type if exp else "plan",
-                deadline=time.time() + total,
-            )
-            self.store.add_event("resumed", task_id=task.id, detail=f"back to {state.value}")
+            with self.store.batch():
+                self._resume_task(task, state)
             say(f"task {task.id}: resumed ({state.value})")
+
+    def _resume_task(self, task: Task, state: TaskState) -> None:
+        """Put one task back in flight; the restarted agent gets its lost prompt again."""
+        self.store.update_task(task.id, state=state, clear=("error",))
+        self.store.set_meta(f"{RESUME_META}{task.id}", "")
+        for name in self.config.agents:
+            turn = self.store.current_turn(name)
+            if turn is None or turn.task_id != task.id or turn.message_id is None:
+                continue
+            msg = self.store.get_message(turn.message_id)
+            self.store.end_turn(name, turn.nonce)
+            if msg is None:
+                continue
+            # The restarted agent lost the prompt it was working on: send it again.
+            n = sum(1 for m in self.store.list_messages(task_id=task.id) if m.msg_id == msg.msg_id)
+            self.store.add_message(
+                task_id=task.id,
+                sender=msg.sender,
+                recipient=msg.recipient,
+                type=msg.type,
+                msg_id=msg.msg_id,
+                body=msg.body,
+                header=msg.header,
+                nonce=msg.nonce,
+                dedupe_key=f"{msg.dedupe_key}:resume{n}",
+            )
+            if msg.state is MessageState.DELIVERED:
+                self.store.transition(msg.id, MessageState.ACKNOWLEDGED)
+        exp = self.store.get_expectation(task.id)
+        sender = exp.sender if exp else ("PLANNER" if state is TaskState.PLANNING else "EXECUTER")
+        timeouts = self.config.timeouts
+        total = timeouts.plan if sender == "PLANNER" else timeouts.exec
+        self.store.set_expectation(
+            task.id,
+            sender=sender,
+            type=exp.type if exp else "plan",
+            deadline=time.time() + total,
+        )
+        self.store.add_event("resumed", task_id=task.id, detail=f"back to {state.value}")
 
 
 def _no_detectors(profile: AgentProfile) -> bool:

@@ -448,3 +448,25 @@ async def test_generic_profile_for_an_unknown_command(
         task = await run_task(loop.config, loop.store, "generic executer", timeout=60)
         assert task.state is TaskState.DONE, task.error
         assert len(loop.prompts("EXECUTER")) == 1
+
+
+async def test_stranded_prompt_is_resubmitted_never_pasted_twice(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    # An executer whose input never submits: every attempt presses Enter, none pastes again.
+    executer = EXECUTER_OK.replace("list_reindent = true", "swallow_all_enters = true")
+    write_project(
+        project, _socket(server), executer=executer, extra="[routing]\nmax_attempts = 2\n"
+    )
+    async with started(project) as loop:
+        task = await run_task(loop.config, loop.store, "stuck input", timeout=90)
+        assert task.state is TaskState.FAILED
+        assert (
+            task.error is not None
+            and "could not deliver the plan message to EXECUTER" in task.error
+        )
+        log = loop.log("EXECUTER")
+        assert len([e for e in log if e["event"] == "paste"]) == 1
+        assert not [e for e in log if e["event"] == "prompt"]
+        plan = next(m for m in loop.store.list_messages(task_id=task.id) if m.type == "plan")
+        assert plan.state is MessageState.DEAD and plan.attempts == 2

@@ -105,6 +105,7 @@ async def deliver(
     profile: AgentProfile,
     *,
     paste_timeout: float | None = None,
+    already_pasted: bool = False,
 ) -> DeliveryResult:
     """Paste ``text`` into ``term``, press the profile's submit key, and confirm it.
 
@@ -119,6 +120,9 @@ async def deliver(
     paste_timeout
         How long to wait for the pasted text to show in the input box before submitting
         anyway; default from the profile, longer for large texts.
+    already_pasted
+        The text is still in the input box from an earlier, STRANDED attempt: only press
+        the submit key again (pasting it twice would double it).
 
     Returns
     -------
@@ -144,10 +148,13 @@ async def deliver(
     await term.prepare_input()
     screen_before = snap.lines
 
-    try:
-        await term.paste(data, bracketed=profile.bracketed_paste, keep_lf=profile.keep_lf)
-    except PaneNotFound:
-        return _gone(elapsed(), 0, submitted=False)
+    if already_pasted:
+        data = b""  # nothing to paste, and no size to wait for
+    else:
+        try:
+            await term.paste(data, bracketed=profile.bracketed_paste, keep_lf=profile.keep_lf)
+        except PaneNotFound:
+            return _gone(elapsed(), 0, submitted=False)
 
     # Wait until the paste shows in the input box, so the submit key cannot overtake it.
     limit = paste_timeout if paste_timeout is not None else profile.paste_timeout

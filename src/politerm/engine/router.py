@@ -687,7 +687,18 @@ class Router:
             self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
             return
         follow_up = msg.type in ("nudge", "retry") and turn is not None
-        nonce = turn.nonce if follow_up and turn is not None else new_nonce()
+        # A STRANDED attempt left the text (with its nonce) in the input box: submit that,
+        # do not paste it again.
+        stranded = bool(
+            (msg.last_error or "").startswith(Outcome.STRANDED.value)
+            and msg.text
+            and msg.turn_nonce
+            and rt.profile.input_text(snap)
+        )
+        if stranded and msg.turn_nonce:
+            nonce = msg.turn_nonce
+        else:
+            nonce = turn.nonce if follow_up and turn is not None else new_nonce()
         text = msg.text if msg.text and msg.turn_nonce == nonce else self._render(msg, nonce)
         with self.store.batch():
             msg = self.store.transition(
@@ -706,7 +717,7 @@ class Router:
             rt.turn_nonce = nonce
         rt.track.input_sent()  # the ready latch ends with our input
         rt.state = rt.track.state
-        result = await deliver(rt.pane, text, rt.profile)
+        result = await deliver(rt.pane, text, rt.profile, already_pasted=stranded)
         evidence = " | ".join(result.evidence)
         if result.outcome is Outcome.DELIVERED or (
             result.outcome is Outcome.BLOCKED and result.submitted

@@ -24,7 +24,16 @@ from politerm.doctor import (
 )
 
 REAL_TMUX = shutil.which("tmux")
-needs_tmux = pytest.mark.skipif(REAL_TMUX is None, reason="tmux is not installed")
+
+
+@pytest.fixture
+def _real_tmux() -> None:
+    # Never a silent skip: a machine without tmux fails these tests, saying why.
+    if REAL_TMUX is None:
+        pytest.fail("tmux is not installed: install tmux >= 3.2 (apt-get install -y tmux)")
+
+
+needs_tmux = pytest.mark.usefixtures("_real_tmux")
 
 
 @pytest.fixture

@@ -127,9 +127,11 @@ def test_agents_check_reports_an_agent_that_exits(tmp_path: pathlib.Path) -> Non
         "--ready-timeout", "10", "--cwd", str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 1
-    # tmux may report the pane dead a moment before its exit status: the screen says it too.
+    # The exit status comes from tmux's #{pane_dead_status}, which tmux 3.3a sometimes never
+    # fills in (it does not always reap the pane's child); the exit itself is always seen.
     assert "FAIL: ready: exited: exit status " in result.stdout
-    assert "status 3" in result.stdout
+    assert "exit status 3" in result.stdout or "exit status ?" in result.stdout
+    assert "broken" in result.stdout  # the agent's last screen is the evidence
     assert result.stdout.rstrip().endswith("fake-claude: FAILED")
 
 

@@ -168,6 +168,14 @@ def _step(report: CheckReport, say: Say, name: str, ok: bool, detail: str) -> bo
     return ok
 
 
+async def _deny(w: _Watcher, report: CheckReport, say: Say) -> None:
+    """Deny a tool-permission question: a check runs no tools."""
+    keys = w.profile.approval.deny
+    await w.pane.send_keys(*keys)
+    _step(report, say, "approval", True, f"denied with {'+'.join(keys)} (a check runs no tools)")
+    await w.pane.wait_output(1.0)
+
+
 async def _until_ready(w: _Watcher, report: CheckReport, say: Say, timeout: float) -> bool:
     """Wait for READY, answering dialogs (each at most 3 times) and denying approvals."""
     deadline = time.monotonic() + timeout
@@ -195,16 +203,7 @@ async def _until_ready(w: _Watcher, report: CheckReport, say: Say, timeout: floa
                 await w.pane.wait_output(1.0)
                 continue
         if state is AgentState.WAITING_APPROVAL:
-            keys = w.profile.approval.deny
-            await w.pane.send_keys(*keys)
-            _step(
-                report,
-                say,
-                "approval",
-                True,
-                f"denied with {'+'.join(keys)} (a check runs no tools)",
-            )
-            await w.pane.wait_output(1.0)
+            await _deny(w, report, say)
             continue
         now = time.monotonic()
         if now >= deadline:
@@ -321,16 +320,7 @@ async def _until_reply(
     while True:
         state = await w.look()
         if state is AgentState.WAITING_APPROVAL:
-            keys = w.profile.approval.deny
-            await w.pane.send_keys(*keys)
-            _step(
-                report,
-                say,
-                "approval",
-                True,
-                f"denied with {'+'.join(keys)} (a check runs no tools)",
-            )
-            await w.pane.wait_output(1.0)
+            await _deny(w, report, say)
             continue
         if state is AgentState.EXITED:
             return _step(

@@ -15,6 +15,7 @@ import logging
 import time
 import typing as t
 
+from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
 from politerm.errors import PaneNotFound
 
@@ -77,16 +78,6 @@ async def _snapshot(term: Terminal) -> Snapshot | None:
         return await term.snapshot()
     except PaneNotFound:
         return None
-
-
-async def _settle(term: Terminal, seconds: float) -> None:
-    """Wait for the next output of the terminal or ``seconds``, whichever comes first."""
-    event = term.output_event()
-    try:
-        async with asyncio.timeout(seconds):
-            await event.wait()
-    except TimeoutError:
-        pass
 
 
 def _gone(elapsed: float, submits: int, *, submitted: bool) -> DeliveryResult:
@@ -173,11 +164,7 @@ async def deliver(
         seen = profile.paste_shown(snap)
         if seen or time.monotonic() >= deadline:
             break
-        try:
-            async with asyncio.timeout(min(_RECHECK, max(0.0, deadline - time.monotonic()))):
-                await event.wait()
-        except TimeoutError:
-            pass
+        await wait_event(event, min(_RECHECK, deadline - time.monotonic()))
 
     submits = 0
     backoff = profile.retry_backoff
@@ -271,11 +258,7 @@ async def _confirm(
             )
         if now >= deadline:
             return None
-        try:
-            async with asyncio.timeout(min(_RECHECK, deadline - now)):
-                await event.wait()
-        except TimeoutError:
-            pass
+        await wait_event(event, min(_RECHECK, deadline - now))
 
 
 def _paste_marker_left(profile: AgentProfile, snap: Snapshot) -> bool:

@@ -11,6 +11,7 @@ import shlex
 import time
 import typing as t
 
+from politerm._internal.aio import wait_event
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
 from politerm.engine.delivery import deliver
@@ -275,7 +276,7 @@ class Session:
                 state = reading.state.value
                 msg = f"agent {name} not ready after {limit:g}s ({state}); screen: {screen}"
                 raise AgentTimeout(msg)
-            await _wait(event, min(0.5, deadline - now))
+            await wait_event(event, min(0.5, deadline - now))
 
     def _set_state(self, name: str, state: AgentState) -> None:
         if self.store.get_agent(name) is not None:
@@ -354,14 +355,6 @@ class Session:
 def _no_detectors(profile: AgentProfile) -> bool:
     d = profile.detectors
     return not (d.ready or d.busy or d.input_line)
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> None:
-    try:
-        async with asyncio.timeout(max(0.0, seconds)):
-            await event.wait()
-    except TimeoutError:
-        pass
 
 
 def _control_argv(store: pathlib.Path) -> list[str]:

@@ -28,6 +28,7 @@ import typing as t
 
 import psutil
 
+from politerm._internal.aio import wait_event
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.state import AgentState
 from politerm.engine.delivery import Outcome, deliver
@@ -528,7 +529,7 @@ class PipelineRunner:
                 await self._stop_agent(pane)
                 minutes = self.pipeline.timeout_of(step) / 60
                 return f"timed out after {minutes:g} min; screen: {' | '.join(snap.tail(4))}"
-            await _wait(event, min(_MAX_WAIT, deadline - now))
+            await wait_event(event, min(_MAX_WAIT, deadline - now))
 
     async def _wait_exit(self, step: Step, pane: Pane, deadline: float) -> str | None:
         """Wait for a headless step's exit-code file."""
@@ -709,14 +710,6 @@ def terminate(procs: t.Sequence[psutil.Process], grace: float = 3.0) -> bool:
     except AgentError:
         return False
     return True
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> None:
-    try:
-        async with asyncio.timeout(max(0.0, seconds)):
-            await event.wait()
-    except TimeoutError:
-        pass
 
 
 def start_run(

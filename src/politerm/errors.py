@@ -174,3 +174,22 @@ class RoutingError(PolitermError):
 
 class TaskFailed(RoutingError):
     """A task ended without a final report; the message names agent, step and screen."""
+
+
+# --- dashboard, web monitor, notifications ------------------------------------------------
+
+
+class UiError(PolitermError):
+    """The dashboard, the web monitor or a notification could not do what was asked."""
+
+
+class StaleAction(UiError):
+    """An action names a question that is no longer the open one (answered, or replaced)."""
+
+
+class WebAssetsMissing(UiError):
+    """xterm.js is not installed where the web monitor looks for it."""
+
+
+class NotifyError(UiError):
+    """A notification channel refused or could not be reached."""

@@ -9,6 +9,7 @@ import typing as t
 
 from politerm.livestatus import LiveAgents, watch
 from politerm.status import collect
+from politerm.testing.retry import retry_until
 from tests.loophelpers import started, write_project
 
 if t.TYPE_CHECKING:
@@ -61,6 +62,14 @@ async def test_watch_redraws_on_a_commit_and_on_a_death_not_on_a_timer(
     assert server.socket_name is not None
     write_project(tmp_path, server.socket_name)
     async with started(tmp_path) as loop:
+
+        def control_window() -> str:
+            return "\n".join(server.cmd("capture-pane", "-p", "-t", "=t:control").stdout)
+
+        # The control window's own status process opens the store once as it starts.
+        await asyncio.to_thread(
+            retry_until, lambda: "EXECUTER" in control_window(), 20, what="the control window"
+        )
         live = LiveAgents(loop.session.server)
         frames: list[dict[str, t.Any]] = []
         drawn = asyncio.Event()

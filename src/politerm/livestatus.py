@@ -38,9 +38,7 @@ log = logging.getLogger(__name__)
 EXITED = AgentState.EXITED.value
 
 # Notifications after which any pane may be gone or dead.
-_STRUCTURAL = frozenset(
-    {"subscription-changed", "window-close", "unlinked-window-close", "exit", "sessions-changed"}
-)
+_STRUCTURAL = frozenset({"window-close", "unlinked-window-close", "exit", "sessions-changed"})
 
 WATCH_BACKSTOP = 30.0
 """Longest ``watch`` sleeps with no event at all (covers a lost notification)."""
@@ -97,6 +95,11 @@ class LiveAgents:
     def _on_note(self, note: Notification) -> None:
         if note.name in _STRUCTURAL:
             self._changed(None)
+        elif note.name == "subscription-changed" and note.args[-1:] == ("1",):
+            # "%subscription-changed poli-dead $s @w i %p : 1": the pane's program died (the
+            # first report of every pane, value 0, is no change).
+            pane = next((a for a in note.args if a.startswith("%")), None)
+            self._changed(self._panes.get(pane) if pane else None)
 
     async def _client(self, session: str) -> ControlClient | None:
         client = self._clients.get(session)

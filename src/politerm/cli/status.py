@@ -10,6 +10,7 @@ import typing as t
 
 import click
 
+from politerm._internal.sanitize import escape_controls, trusted_stdout
 from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.engine.session import make_server
 from politerm.livestatus import LiveAgents
@@ -89,7 +90,7 @@ def command(
             parts = [render(data, format_event)]
             if with_runs:
                 parts.append(Text("\npipeline runs", style="bold"))
-                parts.append(Text(_pipeline_text(_pipelines(here, None))))
+                parts.append(Text(escape_controls(_pipeline_text(_pipelines(here, None)))))
             return Group(*parts)
 
         console = Console(highlight=False)
@@ -99,7 +100,7 @@ def command(
         from rich.live import Live
 
         # auto_refresh off: the screen is redrawn on changes only, never on a timer.
-        with Live(console=console, screen=False, auto_refresh=False) as live_view:
+        with trusted_stdout(), Live(console=console, screen=False, auto_refresh=False) as live_view:
 
             def draw(data: dict[str, t.Any]) -> None:
                 live_view.update(view(data), refresh=True)
@@ -142,13 +143,16 @@ def _show_pipelines(root: pathlib.Path, run_id: str | None, *, as_json: bool, wa
     from politerm.config import load_config
 
     store_path = load_config(root).store.resolved_path()
-    with Live(console=Console(), auto_refresh=False) as live:
+    with trusted_stdout(), Live(console=Console(), auto_refresh=False) as live:
 
         async def follow() -> None:
             async with StoreWatch(store_path) as sw:
                 while True:
                     changed = sw.event()
-                    live.update(Text(_pipeline_text(_pipelines(root, run_id))), refresh=True)
+                    live.update(
+                        Text(escape_controls(_pipeline_text(_pipelines(root, run_id)))),
+                        refresh=True,
+                    )
                     # Step state files are written beside the store's commits; the bound
                     # covers a run whose runner died without a last commit.
                     await sw.wait(PIPELINE_BACKSTOP, event=changed)

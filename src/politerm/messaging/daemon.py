@@ -17,6 +17,9 @@ import typing as t
 if t.TYPE_CHECKING:
     import pathlib
 
+ENV_POSTMAN: t.Final = "POLI_POSTMAN"
+"""``off`` stops ``poli send``/``reply`` and MCP tools from starting a background postman."""
+
 
 class PostmanLock:
     """An exclusive lock file in the message directory; held while a postman runs."""
@@ -60,8 +63,11 @@ def start_postman(
     """Start ``poli msg route`` in the background unless a postman runs; return its PID.
 
     The child gets its own session (a closing terminal does not stop it) and exits after
-    ``idle_exit`` seconds with nothing left to deliver or watch.
+    ``idle_exit`` seconds with nothing left to deliver or watch. ``POLI_POSTMAN=off`` in the
+    environment turns this off (a postman is run by hand or by a test).
     """
+    if os.environ.get(ENV_POSTMAN) == "off":
+        return None
     lock = PostmanLock(directory)
     if lock.held_elsewhere():
         return None

@@ -384,7 +384,8 @@ class Mailbox:
         now = self._now() if now is None else now
         with self.store._reading() as c:
             rows = c.execute(
-                "SELECT * FROM mail WHERE state IN (?, ?) AND expires <= ? ORDER BY expires, created, id",
+                "SELECT * FROM mail WHERE state IN (?, ?) AND expires <= ?"
+                " ORDER BY expires, created, id",
                 (MailState.QUEUED.value, MailState.DELIVERED.value, now),
             ).fetchall()
         return [_mail(r) for r in rows]

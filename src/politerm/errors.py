@@ -176,6 +176,13 @@ class TaskFailed(RoutingError):
     """A task ended without a final report; the message names agent, step and screen."""
 
 
+# --- imports from the original tools ----------------------------------------------------
+
+
+class CompatError(PolitermError, ValueError):
+    """A file from obi, META or PoliTerm cannot be taken over (says which file and where)."""
+
+
 # --- messaging between agents -----------------------------------------------------------
 
 

@@ -14,13 +14,11 @@ import pathlib
 import secrets
 import typing as t
 
+from politerm._internal.private import private_dir, write_private
 from politerm.errors import UnsafeMessagePath
-from politerm.store.db import ensure_private_dir
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
-
-_FILE_MODE: t.Final = 0o600
 
 
 def message_dir_for(config: Config) -> pathlib.Path:
@@ -76,7 +74,7 @@ class MessageDir:
 
     def ensure(self) -> pathlib.Path:
         """Create the directory (0700) if needed and return its resolved path."""
-        ensure_private_dir(self.path)
+        private_dir(self.path)
         self.path.chmod(0o700)
         return self.path.resolve()
 
@@ -88,19 +86,9 @@ class MessageDir:
         return self.ensure() / name
 
     def write(self, name: str, data: bytes) -> pathlib.Path:
-        """Write ``data`` to ``name`` atomically (0600, fsync'd); return the path."""
+        """Write ``data`` to ``name`` atomically (0600); return the path."""
         path = self.file(name)
-        tmp = path.with_name(f".{name}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            tmp.replace(path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_private(path, data)
         return path
 
     def check(self, path: str | os.PathLike[str]) -> pathlib.Path:

@@ -8,7 +8,6 @@ never in between.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import sqlite3
@@ -17,6 +16,7 @@ import typing as t
 
 import platformdirs
 
+from politerm._internal.private import private_dir
 from politerm.errors import SchemaTooNew, StoreError
 
 BUSY_TIMEOUT_MS: t.Final = 10_000
@@ -303,18 +303,7 @@ def ensure_private_dir(directory: pathlib.Path) -> None:
     directory
         The folder that will hold the store.
     """
-    missing: list[pathlib.Path] = []
-    d = directory
-    while not d.exists():
-        missing.append(d)
-        if d.parent == d:
-            break
-        d = d.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another process won the race
-            d.mkdir(mode=DIR_MODE)
-            # mkdir's mode is filtered by the umask; ours must hold regardless.
-            d.chmod(DIR_MODE)
+    private_dir(directory)
 
 
 def create_private_file(path: pathlib.Path) -> None:

@@ -40,6 +40,13 @@ _COMMANDS: dict[str, str] = {
     "log": "log",
     "summarize": "summarize",
     "work": "work",
+    # messaging between agents
+    "inbox": "inbox",
+    "mcp": "mcp",
+    "msg": "msg",
+    "panes": "panes",
+    "reply": "reply",
+    "send": "send",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing as t
 
+from politerm._internal.sanitize import escape_controls
 from politerm.agents.approval import list_pending
 from politerm.store.models import MessageState
 
@@ -88,6 +89,16 @@ def collect(store: RunStore, *, events: int = 15) -> dict[str, t.Any]:
     }
 
 
+def _escaped(value: t.Any) -> t.Any:
+    if isinstance(value, str):
+        return escape_controls(value)
+    if isinstance(value, dict):
+        return {k: _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    return value
+
+
 def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableType:
     """A rich view of :func:`collect`'s data."""
     from rich.console import Group
@@ -96,6 +107,8 @@ def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableT
 
     from politerm.store.models import Event
 
+    # Everything below may hold agent text: shown escaped, never interpreted.
+    data = _escaped(data)
     agents = Table(title="agents", expand=True)
     for col in ("agent", "state", "pane", "profile", "working on"):
         agents.add_column(col)

@@ -8,6 +8,7 @@ import time
 
 import click
 
+from politerm._internal.sanitize import escape_controls, trusted_stdout
 from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.status import collect, render
 from politerm.store import RunStore
@@ -71,14 +72,14 @@ def command(
             parts = [render(collect(store), format_event)]
             if with_runs:
                 parts.append(Text("\npipeline runs", style="bold"))
-                parts.append(Text(_pipeline_text(_pipelines(here, None))))
+                parts.append(Text(escape_controls(_pipeline_text(_pipelines(here, None)))))
             return Group(*parts)
 
         console = Console(highlight=False)
         if not watch:
             console.print(view())
             return
-        with Live(view(), console=console, screen=False) as live:
+        with trusted_stdout(), Live(view(), console=console, screen=False) as live:
             try:
                 while True:
                     time.sleep(0.5)
@@ -98,10 +99,13 @@ def _show_pipelines(root: pathlib.Path, run_id: str | None, *, as_json: bool, wa
     from rich.live import Live
     from rich.text import Text
 
-    with Live(Text(_pipeline_text(_pipelines(root, run_id))), console=Console()) as live:
+    def text() -> Text:
+        return Text(escape_controls(_pipeline_text(_pipelines(root, run_id))))
+
+    with trusted_stdout(), Live(text(), console=Console()) as live:
         try:
             while True:
                 time.sleep(0.5)
-                live.update(Text(_pipeline_text(_pipelines(root, run_id))))
+                live.update(text())
         except KeyboardInterrupt:
             pass

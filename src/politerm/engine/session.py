@@ -12,6 +12,7 @@ import time
 import typing as t
 
 from politerm._internal.aio import wait_event
+from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
 from politerm.driver.delivery import deliver
@@ -373,7 +374,7 @@ class RouterLock:
 
     def acquire(self) -> bool:
         """Take the lock without waiting; False if another router holds it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

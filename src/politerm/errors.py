@@ -90,6 +90,10 @@ class AgentExited(AgentError):
     """The agent's process is gone."""
 
 
+class AgentNotFound(AgentError, ValueError):
+    """An agent's program is not on PATH; nothing was started."""
+
+
 # --- protocol ---------------------------------------------------------------------------
 
 
@@ -163,6 +167,10 @@ class StoreError(PolitermError):
 
 class SchemaTooNew(StoreError):
     """The store was written by a newer politerm; we refuse to touch it."""
+
+
+class TransitionRejected(StoreError):
+    """A message or turn was asked to change state in a way the state machine forbids."""
 
 
 # --- routing / tasks --------------------------------------------------------------------

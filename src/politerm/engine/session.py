@@ -15,7 +15,7 @@ from politerm._internal.aio import wait_event
 from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
-from politerm.engine.delivery import deliver
+from politerm.driver.delivery import deliver
 from politerm.engine.router import RESUME_META
 from politerm.errors import AgentExited, AgentTimeout, RoutingError, SessionNotFound
 from politerm.store.models import MessageState, TaskState

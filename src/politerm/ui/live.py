@@ -3,7 +3,7 @@
 :class:`LiveState` recomputes the overview when the run store changes (inotify, confirmed by
 ``PRAGMA data_version``) or tmux announces a session, window or pane change on one of its
 control connections, and tells its listeners. Mirrors ride on the same control connections.
-Nothing here wakes up on a timer.
+Nothing here wakes up on a timer of its own.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import typing as t
 
 from politerm.errors import PaneNotFound, TmuxError
 from politerm.redact import Redactor
+from politerm.store.watch import StoreWatch, changed_since
 from politerm.tmux import TmuxServer
-from politerm.ui.changes import StoreWatcher
 from politerm.ui.mirror import start_mirror
 from politerm.ui.overview import collect_overview
 from politerm.ui.panes import PaneEntry, find, list_panes
@@ -86,8 +86,8 @@ class LiveState:
         self._listeners: list[Listener] = []
         self._clients: dict[str, ControlClient] = {}
         self._unhook: list[Callable[[], None]] = []
-        self._watcher = StoreWatcher(store)
-        self._watch_task: asyncio.Task[None] | None = None
+        self._watch = StoreWatch(store.path)
+        self._seen = -1
         self._dirty = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
 
@@ -95,19 +95,19 @@ class LiveState:
 
     async def start(self) -> None:
         """Read everything once, then follow store and tmux events."""
-        self._watcher.start()
+        await self._watch.start()
+        self._seen = self.store.data_version()
+        self._unhook.append(self._watch.subscribe(self._on_store))
         await self._refresh()
-        self._watch_task = asyncio.create_task(self._follow_store(), name="poli-ui-store")
         self._refresher = asyncio.create_task(self._refresh_loop(), name="poli-ui-refresh")
 
     async def close(self) -> None:
         """Stop following events and close the control connections."""
-        self._watcher.stop()
-        for task in (self._watch_task, self._refresher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await self._watch.close()
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
         for undo in self._unhook:
             undo()
         self._unhook.clear()
@@ -137,8 +137,11 @@ class LiveState:
         """Ask for a refresh (after this process wrote to the store itself)."""
         self._dirty.set()
 
-    async def _follow_store(self) -> None:
-        async for _ in self._watcher.changes():
+    def _on_store(self) -> None:
+        # This process's own writes wake the watch too; only other processes' commits count
+        # (own actions call poke()).
+        changed, self._seen = changed_since(self.store, self._seen)
+        if changed:
             self._dirty.set()
 
     async def _refresh_loop(self) -> None:

@@ -21,7 +21,7 @@ import httpx
 
 from politerm.errors import NotifyError
 from politerm.redact import Redactor
-from politerm.ui.changes import StoreWatcher
+from politerm.store.watch import EventCursor, StoreWatch
 from politerm.ui.overview import printable
 
 if t.TYPE_CHECKING:
@@ -148,7 +148,7 @@ class Notifier:
         self.limit = RateLimit(config.min_interval, config.burst)
         self.sent: list[Notice] = []
         self.errors: list[str] = []
-        self._last_id = 0
+        self._cursor = EventCursor(store)
 
     # --- what to send ---------------------------------------------------------------------
 
@@ -166,15 +166,12 @@ class Notifier:
 
     def skip_past(self) -> None:
         """Start after the newest event: what happened before is not news."""
-        latest = self.store.list_events(limit=1)
-        self._last_id = latest[-1].id if latest else 0
+        self._cursor = EventCursor(self.store)
 
     async def check(self) -> list[Notice]:
         """Send notices for the events added since the last check; returns those sent."""
-        fresh = [e for e in self.store.list_events(limit=500) if e.id > self._last_id]
         out = []
-        for event in fresh:
-            self._last_id = event.id
+        for event in self._cursor.read():
             notice = self.notice(event)
             if notice is None:
                 continue
@@ -188,25 +185,25 @@ class Notifier:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Notifier]:
         """Follow the store's events while the ``async with`` body runs."""
-        watcher = StoreWatcher(self.store)
-        watcher.start()
-        self.skip_past()
+        async with StoreWatch(self.store.path) as watch:
+            self.skip_past()
 
-        async def follow() -> None:
-            async for _ in watcher.changes():
-                try:
-                    await self.check()
-                except Exception:
-                    log.exception("sending notifications failed")
+            async def follow() -> None:
+                while True:
+                    changed = watch.event()
+                    try:
+                        await self.check()
+                    except Exception:
+                        log.exception("sending notifications failed")
+                    await changed.wait()
 
-        task = asyncio.create_task(follow(), name="poli-notify")
-        try:
-            yield self
-        finally:
-            watcher.stop()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            task = asyncio.create_task(follow(), name="poli-notify")
+            try:
+                yield self
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     # --- channels --------------------------------------------------------------------------
 

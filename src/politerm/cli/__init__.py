@@ -48,6 +48,7 @@ _COMMANDS: dict[str, str] = {
     "reply": "reply",
     "send": "send",
     # watching live
+    "dash": "dash",
     "web": "web",
 }
 

@@ -5,6 +5,9 @@ updates it when done; steps of a parallel group write ``.handoff-step-N.md`` ins
 the group's sync point those are appended to ``.handoff.md`` in step order under
 ``## Parallel Step N (<agent>) — <timestamp>`` headers. The originals are kept.
 
+Handoff files live in the project, for the agents to read; politerm writes them 0600 and with
+secrets redacted.
+
 A :class:`Layout` with a directory names them as META's prompts do: ``.meta/handoff.md`` and
 ``.meta/handoff-step-N.md``. A pipeline from a META repository gets that layout; the
 ``[pipeline] handoff_dir`` setting chooses one for any pipeline. The prompt, the merge and the
@@ -18,9 +21,24 @@ import datetime
 import pathlib
 import typing as t
 
+from politerm._internal.private import write_private
+from politerm.redact import Redactor
+
 HANDOFF = ".handoff.md"
 #: Where a pipeline from a META repository keeps its handoff files.
 META_DIR = ".meta"
+
+
+def step_file(num: int) -> str:
+    """The handoff file of a parallel step.
+
+    Examples
+    --------
+    >>> step_file(3)
+    '.handoff-step-3.md'
+    """
+    return f".handoff-step-{num}.md"
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,27 +92,24 @@ def layout_for(pipeline: pathlib.Path | None, setting: str | None = None) -> Lay
     return Layout(META_DIR) if meta_root(pipeline) is not None else CLASSIC
 
 
-def step_file(num: int) -> str:
-    """The handoff file of a parallel step.
-
-    Examples
-    --------
-    >>> step_file(3)
-    '.handoff-step-3.md'
-    """
-    return f".handoff-step-{num}.md"
-
-
 def write_initial(
-    project: pathlib.Path, task: str, pipeline: str, run_id: str, layout: Layout = CLASSIC
+    project: pathlib.Path,
+    task: str,
+    pipeline: str,
+    run_id: str,
+    *,
+    redactor: Redactor | None = None,
+    layout: Layout = CLASSIC,
 ) -> pathlib.Path:
-    """Write ``.handoff.md`` with the user's task (replacing an older one)."""
+    """Write ``.handoff.md`` with the user's task (replacing an older one).
+
+    The file is 0600 and secrets in the task are redacted: agents get the task itself in
+    their prompt; the handoff is what politerm keeps on disk.
+    """
     path = project / layout.main
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"# Handoff\n\nPipeline: {pipeline} (run {run_id})\n\n## Task\n\n{task.strip()}\n",
-        encoding="utf-8",
-    )
+    task = (redactor or Redactor()).redact(task.strip())
+    write_private(path, f"# Handoff\n\nPipeline: {pipeline} (run {run_id})\n\n## Task\n\n{task}\n")
     return path
 
 
@@ -109,6 +124,7 @@ def merge_parallel(
     *,
     sources: t.Mapping[int, pathlib.Path] | None = None,
     now: datetime.datetime | None = None,
+    redactor: Redactor | None = None,
     layout: Layout = CLASSIC,
 ) -> list[int]:
     """Append each parallel step's handoff file to ``.handoff.md``, in step order.
@@ -125,6 +141,8 @@ def merge_parallel(
         Where a step's ``.handoff-step-N.md`` is, when not in ``project`` (a worktree).
     now
         The timestamp in the headers.
+    redactor
+        Redacts secrets the steps wrote (the built-in patterns when left out).
     layout
         The handoff file names.
 
@@ -151,7 +169,5 @@ def merge_parallel(
         text += f"\n{marker}\n## Parallel Step {num} ({agent}) — {stamp}\n\n{body}\n"
         merged.append(num)
     if merged:
-        tmp = path.with_name(f"{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_private(path, (redactor or Redactor()).redact(text))
     return merged

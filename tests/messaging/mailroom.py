@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import pathlib
 import sys
 import typing as t
+
+import psutil
 
 from politerm.agents.profile import load_profile
 from politerm.driver import AgentDriver, TmuxPlace
@@ -131,7 +134,20 @@ class Mailroom:
         wanted = "/".join(s.value for s in states)
         return await aretry_until(check, seconds, interval=0.05, what=f"{mail_id} {wanted}")
 
+    def kill_background_postman(self) -> None:
+        """Stop a postman ``poli send`` started in the background (its PID is in the lock)."""
+        lock = self.messenger.dir.path / "postman.lock"
+        text = lock.read_text().strip() if lock.exists() else ""
+        if not text.isdigit():
+            return
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(int(text))
+            if "route" in proc.cmdline():
+                proc.kill()
+                proc.wait(10)
+
     async def close(self) -> None:
+        self.kill_background_postman()
         await self.stop_postman()
         for driver in self.drivers.values():
             await driver.kill(grace=1.0)

@@ -198,3 +198,32 @@ async def test_control_characters_stay_in_the_file_and_arrive_byte_exact(room: M
     assert b"\x1b" not in got
     assert f"sha256 {hashlib.sha256(body.encode()).hexdigest()}".encode() in got
     assert pathlib.Path(mail.body_path).read_bytes() == body.encode()
+
+
+async def test_mcp_send_message_waits_for_a_fake_workers_reply(room: Mailroom) -> None:
+    from tests.messaging.test_mcp import call, mcp_session
+
+    await room.start_agent("ORCH")
+    await room.start_agent("W1")
+    room.start_postman()
+    m = room.messenger
+    async with mcp_session(room.config_path, "ORCH", room.root) as orch:
+        asking = asyncio.ensure_future(
+            call(orch, "send_message", to="W1", text="ping via mcp", wait=True, timeout=60)
+        )
+
+        async def delivered() -> str | None:
+            rows = m.mailbox.select(states=[MailState.DELIVERED], recipient="W1")
+            return rows[0].id if rows else None
+
+        msg_id = await aretry_until(delivered, WAIT, what="the request delivered to W1")
+        m.reply("pong via mcp", to=msg_id, responder=room.me("W1"))
+        result = await asyncio.wait_for(asking, WAIT)
+    assert (result["id"], result["state"], result["response"]) == (
+        msg_id,
+        "responded",
+        "pong via mcp",
+    )
+    assert len(marked(room.prompts("W1"), msg_id)) == 1
+    # the notification reaches ORCH's pane too
+    await room.state(f"{msg_id}-r", MailState.DELIVERED)

@@ -174,3 +174,26 @@ class RoutingError(PolitermError):
 
 class TaskFailed(RoutingError):
     """A task ended without a final report; the message names agent, step and screen."""
+
+
+# --- task bridge ------------------------------------------------------------------------
+
+
+class BridgeError(PolitermError):
+    """The task bridge could not read its queue, run a task or talk to its daemon."""
+
+
+class BridgeTaskInvalid(BridgeError, ValueError):
+    """A task (or a request about one) is invalid; the message names the task and why."""
+
+
+class QueueCorrupt(BridgeError):
+    """The queue file could not be parsed; it was backed up and the valid tasks recovered."""
+
+
+class EditError(BridgeError, ValueError):
+    """A file modification cannot be applied (missing file, marker, range, bad UTF-8)."""
+
+
+class RunnerError(BridgeError):
+    """The command runner could not start or supervise a command."""

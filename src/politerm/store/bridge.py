@@ -5,7 +5,7 @@ command, an agent turn). A step's row is written ``started`` with its evidence (
 before and after, the runner's status file, the agent and nonce) *before* the step acts,
 and ``done``/``failed`` with its result after. A bridge that restarts after ``kill -9``
 therefore never repeats a finished step and settles an unfinished one from its evidence.
-Table from schema version 4 (see :mod:`politerm.store.db`). Text passes a
+Table from schema version 5 (see :mod:`politerm.store.db`). Text passes a
 :class:`~politerm.redact.Redactor` before it is written.
 """
 
@@ -67,7 +67,7 @@ class BridgeJournal:
     Parameters
     ----------
     store
-        An open run store at schema version 4 or later.
+        An open run store at schema version 5 or later.
     queue
         The queue this journal is about (its absolute path); steps of other queues in the
         same store are kept apart.

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import pathlib
 import shutil
 import time
 import typing as t
 
+from politerm._internal.private import append_private
 from politerm.bridge.queue import atomic_write, dump_json
 from politerm.errors import BridgeError
 from politerm.store.db import ensure_private_dir
@@ -55,12 +55,9 @@ class TaskFiles:
 
     def log(self, line: str) -> None:
         """Append one timestamped, redacted line to the task's log."""
-        ensure_private_dir(self.work_dir)
         stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         text = " ".join(self.redactor.redact(line).split())
-        fd = _open_append(self.log_path)
-        with fd:
-            fd.write(f"{stamp} {text}\n")
+        append_private(self.log_path, f"{stamp} {text}\n")
 
     def write_error(self, error: str, *, status: str, stage: str) -> None:
         """Write ``error.json``: what went wrong, at which stage, when."""
@@ -103,11 +100,6 @@ class TaskFiles:
     def remove_work(self) -> None:
         """Delete the work folder once it is archived."""
         shutil.rmtree(self.work_dir, ignore_errors=True)
-
-
-def _open_append(path: pathlib.Path) -> t.TextIO:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 def find_archived(root: pathlib.Path, task_id: str) -> dict[str, t.Any] | None:

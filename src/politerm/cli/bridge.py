@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-import re
 import sys
 import time
 import typing as t
 
 import click
 
+from politerm._internal.sanitize import escape_controls
 from politerm.cli._common import config_option, load, open_store
 
 if t.TYPE_CHECKING:
@@ -23,12 +23,10 @@ queue_option = click.option(
     help="The queue file (default: $POLI_BRIDGE_QUEUE or .poli/bridge/task_queue.json).",
 )
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 def _safe(text: object) -> str:
-    """Task text as printable characters only: it never reaches the terminal as control."""
-    return _CONTROL.sub("?", str(text))
+    """Task text with control sequences shown, never acted on by the terminal."""
+    return escape_controls(str(text))
 
 
 def _warn(line: str) -> None:
@@ -184,7 +182,7 @@ def show(task_id: str, queue_opt: pathlib.Path | None) -> None:
     log = folder / "task.log"
     if log.is_file():
         click.echo("--- task.log")
-        click.echo(_safe(log.read_text(errors="replace")).rstrip("?"))
+        click.echo(_safe(log.read_text(errors="replace")).rstrip("\n"))
 
 
 @command.command("report")

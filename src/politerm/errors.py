@@ -216,3 +216,41 @@ class NotInAgentPane(MessagingError, ValueError):
 
 class MessageDead(MessagingError):
     """A message expired or became a dead letter; the message says why."""
+
+
+# --- dashboard, web monitor, notifications ------------------------------------------------
+
+
+class UiError(PolitermError):
+    """The dashboard, the web monitor or a notification could not do what was asked."""
+
+
+class StaleAction(UiError):
+    """An action names a question that is no longer the open one (answered, or replaced)."""
+
+
+class WebAssetsMissing(UiError):
+    """xterm.js is not installed where the web monitor looks for it."""
+
+
+class NotifyError(UiError):
+    """A notification channel refused or could not be reached."""
+
+
+# --- task bridge ------------------------------------------------------------------------
+
+
+class BridgeError(PolitermError):
+    """The task bridge could not read its queue, run a task or talk to its daemon."""
+
+
+class BridgeTaskInvalid(BridgeError, ValueError):
+    """A task (or a request about one) is invalid; the message names the task and why."""
+
+
+class EditError(BridgeError, ValueError):
+    """A file modification cannot be applied (missing file, marker, range, bad UTF-8)."""
+
+
+class RunnerError(BridgeError):
+    """The command runner could not start or supervise a command."""

@@ -47,6 +47,10 @@ _COMMANDS: dict[str, str] = {
     "panes": "panes",
     "reply": "reply",
     "send": "send",
+    # watching live
+    "web": "web",
+    # task bridge
+    "bridge": "bridge",
 }
 
 

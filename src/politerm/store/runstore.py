@@ -148,11 +148,26 @@ class RunStore(TaskRows, TurnRows, MessageRows):
         )
         return event
 
-    def list_events(self, task_id: str | None = None, limit: int = 100) -> list[Event]:
-        """Return the latest ``limit`` events (optionally of one task), oldest first."""
-        sql, args = "SELECT * FROM events", []
+    def list_events(
+        self, task_id: str | None = None, limit: int = 100, *, after: int | None = None
+    ) -> list[Event]:
+        """Return events (optionally of one task), oldest first.
+
+        Without ``after``: the latest ``limit``. With ``after``: the first ``limit`` whose id
+        is greater (what a follower has not seen yet; one indexed range read).
+        """
+        where: list[str] = []
+        args: list[t.Any] = []
         if task_id is not None:
-            sql, args = sql + " WHERE task_id = ?", [task_id]
+            where.append("task_id = ?")
+            args.append(task_id)
+        if after is not None:
+            where.append("id > ?")
+            args.append(after)
+        sql = "SELECT * FROM events" + (" WHERE " + " AND ".join(where) if where else "")
         with self._reading() as c:
+            if after is not None:
+                rows = c.execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
+                return [_event(r) for r in rows]
             rows = c.execute(sql + " ORDER BY id DESC LIMIT ?", [*args, limit]).fetchall()
         return [_event(r) for r in reversed(rows)]

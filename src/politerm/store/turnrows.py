@@ -80,6 +80,12 @@ class TurnRows(StoreCore):
             row = c.execute("SELECT * FROM turns WHERE agent = ?", (agent,)).fetchone()
         return None if row is None else _turn(row)
 
+    def list_turns(self) -> list[Turn]:
+        """Return every open turn (one query, whatever the number of agents)."""
+        with self._reading() as c:
+            rows = c.execute("SELECT * FROM turns ORDER BY agent").fetchall()
+        return [_turn(r) for r in rows]
+
     def turns_of_task(self, task_id: str) -> list[Turn]:
         """Every open turn that belongs to ``task_id``."""
         with self._reading() as c:

@@ -50,6 +50,8 @@ _COMMANDS: dict[str, str] = {
     # watching live
     "dash": "dash",
     "web": "web",
+    # task bridge
+    "bridge": "bridge",
 }
 
 

@@ -216,3 +216,22 @@ class NotInAgentPane(MessagingError, ValueError):
 
 class MessageDead(MessagingError):
     """A message expired or became a dead letter; the message says why."""
+
+
+# --- dashboard, web monitor, notifications ------------------------------------------------
+
+
+class UiError(PolitermError):
+    """The dashboard, the web monitor or a notification could not do what was asked."""
+
+
+class StaleAction(UiError):
+    """An action names a question that is no longer the open one (answered, or replaced)."""
+
+
+class WebAssetsMissing(UiError):
+    """xterm.js is not installed where the web monitor looks for it."""
+
+
+class NotifyError(UiError):
+    """A notification channel refused or could not be reached."""

@@ -47,6 +47,8 @@ _COMMANDS: dict[str, str] = {
     "panes": "panes",
     "reply": "reply",
     "send": "send",
+    # watching live
+    "web": "web",
 }
 
 

@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import resource
 import sys
-import threading
 import time
 import typing as t
 
@@ -41,6 +40,7 @@ from politerm.testing.retry import aretry_until
 
 if t.TYPE_CHECKING:
     import pathlib
+    from collections.abc import Sequence
 
     from politerm.tmux import Pane
 
@@ -52,11 +52,13 @@ class Sizes:
     idle_agents: tuple[int, ...]
     window: float
     poll_interval: float = 0.4
+    session_agents: tuple[int, ...] = (10, 50, 200)
 
 
-QUICK = Sizes(idle_agents=(10, 50), window=3.0)
+QUICK = Sizes(idle_agents=(10, 50), window=3.0, session_agents=(10, 50))
 FULL = Sizes(idle_agents=(10, 50, 100, 200), window=10.0)
 TARGET_IDLE_RATIO = 20.0
+TARGET_SESSION_PCT = 2.0
 
 
 # --- idle CPU ----------------------------------------------------------------------------
@@ -146,8 +148,7 @@ async def _idle_ours(bench: Bench, panes: list[Pane], meter: CpuMeter, window: f
     )
     # An idle router has no task, so it needs no PLANNER or EXECUTER among its agents.
     router = Router(config, store, {f"IDLE{i:03d}": (profile, p) for i, p in enumerate(panes)})
-    stop = threading.Event()
-    routing = asyncio.create_task(router.run(until=stop.is_set))
+    routing = asyncio.create_task(router.run())
     try:
         # Not a condition to wait for: every agent loop takes its first look, then idles.
         await asyncio.sleep(1.0)
@@ -157,7 +158,7 @@ async def _idle_ours(bench: Bench, panes: list[Pane], meter: CpuMeter, window: f
         await asyncio.sleep(window)
         return meter.sample() - before
     finally:
-        stop.set()
+        router.stop()
         await routing
         store.close()
 
@@ -223,11 +224,133 @@ async def bench_idle(bench: Bench, sizes: Sizes) -> list[Row]:
     return rows
 
 
+# --- a whole idle session: router + the control window's live status -------------------
+
+
+def _register(store: RunStore, panes: Sequence[Pane]) -> None:
+    """Record the idle agents in the store, so the status views show every one of them."""
+    with store.batch():
+        for i, pane in enumerate(panes):
+            store.upsert_agent(
+                f"IDLE{i:03d}",
+                session=SESSION,
+                pane_id=pane.pane_id,
+                command="fakeagent --mode plain",
+                cwd=".",
+                profile="fake-plain",
+                resume_command=None,
+            )
+            store.set_agent_state(f"IDLE{i:03d}", AgentState.READY.value)
+
+
+async def _watcher(bench: Bench, name: str, argv: Sequence[str]) -> tuple[Pane, psutil.Process]:
+    pane = await bench.window(name, argv)
+    pid = int(
+        (await bench.client.cmd("display-message", "-p", "-t", pane.pane_id, "#{pane_pid}"))[0]
+    )
+    return pane, psutil.Process(pid)
+
+
+async def _session_idle(
+    bench: Bench,
+    panes: list[Pane],
+    meter: CpuMeter,
+    window: float,
+    watcher_argv: Sequence[str],
+    label: str,
+) -> tuple[CpuSample, float]:
+    """CPU of the router (this process), a status watcher window and tmux, over ``window``."""
+    profile = load_profile("fake-plain")
+    store = RunStore.open(bench.workdir / "idle" / f"session-{label}-{len(panes)}.sqlite3")
+    _register(store, panes)
+    config = Config(
+        tmux=TmuxConfig(socket=bench.socket, session=SESSION),
+        store=StoreConfig(path=store.path),
+    )
+    router = Router(config, store, {f"IDLE{i:03d}": (profile, p) for i, p in enumerate(panes)})
+    routing = asyncio.create_task(router.run())
+    argv = [*watcher_argv, str(store.path)]
+    watch_pane, watcher = await _watcher(bench, f"status-{label}-{len(panes)}", argv)
+    try:
+        # Not a condition to wait for: the loops' first looks and the watcher's first full
+        # draw (200 rows) settle before the window opens.
+        await asyncio.sleep(3.0)
+        check(watcher.is_running(), f"session idle ({label}): the status watcher exited")
+        before, w0 = meter.sample(), _cpu(watcher)
+        await asyncio.sleep(window)
+        return meter.sample() - before, _cpu(watcher) - w0
+    finally:
+        router.stop()
+        await routing
+        await watch_pane.kill()
+        store.close()
+
+
+def _ours_argv(bench: Bench) -> list[str]:
+    # The control window's command (engine.session._control_argv); the store path is last.
+    return [
+        sys.executable, "-m", "politerm", "status", "--watch", "--socket", bench.socket,
+        "--store",
+    ]  # fmt: skip
+
+
+async def bench_session_idle(bench: Bench, sizes: Sizes) -> list[Row]:
+    server_pid = int((await bench.client.cmd("display-message", "-p", "#{pid}"))[0])
+    meter = CpuMeter(server_pid, _control_pid(bench.socket))
+    panes: list[Pane] = []
+    rows: list[Row] = []
+    seed_argv = [sys.executable, "-m", "bench._oldstatus"]
+    for n in sizes.session_agents:
+        await _grow_idle(bench, panes, n)
+        seed, seed_w = await _session_idle(bench, panes, meter, sizes.window, seed_argv, "seed")
+        ours, ours_w = await _session_idle(
+            bench, panes, meter, sizes.window, _ours_argv(bench), "ours"
+        )
+        for path, s, w in (
+            ("status --watch polling 0.5 s (seed)", seed, seed_w),
+            ("politerm: events only", ours, ours_w),
+        ):
+            total = s.total + w
+            rows.append(
+                {
+                    "agents": n,
+                    "path": path,
+                    "router s": s.router,
+                    "watcher s": w,
+                    "tmux server s": s.server,
+                    "total s": total,
+                    "% of a core": 100 * total / s.wall,
+                    "x watcher": ratio(seed_w, w),
+                    "x total": ratio(seed.total + seed_w, total),
+                }
+            )
+        print(f"({n} idle agents measured with a status watcher)")
+        sys.stdout.flush()
+    rows = print_table(
+        f"session idle: router + status --watch + tmux, CPU s over {sizes.window:g} s",
+        rows,
+    )
+    ours_rows = [r for r in rows if str(r["path"]).startswith("politerm")]
+    verdict: list[Row] = [
+        {
+            "agents": r["agents"],
+            "target": f"whole session <= {TARGET_SESSION_PCT:g} % of a core",
+            "% of a core": r["% of a core"],
+            "met": "yes" if float(r["% of a core"]) <= TARGET_SESSION_PCT else "no",
+        }
+        for r in ours_rows
+    ]
+    print_table("session idle: target", verdict)
+    return rows
+
+
 async def run(quick: bool = False) -> dict[str, list[Row]]:
     sizes = QUICK if quick else FULL
     tables: dict[str, list[Row]] = {}
     async with private_server("idle") as bench:
         tables["idle"] = await bench_idle(bench, sizes)
+    async with private_server("session") as bench:
+        tables["session"] = await bench_session_idle(bench, sizes)
     return tables
 
 

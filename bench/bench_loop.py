@@ -227,8 +227,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes) -> HandoffRun:
         # The bench session already exists: "resume" reuses it instead of making a new one.
         agents = await Session(config, store, server=bench.server).up(resume=True)
         router = Router(config, store, agents, templates=templates_for(config))
-        stop = threading.Event()
-        routing = asyncio.create_task(router.run(until=stop.is_set))
+        routing = asyncio.create_task(router.run())
         ids: list[str] = []
         try:
             for i in range(sizes.tasks):
@@ -249,7 +248,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes) -> HandoffRun:
                     f"{final and final.error}",
                 )
         finally:
-            stop.set()
+            router.stop()
             await routing
         logs = Handoffs.read(root)
         for tid in ids:

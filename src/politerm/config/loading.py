@@ -29,7 +29,7 @@ if t.TYPE_CHECKING:
 
 def _scenario(name: str) -> str:
     # Computed, not imported: the fake agent package may be absent in a trimmed install.
-    return str(Path(__file__).parent / "testing" / "fakeagent" / "scenarios" / name)
+    return str(Path(__file__).parent.parent / "testing" / "fakeagent" / "scenarios" / name)
 
 
 def _builtin_agents(project_dir: Path) -> dict[str, dict[str, t.Any]]:

@@ -92,8 +92,12 @@ class TmuxConfig(_Section):
         pattern=r"^[^:.\s]+$",
         description="a session name without ':', '.' or spaces",
     )
-    width: int = Field(default=200, ge=20, description="a whole number of columns >= 20")
-    height: int = Field(default=50, ge=5, description="a whole number of rows >= 5")
+    width: int = Field(
+        default=200, ge=20, le=10000, description="a whole number of columns from 20 to 10000"
+    )
+    height: int = Field(
+        default=50, ge=5, le=10000, description="a whole number of rows from 5 to 10000"
+    )
     history_limit: int = Field(default=200_000, ge=0, description="a whole number of lines >= 0")
 
 
@@ -235,8 +239,12 @@ class EpicConfig(_Section):
     bd: str = Field(default="bd", min_length=1, description="the bd program")
     session_timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False, description=_SECONDS)
     grace: float = Field(default=120.0, gt=0, allow_inf_nan=False, description=_SECONDS)
-    width: int = Field(default=200, ge=20, description="a whole number of columns >= 20")
-    height: int = Field(default=50, ge=5, description="a whole number of rows >= 5")
+    width: int = Field(
+        default=200, ge=20, le=10000, description="a whole number of columns from 20 to 10000"
+    )
+    height: int = Field(
+        default=50, ge=5, le=10000, description="a whole number of rows from 5 to 10000"
+    )
     summary_chunk_chars: int = Field(
         default=12_000, ge=200, description="a whole number of characters >= 200"
     )
@@ -502,6 +510,9 @@ def _read_toml(path: Path) -> dict[str, t.Any]:
     except FileNotFoundError:
         msg = f"{shown}: config file not found"
         raise ConfigError(msg) from None
+    except IsADirectoryError:
+        msg = f"{shown}: is a directory, not a config file"
+        raise ConfigError(msg) from None
     except (OSError, UnicodeDecodeError) as exc:
         msg = f"{shown}: cannot read config file: {exc}"
         raise ConfigError(msg) from None
@@ -667,11 +678,12 @@ def load_config(
     sources: list[Path] = []
 
     user_file = user_config_file()
-    if user_file.is_file():
+    if user_file.exists():
         layers.apply(_read_toml(user_file), _display(user_file))
         sources.append(user_file)
     project_file = (config_path or project / CONFIG_FILENAME).absolute()
-    if config_path is not None or project_file.is_file():
+    # A poli.toml that is there but not a file (a directory) is an error, not "no config".
+    if config_path is not None or project_file.exists():
         layers.apply(_read_toml(project_file), _display(project_file))
         sources.append(project_file)
     for name, layer in _env_layer(env, Path.cwd()):

@@ -17,20 +17,28 @@ if t.TYPE_CHECKING:
 _OPEN = (MessageState.QUEUED, MessageState.RETRIED, MessageState.DELIVERING, MessageState.DEAD)
 
 
-def collect(store: RunStore, *, events: int = 15) -> dict[str, t.Any]:
-    """Everything ``poli status`` shows, as plain data (``--json`` prints it as is)."""
+def collect(
+    store: RunStore, *, events: int = 15, live: t.Mapping[str, str] | None = None
+) -> dict[str, t.Any]:
+    """Everything ``poli status`` shows, as plain data (``--json`` prints it as is).
+
+    ``live`` maps agent names to their live state (see :class:`politerm.livestatus.LiveAgents`);
+    without it the state last stored is shown.
+    """
     agents = store.list_agents()
-    turns = {a.name: store.current_turn(a.name) for a in agents}
+    turns = {tn.agent: tn for tn in store.list_turns()}
+    live = live or {}
 
     def working_on(name: str) -> str | None:
-        turn = turns[name]
+        turn = turns.get(name)
         return turn.task_id if turn is not None else None
 
     return {
         "agents": [
             {
                 "name": a.name,
-                "state": a.state,
+                "state": live.get(a.name, a.state),
+                "stored_state": a.state,
                 "pane": a.pane_id,
                 "profile": a.profile,
                 "command": a.command,
@@ -84,7 +92,7 @@ def collect(store: RunStore, *, events: int = 15) -> dict[str, t.Any]:
                 "agent": e.agent,
                 "detail": e.detail,
             }
-            for e in store.list_events(limit=events)
+            for e in (store.list_events(limit=events) if events else [])
         ],
     }
 

@@ -42,6 +42,17 @@ _COMMANDS: dict[str, str] = {
     "log": "log",
     "summarize": "summarize",
     "work": "work",
+    # messaging between agents
+    "inbox": "inbox",
+    "mcp": "mcp",
+    "msg": "msg",
+    "panes": "panes",
+    "reply": "reply",
+    "send": "send",
+    # watching live
+    "web": "web",
+    # task bridge
+    "bridge": "bridge",
 }
 
 

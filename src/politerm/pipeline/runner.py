@@ -32,7 +32,7 @@ from politerm._internal.aio import wait_event
 from politerm._internal.private import private_dir
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.state import AgentState
-from politerm.engine.delivery import Outcome, deliver
+from politerm.driver.delivery import Outcome, deliver
 from politerm.engine.session import Session, make_server
 from politerm.errors import (
     AgentError,

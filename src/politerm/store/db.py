@@ -240,7 +240,87 @@ _V3_EPICS = Migration(
     ),
 )
 
-MIGRATIONS: t.Final[tuple[Migration, ...]] = (_V1_INITIAL, _V2_EVENTS, _V3_EPICS)
+_V4_MAIL = Migration(
+    4,
+    "messaging: requests and responses between agents, with acks and dead letters",
+    (
+        """
+        CREATE TABLE mail (
+            id             TEXT PRIMARY KEY,
+            kind           TEXT NOT NULL,
+            session        TEXT NOT NULL,
+            sender         TEXT NOT NULL,
+            sender_pane    TEXT,
+            recipient      TEXT NOT NULL,
+            recipient_pane TEXT NOT NULL,
+            capability     TEXT NOT NULL,
+            reply_to       TEXT,
+            body_path      TEXT NOT NULL,
+            size           INTEGER NOT NULL,
+            sha256         TEXT NOT NULL,
+            response_path  TEXT,
+            state          TEXT NOT NULL,
+            reason         TEXT,
+            attempts       INTEGER NOT NULL DEFAULT 0,
+            max_attempts   INTEGER NOT NULL,
+            created        REAL NOT NULL,
+            updated        REAL NOT NULL,
+            expires        REAL NOT NULL,
+            delivered      REAL,
+            started        REAL,
+            responded      REAL
+        )
+        """,
+        # the postman's question on every wake-up: what is queued for whom, oldest first
+        "CREATE INDEX mail_recipient_state ON mail(recipient, state, created)",
+        "CREATE INDEX mail_state ON mail(state, updated)",
+    ),
+)
+
+_V5_BRIDGE = Migration(
+    5,
+    "task bridge: the step journal of each handed-over task",
+    (
+        # One row per step (file edits, a command, an agent turn) of a task taken from a
+        # bridge queue; written before the step acts, settled from evidence after a crash.
+        """
+        CREATE TABLE bridge_steps (
+            queue    TEXT NOT NULL,
+            task_id  TEXT NOT NULL,
+            step     INTEGER NOT NULL,
+            kind     TEXT NOT NULL,
+            state    TEXT NOT NULL,
+            evidence TEXT NOT NULL DEFAULT '{}',
+            result   TEXT NOT NULL DEFAULT '{}',
+            started  REAL NOT NULL,
+            finished REAL,
+            PRIMARY KEY (queue, task_id, step)
+        )
+        """,
+    ),
+)
+
+_V6_TURN_STATES = Migration(
+    6,
+    "turn states (politerm.store.turns): delivering, waiting, holding",
+    (
+        # A turn from an older store was written before its delivery: settle it as one.
+        "ALTER TABLE turns ADD COLUMN state TEXT NOT NULL DEFAULT 'delivering'",
+        """
+        UPDATE turns SET state = 'waiting' WHERE message_id IS NULL OR message_id IN
+            (SELECT id FROM messages WHERE state IN ('delivered', 'acknowledged'))
+        """,
+    ),
+)
+
+MIGRATIONS: t.Final[tuple[Migration, ...]] = (
+    _V1_INITIAL,
+    _V2_EVENTS,
+    _V3_EPICS,
+    _V4_MAIL,
+    _V5_BRIDGE,
+    _V6_TURN_STATES,
+)
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 
 SCHEMA_VERSION: t.Final = len(MIGRATIONS)

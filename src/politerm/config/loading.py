@@ -131,6 +131,9 @@ def _read_toml(path: Path) -> dict[str, t.Any]:
     except FileNotFoundError:
         msg = f"{shown}: config file not found"
         raise ConfigError(msg) from None
+    except IsADirectoryError:
+        msg = f"{shown}: is a directory, not a config file"
+        raise ConfigError(msg) from None
     except (OSError, UnicodeDecodeError) as exc:
         msg = f"{shown}: cannot read config file: {exc}"
         raise ConfigError(msg) from None
@@ -296,11 +299,12 @@ def load_config(
     sources: list[Path] = []
 
     user_file = user_config_file()
-    if user_file.is_file():
+    if user_file.exists():
         layers.apply(_read_toml(user_file), _display(user_file))
         sources.append(user_file)
     project_file = (config_path or project / CONFIG_FILENAME).absolute()
-    if config_path is not None or project_file.is_file():
+    # A poli.toml that is there but not a file (a directory) is an error, not "no config".
+    if config_path is not None or project_file.exists():
         layers.apply(_read_toml(project_file), _display(project_file))
         sources.append(project_file)
     for name, layer in _env_layer(env, Path.cwd()):

@@ -57,8 +57,12 @@ class TmuxConfig(_Section):
         pattern=r"^[^:.\s]+$",
         description="a session name without ':', '.' or spaces",
     )
-    width: int = Field(default=200, ge=20, description="a whole number of columns >= 20")
-    height: int = Field(default=50, ge=5, description="a whole number of rows >= 5")
+    width: int = Field(
+        default=200, ge=20, le=10000, description="a whole number of columns from 20 to 10000"
+    )
+    height: int = Field(
+        default=50, ge=5, le=10000, description="a whole number of rows from 5 to 10000"
+    )
     history_limit: int = Field(default=200_000, ge=0, description="a whole number of lines >= 0")
 
 
@@ -200,8 +204,12 @@ class EpicConfig(_Section):
     bd: str = Field(default="bd", min_length=1, description="the bd program")
     session_timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False, description=_SECONDS)
     grace: float = Field(default=120.0, gt=0, allow_inf_nan=False, description=_SECONDS)
-    width: int = Field(default=200, ge=20, description="a whole number of columns >= 20")
-    height: int = Field(default=50, ge=5, description="a whole number of rows >= 5")
+    width: int = Field(
+        default=200, ge=20, le=10000, description="a whole number of columns from 20 to 10000"
+    )
+    height: int = Field(
+        default=50, ge=5, le=10000, description="a whole number of rows from 5 to 10000"
+    )
     summary_chunk_chars: int = Field(
         default=12_000, ge=200, description="a whole number of characters >= 200"
     )

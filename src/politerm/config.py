@@ -30,6 +30,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from politerm.errors import ConfigError
+from politerm.manager.settings import ManagerConfig
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -296,6 +297,7 @@ class Config(_Section):
     )
     epic: EpicConfig = Field(default_factory=EpicConfig, description="a table")
     redact: RedactConfig = Field(default_factory=RedactConfig, description="a table")
+    manager: ManagerConfig = Field(default_factory=ManagerConfig, description="a table")
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
 

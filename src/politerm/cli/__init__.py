@@ -39,6 +39,8 @@ _COMMANDS: dict[str, str] = {
     "log": "log",
     "summarize": "summarize",
     "work": "work",
+    # manager mode
+    "manager": "manager",
 }
 
 

@@ -245,6 +245,12 @@ class GeminiBrain(ApiBrain):
         )
         return str(response.text or "")
 
+    async def aclose(self) -> None:
+        """Close the SDK's async client (older SDKs have no ``aclose``)."""
+        close = getattr(self._client.aio, "aclose", None)
+        if close is not None:
+            await close()
+
 
 class AnthropicBrain(ApiBrain):
     """Anthropic Claude through ``anthropic``."""

@@ -143,12 +143,9 @@ class Manager:
 
     def stop(self, name: str, reason: str = "stopped by the user") -> Project:
         """End the project's task: PROJECT_SELECTED, task STOPPED (not offered for resume)."""
-        project = self.store.project(name)
-        if project.task_id is None or project.state in (S.PROJECT_SELECTED, S.TASK_COMPLETE):
-            return project
-        if project.state.is_error:
-            return self.store.update(name, task_status=TaskStatus.STOPPED)
-        return self._move(name, S.PROJECT_SELECTED, reason, task_status=TaskStatus.STOPPED)
+        project = stop_task(self.store, name, reason)
+        self.on_event(project, f"{project.state.value}: {reason}")
+        return project
 
     async def interrupt(self, name: str) -> Project:
         """Stop the current step (Ctrl-C): the dev agent is interrupted, the task pauses."""
@@ -227,13 +224,13 @@ class Manager:
         reply: Reply | None = None
         problem = ""
         for attempt in range(2):  # a malformed or empty reply is retried once
+            self._count_call(name)
+            raw = ""
             try:
                 raw = await self._ask(prompt, SYSTEM_PROMPT)
-                self.store.update(name, brain_calls=self.store.project(name).brain_calls + 1)
                 reply = parse_reply(raw)
                 break
             except BrainReplyError as exc:
-                self.store.update(name, brain_calls=self.store.project(name).brain_calls + 1)
                 problem = str(exc)
                 self.store.store.add_event(
                     "manager.bad_reply", task_id=project.task_id, agent="manager",
@@ -251,6 +248,9 @@ class Manager:
             self._move(name, S.ERROR_BRAIN_REPLY, error, error=error, task_status=TaskStatus.FAILED)
             return
         self._apply(project, reply)
+
+    def _count_call(self, name: str) -> None:
+        self.store.update(name, brain_calls=self.store.project(name).brain_calls + 1)
 
     def _apply(self, project: Project, reply: Reply) -> None:
         name = project.name
@@ -359,6 +359,16 @@ class Manager:
         with self.store.store.batch():
             self.store.fold_summary(name, summary, [turn.id for turn in fold])
             self._move(name, S.CALLING_BRAIN, f"{len(fold)} turns folded into the summary")
+
+
+def stop_task(store: ManagerStore, name: str, reason: str = "stopped by the user") -> Project:
+    """End ``name``'s task (PROJECT_SELECTED, task STOPPED); needs no brain nor channel."""
+    project = store.project(name)
+    if project.task_id is None or project.state in (S.PROJECT_SELECTED, S.TASK_COMPLETE):
+        return project
+    if not (project.state.in_task or project.state is S.PAUSED_WAITING_USER_INPUT):
+        return store.update(name, task_status=TaskStatus.STOPPED)
+    return store.transition(name, S.PROJECT_SELECTED, detail=reason, task_status=TaskStatus.STOPPED)
 
 
 def _line(text: str, width: int = 100) -> str:

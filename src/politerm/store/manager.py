@@ -156,9 +156,6 @@ _FIELDS: t.Final = frozenset(
         "error",
     }
 )
-_TEXT_FIELDS: t.Final = frozenset(
-    {"goal", "task_goal", "summary", "last_instruction", "last_report", "question", "result"}
-)
 
 
 def _project(row: sqlite3.Row) -> Project:
@@ -293,8 +290,7 @@ class ManagerStore:
             msg = f"unknown project fields: {', '.join(sorted(unknown))}"
             raise ManagerProjectError(msg)
         values = {
-            k: (self.redactor.redact(v) if k in _TEXT_FIELDS and isinstance(v, str) else v)
-            for k, v in fields.items()
+            k: (self.redactor.redact(v) if isinstance(v, str) else v) for k, v in fields.items()
         }
         values = {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in values.items()}
         values["updated"] = self._now()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shlex
 import typing as t
@@ -33,6 +34,8 @@ if t.TYPE_CHECKING:
     from politerm.manager.engine import Manager
     from politerm.redact import Redactor
     from politerm.store.manager import Project
+
+log = logging.getLogger(__name__)
 
 HELP: t.Final = """\
 project add NAME PATH [--goal TEXT] [--channel pane|file] [--agent PROFILE]
@@ -189,6 +192,10 @@ class Repl:
         except PolitermError as exc:
             self.say(f"[{name}] error: {exc}")
             return
+        except Exception as exc:  # a bug: say so instead of dying silently in the background
+            log.exception("manager task of %s failed", name)
+            self.say(f"[{name}] internal error: {type(exc).__name__}: {exc}")
+            return
         if project.state is ManagerState.TASK_COMPLETE:
             self.say(f"[{name}] TASK COMPLETE: {project.result}")
         elif project.state is ManagerState.PAUSED_WAITING_USER_INPUT:
@@ -272,6 +279,7 @@ class Repl:
                 self.say(f"{mark} {p.name:<16} {p.state.value:<26} {p.channel:<5} {p.path}")
         elif sub == "add":
             name, path, opts = _parse_add(args[1:])
+            opts.setdefault("channel", self.manager.config.channel)
             import pathlib
 
             p = self.store.add_project(name, pathlib.Path(path), **opts)

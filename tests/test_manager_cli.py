@@ -3,7 +3,6 @@ one-shot commands and their exit codes, and ``kill -9`` of the manager mid-task,
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pathlib
@@ -57,7 +56,13 @@ call_timeout = 20.0
 
 def poli(work: pathlib.Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*POLI, *args], cwd=work, env=env, capture_output=True, text=True, timeout=BOUND
+        [*POLI, *args],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
     )
 
 
@@ -135,24 +140,28 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
     assert stat.S_IMODE(history.stat().st_mode) == 0o600
 
 
+def kill_while_waiting_for_the_dev(
+    tmp_path: pathlib.Path, work: pathlib.Path, env: dict[str, str]
+) -> None:
+    added = poli(work, env, "manager", "project", "add", "web", str(tmp_path / "proj"))
+    assert added.returncode == 0, added.stderr
+    proc = subprocess.Popen(
+        [*POLI, "manager", "goal", "--project", "web", "Start the server"],
+        cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    retry_until(
+        lambda: project_state(tmp_path)["state"] == "waiting_dev_report", BOUND,
+        what="the manager waiting for the dev report",
+    )  # fmt: skip
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(BOUND) == -signal.SIGKILL
+
+
 async def test_repl_offers_to_resume_a_task_left_running(tmp_path: pathlib.Path) -> None:
     rules = [Rule(r".*", "Write server.py")]
     with MockLLM(rules, sides=False) as llm:
         work, env = setup(tmp_path, llm)
-        assert (
-            poli(work, env, "manager", "project", "add", "web", str(tmp_path / "proj")).returncode
-            == 0
-        )
-        proc = subprocess.Popen(
-            [*POLI, "manager", "goal", "--project", "web", "Start the server"],
-            cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        retry_until(
-            lambda: project_state(tmp_path)["state"] == "waiting_dev_report", BOUND,
-            what="the manager waiting for the dev report",
-        )  # fmt: skip
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(BOUND)
+        kill_while_waiting_for_the_dev(tmp_path, work, env)
         term = await PtyTerminal.spawn(
             [*POLI, "manager"], cwd=work, env=env, size=(160, 60), name="repl"
         )
@@ -176,9 +185,7 @@ async def test_repl_offers_to_resume_a_task_left_running(tmp_path: pathlib.Path)
 
 
 @pytest.mark.parametrize("moment", ["waiting_dev_report", "calling_brain"])
-async def test_kill_9_mid_task_then_resume_finishes_it_once(
-    tmp_path: pathlib.Path, moment: str
-) -> None:
+def test_kill_9_mid_task_then_resume_finishes_it_once(tmp_path: pathlib.Path, moment: str) -> None:
     rules = list(THREE_STEPS)
     if moment == "calling_brain":  # the second planning call hangs long enough to be killed
         rules.insert(1, Rule(r"## Latest dev report\nReport for step 1", "Add a test for hello.py",

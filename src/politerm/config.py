@@ -282,6 +282,38 @@ class RedactConfig(_Section):
         return value
 
 
+NOTIFY_EVENTS = ("approval", "question", "gate", "done", "failed", "stuck", "limited")
+
+
+class NotifyConfig(_Section):
+    """Where notifications go (approval needed, question, gate, task done or failed, STUCK)."""
+
+    desktop: bool = Field(default=True, description="true or false")
+    webhook: str | None = Field(
+        default=None, pattern=r"^https?://\S+$", description="an http(s) URL"
+    )
+    ntfy: list[t.Annotated[str, Field(pattern=r"^https?://\S+/[^/\s]+$")]] = Field(
+        default_factory=list,
+        description="a list of topic URLs, e.g. ['https://ntfy.sh/my-topic']",
+    )
+    min_interval: float = Field(
+        default=30.0, ge=0, allow_inf_nan=False, description="a number of seconds >= 0"
+    )
+    burst: int = Field(default=5, ge=1, description="a whole number >= 1")
+    events: list[str] = Field(
+        default_factory=lambda: [
+            "approval",
+            "question",
+            "gate",
+            "done",
+            "failed",
+            "stuck",
+            "limited",
+        ],
+        description="a list of event names",
+    )
+
+
 class Config(_Section):
     """The whole configuration; build it with :func:`load_config`."""
 
@@ -297,6 +329,7 @@ class Config(_Section):
     )
     epic: EpicConfig = Field(default_factory=EpicConfig, description="a table")
     redact: RedactConfig = Field(default_factory=RedactConfig, description="a table")
+    notify: NotifyConfig = Field(default_factory=NotifyConfig, description="a table")
     manager: ManagerConfig = Field(default_factory=ManagerConfig, description="a table")
 
     _sources: list[Path] = PrivateAttr(default_factory=list)

@@ -90,6 +90,10 @@ class AgentExited(AgentError):
     """The agent's process is gone."""
 
 
+class AgentNotFound(AgentError, ValueError):
+    """An agent's program is not on PATH; nothing was started."""
+
+
 # --- protocol ---------------------------------------------------------------------------
 
 
@@ -165,6 +169,10 @@ class SchemaTooNew(StoreError):
     """The store was written by a newer politerm; we refuse to touch it."""
 
 
+class TransitionRejected(StoreError):
+    """A message or turn was asked to change state in a way the state machine forbids."""
+
+
 # --- routing / tasks --------------------------------------------------------------------
 
 
@@ -174,6 +182,59 @@ class RoutingError(PolitermError):
 
 class TaskFailed(RoutingError):
     """A task ended without a final report; the message names agent, step and screen."""
+
+
+# --- imports from the original tools ----------------------------------------------------
+
+
+class CompatError(PolitermError, ValueError):
+    """A file from obi, META or PoliTerm cannot be taken over (says which file and where)."""
+
+
+# --- messaging between agents -----------------------------------------------------------
+
+
+class MessagingError(PolitermError):
+    """A message between agents could not be sent, delivered or answered."""
+
+
+class MessageNotFound(MessagingError, ValueError):
+    """No message has that id."""
+
+
+class RecipientNotFound(MessagingError, ValueError):
+    """A message names an agent or pane that does not exist in this session."""
+
+
+class UnsafeMessagePath(MessagingError, ValueError):
+    """A path in a message or notification lies outside the session's message directory."""
+
+
+class NotInAgentPane(MessagingError, ValueError):
+    """``poli reply`` ran outside a politerm agent pane and was not told whom to answer."""
+
+
+class MessageDead(MessagingError):
+    """A message expired or became a dead letter; the message says why."""
+
+
+# --- dashboard, web monitor, notifications ------------------------------------------------
+
+
+class UiError(PolitermError):
+    """The dashboard, the web monitor or a notification could not do what was asked."""
+
+
+class StaleAction(UiError):
+    """An action names a question that is no longer the open one (answered, or replaced)."""
+
+
+class WebAssetsMissing(UiError):
+    """xterm.js is not installed where the web monitor looks for it."""
+
+
+class NotifyError(UiError):
+    """A notification channel refused or could not be reached."""
 
 
 # --- manager ----------------------------------------------------------------------------

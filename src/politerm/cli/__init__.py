@@ -9,6 +9,7 @@ import typing as t
 import click
 
 from politerm import __version__
+from politerm._internal import sanitize
 from politerm.errors import PolitermError
 
 # command name -> module under politerm.cli holding a click command called ``command``
@@ -39,6 +40,15 @@ _COMMANDS: dict[str, str] = {
     "log": "log",
     "summarize": "summarize",
     "work": "work",
+    # messaging between agents
+    "inbox": "inbox",
+    "mcp": "mcp",
+    "msg": "msg",
+    "panes": "panes",
+    "reply": "reply",
+    "send": "send",
+    # watching live
+    "web": "web",
     # manager mode
     "manager": "manager",
 }
@@ -60,14 +70,27 @@ class _LazyGroup(click.Group):
         return command
 
 
-@click.group(cls=_LazyGroup)
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="poli")
-def cli() -> None:
+@click.option(
+    "--no-color",
+    is_flag=True,
+    envvar="NO_COLOR",
+    help="No colour; every control sequence in agent text is shown escaped.",
+)
+def cli(no_color: bool) -> None:
     """Run AI coding agents as long-lived TUIs in tmux and drive them unattended."""
+    if no_color:
+        sanitize.install(no_color=True)
 
 
 def main(argv: t.Sequence[str] | None = None) -> None:
-    """Run ``poli``; a :class:`PolitermError` becomes one line on stderr and exit code 1."""
+    """Run ``poli``; a :class:`PolitermError` becomes one line on stderr and exit code 1.
+
+    Everything printed goes through :class:`~politerm._internal.sanitize.SafeStream`: text an
+    agent wrote never reaches the terminal as control sequences.
+    """
+    sanitize.install(no_color="--no-color" in (argv if argv is not None else sys.argv[1:]))
     try:
         rv = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
     except click.exceptions.Exit as exc:

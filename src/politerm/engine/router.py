@@ -31,9 +31,9 @@ from politerm.agents.approval import (
 )
 from politerm.agents.state import AgentState
 from politerm.agents.tracker import StateTracker
-from politerm.engine.delivery import Outcome, deliver
+from politerm.driver.delivery import Outcome, deliver
+from politerm.driver.transcripts import locate_transcript
 from politerm.engine.templates import Templates
-from politerm.engine.transcripts import locate_transcript
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,

@@ -15,6 +15,7 @@ import re
 import typing as t
 
 from politerm.errors import ManagerError
+from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.brain import API_BRAINS, resolve_key
 from politerm.manager.channels import FileChannel
 from politerm.manager.engine import EventSink, Manager
@@ -56,13 +57,13 @@ def make_brain(config: Config, env: Mapping[str, str] | None = None) -> tuple[Br
         # The key itself, whatever its shape, is redacted on every path this manager writes.
         redactor = Redactor([*config.redact.patterns, re.escape(key)])
         return API_BRAINS[settings.provider](settings, key, redactor), redactor
-    from politerm.manager.agent_brain import AgentBrain
-
     redactor = Redactor(config.redact.patterns)
-    return AgentBrain(config, redactor), redactor
+    return AgentBrain(config), redactor
 
 
-def channel_factory(config: Config) -> t.Callable[[Project], DevChannel]:
+def channel_factory(
+    config: Config, store: RunStore | None = None
+) -> t.Callable[[Project], DevChannel]:
     """Builds a project's dev channel: its own setting, else ``[manager] channel``."""
 
     def build(project: Project) -> DevChannel:
@@ -74,7 +75,7 @@ def channel_factory(config: Config) -> t.Callable[[Project], DevChannel]:
             return FileChannel(root, stable_seconds=config.manager.file_stable_seconds)
         from politerm.manager.pane import PaneChannel
 
-        return PaneChannel(config, project)
+        return PaneChannel(config, project, store)
 
     return build
 
@@ -88,7 +89,11 @@ def build_manager(
     """A :class:`Manager` over the configured store, brain and channels."""
     brain, redactor = make_brain(config, env)
     store = open_store(config, redactor)
-    return Manager(store, config.manager, brain, channel_factory(config), on_event=on_event)
+    if isinstance(brain, AgentBrain):
+        brain.store = store.store
+    return Manager(
+        store, config.manager, brain, channel_factory(config, store.store), on_event=on_event
+    )
 
 
 class ProjectLock:

@@ -47,6 +47,9 @@ class BrainSettings(_Section):
     agent: str = Field(
         default="claude", min_length=1, description="an agent profile name (provider 'agent')"
     )
+    command: list[str] = Field(
+        default_factory=list, description="the brain agent's command ([] = its profile's)"
+    )
     call_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False, description=_SECONDS)
     max_retries: int = Field(default=4, ge=0, le=20, description="a whole number 0..20")
     backoff: float = Field(default=1.0, ge=0, allow_inf_nan=False, description=_SECONDS)
@@ -63,6 +66,9 @@ class ManagerConfig(_Section):
     brain: BrainSettings = Field(default_factory=BrainSettings, description="a table")
     dev_agent: str = Field(
         default="claude", min_length=1, description="the dev agent's profile (pane channel)"
+    )
+    dev_command: list[str] = Field(
+        default_factory=list, description="the dev agent's command ([] = its profile's)"
     )
     channel: t.Literal["pane", "file"] = Field(default="pane", description="one of 'pane', 'file'")
     step_timeout: float = Field(default=1800.0, gt=0, allow_inf_nan=False, description=_SECONDS)

@@ -4,12 +4,18 @@
 updates it when done; steps of a parallel group write ``.handoff-step-N.md`` instead, and at
 the group's sync point those are appended to ``.handoff.md`` in step order under
 ``## Parallel Step N (<agent>) — <timestamp>`` headers. The originals are kept.
+
+Handoff files live in the project, for the agents to read; politerm writes them 0600 and with
+secrets redacted.
 """
 
 from __future__ import annotations
 
 import datetime
 import typing as t
+
+from politerm._internal.private import write_private
+from politerm.redact import Redactor
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -28,13 +34,22 @@ def step_file(num: int) -> str:
     return f".handoff-step-{num}.md"
 
 
-def write_initial(project: pathlib.Path, task: str, pipeline: str, run_id: str) -> pathlib.Path:
-    """Write ``.handoff.md`` with the user's task (replacing an older one)."""
+def write_initial(
+    project: pathlib.Path,
+    task: str,
+    pipeline: str,
+    run_id: str,
+    *,
+    redactor: Redactor | None = None,
+) -> pathlib.Path:
+    """Write ``.handoff.md`` with the user's task (replacing an older one).
+
+    The file is 0600 and secrets in the task are redacted: agents get the task itself in
+    their prompt; the handoff is what politerm keeps on disk.
+    """
     path = project / HANDOFF
-    path.write_text(
-        f"# Handoff\n\nPipeline: {pipeline} (run {run_id})\n\n## Task\n\n{task.strip()}\n",
-        encoding="utf-8",
-    )
+    task = (redactor or Redactor()).redact(task.strip())
+    write_private(path, f"# Handoff\n\nPipeline: {pipeline} (run {run_id})\n\n## Task\n\n{task}\n")
     return path
 
 
@@ -49,6 +64,7 @@ def merge_parallel(
     *,
     sources: t.Mapping[int, pathlib.Path] | None = None,
     now: datetime.datetime | None = None,
+    redactor: Redactor | None = None,
 ) -> list[int]:
     """Append each parallel step's handoff file to ``.handoff.md``, in step order.
 
@@ -64,6 +80,8 @@ def merge_parallel(
         Where a step's ``.handoff-step-N.md`` is, when not in ``project`` (a worktree).
     now
         The timestamp in the headers.
+    redactor
+        Redacts secrets the steps wrote (the built-in patterns when left out).
 
     Returns
     -------
@@ -88,7 +106,5 @@ def merge_parallel(
         text += f"\n{marker}\n## Parallel Step {num} ({agent}) — {stamp}\n\n{body}\n"
         merged.append(num)
     if merged:
-        tmp = path.with_name(f"{HANDOFF}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_private(path, (redactor or Redactor()).redact(text))
     return merged

@@ -29,9 +29,10 @@ import typing as t
 import psutil
 
 from politerm._internal.aio import wait_event
+from politerm._internal.private import private_dir
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.state import AgentState
-from politerm.engine.delivery import Outcome, deliver
+from politerm.driver.delivery import Outcome, deliver
 from politerm.engine.session import Session, make_server
 from politerm.errors import (
     AgentError,
@@ -211,7 +212,7 @@ class PipelineRunner:
         rec.pid = os.getpid()
         rec.status = RunStatus.RUNNING
         rec.error = None
-        self.state.steps_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.state.steps_dir)
         self.state.save()
         loop = asyncio.get_running_loop()
         main = asyncio.current_task()
@@ -732,7 +733,7 @@ def start_run(
         msg = f"run id {record.run_id} is taken"
         raise PipelineError(msg)
     handoff.write_initial(project, record.task, pipeline.name, record.run_id)
-    state.steps_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(state.steps_dir)
     state.save()
     state.event("pipeline.started", f"{pipeline.name}: {record.task}")
     return state

@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import os
 import pathlib
 import secrets
 import time
 import typing as t
 
+from politerm._internal.private import write_private
 from politerm.errors import PipelineError
 from politerm.pipeline.agents import PROJECT_DIR
 from politerm.pipeline.model import RunStatus, StepStatus
@@ -69,11 +69,8 @@ def steps_dir(project: pathlib.Path, run_id: str) -> pathlib.Path:
 
 
 def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Write ``text`` to ``path`` (0600, folders 0700) through a temporary file and a rename."""
+    write_private(path, text)
 
 
 @dataclasses.dataclass

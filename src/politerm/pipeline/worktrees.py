@@ -15,6 +15,7 @@ import pathlib
 import shutil
 import subprocess
 
+from politerm._internal.private import private_dir
 from politerm.errors import PipelineError
 from politerm.pipeline.handoff import HANDOFF
 from politerm.pipeline.state import poli_dir
@@ -82,7 +83,7 @@ def create(project: pathlib.Path, run_id: str, num: int) -> pathlib.Path:
     """
     where = path_of(project, run_id, num)
     remove(project, run_id, num)
-    where.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(where.parent)
     git(project, "worktree", "add", "-q", "-b", branch(run_id, num), str(where), "HEAD")
     src = project / HANDOFF
     if src.exists():

@@ -8,7 +8,6 @@ never in between.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import sqlite3
@@ -17,6 +16,7 @@ import typing as t
 
 import platformdirs
 
+from politerm._internal.private import private_dir
 from politerm.errors import SchemaTooNew, StoreError
 
 BUSY_TIMEOUT_MS: t.Final = 10_000
@@ -240,8 +240,45 @@ _V3_EPICS = Migration(
     ),
 )
 
-_V4_MANAGER = Migration(
+_V4_MAIL = Migration(
     4,
+    "messaging: requests and responses between agents, with acks and dead letters",
+    (
+        """
+        CREATE TABLE mail (
+            id             TEXT PRIMARY KEY,
+            kind           TEXT NOT NULL,
+            session        TEXT NOT NULL,
+            sender         TEXT NOT NULL,
+            sender_pane    TEXT,
+            recipient      TEXT NOT NULL,
+            recipient_pane TEXT NOT NULL,
+            capability     TEXT NOT NULL,
+            reply_to       TEXT,
+            body_path      TEXT NOT NULL,
+            size           INTEGER NOT NULL,
+            sha256         TEXT NOT NULL,
+            response_path  TEXT,
+            state          TEXT NOT NULL,
+            reason         TEXT,
+            attempts       INTEGER NOT NULL DEFAULT 0,
+            max_attempts   INTEGER NOT NULL,
+            created        REAL NOT NULL,
+            updated        REAL NOT NULL,
+            expires        REAL NOT NULL,
+            delivered      REAL,
+            started        REAL,
+            responded      REAL
+        )
+        """,
+        # the postman's question on every wake-up: what is queued for whom, oldest first
+        "CREATE INDEX mail_recipient_state ON mail(recipient, state, created)",
+        "CREATE INDEX mail_state ON mail(state, updated)",
+    ),
+)
+
+_V5_MANAGER = Migration(
+    5,
     "manager mode: projects (state, task, summary, counters) and conversation turns",
     (
         """
@@ -286,7 +323,13 @@ _V4_MANAGER = Migration(
     ),
 )
 
-MIGRATIONS: t.Final[tuple[Migration, ...]] = (_V1_INITIAL, _V2_EVENTS, _V3_EPICS, _V4_MANAGER)
+MIGRATIONS: t.Final[tuple[Migration, ...]] = (
+    _V1_INITIAL,
+    _V2_EVENTS,
+    _V3_EPICS,
+    _V4_MAIL,
+    _V5_MANAGER,
+)
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 
 SCHEMA_VERSION: t.Final = len(MIGRATIONS)
@@ -312,18 +355,7 @@ def ensure_private_dir(directory: pathlib.Path) -> None:
     directory
         The folder that will hold the store.
     """
-    missing: list[pathlib.Path] = []
-    d = directory
-    while not d.exists():
-        missing.append(d)
-        if d.parent == d:
-            break
-        d = d.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another process won the race
-            d.mkdir(mode=DIR_MODE)
-            # mkdir's mode is filtered by the umask; ours must hold regardless.
-            d.chmod(DIR_MODE)
+    private_dir(directory)
 
 
 def create_private_file(path: pathlib.Path) -> None:

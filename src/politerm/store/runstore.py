@@ -746,6 +746,12 @@ class RunStore:
             row = c.execute("SELECT * FROM turns WHERE agent = ?", (agent,)).fetchone()
         return None if row is None else _turn(row)
 
+    def list_turns(self) -> list[Turn]:
+        """Return every open turn (one query, whatever the number of agents)."""
+        with self._reading() as c:
+            rows = c.execute("SELECT * FROM turns ORDER BY agent").fetchall()
+        return [_turn(r) for r in rows]
+
     def end_turn(self, agent: str, nonce: str) -> bool:
         """End ``agent``'s turn if it is still the one with ``nonce``.
 
@@ -1132,11 +1138,26 @@ class RunStore:
         )
         return event
 
-    def list_events(self, task_id: str | None = None, limit: int = 100) -> list[Event]:
-        """Return the latest ``limit`` events (optionally of one task), oldest first."""
-        sql, args = "SELECT * FROM events", []
+    def list_events(
+        self, task_id: str | None = None, limit: int = 100, *, after: int | None = None
+    ) -> list[Event]:
+        """Return events (optionally of one task), oldest first.
+
+        Without ``after``: the latest ``limit``. With ``after``: the first ``limit`` whose id
+        is greater (what a follower has not seen yet; one indexed range read).
+        """
+        where: list[str] = []
+        args: list[t.Any] = []
         if task_id is not None:
-            sql, args = sql + " WHERE task_id = ?", [task_id]
+            where.append("task_id = ?")
+            args.append(task_id)
+        if after is not None:
+            where.append("id > ?")
+            args.append(after)
+        sql = "SELECT * FROM events" + (" WHERE " + " AND ".join(where) if where else "")
         with self._reading() as c:
+            if after is not None:
+                rows = c.execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
+                return [_event(r) for r in rows]
             rows = c.execute(sql + " ORDER BY id DESC LIMIT ?", [*args, limit]).fetchall()
         return [_event(r) for r in reversed(rows)]

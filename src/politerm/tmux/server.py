@@ -14,6 +14,7 @@ import typing as t
 
 import platformdirs
 
+from politerm._internal.private import private_dir
 from politerm.errors import ServerNotRunning, SessionNotFound, TmuxCommandError, TmuxLookupError
 from politerm.tmux.control import ControlClient
 
@@ -127,7 +128,7 @@ class TmuxServer:
             version=CONFIG_VERSION,
         )
         if not path.exists() or path.read_text() != text:
-            self.config_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(self.config_dir)
             tmp = path.with_suffix(".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as fh:

@@ -46,10 +46,32 @@ Scenario format (TOML; JSON when the file ends in ``.json``)::
     write_file = { path = "out.txt", content = "hi\n" }  # after approval, relative to cwd
     action = "reply"                # or "crash" (exit 3), "hang" (busy forever), "exit"
 
+    [faults]                        # seeded fault knobs; each decision logged as "fault"
+    seed = 0                        # with the name and the log's start count: repeatable
+    lose_enter = 0.0                # share of submitting Enter presses lost
+    crash_at = "after_submit"       # or "before_submit" (Enter pressed, never submitted),
+                                    # "mid_reply" (half the reply drawn); exit 3
+    crash_share = 0.0               # share of prompts on which it crashes
+    crash_after = 0                 # prompts let through first, counted over the whole log
+    crash_max = 1                   # crashes over the log's life: a restart on the same
+                                    # --log (poli up --resume) does not crash again
+    freeze_share = 0.0              # share of turns that stop reading input and drawing
+    freeze_seconds = 1.0            # for this long (keys wait in the terminal)
+    slow_share = 0.0                # share of turns that think slow_seconds longer
+    slow_seconds = 1.0
+    leave_text_share = 0.0          # share of finished turns that leave text in the box
+    leave_text = "draft: half-typed note"
+
+Editing keys: Backspace; Ctrl-U (and Esc when idle) empties the input box; Ctrl-A then
+Ctrl-K does too (kill from the start); Ctrl-C empties it when idle.
+
 Log (``--log``, JSONL, mode 0600, one ``write()`` per line): every object has ``ts``
 and ``event``: ``start`` (mode, name, pid, child_pid, cwd, cols, rows), ``key`` (key,
 text for typed text), ``paste`` (len, sha256), ``prompt`` (n, len, sha256, text,
-queued), ``swallowed_enter`` (reason: ``after_paste``, ``burst`` or ``all``), ``dialog``,
+queued), ``swallowed_enter`` (reason: ``after_paste``, ``burst``, ``all`` or ``fault``),
+``cleared`` (key, len, text: what an editing key removed from the box), ``fault`` (kind:
+``crash`` with ``at``, ``freeze``/``slow`` with ``seconds``, ``leave_text`` with ``text``;
+``n``), ``dialog``,
 ``approval`` (tool, command, choice, approved), ``write_file``, ``reply``, ``interrupt``,
 ``resize``, ``crash``, ``exit`` (code, reason). Read it back with :func:`read_log` and
 :func:`prompts`.
@@ -68,6 +90,8 @@ from __future__ import annotations
 from politerm.testing.fakeagent.eventlog import EventLog, prompts, read_log
 from politerm.testing.fakeagent.scenario import (
     Action,
+    CrashAt,
+    Faults,
     Mode,
     Rule,
     Scenario,
@@ -78,7 +102,9 @@ from politerm.testing.fakeagent.scenario import (
 
 __all__ = [
     "Action",
+    "CrashAt",
     "EventLog",
+    "Faults",
     "Mode",
     "Rule",
     "Scenario",

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 if __name__ == "__main__":
-    from politerm.testing.fakeagent.app import main
+    from politerm.testing.fakeagent.launch import main
 
     raise SystemExit(main())

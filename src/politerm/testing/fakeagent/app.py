@@ -7,7 +7,6 @@ executed or written to the terminal unescaped.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import dataclasses
@@ -23,27 +22,14 @@ import time
 import tty
 import typing as t
 
-from politerm.testing.fakeagent.eventlog import EventLog, encode_bytes
+from politerm.testing.fakeagent.display import Display
+from politerm.testing.fakeagent.eventlog import encode_bytes
+from politerm.testing.fakeagent.faults import FaultPlan
+from politerm.testing.fakeagent.inputbox import InputBox
 from politerm.testing.fakeagent.keys import EventKind, InputEvent, KeyDecoder
-from politerm.testing.fakeagent.render import (
-    CLAUDE_VERBS,
-    SCREENS,
-    Phase,
-    Screen,
-    View,
-    split_tool,
-)
-from politerm.testing.fakeagent.scenario import (
-    Action,
-    Mode,
-    Rule,
-    Scenario,
-    ScenarioError,
-    bundled_scenario,
-    load_scenario,
-)
+from politerm.testing.fakeagent.render import CLAUDE_VERBS, SCREENS, Phase, View, split_tool
+from politerm.testing.fakeagent.scenario import Action, CrashAt
 from politerm.testing.fakeagent.text import (
-    cell_width,
     reindent_lists,
     render_template,
     sanitize,
@@ -54,13 +40,15 @@ from politerm.testing.fakeagent.transcript import Transcript
 if t.TYPE_CHECKING:
     import types
 
+    from politerm.testing.fakeagent.eventlog import EventLog
+    from politerm.testing.fakeagent.render import Screen
+    from politerm.testing.fakeagent.scenario import Mode, Rule, Scenario
+
 READ_SIZE = 65536
 FRAME_SECONDS = 0.25  # spinner step
 ESC_WAIT = 0.03  # how long a lone ESC may wait for the rest of a sequence
 CTRL_C_WINDOW = 2.0  # second Ctrl-C within this exits
 ECHO_MAX_BYTES = 4000  # a prompt's echo in the transcript is cut here (the log has it all)
-DISPLAY_MAX_BYTES = 8000  # the live input box shows at most this much of the input's tail
-HISTORY_MAX = 5000  # rows kept for alternate-screen redraws
 
 
 class _Exit(Exception):
@@ -71,14 +59,6 @@ class _Exit(Exception):
         self.code = code
         self.reason = reason
         self.crash = crash
-
-
-@dataclasses.dataclass
-class _Part:
-    """A piece of the input buffer: typed text, or one paste (maybe shown as a marker)."""
-
-    data: bytearray
-    marker: str | None = None
 
 
 @dataclasses.dataclass
@@ -128,33 +108,27 @@ class FakeAgent:
         self.scenario = scenario
         self.mode = mode
         self.screen: Screen = SCREENS[mode]()
-        self.alt = alt_screen and self.screen.alt_screen
+        self.display = Display(self.screen, fd_out, alt=alt_screen and self.screen.alt_screen)
         self.log = log
         self.name = name
         self.fd_in = fd_in
-        self.fd_out = fd_out
+        self.faults = FaultPlan(scenario.faults, log, name)
         self.cwd = str(pathlib.Path.cwd())
         self.strip_fences = (
             scenario.strip_fences if scenario.strip_fences is not None else self.screen.strip_fences
         )
         self.decoder = KeyDecoder()
         self.phase = Phase.TRUST if scenario.trust_dialog else Phase.IDLE
-        self.parts: list[_Part] = []
-        self.paste_count = 0
+        self.box = InputBox(self.screen.paste_marker)
         self.n = 0
         self.queue: collections.deque[tuple[bytes, str, int]] = collections.deque()
         self.turn: _Turn | None = None
         self.hanging = False
+        self.frozen_until = 0.0  # monotonic end of a [faults] freeze
         self.selected = 0
         self.swallow_next_enter = False
         self.last_input = 0.0  # monotonic time of the last typed text or paste
         self.ctrl_c_deadline = 0.0
-        self.width, self.height = 80, 24
-        self.pending_rows: list[str] = []
-        self.history: list[str] = []
-        self.drawn: list[str] = []
-        self.drawn_height = 0
-        self.output_ok = True
         self.stdin_open = True
         self.child: subprocess.Popen[bytes] | None = None
         self.transcript = transcript or Transcript(None)
@@ -176,7 +150,7 @@ class FakeAgent:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-        self._measure()
+        self.display.measure()
         self.log.write(
             "start",
             mode=self.mode.value,
@@ -184,31 +158,21 @@ class FakeAgent:
             pid=os.getpid(),
             child_pid=self.child.pid if self.child else None,
             cwd=self.cwd,
-            cols=self.width,
-            rows=self.height,
-            alt_screen=self.alt,
+            cols=self.display.width,
+            rows=self.display.height,
+            alt_screen=self.display.alt,
         )
         code, reason, crash = 0, "exit", False
         try:
             tty.setraw(self.fd_in)
-            setup = "\x1b[?2004h\x1b[?25l"
-            if self.alt:
-                setup = "\x1b[?1049h\x1b[H\x1b[2J" + setup
-            if self.name:
-                setup += f"\x1b]0;{sanitize(self.name)}\x07"
-            self._write(setup)
-            self._commit(self.screen.banner(self.cwd, self.width))
+            self.display.setup(self.name)
+            self.display.commit(self.screen.banner(self.cwd, self.display.width))
             self._render()
             self._loop()
         except _Exit as stop:
             code, reason, crash = stop.code, stop.reason, stop.crash
         finally:
-            teardown = "\x1b[?2004l\x1b[?25h"
-            if self.alt:
-                teardown += "\x1b[?1049l"
-            elif self.drawn_height:
-                teardown = self._erase_region() + teardown
-            self._write(teardown)
+            self.display.teardown()
             with contextlib.suppress(termios.error):
                 termios.tcsetattr(self.fd_in, termios.TCSADRAIN, saved)
             self._log_replies()
@@ -252,9 +216,11 @@ class FakeAgent:
         while True:
             if self._signal_exit is not None:
                 raise _Exit(*self._signal_exit)
-            fds = [self._wake_r] + ([self.fd_in] if self.stdin_open else [])
+            frozen = self.frozen_until - time.monotonic()
+            # A frozen agent neither reads its input nor draws: keys wait in the terminal.
+            fds = [self._wake_r] + ([self.fd_in] if self.stdin_open and frozen <= 0 else [])
             try:
-                ready, _, _ = select.select(fds, [], [], self._timeout())
+                ready, _, _ = select.select(fds, [], [], frozen if frozen > 0 else self._timeout())
             except InterruptedError:
                 ready = []
             if self._wake_r in ready:
@@ -262,6 +228,8 @@ class FakeAgent:
                     os.read(self._wake_r, 1024)
             if self._signal_exit is not None:
                 raise _Exit(*self._signal_exit)
+            if self.frozen_until > time.monotonic():
+                continue
             if self._resized:
                 self._resized = False
                 self._on_resize()
@@ -295,7 +263,7 @@ class FakeAgent:
             self.stdin_open = False
             self.log.write("stdin_closed")
             if self.scenario.ignore_sighup:
-                self.output_ok = False  # terminal is gone; keep running like gemini
+                self.display.output_ok = False  # terminal is gone; keep running like gemini
                 return
             raise _Exit(0, "eof")
         self._handle(self.decoder.feed(data), burst=True)
@@ -361,18 +329,11 @@ class FakeAgent:
     def _type(self, data: bytes) -> None:
         self.ctrl_c_deadline = 0.0
         self.last_input = time.monotonic()
-        if not self.parts or self.parts[-1].marker is not None:
-            self.parts.append(_Part(bytearray()))
-        self.parts[-1].data += data
+        self.box.type(data)
 
     def _paste(self, data: bytes) -> None:
         self.ctrl_c_deadline = 0.0
-        marker = self.screen.paste_marker(data, self.paste_count + 1)
-        if marker is not None:
-            self.paste_count += 1
-            self.parts.append(_Part(bytearray(data), marker))
-        else:
-            self._type(data)
+        self.box.paste(data)
         self.last_input = time.monotonic()
         if self.scenario.swallow_first_enter_after_paste:
             self.swallow_next_enter = True
@@ -386,18 +347,25 @@ class FakeAgent:
                 self.log.write("swallowed_enter", reason="after_paste")
             elif self.scenario.swallow_enter_in_burst and (burst or self._in_burst_window()):
                 self.log.write("swallowed_enter", reason="burst")
+            elif not self.box.empty and self.faults.lose_enter():
+                self.log.write("swallowed_enter", reason="fault")
             else:
+                if not self.box.empty and self.faults.crash(CrashAt.BEFORE_SUBMIT, self.n + 1):
+                    raise _Exit(3, "crash", crash=True)
                 self._submit()
         elif key == "backspace":
-            self._backspace()
+            self.box.backspace()
+        elif key in ("ctrl-u", "ctrl-k") or (key == "esc" and self.phase is not Phase.BUSY):
+            self._clear(key)
+        elif key == "ctrl-a":
+            self.box.cursor_home = True
         elif key == "esc":
-            if self.phase is Phase.BUSY:
-                self._interrupt()
+            self._interrupt()
         elif key == "ctrl-c":
             if self.phase is Phase.BUSY:
                 self._interrupt()
-            elif self.parts:
-                self.parts.clear()
+            elif not self.box.empty:
+                self.box.clear()
             elif self.ctrl_c_deadline and time.monotonic() < self.ctrl_c_deadline:
                 raise _Exit(0, "ctrl-c")
             else:
@@ -405,64 +373,32 @@ class FakeAgent:
         elif key == "ctrl-d":
             raise _Exit(0, "ctrl-d")
 
+    def _clear(self, key: str) -> None:
+        """Ctrl-U and Esc empty the box; Ctrl-K does after Ctrl-A (kill to the end)."""
+        if self.box.empty or (key == "ctrl-k" and not self.box.cursor_home):
+            return
+        cleared = self.box.clear()
+        self.log.write("cleared", key=key, len=len(cleared), text=encode_bytes(cleared))
+
     def _in_burst_window(self) -> bool:
         window = self.scenario.burst_window
-        return bool(window and self.parts and time.monotonic() - self.last_input < window)
-
-    def _backspace(self) -> None:
-        if not self.parts:
-            return
-        last = self.parts[-1]
-        if last.marker is None and last.data:
-            end = len(last.data) - 1
-            while end > 0 and 0x80 <= last.data[end] < 0xC0:
-                end -= 1  # drop a whole UTF-8 character
-            del last.data[end:]
-        if last.marker is not None or not last.data:
-            self.parts.pop()
-
-    def _input_bytes(self) -> bytes:
-        return b"".join(bytes(p.data) for p in self.parts)
-
-    def _input_display(self, limit: int = DISPLAY_MAX_BYTES, *, head: bool = False) -> str:
-        """The input as shown: markers for big pastes, controls escaped.
-
-        Only ``limit`` bytes are decoded (the tail for the live box, the head for the
-        transcript echo), so a huge unmarked paste costs nothing per frame.
-        """
-        parts = self.parts if head else self.parts[::-1]
-        pieces: list[str] = []
-        budget = limit
-        for part in parts:
-            if budget <= 0:
-                pieces.append("…")
-                break
-            if part.marker is not None:
-                pieces.append(part.marker)
-                budget -= len(part.marker)
-                continue
-            data = part.data
-            cut = len(data) > budget
-            if cut:
-                data = data[:budget] if head else data[-budget:]
-            text = sanitize(bytes(data).decode("utf-8", "replace"))
-            pieces.append(text + "…" if cut and head else "…" + text if cut else text)
-            budget -= len(data)
-        return "".join(pieces if head else pieces[::-1])
+        return bool(window and not self.box.empty and time.monotonic() - self.last_input < window)
 
     # ----------------------------------------------------------------- turns
 
     def _submit(self) -> None:
-        data = self._input_bytes()
+        data = self.box.data()
         if not data:
             return
-        display = self._input_display(ECHO_MAX_BYTES, head=True)
-        self.parts.clear()
+        display = self.box.display(ECHO_MAX_BYTES, head=True)
+        self.box.clear()
         self.n += 1
         busy = self.phase is not Phase.IDLE
         # Logged before anything else happens: tests read what was delivered even if
         # the rule then crashes the agent.
         self.log.prompt(data, self.n, queued=busy)
+        if self.faults.crash(CrashAt.AFTER_SUBMIT, self.n):
+            raise _Exit(3, "crash", crash=True)
         if busy:
             self.queue.append((data, display, self.n))
         else:
@@ -477,9 +413,14 @@ class FakeAgent:
             raise _Exit(3, "crash", crash=True)
         if rule.action is Action.EXIT:
             raise _Exit(0, "scenario-exit")
-        self._commit(self.screen.echo(display, self.width))
+        self.display.commit(self.screen.echo(display, self.display.width))
         now = time.monotonic()
         think = rule.think_time if rule.think_time is not None else self.scenario.think_time
+        think += self.faults.slow(n)
+        freeze = self.faults.freeze(n)
+        if freeze:
+            self.frozen_until = now + freeze
+            think += freeze
         first_line = text.split("\n", 1)[0]
         values: dict[str, object] = {
             "prompt": text,
@@ -530,12 +471,13 @@ class FakeAgent:
             approved=approved,
         )
         self.selected = 0
+        command, width = sanitize(turn.command), self.display.width
         if approved:
-            self._commit(self.screen.tool_done(turn.tool, sanitize(turn.command), self.width))
+            self.display.commit(self.screen.tool_done(turn.tool, command, width))
             self._write_file(turn)
             self._finish(turn, turn.rule.reply)
         else:
-            self._commit(self.screen.tool_denied(turn.tool, sanitize(turn.command), self.width))
+            self.display.commit(self.screen.tool_denied(turn.tool, command, width))
             self._finish(turn, turn.rule.deny_reply or "")
 
     def _write_file(self, turn: _Turn) -> None:
@@ -562,8 +504,12 @@ class FakeAgent:
                 lines = reindent_lists(lines)
             if self.strip_fences:
                 lines = strip_fences(lines)
-            rows = self.screen.reply([sanitize(line) for line in lines], self.width)
-        self._commit([*rows, *self.screen.done(elapsed, turn.n)])
+            rows = self.screen.reply([sanitize(line) for line in lines], self.display.width)
+        if rows and self.faults.crash(CrashAt.MID_REPLY, turn.n):
+            self.display.commit(rows[: max(1, len(rows) // 2)])
+            self.display.render(self._view())
+            raise _Exit(3, "crash", crash=True)
+        self.display.commit([*rows, *self.screen.done(elapsed, turn.n)])
         self.log.write("reply", n=turn.n, rule=turn.rule_index, seconds=elapsed)
         self._end_turn()
 
@@ -576,7 +522,7 @@ class FakeAgent:
     def _interrupt(self) -> None:
         turn = self.turn
         self.log.write("interrupt", n=turn.n if turn else None)
-        self._commit(self.screen.interrupted())
+        self.display.commit(self.screen.interrupted())
         self._end_turn()
 
     def _end_turn(self) -> None:
@@ -585,6 +531,8 @@ class FakeAgent:
         self.phase = Phase.IDLE
         if self.queue:
             self._start_turn(*self.queue.popleft())
+        elif self.box.empty and (left := self.faults.leave_text(self.n)) is not None:
+            self.box.type(left.encode())
 
     # ----------------------------------------------------------------- drawing
 
@@ -592,7 +540,7 @@ class FakeAgent:
         now = time.monotonic()
         view = View(
             phase=self.phase,
-            input_text=self._input_display(),
+            input_text=self.box.display(),
             selected=self.selected,
             ctrl_c_armed=bool(self.ctrl_c_deadline),
             cwd=self.cwd,
@@ -611,129 +559,14 @@ class FakeAgent:
                 view.status = sanitize(turn.status_lines[index])
         return view
 
-    def _commit(self, rows: list[str]) -> None:
-        if self.alt:
-            self.history += rows
-            del self.history[:-HISTORY_MAX]
-        else:
-            self.pending_rows += rows
-
-    def _measure(self) -> None:
-        try:
-            size = os.get_terminal_size(self.fd_out)
-            self.width, self.height = max(size.columns, 10), max(size.lines, 4)
-        except OSError:
-            self.width, self.height = 80, 24
-
     def _on_resize(self) -> None:
-        self._measure()
-        self.log.write("resize", cols=self.width, rows=self.height)
-        if not self.alt and self.drawn:
-            # tmux re-flows the rows we drew at the old width; count what they occupy now.
-            w = self.width
-            self.drawn_height = sum(max(1, -(-cell_width(row) // w)) for row in self.drawn)
-        self._render(force=True)
+        self.display.measure()
+        self.log.write("resize", cols=self.display.width, rows=self.display.height)
+        self.display.resized(self._view())
 
-    def _erase_region(self) -> str:
-        up = self.drawn_height - 1
-        return (f"\x1b[{up}A" if up > 0 else "") + "\r\x1b[J"
-
-    def _render(self, *, force: bool = False) -> None:
-        dyn = self.screen.dynamic(self._view(), self.width, self.height)
-        if self.alt:
-            if not force and dyn == self.drawn and not self.pending_rows:
-                return
-            rows = [*self.history, *dyn][-self.height :]
-            body = "\x1b[K\r\n".join(rows)
-            self._write("\x1b[H" + body + "\x1b[K\x1b[J")
-            self.drawn = dyn
-            return
-        if not force and dyn == self.drawn and not self.pending_rows:
-            return
-        out = [self._erase_region() if self.drawn_height else "\r\x1b[J"]
-        out += [row + "\r\n" for row in self.pending_rows]
-        out.append("\r\n".join(dyn))
-        self.pending_rows.clear()
-        self._write("".join(out))
-        self.drawn = dyn
-        self.drawn_height = len(dyn)
-
-    def _write(self, text: str) -> None:
-        if not self.output_ok:
-            return
-        data = text.encode("utf-8", "replace")
-        try:
-            while data:
-                done = os.write(self.fd_out, data)
-                data = data[done:]
-        except OSError:
-            self.output_ok = False
+    def _render(self) -> None:
+        self.display.render(self._view())
 
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m politerm.testing.fakeagent",
-        description="A scripted fake agent TUI imitating claude, codex or gemini.",
-    )
-    parser.add_argument("--mode", choices=[m.value for m in Mode])
-    parser.add_argument(
-        "--scenario", help="scenario file (TOML or JSON), or the name of a bundled one"
-    )
-    parser.add_argument("--log", help="JSONL event log (created 0600)")
-    parser.add_argument("--name", default="", help="name shown in the title and logged")
-    parser.add_argument(
-        "--transcript", help="Claude-Code-style JSONL session transcript (created 0600)"
-    )
-    parser.add_argument(
-        "--no-alt-screen", action="store_true", help="codex: draw inline, history in scrollback"
-    )
-    return parser
-
-
-def _resolve_scenario(value: str | None) -> Scenario:
-    if value is None:
-        return Scenario()
-    path = pathlib.Path(value)
-    if not path.exists() and "/" not in value:
-        with contextlib.suppress(ScenarioError):
-            path = bundled_scenario(value)
-    return load_scenario(path)
-
-
-def main(argv: t.Sequence[str] | None = None) -> int:
-    """Run the fake agent; return its exit status (2 for a bad scenario or usage)."""
-    args = _parser().parse_args(argv)
-    try:
-        scenario = _resolve_scenario(args.scenario)
-    except ScenarioError as exc:
-        print(f"fakeagent: bad scenario {exc}", file=sys.stderr)
-        return 2
-    mode = Mode(args.mode) if args.mode else (scenario.mode or Mode.CLAUDE)
-    if not os.isatty(0):
-        print("fakeagent: stdin is not a terminal", file=sys.stderr)
-        return 2
-    try:
-        log = EventLog(args.log)
-    except OSError as exc:
-        print(f"fakeagent: cannot open log {args.log}: {exc.strerror}", file=sys.stderr)
-        return 2
-    try:
-        transcript = Transcript(args.transcript, cwd=str(pathlib.Path.cwd()))
-    except OSError as exc:
-        log.close()
-        msg = f"fakeagent: cannot open transcript {args.transcript}: {exc.strerror}"
-        print(msg, file=sys.stderr)
-        return 2
-    agent = FakeAgent(
-        scenario,
-        mode,
-        log,
-        alt_screen=not args.no_alt_screen,
-        name=args.name,
-        transcript=transcript,
-    )
-    return agent.run()

@@ -11,6 +11,7 @@ import json
 import pathlib
 import re
 import tomllib
+import typing as t
 
 import pydantic
 
@@ -35,6 +36,14 @@ class Action(str, enum.Enum):
     CRASH = "crash"
     HANG = "hang"
     EXIT = "exit"
+
+
+class CrashAt(str, enum.Enum):
+    """The moment a ``[faults]`` crash strikes."""
+
+    BEFORE_SUBMIT = "before_submit"  # Enter pressed on a prompt: die before submitting it
+    AFTER_SUBMIT = "after_submit"  # prompt submitted (and logged): die before replying
+    MID_REPLY = "mid_reply"  # half of the reply drawn: die before the rest
 
 
 class ScenarioError(ConfigError):
@@ -80,6 +89,33 @@ class Rule(_Model):
         return re.search(self.match, prompt)
 
 
+def _share() -> t.Any:
+    """A probability field, 0 (never) by default."""
+    return pydantic.Field(default=0.0, ge=0, le=1)
+
+
+class Faults(_Model):
+    """Seeded fault knobs (the ``[faults]`` table); every decision is logged as ``fault``.
+
+    Decisions are drawn from a generator seeded with ``seed``, the agent's name and how
+    often it has started before (from its log), so a run is repeatable and a restarted
+    agent does not replay its previous life's faults.
+    """
+
+    seed: int = 0
+    lose_enter: float = _share()  # share of submitting Enter presses that are lost
+    crash_at: CrashAt = CrashAt.AFTER_SUBMIT
+    crash_share: float = _share()  # share of prompts on which the agent crashes
+    crash_after: int = pydantic.Field(default=0, ge=0)  # prompts let through first (log-wide)
+    crash_max: int = pydantic.Field(default=1, ge=0)  # crashes over the log's whole life
+    freeze_share: float = _share()  # share of turns during which the agent stops reading input
+    freeze_seconds: float = pydantic.Field(default=1.0, gt=0, le=600)
+    slow_share: float = _share()  # share of turns that think longer
+    slow_seconds: float = pydantic.Field(default=1.0, ge=0, le=600)
+    leave_text_share: float = _share()  # share of finished turns that leave text in the box
+    leave_text: str = pydantic.Field(default="draft: half-typed note", min_length=1)
+
+
 class Scenario(_Model):
     """A whole scenario file."""
 
@@ -98,6 +134,7 @@ class Scenario(_Model):
     status_lines: list[str] = pydantic.Field(default_factory=list)
     default_reply: str = "ECHO: {first_line}"
     rules: list[Rule] = pydantic.Field(default_factory=list)
+    faults: Faults = pydantic.Field(default_factory=Faults)
 
     def pick(self, prompt: str) -> tuple[int, Rule, dict[str, str]]:
         r"""Return ``(index, rule, groups)`` of the first matching rule.

@@ -237,6 +237,25 @@ class NotifyError(UiError):
     """A notification channel refused or could not be reached."""
 
 
+# --- task bridge ------------------------------------------------------------------------
+
+
+class BridgeError(PolitermError):
+    """The task bridge could not read its queue, run a task or talk to its daemon."""
+
+
+class BridgeTaskInvalid(BridgeError, ValueError):
+    """A task (or a request about one) is invalid; the message names the task and why."""
+
+
+class EditError(BridgeError, ValueError):
+    """A file modification cannot be applied (missing file, marker, range, bad UTF-8)."""
+
+
+class RunnerError(BridgeError):
+    """The command runner could not start or supervise a command."""
+
+
 # --- manager ----------------------------------------------------------------------------
 
 

@@ -60,7 +60,8 @@ def test_send_writes_private_files_then_a_queued_row(m: Messenger) -> None:
         assert stat.S_IMODE((root / name).stat().st_mode) == 0o600
     request = m.request_text(mail)
     assert request.startswith("[WORKER capability=READONLY to=%2]\n")
-    assert "READONLY" in request.splitlines()[1]
+    assert request.splitlines()[1] == f"Message {mail.id} from ORCH (pane %1)."
+    assert "READONLY" in request.splitlines()[2]
     assert "list the files" in request
     assert f"Dir: {root.resolve()}" in request
     assert f"Command: poli reply --to {mail.id} <file>" in request

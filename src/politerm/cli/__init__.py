@@ -49,6 +49,8 @@ _COMMANDS: dict[str, str] = {
     "send": "send",
     # watching live
     "web": "web",
+    # task bridge
+    "bridge": "bridge",
     # manager mode
     "manager": "manager",
 }

@@ -66,6 +66,7 @@ def render_request(
     to_pane: str,
     msg_id: str,
     msg_dir: str,
+    sender: str,
     sender_pane: str | None,
 ) -> str:
     r"""The request text pasted into the receiver's pane.
@@ -78,10 +79,11 @@ def render_request(
     >>> text = render_request(
     ...     body="list the files", body_path="/m/m-1.body", size=14, sha256="ab",
     ...     capability=Capability.WRITABLE, to_pane="%5", msg_id="m-1", msg_dir="/m",
-    ...     sender_pane="%3",
+    ...     sender="ORCH", sender_pane="%3",
     ... )
     >>> print(text)
     [WORKER capability=WRITABLE to=%5]
+    Message m-1 from ORCH (pane %3).
     list the files
     <BLANKLINE>
     [RESPONSE]
@@ -89,7 +91,10 @@ def render_request(
     Command: poli reply --to m-1 <file>
     Or by hand: write <file> in Dir, then paste one line "[RESPONSE from=%5] <file>" into pane %3
     """
-    lines = [f"[WORKER capability={capability.value.upper()} to={to_pane}]"]
+    lines = [
+        f"[WORKER capability={capability.value.upper()} to={to_pane}]",
+        marker_line(msg_id, sender, sender_pane),
+    ]
     if capability is Capability.READONLY:
         lines.append(READONLY_NOTE)
     if pastable(body):
@@ -106,6 +111,18 @@ def render_request(
             f'"[RESPONSE from={to_pane}] <file>" into pane {sender_pane}'
         )
     return "\n".join(lines)
+
+
+def marker_line(msg_id: str, sender: str, sender_pane: str | None) -> str:
+    """The request's second line; on a receiver's screen it proves the request arrived.
+
+    Examples
+    --------
+    >>> marker_line("m-1", "user", None)
+    'Message m-1 from user.'
+    """
+    where = f" (pane {sender_pane})" if sender_pane else ""
+    return f"Message {msg_id} from {sender}{where}."
 
 
 def response_line(pane: str, path: str) -> str:

@@ -151,6 +151,7 @@ class Messenger:
             to_pane=pane,
             msg_id=mail_id,
             msg_dir=str(self.dir.path.resolve()),
+            sender=sender.agent,
             sender_pane=sender.pane,
         )
         self.dir.write(f"{mail_id}.request", request.encode())
@@ -219,17 +220,21 @@ class Messenger:
             response_path = self.dir.write(f"{mail.id}.response", data)
         return self.record_response(mail, response_path)
 
-    def record_response(self, mail: Mail, response_path: pathlib.Path) -> Mail:
+    def record_response(
+        self, mail: Mail, response_path: pathlib.Path, *, notify: bool = True
+    ) -> Mail:
         """Mark ``mail`` RESPONDED with ``response_path`` and notify its sender's pane.
 
-        Idempotent: a request answered already is returned unchanged (a notification seen on
-        screen twice, or a reply after the raw protocol's line, changes nothing).
+        ``notify=False`` when the sender's pane shows the response line already (the raw
+        protocol, typed by hand). Idempotent: a request answered already is returned
+        unchanged (a notification seen on screen twice, or a reply after the raw
+        protocol's line, changes nothing).
         """
         with self.store.batch():
             done = self.mailbox.transition(
                 mail.id, MailState.RESPONDED, response_path=str(response_path), responded=True
             )
-            if done is not None and mail.sender_pane and mail.sender != USER:
+            if notify and done is not None and mail.sender_pane and mail.sender != USER:
                 self._queue_notification(done, response_path)
         if done is None:
             current = self.mailbox.require(mail.id)

@@ -277,8 +277,44 @@ _V4_MAIL = Migration(
     ),
 )
 
-_V5_MANAGER = Migration(
+_V5_BRIDGE = Migration(
     5,
+    "task bridge: the step journal of each handed-over task",
+    (
+        # One row per step (file edits, a command, an agent turn) of a task taken from a
+        # bridge queue; written before the step acts, settled from evidence after a crash.
+        """
+        CREATE TABLE bridge_steps (
+            queue    TEXT NOT NULL,
+            task_id  TEXT NOT NULL,
+            step     INTEGER NOT NULL,
+            kind     TEXT NOT NULL,
+            state    TEXT NOT NULL,
+            evidence TEXT NOT NULL DEFAULT '{}',
+            result   TEXT NOT NULL DEFAULT '{}',
+            started  REAL NOT NULL,
+            finished REAL,
+            PRIMARY KEY (queue, task_id, step)
+        )
+        """,
+    ),
+)
+
+_V6_TURN_STATES = Migration(
+    6,
+    "turn states (politerm.store.turns): delivering, waiting, holding",
+    (
+        # A turn from an older store was written before its delivery: settle it as one.
+        "ALTER TABLE turns ADD COLUMN state TEXT NOT NULL DEFAULT 'delivering'",
+        """
+        UPDATE turns SET state = 'waiting' WHERE message_id IS NULL OR message_id IN
+            (SELECT id FROM messages WHERE state IN ('delivered', 'acknowledged'))
+        """,
+    ),
+)
+
+_V7_MANAGER = Migration(
+    7,
     "manager mode: projects (state, task, summary, counters) and conversation turns",
     (
         """
@@ -328,7 +364,9 @@ MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V2_EVENTS,
     _V3_EPICS,
     _V4_MAIL,
-    _V5_MANAGER,
+    _V5_BRIDGE,
+    _V6_TURN_STATES,
+    _V7_MANAGER,
 )
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 

@@ -1,6 +1,6 @@
 """Manager mode in the run store: projects, their state machine, tasks and conversation turns.
 
-Tables come from schema version 5 (see :mod:`politerm.store.db`). A project's state moves only
+Tables come from schema version 7 (see :mod:`politerm.store.db`). A project's state moves only
 through :meth:`ManagerStore.transition`, which checks the move against
 :data:`politerm.manager.states.TRANSITIONS` and writes the new state, the fields that go with
 it and a ``manager.state`` event in one transaction: after a ``kill -9`` the store holds the
@@ -184,7 +184,7 @@ class ManagerStore:
     Parameters
     ----------
     store
-        An open run store at schema version 5 or later.
+        An open run store at schema version 7 or later.
     redactor
         Applied to every text before it is written.
     """

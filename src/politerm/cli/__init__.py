@@ -54,6 +54,8 @@ _COMMANDS: dict[str, str] = {
     "web": "web",
     # task bridge
     "bridge": "bridge",
+    # manager mode
+    "manager": "manager",
 }
 
 

@@ -40,8 +40,14 @@ PEM = (
     "aGVsbG8gd29ybGQgc2VjcmV0\n-----END RSA PRIVATE KEY-----"
 )
 PASSWORD = "password=Tr0ub4dor-and-3"
-SECRETS = (GITHUB, ANTHROPIC, AWS_ID, AWS_SECRET.split("=", 1)[1], "MIIEowIBAAKCAQEA7secret")
-SECRETS += ("Tr0ub4dor-and-3",)
+SECRETS: tuple[str, ...] = (
+    GITHUB,
+    ANTHROPIC,
+    AWS_ID,
+    AWS_SECRET.split("=", 1)[1],
+    "MIIEowIBAAKCAQEA7secret",
+    "Tr0ub4dor-and-3",
+)
 
 # The planner copies the GitHub token from its task into the plan it sends the executer.
 PLAN_WITH_TOKEN = block("EXECUTER", "plan", "1. Push with token {token}.\n2. Report back.")

@@ -264,6 +264,18 @@ class EpicConfig(_Section):
         return value
 
 
+class PipelineConfig(_Section):
+    """``poli run``: where agent definitions are looked for, where handoff files go."""
+
+    agents_path: list[str] = Field(
+        default_factory=list, description="a list of directories (relative to the project)"
+    )
+    handoff_dir: str | None = Field(
+        default=None,
+        description="a directory relative to the project ('.meta' for META's handoff files)",
+    )
+
+
 class RedactConfig(_Section):
     """Extra secret patterns, redacted like the built-in ones (see :mod:`politerm.redact`)."""
 
@@ -327,6 +339,7 @@ class Config(_Section):
         default_factory=dict, description="a table of template name = file path"
     )
     epic: EpicConfig = Field(default_factory=EpicConfig, description="a table")
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="a table")
     redact: RedactConfig = Field(default_factory=RedactConfig, description="a table")
     notify: NotifyConfig = Field(default_factory=NotifyConfig, description="a table")
 

@@ -40,7 +40,6 @@ def step_file(num: int) -> str:
     return f".handoff-step-{num}.md"
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where the handoff files are, relative to the project.

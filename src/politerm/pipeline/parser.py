@@ -77,6 +77,7 @@ class _Context:
     problems: list[PipelineSyntaxError] = dataclasses.field(default_factory=list)
     headers: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
     row_lines: int = 0
+    include_failed: bool = False
 
     def problem(self, path: str, line: int, message: str) -> None:
         self.problems.append(PipelineSyntaxError(path, line, message))
@@ -238,6 +239,7 @@ def _include(
     inc = (base / target).resolve()
     if str(inc) in stack:
         ctx.problem(path, lineno, f"@include {target}: include cycle")
+        ctx.include_failed = True
         return []
     if len(stack) > _MAX_INCLUDE_DEPTH:
         ctx.problem(path, lineno, f"@include {target}: includes nested too deep")
@@ -246,6 +248,11 @@ def _include(
         text = ctx.read(inc)
     except OSError as exc:
         ctx.problem(path, lineno, f"@include {target}: cannot read {inc}: {exc.strerror}")
+        ctx.include_failed = True
+        return []
+    except UnicodeDecodeError as exc:
+        ctx.problem(path, lineno, f"@include {target}: {inc} is not UTF-8 text ({exc.reason})")
+        ctx.include_failed = True
         return []
     return _scan(
         text, str(inc), inc.parent, ctx, offset=offset, stack=(*stack, str(inc)), module=True
@@ -341,7 +348,8 @@ def parse_pipeline(
     for key in REQUIRED_HEADERS:
         if key not in ctx.headers:
             ctx.problem(where, 1, f"missing header: {key}")
-    if not ctx.row_lines:
+    if not ctx.row_lines and not ctx.include_failed:
+        # With a failed include, that failure is the news, not the steps it would have held.
         ctx.problem(where, 1, "no steps")
     timeout = math.nan
     if "timeout_min" in ctx.headers:
@@ -402,6 +410,9 @@ def load_pipeline(
         raise PipelineInvalid(
             [PipelineSyntaxError(path, 0, f"cannot read: {exc.strerror}")]
         ) from None
+    except UnicodeDecodeError as exc:
+        why = f"not a text file: byte {exc.start} is not UTF-8 ({exc.reason})"
+        raise PipelineInvalid([PipelineSyntaxError(path, 0, why)]) from None
     search = AgentSearch.for_run(project, pipeline=path, extra=agents)
     pipe, problems = parse_pipeline(
         text,

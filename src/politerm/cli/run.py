@@ -45,7 +45,7 @@ def failure_policy(
         if max_retries < 0:
             msg = f"--max-retries must be a whole number >= 0, got {max_retries}"
             raise PipelineError(msg)
-        return f"retry:{max_retries}" if max_retries else "ask"
+        return f"retry:{max_retries}"  # 0: no retry, the run stops
     if no_auto_retry:
         return "ask"
     return "retry:3" if meta else "ask"

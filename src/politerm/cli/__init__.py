@@ -50,6 +50,7 @@ _COMMANDS: dict[str, str] = {
     "reply": "reply",
     "send": "send",
     # watching live
+    "dash": "dash",
     "web": "web",
     # task bridge
     "bridge": "bridge",

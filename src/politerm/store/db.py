@@ -300,12 +300,26 @@ _V5_BRIDGE = Migration(
     ),
 )
 
+_V6_TURN_STATES = Migration(
+    6,
+    "turn states (politerm.store.turns): delivering, waiting, holding",
+    (
+        # A turn from an older store was written before its delivery: settle it as one.
+        "ALTER TABLE turns ADD COLUMN state TEXT NOT NULL DEFAULT 'delivering'",
+        """
+        UPDATE turns SET state = 'waiting' WHERE message_id IS NULL OR message_id IN
+            (SELECT id FROM messages WHERE state IN ('delivered', 'acknowledged'))
+        """,
+    ),
+)
+
 MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V1_INITIAL,
     _V2_EVENTS,
     _V3_EPICS,
     _V4_MAIL,
     _V5_BRIDGE,
+    _V6_TURN_STATES,
 )
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 

@@ -16,6 +16,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from politerm.errors import ConfigError
+from politerm.manager.settings import ManagerConfig
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterable
@@ -316,6 +317,7 @@ class Config(_Section):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="a table")
     redact: RedactConfig = Field(default_factory=RedactConfig, description="a table")
     notify: NotifyConfig = Field(default_factory=NotifyConfig, description="a table")
+    manager: ManagerConfig = Field(default_factory=ManagerConfig, description="a table")
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
 

@@ -42,6 +42,11 @@ class Rule:
     tool, arguments
         Anthropic (Claude Code) only: call this tool (an MCP tool such as
         ``mcp__poli__report_status``) with these arguments instead of the shell tool.
+    status
+        Answer with this HTTP error status instead (e.g. 429, 500, 404); 0 answers normally.
+    raw
+        Send this text as the whole response body with status 200 (garbage, not the API's
+        JSON), instead of a well-formed answer.
     """
 
     match: str
@@ -54,6 +59,8 @@ class Rule:
     name: str = ""
     tool: str | None = None
     arguments: t.Mapping[str, t.Any] | None = None
+    status: int = 0
+    raw: str | None = None
 
     @property
     def label(self) -> str:
@@ -72,6 +79,8 @@ class Answer:
     rule: str = ""
     shown: str | None = None  # a command written into the text (no tool protocol)
     call: tuple[str, dict[str, t.Any]] | None = None  # a named tool call (Anthropic only)
+    status: int = 0
+    raw: str | None = None
 
 
 def fill(template: str, match: re.Match[str] | None) -> str:
@@ -130,6 +139,8 @@ class Script:
                 delay=rule.delay,
                 rule=rule.label,
                 call=(rule.tool, dict(rule.arguments or {})) if rule.tool else None,
+                status=rule.status,
+                raw=rule.raw,
             )
         return Answer("Done." if tool_result else DEFAULT_REPLY, rule="")
 

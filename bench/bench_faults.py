@@ -49,49 +49,62 @@ def plans(quick: bool) -> list[tuple[str, ChaosPlan]]:
     def size(tasks: int) -> int:
         return max(3, tasks // n)
 
+    def budget(tasks: int) -> float:
+        return 60.0 + 3.0 * size(tasks)  # a wedged run ends here and is reported
+
+    def plan(seed: int, tasks: int, **kw: t.Any) -> ChaosPlan:
+        return ChaosPlan(seed=seed, tasks=size(tasks), budget=budget(tasks), **kw)
+
     return [
-        ("baseline: no faults", ChaosPlan(seed=1, tasks=size(60), wave=4)),
+        ("baseline: no faults", plan(1, 60, wave=4)),
         (
-            "mixed: lost Enters, slow, freeze, kill -9 router",
-            ChaosPlan(
-                seed=2,
-                tasks=size(150),
-                wave=4,
-                router_kills=size(20),
-                planner=_faulty("claude"),
-                executer=_faulty("codex"),
-                budget=900,
-            ),
+            "agent faults: lost Enters, slow, freeze",
+            plan(2, 250, wave=4, planner=_faulty("claude"), executer=_faulty("codex")),
         ),
         (
-            "crashes (each moment) + poli up --resume",
-            ChaosPlan(
-                seed=3,
-                tasks=size(45),
+            "crash before submit + poli up --resume",
+            plan(
+                3,
+                30,
                 wave=3,
                 planner=_faulty("claude", crash_at="before_submit", crash_share=0.1, crash_max=2),
-                executer=_faulty("codex", crash_at="mid_reply", crash_share=0.1, crash_max=2),
-                budget=600,
+                executer=_faulty("codex", crash_at="before_submit", crash_share=0.1, crash_max=2),
+            ),
+        ),
+        ("tmux server kills + poli up --resume", plan(4, 30, wave=3, server_kills=size(2))),
+        ("backlog queued at once, two routers", plan(5, 40, two_routers=True)),
+        (
+            "kill -9 router + agent faults",
+            plan(
+                6,
+                60,
+                wave=4,
+                router_kills=size(10),
+                planner=_faulty("claude"),
+                executer=_faulty("codex"),
             ),
         ),
         (
-            "tmux server kills + poli up --resume",
-            ChaosPlan(seed=4, tasks=size(30), wave=3, server_kills=size(3), budget=600),
+            "crash after submit / mid-reply + poli up --resume",
+            plan(
+                7,
+                20,
+                wave=2,
+                planner=AgentSpec(faults={"crash_at": "after_submit", "crash_share": 0.2}),
+                executer=AgentSpec(
+                    mode="codex", faults={"crash_at": "mid_reply", "crash_share": 0.2}
+                ),
+            ),
         ),
         (
             "text left in the input box",
-            ChaosPlan(
-                seed=5,
-                tasks=size(30),
-                wave=3,
+            plan(
+                8,
+                20,
+                wave=2,
                 planner=_faulty("claude", leave_text_share=0.3),
                 executer=_faulty("codex", leave_text_share=0.3),
-                budget=600,
             ),
-        ),
-        (
-            "backlog queued at once, two routers",
-            ChaosPlan(seed=6, tasks=size(40), two_routers=True, router_kills=size(4), budget=600),
         ),
     ]
 

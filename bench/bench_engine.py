@@ -43,7 +43,7 @@ from bench._common import (
     ratio,
 )
 from politerm.agents import AgentState, load_profile
-from politerm.engine import deliver
+from politerm.driver import deliver
 from politerm.testing.fakeagent import read_log
 from politerm.testing.retry import aretry_until
 

@@ -24,7 +24,7 @@ from tests.realcli.install import Installed, ensure_installed
 
 from bench._common import Row, Stats, check, cli, print_table
 from politerm.agents.state import AgentState
-from politerm.engine.delivery import deliver
+from politerm.driver.delivery import deliver
 from politerm.testing.mockllm import MockLLM, Rule
 from politerm.testing.retry import aretry_until
 

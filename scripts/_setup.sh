@@ -25,6 +25,33 @@ need_venv() {
     .venv/bin/python -m pip install -q -e . --group dev
 }
 
+# The web monitor's browser tests drive Debian's chromium through playwright, and its pages
+# load xterm.js from the npm registry into .cache/web (never committed).
+need_chromium() {
+    if command -v chromium >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "chromium not found: installing it with apt-get" >&2
+    local sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    command -v chromium >/dev/null 2>&1 || { echo "chromium is still missing" >&2; exit 1; }
+}
+
+need_xterm() {
+    if [ -f .cache/web/node_modules/@xterm/xterm/lib/xterm.js ] \
+        && [ -f .cache/web/node_modules/@xterm/addon-fit/lib/addon-fit.js ]; then
+        return 0
+    fi
+    command -v npm >/dev/null 2>&1 || { echo "npm is missing: it installs xterm.js" >&2; exit 1; }
+    mkdir -p .cache/web
+    npm install --prefix .cache/web --no-audit --no-fund --silent \
+        @xterm/xterm@6.0.0 @xterm/addon-fit@0.11.0 >/dev/null
+}
+
 need_tmux
 need_venv
+need_chromium
+need_xterm
 export PATH="$ROOT/.venv/bin:$PATH"

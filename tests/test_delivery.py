@@ -15,14 +15,14 @@ import psutil
 import pytest
 
 from politerm.agents import AgentState, load_profile
-from politerm.engine.delivery import Outcome, deliver
+from politerm.driver.delivery import Outcome, deliver
 from politerm.testing.fakeagent import prompts, read_log
 from politerm.testing.retry import aretry_until
 from politerm.tmux import new_window
 
 if t.TYPE_CHECKING:
     from politerm.agents import AgentProfile
-    from politerm.engine.delivery import DeliveryResult
+    from politerm.driver.delivery import DeliveryResult
     from politerm.tmux import ControlClient, Pane, TmuxServer
 
 FAKE = [sys.executable, "-m", "politerm.testing.fakeagent"]

@@ -235,6 +235,7 @@ async def test_bad_reports_stop_the_session_at_once(project: Project) -> None:
         ("b-2", "NO ESCALATION please", ()),
         ("b-3", "CRASH please", ()),
         ("b-4", "DRIFT please", ()),
+        ("b-5", "CONTRADICT please", ()),
     )
     result, _ = await project.go(summary=False)
     by_item = {r.item_id: r for r in result.records}
@@ -250,11 +251,16 @@ async def test_bad_reports_stop_the_session_at_once(project: Project) -> None:
     exits = [e for e in _log(project) if e["event"] == "exit"]
     assert exits and all(e["reason"] == "SIGTERM" for e in exits)
     assert by_item["b-4"].status == "success"
-    assert by_item["b-4"].drift == ("status: report says 'success', footer says 'needs_help'",)
+    assert by_item["b-4"].drift == (
+        "commit_msg: report says 'Do b-4', footer says 'Did b-4 in two goes.'",
+    )
+    # A footer status contradicting the fence stops the session, as obi does.
+    assert by_item["b-5"].status == "error"
+    assert "the legacy footer's is 'needs_help'" in (by_item["b-5"].error or "")
     with project.store() as store:
         states = {i.id: i.state for i in EpicStore(store).list_items("E")}
     # Failed sessions give their item back (to be tried again with --resume).
-    assert states == {"b-1": "open", "b-2": "open", "b-3": "open", "b-4": "done"}
+    assert states == {"b-1": "open", "b-2": "open", "b-3": "open", "b-4": "done", "b-5": "open"}
 
 
 def _log(project: Project) -> list[dict[str, t.Any]]:

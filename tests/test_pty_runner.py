@@ -26,7 +26,7 @@ import pytest
 import politerm
 from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
-from politerm.engine.delivery import deliver
+from politerm.driver.delivery import deliver
 from politerm.epic.session import StopControl, wait_ready
 from politerm.errors import PtyError
 from politerm.pty import PtyTerminal, key_bytes

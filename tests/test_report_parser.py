@@ -53,10 +53,37 @@ CASES = [
     ),
     Case(
         "obi-prefix",
-        f"```obi:{SID}\nstatus: success\ncommit_msg: Old prompt\n```\n",
+        f"```obi:{SID}\nstatus: success\ncommit_msg: Old prompt\ndetails: |\n  body\n```\n",
         ReportStatus.SUCCESS,
         "Old prompt",
+        "body",
         prefix="obi",
+    ),
+    Case(
+        "obi-prefix-and-keys-any-case",
+        f"```OBI:{SID}\nSTATUS: success\nCommit_Msg: Loud\nDetails: body\n```\n",
+        ReportStatus.SUCCESS,
+        "Loud",
+        "body",
+        prefix="obi",
+    ),
+    Case(
+        "session-id-any-case",
+        f"```poli:{SID.upper()}\nstatus: success\ncommit_msg: Upper\n```\n",
+        ReportStatus.SUCCESS,
+        "Upper",
+    ),
+    Case(
+        "obi-missing-details",
+        f"```obi:{SID}\nstatus: success\ncommit_msg: Short\n```\n",
+        error="obi: report has no details",
+        immediate=True,
+    ),
+    Case(
+        "obi-unknown-field",
+        f"```obi:{SID}\nstatus: success\ncommit_msg: x\nmood: happy\n```\n",
+        error="unknown field 'mood' in an obi: report",
+        immediate=True,
     ),
     Case(
         "claude-gutter",
@@ -98,14 +125,54 @@ CASES = [
     ),
     Case(
         "legacy-drift",
-        f"STATUS: needs_help\n```poli:{SID}\nstatus: success\ncommit_msg: Mine\n```\n"
-        "COMMIT_MSG: Theirs\n",
+        f"```poli:{SID}\nstatus: success\ncommit_msg: Mine\n```\nSTATUS: success\n"
+        "COMMIT_MSG: Theirs\nESCALATION: none\n",
         ReportStatus.SUCCESS,
         "Mine",
         drift=(
-            "status: report says 'success', footer says 'needs_help'",
             "commit_msg: report says 'Mine', footer says 'Theirs'",
+            "escalation: report says None, footer says 'none'",
         ),
+    ),
+    Case(
+        "obi-footer-body-on-following-lines",
+        f"```obi:{SID}\nstatus: success\ncommit_msg: Add x\ndetails: |\n  did x\n\n  and y\n```\n"
+        "STATUS: success\nCOMMIT_MSG:\ndid x\n\nand y\n",
+        ReportStatus.SUCCESS,
+        "Add x",
+        "did x\n\nand y",
+        prefix="obi",
+    ),
+    Case(
+        "footer-subject-and-body-then-prompt-box",
+        f"● ```poli:{SID}\n  status: needs_help\n  commit_msg: Stuck\n  details: tried\n"
+        "  escalation: needs a key\n  ```\n  STATUS: needs_help\n  COMMIT_MSG:\n  Stuck\n\n"
+        "  tried\n  ESCALATION:\n  needs a key\n╭──────╮\n│ >    │\n╰──────╯\n",
+        ReportStatus.NEEDS_HELP,
+        "Stuck",
+        "tried",
+        "needs a key",
+    ),
+    Case(
+        "footer-body-disagrees",
+        f"```poli:{SID}\nstatus: success\ncommit_msg: Add x\ndetails: did x\n```\n"
+        "COMMIT_MSG:\nsomething else\nentirely\n",
+        ReportStatus.SUCCESS,
+        "Add x",
+        "did x",
+        drift=("commit_msg: report says 'Add x', footer says 'something else\\nentirely'",),
+    ),
+    Case(
+        "legacy-status-contradicts",
+        f"STATUS: needs_help\n```poli:{SID}\nstatus: success\ncommit_msg: Mine\n```\n",
+        error="the report's status is 'success' but the legacy footer's is 'needs_help'",
+    ),
+    Case(
+        "legacy-template-status-is-drift",
+        f"```poli:{SID}\nstatus: success\ncommit_msg: Mine\n```\nSTATUS: success|needs_help\n",
+        ReportStatus.SUCCESS,
+        "Mine",
+        drift=("status: footer says 'success|needs_help', not success or needs_help",),
     ),
     Case(
         "wrapped-inline-details",
@@ -161,6 +228,12 @@ CASES = [
         "no-closing-fence",
         f"```poli:{SID}\nstatus: success\ncommit_msg: Open\n",
         error="was never closed",
+    ),
+    Case(
+        "unknown-field-kept",
+        f"```poli:{SID}\nstatus: success\ncommit_msg: x\nmood: happy\n```\n",
+        ReportStatus.SUCCESS,
+        "x",
     ),
     Case(
         "no-report",

@@ -16,7 +16,7 @@ import typing as t
 import pytest
 
 import politerm
-from politerm.errors import SchemaTooNew, StoreError
+from politerm.errors import SchemaTooNew, StoreError, TransitionRejected
 from politerm.store import (
     MESSAGE_TRANSITIONS,
     MIGRATIONS,
@@ -26,6 +26,8 @@ from politerm.store import (
     Migration,
     RunStore,
     TaskState,
+    TurnEnd,
+    TurnState,
     audit_path_for,
     default_store_path,
     iter_audit,
@@ -347,6 +349,10 @@ def test_turns(store: RunStore) -> None:
     turn = store.start_turn("executer", nonce="a", task_id="t1", message_id=msg.id, start_line=40)
     assert store.current_turn("executer") == turn
     assert store.current_turn("planner") is None
+    assert turn.state is TurnState.DELIVERING
+    with pytest.raises(TransitionRejected, match="turn a is still open; end it first"):
+        store.start_turn("executer", nonce="b", task_id="t1", message_id=None, start_line=90)
+    assert store.end_turn("executer", "a", TurnEnd.NOT_DELIVERED)
     store.start_turn("executer", nonce="b", task_id="t1", message_id=None, start_line=90)
     assert not store.end_turn("executer", "a")  # stale: a newer prompt replaced it
     current = store.current_turn("executer")

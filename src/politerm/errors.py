@@ -90,6 +90,10 @@ class AgentExited(AgentError):
     """The agent's process is gone."""
 
 
+class AgentNotFound(AgentError, ValueError):
+    """An agent's program is not on PATH; nothing was started."""
+
+
 # --- protocol ---------------------------------------------------------------------------
 
 
@@ -165,6 +169,10 @@ class SchemaTooNew(StoreError):
     """The store was written by a newer politerm; we refuse to touch it."""
 
 
+class TransitionRejected(StoreError):
+    """A message or turn was asked to change state in a way the state machine forbids."""
+
+
 # --- routing / tasks --------------------------------------------------------------------
 
 
@@ -174,3 +182,118 @@ class RoutingError(PolitermError):
 
 class TaskFailed(RoutingError):
     """A task ended without a final report; the message names agent, step and screen."""
+
+
+# --- imports from the original tools ----------------------------------------------------
+
+
+class CompatError(PolitermError, ValueError):
+    """A file from obi, META or PoliTerm cannot be taken over (says which file and where)."""
+
+
+# --- messaging between agents -----------------------------------------------------------
+
+
+class MessagingError(PolitermError):
+    """A message between agents could not be sent, delivered or answered."""
+
+
+class MessageNotFound(MessagingError, ValueError):
+    """No message has that id."""
+
+
+class RecipientNotFound(MessagingError, ValueError):
+    """A message names an agent or pane that does not exist in this session."""
+
+
+class UnsafeMessagePath(MessagingError, ValueError):
+    """A path in a message or notification lies outside the session's message directory."""
+
+
+class NotInAgentPane(MessagingError, ValueError):
+    """``poli reply`` ran outside a politerm agent pane and was not told whom to answer."""
+
+
+class MessageDead(MessagingError):
+    """A message expired or became a dead letter; the message says why."""
+
+
+# --- dashboard, web monitor, notifications ------------------------------------------------
+
+
+class UiError(PolitermError):
+    """The dashboard, the web monitor or a notification could not do what was asked."""
+
+
+class StaleAction(UiError):
+    """An action names a question that is no longer the open one (answered, or replaced)."""
+
+
+class WebAssetsMissing(UiError):
+    """xterm.js is not installed where the web monitor looks for it."""
+
+
+class NotifyError(UiError):
+    """A notification channel refused or could not be reached."""
+
+
+# --- task bridge ------------------------------------------------------------------------
+
+
+class BridgeError(PolitermError):
+    """The task bridge could not read its queue, run a task or talk to its daemon."""
+
+
+class BridgeTaskInvalid(BridgeError, ValueError):
+    """A task (or a request about one) is invalid; the message names the task and why."""
+
+
+class EditError(BridgeError, ValueError):
+    """A file modification cannot be applied (missing file, marker, range, bad UTF-8)."""
+
+
+class RunnerError(BridgeError):
+    """The command runner could not start or supervise a command."""
+
+
+# --- manager ----------------------------------------------------------------------------
+
+
+class ManagerError(PolitermError):
+    """The dev manager could not go on (projects, state, the brain, the dev agent)."""
+
+
+class ManagerProjectError(ManagerError, ValueError):
+    """A manager project does not exist, already exists, or its path or name is bad."""
+
+
+class ManagerStateError(ManagerError):
+    """A state transition the manager's state machine does not allow."""
+
+
+class BrainError(ManagerError):
+    """The manager's brain (a model API or an agent) did not give a usable reply."""
+
+
+class BrainAuthError(BrainError):
+    """The brain's API rejected the key (missing, wrong or not allowed)."""
+
+
+class BrainModelError(BrainError, ValueError):
+    """The brain's API does not know the model name."""
+
+
+class BrainTimeout(BrainError):
+    """One call to the brain did not answer within the bounded timeout."""
+
+
+class BrainReplyError(BrainError):
+    """The brain's reply was empty or malformed, even after a retry; the message shows it."""
+
+
+class DevChannelError(ManagerError):
+    """The dev agent's channel (pane or files) failed; the message says which and why."""
+
+
+class DevStepTimeout(DevChannelError):
+    """No dev report arrived within the step timeout (the brain is told, and can re-plan)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing as t
 
+from politerm._internal.sanitize import escape_controls
 from politerm.agents.approval import list_pending
 from politerm.store.models import MessageState
 
@@ -16,20 +17,28 @@ if t.TYPE_CHECKING:
 _OPEN = (MessageState.QUEUED, MessageState.RETRIED, MessageState.DELIVERING, MessageState.DEAD)
 
 
-def collect(store: RunStore, *, events: int = 15) -> dict[str, t.Any]:
-    """Everything ``poli status`` shows, as plain data (``--json`` prints it as is)."""
+def collect(
+    store: RunStore, *, events: int = 15, live: t.Mapping[str, str] | None = None
+) -> dict[str, t.Any]:
+    """Everything ``poli status`` shows, as plain data (``--json`` prints it as is).
+
+    ``live`` maps agent names to their live state (see :class:`politerm.livestatus.LiveAgents`);
+    without it the state last stored is shown.
+    """
     agents = store.list_agents()
-    turns = {a.name: store.current_turn(a.name) for a in agents}
+    turns = {tn.agent: tn for tn in store.list_turns()}
+    live = live or {}
 
     def working_on(name: str) -> str | None:
-        turn = turns[name]
+        turn = turns.get(name)
         return turn.task_id if turn is not None else None
 
     return {
         "agents": [
             {
                 "name": a.name,
-                "state": a.state,
+                "state": live.get(a.name, a.state),
+                "stored_state": a.state,
                 "pane": a.pane_id,
                 "profile": a.profile,
                 "command": a.command,
@@ -83,9 +92,19 @@ def collect(store: RunStore, *, events: int = 15) -> dict[str, t.Any]:
                 "agent": e.agent,
                 "detail": e.detail,
             }
-            for e in store.list_events(limit=events)
+            for e in (store.list_events(limit=events) if events else [])
         ],
     }
+
+
+def _escaped(value: t.Any) -> t.Any:
+    if isinstance(value, str):
+        return escape_controls(value)
+    if isinstance(value, dict):
+        return {k: _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableType:
@@ -96,6 +115,8 @@ def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableT
 
     from politerm.store.models import Event
 
+    # Everything below may hold agent text: shown escaped, never interpreted.
+    data = _escaped(data)
     agents = Table(title="agents", expand=True)
     for col in ("agent", "state", "pane", "profile", "working on"):
         agents.add_column(col)

@@ -12,7 +12,7 @@ import pytest
 
 from politerm.agents.approval import ApprovalPolicy, Decision
 from politerm.agents.state import AgentState
-from politerm.engine.delivery import Outcome, deliver
+from politerm.driver.delivery import Outcome, deliver
 from politerm.testing.mockllm import Rule
 from tests.realcli.clis import API, DIALOGS, Options
 from tests.realcli.helpers import AgentSpec, exists

@@ -258,7 +258,7 @@ async def check_agent(
         Add the profile's unattended (skip-permission) arguments and environment.
     """
     # A diagnostic on top of the whole stack: imported here, not at the agents layer's top.
-    from politerm.engine.delivery import deliver
+    from politerm.driver.delivery import deliver
     from politerm.tmux.pane import new_window
     from politerm.tmux.server import TmuxServer
 

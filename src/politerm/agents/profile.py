@@ -255,6 +255,12 @@ class AgentProfile(_Model):
     confirm_timeout: float = pydantic.Field(default=1.5, gt=0, le=120)
     paste_timeout: float = pydantic.Field(default=3.0, gt=0, le=120)
     interrupt_key: str = "Escape"
+    # Keys that empty a non-empty input box; delivery presses them, then verifies the box.
+    clear_input: list[str] = []
+    # An agent ready this long after a prompt, with no answer, is nudged; after
+    # ``idle_nudges`` nudges it has gone idle without one.
+    idle_after: float = pydantic.Field(default=20.0, gt=0)
+    idle_nudges: int = pydantic.Field(default=1, ge=0, le=10)
     bracketed_paste: bool = True
     keep_lf: bool = True
     quiescence: float = pydantic.Field(default=0.0, ge=0)

@@ -6,10 +6,10 @@ import pathlib
 
 import click
 
+from politerm._internal.private import write_private
 from politerm.cli._common import config_option, load
 from politerm.cli._epic import epic_store
 from politerm.epic.records import export_lines
-from politerm.store.db import FILE_MODE
 
 
 @click.command("export")
@@ -38,7 +38,5 @@ def command(
     if output is None:
         click.echo(text, nl=False)
         return
-    output.touch(mode=FILE_MODE)
-    output.chmod(FILE_MODE)
-    output.write_text(text, encoding="utf-8")
+    write_private(output, text)
     click.echo(f"{len(lines)} record(s) written to {output}", err=True)

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import pathlib
-import time
+import typing as t
 
 import click
 
+from politerm._internal.sanitize import escape_controls, trusted_stdout
 from politerm.cli._common import config_option, format_event, load, open_store
+from politerm.engine.session import make_server
+from politerm.livestatus import LiveAgents
+from politerm.livestatus import watch as watch_status
 from politerm.status import collect, render
 from politerm.store import RunStore
+from politerm.store.watch import StoreWatch
+
+if t.TYPE_CHECKING:
+    from politerm.tmux.server import TmuxServer
+
+PIPELINE_BACKSTOP = 5.0
+"""Longest the pipeline view sleeps without a store commit."""
 
 
 def _pipelines(project: pathlib.Path, run_id: str | None) -> list[dict[str, object]]:
@@ -33,8 +46,10 @@ def _pipeline_text(runs: list[dict[str, object]]) -> str:
 @click.option("--run-id", help="Show this pipeline run only.")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=pathlib.Path),
               help="Read this run store instead of the configured one.")  # fmt: skip
+@click.option("--socket", hidden=True, help="The tmux socket the agents run on.")
 @config_option
 def command(
+    socket: str | None,
     as_json: bool,
     watch: bool,
     project: pathlib.Path | None,
@@ -56,35 +71,62 @@ def command(
     here = pathlib.Path.cwd()
     with_runs = bool(project_runs(here))
     config = load(config_path)
+    if socket:
+        config = config.model_copy(
+            update={"tmux": config.tmux.model_copy(update={"socket": socket})}
+        )
+    server = make_server(config)
     with RunStore.open(store_path) if store_path else open_store(config) as store:
         if as_json:
-            data = collect(store)
+            data = collect(store, live=asyncio.run(_live_once(store, server)))
             if with_runs:
                 data["pipelines"] = _pipelines(here, None)
             click.echo(json.dumps(data, indent=2, default=str))
             return
         from rich.console import Console, Group
-        from rich.live import Live
         from rich.text import Text
 
-        def view() -> Group:
-            parts = [render(collect(store), format_event)]
+        def view(data: dict[str, t.Any]) -> Group:
+            parts = [render(data, format_event)]
             if with_runs:
                 parts.append(Text("\npipeline runs", style="bold"))
-                parts.append(Text(_pipeline_text(_pipelines(here, None))))
+                parts.append(Text(escape_controls(_pipeline_text(_pipelines(here, None)))))
             return Group(*parts)
 
         console = Console(highlight=False)
         if not watch:
-            console.print(view())
+            console.print(view(collect(store, live=asyncio.run(_live_once(store, server)))))
             return
-        with Live(view(), console=console, screen=False) as live:
-            try:
-                while True:
-                    time.sleep(0.5)
-                    live.update(view())
-            except KeyboardInterrupt:
-                pass
+        from rich.live import Live
+
+        # auto_refresh off: the screen is redrawn on changes only, never on a timer.
+        with trusted_stdout(), Live(console=console, screen=False, auto_refresh=False) as live_view:
+
+            def draw(data: dict[str, t.Any]) -> None:
+                live_view.update(view(data), refresh=True)
+
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(_watch(store, server, draw))
+
+
+async def _live_once(store: RunStore, server: TmuxServer) -> dict[str, str]:
+    live = LiveAgents(server)
+    try:
+        return await live.states(store.list_agents())
+    finally:
+        await live.close()
+        await server.close()
+
+
+async def _watch(
+    store: RunStore, server: TmuxServer, draw: t.Callable[[dict[str, t.Any]], None]
+) -> None:
+    live = LiveAgents(server)
+    try:
+        await watch_status(store, live, draw, collect=collect)
+    finally:
+        await live.close()
+        await server.close()
 
 
 def _show_pipelines(root: pathlib.Path, run_id: str | None, *, as_json: bool, watch: bool) -> None:
@@ -98,10 +140,22 @@ def _show_pipelines(root: pathlib.Path, run_id: str | None, *, as_json: bool, wa
     from rich.live import Live
     from rich.text import Text
 
-    with Live(Text(_pipeline_text(_pipelines(root, run_id))), console=Console()) as live:
-        try:
-            while True:
-                time.sleep(0.5)
-                live.update(Text(_pipeline_text(_pipelines(root, run_id))))
-        except KeyboardInterrupt:
-            pass
+    from politerm.config import load_config
+
+    store_path = load_config(root).store.resolved_path()
+    with trusted_stdout(), Live(console=Console(), auto_refresh=False) as live:
+
+        async def follow() -> None:
+            async with StoreWatch(store_path) as sw:
+                while True:
+                    changed = sw.event()
+                    live.update(
+                        Text(escape_controls(_pipeline_text(_pipelines(root, run_id)))),
+                        refresh=True,
+                    )
+                    # Step state files are written beside the store's commits; the bound
+                    # covers a run whose runner died without a last commit.
+                    await sw.wait(PIPELINE_BACKSTOP, event=changed)
+
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(follow())

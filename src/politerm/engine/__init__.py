@@ -1,7 +1,3 @@
-"""Engine: delivery with confirmation, routing, timeouts."""
+"""Engine: the Planner⇄Executer router, session bring-up, templates, timeouts."""
 
 from __future__ import annotations
-
-from politerm.engine.delivery import DeliveryResult, Outcome, deliver
-
-__all__ = ["DeliveryResult", "Outcome", "deliver"]

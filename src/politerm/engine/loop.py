@@ -16,6 +16,7 @@ from politerm.engine.session import RouterLock, Session
 from politerm.engine.templates import Templates
 from politerm.errors import RoutingError
 from politerm.store.models import MessageState, TaskState
+from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -64,20 +65,26 @@ async def route(
         raise RoutingError(msg)
     session = session or Session(config, store)
     follower = None
+    cursor = EventCursor(store)
     try:
         agents = await session.attach()
         router = Router(config, store, agents, templates=templates_for(config))
         if printer is not None:
-            follower = asyncio.create_task(follow(store, printer))
+            follower = asyncio.create_task(follow(store, printer, cursor=cursor))
         await router.run(until=until)
     finally:
-        if follower is not None:
-            await asyncio.sleep(0.2)  # let the follower print the last events
+        if follower is not None and printer is not None:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await follower
+            for event in cursor.read():  # what was written after its last wake-up
+                printer(event)
         lock.release()
         await session.server.close()
+
+
+FOLLOW_BACKSTOP = 30.0
+"""Longest a follower sleeps without a store notification (a missed one costs this much)."""
 
 
 async def follow(
@@ -86,18 +93,28 @@ async def follow(
     *,
     task_id: str | None = None,
     after: int | None = None,
-    interval: float = 0.05,
+    watch: StoreWatch | None = None,
+    cursor: EventCursor | None = None,
 ) -> None:
-    """Print the store's events as they are written (runs until cancelled)."""
-    last = (
-        after if after is not None else max((e.id for e in store.list_events(limit=1)), default=0)
-    )
-    while True:
-        for event in store.list_events(task_id=task_id, limit=500):
-            if event.id > last:
-                last = event.id
+    """Print the store's events as they are written (runs until cancelled).
+
+    Sleeps until a commit to the store (any process) and then reads only the new events;
+    on cancellation the events written until then are printed first. A caller that may
+    cancel before the task ever ran passes its own ``cursor`` and flushes it afterwards.
+    """
+    cursor = cursor or EventCursor(store, task_id=task_id, after=after)
+    async with contextlib.AsyncExitStack() as stack:
+        if watch is None:
+            watch = await stack.enter_async_context(StoreWatch(store.path))
+        try:
+            while True:
+                changed = watch.event()
+                for event in cursor.read():
+                    printer(event)
+                await watch.wait(FOLLOW_BACKSTOP, event=changed)
+        finally:
+            for event in cursor.read():
                 printer(event)
-        await asyncio.sleep(interval)
 
 
 def submit(store: RunStore, config: Config, request: str, *, task_id: str | None = None) -> Task:
@@ -133,25 +150,30 @@ async def run_task(
         return current is None or current.state not in ACTIVE
 
     lock = router_lock(config)
-    follower = asyncio.create_task(
-        follow(store, printer or (lambda _e: None), task_id=task.id, after=after)
-    )
+    cursor = EventCursor(store, task_id=task.id, after=after)
+    show = printer or (lambda _e: None)
+    follower = asyncio.create_task(follow(store, show, cursor=cursor))
     try:
         async with asyncio.timeout(timeout):
             if lock.acquire():
                 lock.release()
                 await route(config, store, until=settled)
             else:
-                while not settled():
-                    await asyncio.sleep(0.1)
+                async with StoreWatch(store.path) as watch:
+                    while True:
+                        changed = watch.event()
+                        if settled():
+                            break
+                        await watch.wait(FOLLOW_BACKSTOP, event=changed)
     except TimeoutError:
         msg = f"task {task.id} not finished within {timeout:g}s (it goes on; see `poli status`)"
         raise RoutingError(msg) from None
     finally:
-        await asyncio.sleep(0.15)
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await follower
+        for event in cursor.read():
+            show(event)
     final = store.get_task(task.id)
     assert final is not None
     return final

@@ -31,9 +31,9 @@ from politerm.agents.approval import (
 )
 from politerm.agents.state import AgentState
 from politerm.agents.tracker import StateTracker
-from politerm.engine.delivery import Outcome, deliver
+from politerm.driver.delivery import Outcome, deliver
+from politerm.driver.transcripts import locate_transcript
 from politerm.engine.templates import Templates
-from politerm.engine.transcripts import locate_transcript
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,
@@ -45,6 +45,7 @@ from politerm.protocol import BlockParser, TranscriptTail, cross_check
 from politerm.protocol.parser import last_prompt_line
 from politerm.protocol.primer import new_nonce
 from politerm.store.models import MessageState, TaskState
+from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
@@ -69,12 +70,12 @@ IDLE_GRACE = 1.5
 # Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
 IDLE_BACKSTOP = 10.0
 TURN_BACKSTOP = 2.0
-# Full store scan (new tasks, deadlines, expiry) at least this often, and on every change
-# another process commits.
+# Full store scan (new tasks, deadlines, expiry) on every commit (store notification), and at
+# least this often while a task is in flight (deadlines are time, not events).
 SCAN_EVERY = 1.0
-# How often the router looks for other processes' store commits (new tasks, answers, aborts)
-# and asks the caller whether to stop; the idle cost of a router is mostly this.
-TICK = 0.25
+# With nothing in flight the router sleeps until a commit; this only bounds a lost
+# notification (and how late the caller's until() is asked without one).
+IDLE_TICK = 30.0
 RESUME_META = "resume-state:"
 # After pressing an approval's keys, the question may stay on screen until the agent redraws.
 APPROVAL_HOLD = 5.0
@@ -169,6 +170,8 @@ class Router:
         self._fatal: str | None = None
         self._data_version = -1
         self._next_scan = 0.0
+        self._in_flight = True
+        self._events = EventCursor(store)
 
     def _cwd(self, name: str) -> pathlib.Path | None:
         # Long bodies come as files in the agent's working directory; nowhere else.
@@ -209,17 +212,23 @@ class Router:
             asyncio.create_task(self._agent_loop(rt), name=f"agent-{rt.name}")
             for rt in self.agents.values()
         ]
+        # Woken by commits (any process) instead of a timer; see politerm.store.watch.
+        watch = StoreWatch(self.store.path)
+        await watch.start()
+        self._events = EventCursor(self.store)
         try:
             while not self._stop.is_set():
+                committed = watch.event()
                 await self._tick()
                 if self._fatal is not None:
                     break
                 if until is not None and until():
                     break
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(TICK):
-                        await self._stop.wait()
+                bound = SCAN_EVERY if self._in_flight else IDLE_TICK
+                await _first(self._stop, committed, timeout=bound)
+                self._next_scan = 0.0 if committed.is_set() else self._next_scan
         finally:
+            await watch.close()
             self.stop()
             for task in loops:
                 task.cancel()
@@ -788,13 +797,16 @@ class Router:
         version = self.store.data_version()
         now = time.monotonic()
         if version != self._data_version:
+            # Another process committed: wake only the loops it gave something to do.
             self._data_version = version
-            for rt in self.agents.values():
-                rt.wake.set()
+            for name in agents_with_work(self.store, self.agents, self._events.read()):
+                self.agents[name].wake.set()
         elif now < self._next_scan:
             return
         self._next_scan = now + SCAN_EVERY
-        for task in self.store.list_tasks(active_only=True):
+        active = self.store.list_tasks(active_only=True)
+        self._in_flight = bool(active) or bool(self.store.list_expectations())
+        for task in active:
             if task.state is TaskState.PENDING:
                 self._start_task(task)
         self._check_deadlines(time.time())
@@ -964,6 +976,16 @@ class Router:
 
     def _event(self, kind: str, msg: Message, *, detail: str) -> None:
         self.store.add_event(kind, task_id=msg.task_id, agent=msg.recipient, detail=detail)
+
+
+async def _first(*events: asyncio.Event, timeout: float) -> None:
+    """Wait until any of ``events`` is set, at most ``timeout`` seconds."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
 
 
 def _tail(lines: t.Sequence[str], n: int) -> list[str]:

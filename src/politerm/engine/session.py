@@ -12,9 +12,10 @@ import time
 import typing as t
 
 from politerm._internal.aio import wait_event
+from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
-from politerm.engine.delivery import deliver
+from politerm.driver.delivery import deliver
 from politerm.engine.router import RESUME_META
 from politerm.errors import AgentExited, AgentTimeout, RoutingError, SessionNotFound
 from politerm.store.models import MessageState, TaskState
@@ -109,7 +110,9 @@ class Session:
             raise RoutingError(msg)
         if not exists:
             await self.server.ensure_session(
-                self.name, window_name="control", argv=_control_argv(self.store.path)
+                self.name,
+                window_name="control",
+                argv=_control_argv(self.store.path, self.config.tmux.socket),
             )
             say(f"session {self.name} created on socket {self.config.tmux.socket}")
         client = await self.server.connect(self.name)
@@ -210,9 +213,8 @@ class Session:
                 stopped.append(name)
             if self.store.get_agent(name) is not None:
                 self.store.set_agent_state(name, AgentState.EXITED.value)
+        # The last session takes the server, its socket file and its config with it.
         await self.server.kill_session(self.name)
-        if not await self.server.list_sessions():
-            await self.server.kill_server()
         return stopped
 
     async def wait_ready(
@@ -357,11 +359,12 @@ def _no_detectors(profile: AgentProfile) -> bool:
     return not (d.ready or d.busy or d.input_line)
 
 
-def _control_argv(store: pathlib.Path) -> list[str]:
+def _control_argv(store: pathlib.Path, socket: str) -> list[str]:
     # Window 0 shows the live status of this session's store to anyone who attaches.
     import sys
 
-    return [sys.executable, "-m", "politerm", "status", "--watch", "--store", str(store)]
+    status = [sys.executable, "-m", "politerm", "status", "--watch", "--store", str(store)]
+    return [*status, "--socket", socket]
 
 
 class RouterLock:
@@ -373,7 +376,7 @@ class RouterLock:
 
     def acquire(self) -> bool:
         """Take the lock without waiting; False if another router holds it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

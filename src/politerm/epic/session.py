@@ -19,7 +19,7 @@ import time
 import typing as t
 
 from politerm.agents.state import AgentState
-from politerm.engine.delivery import Outcome, deliver
+from politerm.driver.delivery import Outcome, deliver
 from politerm.errors import AgentExited, AgentTimeout, PaneNotFound, ReportError, TmuxError
 from politerm.protocol.parser import clean_line
 from politerm.protocol.report import Report, ReportParser, ReportStatus

@@ -27,6 +27,8 @@ import termios
 import time
 import typing as t
 
+from politerm._internal.private import write_private
+
 _PASTE_START = b"\x1b[200~"
 _PASTE_END = b"\x1b[201~"
 _BRACKETED_ON = b"\x1b[?2004h"
@@ -123,9 +125,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:
             print(f"poli: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
             code = 127
     code = code if code >= 0 else 128 - code  # killed by a signal: 128 + signal number
-    tmp = args.exit_file.with_name(args.exit_file.name + ".tmp")
-    tmp.write_text(f"{code}\n", encoding="ascii")
-    tmp.replace(args.exit_file)
+    write_private(args.exit_file, f"{code}\n")
     print(f"\n[poli] step finished with exit status {code}")
     return code
 

@@ -15,6 +15,7 @@ import termios
 import tty
 import typing as t
 
+from politerm._internal.sanitize import escape_controls, trusted_stdout
 from politerm.errors import PipelineError
 from politerm.pipeline.model import FINISHED_RUN, RunStatus
 from politerm.pipeline.ops import format_status, open_project, run_status
@@ -50,8 +51,12 @@ def control(project: pathlib.Path, run_id: str, *, interval: float = 0.25) -> in
             if note:
                 text += f"\n{note}"
             if text != shown:
-                sys.stdout.write(_CLEAR + text.replace("\n", "\r\n") + "\r\n")
-                sys.stdout.flush()
+                # Run text comes from agents and pipeline files: escaped; only our own
+                # clear-screen goes through as a control sequence.
+                safe = escape_controls(text).replace("\n", "\r\n")
+                with trusted_stdout():
+                    sys.stdout.write(_CLEAR + safe + "\r\n")
+                    sys.stdout.flush()
                 shown = text
             if data is not None and RunStatus(data["status"]) in FINISHED_RUN:
                 return 0

@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import os
 import pathlib
 import secrets
 import time
 import typing as t
 
+from politerm._internal.private import write_private
 from politerm.errors import PipelineError
 from politerm.pipeline.agents import PROJECT_DIR
 from politerm.pipeline.model import RunStatus, StepStatus
@@ -69,11 +69,8 @@ def steps_dir(project: pathlib.Path, run_id: str) -> pathlib.Path:
 
 
 def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Write ``text`` to ``path`` (0600, folders 0700) through a temporary file and a rename."""
+    write_private(path, text)
 
 
 @dataclasses.dataclass
@@ -124,6 +121,14 @@ class RunRecord:
     unsafe: bool = False
     worktrees: bool = False
     on_fail: str = "ask"
+    #: ``--cli`` given: it overrides every step's CLI column, as ``meta run --cli`` does.
+    cli_override: bool = False
+    #: ``--auto-approve``: gates are approved without asking.
+    auto_approve: bool = False
+    #: ``--agents DIR`` directories, searched first for agent definitions.
+    agents: list[str] = dataclasses.field(default_factory=list)
+    #: Where the handoff files are ("" = ``.handoff.md`` in the project).
+    handoff_dir: str = ""
     started: float = dataclasses.field(default_factory=time.time)
     status: RunStatus = RunStatus.RUNNING
     current_step: int = 0

@@ -16,8 +16,15 @@ renderer's gutter (bullets, indentation) at the fence's own column, and skips th
 prompt (where the instructions show a fence template). A fence for another session, a malformed
 field, or ``needs_help`` without an escalation produce a :class:`~politerm.errors.ReportError`
 *sentinel* at once, from :meth:`ReportParser.feed`, so the session can be stopped while the
-agent still runs. A legacy footer (``STATUS:``, ``COMMIT_MSG:``, ``ESCALATION:`` lines outside
-the fence) is parsed as well; where it disagrees with the fence, :attr:`Report.drift` says so.
+agent still runs.
+
+obi's legacy footer (``STATUS:``, ``COMMIT_MSG:``, ``ESCALATION:`` outside the fence, each value
+on the key's line or on the lines after it up to the next key) is parsed as well and
+cross-checked the way obi does: a footer status that contradicts the fence is an error (obi
+stops the session); a commit message or escalation that disagrees is recorded in
+:attr:`Report.drift`. A footer commit message agrees when it is the fence's ``commit_msg``, its
+``details`` (obi's definition: the multi-line body), or the two together. ``obi:`` fences follow
+obi's stricter rules: ``details`` is required and an unknown field is an error.
 """
 
 from __future__ import annotations
@@ -28,18 +35,19 @@ import re
 import typing as t
 
 from politerm.errors import ReportError
+from politerm.protocol.footer import FooterReader, cross_check
 from politerm.protocol.parser import GUTTER_CHARS, clean_line, strip_gutter
 
 #: Fence prefixes accepted after the backticks (``obi:`` keeps prompts written for obi working).
 PREFIXES: tuple[str, ...] = ("poli", "obi")
 
-_OPEN = re.compile(r"^`{3,}(?P<prefix>[a-z]+):(?P<id>\S*)\s*$")
+_OPEN = re.compile(r"^`{3,}(?P<prefix>[a-z]+):(?P<id>\S*)\s*$", re.IGNORECASE)
 _CLOSE = re.compile(r"^`{3,}\s*$")
-_FIELD = re.compile(r"^(?P<key>[a-z][a-z0-9_]*):(?:[ \t]+(?P<value>.*?))?[ \t]*$")
-_LEGACY = re.compile(r"^\**(?P<key>STATUS|COMMIT_MSG|ESCALATION)\**:\**[ \t]*(?P<value>.*?)\s*$")
+_FIELD = re.compile(r"^(?P<key>[a-z][a-z0-9_]*):(?:[ \t]+(?P<value>.*?))?[ \t]*$", re.IGNORECASE)
 _ECHO_START = re.compile(r"^ ?[❯›>](?:\s|$)")
 _BLOCK_MARKERS = frozenset({"|", "|-", "|+", ">", ">-"})
 _TEXT_FIELDS = ("commit_msg", "details", "escalation")
+_KNOWN_FIELDS = frozenset({"status", *_TEXT_FIELDS})
 _BLOCK_FIELDS = frozenset({"details", "escalation"})
 
 
@@ -181,11 +189,16 @@ class ReportParser:
         self.prefixes = tuple(prefixes)
         self.report: Report | None = None
         self.error: ReportError | None = None
-        self.legacy: dict[str, str] = {}
+        self.footer = FooterReader()
         self._fence: _Fence | None = None
         self._echo = _Echo()
         self._tail = ""
         self._line = 0
+
+    @property
+    def legacy(self) -> dict[str, str]:
+        """The legacy footer's values seen so far."""
+        return self.footer.values()
 
     @property
     def done(self) -> bool:
@@ -226,13 +239,16 @@ class ReportParser:
             self.error = ReportError(msg)
             raise self.error
         if self.report is None:
-            seen = " (a legacy STATUS:/COMMIT_MSG: footer was seen)" if self.legacy else ""
+            seen = " (a legacy STATUS:/COMMIT_MSG: footer was seen)" if self.footer else ""
             msg = f"no ```poli:{self.session_id} report in the session's output{seen}"
             self.error = ReportError(msg)
             raise self.error
-        self.report = dataclasses.replace(
-            self.report, legacy=dict(self.legacy), drift=drift(self.report, self.legacy)
-        )
+        legacy = self.footer.values()
+        error, drifted = cross_check(self.report, legacy)
+        if error is not None:
+            self.error = ReportError(f"{error} (obi stops a session on this)")
+            raise self.error
+        self.report = dataclasses.replace(self.report, legacy=legacy, drift=drifted)
         return self.report
 
     # --- lines ----------------------------------------------------------------------------
@@ -251,19 +267,20 @@ class ReportParser:
         if self._echo.is_echo(line):
             return None
         stripped = strip_gutter(line)
-        legacy = _LEGACY.match(stripped)
-        if legacy:
-            self.legacy[legacy["key"]] = legacy["value"]
-            return None
-        if self.report is not None:
-            return None  # a redraw of the report, or talk after it
         m = _OPEN.match(stripped)
-        if m is None or m["prefix"] not in self.prefixes:
+        if m is not None:
+            self.footer.end()
+        elif self.footer.line(stripped):
+            return None
+        if self.report is not None or m is None:
+            return None  # a redraw of the report, or talk after it
+        prefix = m["prefix"].lower()
+        if prefix not in self.prefixes:
             return None
         sid = m["id"]
         if sid.lower() != self.session_id.lower():
             return self._fail(index, f"report fence for session {sid}, expected {self.session_id}")
-        self._fence = _Fence(m["prefix"], sid, len(line) - len(stripped), index)
+        self._fence = _Fence(prefix, self.session_id, len(line) - len(stripped), index)
         return None
 
     def _body(self, line: str, index: int) -> ReportSignal | None:
@@ -290,7 +307,7 @@ class ReportParser:
                 fence.fields[key] = f"{fence.fields[key]}\n{body.strip()}"
                 return None
             return self._fail(index, f"malformed report line (expected `key: value`): {body!r}")
-        key, value = m["key"], (m["value"] or "")
+        key, value = m["key"].lower(), (m["value"] or "")
         fence.inline_key = None
         if key in fence.fields or key in fence.extra:
             return self._fail(index, f"report field {key!r} given twice")
@@ -312,6 +329,8 @@ class ReportParser:
                 fence.fields[key] = value
                 if key in _BLOCK_FIELDS:
                     fence.inline_key = key
+        elif fence.prefix == "obi":
+            return self._fail(index, f"unknown field {key!r} in an obi: report")
         else:
             fence.extra[key] = value
         return None
@@ -333,6 +352,8 @@ class ReportParser:
             return self._fail(index, "report has no commit_msg (a one-line summary is required)")
         if "\n" in commit:
             return self._fail(index, "report field 'commit_msg' must be one line")
+        if fence.prefix == "obi" and not (f.get("details") or "").strip():
+            return self._fail(index, "obi: report has no details (obi requires them)")
         status = ReportStatus(f["status"])
         escalation = (f.get("escalation") or "").strip() or None
         if status is ReportStatus.NEEDS_HELP and escalation is None:
@@ -348,33 +369,3 @@ class ReportParser:
             line=fence.line,
         )
         return self.report
-
-
-def drift(report: Report, legacy: t.Mapping[str, str]) -> tuple[str, ...]:
-    """Where a legacy footer disagrees with the fenced report, one line per field.
-
-    Examples
-    --------
-    >>> r = Report("s", ReportStatus.SUCCESS, "Add x")
-    >>> drift(r, {"STATUS": "SUCCESS", "COMMIT_MSG": "Add x"})
-    ()
-    >>> drift(r, {"STATUS": "needs_help"})
-    ("status: report says 'success', footer says 'needs_help'",)
-    """
-    out: list[str] = []
-    if "STATUS" in legacy and normalise_status(legacy["STATUS"]) != report.status.value:
-        out.append(
-            f"status: report says {report.status.value!r}, footer says "
-            f"{normalise_status(legacy['STATUS'])!r}"
-        )
-    if "COMMIT_MSG" in legacy and legacy["COMMIT_MSG"].strip() != report.commit_msg:
-        out.append(
-            f"commit_msg: report says {report.commit_msg!r}, footer says "
-            f"{legacy['COMMIT_MSG'].strip()!r}"
-        )
-    if "ESCALATION" in legacy and (legacy["ESCALATION"].strip() or None) != report.escalation:
-        out.append(
-            f"escalation: report says {report.escalation!r}, footer says "
-            f"{legacy['ESCALATION'].strip()!r}"
-        )
-    return tuple(out)

@@ -19,6 +19,8 @@ from politerm.store.models import (
     Task,
     TaskState,
     Turn,
+    TurnEnd,
+    TurnState,
     can_transition,
 )
 from politerm.store.runstore import RunStore
@@ -39,6 +41,8 @@ __all__ = [
     "Task",
     "TaskState",
     "Turn",
+    "TurnEnd",
+    "TurnState",
     "audit_path_for",
     "can_transition",
     "default_store_path",

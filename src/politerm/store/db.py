@@ -8,7 +8,6 @@ never in between.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import sqlite3
@@ -17,6 +16,7 @@ import typing as t
 
 import platformdirs
 
+from politerm._internal.private import private_dir
 from politerm.errors import SchemaTooNew, StoreError
 
 BUSY_TIMEOUT_MS: t.Final = 10_000
@@ -240,7 +240,134 @@ _V3_EPICS = Migration(
     ),
 )
 
-MIGRATIONS: t.Final[tuple[Migration, ...]] = (_V1_INITIAL, _V2_EVENTS, _V3_EPICS)
+_V4_MAIL = Migration(
+    4,
+    "messaging: requests and responses between agents, with acks and dead letters",
+    (
+        """
+        CREATE TABLE mail (
+            id             TEXT PRIMARY KEY,
+            kind           TEXT NOT NULL,
+            session        TEXT NOT NULL,
+            sender         TEXT NOT NULL,
+            sender_pane    TEXT,
+            recipient      TEXT NOT NULL,
+            recipient_pane TEXT NOT NULL,
+            capability     TEXT NOT NULL,
+            reply_to       TEXT,
+            body_path      TEXT NOT NULL,
+            size           INTEGER NOT NULL,
+            sha256         TEXT NOT NULL,
+            response_path  TEXT,
+            state          TEXT NOT NULL,
+            reason         TEXT,
+            attempts       INTEGER NOT NULL DEFAULT 0,
+            max_attempts   INTEGER NOT NULL,
+            created        REAL NOT NULL,
+            updated        REAL NOT NULL,
+            expires        REAL NOT NULL,
+            delivered      REAL,
+            started        REAL,
+            responded      REAL
+        )
+        """,
+        # the postman's question on every wake-up: what is queued for whom, oldest first
+        "CREATE INDEX mail_recipient_state ON mail(recipient, state, created)",
+        "CREATE INDEX mail_state ON mail(state, updated)",
+    ),
+)
+
+_V5_BRIDGE = Migration(
+    5,
+    "task bridge: the step journal of each handed-over task",
+    (
+        # One row per step (file edits, a command, an agent turn) of a task taken from a
+        # bridge queue; written before the step acts, settled from evidence after a crash.
+        """
+        CREATE TABLE bridge_steps (
+            queue    TEXT NOT NULL,
+            task_id  TEXT NOT NULL,
+            step     INTEGER NOT NULL,
+            kind     TEXT NOT NULL,
+            state    TEXT NOT NULL,
+            evidence TEXT NOT NULL DEFAULT '{}',
+            result   TEXT NOT NULL DEFAULT '{}',
+            started  REAL NOT NULL,
+            finished REAL,
+            PRIMARY KEY (queue, task_id, step)
+        )
+        """,
+    ),
+)
+
+_V6_TURN_STATES = Migration(
+    6,
+    "turn states (politerm.store.turns): delivering, waiting, holding",
+    (
+        # A turn from an older store was written before its delivery: settle it as one.
+        "ALTER TABLE turns ADD COLUMN state TEXT NOT NULL DEFAULT 'delivering'",
+        """
+        UPDATE turns SET state = 'waiting' WHERE message_id IS NULL OR message_id IN
+            (SELECT id FROM messages WHERE state IN ('delivered', 'acknowledged'))
+        """,
+    ),
+)
+
+_V7_MANAGER = Migration(
+    7,
+    "manager mode: projects (state, task, summary, counters) and conversation turns",
+    (
+        """
+        CREATE TABLE manager_projects (
+            name             TEXT PRIMARY KEY,
+            path             TEXT NOT NULL,
+            goal             TEXT NOT NULL DEFAULT '',
+            channel          TEXT NOT NULL DEFAULT 'pane',
+            agent            TEXT NOT NULL DEFAULT '',
+            state            TEXT NOT NULL,
+            task_id          TEXT,
+            task_goal        TEXT,
+            task_status      TEXT,
+            summary          TEXT NOT NULL DEFAULT '',
+            summaries        INTEGER NOT NULL DEFAULT 0,
+            turn_count       INTEGER NOT NULL DEFAULT 0,
+            step             INTEGER NOT NULL DEFAULT 0,
+            brain_calls      INTEGER NOT NULL DEFAULT 0,
+            overview_sent    INTEGER NOT NULL DEFAULT 0,
+            last_instruction TEXT,
+            last_report      TEXT,
+            question         TEXT,
+            result           TEXT,
+            error            TEXT,
+            created          REAL NOT NULL,
+            updated          REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE manager_turns (
+            id         INTEGER PRIMARY KEY AUTOINCREMENT,
+            project    TEXT NOT NULL REFERENCES manager_projects(name) ON DELETE CASCADE,
+            task_id    TEXT NOT NULL,
+            step       INTEGER NOT NULL,
+            role       TEXT NOT NULL,
+            text       TEXT NOT NULL,
+            summarized INTEGER NOT NULL DEFAULT 0,
+            ts         REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX manager_turns_task ON manager_turns(project, task_id, summarized, id)",
+    ),
+)
+
+MIGRATIONS: t.Final[tuple[Migration, ...]] = (
+    _V1_INITIAL,
+    _V2_EVENTS,
+    _V3_EPICS,
+    _V4_MAIL,
+    _V5_BRIDGE,
+    _V6_TURN_STATES,
+    _V7_MANAGER,
+)
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 
 SCHEMA_VERSION: t.Final = len(MIGRATIONS)
@@ -266,18 +393,7 @@ def ensure_private_dir(directory: pathlib.Path) -> None:
     directory
         The folder that will hold the store.
     """
-    missing: list[pathlib.Path] = []
-    d = directory
-    while not d.exists():
-        missing.append(d)
-        if d.parent == d:
-            break
-        d = d.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another process won the race
-            d.mkdir(mode=DIR_MODE)
-            # mkdir's mode is filtered by the umask; ours must hold regardless.
-            d.chmod(DIR_MODE)
+    private_dir(directory)
 
 
 def create_private_file(path: pathlib.Path) -> None:

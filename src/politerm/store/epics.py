@@ -391,6 +391,14 @@ class EpicStore:
             row = c.execute("SELECT * FROM epic_runs WHERE id = ?", (run_id,)).fetchone()
         return _run(row) if row else None
 
+    def list_runs(self, limit: int = 20) -> list[EpicRun]:
+        """The newest ``limit`` runs, newest first."""
+        with self.store._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM epic_runs ORDER BY started DESC, id DESC LIMIT ?", (limit,)
+            ).fetchall()
+        return [_run(r) for r in rows]
+
     def set_run_state(self, run_id: str, state: str, *, finished: bool = True) -> None:
         """Mark a run ``state`` (``done``, ``stopped``, ``aborted``, ``running``)."""
         with self.store._writing() as c:

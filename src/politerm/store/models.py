@@ -10,6 +10,15 @@ import dataclasses
 import enum
 import typing as t
 
+from politerm.store.turns import (
+    MESSAGE_TRANSITIONS,
+    SENDABLE_STATES,
+    MessageState,
+    TurnEnd,
+    TurnState,
+    can_transition,
+)
+
 
 class TaskState(enum.StrEnum):
     """Lifecycle of a task routed between Planner and Executer."""
@@ -35,52 +44,6 @@ class TaskState(enum.StrEnum):
 
 
 TERMINAL_TASK_STATES: t.Final = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.ABORTED})
-
-
-class MessageState(enum.StrEnum):
-    """Lifecycle of one routed message; see :data:`MESSAGE_TRANSITIONS`."""
-
-    PARSED = "parsed"
-    QUEUED = "queued"
-    DELIVERING = "delivering"
-    DELIVERED = "delivered"
-    ACKNOWLEDGED = "acknowledged"
-    RETRIED = "retried"
-    DEAD = "dead"
-
-
-MESSAGE_TRANSITIONS: t.Final[t.Mapping[MessageState, frozenset[MessageState]]] = {
-    MessageState.PARSED: frozenset({MessageState.QUEUED, MessageState.DEAD}),
-    MessageState.QUEUED: frozenset({MessageState.DELIVERING, MessageState.DEAD}),
-    # DELIVERING -> QUEUED: the prompt provably never reached the agent (e.g. the pane was not
-    # ready), so it is safe to send again without counting it as a retry.
-    MessageState.DELIVERING: frozenset(
-        {MessageState.DELIVERED, MessageState.RETRIED, MessageState.DEAD, MessageState.QUEUED}
-    ),
-    MessageState.RETRIED: frozenset({MessageState.DELIVERING, MessageState.DEAD}),
-    MessageState.DELIVERED: frozenset({MessageState.ACKNOWLEDGED}),
-    MessageState.ACKNOWLEDGED: frozenset(),
-    MessageState.DEAD: frozenset(),
-}
-"""Allowed message state changes; anything else is a bug in the caller."""
-
-SENDABLE_STATES: t.Final = frozenset({MessageState.QUEUED, MessageState.RETRIED})
-"""States from which :meth:`RunStore.next_queued` picks a message to deliver."""
-
-
-def can_transition(old: MessageState, new: MessageState) -> bool:
-    """Whether a message may move from ``old`` to ``new``.
-
-    Examples
-    --------
-    >>> can_transition(MessageState.QUEUED, MessageState.DELIVERING)
-    True
-    >>> can_transition(MessageState.DELIVERED, MessageState.QUEUED)
-    False
-    >>> can_transition(MessageState.DEAD, MessageState.DEAD)
-    False
-    """
-    return new in MESSAGE_TRANSITIONS[old]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -146,6 +109,7 @@ class Turn:
     message_id: int | None
     start_line: int
     started: float
+    state: TurnState = TurnState.WAITING
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -202,3 +166,22 @@ class Event:
     agent: str | None
     detail: str
     data: dict[str, t.Any] = dataclasses.field(hash=False)
+
+
+__all__ = [
+    "MESSAGE_TRANSITIONS",
+    "SENDABLE_STATES",
+    "TERMINAL_TASK_STATES",
+    "Agent",
+    "Block",
+    "Event",
+    "Expectation",
+    "Message",
+    "MessageState",
+    "Task",
+    "TaskState",
+    "Turn",
+    "TurnEnd",
+    "TurnState",
+    "can_transition",
+]

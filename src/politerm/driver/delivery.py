@@ -1,9 +1,12 @@
 """Delivery with confirmation: paste a prompt, submit it, and prove it was submitted.
 
 The prompt goes in as a paste (``load-buffer`` + ``paste-buffer``), never as keystrokes.
-After the submit key, the screen must show the text left the input area or the agent
-became busy; otherwise the submit key is pressed again with backoff. The outcome is one of
-:class:`Outcome`, returned with the screen lines that decided it.
+Before the paste the input box must be empty: text left there (by a person, or by an
+earlier attempt) is cleared with the profile's ``clear_input`` keys and the box is checked
+again, so two prompts are never submitted as one. After the submit key, the screen must
+show the text left the input area or the agent became busy; otherwise the submit key is
+pressed again with backoff. The outcome is one of :class:`Outcome`, returned with the
+screen lines that decided it.
 """
 
 from __future__ import annotations
@@ -137,6 +140,18 @@ async def deliver(
     if _blocking(before):
         return DeliveryResult(Outcome.BLOCKED, before.evidence, 0, False, elapsed(), before.rule)
     await term.prepare_input()
+    if not already_pasted and profile.input_text(snap):
+        cleared = await clear_input(term, profile)
+        if cleared is None:
+            return _gone(elapsed(), 0, submitted=False)
+        if profile.input_text(cleared):
+            why = (
+                "the input box holds text that the clear_input keys did not remove"
+                if profile.clear_input
+                else "the input box holds text and the profile has no clear_input keys"
+            )
+            return DeliveryResult(Outcome.BLOCKED, tuple(cleared.tail(3)), 0, False, elapsed(), why)
+        snap = cleared
     screen_before = snap.lines
 
     if already_pasted:
@@ -259,6 +274,40 @@ async def _confirm(
         if now >= deadline:
             return None
         await wait_event(event, min(_RECHECK, deadline - now))
+
+
+async def clear_input(term: Terminal, profile: AgentProfile) -> Snapshot | None:
+    """Empty the agent's input box with the profile's ``clear_input`` keys, then verify.
+
+    Returns
+    -------
+    Snapshot or None
+        The last screen looked at (its input box is empty unless the keys did not work, or
+        the profile has none); None when the terminal is gone.
+    """
+    snap = await _snapshot(term)
+    if snap is None:
+        return None
+    for _ in range(2):  # a redraw can eat the first press
+        if not profile.input_text(snap) or not profile.clear_input:
+            return snap
+        try:
+            await term.send_keys(*profile.clear_input)
+        except PaneNotFound:
+            return None
+        deadline = time.monotonic() + profile.confirm_timeout
+        while True:
+            event = term.output_event()
+            snap = await _snapshot(term)
+            if snap is None:
+                return None
+            if not profile.input_text(snap) or time.monotonic() >= deadline:
+                break
+            await wait_event(event, min(_RECHECK, deadline - time.monotonic()))
+        if not profile.input_text(snap):
+            log.info("cleared the input box of %s", term.name)
+            return snap
+    return snap
 
 
 def _paste_marker_left(profile: AgentProfile, snap: Snapshot) -> bool:

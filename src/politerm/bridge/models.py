@@ -1,0 +1,366 @@
+"""The task bridge's data: tasks, their instructions, the prepared action, and status enums.
+
+The shape follows the original Cursor bridge's ``task_queue.json``: each task has a
+``task_id``, a ``status``, ``instruction_details`` (what the requester wants) and, once the
+bridge prepared it, ``agent_action_details`` (what the executor must do). The original put a
+single file modification flat into ``instruction_details`` (``file_path``, ``action``, …);
+that form is accepted and folded into ``file_modifications``.
+
+The lifecycle is data: :data:`TRANSITIONS` lists every allowed move and
+:func:`check_transition` is the one place that accepts or rejects one.
+"""
+
+from __future__ import annotations
+
+import enum
+import typing as t
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from politerm.errors import BridgeTaskInvalid
+
+
+class TaskStatus(str, enum.Enum):
+    """Where a task stands; see :data:`TRANSITIONS`."""
+
+    PENDING = "pending"
+    PENDING_AGENT_ACTION = "pending_agent_action"
+    COMPLETED_BY_AGENT = "completed_by_agent"
+    FAILED_BY_AGENT = "failed_by_agent"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+    @property
+    def is_final(self) -> bool:
+        """Finalized by the bridge (archived, then pruned from the queue).
+
+        Examples
+        --------
+        >>> TaskStatus.COMPLETED.is_final, TaskStatus.COMPLETED_BY_AGENT.is_final
+        (True, False)
+        """
+        return self in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+
+
+TRANSITIONS: t.Final[t.Mapping[TaskStatus, frozenset[TaskStatus]]] = {
+    # pending -> failed: the task is invalid and never reaches an executor.
+    TaskStatus.PENDING: frozenset({TaskStatus.PENDING_AGENT_ACTION, TaskStatus.FAILED}),
+    # pending_agent_action -> failed: the executor was lost (e.g. its process died) and the
+    # evidence says the work may be half done; running it again could do it twice.
+    TaskStatus.PENDING_AGENT_ACTION: frozenset(
+        {TaskStatus.COMPLETED_BY_AGENT, TaskStatus.FAILED_BY_AGENT, TaskStatus.FAILED}
+    ),
+    # completed_by_agent -> failed: the bridge's verification disagrees with the agent.
+    TaskStatus.COMPLETED_BY_AGENT: frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED}),
+    TaskStatus.FAILED_BY_AGENT: frozenset({TaskStatus.FAILED}),
+    TaskStatus.COMPLETED: frozenset(),
+    TaskStatus.FAILED: frozenset(),
+}
+"""Every allowed status change; anything else is refused by :func:`check_transition`."""
+
+
+def check_transition(task_id: str, old: TaskStatus, new: TaskStatus) -> None:
+    """Accept the move ``old`` → ``new`` or raise.
+
+    Raises
+    ------
+    BridgeTaskInvalid
+        The move is not in :data:`TRANSITIONS`.
+
+    Examples
+    --------
+    >>> check_transition("t1", TaskStatus.PENDING, TaskStatus.PENDING_AGENT_ACTION)
+    >>> check_transition("t1", TaskStatus.COMPLETED, TaskStatus.PENDING)
+    Traceback (most recent call last):
+    ...
+    politerm.errors.BridgeTaskInvalid: task t1: cannot go from completed to pending
+    """
+    if new not in TRANSITIONS[old]:
+        msg = f"task {task_id}: cannot go from {old.value} to {new.value}"
+        raise BridgeTaskInvalid(msg)
+
+
+class FileAction(str, enum.Enum):
+    """What a file modification does."""
+
+    REPLACE_CONTENT = "replace_content"
+    APPEND_CONTENT = "append_content"
+    INSERT_BEFORE_LINE = "insert_before_line"
+    INSERT_AFTER_LINE = "insert_after_line"
+    DELETE_LINES = "delete_lines"
+    REPLACE_LINES = "replace_lines"
+
+
+MARKER_ACTIONS: t.Final = frozenset({FileAction.INSERT_BEFORE_LINE, FileAction.INSERT_AFTER_LINE})
+RANGE_ACTIONS: t.Final = frozenset({FileAction.DELETE_LINES, FileAction.REPLACE_LINES})
+
+
+class Tool(str, enum.Enum):
+    """The tool an executor is told to call."""
+
+    EDIT_FILE = "edit_file"
+    EXECUTE_COMMANDS_SEQUENTIALLY = "execute_commands_sequentially"
+
+
+class CaptureStream(str, enum.Enum):
+    """An output of a command the runner keeps."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+class _Model(BaseModel):
+    # Unknown keys are kept: requesters and agents may annotate tasks, and a bridge must
+    # never drop what it did not write.
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class FileModificationInstruction(_Model):
+    """One change to one file.
+
+    Lines are numbered from 1; ranges include both ends. A ``line_marker`` matches every line
+    that contains it; ``marker_occurrence`` picks which (1 = first, ``"all"`` = each one).
+    """
+
+    file_path: str = Field(min_length=1, description="the file to change")
+    action: FileAction
+    content: str | None = Field(default=None, description="text to write or insert")
+    line_marker: str | None = Field(default=None, description="a substring of the target line")
+    marker_occurrence: int | t.Literal["all"] = Field(
+        default=1, description="which matching line (1-based) or 'all'"
+    )
+    start_line_number: int | None = None
+    end_line_number: int | None = None
+    replacement_content: str | None = Field(
+        default=None, description="new text for replace_lines (content is accepted too)"
+    )
+    create_if_missing: bool = Field(
+        default=False, description="replace_content/append_content may create the file"
+    )
+
+    @model_validator(mode="after")
+    def _parameters_fit_action(self) -> t.Self:
+        a = self.action
+        needs_content = a in (FileAction.REPLACE_CONTENT, FileAction.APPEND_CONTENT)
+        if (needs_content or a in MARKER_ACTIONS) and self.content is None:
+            msg = f"{a.value} needs content"
+            raise ValueError(msg)
+        if a in MARKER_ACTIONS:
+            if not self.line_marker:
+                msg = f"{a.value} needs a non-empty line_marker"
+                raise ValueError(msg)
+            if isinstance(self.marker_occurrence, int) and self.marker_occurrence < 1:
+                msg = (
+                    f"marker_occurrence must be 1 or more, or 'all' (got {self.marker_occurrence})"
+                )
+                raise ValueError(msg)
+        if a in RANGE_ACTIONS:
+            s, e = self.start_line_number, self.end_line_number
+            if s is None or e is None:
+                msg = f"{a.value} needs start_line_number and end_line_number"
+                raise ValueError(msg)
+            if s < 1 or e < s:
+                msg = (
+                    f"bad line range {s}-{e}: lines start at 1 and the end is not before the start"
+                )
+                raise ValueError(msg)
+        if a is FileAction.REPLACE_LINES and self.new_lines_text is None:
+            msg = "replace_lines needs replacement_content"
+            raise ValueError(msg)
+        return self
+
+    @property
+    def new_lines_text(self) -> str | None:
+        """The text replace_lines puts in place of the range."""
+        return self.replacement_content if self.replacement_content is not None else self.content
+
+
+class CommandExecutionInstruction(_Model):
+    """One command to run with the bridge's runner (see :mod:`politerm.bridge.runner`)."""
+
+    command_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    command_string: str = Field(
+        min_length=1,
+        validation_alias=AliasChoices("command_string", "command"),
+        description="run by /bin/sh -c; 'command' is accepted as an alias",
+    )
+    working_directory: str | None = None
+    launch_timeout: float = Field(
+        default=30.0, gt=0, description="seconds until the process must have printed something"
+    )
+    activity_timeout: float = Field(
+        default=300.0, gt=0, description="seconds of silence after which it is killed"
+    )
+    total_timeout: float = Field(default=3600.0, gt=0, description="seconds it may run at all")
+    outputs_to_capture: list[CaptureStream] = Field(
+        default_factory=lambda: [CaptureStream.STDOUT, CaptureStream.STDERR]
+    )
+    env: dict[str, str] = Field(default_factory=dict)
+    continue_on_failure: bool = False
+
+
+class InstructionDetails(_Model):
+    """What the requester wants: file modifications and/or commands, in that order."""
+
+    description: str = ""
+    file_modifications: list[FileModificationInstruction] = Field(default_factory=list)
+    commands_to_execute: list[CommandExecutionInstruction] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_flat_modification(cls, data: t.Any) -> t.Any:
+        if isinstance(data, dict) and ("file_path" in data or "action" in data):
+            data = dict(data)
+            flat = {
+                k: data.pop(k) for k in list(data) if k in FileModificationInstruction.model_fields
+            }
+            data["file_modifications"] = [flat, *data.get("file_modifications", [])]
+        return data
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> t.Self:
+        if not self.file_modifications and not self.commands_to_execute:
+            msg = "empty instructions (no file_modifications, no commands_to_execute)"
+            raise ValueError(msg)
+        ids = [c.command_id for c in self.commands_to_execute]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            msg = f"command_id {dup[0]!r} appears more than once"
+            raise ValueError(msg)
+        return self
+
+
+class AgentActionDetails(_Model):
+    """What the bridge prepared for the executor: the tool to call and its parameters."""
+
+    tool_to_call: Tool
+    file_modifications: list[FileModificationInstruction] = Field(default_factory=list)
+    commands_to_execute: list[CommandExecutionInstruction] = Field(default_factory=list)
+    expected_sha256: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="file path -> sha256 the file must have after the edits (verification)",
+    )
+    original_sha256: dict[str, str | None] = Field(
+        default_factory=dict, description="file path -> sha256 before the edits (None: absent)"
+    )
+    executor: str = Field(description="'builtin' or 'agent:NAME'")
+    handed_at: float | None = None
+    work_dir: str = Field(description="where the task's logs and command outputs go")
+
+
+class CommandResult(_Model):
+    """How one command of a task ended (a summary of the runner's status file)."""
+
+    command_id: str
+    state: str
+    exit_code: int | None = None
+    timeout_fired: str | None = None
+    status_path: str = ""
+
+
+class TaskResult(_Model):
+    """What the executor reported."""
+
+    message: str = ""
+    commands: list[CommandResult] = Field(default_factory=list)
+    files_changed: list[str] = Field(default_factory=list)
+
+
+class Task(_Model):
+    """One task of the queue."""
+
+    task_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    status: TaskStatus = TaskStatus.PENDING
+    instruction_details: InstructionDetails
+    agent_action_details: AgentActionDetails | None = None
+    result: TaskResult | None = None
+    error: str | None = None
+    created_at: float | None = None
+    updated_at: float | None = None
+
+    @field_validator("task_id")
+    @classmethod
+    def _no_dot_names(cls, value: str) -> str:
+        if value.strip(".") == "":
+            msg = "task_id must not be only dots"
+            raise ValueError(msg)
+        return value
+
+
+class QueueFile(_Model):
+    """The whole ``task_queue.json``."""
+
+    tasks: list[Task] = Field(default_factory=list)
+
+
+SCHEMA_MODELS: t.Final[tuple[type[BaseModel], ...]] = (
+    QueueFile,
+    Task,
+    InstructionDetails,
+    FileModificationInstruction,
+    CommandExecutionInstruction,
+    AgentActionDetails,
+    TaskResult,
+)
+
+
+def json_schemas() -> dict[str, dict[str, t.Any]]:
+    """The JSON Schema of every bridge model, by model name (``poli bridge schema``).
+
+    Examples
+    --------
+    >>> s = json_schemas()
+    >>> sorted(s)[:3]
+    ['AgentActionDetails', 'CommandExecutionInstruction', 'FileModificationInstruction']
+    >>> "task_id" in s["Task"]["properties"]
+    True
+    """
+    return {m.__name__: m.model_json_schema() for m in SCHEMA_MODELS}
+
+
+def describe_error(exc: ValidationError, task_id: str) -> str:
+    """One line for a task that does not validate: the first problem and where it is.
+
+    Examples
+    --------
+    >>> try:
+    ...     Task.model_validate({"task_id": "t1", "instruction_details": {}})
+    ... except ValidationError as e:
+    ...     print(describe_error(e, "t1"))
+    task t1: instruction_details: empty instructions (no file_modifications, no commands_to_execute)
+    """
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    text = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "enum":
+        expected = err.get("ctx", {}).get("expected", "")
+        text = f"unknown value {err.get('input')!r} (expected {expected})"
+    more = len(exc.errors()) - 1
+    tail = f" (+{more} more)" if more > 0 else ""
+    return f"task {task_id}: {where + ': ' if where else ''}{text}{tail}"
+
+
+def parse_task(raw: t.Any) -> Task:
+    """Validate one raw task from the queue.
+
+    Raises
+    ------
+    BridgeTaskInvalid
+        With one line naming the task and its first problem.
+    """
+    task_id = str(raw.get("task_id", "?")) if isinstance(raw, dict) else "?"
+    if not isinstance(raw, dict):
+        msg = f"task {task_id}: a task must be a JSON object, not {type(raw).__name__}"
+        raise BridgeTaskInvalid(msg)
+    try:
+        return Task.model_validate(raw)
+    except ValidationError as e:
+        raise BridgeTaskInvalid(describe_error(e, task_id)) from None

@@ -1,0 +1,1 @@
+"""Coming from the originals: obi, META and PoliTerm setups (see docs/migrating.md)."""

@@ -1,0 +1,41 @@
+"""The agent driver: one way to drive an agent TUI, under every workflow.
+
+Layer: above ``agents/``, ``protocol/``, ``terminal``, ``tmux/`` and ``pty/``; below
+``engine/``, ``pipeline/``, ``epic/`` and the workflows built on them. See
+:class:`AgentDriver` and :func:`~politerm.driver.turn.run_turn`.
+"""
+
+from __future__ import annotations
+
+from politerm.driver.agent import (
+    AgentDriver,
+    Observation,
+    ReportStream,
+    TmuxPlace,
+    check_program,
+)
+from politerm.driver.approvals import Approver
+from politerm.driver.blocks import BlockReader, turn_start
+from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.ready import wait_ready
+from politerm.driver.turn import Expect, TurnOutcome, TurnResult, run_turn
+
+__all__ = [
+    "AgentDriver",
+    "Approver",
+    "BlockReader",
+    "DeliveryResult",
+    "Expect",
+    "Observation",
+    "Outcome",
+    "ReportStream",
+    "TmuxPlace",
+    "TurnOutcome",
+    "TurnResult",
+    "check_program",
+    "clear_input",
+    "deliver",
+    "run_turn",
+    "turn_start",
+    "wait_ready",
+]

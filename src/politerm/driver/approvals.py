@@ -1,0 +1,175 @@
+"""Answering one agent's tool-permission questions by the run's policy or by the user.
+
+An :class:`Approver` looks at each screen on which the agent asks to run a tool. The
+:class:`~politerm.agents.approval.ApprovalPolicy` approves or denies it at once; with policy
+``ask`` the question is recorded in the run store as pending under the agent's key
+(``approval:<key>``), where ``poli approve KEY`` (any process) answers it, and the keys are
+pressed on the next look after the answer. Every decision is an event with its evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import typing as t
+
+from politerm.agents.approval import (
+    ApprovalPolicy,
+    Decision,
+    PendingApproval,
+    clear_pending,
+    describe,
+    get_pending,
+    set_pending,
+)
+
+if t.TYPE_CHECKING:
+    from politerm.agents.profile import AgentProfile
+    from politerm.store import RunStore
+    from politerm.terminal import Snapshot, Terminal
+
+# After our keys, the question may stay on screen until the agent redraws: do not press
+# again on the same screen within this many seconds (nor on any screen within _MIN_GAP).
+HOLD = 5.0
+_MIN_GAP = 0.3
+
+
+@dataclasses.dataclass
+class Approver:
+    """Answers the questions of one agent.
+
+    Parameters
+    ----------
+    key
+        The name its pending questions are kept under; ``poli approve KEY`` answers them.
+        Unique per store: the router uses the agent's name, a pipeline step
+        ``<run id>.step-<n>``, an epic session ``epic.<session id>``.
+    profile, term
+        How to read the question and where to press the keys.
+    policy
+        Approve, deny, ask, patterns.
+    store
+        Where pending questions and events go; without one, policy ``ask`` questions wait
+        for :meth:`answer` in this process.
+    """
+
+    key: str
+    profile: AgentProfile
+    term: Terminal
+    policy: ApprovalPolicy
+    store: RunStore | None = None
+    asked: bool = False
+    answered: int = 0
+    _screen: tuple[str, ...] | None = None
+    _at: float = 0.0
+    _local: PendingApproval | None = None
+
+    @property
+    def pending(self) -> PendingApproval | None:
+        """The question waiting for the user, if any."""
+        if self.store is not None:
+            return get_pending(self.store, self.key)
+        return self._local
+
+    def answer(self, decision: Decision) -> None:
+        """Answer the pending question from this process (stores answer via the store)."""
+        if self._local is not None:
+            self._local = dataclasses.replace(self._local, answer=decision)
+
+    async def look(self, snap: Snapshot, *, task_id: str | None = None) -> str:
+        """Handle the question on ``snap``; returns what happened.
+
+        ``"answered"`` (keys pressed), ``"asked"`` (now waiting for the user), ``"waiting"``
+        (still waiting), ``"held"`` (our keys were just pressed) or ``"none"``.
+        """
+        now = time.monotonic()
+        if self._screen is not None and (
+            now - self._at < _MIN_GAP or (snap.lines == self._screen and now - self._at < HOLD)
+        ):
+            return "held"
+        request = self.profile.approval_request(snap)
+        if request is None:
+            return "none"
+        what = describe(request)
+        verdict = self.policy.decide(request)
+        decision, by, reason = verdict.decision, "policy", verdict.reason
+        if decision is None:
+            pending = self.pending
+            if pending is None or pending.command != request.command:
+                self._set_pending(
+                    PendingApproval(
+                        self.key, request.tool, request.command, request.evidence, time.time()
+                    )
+                )
+                self.asked = True
+                self._event(
+                    "approval-asked",
+                    task_id,
+                    f"{self.key} asks to run {what}: answer with `poli approve {self.key}` "
+                    f"or `poli approve {self.key} --deny`",
+                    {
+                        "tool": request.tool,
+                        "command": request.command,
+                        "evidence": list(request.evidence),
+                    },
+                )
+                return "asked"
+            if pending.answer is None:
+                self.asked = True
+                return "waiting"
+            decision, by, reason = pending.answer, "user", "answered with `poli approve`"
+        spec = self.profile.approval
+        keys = spec.approve if decision is Decision.APPROVE else spec.deny
+        await self.term.send_keys(*keys)
+        self._screen, self._at = snap.lines, now
+        self.answered += 1
+        if self.asked or by == "user":
+            self._clear_pending()
+            self.asked = False
+        done = "approved" if decision is Decision.APPROVE else "denied"
+        self._event(
+            "approval",
+            task_id,
+            f"{done} {what} for {self.key} ({by}: {reason}; keys {'+'.join(keys)})",
+            {
+                "decision": decision.value,
+                "by": by,
+                "reason": reason,
+                "tool": request.tool,
+                "command": request.command,
+                "keys": list(keys),
+                "evidence": list(request.evidence),
+            },
+        )
+        return "answered"
+
+    def gone(self, *, task_id: str | None = None) -> None:
+        """The question asked of the user left the screen without our keys."""
+        self.asked = False
+        pending = self.pending
+        if pending is None:
+            return
+        self._clear_pending()
+        self._event(
+            "approval-gone",
+            task_id,
+            f"{self.key}'s question about {pending.what} was answered in its pane",
+            None,
+        )
+
+    def _set_pending(self, pending: PendingApproval) -> None:
+        if self.store is not None:
+            set_pending(self.store, pending)
+        else:
+            self._local = pending
+
+    def _clear_pending(self) -> None:
+        if self.store is not None:
+            clear_pending(self.store, self.key)
+        self._local = None
+
+    def _event(
+        self, kind: str, task_id: str | None, detail: str, data: dict[str, t.Any] | None
+    ) -> None:
+        if self.store is not None:
+            self.store.add_event(kind, task_id=task_id, agent=self.key, detail=detail, data=data)

@@ -1,0 +1,187 @@
+"""The block stream of one agent: tagged blocks of the current turn, from screen and transcript.
+
+The turn's window starts at the pane history row where the agent's answer begins
+(:func:`turn_start`). It is read back with tmux's own row numbers (``capture-pane -S``), so
+rows tmux wrapped and then joined (``-J``) cannot shift it: the window is counted in the
+same units as the capture. The agent's own transcript, when its profile names one, is
+parsed too and cross-checked with the screen (``cross-check``/``drift`` events); a block
+the screen lost is taken from the transcript.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from politerm.driver.transcripts import locate_transcript
+from politerm.protocol import BlockParser, TranscriptTail, cross_check
+from politerm.tmux.pane import Pane
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    from politerm.agents.profile import AgentProfile
+    from politerm.protocol.block import Block
+    from politerm.store import RunStore
+    from politerm.terminal import Snapshot, Terminal
+
+BlockKey = tuple[str | None, str, str]
+
+
+def turn_start(snap: Snapshot) -> int:
+    """The pane history row where an answer to a prompt sent now begins (-1: whole screen).
+
+    Rows count as tmux numbers them (history rows, then screen rows), the unit
+    ``capture-pane -S`` takes; an alternate screen has no history, so its turn is the
+    whole screen.
+
+    Examples
+    --------
+    >>> from politerm.terminal import Snapshot
+    >>> turn_start(Snapshot(("a", "b"), cursor_y=1, history_size=40))
+    41
+    >>> turn_start(Snapshot(("a",), alternate_screen=True))
+    -1
+    """
+    return -1 if snap.alternate_screen else snap.history_size + snap.cursor_y
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejected:
+    """A candidate block of this turn that was not accepted, and why."""
+
+    line: int
+    reason: str
+
+
+@dataclasses.dataclass
+class BlockReader:
+    """Reads one agent's blocks for the turn in progress.
+
+    Parameters
+    ----------
+    name
+        The agent (for events).
+    profile
+        Its transcript spec.
+    term
+        Its terminal.
+    cwd, env
+        Where file-referenced bodies and its transcript live.
+    store
+        Where rejections and cross-checks are recorded as events, if given.
+    """
+
+    name: str
+    profile: AgentProfile
+    term: Terminal
+    cwd: pathlib.Path | None = None
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    store: RunStore | None = None
+    screen_blocks: dict[BlockKey, Block] = dataclasses.field(default_factory=dict)
+    transcript_blocks: dict[BlockKey, Block] = dataclasses.field(default_factory=dict)
+    rejected: list[Rejected] = dataclasses.field(default_factory=list)
+    _checked: set[BlockKey] = dataclasses.field(default_factory=set)
+    _tail: TranscriptTail | None = None
+
+    def __post_init__(self) -> None:
+        self.parser = BlockParser(detect_echo=True, message_dir=self.cwd)
+        self.tparser = BlockParser(detect_echo=False, message_dir=self.cwd)
+
+    def new_turn(self) -> None:
+        """Forget the rejections of the previous turn (blocks stay, for cross-checks)."""
+        self.rejected.clear()
+
+    async def lines(self, snap: Snapshot, start_line: int) -> list[str]:
+        """The turn's window: the lines from ``start_line`` to the end of the screen."""
+        if snap.alternate_screen or start_line < 0 or not isinstance(self.term, Pane):
+            return list(snap.lines)
+        # Ask tmux for the range by its own row numbers (see the module docstring).
+        return await self.term.capture(start=start_line - snap.history_size, end="-")
+
+    async def read(
+        self,
+        snap: Snapshot,
+        start_line: int,
+        nonce: str | None,
+        *,
+        task_id: str | None = None,
+    ) -> list[Block]:
+        """Every block of this turn seen now: the screen's, then the transcript's new ones.
+
+        The same block may come back on every call (a redraw shows it again); callers act
+        on each block once, by its :attr:`~politerm.protocol.block.Block.dedupe_key`.
+        """
+        lines = await self.lines(snap, start_line)
+        self.parser.expect_nonce(nonce)
+        before = len(self.parser.rejections)
+        out = []
+        for block in self.parser.scan_screen(lines):
+            key = (block.nonce, block.type, block.id)
+            self.screen_blocks[key] = block
+            self._cross_check(key)
+            out.append(block)
+        out.extend(self.transcript(nonce))
+        for rej in self.parser.rejections[before:]:
+            self.rejected.append(Rejected(rej.line, rej.reason))
+            if self.store is not None:
+                self.store.add_event(
+                    "rejected",
+                    task_id=task_id,
+                    agent=self.name,
+                    detail=f"line {rej.line}: {rej.reason}",
+                )
+        return out
+
+    def transcript(self, nonce: str | None) -> list[Block]:
+        """New blocks from the agent's own transcript that the screen has not shown."""
+        spec = self.profile.transcript
+        if spec is None or self.cwd is None:
+            return []
+        if self._tail is None:
+            path = locate_transcript(spec, self.cwd, self.env)
+            if path is None:
+                return []
+            self._tail = TranscriptTail(path, spec.format)
+        self.tparser.expect_nonce(nonce)
+        fresh = []
+        for block in self._tail.feed(self.tparser):
+            key = (block.nonce, block.type, block.id)
+            self.transcript_blocks[key] = block
+            self._cross_check(key)
+            if key not in self.screen_blocks:
+                fresh.append(block)
+        return fresh
+
+    def rejections_text(self) -> str:
+        """The turn's rejected candidates, for an error message ("" when none)."""
+        if not self.rejected:
+            return ""
+        reasons = "; ".join(f"line {r.line}: {r.reason}" for r in self.rejected[-3:])
+        more = len(self.rejected) - 3
+        return reasons + (f" (+{more} more)" if more > 0 else "")
+
+    def _cross_check(self, key: BlockKey) -> None:
+        screen, raw = self.screen_blocks.get(key), self.transcript_blocks.get(key)
+        if screen is None or raw is None or key in self._checked:
+            return
+        self._checked.add(key)
+        if self.store is None:
+            return
+        check = cross_check(screen, raw)
+        task_id = raw.id if self.store.get_task(raw.id) else None
+        if check.agree:
+            self.store.add_event(
+                "cross-check",
+                task_id=task_id,
+                agent=self.name,
+                detail=f"{raw.type} block: screen and transcript agree",
+            )
+        else:
+            self.store.add_event(
+                "drift",
+                task_id=task_id,
+                agent=self.name,
+                detail=f"{raw.type} block differs from the transcript: "
+                + "; ".join(check.mismatches),
+            )

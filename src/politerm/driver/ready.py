@@ -1,0 +1,80 @@
+"""Waiting until an agent is ready for a prompt, answering its start-up dialogs."""
+
+from __future__ import annotations
+
+import time
+import typing as t
+
+from politerm._internal.aio import wait_event
+from politerm.agents.state import AgentState, StateReading
+from politerm.errors import AgentExited, AgentTimeout
+
+if t.TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from politerm.agents.profile import AgentProfile
+    from politerm.terminal import Terminal
+
+# Fallback look while nothing is printed (a program may become ready silently).
+_RECHECK = 0.5
+# A dialog that comes back after this many answers is not one our keys can answer.
+_MAX_ANSWERS = 3
+
+
+async def wait_ready(
+    term: Terminal,
+    profile: AgentProfile,
+    *,
+    timeout: float,
+    name: str = "agent",
+    say: Callable[[str], None] | None = None,
+) -> StateReading:
+    """Wait until the agent is ready for a prompt, answering start-up dialogs by its profile.
+
+    A profile with no ready or input-line detector counts a screen that stays unchanged for
+    its ``quiescence`` as ready.
+
+    Raises
+    ------
+    AgentExited
+        The agent exited while starting; the message shows its screen.
+    AgentTimeout
+        Not ready within ``timeout``; the message says what was awaited and shows the screen.
+    """
+    deadline = time.monotonic() + timeout
+    answered: dict[str, int] = {}
+    quiet = not profile.detectors.ready and profile.detectors.input_line is None
+    last_lines: tuple[str, ...] | None = None
+    last_change = time.monotonic()
+    while True:
+        event = term.output_event()
+        snap = await term.snapshot()
+        reading = profile.detect(snap)
+        now = time.monotonic()
+        if reading.state is AgentState.EXITED:
+            msg = f"agent {name} exited while starting: {' | '.join(reading.evidence)}"
+            raise AgentExited(msg)
+        if reading.state is AgentState.DIALOG and reading.dialog:
+            count = answered.get(reading.dialog, 0)
+            dialog = next(d for d in profile.dialogs if d.name == reading.dialog)
+            if count < _MAX_ANSWERS:
+                answered[reading.dialog] = count + 1
+                await term.send_keys(*dialog.keys)
+                if say is not None:
+                    say(f"{name}: answered the {dialog.name} dialog with {'+'.join(dialog.keys)}")
+                await wait_event(event, 1.0)
+                continue
+        if reading.state is AgentState.READY:
+            return reading
+        if snap.lines != last_lines:
+            last_lines, last_change = snap.lines, now
+        elif quiet and profile.quiescence and now - last_change >= profile.quiescence:
+            return StateReading(AgentState.READY, tuple(snap.tail(1)), rule="quiet")
+        if now >= deadline:
+            screen = " | ".join(snap.tail(6))
+            msg = (
+                f"agent {name} not ready after {timeout:g}s (waited for its ready prompt; "
+                f"it is {reading.state.value}); screen: {screen}"
+            )
+            raise AgentTimeout(msg)
+        await wait_event(event, min(_RECHECK, deadline - now))

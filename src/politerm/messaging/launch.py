@@ -1,0 +1,205 @@
+"""What an agent started by politerm sees: its identity, no tmux handle, its MCP server.
+
+Every agent gets ``POLI_AGENT`` (its name), ``POLI_TMUX_SOCKET``/``POLI_TMUX_SESSION`` and,
+when the session has a configuration file, ``POLI_CONFIG`` — that is how ``poli reply``,
+``poli send`` and ``poli mcp`` inside its pane know who they are and which store to use.
+tmux's own ``TMUX`` and ``TMUX_PANE`` are removed from its environment (the command runs
+under ``env -u TMUX -u TMUX_PANE``): a plain ``tmux`` command in an agent's pane then talks
+to the user's default server, not to politerm's private one, so agents reach each other
+through politerm (the store, confirmed delivery, the busy check) rather than by typing into
+each other's panes. This is a guard against accidents, not a sandbox: a process of the same
+user that names the private socket can still reach it (see docs/messaging.md).
+
+With ``[agents.X] mcp = true`` the agent's own session configuration registers ``poli mcp``
+as an MCP server: Claude Code through ``--mcp-config``, Codex through ``-c mcp_servers.…``
+overrides, Gemini CLI through a system settings file, opencode through ``OPENCODE_CONFIG``.
+Files politerm writes for this live in the session's private message directory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import typing as t
+
+from politerm._internal.private import write_private
+from politerm.errors import ConfigError
+from politerm.messaging.files import MessageDir, message_dir_for
+from politerm.messaging.mcp_server import SERVER_NAME
+from politerm.messaging.service import ENV_AGENT, ENV_CONFIG
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    from politerm.config import Config
+
+HIDDEN_TMUX_VARS: t.Final = ("TMUX", "TMUX_PANE")
+"""tmux variables an agent's process does not get."""
+
+MCP_CLIS: t.Final = frozenset({"claude", "codex", "gemini", "opencode"})
+"""Agent CLIs whose session configuration politerm can register its MCP server in."""
+
+
+def agent_env(config: Config, name: str, config_file: pathlib.Path | None) -> dict[str, str]:
+    """The variables that tell a process in an agent's pane who and where it is.
+
+    Examples
+    --------
+    >>> from politerm.config import Config
+    >>> sorted(agent_env(Config(), "W1", None).items())
+    [('POLI_AGENT', 'W1'), ('POLI_TMUX_SESSION', 'poli'), ('POLI_TMUX_SOCKET', 'poli')]
+    """
+    env = {
+        ENV_AGENT: name,
+        "POLI_TMUX_SOCKET": config.tmux.socket,
+        "POLI_TMUX_SESSION": config.tmux.session,
+    }
+    if config_file is not None:
+        env[ENV_CONFIG] = str(config_file)
+    return env
+
+
+def hide_tmux(argv: t.Sequence[str]) -> list[str]:
+    """Run ``argv`` without tmux's variables (``env`` execs it: same process, same name).
+
+    Examples
+    --------
+    >>> hide_tmux(["claude", "--x"])
+    ['env', '-u', 'TMUX', '-u', 'TMUX_PANE', 'claude', '--x']
+    """
+    out = ["env"]
+    for var in HIDDEN_TMUX_VARS:
+        out += ["-u", var]
+    return [*out, *argv]
+
+
+def server_command() -> list[str]:
+    """How an agent CLI starts ``poli mcp`` (this Python, so the same politerm)."""
+    return [sys.executable, "-m", "politerm", "mcp"]
+
+
+def mcp_cli(profile_name: str, argv: t.Sequence[str]) -> str | None:
+    """Which MCP-capable CLI an agent runs: by profile name, else by program name.
+
+    Examples
+    --------
+    >>> mcp_cli("claude", ["/opt/bin/claude"]), mcp_cli("generic", ["/x/codex", "-a"])
+    ('claude', 'codex')
+    >>> mcp_cli("fake-claude", ["python", "-m", "politerm.testing.fakeagent"]) is None
+    True
+    """
+    if profile_name in MCP_CLIS:
+        return profile_name
+    program = argv[0].rsplit("/", 1)[-1] if argv else ""
+    return program if program in MCP_CLIS else None
+
+
+def register_mcp(
+    cli: str,
+    argv: t.Sequence[str],
+    env: t.Mapping[str, str],
+    directory: MessageDir,
+    name: str,
+    server_env: t.Mapping[str, str],
+) -> tuple[list[str], dict[str, str]]:
+    """``argv`` and ``env`` of ``cli`` with ``poli mcp`` registered in its session config."""
+    command = server_command()
+    out_argv, out_env = list(argv), dict(env)
+    spec: dict[str, t.Any]
+    if cli == "claude":
+        spec = {
+            "mcpServers": {
+                SERVER_NAME: {"command": command[0], "args": command[1:], "env": dict(server_env)}
+            }
+        }
+        path = directory.file(f"mcp-{name}.claude.json")
+        write_private(path, json.dumps(spec, indent=1))
+        # politerm's own tools are allowed up front; the agent's other tools keep their policy
+        out_argv += ["--mcp-config", str(path), "--allowedTools", f"mcp__{SERVER_NAME}"]
+    elif cli == "codex":
+        key = f"mcp_servers.{SERVER_NAME}"
+        out_argv += [
+            "-c",
+            f"{key}.command={json.dumps(command[0])}",
+            "-c",
+            f"{key}.args={json.dumps(command[1:])}",
+            "-c",
+            f"{key}.env={_toml_table(server_env)}",
+        ]
+    elif cli == "gemini":
+        spec = {
+            "mcpServers": {
+                SERVER_NAME: {
+                    "command": command[0],
+                    "args": command[1:],
+                    "env": dict(server_env),
+                    "trust": True,
+                }
+            }
+        }
+        path = directory.file(f"mcp-{name}.gemini.json")
+        write_private(path, json.dumps(spec, indent=1))
+        out_env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"] = str(path)
+    elif cli == "opencode":
+        spec = {
+            "$schema": "https://opencode.ai/config.json",
+            "mcp": {
+                SERVER_NAME: {
+                    "type": "local",
+                    "command": command,
+                    "environment": dict(server_env),
+                    "enabled": True,
+                }
+            },
+        }
+        path = directory.file(f"mcp-{name}.opencode.json")
+        write_private(path, json.dumps(spec, indent=1))
+        out_env["OPENCODE_CONFIG"] = str(path)
+    else:
+        msg = f"cannot register an MCP server for {cli!r}"
+        raise ConfigError(msg)
+    return out_argv, out_env
+
+
+def _toml_table(values: t.Mapping[str, str]) -> str:
+    """An inline TOML table of strings.
+
+    Examples
+    --------
+    >>> print(_toml_table({"A": "1", "B": "two"}))
+    {A = "1", B = "two"}
+    """
+    return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in values.items()) + "}"
+
+
+def prepare_launch(
+    config: Config,
+    name: str,
+    profile_name: str,
+    argv: t.Sequence[str],
+    env: t.Mapping[str, str],
+    *,
+    mcp: bool = False,
+    config_file: pathlib.Path | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment to start agent ``name`` with (see the module doc).
+
+    Raises
+    ------
+    ConfigError
+        ``mcp`` is asked for an agent whose CLI cannot load MCP servers.
+    """
+    ident = agent_env(config, name, config_file)
+    out_argv, out_env = list(argv), {**env, **ident}
+    if mcp:
+        cli = mcp_cli(profile_name, argv)
+        if cli is None:
+            msg = (
+                f"agents.{name}.mcp: profile {profile_name!r} cannot load MCP servers "
+                f"(only {', '.join(sorted(MCP_CLIS))} can)"
+            )
+            raise ConfigError(msg)
+        out_argv, out_env = register_mcp(
+            cli, out_argv, out_env, MessageDir(message_dir_for(config)), name, ident
+        )
+    return hide_tmux(out_argv), out_env

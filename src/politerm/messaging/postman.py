@@ -1,0 +1,404 @@
+"""The postman: delivers queued messages to idle receivers and watches for their answers.
+
+One postman runs per session (an ``flock`` in the message directory). It stands on the
+agent driver: every receiver is an :class:`~politerm.driver.AgentDriver` attached to its
+pane; the driver says whether it is idle, delivers with confirmation and answers approval
+questions by policy. The postman adds what messaging needs on top:
+
+- a busy receiver is never interrupted: a message waits in its inbox until the receiver is
+  idle, then exactly one message is delivered and its turn is watched to the end;
+- every step is written before it is acted on: QUEUED → DELIVERING (attempt counted) →
+  paste and confirm → DELIVERED (the ack that the receiver's turn started); a failed
+  attempt goes back to QUEUED until ``max_attempts``, then DEAD with the evidence;
+- a READONLY request turns the receiver's approval policy to deny-writes for its turn;
+- a receiver that exits makes its messages dead letters, with the reason;
+- TTL: queued or unanswered messages past their time become EXPIRED;
+- after a ``kill -9``, DELIVERING messages are settled from the receiver's screen before
+  anything new is sent: still in the input box → submitted; on screen or the receiver is
+  busy → DELIVERED; otherwise never arrived → QUEUED again (so no request runs twice);
+- response lines typed by hand (``[RESPONSE from=%N] <path>``, the raw protocol) in a
+  sender's pane are recognised when the sender is a politerm agent; the path must be a
+  file in the session's message directory.
+
+Wake-ups are events: the message directory (``watchfiles``), the output of the panes of
+senders waiting for answers, and the driver's own waits on receivers' output; bounded
+backstops cover what no event announces (expiry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+import typing as t
+
+from politerm.agents.approval import ApprovalMode, ApprovalPolicy
+from politerm.agents.profile import load_profile
+from politerm.agents.state import AgentState
+from politerm.driver import AgentDriver, Outcome
+from politerm.driver.idle import wait_idle
+from politerm.errors import MessagingError, PolitermError, UnsafeMessagePath
+from politerm.messaging.daemon import PostmanLock
+from politerm.messaging.protocol import find_response_lines, marker_line
+from politerm.store.mail import Mail, MailKind, MailState
+from politerm.tmux.pane import Pane
+from politerm.tmux.server import TmuxServer
+
+if t.TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from politerm.messaging.protocol import ResponseLine
+    from politerm.messaging.service import Messenger
+
+READONLY_COMMANDS: t.Final = (
+    r"^\s*(ls|cat|head|tail|wc|grep|rg|find|pwd|stat|file|tree|du|df)(\s|$)",
+    r"^\s*git\s+(status|log|diff|show|branch|blame)(\s|$)",
+)
+"""Commands a READONLY turn may still run; every other approval question is denied."""
+
+# Longest a lane waits on one receiver before re-reading its queue (expiry, new mail).
+_LANE_LOOK = 30.0
+# Longest the main loop sleeps with no event (expiry has no event of its own).
+_BACKSTOP = 5.0
+
+
+def readonly_policy() -> ApprovalPolicy:
+    """Deny-writes: approve only read-only commands, deny every other tool question.
+
+    Examples
+    --------
+    >>> from politerm.agents.profile import ApprovalRequest
+    >>> p = readonly_policy()
+    >>> p.decide(ApprovalRequest("Bash", "ls -la", ())).decision.value
+    'approve'
+    >>> p.decide(ApprovalRequest("Bash", "echo hi > out.txt", ())).decision.value
+    'deny'
+    """
+    return ApprovalPolicy(ApprovalMode.DENY, tuple(re.compile(p) for p in READONLY_COMMANDS))
+
+
+class Postman:
+    """Delivers one session's messages (see the module doc).
+
+    Parameters
+    ----------
+    messenger
+        The session's messages.
+    server
+        The private tmux server (default: the configuration's socket).
+    say
+        Receives one line per notable step.
+    settle
+        Seconds a receiver must stay ready before its turn counts as over.
+    """
+
+    def __init__(
+        self,
+        messenger: Messenger,
+        server: TmuxServer | None = None,
+        *,
+        say: Callable[[str], None] | None = None,
+        settle: float = 1.0,
+    ) -> None:
+        self.m = messenger
+        cfg = messenger.config
+        self.server = server or TmuxServer(
+            cfg.tmux.socket, width=cfg.tmux.width, height=cfg.tmux.height
+        )
+        self.say = say or (lambda _line: None)
+        self.settle = settle
+        self.policy = ApprovalPolicy.of(cfg.routing.approval, cfg.routing.approval_patterns)
+        self.wake = asyncio.Event()
+        self.drivers: dict[str, AgentDriver] = {}
+        self.lanes: dict[str, asyncio.Task[None]] = {}
+        self._seen_lines: set[ResponseLine] = set()
+
+    # --- receivers ------------------------------------------------------------------------
+
+    async def driver(self, name: str, pane_id: str) -> AgentDriver | None:
+        """The driver of the agent (or raw pane) ``name`` in ``pane_id``; None if it is gone."""
+        known = self.drivers.get(pane_id)
+        if known is not None:
+            return known
+        rc, out, _ = await self.server.run(
+            "display-message", "-p", "-t", pane_id, "#{session_name}"
+        )
+        session = out.strip()
+        if rc != 0 or not session:
+            return None
+        agent = self.m.store.get_agent(name)
+        configured = self.m.config.agents.get(name)
+        if configured is not None:
+            from politerm.engine.session import agent_profile
+
+            profile = agent_profile(configured)
+        else:
+            profile = load_profile(agent.profile if agent else "generic")
+        pane = Pane(await self.server.connect(session), pane_id, self.server)
+        driver = AgentDriver.attach(name, profile, pane, store=self.m.store, policy=self.policy)
+        self.drivers[pane_id] = driver
+        return driver
+
+    def _dead_letters(self, recipient: str, reason: str) -> None:
+        """Every open message to ``recipient`` becomes a dead letter with ``reason``."""
+        open_states = [MailState.QUEUED, MailState.DELIVERING, MailState.DELIVERED]
+        for mail in self.m.mailbox.select(states=open_states, recipient=recipient):
+            if self.m.change(mail, MailState.DEAD, reason=reason) is not None:
+                self.say(f"{mail.id} dead: {reason}")
+
+    # --- running --------------------------------------------------------------------------
+
+    async def run(self, *, idle_exit: float | None = None) -> None:
+        """Deliver and watch until stopped, or ``idle_exit`` seconds with nothing to do.
+
+        Raises
+        ------
+        MessagingError
+            Another postman runs for this session.
+        """
+        lock = PostmanLock(self.m.dir.ensure())
+        if not lock.acquire():
+            msg = f"another postman runs for session {self.m.session!r} ({lock.path})"
+            raise MessagingError(msg)
+        watcher = asyncio.ensure_future(self._watch_dir())
+        try:
+            await self.settle_in_flight()
+            idle_since = time.monotonic()
+            while True:
+                self.wake.clear()
+                self.expire()
+                self._start_lanes()
+                senders = await self._scan_senders()
+                busy = bool(senders) or any(not lane.done() for lane in self.lanes.values())
+                now = time.monotonic()
+                if busy:
+                    idle_since = now
+                elif idle_exit is not None and now - idle_since >= idle_exit:
+                    self.say("postman: nothing left to deliver or watch; exiting")
+                    return
+                await self._sleep(senders, idle_exit, idle_since)
+        finally:
+            watcher.cancel()
+            for lane in self.lanes.values():
+                lane.cancel()
+            await asyncio.gather(watcher, *self.lanes.values(), return_exceptions=True)
+            lock.release()
+            await self.server.close()
+
+    async def _sleep(
+        self, senders: list[AgentDriver], idle_exit: float | None, idle_since: float
+    ) -> None:
+        bound = _BACKSTOP
+        nxt = self.m.mailbox.next_expiry()
+        if nxt is not None:
+            bound = min(bound, max(0.0, nxt - time.time()) + 0.01)
+        if idle_exit is not None:
+            bound = min(bound, max(0.0, idle_since + idle_exit - time.monotonic()) + 0.01)
+        events = [self.wake, *(d.term.output_event() for d in senders)]
+        waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(e.wait()) for e in events]
+        lanes: list[asyncio.Future[t.Any]] = [x for x in self.lanes.values() if not x.done()]
+        try:
+            await asyncio.wait([*waiters, *lanes], timeout=bound, return_when="FIRST_COMPLETED")
+        finally:
+            for w in waiters:
+                w.cancel()
+
+    async def _watch_dir(self) -> None:
+        import watchfiles
+
+        async for _ in watchfiles.awatch(self.m.dir.ensure(), debounce=20, step=10):
+            self.wake.set()
+
+    def expire(self) -> None:
+        """Queued or unanswered messages past their time to live become EXPIRED."""
+        for mail in self.m.mailbox.due_to_expire(time.time()):
+            why = (
+                "not delivered within its time to live"
+                if mail.state is MailState.QUEUED
+                else "no response within its time to live"
+            )
+            if self.m.change(mail, MailState.EXPIRED, reason=why) is not None:
+                self.say(f"{mail.id} expired: {why}")
+
+    def _start_lanes(self) -> None:
+        for recipient in self.m.mailbox.recipients_waiting():
+            lane = self.lanes.get(recipient)
+            if lane is None or lane.done():
+                self.lanes[recipient] = asyncio.ensure_future(self._lane(recipient))
+
+    # --- delivering -----------------------------------------------------------------------
+
+    async def _lane(self, recipient: str) -> None:
+        """Deliver ``recipient``'s queue one message at a time, each when it is idle."""
+        try:
+            while True:
+                mail = self.m.mailbox.next_queued(recipient)
+                if mail is None:
+                    return
+                driver = await self.driver(mail.recipient, mail.recipient_pane)
+                if driver is None:
+                    self._dead_letters(
+                        recipient, f"receiver {recipient} ({mail.recipient_pane}) is gone"
+                    )
+                    return
+                budget = max(0.0, min(_LANE_LOOK, mail.expires - time.time()))
+                obs = await wait_idle(driver, budget)
+                if obs.state is AgentState.EXITED:
+                    tail = " | ".join(obs.snap.tail(3))
+                    self._dead_letters(recipient, f"receiver {recipient} exited: {tail}")
+                    return
+                if obs.state is not AgentState.READY:
+                    continue  # busy: the message waits; expiry is the main loop's
+                claimed = self.m.change(mail, MailState.DELIVERING, count_attempt=True)
+                if claimed is not None:
+                    await self._deliver(driver, claimed)
+        except PolitermError as exc:
+            self.say(f"postman: lane {recipient} stopped: {exc}")
+
+    async def _deliver(self, driver: AgentDriver, mail: Mail) -> None:
+        readonly = mail.kind is MailKind.REQUEST and mail.capability.value == "readonly"
+        base = driver.approver.policy
+        if readonly:
+            driver.approver.policy = readonly_policy()
+        try:
+            result = await driver.deliver(self.m.request_text(mail))
+            if result.ok:
+                self.m.change(
+                    mail,
+                    MailState.DELIVERED,
+                    delivered=True,
+                    started=True,
+                    reason=f"delivered to {mail.recipient_pane} ({result.rule or 'confirmed'})",
+                )
+                self.say(f"{mail.id} delivered to {mail.recipient} ({mail.recipient_pane})")
+                if mail.kind is MailKind.REQUEST:
+                    await self._watch_turn(driver, mail)
+                return
+            evidence = " | ".join(result.evidence)
+            if result.outcome is Outcome.AGENT_EXITED:
+                self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited: {evidence}")
+                return
+            await driver.clear_input()
+            why = f"attempt {mail.attempts}: {result.outcome.value}: {evidence}"
+            if mail.attempts >= mail.max_attempts:
+                self.m.change(
+                    mail,
+                    MailState.DEAD,
+                    reason=f"not delivered after {mail.attempts} attempts; last {why}",
+                )
+                self.say(f"{mail.id} dead after {mail.attempts} attempts")
+            else:
+                self.m.change(mail, MailState.QUEUED, reason=why)
+        finally:
+            driver.approver.policy = base
+
+    async def _watch_turn(self, driver: AgentDriver, mail: Mail) -> None:
+        """Follow the receiver's turn to its end (approvals by the request's policy)."""
+        obs = await wait_idle(driver, max(0.0, mail.expires - time.time()), settle=self.settle)
+        if obs.state is AgentState.EXITED:
+            tail = " | ".join(obs.snap.tail(3))
+            self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited: {tail}")
+
+    # --- recovery -------------------------------------------------------------------------
+
+    async def settle_in_flight(self) -> None:
+        """Decide every DELIVERING message from the receiver's screen (see the module doc)."""
+        for mail in self.m.mailbox.select(states=[MailState.DELIVERING]):
+            driver = await self.driver(mail.recipient, mail.recipient_pane)
+            if driver is None:
+                self._dead_letters(mail.recipient, f"receiver {mail.recipient} is gone")
+                continue
+            obs = await driver.observe()
+            if obs.state is AgentState.EXITED:
+                self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited")
+                continue
+            marker = marker_line(mail.id, mail.sender, mail.sender_pane)
+            pane = driver.pane
+            history = "\n".join(await pane.capture_history()) if pane else "\n".join(obs.snap.lines)
+            boxed = driver.profile.input_text(obs.snap)
+            if boxed and marker in history:
+                result = await driver.deliver(self.m.request_text(mail), already_pasted=True)
+                if result.ok:
+                    self.m.change(
+                        mail,
+                        MailState.DELIVERED,
+                        delivered=True,
+                        started=True,
+                        reason="settled after a restart: submitted the text left in the box",
+                    )
+                    continue
+            if obs.state in (AgentState.BUSY, AgentState.WAITING_APPROVAL) or (
+                marker in history and not boxed
+            ):
+                self.m.change(
+                    mail,
+                    MailState.DELIVERED,
+                    delivered=True,
+                    started=True,
+                    reason="settled after a restart: the receiver has it",
+                )
+            else:
+                if boxed:
+                    await driver.clear_input()
+                self.m.change(
+                    mail, MailState.QUEUED, reason="settled after a restart: it never arrived"
+                )
+            self.say(f"{mail.id} settled: {self.m.mailbox.require(mail.id).state.value}")
+
+    # --- answers typed by hand ------------------------------------------------------------
+
+    async def _scan_senders(self) -> list[AgentDriver]:
+        """Look for response lines in the panes of senders waiting for answers."""
+        waiting: dict[str, list[Mail]] = {}
+        for mail in self.m.mailbox.select(
+            states=[MailState.DELIVERING, MailState.DELIVERED], kind=MailKind.REQUEST
+        ):
+            if mail.sender_pane:
+                waiting.setdefault(mail.sender_pane, []).append(mail)
+        drivers: list[AgentDriver] = []
+        for pane_id, mails in waiting.items():
+            driver = await self.driver(mails[0].sender, pane_id)
+            if driver is None:
+                continue
+            drivers.append(driver)
+            snap = await driver.snapshot()
+            if snap is None:
+                continue
+            for line in find_response_lines("\n".join(snap.lines)):
+                if line not in self._seen_lines:
+                    self._seen_lines.add(line)
+                    self._take_line(line, mails)
+        return drivers
+
+    def _take_line(self, line: ResponseLine, mails: list[Mail]) -> None:
+        try:
+            path = self.m.dir.check(line.path)
+        except UnsafeMessagePath as exc:
+            self.m.store.add_event("mail.rejected", detail=f"response line from {line.pane}: {exc}")
+            self.say(f"rejected a response line from {line.pane}: {exc}")
+            return
+        by_name = [m for m in mails if path.name.startswith(f"{m.id}.")]
+        by_pane = [m for m in mails if m.recipient_pane == line.pane]
+        match = next(iter(by_name or by_pane), None)
+        if match is None:
+            self.m.store.add_event(
+                "mail.rejected", detail=f"response line from {line.pane}: no request waits for it"
+            )
+            return
+        with contextlib.suppress(MessagingError):
+            self.m.record_response(match, path, notify=False)
+            self.say(f"{match.id} answered by hand from {line.pane}: {path}")
+
+
+async def run_postman(
+    messenger: Messenger,
+    *,
+    idle_exit: float | None = None,
+    say: Callable[[str], None] | None = None,
+) -> None:
+    """Run a postman for ``messenger``'s session (``poli msg route``)."""
+    await Postman(messenger, say=say).run(idle_exit=idle_exit)
+
+
+__all__ = ["READONLY_COMMANDS", "Postman", "readonly_policy", "run_postman"]

@@ -1,0 +1,251 @@
+"""The run store's foundation: one SQLite connection, short transactions, the audit log.
+
+Each write method of the store is one short ``BEGIN IMMEDIATE`` transaction (or a part of an
+open :meth:`StoreCore.batch`), so a ``kill -9`` at any point leaves either all of a call's
+effect or none of it. After the commit, the call appends one line to the audit log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import sqlite3
+import threading
+import time
+import typing as t
+
+from politerm.errors import StoreError
+from politerm.store.audit import AuditLog, audit_path_for
+from politerm.store.db import connect, default_store_path, user_version
+
+if t.TYPE_CHECKING:
+    import types
+
+
+class _BatchedAudit:
+    """The audit log, holding lines back while a batch is open (they follow its commit)."""
+
+    def __init__(self, log: AuditLog) -> None:
+        self._log = log
+        self._held: list[tuple[str, dict[str, t.Any]]] | None = None
+
+    @property
+    def path(self) -> pathlib.Path:
+        return self._log.path
+
+    def append(self, kind: str, **fields: t.Any) -> None:
+        if self._held is not None:
+            self._held.append((kind, fields))
+        else:
+            self._log.append(kind, **fields)
+
+    def hold(self) -> None:
+        self._held = []
+
+    def drop(self) -> None:
+        self._held = None
+
+    def release(self) -> None:
+        held, self._held = self._held or [], None
+        for kind, fields in held:
+            self._log.append(kind, **fields)
+
+    def close(self) -> None:
+        self._log.close()
+
+
+class StoreCore:
+    """The connection, transactions and meta table under every part of the run store.
+
+    :class:`~politerm.store.runstore.RunStore` adds the tables (one mixin per domain
+    object); open it with :meth:`open`. One instance is safe to share between threads;
+    several instances (and processes) may open one file.
+
+    Parameters
+    ----------
+    conn
+        A connection prepared by :func:`politerm.store.db.connect`.
+    path
+        The store file.
+    clock
+        Source of timestamps; tests pass a fake one.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: pathlib.Path,
+        *,
+        clock: t.Callable[[], float] = time.time,
+    ) -> None:
+        self._conn = conn
+        self._path = path
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._audit = _BatchedAudit(AuditLog(audit_path_for(path)))
+        self._closed = False
+        self._batch_depth = 0
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, path: pathlib.Path | None = None, *, clock: t.Callable[[], float] = time.time
+    ) -> t.Self:
+        """Open the store at ``path``, creating and migrating it as needed.
+
+        Parameters
+        ----------
+        path
+            The SQLite file; :func:`politerm.store.db.default_store_path` when omitted.
+        clock
+            Source of timestamps (float epoch seconds).
+
+        Returns
+        -------
+        RunStore
+            (or the subclass it is called on)
+
+        Raises
+        ------
+        SchemaTooNew
+            The file was written by a newer politerm.
+        StoreError
+            The file is not a run store or cannot be opened.
+        """
+        path = pathlib.Path(path) if path is not None else default_store_path()
+        return cls(connect(path), path, clock=clock)
+
+    @property
+    def path(self) -> pathlib.Path:
+        """The store file."""
+        return self._path
+
+    @property
+    def audit_path(self) -> pathlib.Path:
+        """The JSONL audit log beside the store file."""
+        return self._audit.path
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the open file (``PRAGMA user_version``)."""
+        with self._reading():
+            return user_version(self._conn)
+
+    def close(self) -> None:
+        """Close the connection and the audit log; further calls raise :class:`StoreError`."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()
+            self._audit.close()
+
+    def __enter__(self) -> t.Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self._path)!r})"
+
+    # --- transactions ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _reading(self) -> t.Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._check_open()
+            try:
+                yield self._conn
+            except sqlite3.Error as e:
+                msg = f"run store {self._path}: read failed: {e}"
+                raise StoreError(msg) from e
+
+    @contextlib.contextmanager
+    def _writing(self) -> t.Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction (or a part of the open :meth:`batch`).
+
+        IMMEDIATE takes the write lock up front, so a read-then-write (compare-and-set) in
+        the block cannot be invalidated by another process between the two.
+        """
+        with self.batch():
+            yield self._conn
+
+    @contextlib.contextmanager
+    def batch(self) -> t.Iterator[None]:
+        """Make every write inside one transaction: all of them commit, or none.
+
+        The router writes one block's effects (forwarded message, task state, expectation,
+        acknowledgement, end of turn) as one batch: one commit, one fsync, and after a
+        ``kill -9`` either all of them are there or none. Audit lines are written after the
+        commit; nested batches join the outer one.
+        """
+        with self._lock:
+            self._check_open()
+            if self._batch_depth:
+                self._batch_depth += 1
+                try:
+                    yield
+                finally:
+                    self._batch_depth -= 1
+                return
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                msg = f"run store {self._path}: cannot start a write: {e}"
+                raise StoreError(msg) from e
+            self._batch_depth = 1
+            self._audit.hold()
+            try:
+                yield
+                self._conn.execute("COMMIT")
+            except BaseException as e:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                self._audit.drop()
+                if isinstance(e, sqlite3.Error):
+                    msg = f"run store {self._path}: write failed: {e}"
+                    raise StoreError(msg) from e
+                raise
+            finally:
+                self._batch_depth = 0
+            self._audit.release()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            msg = f"run store {self._path} is closed"
+            raise StoreError(msg)
+
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits (``PRAGMA data_version``).
+
+        The router checks it to notice new tasks, answers and aborts written by other
+        ``poli`` processes without re-reading every table.
+        """
+        with self._reading() as conn:
+            row = conn.execute("PRAGMA data_version").fetchone()
+        return int(row[0])
+
+    # --- meta -----------------------------------------------------------------------------
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a free-form key to a string value."""
+        with self._writing() as c:
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+        self._audit.append("meta.set", key=key, value=value)
+
+    def get_meta(self, key: str) -> str | None:
+        """Return the value of ``key``, or None when unset."""
+        with self._reading() as c:
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])

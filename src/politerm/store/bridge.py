@@ -1,0 +1,158 @@
+"""The task bridge's step journal in the run store.
+
+Each task the bridge hands to an executor runs as numbered steps (its file edits, each
+command, an agent turn). A step's row is written ``started`` with its evidence (file hashes
+before and after, the runner's status file, the agent and nonce) *before* the step acts,
+and ``done``/``failed`` with its result after. A bridge that restarts after ``kill -9``
+therefore never repeats a finished step and settles an unfinished one from its evidence.
+Table from schema version 5 (see :mod:`politerm.store.db`). Text passes a
+:class:`~politerm.redact.Redactor` before it is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import typing as t
+
+from politerm.redact import Redactor
+
+if t.TYPE_CHECKING:
+    import sqlite3
+
+    from politerm.store.runstore import RunStore
+
+
+class StepState(str, enum.Enum):
+    """Where one step of a bridge task stands."""
+
+    STARTED = "started"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class BridgeStep:
+    """One journalled step."""
+
+    queue: str
+    task_id: str
+    step: int
+    kind: str
+    state: StepState
+    evidence: dict[str, t.Any]
+    result: dict[str, t.Any]
+    started: float
+    finished: float | None
+
+
+def _step(row: sqlite3.Row) -> BridgeStep:
+    return BridgeStep(
+        queue=row["queue"],
+        task_id=row["task_id"],
+        step=row["step"],
+        kind=row["kind"],
+        state=StepState(row["state"]),
+        evidence=json.loads(row["evidence"]),
+        result=json.loads(row["result"]),
+        started=row["started"],
+        finished=row["finished"],
+    )
+
+
+class BridgeJournal:
+    """The ``bridge_steps`` table of a :class:`~politerm.store.RunStore`.
+
+    Parameters
+    ----------
+    store
+        An open run store at schema version 5 or later.
+    queue
+        The queue this journal is about (its absolute path); steps of other queues in the
+        same store are kept apart.
+    redactor
+        Applied to every value before it is written.
+    """
+
+    def __init__(self, store: RunStore, queue: str, redactor: Redactor | None = None) -> None:
+        self.store = store
+        self.queue = queue
+        self.redactor = redactor or Redactor()
+
+    def _json(self, value: dict[str, t.Any]) -> str:
+        return json.dumps(self.redactor.redact_json(value), sort_keys=True)
+
+    def start(self, task_id: str, step: int, kind: str, evidence: dict[str, t.Any]) -> BridgeStep:
+        """Record that a step is about to act; an existing row is returned unchanged."""
+        with self.store._writing() as c:
+            c.execute(
+                "INSERT OR IGNORE INTO bridge_steps"
+                " (queue, task_id, step, kind, state, evidence, started)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self.queue,
+                    task_id,
+                    step,
+                    kind,
+                    StepState.STARTED.value,
+                    self._json(evidence),
+                    self.store._clock(),
+                ),
+            )
+            row = c.execute(
+                "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? AND step = ?",
+                (self.queue, task_id, step),
+            ).fetchone()
+        self.store._audit.append(
+            "bridge.step", queue=self.queue, task_id=task_id, step=step, step_kind=kind
+        )
+        return _step(row)
+
+    def finish(self, task_id: str, step: int, state: StepState, result: dict[str, t.Any]) -> None:
+        """Record how a step ended (``done`` or ``failed``) and what it produced."""
+        with self.store._writing() as c:
+            c.execute(
+                "UPDATE bridge_steps SET state = ?, result = ?, finished = ?"
+                " WHERE queue = ? AND task_id = ? AND step = ?",
+                (
+                    state.value,
+                    self._json(result),
+                    self.store._clock(),
+                    self.queue,
+                    task_id,
+                    step,
+                ),
+            )
+        self.store._audit.append(
+            "bridge.step." + state.value, queue=self.queue, task_id=task_id, step=step
+        )
+
+    def get(self, task_id: str, step: int) -> BridgeStep | None:
+        """The journalled step, if it was ever started."""
+        with self.store._reading() as c:
+            row = c.execute(
+                "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? AND step = ?",
+                (self.queue, task_id, step),
+            ).fetchone()
+        return _step(row) if row else None
+
+    def steps(self, task_id: str) -> list[BridgeStep]:
+        """Every step of a task, in order."""
+        with self.store._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? ORDER BY step",
+                (self.queue, task_id),
+            ).fetchall()
+        return [_step(r) for r in rows]
+
+    def forget(self, task_id: str) -> None:
+        """Drop a finalized task's steps (its archive keeps the story)."""
+        with self.store._writing() as c:
+            c.execute(
+                "DELETE FROM bridge_steps WHERE queue = ? AND task_id = ?", (self.queue, task_id)
+            )
+
+    def event(self, kind: str, task_id: str, detail: str) -> None:
+        """A line on the run store's timeline (``poli status`` shows it)."""
+        self.store.add_event(kind, task_id=f"bridge:{task_id}", detail=self.redactor.redact(detail))

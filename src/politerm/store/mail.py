@@ -1,0 +1,415 @@
+"""Messages between agents in the run store: requests, responses, acks and dead letters.
+
+The table comes from the ``mail`` migration (see :mod:`politerm.store.db`). A message's body
+lives in a file of the session's private message directory (see
+:mod:`politerm.messaging.files`); the row holds its path, size and SHA-256, and every change
+of state. States and the changes allowed between them are data (:data:`MAIL_TRANSITIONS`);
+:meth:`Mailbox.transition` applies one as a compare-and-set and rejects the rest, so two
+processes can never both deliver or answer the same message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import typing as t
+
+from politerm.errors import MessageNotFound, StoreError
+from politerm.redact import Redactor
+
+if t.TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Iterable
+
+    from politerm.store.runstore import RunStore
+
+
+class MailState(str, enum.Enum):
+    """Where a message stands; see :data:`MAIL_TRANSITIONS`."""
+
+    QUEUED = "queued"
+    DELIVERING = "delivering"
+    DELIVERED = "delivered"
+    RESPONDED = "responded"
+    EXPIRED = "expired"
+    DEAD = "dead"
+
+    @property
+    def is_final(self) -> bool:
+        """Whether nothing will happen to the message any more.
+
+        Examples
+        --------
+        >>> MailState.DEAD.is_final, MailState.DELIVERED.is_final
+        (True, False)
+        """
+        return self in FINAL_STATES
+
+
+FINAL_STATES: t.Final = frozenset({MailState.RESPONDED, MailState.EXPIRED, MailState.DEAD})
+
+
+class MailKind(str, enum.Enum):
+    """A request for work, or the notification that carries a response back."""
+
+    REQUEST = "request"
+    RESPONSE = "response"
+
+
+class Capability(str, enum.Enum):
+    """What a request lets its receiver do; READONLY turns write approvals into denials."""
+
+    READONLY = "readonly"
+    WRITABLE = "writable"
+
+
+MAIL_TRANSITIONS: t.Final[t.Mapping[MailState, frozenset[MailState]]] = {
+    MailState.QUEUED: frozenset({MailState.DELIVERING, MailState.EXPIRED, MailState.DEAD}),
+    # DELIVERING -> QUEUED: the receiver provably never got the text (not pasted, or pasted
+    # and never submitted and cleared), so sending it again cannot run it twice.
+    # DELIVERING -> RESPONDED: the router died after the paste and the worker answered
+    # before a new router settled the delivery; the answer is the proof.
+    MailState.DELIVERING: frozenset(
+        {MailState.DELIVERED, MailState.QUEUED, MailState.RESPONDED, MailState.DEAD}
+    ),
+    MailState.DELIVERED: frozenset({MailState.RESPONDED, MailState.EXPIRED, MailState.DEAD}),
+    MailState.RESPONDED: frozenset(),
+    MailState.EXPIRED: frozenset(),
+    MailState.DEAD: frozenset(),
+}
+"""Allowed state changes of a message; anything else is refused."""
+
+
+def can_change(old: MailState, new: MailState) -> bool:
+    """Whether a message may move from ``old`` to ``new``.
+
+    Examples
+    --------
+    >>> can_change(MailState.QUEUED, MailState.DELIVERING)
+    True
+    >>> can_change(MailState.RESPONDED, MailState.QUEUED)
+    False
+    """
+    return new in MAIL_TRANSITIONS[old]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mail:
+    """One message as stored."""
+
+    id: str
+    kind: MailKind
+    session: str
+    sender: str
+    sender_pane: str | None
+    recipient: str
+    recipient_pane: str
+    capability: Capability
+    reply_to: str | None
+    body_path: str
+    size: int
+    sha256: str
+    response_path: str | None
+    state: MailState
+    reason: str | None
+    attempts: int
+    max_attempts: int
+    created: float
+    updated: float
+    expires: float
+    delivered: float | None
+    started: float | None
+    responded: float | None
+
+    def to_json(self) -> dict[str, t.Any]:
+        """A JSON-ready dict (enum members by value)."""
+        out = dataclasses.asdict(self)
+        for key in ("kind", "capability", "state"):
+            out[key] = out[key].value
+        return out
+
+
+def _mail(row: sqlite3.Row) -> Mail:
+    data = dict(row)
+    data["kind"] = MailKind(data["kind"])
+    data["capability"] = Capability(data["capability"])
+    data["state"] = MailState(data["state"])
+    return Mail(**data)
+
+
+_COLUMNS: t.Final = (
+    "id",
+    "kind",
+    "session",
+    "sender",
+    "sender_pane",
+    "recipient",
+    "recipient_pane",
+    "capability",
+    "reply_to",
+    "body_path",
+    "size",
+    "sha256",
+    "max_attempts",
+    "expires",
+)
+_STAMPS: t.Final = frozenset({"delivered", "started", "responded"})
+
+
+class Mailbox:
+    """The ``mail`` table of a :class:`~politerm.store.RunStore` (its connection and audit log).
+
+    Parameters
+    ----------
+    store
+        The open run store.
+    redactor
+        Applied to every reason before it is written (reasons quote screens).
+    """
+
+    def __init__(self, store: RunStore, redactor: Redactor | None = None) -> None:
+        self.store = store
+        self.redactor = redactor or Redactor()
+
+    def _audit(self, kind: str, **fields: t.Any) -> None:
+        self.store._audit.append(kind, **self.redactor.redact_json(fields))
+
+    def _now(self) -> float:
+        return self.store._clock()
+
+    def add(
+        self,
+        *,
+        id: str,
+        kind: MailKind,
+        session: str,
+        sender: str,
+        sender_pane: str | None,
+        recipient: str,
+        recipient_pane: str,
+        capability: Capability,
+        body_path: str,
+        size: int,
+        sha256: str,
+        ttl: float,
+        max_attempts: int,
+        reply_to: str | None = None,
+    ) -> tuple[Mail, bool]:
+        """Queue a message; return it and whether it is new.
+
+        The id is the dedupe key: adding an id twice changes nothing and returns the first.
+        """
+        now = self._now()
+        values = (
+            id,
+            kind.value,
+            session,
+            sender,
+            sender_pane,
+            recipient,
+            recipient_pane,
+            capability.value,
+            reply_to,
+            body_path,
+            size,
+            sha256,
+            max_attempts,
+            now + ttl,
+        )
+        with self.store._writing() as c:
+            cur = c.execute(
+                f"INSERT OR IGNORE INTO mail ({', '.join(_COLUMNS)}, state, created, updated)"
+                f" VALUES ({', '.join('?' * len(_COLUMNS))}, ?, ?, ?)",
+                (*values, MailState.QUEUED.value, now, now),
+            )
+            added = cur.rowcount == 1
+            row = c.execute("SELECT * FROM mail WHERE id = ?", (id,)).fetchone()
+        mail = _mail(row)
+        if added:
+            self._audit(
+                "mail.queued",
+                id=id,
+                type=kind.value,
+                sender=sender,
+                recipient=recipient,
+                capability=capability.value,
+                size=size,
+                sha256=sha256,
+            )
+        return mail, added
+
+    def get(self, mail_id: str) -> Mail | None:
+        """The message with this id, if any."""
+        with self.store._reading() as c:
+            row = c.execute("SELECT * FROM mail WHERE id = ?", (mail_id,)).fetchone()
+        return _mail(row) if row else None
+
+    def require(self, mail_id: str) -> Mail:
+        """The message with this id.
+
+        Raises
+        ------
+        MessageNotFound
+            No message has it.
+        """
+        mail = self.get(mail_id)
+        if mail is None:
+            msg = f"no message {mail_id!r} in {self.store.path}"
+            raise MessageNotFound(msg)
+        return mail
+
+    def select(
+        self,
+        *,
+        states: Iterable[MailState] = (),
+        recipient: str | None = None,
+        sender: str | None = None,
+        kind: MailKind | None = None,
+        limit: int = 1000,
+    ) -> list[Mail]:
+        """Messages matching every given filter, oldest first."""
+        where: list[str] = []
+        args: list[t.Any] = []
+        wanted = [s.value for s in states]
+        if wanted:
+            where.append(f"state IN ({', '.join('?' * len(wanted))})")
+            args += wanted
+        for column, value in (("recipient", recipient), ("sender", sender)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if kind is not None:
+            where.append("kind = ?")
+            args.append(kind.value)
+        sql = "SELECT * FROM mail" + (f" WHERE {' AND '.join(where)}" if where else "")
+        with self.store._reading() as c:
+            rows = c.execute(sql + " ORDER BY created, id LIMIT ?", [*args, limit]).fetchall()
+        return [_mail(r) for r in rows]
+
+    def inbox(self, agent: str) -> list[Mail]:
+        """What ``agent`` should see: messages to it, and its own requests that ended badly.
+
+        Dead and expired requests show in the sender's inbox too, so a sender learns that
+        its message will never be answered.
+        """
+        with self.store._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM mail WHERE recipient = ?"
+                " OR (sender = ? AND kind = ? AND state IN (?, ?, ?))"
+                " ORDER BY created, id",
+                (
+                    agent,
+                    agent,
+                    MailKind.REQUEST.value,
+                    MailState.DEAD.value,
+                    MailState.EXPIRED.value,
+                    MailState.RESPONDED.value,
+                ),
+            ).fetchall()
+        return [_mail(r) for r in rows]
+
+    def next_queued(self, recipient: str) -> Mail | None:
+        """The oldest queued message for ``recipient``."""
+        found = self.select(states=[MailState.QUEUED], recipient=recipient, limit=1)
+        return found[0] if found else None
+
+    def recipients_waiting(self) -> list[str]:
+        """Recipients with at least one queued message."""
+        with self.store._reading() as c:
+            rows = c.execute(
+                "SELECT DISTINCT recipient FROM mail WHERE state = ? ORDER BY recipient",
+                (MailState.QUEUED.value,),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def transition(
+        self,
+        mail_id: str,
+        new: MailState,
+        *,
+        reason: str | None = None,
+        count_attempt: bool = False,
+        **fields: t.Any,
+    ) -> Mail | None:
+        """Move a message to ``new`` if that change is allowed from its current state.
+
+        Returns the updated message, or ``None`` when the change is not allowed (another
+        process got there first, or the message is final). ``fields`` may set
+        ``response_path`` and the ack stamps ``delivered``/``started``/``responded``
+        (``True`` means now).
+
+        Raises
+        ------
+        MessageNotFound
+            No message has this id.
+        """
+        allowed = {"response_path", *_STAMPS}
+        unknown = set(fields) - allowed
+        if unknown:
+            msg = f"cannot set {sorted(unknown)} on a message"
+            raise StoreError(msg)
+        now = self._now()
+        sets = ["state = ?", "updated = ?"]
+        args: list[t.Any] = [new.value, now]
+        if reason is not None:
+            sets.append("reason = ?")
+            args.append(self.redactor.redact(reason))
+        if count_attempt:
+            sets.append("attempts = attempts + 1")
+        for key, value in fields.items():
+            sets.append(f"{key} = ?")
+            args.append(now if value is True else value)
+        olds = [s.value for s, targets in MAIL_TRANSITIONS.items() if new in targets]
+        with self.store._writing() as c:
+            row = c.execute("SELECT state FROM mail WHERE id = ?", (mail_id,)).fetchone()
+            if row is None:
+                msg = f"no message {mail_id!r} in {self.store.path}"
+                raise MessageNotFound(msg)
+            if not olds:
+                return None
+            cur = c.execute(
+                f"UPDATE mail SET {', '.join(sets)} WHERE id = ?"
+                f" AND state IN ({', '.join('?' * len(olds))})",
+                [*args, mail_id, *olds],
+            )
+            if cur.rowcount != 1:
+                return None
+            updated = c.execute("SELECT * FROM mail WHERE id = ?", (mail_id,)).fetchone()
+        mail = _mail(updated)
+        self._audit("mail.state", id=mail_id, old=row[0], state=new.value, reason=mail.reason)
+        return mail
+
+    def due_to_expire(self, now: float | None = None) -> list[Mail]:
+        """Queued or delivered messages whose time to live has passed."""
+        now = self._now() if now is None else now
+        with self.store._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM mail WHERE state IN (?, ?) AND expires <= ?"
+                " ORDER BY expires, created, id",
+                (MailState.QUEUED.value, MailState.DELIVERED.value, now),
+            ).fetchall()
+        return [_mail(r) for r in rows]
+
+    def next_expiry(self) -> float | None:
+        """When the next queued or delivered message expires, if any."""
+        with self.store._reading() as c:
+            row = c.execute(
+                "SELECT MIN(expires) FROM mail WHERE state IN (?, ?)",
+                (MailState.QUEUED.value, MailState.DELIVERED.value),
+            ).fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def awaiting_response(self, sender_pane: str) -> list[Mail]:
+        """Requests from the agent in ``sender_pane`` that were delivered and not answered."""
+        with self.store._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM mail WHERE sender_pane = ? AND kind = ? AND state IN (?, ?)"
+                " ORDER BY created, id",
+                (
+                    sender_pane,
+                    MailKind.REQUEST.value,
+                    MailState.DELIVERING.value,
+                    MailState.DELIVERED.value,
+                ),
+            ).fetchall()
+        return [_mail(r) for r in rows]

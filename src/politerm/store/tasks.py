@@ -1,0 +1,301 @@
+"""The run store's agents, tasks and expectations (what the router waits for)."""
+
+from __future__ import annotations
+
+import sqlite3
+import typing as t
+
+from politerm.errors import StoreError
+from politerm.store._core import StoreCore
+from politerm.store._rows import _agent, _expectation, _json, _task, _text
+from politerm.store.models import TERMINAL_TASK_STATES, Agent, Expectation, Task, TaskState
+
+DEFAULT_AGENT_STATE: t.Final = "starting"
+"""State of an agent the store has not been told anything else about."""
+
+TaskField = t.Literal["report", "error", "question"]
+
+
+class TaskRows(StoreCore):
+    """The run store's agents, tasks and expectations (what the router waits for)."""
+
+    # --- agents ---------------------------------------------------------------------------
+
+    def upsert_agent(
+        self,
+        name: str,
+        *,
+        session: str,
+        pane_id: str,
+        command: str,
+        cwd: str,
+        profile: str,
+        resume_command: str | None,
+        env: dict[str, str] | None = None,
+    ) -> Agent:
+        """Record where an agent runs, creating it or replacing its launch details.
+
+        A new agent starts in state ``"starting"``; an existing one keeps its state.
+
+        Returns
+        -------
+        Agent
+            The row as stored.
+        """
+        now = self._clock()
+        with self._writing() as c:
+            row = c.execute(
+                "INSERT INTO agents (name, session, pane_id, command, cwd, profile,"
+                " resume_command, env, state, created, updated)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET session = excluded.session,"
+                " pane_id = excluded.pane_id, command = excluded.command, cwd = excluded.cwd,"
+                " profile = excluded.profile, resume_command = excluded.resume_command,"
+                " env = excluded.env, updated = excluded.updated"
+                " RETURNING *",
+                (
+                    name,
+                    session,
+                    pane_id,
+                    command,
+                    cwd,
+                    profile,
+                    resume_command,
+                    _json(env),
+                    DEFAULT_AGENT_STATE,
+                    now,
+                    now,
+                ),
+            ).fetchone()
+            agent = _agent(row)
+        self._audit.append(
+            "agent.upsert",
+            name=name,
+            session=session,
+            pane_id=pane_id,
+            command=command,
+            cwd=cwd,
+            profile=profile,
+            resume_command=resume_command,
+            env=agent.env,
+        )
+        return agent
+
+    def get_agent(self, name: str) -> Agent | None:
+        """Return the agent called ``name``, or None."""
+        with self._reading() as c:
+            row = c.execute("SELECT * FROM agents WHERE name = ?", (name,)).fetchone()
+        return None if row is None else _agent(row)
+
+    def list_agents(self) -> list[Agent]:
+        """Return every agent, by name."""
+        with self._reading() as c:
+            rows = c.execute("SELECT * FROM agents ORDER BY name").fetchall()
+        return [_agent(r) for r in rows]
+
+    def set_agent_state(self, name: str, state: str) -> Agent:
+        """Set an agent's state (an ``AgentState`` member or its value).
+
+        Raises
+        ------
+        StoreError
+            No agent is called ``name``.
+        """
+        value = _text(state)
+        with self._writing() as c:
+            row = c.execute(
+                "UPDATE agents SET state = ?, updated = ? WHERE name = ? RETURNING *",
+                (value, self._clock(), name),
+            ).fetchone()
+            if row is None:
+                msg = f"run store {self._path}: no agent named {name!r}"
+                raise StoreError(msg)
+            agent = _agent(row)
+        self._audit.append("agent.state", name=name, state=value)
+        return agent
+
+    # --- tasks ----------------------------------------------------------------------------
+
+    def create_task(self, task_id: str, request: str, *, max_rounds: int) -> Task:
+        """Create a task in state PENDING at round 0.
+
+        Raises
+        ------
+        StoreError
+            A task with that id exists.
+        """
+        now = self._clock()
+        with self._writing() as c:
+            try:
+                row = c.execute(
+                    "INSERT INTO tasks (id, request, state, round, max_rounds, created, updated)"
+                    " VALUES (?, ?, ?, 0, ?, ?, ?) RETURNING *",
+                    (task_id, request, TaskState.PENDING.value, max_rounds, now, now),
+                ).fetchone()
+            except sqlite3.IntegrityError as e:
+                msg = f"run store {self._path}: task {task_id!r} exists"
+                raise StoreError(msg) from e
+            task = _task(row)
+        self._audit.append("task.create", task_id=task_id, request=request, max_rounds=max_rounds)
+        return task
+
+    def get_task(self, task_id: str) -> Task | None:
+        """Return the task, or None."""
+        with self._reading() as c:
+            row = c.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        return None if row is None else _task(row)
+
+    def list_tasks(self, active_only: bool = False) -> list[Task]:
+        """Return tasks oldest first; with ``active_only``, those not DONE/FAILED/ABORTED."""
+        sql = "SELECT * FROM tasks"
+        args: list[str] = []
+        if active_only:
+            sql += f" WHERE state NOT IN ({', '.join('?' * len(TERMINAL_TASK_STATES))})"
+            args = [s.value for s in TERMINAL_TASK_STATES]
+        with self._reading() as c:
+            rows = c.execute(sql + " ORDER BY created, rowid", args).fetchall()
+        return [_task(r) for r in rows]
+
+    def update_task(
+        self,
+        task_id: str,
+        *,
+        state: TaskState | None = None,
+        round: int | None = None,
+        report: str | None = None,
+        error: str | None = None,
+        question: str | None = None,
+        clear: t.Iterable[TaskField] = (),
+    ) -> Task:
+        """Change some fields of a task; None leaves a field as it is.
+
+        Parameters
+        ----------
+        task_id
+            The task.
+        state, round, report, error, question
+            New values for the fields given.
+        clear
+            Names among ``report``, ``error``, ``question`` to set back to null (e.g. the
+            question once the user has answered).
+
+        Raises
+        ------
+        StoreError
+            No such task, or a field is both set and cleared.
+        """
+        changes: dict[str, t.Any] = {}
+        if state is not None:
+            changes["state"] = TaskState(state).value
+        if round is not None:
+            changes["round"] = round
+        for name, value in (("report", report), ("error", error), ("question", question)):
+            if value is not None:
+                changes[name] = value
+        for name in clear:
+            if name not in ("report", "error", "question"):
+                msg = f"cannot clear task field {name!r}"
+                raise StoreError(msg)
+            if name in changes:
+                msg = f"task field {name!r} both set and cleared"
+                raise StoreError(msg)
+            changes[name] = None
+        changes["updated"] = self._clock()
+        assignments = ", ".join(f"{k} = ?" for k in changes)  # keys are our own names
+        with self._writing() as c:
+            row = c.execute(
+                f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING *",
+                [*changes.values(), task_id],
+            ).fetchone()
+            if row is None:
+                msg = f"run store {self._path}: no task {task_id!r}"
+                raise StoreError(msg)
+            task = _task(row)
+        del changes["updated"]
+        self._audit.append("task.update", task_id=task_id, **changes)
+        return task
+
+    # --- expectations ---------------------------------------------------------------------
+
+    def set_expectation(
+        self, task_id: str, *, sender: str, type: str, deadline: float, nudged: bool = False
+    ) -> Expectation:
+        """Record (replacing any previous one) what the router now waits for on a task.
+
+        Parameters
+        ----------
+        task_id
+            The task; it must exist.
+        sender
+            The agent expected to answer.
+        type
+            The block type expected from it.
+        deadline
+            Epoch seconds after which the router nudges or gives up.
+        nudged
+            Whether a nudge was already sent for this wait.
+        """
+        now = self._clock()
+        with self._writing() as c:
+            try:
+                row = c.execute(
+                    "INSERT INTO expectations (task_id, sender, type, deadline, nudged, created)"
+                    " VALUES (?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (task_id) DO UPDATE SET sender = excluded.sender,"
+                    " type = excluded.type, deadline = excluded.deadline,"
+                    " nudged = excluded.nudged, created = excluded.created"
+                    " RETURNING *",
+                    (task_id, sender, type, deadline, int(nudged), now),
+                ).fetchone()
+            except sqlite3.IntegrityError as e:
+                msg = f"run store {self._path}: no task {task_id!r}"
+                raise StoreError(msg) from e
+            exp = _expectation(row)
+        self._audit.append(
+            "expectation.set",
+            task_id=task_id,
+            sender=sender,
+            type=type,
+            deadline=deadline,
+            nudged=nudged,
+        )
+        return exp
+
+    def get_expectation(self, task_id: str) -> Expectation | None:
+        """Return what the router waits for on ``task_id``, or None."""
+        with self._reading() as c:
+            row = c.execute("SELECT * FROM expectations WHERE task_id = ?", (task_id,)).fetchone()
+        return None if row is None else _expectation(row)
+
+    def clear_expectation(self, task_id: str) -> bool:
+        """Stop waiting on ``task_id``; return whether there was an expectation."""
+        with self._writing() as c:
+            n = c.execute("DELETE FROM expectations WHERE task_id = ?", (task_id,)).rowcount
+        if n:
+            self._audit.append("expectation.clear", task_id=task_id)
+        return bool(n)
+
+    def mark_nudged(self, task_id: str) -> Expectation:
+        """Record that the expected sender was nudged.
+
+        Raises
+        ------
+        StoreError
+            Nothing is expected on ``task_id``.
+        """
+        with self._writing() as c:
+            row = c.execute(
+                "UPDATE expectations SET nudged = 1 WHERE task_id = ? RETURNING *", (task_id,)
+            ).fetchone()
+            if row is None:
+                msg = f"run store {self._path}: no expectation on task {task_id!r}"
+                raise StoreError(msg)
+            exp = _expectation(row)
+        self._audit.append("expectation.nudged", task_id=task_id)
+        return exp
+
+    def list_expectations(self) -> list[Expectation]:
+        """Return every open expectation, earliest deadline first."""
+        with self._reading() as c:
+            rows = c.execute("SELECT * FROM expectations ORDER BY deadline, task_id").fetchall()
+        return [_expectation(r) for r in rows]

@@ -1,0 +1,294 @@
+"""Store change notifications: wake on commits from any process, read only what changed.
+
+A run store is written by several processes (the router, ``poli task``, ``poli answer``,
+``poli abort``…). Readers that show or act on its state — ``poli status --watch``, the
+control window, ``poli route``'s event printer, the router's tick, a dashboard — sleep on a
+:class:`StoreWatch` instead of re-querying on a timer:
+
+- the store's directory is watched for writes to the database file and its WAL
+  (``watchfiles``: inotify on Linux), which every commit touches;
+- :class:`StoreWatch` turns those into a change counter and an :class:`asyncio.Event` per
+  generation, so any number of asyncio waiters wake on one file-system notification;
+- :func:`changed_since` tells a reader whether *another* connection committed
+  (``PRAGMA data_version``), so a process's own commits never wake it twice;
+- :class:`EventCursor` reads only the timeline entries written after the last one it
+  returned.
+
+Typical use::
+
+    async with StoreWatch(store.path) as watch:
+        cursor = EventCursor(store)
+        while True:
+            for event in cursor.read():
+                print(event)
+            await watch.wait(timeout=30)
+
+Idle cost: one thread per :class:`StoreWatch` that sleeps in the file-system watcher and
+wakes ``1000 / step_ms`` times a second for a few microseconds; no store query runs until a
+file changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import pathlib
+import typing as t
+
+from politerm.errors import StoreError
+
+if t.TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable
+
+    import anyio
+
+    from politerm.store.models import Event
+    from politerm.store.runstore import RunStore
+
+__all__ = [
+    "EventCursor",
+    "StoreWatch",
+    "agents_with_work",
+    "changed_since",
+]
+
+log = logging.getLogger(__name__)
+
+STEP_MS: t.Final = 50
+"""How long the watcher waits for more writes before it reports a burst (milliseconds)."""
+
+DEBOUNCE_MS: t.Final = 200
+"""Upper bound on grouping a continuous stream of writes into one notification."""
+
+
+def store_files(path: pathlib.Path) -> frozenset[str]:
+    """The file names a commit to the store at ``path`` may write.
+
+    Examples
+    --------
+    >>> sorted(store_files(pathlib.Path("/x/runs.sqlite3")))
+    ['runs.sqlite3', 'runs.sqlite3-journal', 'runs.sqlite3-wal']
+    """
+    name = path.name
+    return frozenset({name, f"{name}-wal", f"{name}-journal"})
+
+
+class StoreWatch:
+    """Wake asyncio waiters whenever the run store file is written, by any process.
+
+    Parameters
+    ----------
+    path
+        The store file (its directory must exist; the file need not yet).
+    step_ms, debounce_ms
+        Passed to :func:`watchfiles.awatch`: a burst of writes is reported ``step_ms`` after
+        it stops, and at least every ``debounce_ms`` while it goes on.
+
+    Notes
+    -----
+    The watcher sees this process's own commits too; pair it with :func:`changed_since`
+    when only other processes' commits matter.
+    """
+
+    def __init__(
+        self,
+        path: pathlib.Path,
+        *,
+        step_ms: int = STEP_MS,
+        debounce_ms: int = DEBOUNCE_MS,
+    ) -> None:
+        self.path = pathlib.Path(path).absolute()
+        self.step_ms = step_ms
+        self.debounce_ms = debounce_ms
+        self._names = store_files(self.path)
+        self._event = asyncio.Event()
+        self._listeners: list[Callable[[], None]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._stop: anyio.Event | None = None
+        self.changes = 0
+        """How many bursts of writes were seen since :meth:`start`."""
+
+    async def __aenter__(self) -> t.Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def running(self) -> bool:
+        """Whether the watcher thread is running."""
+        return self._task is not None and not self._task.done()
+
+    async def start(self) -> None:
+        """Start watching (returns once the watcher is installed).
+
+        Raises
+        ------
+        StoreError
+            The store's directory does not exist.
+        """
+        if self.running:
+            return
+        if not self.path.parent.is_dir():
+            msg = f"cannot watch run store {self.path}: no directory {self.path.parent}"
+            raise StoreError(msg)
+        self._ready.clear()
+        self._task = asyncio.create_task(self._run(), name=f"store-watch {self.path.name}")
+        # awatch installs its watcher in a worker thread before the first step; give it one
+        # step so a commit made right after start() is not missed.
+        await asyncio.sleep(self.step_ms / 1000)
+
+    async def close(self) -> None:
+        """Stop the watcher thread (waits for it: at most one ``step_ms``)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if self._stop is not None:
+            self._stop.set()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    def event(self) -> asyncio.Event:
+        """An event set by the next change (take it *before* reading the store)."""
+        return self._event
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` (in the event loop) on every change; returns an unsubscribe."""
+        self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(callback)
+
+        return unsubscribe
+
+    async def wait(
+        self, timeout: float | None = None, *, event: asyncio.Event | None = None
+    ) -> bool:
+        """Wait for the next change (or the one ``event`` stands for); True if it came.
+
+        ``timeout`` bounds the wait; ``None`` waits as long as it takes.
+        """
+        target = event or self._event
+        if timeout is None:
+            await target.wait()
+            return True
+        try:
+            async with asyncio.timeout(max(0.0, timeout)):
+                await target.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _notify(self) -> None:
+        self.changes += 1
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:  # one bad listener must not silence the others
+                log.exception("store watch listener failed")
+
+    async def _run(self) -> None:
+        import anyio
+        import watchfiles
+
+        names = self._names
+
+        def relevant(_change: watchfiles.Change, path: str) -> bool:
+            return pathlib.Path(path).name in names
+
+        self._stop = stop = anyio.Event()
+        try:
+            async for _changes in watchfiles.awatch(
+                self.path.parent,
+                watch_filter=relevant,
+                step=self.step_ms,
+                debounce=self.debounce_ms,
+                stop_event=stop,
+                recursive=False,
+                # The store dir is ours (0700); a denied sibling must not kill the watcher.
+                ignore_permission_denied=True,
+            ):
+                self._notify()
+        except OSError as exc:
+            # e.g. the inotify watch limit reached: fall back to watchfiles' own polling.
+            log.warning("store watch: %s; polling %s instead", exc, self.path.parent)
+            async for _changes in watchfiles.awatch(
+                self.path.parent,
+                watch_filter=relevant,
+                step=self.step_ms,
+                debounce=self.debounce_ms,
+                stop_event=stop,
+                recursive=False,
+                force_polling=True,
+                poll_delay_ms=250,
+            ):
+                self._notify()
+
+
+def changed_since(store: RunStore, seen: int) -> tuple[bool, int]:
+    """Whether another connection committed since ``seen``; returns ``(changed, now)``.
+
+    ``PRAGMA data_version`` only moves for other connections' commits, so a process never
+    wakes itself. Start with ``seen = -1`` (anything counts as a change).
+    """
+    now = store.data_version()
+    return now != seen, now
+
+
+class EventCursor:
+    """Read the store's timeline entries written after the last one returned.
+
+    Parameters
+    ----------
+    store
+        The run store.
+    task_id
+        Only this task's events.
+    after
+        Start after this event id; ``None`` starts after the newest existing event.
+    """
+
+    def __init__(
+        self, store: RunStore, *, task_id: str | None = None, after: int | None = None
+    ) -> None:
+        self.store = store
+        self.task_id = task_id
+        if after is None:
+            after = max((e.id for e in store.list_events(limit=1)), default=0)
+        self.last = after
+
+    def read(self, limit: int = 500) -> list[Event]:
+        """The events written since the last call (oldest first, at most ``limit``)."""
+        events = self.store.list_events(task_id=self.task_id, after=self.last, limit=limit)
+        if events:
+            self.last = events[-1].id
+        return events
+
+
+def agents_with_work(
+    store: RunStore, agents: Collection[str], events: Iterable[Event] = ()
+) -> set[str]:
+    """Which of ``agents`` have something new to act on after another process's commit.
+
+    An agent has work when a message waits to be sent to it, when the task of its open turn
+    stopped being active (aborted, failed), or when one of the new ``events`` names it (an
+    approval answered by ``poli approve``, an answer to its question). Every other agent
+    loop keeps sleeping.
+    """
+    from politerm.store.models import SENDABLE_STATES
+
+    wanted = set(agents)
+    woken = {m.recipient for m in store.list_messages(state=SENDABLE_STATES)} & wanted
+    woken.update(e.agent for e in events if e.agent in wanted)
+    open_turns = [tn for tn in store.list_turns() if tn.agent in wanted - woken and tn.task_id]
+    if open_turns:
+        active = {tk.id for tk in store.list_tasks(active_only=True)}
+        woken.update(tn.agent for tn in open_turns if tn.task_id not in active)
+    return woken

@@ -1,0 +1,230 @@
+"""The live state both views share: the overview, kept fresh by events, and pane mirrors.
+
+:class:`LiveState` recomputes the overview when the run store changes (inotify, confirmed by
+``PRAGMA data_version``) or tmux announces a session, window or pane change on one of its
+control connections, and tells its listeners. Mirrors ride on the same control connections.
+Nothing here wakes up on a timer of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import typing as t
+
+from politerm.errors import PaneNotFound, TmuxError
+from politerm.redact import Redactor
+from politerm.store.watch import StoreWatch, changed_since
+from politerm.tmux import TmuxServer
+from politerm.ui.mirror import start_mirror
+from politerm.ui.overview import collect_overview
+from politerm.ui.panes import PaneEntry, find, list_panes
+
+if t.TYPE_CHECKING:
+    import pathlib
+    from collections.abc import Callable
+
+    from politerm.config import Config
+    from politerm.store import RunStore
+    from politerm.tmux import ControlClient
+    from politerm.tmux.control import Notification
+    from politerm.ui.mirror import Mirror, Sink
+
+log = logging.getLogger(__name__)
+
+Listener = t.Callable[[dict[str, t.Any]], None]
+
+# tmux notifications after which the pane list may differ
+_LAYOUT = frozenset(
+    {
+        "sessions-changed",
+        "session-changed",
+        "window-add",
+        "window-close",
+        "unlinked-window-close",
+        "window-renamed",
+        "layout-change",
+        "pane-mode-changed",
+        "subscription-changed",
+        "exit",
+    }
+)
+
+
+class LiveState:
+    """The overview and the panes of one project, kept fresh by events.
+
+    Parameters
+    ----------
+    config
+        The project's configuration (tmux socket, redaction patterns).
+    store
+        The project's run store.
+    project
+        The project directory (for its pipeline runs).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        store: RunStore,
+        *,
+        project: pathlib.Path | None = None,
+        server: TmuxServer | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.project = project
+        self.redactor = Redactor(config.redact.patterns)
+        self.server = server or TmuxServer(
+            config.tmux.socket, width=config.tmux.width, height=config.tmux.height
+        )
+        self.panes: list[PaneEntry] = []
+        self.overview: dict[str, t.Any] = {}
+        self.refreshes = 0
+        self._listeners: list[Listener] = []
+        self._clients: dict[str, ControlClient] = {}
+        self._unhook: list[Callable[[], None]] = []
+        self._watch = StoreWatch(store.path)
+        self._seen = -1
+        self._dirty = asyncio.Event()
+        self._refresher: asyncio.Task[None] | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read everything once, then follow store and tmux events."""
+        await self._watch.start()
+        self._seen = self.store.data_version()
+        self._unhook.append(self._watch.subscribe(self._on_store))
+        await self._refresh()
+        self._refresher = asyncio.create_task(self._refresh_loop(), name="poli-ui-refresh")
+
+    async def close(self) -> None:
+        """Stop following events and close the control connections."""
+        await self._watch.close()
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        for undo in self._unhook:
+            undo()
+        self._unhook.clear()
+        await self.server.close()
+        self._clients.clear()
+
+    async def __aenter__(self) -> t.Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- listeners ------------------------------------------------------------------------
+
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` with the new overview after each refresh; returns the undo."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return remove
+
+    def poke(self) -> None:
+        """Ask for a refresh (after this process wrote to the store itself)."""
+        self._dirty.set()
+
+    def _on_store(self) -> None:
+        # This process's own writes wake the watch too; only other processes' commits count
+        # (own actions call poke()).
+        changed, self._seen = changed_since(self.store, self._seen)
+        if changed:
+            self._dirty.set()
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                await self._refresh()
+            except Exception:
+                log.exception("refreshing the overview failed")
+
+    async def _refresh(self) -> None:
+        self.panes = await list_panes(self.server)
+        await self._attach_sessions()
+        self.overview = collect_overview(
+            self.store, self.panes, project=self.project, redactor=self.redactor
+        )
+        self.refreshes += 1
+        for listener in list(self._listeners):
+            try:
+                listener(self.overview)
+            except Exception:
+                log.exception("overview listener failed")
+
+    async def _attach_sessions(self) -> None:
+        for session in {p.session for p in self.panes} - set(self._clients):
+            try:
+                client = await self.server.connect(session)
+            except TmuxError as exc:
+                log.info("not following session %s: %s", session, exc)
+                continue
+            self._clients[session] = client
+            self._unhook.append(client.on_notification(self._on_notification))
+
+    def _on_notification(self, note: Notification) -> None:
+        if note.name in _LAYOUT:
+            self._dirty.set()
+
+    # --- panes and mirrors -----------------------------------------------------------------
+
+    def pane(self, name: str) -> PaneEntry | None:
+        """The pane of agent ``name`` or with id ``name`` (see :func:`politerm.ui.panes.find`)."""
+        return find(self.panes, name)
+
+    async def client_for(self, entry: PaneEntry) -> ControlClient:
+        """The control connection of the pane's session."""
+        client = self._clients.get(entry.session)
+        if client is None or not client.connected:
+            client = await self.server.connect(entry.session)
+            self._clients[entry.session] = client
+        return client
+
+    async def mirror(self, name: str, sink: Sink, *, redact: bool = True) -> Mirror:
+        """Start mirroring the pane ``name`` into ``sink`` (redacted unless told otherwise).
+
+        Raises
+        ------
+        PaneNotFound
+            No such agent or pane on the server.
+        """
+        entry = self.pane(name)
+        if entry is None:
+            self.panes = await list_panes(self.server)
+            entry = self.pane(name)
+        if entry is None:
+            raise PaneNotFound(name, "no agent or pane of that name on the private server")
+        client = await self.client_for(entry)
+        out = self._redacting(sink) if redact else sink
+        mirror = await start_mirror(client, self.server, entry.pane_id, out)
+        if redact:
+            mirror.initial = self.redact_bytes(mirror.initial)
+        return mirror
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        """``data`` with secrets redacted; bytes that are not UTF-8 pass unchanged."""
+        text = data.decode("utf-8", errors="surrogateescape")
+        clean = self.redactor.redact(text)
+        if clean == text:
+            return data
+        return clean.encode("utf-8", errors="surrogateescape")
+
+    def _redacting(self, sink: Sink) -> Sink:
+        def out(data: bytes) -> None:
+            sink(self.redact_bytes(data))
+
+        return out

@@ -1,0 +1,104 @@
+"""Which panes exist on the private server, and which agent runs in each.
+
+Every workflow (loop, pipeline run, epic run with ``--tmux``, manager, bridge) starts its
+agents with :func:`politerm.tmux.pane.new_window`, which tags the pane with ``@poli_agent``.
+One ``list-panes -a`` therefore finds every agent of every session; it runs when a view
+starts and when tmux announces a session or window change, never on a timer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+if t.TYPE_CHECKING:
+    from politerm.tmux import TmuxServer
+
+_FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better
+    (
+        "#{session_name}",
+        "#{window_name}",
+        "#{pane_id}",
+        "#{@poli_agent}",
+        "#{pane_dead}",
+        "#{pane_current_command}",
+        "#{pane_width}",
+        "#{pane_height}",
+        "#{window_activity}",
+    )
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PaneEntry:
+    """One pane of the private server."""
+
+    session: str
+    window: str
+    pane_id: str
+    agent: str
+    dead: bool
+    command: str
+    width: int
+    height: int
+    activity: float
+
+    @property
+    def label(self) -> str:
+        """The agent's name, or ``session:window`` for a pane without one."""
+        return self.agent or f"{self.session}:{self.window}"
+
+
+def parse_panes(text: str) -> list[PaneEntry]:
+    r"""Parse ``list-panes -a`` output in :data:`_FORMAT`.
+
+    Examples
+    --------
+    >>> [p] = parse_panes("poli\tPLANNER\t%1\tPLANNER\t0\tpython\t80\t24\t17\n")
+    >>> (p.session, p.pane_id, p.label, p.dead, p.width)
+    ('poli', '%1', 'PLANNER', False, 80)
+    >>> parse_panes("garbage\n")
+    []
+    """
+    out = []
+    for line in text.splitlines():
+        f = line.split("\t")
+        if len(f) != 9 or not f[2].startswith("%"):
+            continue
+        out.append(
+            PaneEntry(
+                session=f[0],
+                window=f[1],
+                pane_id=f[2],
+                agent=f[3],
+                dead=f[4] == "1",
+                command=f[5],
+                width=int(f[6] or 80),
+                height=int(f[7] or 24),
+                activity=float(f[8] or 0),
+            )
+        )
+    return out
+
+
+async def list_panes(server: TmuxServer) -> list[PaneEntry]:
+    """Every pane of the private server (empty when the server is not running)."""
+    rc, out, _ = await server.run("list-panes", "-a", "-F", _FORMAT)
+    if rc != 0:
+        return []
+    return parse_panes(out)
+
+
+def find(panes: t.Sequence[PaneEntry], name: str) -> PaneEntry | None:
+    r"""The pane of agent ``name`` (case-insensitive), or the pane with id ``name``.
+
+    Examples
+    --------
+    >>> ps = parse_panes("s\tw\t%3\tEXECUTER\t0\tsh\t80\t24\t0\n")
+    >>> find(ps, "executer").pane_id, find(ps, "%3").agent, find(ps, "nobody")
+    ('%3', 'EXECUTER', None)
+    """
+    for p in panes:
+        if p.pane_id == name or (p.agent and p.agent.upper() == name.upper()):
+            return p
+    return None

@@ -1,0 +1,128 @@
+"""Run the web monitor with uvicorn on a socket we bind ourselves (so port 0 works)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import typing as t
+
+import uvicorn
+
+from politerm.errors import UiError
+
+if t.TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from politerm.ui.web.app import WebMonitor
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine.
+
+    Examples
+    --------
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("::1")
+    (True, True, True)
+    >>> is_loopback("0.0.0.0"), is_loopback("192.168.1.5")
+    (False, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, *, token_given: bool) -> None:
+    """Refuse to listen beyond this machine unless the user chose the token.
+
+    Raises
+    ------
+    UiError
+        ``host`` is not a loopback address and no ``--token`` was given.
+    """
+    if not is_loopback(host) and not token_given:
+        msg = (
+            f"--host {host} listens beyond this machine: give the token with --token "
+            "(or POLI_WEB_TOKEN) so you know who can read your agents' screens"
+        )
+        raise UiError(msg)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (``port`` 0 picks a free one).
+
+    Raises
+    ------
+    UiError
+        The address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        msg = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        raise UiError(msg) from None
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def url_of(sock: socket.socket, token: str | None, path: str = "/") -> str:
+    """The address to open, with the token when given (never in a notification's link)."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}{path}" + (f"?token={token}" if token else "")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling us when it listens instead of being asked."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+
+async def serve(
+    monitor: WebMonitor,
+    sock: socket.socket,
+    *,
+    started: Callable[[], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve ``monitor.app`` on ``sock`` until ``stop`` is set (or the task is cancelled)."""
+    config = uvicorn.Config(
+        monitor.app, log_level="warning", access_log=False, lifespan="on", ws_ping_interval=None
+    )
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        ready = asyncio.create_task(server.ready.wait())
+        await asyncio.wait({task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if task.done():
+            await task
+            return
+        if not server.ready.is_set():
+            msg = "the web server did not start listening within 30s"
+            raise UiError(msg)
+        if started is not None:
+            started()
+        if stop is None:
+            await task
+        else:
+            waiter = asyncio.create_task(stop.wait())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(asyncio.shield(task), 10)

@@ -1,0 +1,249 @@
+// politerm web monitor: the overview, the event stream and live panes.
+// Agent text is only ever set as textContent (never HTML); the pane bytes go to xterm.js.
+"use strict";
+
+const CONFIG = JSON.parse(document.body.dataset.config);
+const PAGE = document.body.dataset.page;
+const WS_BASE = (location.protocol === "https:" ? "wss://" : "ws://") + location.host;
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function when(ts) {
+  if (!ts) return "-";
+  return new Date(ts * 1000).toLocaleTimeString([], { hour12: false });
+}
+
+function setStatus(text) {
+  document.getElementById("status").textContent = text;
+}
+
+function table(id, columns, rows, cells) {
+  const node = document.getElementById(id);
+  if (!node) return;
+  node.replaceChildren();
+  const head = el("tr");
+  for (const c of columns) head.appendChild(el("th", c));
+  node.appendChild(head);
+  if (!rows.length) {
+    const tr = el("tr");
+    const td = el("td", "none");
+    td.colSpan = columns.length;
+    tr.appendChild(td);
+    node.appendChild(tr);
+    return;
+  }
+  for (const row of rows) {
+    const tr = el("tr");
+    for (const cell of cells(row)) {
+      tr.appendChild(cell instanceof Node ? wrap(cell) : el("td", cell));
+    }
+    node.appendChild(tr);
+  }
+}
+
+function wrap(node) {
+  if (node.tagName === "TD") return node;
+  const td = el("td");
+  td.appendChild(node);
+  return td;
+}
+
+async function act(path, body) {
+  const res = await fetch(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-Poli-Token": CONFIG.token },
+    body: JSON.stringify(body),
+  });
+  const data = await res.json().catch(() => ({}));
+  setStatus(res.ok ? data.message : "refused: " + (data.error || res.status));
+  return res.ok;
+}
+
+function button(label, cls, onClick) {
+  const b = el("button", label, cls);
+  b.disabled = !CONFIG.actions;
+  b.title = CONFIG.actions ? label : "read-only (start poli web --allow-actions)";
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    await onClick();
+  });
+  return b;
+}
+
+function agentLink(a) {
+  if (!a.pane) return el("span", a.name);
+  const link = el("a", a.name);
+  link.href = "/agent/" + encodeURIComponent(a.pane);
+  link.dataset.agent = a.name;
+  return link;
+}
+
+function approvalRows(list) {
+  table("approvals", ["agent", "wants to run", "on screen", ""], list, (p) => {
+    const cell = el("td");
+    if (p.answer) {
+      cell.textContent = "answered: " + p.answer;
+    } else {
+      const ref = { agent: p.agent, asked: p.asked, command: p.command };
+      cell.appendChild(button("approve", "approve", () => act("/api/approve", ref)));
+      cell.appendChild(button("deny", "deny", () => act("/api/approve", { ...ref, deny: true })));
+    }
+    return [p.agent, p.what, el("pre", (p.evidence || []).join("\n"), "question"), cell];
+  });
+}
+
+function taskActions(tk) {
+  const cell = el("td");
+  if (tk.state === "waiting_user" && tk.question) {
+    const input = el("input");
+    input.placeholder = "answer";
+    input.className = "answer";
+    cell.appendChild(input);
+    cell.appendChild(
+      button("answer", "answer", () =>
+        act("/api/answer", { task: tk.id, question: tk.question, text: input.value }),
+      ),
+    );
+  }
+  if (!["done", "failed", "aborted"].includes(tk.state)) {
+    cell.appendChild(button("abort", "deny", () => act("/api/abort", { task: tk.id })));
+  }
+  return cell;
+}
+
+function pipelines(runs) {
+  const box = document.getElementById("pipelines");
+  if (!box) return;
+  box.replaceChildren();
+  if (!runs.length) box.appendChild(el("p", "none"));
+  for (const run of runs) {
+    box.appendChild(el("h3", `run ${run.run_id} · ${run.pipeline} · ${run.status}`));
+    const t = el("table");
+    t.id = "run-" + run.run_id;
+    box.appendChild(t);
+    table(t.id, ["step", "agent", "status", "gate", "seconds", "error"], run.steps, (s) => [
+      s.num, s.agent, s.status, s.gate, s.seconds ?? "", s.error || "",
+    ]);
+    const q = run.question;
+    if (q) {
+      const div = el("div", null, "gate");
+      div.appendChild(el("pre", `step ${q.step} asks: ${q.question}`, "question"));
+      for (const [key, label] of [["y", "continue"], ["n", "abort"], ["r", "re-run"], ["s", "skip"]]) {
+        div.appendChild(
+          button(label, "gate-" + key, () =>
+            act("/api/gate", { run_id: run.run_id, seq: q.seq, answer: key }),
+          ),
+        );
+      }
+      box.appendChild(div);
+    }
+  }
+}
+
+function events(list) {
+  const node = document.getElementById("events");
+  if (!node) return;
+  node.replaceChildren();
+  for (const e of list) {
+    const who = e.agent ? `[${e.agent}] ` : "";
+    const task = e.task ? e.task + " " : "";
+    node.appendChild(el("li", `${when(e.ts)} ${task}${e.kind} ${who}${e.detail}`, "kind-" + e.kind));
+  }
+}
+
+function render(data) {
+  const agent = CONFIG.agent;
+  const mine = (name) => !agent || name === agent || name.toUpperCase() === agent.toUpperCase();
+  const current = (data.agents || []).find((a) => a.pane === agent || mine(a.name));
+  const name = current ? current.name : agent;
+  if (PAGE === "agent") {
+    document.getElementById("agent-name").textContent = name;
+    const state = document.getElementById("agent-state");
+    state.textContent = current ? current.state : "";
+    state.className = current ? "state-" + current.state : "";
+    approvalRows((data.approvals || []).filter((p) => p.agent === name));
+    return;
+  }
+  if (PAGE === "events") {
+    events([...(data.events || [])].reverse());
+    return;
+  }
+  approvalRows(data.approvals || []);
+  table("agents", ["agent", "state", "session", "pane", "profile", "last activity", "tokens", "working on"],
+    data.agents || [], (a) => {
+      const state = el("td", a.state, "state-" + a.state);
+      return [agentLink(a), state, a.session || "-", a.pane || "-", a.profile || "-",
+        when(a.last_activity), a.tokens ?? "-", a.turn || "-"];
+    });
+  table("sessions", ["session", "kind", "panes", "agents"], data.sessions || [], (s) => [
+    s.name, s.kind, s.panes, s.agents.join(", "),
+  ]);
+  table("tasks", ["task", "state", "round", "request", "question / error / report", ""],
+    data.tasks || [], (tk) => [tk.id, tk.state, tk.round, tk.request,
+      el("pre", tk.question || tk.error || (tk.report || "").slice(0, 200), "question"),
+      taskActions(tk)]);
+  table("messages", ["id", "task", "from → to", "type", "state", "attempts", "error"],
+    data.messages || [], (m) => [m.id, m.task || "-", `${m.from} → ${m.to}`, m.type, m.state,
+      m.attempts, m.error || ""]);
+  pipelines(data.pipelines || []);
+  table("epic_runs", ["run", "epic", "state", "agent", "started"], data.epic_runs || [], (r) => [
+    r.id, r.epic, r.state, r.agent, when(r.started),
+  ]);
+  table("work_items", ["item", "epic", "title", "state", "priority"], data.work_items || [],
+    (i) => [i.id, i.epic, i.title, i.state, i.priority]);
+  events(data.events || []);
+}
+
+function follow(path, onMessage, onOpen) {
+  const sep = path.includes("?") ? "&" : "?";
+  const ws = new WebSocket(WS_BASE + path + sep + "token=" + encodeURIComponent(CONFIG.token));
+  ws.binaryType = "arraybuffer";
+  ws.onopen = () => { setStatus(""); if (onOpen) onOpen(ws); };
+  ws.onmessage = onMessage;
+  ws.onclose = () => {
+    setStatus("disconnected: reconnecting");
+    setTimeout(() => follow(path, onMessage, onOpen), 1000);
+  };
+  return ws;
+}
+
+function overview() {
+  follow("/ws/overview", (ev) => render(JSON.parse(ev.data)));
+}
+
+function mirror() {
+  const term = new window.Terminal({
+    cols: 80, rows: 24, convertEol: false, scrollback: 5000, disableStdin: true,
+    fontFamily: "ui-monospace, DejaVu Sans Mono, monospace", fontSize: 13,
+  });
+  term.open(document.getElementById("terminal"));
+  window.poliTerm = term;
+  window.poliFrames = 0;
+  window.poliLastFrame = 0;
+  follow("/ws/pane/" + encodeURIComponent(CONFIG.agent), (ev) => {
+    if (typeof ev.data === "string") {
+      const msg = JSON.parse(ev.data);
+      if (msg.type === "init") {
+        term.reset();
+        term.resize(msg.cols, msg.rows);
+      } else if (msg.type === "error") {
+        setStatus(msg.message);
+      }
+      return;
+    }
+    const bytes = new Uint8Array(ev.data);
+    term.write(bytes, () => {
+      window.poliFrames += 1;
+      window.poliLastFrame = performance.now();
+    });
+  });
+}
+
+document.getElementById("mode").textContent = CONFIG.actions ? "actions allowed" : "read-only";
+if (PAGE === "agent") mirror();
+overview();

@@ -1,0 +1,166 @@
+"""A session of fake agents that message each other: ORCH and workers, a postman, logs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import pathlib
+import sys
+import typing as t
+
+import psutil
+
+from politerm.agents.profile import load_profile
+from politerm.driver import AgentDriver, TmuxPlace
+from politerm.messaging.launch import prepare_launch
+from politerm.messaging.postman import Postman
+from politerm.messaging.service import Identity, Messenger
+from politerm.store import RunStore
+from politerm.store.mail import Mail, MailState
+from politerm.testing.fakeagent import prompts, read_log
+from politerm.testing.retry import aretry_until
+from politerm.tmux.server import TmuxServer
+from tests.messaging.helpers import config_of, write_config
+
+if t.TYPE_CHECKING:
+    from politerm.config import Config
+
+READY = 30.0
+WAIT = 45.0
+
+WORKER = """
+think_time = 0.3
+[[rules]]
+match = 'SLOW'
+think_time = 4.0
+reply = "slow work done"
+[[rules]]
+match = '(?s)capability=READONLY.*WRITE (?P<file>\\S+)'
+approval = "Bash(echo hi > {file})"
+write_file = { path = "{file}", content = "hi" }
+reply = "wrote {file}"
+deny_reply = "not allowed to write {file}"
+[[rules]]
+match = '(?s)capability=WRITABLE.*WRITE (?P<file>\\S+)'
+approval = "Bash(echo hi > {file})"
+write_file = { path = "{file}", content = "hi" }
+reply = "wrote {file}"
+deny_reply = "not allowed to write {file}"
+"""
+
+
+@dataclasses.dataclass
+class Mailroom:
+    root: pathlib.Path
+    config_path: pathlib.Path
+    config: Config
+    server: TmuxServer
+    messenger: Messenger
+    drivers: dict[str, AgentDriver] = dataclasses.field(default_factory=dict)
+    postman_task: asyncio.Task[None] | None = None
+    postman_lines: list[str] = dataclasses.field(default_factory=list)
+
+    def log(self, name: str) -> pathlib.Path:
+        return self.root / f"{name}.jsonl"
+
+    def prompts(self, name: str) -> list[bytes]:
+        return prompts(self.log(name))
+
+    def events(self, name: str) -> list[dict[str, t.Any]]:
+        return read_log(self.log(name))
+
+    def pane(self, name: str) -> str:
+        driver = self.drivers[name]
+        assert driver.pane is not None
+        return driver.pane.pane_id
+
+    def me(self, name: str) -> Identity:
+        return Identity(name, self.pane(name))
+
+    async def start_agent(self, name: str, scenario: str = WORKER) -> AgentDriver:
+        path = self.root / f"{name}.toml"
+        path.write_text(scenario)
+        fake = [sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "claude"]
+        argv = [*fake, "--scenario", str(path), "--log", str(self.log(name)), "--name", name]
+        argv, env = prepare_launch(
+            self.config, name, "fake-claude", argv, {}, config_file=self.config_path
+        )
+        client = await self.server.connect("mail")
+        driver = await AgentDriver.start(
+            name,
+            load_profile("fake-claude"),
+            argv=argv,
+            env=env,
+            tmux=TmuxPlace(client, self.server, "mail", name.lower()),
+            cwd=self.root,
+            ready_timeout=READY,
+        )
+        assert driver.pane is not None
+        self.messenger.store.upsert_agent(
+            name,
+            session="mail",
+            pane_id=driver.pane.pane_id,
+            command=" ".join(argv),
+            cwd=str(self.root),
+            profile="fake-claude",
+            resume_command=None,
+        )
+        self.drivers[name] = driver
+        return driver
+
+    def start_postman(self) -> None:
+        postman = Postman(
+            self.messenger,
+            TmuxServer(self.server.socket_name, config_dir=self.server.config_dir),
+            say=self.postman_lines.append,
+            settle=0.5,
+        )
+        self.postman_task = asyncio.ensure_future(postman.run())
+
+    async def stop_postman(self) -> None:
+        if self.postman_task is not None:
+            self.postman_task.cancel()
+            await asyncio.gather(self.postman_task, return_exceptions=True)
+            self.postman_task = None
+
+    async def state(self, mail_id: str, *states: MailState, seconds: float = WAIT) -> Mail:
+        async def check() -> Mail | None:
+            if self.postman_task is not None and self.postman_task.done():
+                self.postman_task.result()  # a crashed postman fails the test with its error
+            mail = self.messenger.mailbox.require(mail_id)
+            return mail if mail.state in states else None
+
+        wanted = "/".join(s.value for s in states)
+        return await aretry_until(check, seconds, interval=0.05, what=f"{mail_id} {wanted}")
+
+    def kill_background_postman(self) -> None:
+        """Stop a postman ``poli send`` started in the background (its PID is in the lock)."""
+        lock = self.messenger.dir.path / "postman.lock"
+        text = lock.read_text().strip() if lock.exists() else ""
+        if not text.isdigit():
+            return
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(int(text))
+            if "route" in proc.cmdline():
+                proc.kill()
+                proc.wait(10)
+
+    async def close(self) -> None:
+        self.kill_background_postman()
+        await self.stop_postman()
+        for driver in self.drivers.values():
+            await driver.kill(grace=1.0)
+        self.messenger.store.close()
+
+
+async def open_mailroom(
+    root: pathlib.Path, socket: str, routing: str = 'approval = "approve"\n'
+) -> Mailroom:
+    """``routing`` holds extra keys of the ``[routing]`` table."""
+    cfg_path = write_config(root, socket=socket, extra=routing)
+    config = config_of(cfg_path)
+    server = TmuxServer(socket, config_dir=root / "tmuxconf")
+    await server.ensure_session("mail")
+    messenger = Messenger(config, RunStore.open(config.store.resolved_path()))
+    return Mailroom(root, cfg_path, config, server, messenger)

@@ -1,0 +1,157 @@
+"""The postman killed with SIGKILL, and restarted: every message delivered exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import typing as t
+
+import pytest
+
+from politerm.agents.state import AgentState
+from politerm.store.mail import MailState
+from politerm.testing.retry import aretry_until
+from tests.messaging.helpers import poli
+from tests.messaging.mailroom import WAIT, Mailroom, open_mailroom
+
+if t.TYPE_CHECKING:
+    import libtmux
+
+
+@pytest.fixture
+async def room(server: libtmux.Server, tmp_path: pathlib.Path) -> t.AsyncIterator[Mailroom]:
+    assert server.socket_name is not None
+    r = await open_mailroom(tmp_path, server.socket_name)
+    try:
+        yield r
+    finally:
+        await r.close()
+        await r.server.close()
+
+
+def marked(prompts: list[bytes], mail_id: str) -> list[bytes]:
+    return [p for p in prompts if f"Message {mail_id} ".encode() in p]
+
+
+def postman_process(room: Mailroom) -> subprocess.Popen[bytes]:
+    log = (room.root / "postman.out").open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "politerm", "msg", "route", "--config", str(room.config_path)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+async def test_kill_9_of_the_postman_between_send_and_delivery(room: Mailroom) -> None:
+    await room.start_agent("ORCH")
+    w1 = await room.start_agent("W1")
+    m = room.messenger
+    first = postman_process(room)
+    try:
+        slow = m.send("SLOW job", to="W1", sender=room.me("ORCH"))
+        await room.state(slow.id, MailState.DELIVERED)
+        pending = m.send("after the slow one", to="W1", sender=room.me("ORCH"))
+
+        async def busy() -> bool:
+            return (await w1.observe()).state is AgentState.BUSY
+
+        await aretry_until(busy, WAIT, what="W1 busy")
+        assert m.mailbox.require(pending.id).state is MailState.QUEUED
+        os.kill(first.pid, signal.SIGKILL)
+        await asyncio.to_thread(first.wait, 10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+
+    # the receiver finishes its turn with no postman; the message is still queued
+    async def ready() -> bool:
+        return (await w1.observe()).state is AgentState.READY
+
+    await aretry_until(ready, WAIT, what="W1 ready")
+    assert m.mailbox.require(pending.id).state is MailState.QUEUED
+    second = postman_process(room)
+    try:
+        done = await room.state(pending.id, MailState.DELIVERED)
+    finally:
+        second.kill()
+        await asyncio.to_thread(second.wait, 10)
+    assert done.attempts == 1
+    got = room.prompts("W1")
+    assert len(marked(got, slow.id)) == 1
+    assert len(marked(got, pending.id)) == 1
+    assert len(got) == 2
+
+
+async def test_a_delivery_cut_short_is_settled_from_the_screen_not_sent_again(
+    room: Mailroom,
+) -> None:
+    """The postman died after the paste (DELIVERING in the store): the next one settles it."""
+    await room.start_agent("ORCH")
+    w1 = await room.start_agent("W1")
+    await room.start_agent("W2")
+    m = room.messenger
+    # W1: pasted and submitted, the postman died before writing DELIVERED
+    a = m.send("first", to="W1", sender=room.me("ORCH"))
+    a = m.change(a, MailState.DELIVERING, count_attempt=True) or a
+    assert (await w1.deliver(m.request_text(a))).ok
+    # W2: the postman died before pasting anything
+    b = m.send("second", to="W2", sender=room.me("ORCH"))
+    m.change(b, MailState.DELIVERING, count_attempt=True)
+    room.start_postman()
+    await room.state(a.id, MailState.DELIVERED)
+    settled_b = await room.state(b.id, MailState.DELIVERED)
+    assert "settled after a restart: the receiver has it" in (m.mailbox.require(a.id).reason or "")
+    assert settled_b.attempts == 2
+    assert len(marked(room.prompts("W1"), a.id)) == 1
+    assert len(marked(room.prompts("W2"), b.id)) == 1
+
+
+async def test_poli_send_wait_starts_a_postman_and_prints_the_response(room: Mailroom) -> None:
+    await room.start_agent("W1")
+    env = {"POLI_CONFIG": str(room.config_path)}
+    sender = asyncio.create_task(
+        asyncio.to_thread(
+            poli, room.root, "send", "--to", "W1", "--wait", "--timeout", "60", "ping", env=env
+        )
+    )
+
+    async def delivered() -> str | None:
+        rows = m_rows(room, "delivered")
+        return rows[0]["id"] if rows else None
+
+    msg_id = await aretry_until(delivered, WAIT, what="a delivered message")
+    res = await asyncio.to_thread(
+        poli, room.root, "reply", "--to", msg_id, "pong", env={**env, "POLI_AGENT": "W1"}
+    )
+    assert res.returncode == 0, res.stderr
+    out = await sender
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().splitlines() == [msg_id, "pong"]
+    assert (room.messenger.dir.path / "postman.log").exists()
+
+
+def m_rows(room: Mailroom, state: str) -> list[dict[str, t.Any]]:
+    res = poli(
+        room.root, "msg", "list", "--state", state, "--json", "--config", str(room.config_path)
+    )
+    rows: list[dict[str, t.Any]] = json.loads(res.stdout)
+    return rows
+
+
+async def test_poli_send_wait_fails_with_the_reason_of_a_dead_letter(room: Mailroom) -> None:
+    w1 = await room.start_agent("W1")
+    await w1.kill(grace=1.0)
+    env = {"POLI_CONFIG": str(room.config_path)}
+    res = await asyncio.to_thread(
+        poli, room.root, "send", "--to", "W1", "--wait", "--timeout", "60", "hello", env=env
+    )
+    err = res.stderr.decode()
+    assert res.returncode == 1
+    assert "is dead: receiver W1" in err
+    assert len(err.strip().splitlines()) == 1

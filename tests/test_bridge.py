@@ -1,0 +1,285 @@
+"""The bridge end to end: prepare, hand over, run, verify, archive, prune; daemon; kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import typing as t
+
+import pytest
+
+from politerm.bridge.bridge import Bridge
+from politerm.bridge.executor import BuiltinExecutor
+from politerm.bridge.queue import TaskQueue, find
+from politerm.bridge.report import report_task
+from politerm.store import RunStore
+from politerm.store.bridge import BridgeJournal
+from politerm.testing.retry import retry_until
+
+if t.TYPE_CHECKING:
+    import pathlib
+    from collections.abc import Iterator
+
+SECRET = "sk-proj-" + "s" * 40
+
+
+def poli(cwd: pathlib.Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "politerm", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def cmd_task(task_id: str, *commands: str, **kw: t.Any) -> dict[str, t.Any]:
+    return {
+        "task_id": task_id,
+        "instruction_details": {
+            "commands_to_execute": [
+                {"command_id": f"c{i}", "command": c, **kw} for i, c in enumerate(commands)
+            ]
+        },
+    }
+
+
+@pytest.fixture
+def store(tmp_path: pathlib.Path) -> Iterator[RunStore]:
+    with RunStore.open(tmp_path / "runs.sqlite3") as s:
+        yield s
+
+
+def make_bridge(tmp_path: pathlib.Path, store: RunStore) -> Bridge:
+    queue = TaskQueue(tmp_path / "bq" / "task_queue.json")
+    journal = BridgeJournal(store, str(queue.path))
+    return Bridge(queue, BuiltinExecutor(), journal, base_dir=tmp_path)
+
+
+def archived(tmp_path: pathlib.Path, kind: str, task_id: str) -> pathlib.Path:
+    return tmp_path / "bq" / "archive" / kind / task_id
+
+
+def test_builtin_executor_runs_edits_and_commands_then_archives_and_prunes(
+    tmp_path: pathlib.Path, store: RunStore
+) -> None:
+    (tmp_path / "code.py").write_bytes(b"import os\r\n\r\ndef main():\r\n    pass\r\n")
+    bridge = make_bridge(tmp_path, store)
+    bridge.queue.submit(
+        [
+            {
+                "task_id": "edit",
+                "instruction_details": {
+                    "file_path": "code.py",
+                    "action": "insert_after_line",
+                    "line_marker": "import os",
+                    "content": "import sys",
+                },
+            },
+            cmd_task("ok", f"echo token {SECRET}", "echo two > two.txt"),
+            cmd_task("bad", "echo failing >&2; exit 3", "echo never > never.txt"),
+            {"task_id": "empty", "instruction_details": {}},
+        ]
+    )
+    asyncio.run(bridge.drain())
+    assert bridge.queue.read() == []
+    assert dict(bridge.finalized) == {
+        "edit": "completed",
+        "ok": "completed",
+        "bad": "failed",
+        "empty": "failed",
+    }
+    assert (tmp_path / "code.py").read_bytes() == (
+        b"import os\r\nimport sys\r\n\r\ndef main():\r\n    pass\r\n"
+    )
+    assert (tmp_path / "two.txt").read_text() == "two\n"
+    assert not (tmp_path / "never.txt").exists()
+
+    ok = archived(tmp_path, "processed", "ok")
+    saved = json.loads((ok / "task.json").read_text())
+    assert saved["status"] == "completed"
+    assert saved["agent_action_details"]["tool_to_call"] == "execute_commands_sequentially"
+    assert [c["state"] for c in saved["result"]["commands"]] == ["exited", "exited"]
+    assert (ok / "commands" / "c0.stdout.log").read_text().startswith("token [REDACTED")
+    assert "prepared and handed to builtin" in (ok / "task.log").read_text()
+    assert not list((ok / "commands").glob("*.spec.json"))
+
+    bad = archived(tmp_path, "failed", "bad")
+    error = json.loads((bad / "error.json").read_text())
+    assert error["error"] == "command c0: exited (exit 3)"
+    assert (bad / "commands" / "c0.stderr.log").read_text() == "failing\n"
+    assert not (bad / "commands" / "c1.status.json").exists()
+    empty = json.loads((archived(tmp_path, "failed", "empty") / "error.json").read_text())
+    assert empty["stage"] == "validation"
+    assert "empty instructions" in empty["error"]
+
+    everything = [p for p in (tmp_path / "bq").rglob("*")]
+    for p in everything:
+        if p.is_file():
+            assert SECRET not in p.read_text(errors="replace"), p
+            assert p.stat().st_mode & 0o777 == 0o600, p
+        else:
+            assert p.stat().st_mode & 0o777 == 0o700, p
+    assert not (tmp_path / "bq" / "work" / "ok").exists()
+    assert bridge.journal.steps("ok") == []
+
+
+def test_a_task_handed_to_another_executor_waits_for_its_report_then_is_verified(
+    tmp_path: pathlib.Path, store: RunStore
+) -> None:
+    (tmp_path / "f.txt").write_text("a\nb\n")
+    bridge = make_bridge(tmp_path, store)
+    edit = {
+        "file_path": "f.txt",
+        "action": "delete_lines",
+        "start_line_number": 1,
+        "end_line_number": 1,
+    }
+    bridge.queue.submit(
+        [
+            {"task_id": "good", "instruction_details": edit},
+            {"task_id": "lying", "instruction_details": edit},
+        ]
+    )
+    with bridge.queue.update() as tasks:
+        for raw in tasks:
+            raw["status"] = "pending"
+    # Prepare both for an outside agent: the bridge then leaves them alone.
+    other = Bridge(bridge.queue, _Elsewhere(), bridge.journal, base_dir=tmp_path)
+    assert other._prepare("good")
+    assert other._prepare("lying")
+    assert not asyncio.run(bridge.step())
+    assert {x["status"] for x in bridge.queue.read()} == {"pending_agent_action"}
+    # The agent did the work for one, and claims it for both.
+    (tmp_path / "f.txt").write_text("b\n")
+    report_task(bridge.queue, "good", "completed_by_agent", message="deleted line 1")
+    asyncio.run(bridge.drain())
+    (tmp_path / "f.txt").write_text("a\nb\n")  # someone undid it
+    report_task(bridge.queue, "lying", "completed_by_agent")
+    asyncio.run(bridge.drain())
+    assert dict(bridge.finalized) == {"good": "completed", "lying": "failed"}
+    err = json.loads((archived(tmp_path, "failed", "lying") / "error.json").read_text())
+    assert "does not have the requested content" in err["error"]
+
+
+class _Elsewhere(BuiltinExecutor):
+    name = "agent:elsewhere"
+
+
+def test_unknown_status_and_unreadable_handed_task_are_failed_not_dropped(
+    tmp_path: pathlib.Path, store: RunStore
+) -> None:
+    bridge = make_bridge(tmp_path, store)
+    bridge.queue.submit([cmd_task("weird", "true"), cmd_task("broken", "true")])
+    with bridge.queue.update() as tasks:
+        tasks[0]["status"] = "exploded"
+        tasks[1]["status"] = "pending_agent_action"
+        tasks[1]["agent_action_details"] = {"executor": "builtin", "tool_to_call": "nope"}
+    asyncio.run(bridge.drain())
+    assert dict(bridge.finalized) == {"weird": "failed", "broken": "failed"}
+    weird = json.loads((archived(tmp_path, "failed", "weird") / "error.json").read_text())
+    assert "unknown status 'exploded'" in weird["error"]
+
+
+def start_foreground(tmp_path: pathlib.Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "politerm", "bridge", "start", "--queue", "bq/task_queue.json"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def submit(tmp_path: pathlib.Path, *tasks: dict[str, t.Any]) -> None:
+    (tmp_path / "t.json").write_text(json.dumps({"tasks": list(tasks)}))
+    done = poli(tmp_path, "bridge", "submit", "t.json", "--queue", "bq/task_queue.json")
+    assert done.returncode == 0, done.stderr
+
+
+def test_daemon_wakes_on_submit_and_stops_on_request(tmp_path: pathlib.Path) -> None:
+    up = poli(tmp_path, "bridge", "start", "--daemon", "--queue", "bq/task_queue.json")
+    assert up.returncode == 0, up.stderr
+    pid = int(up.stdout.split()[1])
+    try:
+        again = poli(tmp_path, "bridge", "start", "--daemon", "--queue", "bq/task_queue.json")
+        assert again.returncode == 1
+        assert f"a bridge already serves {tmp_path / 'bq' / 'task_queue.json'}" in again.stderr
+        submit(tmp_path, cmd_task("one", "echo hi > hi.txt"))
+        assert retry_until(lambda: archived(tmp_path, "processed", "one").exists(), 60)
+        listed = poli(tmp_path, "bridge", "list", "--json", "--queue", "bq/task_queue.json")
+        assert json.loads(listed.stdout) == []
+        shown = poli(tmp_path, "bridge", "show", "one", "--queue", "bq/task_queue.json")
+        assert '"status": "completed"' in shown.stdout
+        assert "--- task.log" in shown.stdout
+    finally:
+        down = poli(tmp_path, "bridge", "stop", "--queue", "bq/task_queue.json")
+    assert down.returncode == 0, down.stderr
+    assert down.stdout.strip() == f"bridge {pid} stopped"
+    assert not (tmp_path / "bq" / "bridge.pid").exists()
+    log = (tmp_path / "bq" / "bridge.log").read_text()
+    assert "serving" in log
+    assert "bridge stopped" in log
+    assert poli(tmp_path, "bridge", "stop", "--queue", "bq/task_queue.json").stdout.startswith(
+        "no bridge serves"
+    )
+
+
+def test_bridge_killed_mid_command_resumes_and_runs_it_exactly_once(
+    tmp_path: pathlib.Path,
+) -> None:
+    script = "echo start >> runs.txt; sleep 2; echo end >> runs.txt; echo done"
+    bridge = start_foreground(tmp_path)
+    try:
+        submit(tmp_path, cmd_task("once", script), cmd_task("after", "echo next >> runs.txt"))
+        runs = tmp_path / "runs.txt"
+        assert retry_until(lambda: runs.exists() and "start" in runs.read_text(), 60)
+        os.kill(bridge.pid, signal.SIGKILL)
+        bridge.wait(30)
+        raw = find(TaskQueue(tmp_path / "bq" / "task_queue.json").read(), "once")
+        assert raw is not None
+        assert raw["status"] == "pending_agent_action"
+        bridge = start_foreground(tmp_path)
+        assert retry_until(lambda: archived(tmp_path, "processed", "after").exists(), 60)
+    finally:
+        bridge.send_signal(signal.SIGTERM)
+        _out, err = bridge.communicate(timeout=30)
+    assert runs.read_text() == "start\nend\nnext\n"
+    log = (archived(tmp_path, "processed", "once") / "task.log").read_text()
+    assert "resuming a task handed over before a restart" in log
+    assert "found its runner's status" in log
+    started = [line for line in log.splitlines() if "command c0: runner" in line]
+    assert len(started) == 1, log  # the restarted bridge adopted the runner, never spawned one
+    assert "resuming" in err
+
+
+def test_runner_lost_with_the_bridge_fails_the_task_instead_of_running_it_twice(
+    tmp_path: pathlib.Path,
+) -> None:
+    script = "echo start >> runs.txt; sleep 30; echo end >> runs.txt"
+    bridge = start_foreground(tmp_path)
+    try:
+        submit(tmp_path, cmd_task("lost", script))
+        runs = tmp_path / "runs.txt"
+        assert retry_until(lambda: runs.exists() and "start" in runs.read_text(), 60)
+        status = tmp_path / "bq" / "work" / "lost" / "commands" / "c0.status.json"
+        assert retry_until(lambda: status.exists() and json.loads(status.read_text())["pid"], 30)
+        st = json.loads(status.read_text())
+        os.kill(bridge.pid, signal.SIGKILL)
+        bridge.wait(30)
+        os.kill(st["runner_pid"], signal.SIGKILL)  # the runner dies too
+        os.killpg(st["pid"], signal.SIGKILL)
+        bridge = start_foreground(tmp_path)
+        assert retry_until(lambda: archived(tmp_path, "failed", "lost").exists(), 60)
+    finally:
+        bridge.send_signal(signal.SIGTERM)
+        bridge.communicate(timeout=30)
+    assert runs.read_text() == "start\n"
+    err = json.loads((archived(tmp_path, "failed", "lost") / "error.json").read_text())
+    assert "runner" in err["error"]
+    assert "died before the command ended" in err["error"]

@@ -1,0 +1,304 @@
+"""The agent driver on real fake agents: start, deliver, turns, approvals, idle, kill."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import sys
+import typing as t
+
+import psutil
+import pytest
+
+from politerm.agents import load_profile
+from politerm.agents.approval import ApprovalPolicy, Decision, answer_pending, get_pending
+from politerm.driver import AgentDriver, Expect, TmuxPlace, TurnOutcome
+from politerm.errors import AgentNotFound
+from politerm.store import RunStore
+from politerm.testing.fakeagent import prompts, read_log
+from politerm.testing.retry import aretry_until
+
+if t.TYPE_CHECKING:
+    from politerm.tmux import ControlClient, TmuxServer
+
+FAKE = [sys.executable, "-m", "politerm.testing.fakeagent"]
+READY = 30.0  # python start-up on a loaded 2-core box
+TURN = 60.0  # every turn test bounds its own run with this
+
+DONE_RULE = """
+[[rules]]
+match = '(?s)DO (?P<id>\\S+) nonce=(?P<nonce>[0-9a-f]+)'
+{extra}reply = '''
+Working on it.
+
+```
+[[POLI:MSG {{"to":"ORCH","type":"done","id":"{{id}}","nonce":"{{nonce}}"}}]]
+<REPORT>
+Did {{id}}.
+</REPORT>
+[[/POLI:MSG]]
+```
+'''
+"""
+
+
+def scenario(tmp_path: pathlib.Path, body: str, name: str = "fa") -> list[str]:
+    """The fake agent's argv with ``body`` as its scenario; it logs to ``<name>.jsonl``."""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(body, "utf-8")
+    return [*FAKE, "--mode", "claude", "--scenario", str(path), "--log", str(tmp_path / name)]
+
+
+def logged(tmp_path: pathlib.Path, name: str = "fa") -> list[bytes]:
+    return prompts(tmp_path / name)
+
+
+async def start(
+    tmux_server: TmuxServer,
+    client: ControlClient,
+    tmp_path: pathlib.Path,
+    body: str,
+    **kwargs: t.Any,
+) -> AgentDriver:
+    return await AgentDriver.start(
+        "AGENT",
+        load_profile("fake-claude"),
+        argv=scenario(tmp_path, body),
+        tmux=TmuxPlace(client, tmux_server, "t", "agent"),
+        cwd=tmp_path,
+        ready_timeout=READY,
+        **kwargs,
+    )
+
+
+def prompt(task: str) -> t.Callable[[str], str]:
+    return lambda nonce: f"DO {task} nonce={nonce}"
+
+
+async def test_turn_on_tmux_answered_with_the_block(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    driver = await start(tmux_server, tmux_session, tmp_path, DONE_RULE.format(extra=""))
+    async with asyncio.timeout(TURN):
+        result = await driver.run_turn(
+            prompt("T1"), Expect.block("done", block_id="T1"), timeout=30
+        )
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    assert result.block is not None and result.block.body.strip() == "Did T1."
+    assert result.block.nonce == result.nonce
+    assert result.delivery is not None and result.delivery.ok
+    assert logged(tmp_path) == [f"DO T1 nonce={result.nonce}".encode()]
+    pid = (await driver.pane.info()).pid if driver.pane else 0
+    await driver.kill()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_turn_on_a_pty(tmp_path: pathlib.Path) -> None:
+    driver = await AgentDriver.start(
+        "AGENT",
+        load_profile("fake-claude"),
+        argv=scenario(tmp_path, DONE_RULE.format(extra="")),
+        cwd=tmp_path,
+        ready_timeout=READY,
+    )
+    try:
+        async with asyncio.timeout(TURN):
+            result = await driver.run_turn(prompt("P1"), Expect.block("done"), timeout=30)
+        assert result.outcome is TurnOutcome.ANSWERED, result.error
+        assert result.block is not None and result.block.id == "P1"
+    finally:
+        await driver.kill()
+    assert driver.dead
+
+
+async def test_missing_program_creates_nothing(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    before = await tmux_session.cmd("list-windows", "-t", "=t", "-F", "#{window_id}")
+    with pytest.raises(AgentNotFound) as err:
+        await AgentDriver.start(
+            "PLANNER",
+            load_profile("claude"),
+            argv=["no-such-claude-binary"],
+            tmux=TmuxPlace(tmux_session, tmux_server, "t", "planner"),
+        )
+    assert str(err.value) == (
+        "cannot start 'no-such-claude-binary': not on PATH; install it or set "
+        "agents.PLANNER.command"
+    )
+    after = await tmux_session.cmd("list-windows", "-t", "=t", "-F", "#{window_id}")
+    assert after == before
+
+
+async def test_agent_that_never_gets_ready_is_torn_down(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    from politerm.errors import AgentTimeout
+
+    with pytest.raises(AgentTimeout, match="not ready after 1s"):
+        await AgentDriver.start(
+            "AGENT",
+            load_profile("fake-claude"),
+            argv=["sleep", "600"],
+            tmux=TmuxPlace(tmux_session, tmux_server, "t", "sleeper"),
+            ready_timeout=1.0,
+        )
+    names = await tmux_session.cmd(
+        "list-panes", "-s", "-t", "=t", "-F", "#{pane_dead} #{@poli_agent}"
+    )
+    assert all(not line.endswith("AGENT") or line.startswith("1") for line in names)
+    assert not any(p.name() == "sleep" and "600" in p.cmdline() for p in psutil.process_iter())
+
+
+async def test_text_left_in_the_box_is_cleared_before_the_paste(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    driver = await start(tmux_server, tmux_session, tmp_path, DONE_RULE.format(extra=""))
+    assert driver.pane is not None
+    # A person (or a dead-lettered prompt) left text in the input box.
+    await driver.pane.paste(b"half-typed words of someone else")
+    await aretry_until(lambda: _box(driver), 10, what="the left-over text to show in the input box")
+    async with asyncio.timeout(TURN):
+        result = await driver.run_turn(prompt("T2"), Expect.block("done"), timeout=30)
+    assert result.ok, result.error
+    # Exactly one prompt was submitted, and it is ours alone: nothing merged into it.
+    assert logged(tmp_path) == [f"DO T2 nonce={result.nonce}".encode()]
+
+
+async def _box(driver: AgentDriver) -> bool:
+    snap = await driver.snapshot()
+    return snap is not None and bool(driver.profile.input_text(snap))
+
+
+async def test_idle_without_answer_is_nudged_then_fails(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    driver = await start(tmux_server, tmux_session, tmp_path, 'default_reply = "I did it."\n')
+    async with asyncio.timeout(TURN):
+        result = await driver.run_turn(
+            prompt("T3"), Expect.block("done"), timeout=120, idle_after=1.0, nudges=1
+        )
+    assert result.outcome is TurnOutcome.IDLE
+    assert result.nudges == 1
+    assert "went idle without a done block" in result.error
+    assert "1 nudge(s) delivered" in result.error
+    sent = logged(tmp_path)
+    assert len(sent) == 2 and sent[1].startswith(b"If you are finished")
+
+
+APPROVAL = DONE_RULE.format(extra='approval = "Bash(echo hi > out.txt)"\n')
+
+
+async def test_approval_answered_by_policy(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    store = RunStore.open(tmp_path / "store.db")
+    driver = await start(
+        tmux_server,
+        tmux_session,
+        tmp_path,
+        APPROVAL,
+        store=store,
+        policy=ApprovalPolicy.of("deny", [r"^echo hi"]),
+    )
+    async with asyncio.timeout(TURN):
+        result = await driver.run_turn(prompt("T4"), Expect.block("done"), timeout=30)
+    assert result.ok, result.error
+    [event] = [e for e in store.list_events() if e.kind == "approval"]
+    assert event.data["decision"] == "approve" and event.data["by"] == "policy"
+    assert [e["event"] for e in read_log(tmp_path / "fa") if e["event"] == "approval"] != []
+    store.close()
+
+
+async def test_approval_answered_with_poli_approve(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    store = RunStore.open(tmp_path / "store.db")
+    driver = await start(
+        tmux_server,
+        tmux_session,
+        tmp_path,
+        APPROVAL,
+        store=store,
+        approval_key="run1.step-1",
+    )
+    turn = asyncio.create_task(driver.run_turn(prompt("T5"), Expect.block("done"), timeout=60))
+
+    async def asked() -> bool:
+        return get_pending(store, "run1.step-1") is not None
+
+    await aretry_until(asked, 30, what="the approval question to be pending")
+    assert not turn.done()
+    answer_pending(store, "run1.step-1", Decision.APPROVE)
+    async with asyncio.timeout(TURN):
+        result = await turn
+    assert result.ok, result.error
+    [event] = [e for e in store.list_events() if e.kind == "approval"]
+    assert event.data["by"] == "user" and event.agent == "run1.step-1"
+    assert get_pending(store, "run1.step-1") is None
+    store.close()
+
+
+async def test_turn_window_counts_rows_like_the_capture(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    """A long line that tmux wrapped above the turn start must not shift the window."""
+    script = tmp_path / "printer.py"
+    script.write_text(
+        "import sys\n"
+        "print('x' * 700, flush=True)\n"  # several rows, one line once joined
+        "sys.stdin.readline()\n"
+        'print(\'[[POLI:MSG {"to":"ORCH","type":"done","id":"W1","nonce":"abc123"}]]\')\n'
+        "print('ok')\n"
+        "print('[[/POLI:MSG]]', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    driver = await AgentDriver.start(
+        "PRINTER",
+        load_profile("generic"),
+        argv=[sys.executable, str(script)],
+        tmux=TmuxPlace(tmux_session, tmux_server, "t", "printer", size=(80, 24)),
+        ready_timeout=None,
+    )
+    assert driver.pane is not None
+
+    async def printed() -> bool:
+        snap = await driver.snapshot()
+        return snap is not None and any("xxxx" in ln for ln in snap.lines)
+
+    await aretry_until(printed, 15, what="the long line")
+    snap = await driver.snapshot()
+    assert snap is not None
+    start = driver.turn_start(snap)
+    await driver.press("Enter")
+
+    async def answered() -> bool:
+        snap = await driver.snapshot()
+        assert snap is not None
+        blocks = await driver.read_blocks(snap, start, "abc123")
+        return any(b.id == "W1" for b in blocks)
+
+    await aretry_until(answered, 15, what="the block below the wrapped line")
+    await driver.kill()
+
+
+def test_hook_points_are_checked() -> None:
+    driver = AgentDriver.__new__(AgentDriver)
+    driver._hooks = {}
+
+    async def nothing() -> None:
+        return None
+
+    driver.on("before-paste", nothing)
+    with pytest.raises(ValueError, match="no hook point 'sometime'"):
+        driver.on("sometime", nothing)
+
+
+def test_os_path_is_used_for_the_check() -> None:
+    from politerm.driver import check_program
+
+    check_program(
+        [pathlib.Path(sys.executable).name],
+        {"PATH": str(pathlib.Path(sys.executable).parent)},
+        setting="x",
+    )

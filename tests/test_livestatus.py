@@ -1,0 +1,118 @@
+"""poli status shows live agent state; --watch redraws on store commits and pane deaths only."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import typing as t
+
+from politerm.livestatus import LiveAgents, watch
+from politerm.status import collect
+from politerm.testing.retry import retry_until
+from tests.loophelpers import started, write_project
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    import libtmux
+
+    from tests.loophelpers import Loop
+
+
+def _pid(loop: Loop, agent: str) -> int:
+    starts = [e for e in loop.log(agent) if e["event"] == "start"]
+    assert starts, f"{agent} logged no start"
+    return int(starts[-1]["pid"])
+
+
+async def test_a_dead_pane_is_exited_at_once(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    write_project(tmp_path, server.socket_name)
+    async with started(tmp_path) as loop:
+        live = LiveAgents(loop.session.server)
+        try:
+            states = await live.states(loop.store.list_agents())
+            assert states == {"PLANNER": "ready", "EXECUTER": "ready"}
+            # The store still says READY: no router ran to notice the death.
+            os.kill(_pid(loop, "EXECUTER"), signal.SIGKILL)
+            executer = loop.store.get_agent("EXECUTER")
+            assert executer is not None
+            pane = await loop.session.server.pane("t", executer.pane_id)
+            async with asyncio.timeout(10):
+                while await pane.is_alive():
+                    await pane.wait_output(0.5)
+            states = await live.states(loop.store.list_agents())
+            assert states["EXECUTER"] == "exited"
+            assert states["PLANNER"] == "ready"
+            stored = {a.name: a.state for a in loop.store.list_agents()}
+            assert stored["EXECUTER"] == "ready"
+            data = collect(loop.store, live=states)
+            shown = {a["name"]: a["state"] for a in data["agents"]}
+            assert shown == {"PLANNER": "ready", "EXECUTER": "exited"}
+        finally:
+            await live.close()
+
+
+async def test_watch_redraws_on_a_commit_and_on_a_death_not_on_a_timer(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    write_project(tmp_path, server.socket_name)
+    async with started(tmp_path) as loop:
+
+        def control_window() -> str:
+            return "\n".join(server.cmd("capture-pane", "-p", "-t", "=t:control").stdout)
+
+        # The control window's own status process opens the store once as it starts.
+        await asyncio.to_thread(
+            retry_until, lambda: "EXECUTER" in control_window(), 20, what="the control window"
+        )
+        live = LiveAgents(loop.session.server)
+        frames: list[dict[str, t.Any]] = []
+        drawn = asyncio.Event()
+
+        def draw(data: dict[str, t.Any]) -> None:
+            frames.append(data)
+            drawn.set()
+
+        async def next_frame(what: str) -> dict[str, t.Any]:
+            drawn.clear()
+            try:
+                async with asyncio.timeout(30):
+                    await drawn.wait()
+            except TimeoutError:
+                msg = f"no redraw within 30 s after {what}"
+                raise AssertionError(msg) from None
+            return frames[-1]
+
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(watch(loop.store, live, draw, collect=collect, stop=stop))
+        try:
+            first = await next_frame("start")
+            assert {a["state"] for a in first["agents"]} == {"ready"}
+            # Quiet: nothing changes, nothing is drawn.
+            drawn.clear()
+            with_quiet = len(frames)
+            try:
+                async with asyncio.timeout(1.5):
+                    await drawn.wait()
+            except TimeoutError:
+                pass
+            assert len(frames) == with_quiet, "redrawn with nothing changed"
+            loop.store.add_event("note", detail="hello from a commit")
+            frame = await next_frame("a commit")
+            assert frame["events"][-1]["detail"] == "hello from a commit"
+            os.kill(_pid(loop, "PLANNER"), signal.SIGKILL)
+            for _ in range(10):
+                frame = await next_frame("the planner's death")
+                states = {a["name"]: a["state"] for a in frame["agents"]}
+                if states["PLANNER"] == "exited":
+                    break
+            assert states == {"PLANNER": "exited", "EXECUTER": "ready"}
+        finally:
+            stop.set()
+            await asyncio.wait_for(watcher, 10)
+            await live.close()

@@ -1,0 +1,127 @@
+"""Notifications: webhook, ntfy topics and notify-send, fed by another process's store events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import typing as t
+
+import pytest
+from aiohttp import web
+
+from politerm.config import NotifyConfig
+from politerm.store import RunStore
+from politerm.ui.notify import Notifier
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+
+class Receiver:
+    """A loopback HTTP server recording every POST (the webhook and the ntfy server)."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, dict[str, str], bytes]] = []
+        self.arrived = asyncio.Event()
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.posts.append((request.path, dict(request.headers), await request.read()))
+        self.arrived.set()
+        return web.json_response({"ok": True})
+
+    async def __aenter__(self) -> t.Self:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()
+
+    async def wait_for(self, n: int, timeout: float = 15) -> None:
+        async with asyncio.timeout(timeout):
+            while len(self.posts) < n:
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+def _notify_send(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    """A stand-in notify-send on PATH that records its arguments (no desktop on CI)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "notify-send.log"
+    script = bindir / "notify-send"
+    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {log}\necho ===END=== >> {log}\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    return log
+
+
+async def test_events_from_another_process_reach_every_channel_rate_limited(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent_log = _notify_send(tmp_path, monkeypatch)
+    path = tmp_path / "runs.sqlite3"
+    async with Receiver() as rx:
+        base = f"http://127.0.0.1:{rx.port}"
+        config = NotifyConfig(
+            desktop=True, webhook=f"{base}/hook", ntfy=[f"{base}/poli-topic"],
+            min_interval=3600, burst=10,
+        )  # fmt: skip
+        with RunStore.open(path) as mine, RunStore.open(path) as other:
+            other.add_event("done", task_id="T-old", detail="before the notifier started")
+            notifier = Notifier(config, mine, link="http://127.0.0.1:8765/")
+            async with notifier.running():
+                other.add_event(
+                    "approval-asked",
+                    agent="EXECUTER",
+                    detail="EXECUTER asks: Bash(echo hi) token=sk-ant-abcdefghijklmnopqrstuvwxyz",
+                )
+                await rx.wait_for(2)
+                # the same agent asking again within min_interval is not sent again
+                other.add_event("approval-asked", agent="EXECUTER", detail="again")
+                other.add_event("failed", task_id="T1", detail="EXECUTER exited")
+                await rx.wait_for(4)
+            assert [n.kind for n in notifier.sent] == ["approval", "failed"]
+            assert notifier.limit.suppressed == 1
+            assert notifier.errors == []
+    hooks = [json.loads(body) for p, _, body in rx.posts if p == "/hook"]
+    assert [h["kind"] for h in hooks] == ["approval", "failed"]
+    assert hooks[0]["agent"] == "EXECUTER" and hooks[0]["link"] == "http://127.0.0.1:8765/"
+    assert "sk-ant-" not in hooks[0]["body"] and "[REDACTED" in hooks[0]["body"]
+    topics = [(h, body.decode()) for p, h, body in rx.posts if p == "/poli-topic"]
+    assert [h["Tags"] for h, _ in topics] == ["approval", "failed"]
+    assert topics[0][0]["Title"] == "poli: approval needed (EXECUTER)"
+    assert topics[0][0]["Click"] == "http://127.0.0.1:8765/"
+    assert "sk-ant-" not in topics[0][1]
+    desktop = sent_log.read_text().split("===END===\n")
+    assert "poli: approval needed (EXECUTER)" in desktop[0]
+    assert "poli: task failed (T1)" in desktop[1]
+    assert "before the notifier started" not in sent_log.read_text()
+
+
+async def test_a_refusing_channel_is_reported_not_raised(tmp_path: pathlib.Path) -> None:
+    async with Receiver() as rx:
+        rx_port = rx.port
+    # the receiver is gone: the webhook cannot be reached
+    config = NotifyConfig(desktop=False, webhook=f"http://127.0.0.1:{rx_port}/hook?secret=1")
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        notifier = Notifier(config, store)
+        notifier.skip_past()
+        store.add_event("stuck", agent="PLANNER", detail="PLANNER is stuck (rate limit)")
+        sent = await notifier.check()
+    assert [n.kind for n in sent] == ["stuck"]
+    assert len(notifier.errors) == 1
+    assert notifier.errors[0].startswith(f"notification to http://127.0.0.1:{rx_port}/hook failed")
+    assert "secret" not in notifier.errors[0]

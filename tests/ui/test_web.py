@@ -1,0 +1,163 @@
+"""``poli web`` in a real browser (playwright + Debian's chromium) over real fake agents."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import typing as t
+
+import httpx
+import pytest
+import websockets
+
+from politerm.testing.retry import retry_until
+from tests.loophelpers import started
+from tests.ui.uihelpers import (
+    ask_project,
+    base_and_token,
+    browser,
+    poli,
+    screenshot_path,
+    web,
+)
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    import libtmux
+
+
+def _socket(server: libtmux.Server) -> str:
+    assert server.socket_name is not None
+    return server.socket_name
+
+
+async def test_every_request_and_websocket_needs_the_token(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    ask_project(root, _socket(server))
+    async with started(root):
+        with web(root) as url:
+            base, token = base_and_token(url)
+            async with httpx.AsyncClient() as client:
+                for path in ("/", "/api/overview", "/agent/PLANNER", "/events", "/static/poli.js"):
+                    refused = await client.get(base + path)
+                    assert refused.status_code == 401, path
+                    wrong = await client.get(base + path, params={"token": token + "x"})
+                    assert wrong.status_code == 401, path
+                ok = await client.get(base + "/api/overview", params={"token": token})
+                assert ok.status_code == 200
+                assert {a["name"] for a in ok.json()["agents"]} >= {"PLANNER", "EXECUTER"}
+                # read-only: actions are refused without --allow-actions
+                act = await client.post(
+                    base + "/api/approve",
+                    headers={"X-Poli-Token": token},
+                    json={"agent": "EXECUTER", "asked": 1.0, "command": "x"},
+                )
+                assert act.status_code == 403
+                assert "read-only" in act.json()["error"]
+            ws_base = base.replace("http://", "ws://")
+            with pytest.raises(websockets.InvalidStatus):
+                async with websockets.connect(ws_base + "/ws/overview"):
+                    pass
+            async with websockets.connect(f"{ws_base}/ws/overview?token={token}") as ws:
+                data = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                assert "agents" in data
+
+
+async def test_binding_beyond_loopback_needs_a_chosen_token(tmp_path: pathlib.Path) -> None:
+    proc = poli(tmp_path, "web", "--host", "0.0.0.0")
+    _, err = await asyncio.to_thread(proc.communicate, None, 30)
+    assert proc.returncode == 1
+    assert err.strip().startswith("poli: --host 0.0.0.0 listens beyond this machine")
+    assert "Traceback" not in err
+
+
+async def test_mirror_shows_what_the_agent_prints_within_a_second(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    ask_project(root, _socket(server))
+    async with started(root) as loop, browser() as b:
+        with web(root) as url:
+            base, token = base_and_token(url)
+            pane_id = loop.store.get_agent("PLANNER").pane_id  # type: ignore[union-attr]
+            page = await b.new_page(viewport={"width": 1700, "height": 1000})
+            await page.goto(f"{base}/agent/PLANNER?token={token}")
+            # the first screen comes from a capture: the fake agent's input box is on it
+            await page.wait_for_function(
+                "() => window.poliTerm && window.poliFrames > 0", timeout=15_000
+            )
+            agents = await loop.session.attach()
+            _, pane = agents["PLANNER"]
+            assert pane.pane_id == pane_id
+            marker = "mirror-check-7731"
+            await pane.paste(marker.encode())
+            # xterm.js has rendered the text the agent echoed: within the issue's second
+            await page.wait_for_function(
+                """(m) => {
+                    const b = window.poliTerm.buffer.active;
+                    for (let i = 0; i < b.length; i++) {
+                        const l = b.getLine(i);
+                        if (l && l.translateToString().includes(m)) return true;
+                    }
+                    return false;
+                }""",
+                arg=marker,
+                timeout=1_000,
+            )
+            assert marker in await page.locator(".xterm-rows").inner_text()
+            await page.screenshot(path=str(screenshot_path(tmp_path, "web-agent.png")))
+
+
+async def test_approving_from_the_page_answers_the_agent(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    ask_project(root, _socket(server))
+    async with started(root) as loop, browser() as b:
+        with web(root, "--allow-actions") as url:
+            base, token = base_and_token(url)
+            page = await b.new_page(viewport={"width": 1500, "height": 1100})
+            await page.goto(f"{base}/?token={token}")
+            router = poli(root, "task", "make hello", "--id", "T-web", "--timeout", "90")
+            try:
+                approve = page.locator("#approvals button.approve")
+                await approve.wait_for(state="visible", timeout=60_000)
+                row = approve.locator("xpath=ancestor::tr")
+                assert "echo hi > out.txt" in await row.inner_text()
+                await page.screenshot(path=str(screenshot_path(tmp_path, "web-overview.png")))
+                pending = json.loads(loop.store.get_meta("approval:EXECUTER") or "{}")
+                await approve.click()
+                await page.wait_for_function(
+                    "() => document.getElementById('status').textContent.startsWith('approved')",
+                    timeout=10_000,
+                )
+                await asyncio.to_thread(
+                    retry_until,
+                    lambda: (root / "executer" / "out.txt").is_file(),
+                    60,
+                    what="the executer wrote out.txt after the approval",
+                )
+                out, err = await asyncio.to_thread(router.communicate, None, 90)
+                assert router.returncode == 0, (out, err)
+            finally:
+                if router.poll() is None:
+                    router.kill()
+            task = loop.store.get_task("T-web")
+            assert task is not None and task.state.value == "done"
+            approvals = [e for e in loop.log("EXECUTER") if e["event"] == "approval"]
+            assert approvals and approvals[-1]["approved"] is True, approvals
+            kinds = [e.kind for e in loop.store.list_events(limit=200)]
+            assert "ui-action" in kinds and "approval-answer" in kinds
+            # the same button again is stale: the question it was drawn for is gone
+            async with httpx.AsyncClient() as client:
+                again = await client.post(
+                    base + "/api/approve",
+                    headers={"X-Poli-Token": token},
+                    json={"agent": "EXECUTER", "asked": pending["asked"],
+                          "command": pending["command"]},
+                )  # fmt: skip
+            assert again.status_code == 409
+            assert "EXECUTER" in again.json()["error"]

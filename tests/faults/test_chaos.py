@@ -49,7 +49,7 @@ def test_ci_run_of_210_handoffs_under_agent_faults(
 
 def test_lost_enters_are_resubmitted_once(server: libtmux.Server, tmp_path: pathlib.Path) -> None:
     lose = {"lose_enter": 0.25}
-    plan = ChaosPlan(seed=3, tasks=6, wave=3, planner=planner(**lose), executer=executer(**lose))
+    plan = ChaosPlan(seed=3, tasks=5, wave=3, planner=planner(**lose), executer=executer(**lose))
     result = chaos(server, tmp_path, plan)
     assert result.verdict.faults["lost_enter"] > 0, result.summary()
 

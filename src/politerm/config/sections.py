@@ -95,6 +95,10 @@ class RoutingConfig(_Section):
     max_attempts: int = Field(default=3, ge=1, description="a whole number >= 1")
     message_ttl: float = Field(default=3600.0, gt=0, allow_inf_nan=False, description=_SECONDS)
     require_nonce: bool = Field(default=True, description="true or false")
+    contract: t.Literal["politerm", "poliseed"] = Field(
+        default="politerm",
+        description="'politerm', or 'poliseed' for the original PoliTerm's prompts and blocks",
+    )
     approval: t.Literal["ask", "approve", "deny"] = Field(
         default="ask", description="one of 'ask', 'approve', 'deny'"
     )

@@ -295,3 +295,36 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
     assert sent[0].startswith("Create hello.py\n")
     assert [s.startswith("Create hello.py") for s in sent].count(True) == 1
     assert sent[-1].startswith("If you have finished the step with STEP_ID=")
+
+
+async def test_a_step_without_report_in_time_is_a_system_error_turn(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    slow = 'mode = "claude"\nthink_time = 30\nstrip_fences = false\n'
+    rules = [
+        Rule(r"SYSTEM_ERROR: no report from the dev agent for step 1", "TASK_COMPLETE gave up"),
+        *BRAIN_RULES,
+    ]
+    with MockLLM(rules, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.config = rig.config.model_copy(
+            update={
+                "manager": rig.config.manager.model_copy(
+                    update={"dev_command": fake(tmp_path, "dev", slow), "step_timeout": 3.0}
+                )
+            }
+        )
+        rig.manager.config = rig.config.manager
+        try:
+            rig.manager.start("proj", "Make hello.py")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+            turns = rig.store.turns("proj")
+            timeouts = [e for e in rig.run_store.list_events() if e.kind == "manager.dev_timeout"]
+        finally:
+            await rig.close()
+    assert project.state is S.TASK_COMPLETE and project.result == "gave up"
+    assert turns[1].role == "system"
+    assert "no report from the dev agent for step 1" in turns[1].text
+    assert "within 3s" in turns[1].text
+    assert len(timeouts) == 1

@@ -112,7 +112,11 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
             await c.wait_for("manager (no project)>")
             await c.type(f"project add web {tmp_path / 'proj'} --goal 'A web server'")
             await c.wait_for("project web added")
-            await c.type("project select web")
+            await term.write(b"project sel\t")  # completion of commands and project names
+            await c.wait_for("project select")
+            await term.write(b" w\t")
+            await c.wait_for("project select web")
+            await term.write(b"\r")
             await c.wait_for("manager (web)>")
             await c.type("goal Start the server")
             await c.wait_for("QUESTION: Which port should the server use?")

@@ -48,8 +48,18 @@ def load(config_path: pathlib.Path | None) -> Config:
 
 
 def open_store(config: Config) -> RunStore:
-    """The run store the configuration names."""
-    return RunStore.open(config.store.resolved_path())
+    """The run store the configuration names, redacting with its ``[redact]`` patterns."""
+    from politerm._internal import vault
+
+    store = RunStore.open(config.store.resolved_path())
+    # Secrets this command redacts from the store are kept in the session's tmux server, so
+    # that the router (another process) can still deliver the original to the agent.
+    vault.use_tmux(config.tmux.socket)
+    if config.redact.patterns:
+        from politerm.redact import Redactor
+
+        store.set_redaction(Redactor(config.redact.patterns), vault.keep)
+    return store
 
 
 def format_event(event: Event) -> str:

@@ -54,6 +54,13 @@ def command() -> None:
     help="'builtin' (politerm applies edits and runs commands) or 'agent:NAME'.",
 )
 @click.option(
+    "--report",
+    type=click.Choice(["block", "fenced"]),
+    default="block",
+    show_default=True,
+    help="How an agent reports: a tagged done/failed block, or a ```poli:<id> report.",
+)
+@click.option(
     "--base-dir",
     type=click.Path(file_okay=False, path_type=pathlib.Path),
     help="Relative paths of tasks start here (default: the current directory).",
@@ -64,6 +71,7 @@ def command() -> None:
 def start(
     queue_opt: pathlib.Path | None,
     executor: str,
+    report: str,
     base_dir: pathlib.Path | None,
     daemon: bool,
     once: bool,
@@ -75,14 +83,15 @@ def start(
     queue = _queue(queue_opt)
     base = (base_dir or pathlib.Path.cwd()).absolute()
     if daemon:
-        argv = ["--queue", str(queue.path), "--executor", executor, "--base-dir", str(base)]
+        argv = ["--queue", str(queue.path), "--executor", executor, "--report", report]
+        argv += ["--base-dir", str(base)]
         if config_path is not None:
             argv += ["--config", str(config_path.absolute())]
         pid = start_daemon(argv, queue)
         click.echo(f"bridge {pid} serving {queue.path} (log: {log_path(queue)})")
         return
     config = load(config_path)
-    chosen = make_executor(executor, config)
+    chosen = make_executor(executor, config, report=report)
 
     def say(line: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -252,6 +261,8 @@ def run_command(
     """
     import shlex
 
+    from pydantic import ValidationError
+
     from politerm.bridge.runner import CommandSpec, RunState, run_command
     from politerm.errors import BridgeTaskInvalid
 
@@ -266,8 +277,10 @@ def run_command(
             out_dir=str(out_dir.absolute()),
             redact_patterns=load(config_path).redact.patterns,
         )
-    except ValueError as e:
-        msg = f"run-command: {str(e).splitlines()[0]}"
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = "--id" if err["loc"] == ("command_id",) else ".".join(map(str, err["loc"]))
+        msg = f"run-command: {where} {err.get('input')!r}: {err['msg']}"
         raise BridgeTaskInvalid(msg) from None
     status = run_command(spec)
     click.echo(_safe(status.model_dump_json(indent=2)))

@@ -95,6 +95,10 @@ class RoutingConfig(_Section):
     max_attempts: int = Field(default=3, ge=1, description="a whole number >= 1")
     message_ttl: float = Field(default=3600.0, gt=0, allow_inf_nan=False, description=_SECONDS)
     require_nonce: bool = Field(default=True, description="true or false")
+    contract: t.Literal["politerm", "poliseed"] = Field(
+        default="politerm",
+        description="'politerm', or 'poliseed' for the original PoliTerm's prompts and blocks",
+    )
     approval: t.Literal["ask", "approve", "deny"] = Field(
         default="ask", description="one of 'ask', 'approve', 'deny'"
     )
@@ -133,6 +137,7 @@ class AgentConfig(_Section):
     primer: _Primer = Field(default=None, description="a path to an existing primer file, or false")
     resume_args: list[str] | None = Field(default=None, description="a list of strings")
     ready_regex: str | None = Field(default=None, description="a valid regular expression")
+    mcp: bool = Field(default=False, description="true or false (register `poli mcp` in the agent)")
 
     @field_validator("command")
     @classmethod

@@ -18,6 +18,7 @@ from politerm.agents.state import AgentState, StateReading
 from politerm.driver.delivery import deliver
 from politerm.engine.router import RESUME_META
 from politerm.errors import AgentExited, AgentTimeout, RoutingError, SessionNotFound
+from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.store.models import MessageState, TaskState
 from politerm.tmux.pane import find_agent_pane, new_window
 from politerm.tmux.server import TmuxServer
@@ -42,10 +43,15 @@ def agent_profile(cfg: AgentConfig) -> AgentProfile:
     return profile
 
 
-def builtin_primer(name: str) -> str:
-    """The built-in primer text for an agent role (PLANNER, EXECUTER, or any other)."""
+def builtin_primer(name: str, contract: str = "politerm") -> str:
+    """The built-in primer text for an agent role (PLANNER, EXECUTER, or any other).
+
+    The ``poliseed`` contract has its own primers: they show the original's block shape.
+    """
     base = importlib.resources.files("politerm.engine") / "primers"
     path = base / f"{name.lower()}.md"
+    if contract != "politerm" and (base / f"{contract}-{name.lower()}.md").is_file():
+        path = base / f"{contract}-{name.lower()}.md"
     if not path.is_file():
         path = base / "agent.md"
     return path.read_text()
@@ -133,6 +139,16 @@ class Session:
                 argv = [*argv, *extra]
                 restarted.append(name)
             env = {**profile.env, **acfg.env}
+            # identity (POLI_AGENT…), no TMUX/TMUX_PANE, `poli mcp` when asked: messaging
+            argv, env = prepare_launch(
+                self.config,
+                name,
+                profile.name,
+                argv,
+                env,
+                mcp=acfg.mcp,
+                config_file=session_config_file(self.config),
+            )
             cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
             if pane is not None:
                 await pane.respawn(argv, cwd=cwd, env=env)
@@ -293,7 +309,7 @@ class Session:
         text = (
             pathlib.Path(acfg.primer).read_text()
             if isinstance(acfg.primer, (str, os.PathLike))
-            else builtin_primer(name)
+            else builtin_primer(name, self.config.routing.contract)
         )
         result = await deliver(pane, text, profile)
         if not result.ok:

@@ -97,7 +97,10 @@ class Repl:
         self._running: str | None = None
         hist = RedactingHistory(history, manager.store.redactor) if history else None
         self.session: PromptSession[str] = PromptSession(
-            history=hist, completer=DynamicCompleter(self._completer)
+            history=hist,
+            completer=DynamicCompleter(self._completer),
+            # Tab completes (a lone candidate at once), as in a shell; no menu while typing.
+            complete_while_typing=False,
         )
         manager.on_event = self._on_event
 

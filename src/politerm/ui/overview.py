@@ -130,10 +130,12 @@ def _kind(session: str) -> str:
 
     Examples
     --------
-    >>> _kind("poli-myproj-20260101-1200-ab12"), _kind("poli"), _kind("poli-manager-x")
+    >>> _kind("poli-myproj-20260101-1200-ab12"), _kind("poli"), _kind("poli-mgr-web")
     ('pipeline', 'loop', 'manager')
     """
-    for word in ("manager", "bridge", "epic", "messaging"):
+    if "-mgr-" in session or "manager" in session:
+        return "manager"
+    for word in ("bridge", "epic", "messaging"):
         if word in session:
             return word
     if session.startswith("poli-") and session.count("-") >= 2:

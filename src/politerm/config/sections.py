@@ -16,6 +16,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from politerm.errors import ConfigError
+from politerm.project import Project, find_project
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterable
@@ -317,6 +318,7 @@ class Config(_Section):
     notify: NotifyConfig = Field(default_factory=NotifyConfig, description="a table")
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
+    _project: Project | None = PrivateAttr(default=None)
 
     @field_validator("agents")
     @classmethod
@@ -326,6 +328,13 @@ class Config(_Section):
                 msg = f"agent name {name!r} must be letters, digits, '_' or '-'"
                 raise ValueError(msg)
         return value
+
+    @property
+    def project(self) -> Project:
+        """The project this configuration was loaded for (found from here if built directly)."""
+        if self._project is None:
+            self._project = find_project()
+        return self._project
 
     @property
     def sources(self) -> tuple[Path, ...]:

@@ -202,7 +202,8 @@ class TmuxServer:
         if out.strip() != CONFIG_VERSION:
             await self.run("source-file", str(self.config_file()))
         for option, value in (options or {}).items():
-            await self.run("set-option", "-t", f"={name}", option, value)
+            # "=name:" is exact (set-option reads a plain "=name" as a pane target).
+            await self.run("set-option", "-t", f"={name}:", option, value)
         return True
 
     async def connect(self, session: str) -> ControlClient:

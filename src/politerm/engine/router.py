@@ -42,6 +42,8 @@ from politerm.errors import (
     TmuxLookupError,
 )
 from politerm.protocol import BlockParser, TranscriptTail, cross_check
+from politerm.protocol.contract import Contract, after_prompt, nonce_required, nonceless
+from politerm.protocol.contract import status_task as _status_of
 from politerm.protocol.parser import last_prompt_line
 from politerm.protocol.primer import new_nonce
 from politerm.store.models import MessageState, TaskState
@@ -151,7 +153,9 @@ class Router:
     ) -> None:
         self.config = config
         self.store = store
-        self.templates = templates or Templates()
+        self.templates = templates or Templates(contract=config.routing.contract)
+        self._nonce_required = nonce_required(config.routing.require_nonce, config.routing.contract)
+        self._poliseed = config.routing.contract == Contract.POLISEED.value
         self.agents: dict[str, AgentRuntime] = {
             name: AgentRuntime(
                 name,
@@ -360,7 +364,7 @@ class Router:
         elif rt.tail is not None:
             # The turn was answered on screen; the transcript may still be catching up, and
             # its copy of the block is cross-checked when it arrives.
-            nonce = rt.last_nonce if self.config.routing.require_nonce else None
+            nonce = rt.last_nonce if self._nonce_required else None
             self._transcript_blocks(rt, nonce)
         if turn is not None and self._idle_without_block(rt, turn, now):
             self._answered_without_block(rt, turn, snap)
@@ -485,28 +489,75 @@ class Router:
 
     async def _scan_turn(self, rt: AgentRuntime, turn: Turn, snap: Snapshot) -> None:
         lines = await self._turn_lines(rt, turn, snap)
+        # Without a nonce, position keeps echoes out: only what follows the prompt's echo.
+        after = after_prompt(lines, self._turn_prompt(turn))
+        if self._poliseed:
+            lines = lines[after:]
         parser = rt.parser
-        nonce = turn.nonce if self.config.routing.require_nonce else None
+        nonce = turn.nonce if self._nonce_required else None
         parser.expect_nonce(nonce)
         before = len(parser.rejections)
         for block in parser.scan_screen(lines):
+            if block.nonce is None:
+                block = dataclasses.replace(block, nonce=turn.nonce)  # this turn's, by position
             key = (block.nonce, block.type, block.id)
             rt.screen_blocks[key] = block
             self._cross_check(rt, key)
             if self.store.current_turn(rt.name) is not None:
                 self._handle_block(rt, turn, block)
+        accepted = self._nonceless(rt, turn, snap, lines, after) if nonce else set()
         for block in self._transcript_blocks(rt, nonce):
             if self.store.current_turn(rt.name) is not None:
                 # The screen lost or mangled it (scrolled off an alternate screen, say):
                 # the transcript still has it.
                 self._handle_block(rt, turn, block)
         for rej in parser.rejections[before:]:
+            if rej.line in accepted:
+                continue
             self.store.add_event(
                 "rejected",
                 task_id=turn.task_id,
                 agent=rt.name,
                 detail=f"line {rej.line}: {rej.reason}",
             )
+
+    def _turn_prompt(self, turn: Turn) -> str | None:
+        msg = self.store.get_message(turn.message_id) if turn.message_id else None
+        return msg.text if msg is not None else None
+
+    def _nonceless(
+        self, rt: AgentRuntime, turn: Turn, snap: Snapshot, lines: list[str], after: int
+    ) -> set[int]:
+        """Accept blocks that dropped the nonce, when provably this turn's (with a warning).
+
+        Provably: printed after the turn's prompt (after its start line on the normal
+        screen, or on a redrawn screen after the echo of this turn's prompt) and carrying the
+        turn's task id. Returns their line numbers in the scanned lines, whose missing-nonce
+        rejections are then not reported.
+        """
+        if snap.alternate_screen or turn.start_line < 0:
+            echo = last_prompt_line(lines, self._turn_prompt(turn))
+            if echo < 0:
+                return set()
+            after = max(after, echo + 1)
+        lines_seen: set[int] = set()
+        for block in nonceless(lines[after:], turn.task_id):
+            bound = dataclasses.replace(block, nonce=turn.nonce)
+            key = (bound.nonce, bound.type, bound.id)
+            lines_seen.add(block.line + after)
+            if key in rt.screen_blocks:
+                continue
+            rt.screen_blocks[key] = bound
+            self.store.add_event(
+                "warning",
+                task_id=turn.task_id,
+                agent=rt.name,
+                detail=f"accepted a {block.type} block without a nonce: it follows the turn's "
+                f"prompt and carries task id {block.id}",
+            )
+            if self.store.current_turn(rt.name) is not None:
+                self._handle_block(rt, turn, bound)
+        return lines_seen
 
     def _transcript_blocks(self, rt: AgentRuntime, nonce: str | None) -> list[Block]:
         """New blocks from the agent's own transcript file, if its profile names one."""
@@ -558,6 +609,22 @@ class Router:
 
     def _apply_block(self, rt: AgentRuntime, turn: Turn, block: Block) -> None:
         key = block.dedupe_key
+        if block.type == "status" and _status_of(block.id, turn.task_id):
+            # A status block with its own id (<task>-status-N): the turn's task's progress.
+            first = self.store.record_block(
+                agent=rt.name, task_id=turn.task_id, type=block.type, msg_id=block.id,
+                nonce=block.nonce, dedupe_key=key, header=block.header, body=block.body,
+                accepted=True, reason=None,
+            )  # fmt: skip
+            if first:
+                self.store.add_event(
+                    "block",
+                    task_id=turn.task_id,
+                    agent=rt.name,
+                    detail=f"{rt.name} → {block.to}: status ({block.id})",
+                    data={"type": block.type, "to": block.to, "body": block.body},
+                )
+            return
         task = self.store.get_task(block.id)
         if task is None or (turn.task_id is not None and block.id != turn.task_id):
             why = "unknown task id" if task is None else f"belongs to task {turn.task_id}"
@@ -673,7 +740,7 @@ class Router:
             return
         if rt.name == PLANNER and msg.type == "result":
             # A planner that goes quiet after a result, with no block, has reported in prose.
-            report = _screen_report(snap, rt)
+            report = _screen_report(snap, rt, msg.text)
             with self.store.batch():
                 self.store.update_task(task.id, state=TaskState.DONE, report=report)
                 self.store.clear_expectation(task.id)
@@ -873,8 +940,18 @@ class Router:
             self._fail(
                 task.id,
                 f"{exp.sender} sent no {exp.type} block for task {task.id} in the {step} step "
-                f"within {total:g}s (nudged and retried); last on its screen: {screen}",
+                f"within {total:g}s (nudged and retried){self._rejected_note(task.id)}; "
+                f"last on its screen: {screen}",
             )
+
+    def _rejected_note(self, task_id: str) -> str:
+        """The blocks rejected for a task, named for its failure message."""
+        events = self.store.list_events(task_id=task_id, limit=200)
+        rejected = [e.detail for e in events if e.kind == "rejected"]
+        if not rejected:
+            return ""
+        shown = "; ".join(dict.fromkeys(rejected))
+        return f"; rejected blocks: {shown[:600]}"
 
     def _follow_up(self, task: Task, agent: str, kind: str) -> None:
         n = int(self.store.get_meta(f"{kind}s:{task.id}:{agent}") or 0) + 1
@@ -992,10 +1069,10 @@ def _tail(lines: t.Sequence[str], n: int) -> list[str]:
     return [ln.strip() for ln in lines if ln.strip()][-n:]
 
 
-def _screen_report(snap: Snapshot, rt: AgentRuntime) -> str:
+def _screen_report(snap: Snapshot, rt: AgentRuntime, prompt: str | None = None) -> str:
     """The agent's words since its last prompt, as the report of a block-less answer."""
     lines = [ln.rstrip() for ln in snap.lines]
-    start = last_prompt_line(lines) + 1
+    start = max(last_prompt_line(lines) + 1, after_prompt(lines, prompt))
     body: list[str] = []
     for line in lines[start:]:
         # The input box (a rule, then the input line) closes the reply.

@@ -364,7 +364,7 @@ ERROR_CASES = [
         "unknown-key-far",
         "[routing]\ncolour = 3",
         "routing.colour: unknown key; expected one of: max_rounds, max_attempts, "
-        "message_ttl, require_nonce, approval, approval_patterns",
+        "message_ttl, require_nonce, contract, approval, approval_patterns",
     ),
     ErrorCase(
         "approval-mode",

@@ -68,11 +68,13 @@ def load(config_path: pathlib.Path | None) -> Config:
 
 
 def open_store(config: Config) -> RunStore:
-    """The run store the configuration names (the project's own unless poli.toml says).
+    """The run store the configuration names, redacting with its ``[redact]`` patterns.
 
-    The first time a project opens its own store, the global store of older versions is
-    moved to it if it holds this project's agents, or named with how to read it.
+    The project's own store unless poli.toml says otherwise. The first time a project opens
+    its own store, the global store of older versions is moved to it if it holds this
+    project's agents, or named with how to read it.
     """
+    from politerm._internal import vault
     from politerm.store.legacy import adopt_legacy_store
 
     path = config.store.resolved_path()
@@ -80,7 +82,15 @@ def open_store(config: Config) -> RunStore:
         note = adopt_legacy_store(config.project, path)
         if note is not None:
             click.echo(f"poli: {note}", err=True)
-    return RunStore.open(path)
+    store = RunStore.open(path)
+    # Secrets this command redacts from the store are kept in the session's tmux server, so
+    # that the router (another process) can still deliver the original to the agent.
+    vault.use_tmux(config.tmux.socket)
+    if config.redact.patterns:
+        from politerm.redact import Redactor
+
+        store.set_redaction(Redactor(config.redact.patterns), vault.keep)
+    return store
 
 
 def format_event(event: Event) -> str:

@@ -54,6 +54,13 @@ def command() -> None:
     help="'builtin' (politerm applies edits and runs commands) or 'agent:NAME'.",
 )
 @click.option(
+    "--report",
+    type=click.Choice(["block", "fenced"]),
+    default="block",
+    show_default=True,
+    help="How an agent reports: a tagged done/failed block, or a ```poli:<id> report.",
+)
+@click.option(
     "--base-dir",
     type=click.Path(file_okay=False, path_type=pathlib.Path),
     help="Relative paths of tasks start here (default: the current directory).",
@@ -64,6 +71,7 @@ def command() -> None:
 def start(
     queue_opt: pathlib.Path | None,
     executor: str,
+    report: str,
     base_dir: pathlib.Path | None,
     daemon: bool,
     once: bool,
@@ -75,14 +83,15 @@ def start(
     queue = _queue(queue_opt)
     base = (base_dir or pathlib.Path.cwd()).absolute()
     if daemon:
-        argv = ["--queue", str(queue.path), "--executor", executor, "--base-dir", str(base)]
+        argv = ["--queue", str(queue.path), "--executor", executor, "--report", report]
+        argv += ["--base-dir", str(base)]
         if config_path is not None:
             argv += ["--config", str(config_path.absolute())]
         pid = start_daemon(argv, queue)
         click.echo(f"bridge {pid} serving {queue.path} (log: {log_path(queue)})")
         return
     config = load(config_path)
-    chosen = make_executor(executor, config)
+    chosen = make_executor(executor, config, report=report)
 
     def say(line: str) -> None:
         stamp = time.strftime("%H:%M:%S")

@@ -15,6 +15,7 @@ import typing as t
 
 import platformdirs
 
+from politerm._internal import vault
 from politerm._internal.private import private_dir
 from politerm.errors import SessionNotFound, TmuxCommandError, TmuxLookupError
 from politerm.tmux.control import ControlClient
@@ -214,6 +215,9 @@ class TmuxServer:
         client = ControlClient(self.socket_name, session, tmux=self.tmux)
         await client.start()
         self._clients[session] = client
+        # Secrets this process redacts from the store are kept in this server's memory,
+        # for the process that delivers them (see politerm._internal.vault).
+        vault.use_tmux(self.socket_name, self.tmux)
         return client
 
     async def pane(self, session: str, pane_id: str) -> Pane:

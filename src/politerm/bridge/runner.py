@@ -4,8 +4,11 @@ The original bridge kept hanging on its commands. Every wait here is bounded:
 
 - **launch**: the process must exist and print something within ``launch_timeout`` (a
   command that finishes silently before that is fine);
-- **activity**: after its first output, silence longer than ``activity_timeout`` kills it;
+- **activity**: silence longer than ``activity_timeout`` (since its last output, or since
+  its start if it never printed) kills it;
 - **total**: it may not run longer than ``total_timeout``.
+
+Whichever deadline comes first fires; the status file says which.
 
 The command runs in its own session (``setsid``), so on a timeout the whole tree — children
 that forked, backgrounded or double-forked inside the session — is killed and verified gone.
@@ -299,12 +302,14 @@ class _Pipe:
 def _deadline(run: _Run, started: float) -> tuple[float, TimeoutKind]:
     """The next deadline (monotonic) and the timeout it belongs to."""
     spec = run.spec
-    total = (started + spec.total_timeout, TimeoutKind.TOTAL)
+    deadlines = [
+        (started + spec.total_timeout, TimeoutKind.TOTAL),
+        # Silence counts from the start too: a command that never prints is inactive.
+        ((run.last_output_mono or started) + spec.activity_timeout, TimeoutKind.ACTIVITY),
+    ]
     if run.last_output_mono is None:
-        other = (started + spec.launch_timeout, TimeoutKind.LAUNCH)
-    else:
-        other = (run.last_output_mono + spec.activity_timeout, TimeoutKind.ACTIVITY)
-    return min(total, other, key=lambda d: d[0])
+        deadlines.append((started + spec.launch_timeout, TimeoutKind.LAUNCH))
+    return min(deadlines, key=lambda d: d[0])
 
 
 _subreaper = False

@@ -11,6 +11,8 @@ from politerm.cli._common import config_option, load, open_store, print_event
 from politerm.engine.loop import route
 from politerm.engine.router import ACTIVE
 from politerm.engine.session import Session
+from politerm.errors import ConfigError
+from politerm.preflight import problems
 
 
 @click.command("up")
@@ -23,6 +25,11 @@ def command(
 ) -> None:
     """Create the tmux session with a PLANNER and an EXECUTER pane, each ready for work."""
     config = load(config_path)
+    found = problems(config)
+    if found:  # before any agent starts
+        for problem in found[:-1]:
+            click.echo(f"poli: {problem}", err=True)
+        raise ConfigError(found[-1])
     with open_store(config) as store:
 
         async def main() -> None:

@@ -137,6 +137,7 @@ class AgentConfig(_Section):
     primer: _Primer = Field(default=None, description="a path to an existing primer file, or false")
     resume_args: list[str] | None = Field(default=None, description="a list of strings")
     ready_regex: str | None = Field(default=None, description="a valid regular expression")
+    mcp: bool = Field(default=False, description="true or false (register `poli mcp` in the agent)")
 
     @field_validator("command")
     @classmethod

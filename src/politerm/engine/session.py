@@ -18,6 +18,7 @@ from politerm.agents.state import AgentState, StateReading
 from politerm.driver.delivery import deliver
 from politerm.engine.router import RESUME_META
 from politerm.errors import AgentExited, AgentTimeout, RoutingError, SessionNotFound
+from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.store.models import MessageState, TaskState
 from politerm.tmux.pane import find_agent_pane, new_window
 from politerm.tmux.server import TmuxServer
@@ -138,6 +139,16 @@ class Session:
                 argv = [*argv, *extra]
                 restarted.append(name)
             env = {**profile.env, **acfg.env}
+            # identity (POLI_AGENT…), no TMUX/TMUX_PANE, `poli mcp` when asked: messaging
+            argv, env = prepare_launch(
+                self.config,
+                name,
+                profile.name,
+                argv,
+                env,
+                mcp=acfg.mcp,
+                config_file=session_config_file(self.config),
+            )
             cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
             if pane is not None:
                 await pane.respawn(argv, cwd=cwd, env=env)

@@ -316,17 +316,9 @@ class Manager:
                 last_report=report,
             )  # fmt: skip
 
-    def _needs_summary(self, live: list[Turn]) -> bool:
-        if len(live) - self.config.keep_recent_turns < 1:
-            return False
-        if len(live) > self.config.summarize_after_turns:
-            return True
-        tokens = sum(estimate_tokens(turn.text) for turn in live)
-        return tokens > self.config.summarize_tokens
-
     def _process(self, project: Project) -> None:
         live = self.store.turns(project.name, live=True)
-        if self._needs_summary(live):
+        if needs_summary(self.config, live):
             self._move(project.name, S.SUMMARIZING_CONTEXT, f"{len(live)} turns in the context")
         else:
             self._move(project.name, S.CALLING_BRAIN, f"planning step {project.step + 1}")
@@ -359,6 +351,18 @@ class Manager:
         with self.store.store.batch():
             self.store.fold_summary(name, summary, [turn.id for turn in fold])
             self._move(name, S.CALLING_BRAIN, f"{len(fold)} turns folded into the summary")
+
+
+def needs_summary(config: ManagerConfig, live: t.Sequence[Turn]) -> bool:
+    """Whether the live turns pass the turn count or the token budget of ``config``.
+
+    Only turns older than the ``keep_recent_turns`` kept can be folded; with none, no.
+    """
+    if len(live) - config.keep_recent_turns < 1:
+        return False
+    if len(live) > config.summarize_after_turns:
+        return True
+    return sum(estimate_tokens(turn.text) for turn in live) > config.summarize_tokens
 
 
 def stop_task(store: ManagerStore, name: str, reason: str = "stopped by the user") -> Project:

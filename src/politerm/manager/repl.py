@@ -136,7 +136,8 @@ class Repl:
 
     async def run(self) -> int:
         """Read and run commands until ``quit`` or end of input; returns the exit code."""
-        with patch_stdout(raw=True):
+        # Not raw: a control character in anything printed is shown, never obeyed.
+        with patch_stdout():
             await self._offer_resume()
             while True:
                 try:

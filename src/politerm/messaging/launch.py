@@ -59,6 +59,14 @@ def agent_env(config: Config, name: str, config_file: pathlib.Path | None) -> di
     return env
 
 
+def session_config_file(config: Config) -> pathlib.Path | None:
+    """The project configuration file the session was loaded from (not the user file)."""
+    from politerm.config import user_config_file
+
+    user = user_config_file()
+    return next((p for p in reversed(config.sources) if p != user), None)
+
+
 def hide_tmux(argv: t.Sequence[str]) -> list[str]:
     """Run ``argv`` without tmux's variables (``env`` execs it: same process, same name).
 
@@ -116,6 +124,8 @@ def register_mcp(
         write_private(path, json.dumps(spec, indent=1))
         # politerm's own tools are allowed up front; the agent's other tools keep their policy
         out_argv += ["--mcp-config", str(path), "--allowedTools", f"mcp__{SERVER_NAME}"]
+        # the mcp SDK alone takes ~2 s to import on a busy machine; Claude's default is short
+        out_env.setdefault("MCP_TIMEOUT", "60000")
     elif cli == "codex":
         key = f"mcp_servers.{SERVER_NAME}"
         out_argv += [

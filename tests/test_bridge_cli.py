@@ -91,6 +91,25 @@ def test_task_text_never_reaches_the_terminal_as_control_sequences(
         assert "\x07" not in out
 
 
+def test_list_and_show_print_tasks_redacted(tmp_path: pathlib.Path) -> None:
+    secret = "sk-proj-" + "k" * 40
+    task = {
+        "task_id": "t1",
+        "instruction_details": {
+            "commands_to_execute": [{"command_id": "c", "command": f"curl -H 'key: {secret}'"}]
+        },
+    }
+    poli(tmp_path, "bridge", "submit", "-", *Q, stdin=json.dumps(task))
+    queue = tmp_path / "bq" / "task_queue.json"
+    data = json.loads(queue.read_text())
+    data["tasks"][0]["error"] = f"failed with {secret}"
+    queue.write_text(json.dumps(data))
+    for args in (("list",), ("list", "--json"), ("show", "t1")):
+        out = poli(tmp_path, "bridge", *args, *Q).stdout
+        assert secret not in out
+        assert "[REDACTED" in out
+
+
 def test_a_corrupt_queue_is_reported_on_stderr_and_kept(tmp_path: pathlib.Path) -> None:
     (tmp_path / "bq").mkdir()
     (tmp_path / "bq" / "task_queue.json").write_text('{"tasks": [{"task_id": "a"}, {"task_')

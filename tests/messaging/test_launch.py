@@ -44,6 +44,7 @@ def test_mcp_registration_per_cli(case: Case, tmp_path: pathlib.Path) -> None:
     assert env["POLI_CONFIG"] == str(cfg_path)
     ident = {
         "POLI_AGENT": "ORCH",
+        "POLI_PROJECT": str(config.project.root),
         "POLI_TMUX_SOCKET": "msgtest",
         "POLI_TMUX_SESSION": "mail",
         "POLI_CONFIG": str(cfg_path),
@@ -95,6 +96,7 @@ def test_without_mcp_only_identity_and_no_tmux(tmp_path: pathlib.Path) -> None:
     assert env == {
         "A": "b",
         "POLI_AGENT": "W1",
+        "POLI_PROJECT": str(config.project.root),
         "POLI_TMUX_SOCKET": "msgtest",
         "POLI_TMUX_SESSION": "mail",
     }

@@ -19,8 +19,9 @@ for ever). The status JSON (state, pids, exit code, timestamps, last output, whi
 fired) is rewritten atomically at every change of state and at most once a second while
 output flows, so another process can follow it with a file watcher.
 
-``python -m politerm.bridge.runner SPEC.json`` runs a spec detached from the bridge: a bridge
-killed with ``kill -9`` finds the command's outcome in the status file when it restarts.
+``python -m politerm.bridge.runner -`` runs a spec (read from stdin) detached from the
+bridge: a bridge killed with ``kill -9`` finds the command's outcome in the status file when
+it restarts.
 """
 
 from __future__ import annotations
@@ -474,13 +475,19 @@ def run_command(spec: CommandSpec) -> CommandStatus:
 
 
 def main(argv: t.Sequence[str]) -> int:
-    """``python -m politerm.bridge.runner SPEC.json``: run detached, status in the file."""
-    if len(argv) != 1:
-        print("usage: python -m politerm.bridge.runner SPEC.json", file=sys.stderr)
+    """``python -m politerm.bridge.runner SPEC.json|- [TAG]``: run detached.
+
+    ``-`` reads the spec from stdin (how the bridge passes it: the unredacted command never
+    touches the disk); ``TAG`` is ignored and only identifies the process (the bridge passes
+    the status file's path, to find a runner it started before a restart).
+    """
+    if len(argv) not in (1, 2):
+        print("usage: python -m politerm.bridge.runner SPEC.json|- [TAG]", file=sys.stderr)
         return 2
     become_subreaper()
     try:
-        spec = CommandSpec.model_validate_json(pathlib.Path(argv[0]).read_bytes())
+        raw = sys.stdin.buffer.read() if argv[0] == "-" else pathlib.Path(argv[0]).read_bytes()
+        spec = CommandSpec.model_validate_json(raw)
         status = run_command(spec)
     except (OSError, ValueError, RunnerError) as e:
         print(f"politerm runner: {e}", file=sys.stderr)

@@ -15,6 +15,7 @@ from politerm.cli._common import config_option, load, open_store
 
 if t.TYPE_CHECKING:
     from politerm.bridge.queue import TaskQueue
+    from politerm.redact import Redactor
 
 queue_option = click.option(
     "--queue",
@@ -31,6 +32,12 @@ def _safe(text: object) -> str:
 
 def _warn(line: str) -> None:
     click.echo(f"poli: {_safe(line)}", err=True)
+
+
+def _redactor(config_path: pathlib.Path | None) -> Redactor:
+    from politerm.redact import Redactor
+
+    return Redactor(load(config_path).redact.patterns)
 
 
 def _queue(queue_opt: pathlib.Path | None) -> TaskQueue:
@@ -157,9 +164,11 @@ def _row(raw: dict[str, t.Any]) -> dict[str, t.Any]:
 @command.command("list")
 @queue_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_(queue_opt: pathlib.Path | None, as_json: bool) -> None:
+@config_option
+def list_(queue_opt: pathlib.Path | None, as_json: bool, config_path: pathlib.Path | None) -> None:
     """The tasks in the queue and where each stands."""
-    rows = [_row(raw) for raw in _queue(queue_opt).read()]
+    redactor = _redactor(config_path)
+    rows = [redactor.redact_json(_row(raw)) for raw in _queue(queue_opt).read()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -175,7 +184,8 @@ def list_(queue_opt: pathlib.Path | None, as_json: bool) -> None:
 @command.command("show")
 @click.argument("task_id")
 @queue_option
-def show(task_id: str, queue_opt: pathlib.Path | None) -> None:
+@config_option
+def show(task_id: str, queue_opt: pathlib.Path | None, config_path: pathlib.Path | None) -> None:
     """The task as JSON: from the queue, else from the archive, with its log."""
     from politerm.bridge.archive import find_archived
     from politerm.bridge.queue import find
@@ -186,7 +196,8 @@ def show(task_id: str, queue_opt: pathlib.Path | None) -> None:
     if raw is None:
         msg = f"task {task_id}: not in {queue.path} nor in its archive"
         raise BridgeTaskInvalid(msg)
-    click.echo(_safe(json.dumps(raw, indent=2, ensure_ascii=False)))
+    shown = _redactor(config_path).redact_json(raw)
+    click.echo(_safe(json.dumps(shown, indent=2, ensure_ascii=False)))
     folder = pathlib.Path(raw.get("archive") or queue.root / "work" / task_id)
     log = folder / "task.log"
     if log.is_file():

@@ -7,7 +7,7 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store, print_event
+from politerm.cli._common import config_option, load, open_store, print_event, project_option
 from politerm.engine.loop import route
 from politerm.engine.router import ACTIVE
 from politerm.engine.session import Session
@@ -20,6 +20,7 @@ from politerm.preflight import problems
 @click.option("--no-primers", is_flag=True, help="Do not send the primers.")
 @click.option("--no-route", is_flag=True, help="With --resume: do not route resumed tasks now.")
 @config_option
+@project_option
 def command(
     resume: bool, no_primers: bool, no_route: bool, config_path: pathlib.Path | None
 ) -> None:

@@ -19,6 +19,7 @@ from politerm.driver.delivery import deliver
 from politerm.engine.router import RESUME_META
 from politerm.errors import AgentExited, AgentTimeout, RoutingError, SessionNotFound
 from politerm.messaging.launch import prepare_launch, session_config_file
+from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.store.models import MessageState, TaskState
 from politerm.tmux.pane import find_agent_pane, new_window
 from politerm.tmux.server import TmuxServer
@@ -119,6 +120,11 @@ class Session:
                 self.name,
                 window_name="control",
                 argv=_control_argv(self.store.path, self.config.tmux.socket),
+                # poli status --all names every project's session and directory.
+                options={
+                    PROJECT_OPTION: str(self.config.project.root),
+                    STORE_OPTION: str(self.store.path),
+                },
             )
             say(f"session {self.name} created on socket {self.config.tmux.socket}")
         client = await self.server.connect(self.name)

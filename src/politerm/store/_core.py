@@ -328,3 +328,12 @@ class StoreCore:
         with self._reading() as c:
             row = c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
+
+    def meta_keys(self, prefix: str) -> list[str]:
+        """The keys starting with ``prefix`` whose value is not empty, sorted."""
+        with self._reading() as c:
+            rows = c.execute(
+                "SELECT key FROM meta WHERE substr(key, 1, ?) = ? AND value != '' ORDER BY key",
+                (len(prefix), prefix),
+            ).fetchall()
+        return [str(r[0]) for r in rows]

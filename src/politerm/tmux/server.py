@@ -168,10 +168,12 @@ class TmuxServer:
         argv: Sequence[str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
+        options: Mapping[str, str] | None = None,
     ) -> bool:
         """Create session ``name`` unless it exists; return True if it was created.
 
-        The server is started with our config if it was not running.
+        The server is started with our config if it was not running. ``options`` are session
+        user options (``@name``: value) set on the new session, e.g. its project directory.
         """
         if await self.has_session(name):
             return False
@@ -200,6 +202,9 @@ class TmuxServer:
         rc, out, _ = await self.run("show-options", "-gqv", "@poli_conf")
         if out.strip() != CONFIG_VERSION:
             await self.run("source-file", str(self.config_file()))
+        for option, value in (options or {}).items():
+            # "=name:" is exact (set-option reads a plain "=name" as a pane target).
+            await self.run("set-option", "-t", f"={name}:", option, value)
         return True
 
     async def connect(self, session: str) -> ControlClient:

@@ -224,7 +224,10 @@ def test_kill_9_mid_task_then_resume_finishes_it_once(tmp_path: pathlib.Path, mo
     firsts = [p for p in prompts if "## Latest dev report\n(none yet)" in p]
     assert len(firsts) == 1
     processed = sorted((tmp_path / "proj" / "dev_logs" / "processed").iterdir())
-    assert [p.name.rsplit("_", 1)[1] for p in processed] == ["step1.txt", "step2.txt", "step3.txt"]
+    task = final["task_id"]
+    assert [p.name.rsplit("_", 1)[1] for p in processed] == [
+        f"{task}-s1.txt", f"{task}-s2.txt", f"{task}-s3.txt",
+    ]  # fmt: skip
 
 
 def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:

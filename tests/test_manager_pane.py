@@ -152,14 +152,15 @@ async def test_a_restarted_manager_takes_the_report_already_on_screen(
         rig = PaneRig(tmp_path, llm, tmux_server)
         try:
             project = rig.manager.start("proj", "Make hello.py")
+            tid = project.task_id or ""
             first = rig.channel(project)
-            await first.send(1, "Create hello.py")
+            await first.send(tid, 1, "Create hello.py")
             async with asyncio.timeout(BOUND):
-                report = await first.report(1, 60.0)
+                report = await first.report(tid, 1, 60.0)
             # a new manager process: a new channel, the agent still in its pane
             again = rig.channel(project)
             async with asyncio.timeout(BOUND):
-                assert await again.report(1, 60.0) == report
+                assert await again.report(tid, 1, 60.0) == report
             assert (await again.driver()).pane is not None
         finally:
             await rig.close()
@@ -270,9 +271,10 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
         rig.dev(SLOW_DEV)
         try:
             project = rig.manager.start("proj", "Make hello.py")
+            tid = project.task_id or ""
             first = rig.channel(project)
-            await first.send(1, "Create hello.py")
-            turn = asyncio.create_task(first.report(1, 60.0))
+            await first.send(tid, 1, "Create hello.py")
+            turn = asyncio.create_task(first.report(tid, 1, 60.0))
 
             async def delivered() -> bool:
                 return any(e.kind == "manager.dev_delivered" for e in rig.run_store.list_events())
@@ -285,7 +287,7 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
                 await turn
             again = rig.channel(project)
             async with asyncio.timeout(BOUND):
-                report = await again.report(1, 60.0)
+                report = await again.report(tid, 1, 60.0)
         finally:
             await rig.close()
     assert report == "status: success\nDid: the step, reported on request"

@@ -244,6 +244,7 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
         answered = poli(work, env, "manager", "input", "--project", "web", "9090", "--json")
         broken = poli(work, env, "manager", "goal", "--project", "web", "Break", "--json")
         status = json.loads(poli(work, env, "manager", "status", "--json").stdout)
+        general = poli(work, env, "status", "--json")
         missing = poli(work, env, "manager", "goal", "--project", "nope", "x")
         env_nokey = {**env, "GEMINI_API_KEY": ""}
         nokey = poli(work, env_nokey, "manager", "goal", "--project", "web", "x")
@@ -255,6 +256,9 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
     assert json.loads(broken.stdout)["state"] == "error_system"
     assert status["selected"] == "web"
     assert status["projects"][0]["error"] == "the repository is read-only"
+    # every transition is an event of the run store, so plain `poli status` shows them
+    moves = [e["detail"] for e in json.loads(general.stdout)["events"]]
+    assert "web: calling_brain → error_system: the repository is read-only" in moves
     assert missing.returncode == 1
     assert missing.stderr.strip() == "poli: no manager project 'nope'; known: web"
     assert nokey.returncode == 1 and "no API key for the gemini brain" in nokey.stderr

@@ -67,7 +67,7 @@ async def pickup(n: int) -> tuple[list[float], list[float]]:
         (root / "dev_logs").mkdir()
         channel = FileChannel(root, stable_seconds=5.0)
         for step in range(1, n + 1):
-            task = asyncio.create_task(channel.report(step, 30.0))
+            task = asyncio.create_task(channel.report("bench", step, 30.0))
             await asyncio.sleep(0.3)  # the watcher is up
             written = _write_report(root, step)
             await task
@@ -105,7 +105,7 @@ async def handoff(n: int) -> tuple[list[float], list[float]]:
         written = 0.0
         try:
             for step in range(1, n + 2):
-                while not (instruction.exists() and f"# Step {step}\n" in instruction.read_text()):
+                while not (instruction.exists() and f"# Step {step} " in instruction.read_text()):
                     await asyncio.sleep(0.001)  # the bench's own probe, not the engine's
                 if step > 1:
                     ours.append((time.perf_counter() - written) * 1000)

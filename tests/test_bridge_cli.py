@@ -144,3 +144,14 @@ def test_run_command_exit_codes_and_status(tmp_path: pathlib.Path) -> None:
     assert bad.returncode == 1
     assert bad.stderr.startswith("poli: run-command: --id '../x': String should match pattern")
     assert len(bad.stderr.splitlines()) == 1
+
+
+def test_the_default_queue_is_the_projects(tmp_path: pathlib.Path) -> None:
+    project = tmp_path / "proj"
+    (project / "sub").mkdir(parents=True)
+    (project / "poli.toml").write_text("")
+    task = {"task_id": "t1", "instruction_details": {"description": "x"}}
+    done = poli(project / "sub", "bridge", "submit", "-", stdin=json.dumps(task))
+    assert done.returncode == 0, done.stderr
+    assert (project / ".poli" / "bridge" / "task_queue.json").is_file()
+    assert not (project / "sub" / ".poli").exists()

@@ -152,14 +152,15 @@ async def test_a_restarted_manager_takes_the_report_already_on_screen(
         rig = PaneRig(tmp_path, llm, tmux_server)
         try:
             project = rig.manager.start("proj", "Make hello.py")
+            tid = project.task_id or ""
             first = rig.channel(project)
-            await first.send(1, "Create hello.py")
+            await first.send(tid, 1, "Create hello.py")
             async with asyncio.timeout(BOUND):
-                report = await first.report(1, 60.0)
+                report = await first.report(tid, 1, 60.0)
             # a new manager process: a new channel, the agent still in its pane
             again = rig.channel(project)
             async with asyncio.timeout(BOUND):
-                assert await again.report(1, 60.0) == report
+                assert await again.report(tid, 1, 60.0) == report
             assert (await again.driver()).pane is not None
         finally:
             await rig.close()
@@ -270,9 +271,10 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
         rig.dev(SLOW_DEV)
         try:
             project = rig.manager.start("proj", "Make hello.py")
+            tid = project.task_id or ""
             first = rig.channel(project)
-            await first.send(1, "Create hello.py")
-            turn = asyncio.create_task(first.report(1, 60.0))
+            await first.send(tid, 1, "Create hello.py")
+            turn = asyncio.create_task(first.report(tid, 1, 60.0))
 
             async def delivered() -> bool:
                 return any(e.kind == "manager.dev_delivered" for e in rig.run_store.list_events())
@@ -285,7 +287,7 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
                 await turn
             again = rig.channel(project)
             async with asyncio.timeout(BOUND):
-                report = await again.report(1, 60.0)
+                report = await again.report(tid, 1, 60.0)
         finally:
             await rig.close()
     assert report == "status: success\nDid: the step, reported on request"
@@ -319,3 +321,45 @@ async def test_a_step_without_report_in_time_is_a_system_error_turn(
     assert "no report from the dev agent for step 1" in turns[1].text
     assert "within 3s" in turns[1].text
     assert len(timeouts) == 1
+
+
+APPROVING_DEV = """
+mode = "claude"
+think_time = 0.1
+strip_fences = false
+
+[[rules]]
+match = '(?s)^(?P<first>[^\\n]+)\\n.*STEP_ID=(?P<sid>\\S+)'
+approval = "Bash(echo hi > hello.txt)"
+write_file = { path = "hello.txt", content = "hi\\n" }
+reply = '''
+```poli:{sid}
+status: success
+commit_msg: Did: {first}
+```
+'''
+"""
+
+
+async def test_the_dev_agents_approvals_follow_the_policy(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    rules = [
+        Rule(r"Did: Create hello.py", "TASK_COMPLETE hello.txt written"),
+        *BRAIN_RULES,
+    ]
+    with MockLLM(rules, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.dev(APPROVING_DEV)
+        routing = rig.config.routing.model_copy(update={"approval": "approve"})
+        rig.config = rig.config.model_copy(update={"routing": routing})
+        try:
+            rig.manager.start("proj", "Write hello.txt")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+            approvals = [e for e in rig.run_store.list_events() if e.kind == "approval"]
+        finally:
+            await rig.close()
+    assert project.state is S.TASK_COMPLETE, project.error
+    assert (rig.root / "hello.txt").read_text() == "hi\n"
+    assert len(approvals) == 1 and approvals[0].agent == "DEV-proj"

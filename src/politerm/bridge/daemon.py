@@ -40,12 +40,12 @@ START_TIMEOUT: t.Final = 20.0
 STOP_TIMEOUT: t.Final = 20.0
 
 
-def queue_path(option: pathlib.Path | None) -> pathlib.Path:
-    """``--queue``, else ``$POLI_BRIDGE_QUEUE``, else ``.poli/bridge/task_queue.json``."""
+def queue_path(option: pathlib.Path | None, project_root: pathlib.Path) -> pathlib.Path:
+    """``--queue``, else ``$POLI_BRIDGE_QUEUE``, else ``<project>/.poli/bridge/...``."""
     if option is not None:
         return option.absolute()
     env = os.environ.get(QUEUE_ENV)
-    return pathlib.Path(env).absolute() if env else DEFAULT_QUEUE.absolute()
+    return pathlib.Path(env).absolute() if env else project_root / DEFAULT_QUEUE
 
 
 def pid_path(queue: TaskQueue) -> pathlib.Path:

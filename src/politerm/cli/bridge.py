@@ -21,7 +21,8 @@ queue_option = click.option(
     "--queue",
     "queue_opt",
     type=click.Path(dir_okay=False, path_type=pathlib.Path),
-    help="The queue file (default: $POLI_BRIDGE_QUEUE or .poli/bridge/task_queue.json).",
+    help="The queue file (default: $POLI_BRIDGE_QUEUE, else the project's "
+    ".poli/bridge/task_queue.json).",
 )
 
 
@@ -43,8 +44,10 @@ def _redactor(config_path: pathlib.Path | None) -> Redactor:
 def _queue(queue_opt: pathlib.Path | None) -> TaskQueue:
     from politerm.bridge.daemon import queue_path
     from politerm.bridge.queue import TaskQueue
+    from politerm.project import find_project
 
-    return TaskQueue(queue_path(queue_opt), on_repair=lambda r: _warn("warning: " + r.describe()))
+    path = queue_path(queue_opt, find_project().root)
+    return TaskQueue(path, on_repair=lambda r: _warn("warning: " + r.describe()))
 
 
 @click.group("bridge")
@@ -70,7 +73,7 @@ def command() -> None:
 @click.option(
     "--base-dir",
     type=click.Path(file_okay=False, path_type=pathlib.Path),
-    help="Relative paths of tasks start here (default: the current directory).",
+    help="Relative paths of tasks start here (default: the project directory).",
 )
 @click.option("--daemon", is_flag=True, help="Run in the background (pid file beside the queue).")
 @click.option("--once", is_flag=True, help="Handle what is queued now, then exit.")
@@ -88,7 +91,9 @@ def start(
     from politerm.bridge.daemon import log_path, make_executor, serve, start_daemon
 
     queue = _queue(queue_opt)
-    base = (base_dir or pathlib.Path.cwd()).absolute()
+    from politerm.project import find_project
+
+    base = (base_dir or find_project().root).absolute()
     if daemon:
         argv = ["--queue", str(queue.path), "--executor", executor, "--report", report]
         argv += ["--base-dir", str(base)]

@@ -8,10 +8,11 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store
+from politerm.cli._common import config_option, load, open_store, project_option
 
 
 @click.command("notify")
+@project_option
 @click.option("--link", help="Address to put in every notice (e.g. the web monitor's).")
 @config_option
 def command(link: str | None, config_path: pathlib.Path | None) -> None:

@@ -293,8 +293,9 @@ class Manager:
         role = Role.DEV
         try:
             channel = self.channel(project)
-            await channel.send(project.step, project.last_instruction or "")
-            report = await channel.report(project.step, self.config.step_timeout)
+            task_id = project.task_id or ""
+            await channel.send(task_id, project.step, project.last_instruction or "")
+            report = await channel.report(task_id, project.step, self.config.step_timeout)
         except DevStepTimeout as exc:
             role = Role.SYSTEM
             report = f"SYSTEM_ERROR: {exc}"

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from politerm.cli import _complete
 from politerm.cli._output import show as show_output
 
 _project = click.option(
@@ -52,7 +53,7 @@ def validate(files: tuple[str, ...], project: str, agents: tuple[pathlib.Path, .
 
 
 @command.command("show")
-@click.argument("pipeline")
+@click.argument("pipeline", shell_complete=_complete.pipelines)
 @_project
 @_agents
 @click.option("--json", "as_json", is_flag=True, help="Print the parsed plan as JSON.")

@@ -12,6 +12,7 @@ import typing as t
 import click
 
 from politerm._internal.sanitize import escape_controls, trusted_stdout
+from politerm.cli import _complete
 from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.cli._output import show
 from politerm.engine.session import make_server
@@ -47,7 +48,11 @@ def _pipeline_text(runs: list[dict[str, object]]) -> str:
 @click.option("--watch", is_flag=True, help="Refresh the table live until Ctrl-C.")
 @click.option("--project", type=click.Path(exists=True, file_okay=False, path_type=pathlib.Path),
               help="Show this project (default: the current one).")  # fmt: skip
-@click.option("--run-id", help="Show this pipeline run only.")
+@click.option(
+    "--run-id",
+    shell_complete=_complete.run_ids,
+    help="Show this pipeline run only.",
+)
 @click.option("--all", "all_projects", is_flag=True,
               help="List every project's sessions with their directories and agents.")  # fmt: skip
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=pathlib.Path),

@@ -34,7 +34,7 @@ def new_task_id() -> str:
 
 def router_lock(config: Config) -> RouterLock:
     """The lock that keeps one router per session."""
-    return RouterLock(config.store.resolved_path(), config.tmux.socket, config.tmux.session)
+    return RouterLock(config.tmux.socket, config.tmux.session)
 
 
 def templates_for(config: Config) -> Templates:

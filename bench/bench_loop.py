@@ -1,9 +1,9 @@
-"""Loop benchmarks: the Planner⇄Executer handoff and the idle cost of routing, vs the seed.
+"""Loop benchmark: the Planner⇄Executer handoff, vs the seed.
 
-Both are measured against the seed project's design in the same run, on the same private
-tmux server: a loop that spawns one ``tmux capture-pane -p -J`` process per agent every
-0.4 s, regex-scans the text for a complete block and pastes it into the recipient
-(:class:`PollingRouter`, below).
+Measured against the seed project's design in the same run, on the same private tmux
+server: a loop that spawns one ``tmux capture-pane -p -J`` process per agent every 0.4 s,
+regex-scans the text for a complete block and pastes it into the recipient
+(:class:`bench._seed.PollingRouter`). The idle cost is :mod:`bench.bench_idle`.
 
 handoff
     The fake agent (claude mode for both agents, whose profile has no ``submit_delay``) logs
@@ -13,11 +13,6 @@ handoff
     The Executer→Planner hop (result block) is measured the same way. For politerm the time
     until the router recorded the block, and until it confirmed the delivery, come from the
     run store's events.
-idle CPU
-    N fake agents in plain mode sit idle; over a fixed window we take the CPU seconds of the
-    routing process (``time.process_time``), of the tmux clients it uses (politerm: its one
-    control-mode client; baseline: every ``capture-pane`` process it spawned, from
-    ``RUSAGE_CHILDREN``) and of the tmux server (psutil).
 
 Run ``python -m bench.bench_loop [--quick]`` or, with every benchmark, ``python -m bench.run``.
 Ratios are ``baseline / ours``: above 1 means politerm is cheaper or faster.
@@ -26,21 +21,16 @@ Ratios are ``baseline / ours``: above 1 means politerm is cheaper or faster.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
 import pathlib
 import random
 import re
-import resource
-import subprocess
 import sys
 import threading
 import time
 import typing as t
-
-import psutil
 
 from bench._common import (
     FAKEAGENT,
@@ -54,12 +44,12 @@ from bench._common import (
     private_server,
     ratio,
 )
+from bench._seed import PollingRouter
 from politerm.agents import AgentState, load_profile
-from politerm.config import Config, StoreConfig, TmuxConfig, load_config
+from politerm.config import load_config
 from politerm.engine.loop import submit, templates_for
 from politerm.engine.router import Router
 from politerm.engine.session import Session
-from politerm.engine.templates import Templates
 from politerm.protocol.primer import new_nonce
 from politerm.store import RunStore
 from politerm.store.models import TaskState
@@ -67,7 +57,7 @@ from politerm.testing.fakeagent import read_log
 from politerm.testing.retry import aretry_until
 
 if t.TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from politerm.tmux import Pane
 
@@ -77,17 +67,14 @@ class Sizes:
     """How much work one run does (``--quick`` or full)."""
 
     tasks: int
-    idle_agents: tuple[int, ...]
-    window: float
     poll_interval: float = 0.4
     think_time: float = 0.05
 
 
-QUICK = Sizes(tasks=10, idle_agents=(10, 50), window=3.0)
-FULL = Sizes(tasks=30, idle_agents=(10, 50, 100, 200), window=10.0)
+QUICK = Sizes(tasks=10)
+FULL = Sizes(tasks=30)
 TARGET_P50_MS = 30.0
 TARGET_P99_MS = 150.0
-TARGET_IDLE_RATIO = 20.0
 MODE = "claude"  # fake-claude has submit_delay = 0 for both agents
 TASK_TIMEOUT = 30.0
 
@@ -202,101 +189,6 @@ def _diffs(
     return [(end[i] - start[i] - minus) * 1000 for i in ids if i in start and i in end]
 
 
-# --- the seed's design: poll capture-pane, regex-scan, paste -----------------------------
-
-# A complete block as it shows on a screen: header line, body, closing line (indented or not).
-BLOCK_RE = re.compile(
-    r"\[\[POLI:MSG (\{[^\n]*\})\]\][ \t]*\n(.*?)\n[ \t●⏺]*\[\[/POLI:MSG\]\]", re.DOTALL
-)
-_TAG_RE = re.compile(r"\A\s*<(\w+)>\s*\n(.*)\n\s*</\1>\s*\Z", re.DOTALL)
-
-
-class PollingRouter:
-    """The seed project's router: one ``tmux capture-pane`` process per agent per tick.
-
-    It forwards every complete block it has not seen yet (by id, nonce and type) to the agent
-    named in its ``to`` with ``load-buffer`` + ``paste-buffer`` + ``send-keys Enter``, each a
-    tmux process; a block to anyone else ends its task.
-    """
-
-    def __init__(self, tmux_argv: Callable[..., list[str]], panes: dict[str, str]) -> None:
-        self.tmux_argv = tmux_argv
-        self.panes = panes
-        self.templates = Templates()
-        self.seen: set[tuple[str, str, str]] = set()
-        self.finished: set[str] = set()
-        self.polls = 0
-        self.blocks = 0
-
-    def capture(self, pane_id: str) -> str:
-        argv = self.tmux_argv("capture-pane", "-p", "-J", "-t", pane_id)
-        self.polls += 1
-        return subprocess.run(argv, capture_output=True, check=True).stdout.decode(
-            "utf-8", "replace"
-        )
-
-    def paste(self, pane_id: str, text: str) -> None:
-        buffer = f"seed-{new_nonce()}"
-        run = subprocess.run
-        run(self.tmux_argv("load-buffer", "-b", buffer, "-"), input=text.encode(), check=True)
-        paste = ("paste-buffer", "-p", "-r", "-d", "-b", buffer, "-t", pane_id)
-        run(self.tmux_argv(*paste), check=True)
-        run(self.tmux_argv("send-keys", "-t", pane_id, "Enter"), check=True)
-
-    def start_task(self, task_id: str, request: str, to: str = "PLANNER") -> None:
-        self.paste(
-            self.panes[to],
-            self.templates.render("task", msg_id=task_id, nonce=new_nonce(), request=request),
-        )
-
-    def scan(self, sender: str, screen: str) -> None:
-        for m in BLOCK_RE.finditer(screen):
-            try:
-                header = json.loads(m.group(1))
-                key = (str(header["id"]), str(header["nonce"]), str(header["type"]))
-            except (ValueError, KeyError, TypeError):
-                continue
-            if key in self.seen:
-                continue
-            self.seen.add(key)
-            self.blocks += 1
-            self.forward(sender, header, _body(m.group(2)))
-
-    def forward(self, sender: str, header: dict[str, t.Any], body: str) -> None:
-        to = str(header.get("to", "")).upper()
-        if to not in self.panes:
-            self.finished.add(str(header["id"]))
-            return
-        template = "plan" if header["type"] == "plan" else "result"
-        text = self.templates.render(
-            template, msg_id=str(header["id"]), nonce=new_nonce(), body=body, sender=sender
-        )
-        self.paste(self.panes[to], text)
-
-    def tick(self) -> None:
-        for name, pane_id in self.panes.items():
-            self.scan(name, self.capture(pane_id))
-
-    def run(self, interval: float, until: Callable[[], bool], timeout: float) -> bool:
-        """Poll every ``interval`` until ``until()``; False on timeout."""
-        start = time.monotonic()
-        n = 0
-        while not until():
-            if time.monotonic() - start > timeout:
-                return False
-            self.tick()
-            n += 1
-            time.sleep(max(0.0, start + n * interval - time.monotonic()))
-        return True
-
-
-def _body(raw: str) -> str:
-    lines = [ln.lstrip(" \t●⏺") for ln in raw.split("\n")]
-    text = "\n".join(lines)
-    m = _TAG_RE.match(text)
-    return m.group(2) if m else text
-
-
 # --- handoff: politerm -------------------------------------------------------------------
 
 
@@ -335,8 +227,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes) -> HandoffRun:
         # The bench session already exists: "resume" reuses it instead of making a new one.
         agents = await Session(config, store, server=bench.server).up(resume=True)
         router = Router(config, store, agents, templates=templates_for(config))
-        stop = threading.Event()
-        routing = asyncio.create_task(router.run(until=stop.is_set))
+        routing = asyncio.create_task(router.run())
         ids: list[str] = []
         try:
             for i in range(sizes.tasks):
@@ -357,7 +248,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes) -> HandoffRun:
                     f"{final and final.error}",
                 )
         finally:
-            stop.set()
+            router.stop()
             await routing
         logs = Handoffs.read(root)
         for tid in ids:
@@ -504,170 +395,6 @@ async def bench_handoff(bench: Bench, sizes: Sizes) -> list[Row]:
     return rows
 
 
-# --- idle CPU ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class CpuSample:
-    """CPU seconds so far: the routing process, its tmux clients and the tmux server."""
-
-    router: float
-    clients: float
-    server: float
-    wall: float
-
-    def __sub__(self, other: CpuSample) -> CpuSample:
-        return CpuSample(
-            self.router - other.router,
-            self.clients - other.clients,
-            self.server - other.server,
-            self.wall - other.wall,
-        )
-
-    @property
-    def total(self) -> float:
-        return self.router + self.clients + self.server
-
-
-def _cpu(proc: psutil.Process) -> float:
-    times = proc.cpu_times()
-    return times.user + times.system
-
-
-class CpuMeter:
-    """Reads the CPU counters of this process, its tmux clients and the tmux server."""
-
-    def __init__(self, server_pid: int, control_pid: int) -> None:
-        self.server = psutil.Process(server_pid)
-        self.control = psutil.Process(control_pid)
-
-    def sample(self) -> CpuSample:
-        # Spawned capture-pane clients are waited for, so they land in RUSAGE_CHILDREN.
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return CpuSample(
-            router=time.process_time(),
-            clients=kids.ru_utime + kids.ru_stime + _cpu(self.control),
-            server=_cpu(self.server),
-            wall=time.monotonic(),
-        )
-
-
-def _control_pid(socket: str) -> int:
-    """The pid of this process's control-mode ``tmux -C`` client on ``socket``."""
-    for child in psutil.Process().children():
-        with contextlib.suppress(psutil.Error):
-            argv = child.cmdline()
-            if socket in argv and "-C" in argv:
-                return child.pid
-    msg = f"no tmux -C child on socket {socket}"
-    raise RuntimeError(msg)
-
-
-async def _grow_idle(bench: Bench, panes: list[Pane], n: int) -> None:
-    """Start fake agents in plain mode until there are ``n``; wait until each is up."""
-    root = bench.workdir / "idle"
-    root.mkdir(exist_ok=True)
-    new: list[pathlib.Path] = []
-    for i in range(len(panes), n):
-        log = root / f"idle-{i:03d}.jsonl"
-        argv = [*FAKEAGENT, "--mode", "plain", "--log", str(log), "--name", f"idle-{i:03d}"]
-        panes.append(await bench.window(f"idle-{i:03d}", argv))
-        new.append(log)
-
-    async def started() -> bool:
-        return all(p.exists() and '"event": "start"' in p.read_text("ascii") for p in new)
-
-    await aretry_until(started, 30 + n * 0.5, interval=0.25, what=f"{n} idle agents to start")
-    # Not a condition to wait for: the last starters' first screens must be drawn and idle.
-    await asyncio.sleep(1.0)
-
-
-async def _idle_ours(bench: Bench, panes: list[Pane], meter: CpuMeter, window: float) -> CpuSample:
-    profile = load_profile("fake-plain")
-    store = RunStore.open(bench.workdir / "idle" / f"idle-{len(panes)}.sqlite3")
-    config = Config(
-        tmux=TmuxConfig(socket=bench.socket, session=SESSION),
-        store=StoreConfig(path=store.path),
-    )
-    # An idle router has no task, so it needs no PLANNER or EXECUTER among its agents.
-    router = Router(config, store, {f"IDLE{i:03d}": (profile, p) for i, p in enumerate(panes)})
-    stop = threading.Event()
-    routing = asyncio.create_task(router.run(until=stop.is_set))
-    try:
-        # Not a condition to wait for: every agent loop takes its first look, then idles.
-        await asyncio.sleep(1.0)
-        ready = sum(1 for rt in router.agents.values() if rt.state is AgentState.READY)
-        check(ready == len(panes), f"idle (politerm): {ready} of {len(panes)} agents ready")
-        before = meter.sample()
-        await asyncio.sleep(window)
-        return meter.sample() - before
-    finally:
-        stop.set()
-        await routing
-        store.close()
-
-
-def _idle_seed(
-    bench: Bench, panes: list[Pane], meter: CpuMeter, sizes: Sizes
-) -> tuple[CpuSample, int]:
-    seed = PollingRouter(bench.tmux_argv, {f"IDLE{i:03d}": p.pane_id for i, p in enumerate(panes)})
-    seed.tick()  # warm-up: the first poll of every pane
-    before, polls = meter.sample(), seed.polls
-    end = time.monotonic() + sizes.window
-    seed.run(sizes.poll_interval, lambda: time.monotonic() >= end, sizes.window + 60)
-    used = meter.sample() - before
-    check(seed.blocks == 0, f"idle (seed): {seed.blocks} blocks on idle screens")
-    return used, seed.polls - polls
-
-
-async def bench_idle(bench: Bench, sizes: Sizes) -> list[Row]:
-    server_pid = int((await bench.client.cmd("display-message", "-p", "#{pid}"))[0])
-    meter = CpuMeter(server_pid, _control_pid(bench.socket))
-    panes: list[Pane] = []
-    rows: list[Row] = []
-    for n in sizes.idle_agents:
-        await _grow_idle(bench, panes, n)
-        ours = await _idle_ours(bench, panes, meter, sizes.window)
-        seed, polls = await asyncio.to_thread(_idle_seed, bench, panes, meter, sizes)
-        nominal = n * sizes.window / sizes.poll_interval
-        for path, s in ((f"seed: poll every {sizes.poll_interval:g}s", seed), ("politerm", ours)):
-            rows.append(
-                {
-                    "agents": n,
-                    "path": path,
-                    "router s": s.router,
-                    "tmux clients s": s.clients,
-                    "tmux server s": s.server,
-                    "total s": s.total,
-                    "% of a core": 100 * s.total / s.wall,
-                    "x router": ratio(seed.router, s.router),
-                    "x total": ratio(seed.total, s.total),
-                    # A seed that cannot keep up polls less and so costs less: scale it to
-                    # the rate it was meant to keep.
-                    "x total, seed at 0.4 s": ratio(seed.total * nominal / max(polls, 1), s.total),
-                    "seed polls": f"{polls}/{nominal:.0f}" if s is seed else "",
-                }
-            )
-        print(f"({n} idle agents measured)")
-        sys.stdout.flush()
-    rows = print_table(
-        f"idle CPU: N idle fake agents (plain mode), CPU seconds over {sizes.window:g} s",
-        rows,
-    )
-    verdict: list[Row] = [
-        {
-            "agents": r["agents"],
-            "target": f"politerm total <= 1/{TARGET_IDLE_RATIO:g} of the seed",
-            "x total": r["x total"],
-            "met": "yes" if float(r["x total"]) >= TARGET_IDLE_RATIO else "no",
-        }
-        for r in rows
-        if r["path"] == "politerm"
-    ]
-    print_table("idle CPU: target", verdict)
-    return rows
-
-
 # --- entry point -------------------------------------------------------------------------
 
 
@@ -684,9 +411,6 @@ async def run(quick: bool = False) -> dict[str, list[Row]]:
     _load("before the handoff benchmark")
     async with private_server("loop") as bench:
         tables["handoff"] = await bench_handoff(bench, sizes)
-    _load("before the idle benchmark")
-    async with private_server("idle") as bench:
-        tables["idle"] = await bench_idle(bench, sizes)
     _load("at the end")
     return tables
 

@@ -282,7 +282,7 @@ ERROR_CASES = [
     ErrorCase(
         "bool-for-int",
         "[tmux]\nwidth = true",
-        "tmux.width: expected a whole number of columns >= 20, got True",
+        "tmux.width: expected a whole number of columns from 20 to 10000, got True",
     ),
     ErrorCase(
         "float-for-int",

@@ -14,6 +14,7 @@ import pytest
 from politerm.errors import PipelineInvalid
 from politerm.pipeline.agents import BUILTIN_DIR, find_agent, list_pipelines
 from politerm.pipeline.dry_run import dry_run
+from politerm.pipeline.launch import CLAUDE_ALLOWED_TOOLS
 from politerm.pipeline.model import Gate
 from politerm.pipeline.parser import load_pipeline, parse_pipeline
 
@@ -221,7 +222,9 @@ def test_cli_validate_show_and_list(tmp_path: pathlib.Path) -> None:
     assert out.stdout.splitlines() == [
         f"{good}: ok",
         f"{bad}:1: missing header: timeout_min",
-        f"{bad}:2: missing agent definition nobody.md for agent 'nobody'",
+        f"{bad}:2: missing agent definition nobody.md for agent 'nobody' (looked in "
+        f"{tmp_path / '.poli' / 'agents'}, {tmp_path / 'META' / 'agents'}, "
+        + out.stdout.splitlines()[2].split(f"{tmp_path / 'META' / 'agents'}, ", 1)[1],
         f"{bad}:2: " + out.stdout.splitlines()[3].split(":2: ", 1)[1],
         f"{bad}:2: timeout must be a number of minutes > 0 or -, got 'x'",
     ]
@@ -262,7 +265,10 @@ def test_dry_run_prints_sessions_windows_commands_prompts_and_gates(tmp_path: pa
                 "--run-id", "R9", "--headless", "--unsafe")  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "politerm.pipeline._headless --exit-file" in out.stdout
-    assert "-- claude -p --dangerously-skip-permissions" in out.stdout
+    assert (
+        f"-- claude --allowedTools '{CLAUDE_ALLOWED_TOOLS}' -p --dangerously-skip-permissions"
+        in out.stdout
+    )
     assert "Then stop: your exit status tells whether the step succeeded." in out.stdout
     assert not (tmp_path / ".poli").exists()
 

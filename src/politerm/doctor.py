@@ -449,13 +449,23 @@ def register_check(check: Check) -> Check:
 
 @register_check
 def check_pipelines(ctx: DoctorContext) -> Iterable[CheckResult]:
-    """Validate every pipeline visible from the project (project, user dir, built-ins)."""
+    """Validate every pipeline visible from the project (project, user dir, built-ins).
+
+    A META checkout's pipelines count too: ``META/workflows/pipelines/`` in the project, or
+    the project's own ``workflows/pipelines/`` when it is a META repository.
+    """
     from politerm.pipeline.agents import list_pipelines
     from politerm.pipeline.parser import validate_file
 
     project = (ctx.project_dir or Path.cwd()).resolve()
-    found = list_pipelines(project)
-    problems = [line for p in found for line in validate_file(p.path, project)]
+    paths = [p.path for p in list_pipelines(project)]
+    for folder in (
+        project / "META" / "workflows" / "pipelines",
+        project / "workflows" / "pipelines",
+    ):
+        paths += sorted(folder.glob("*.pipeline")) if folder.is_dir() else []
+    found = paths
+    problems = [line for p in found for line in validate_file(p, project)]
     if problems:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
         detail = "; ".join(problems[:3]) + more

@@ -229,6 +229,7 @@ class Bridge:
             self.journal,
             self.base_dir,
             self.redact_patterns,
+            self.queue.path,
         )
         outcome = await self.executor.execute(handoff)
         new = TaskStatus.COMPLETED_BY_AGENT if outcome.ok else TaskStatus.FAILED_BY_AGENT

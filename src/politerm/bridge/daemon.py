@@ -77,6 +77,10 @@ def make_executor(spec: str, config: Config) -> Executor:
     """
     if spec == "builtin":
         return BuiltinExecutor()
+    if spec.startswith("agent:") and spec[6:]:
+        from politerm.bridge.agent import AgentExecutor
+
+        return AgentExecutor(spec[6:], config)
     msg = f"--executor {spec!r}: expected 'builtin' or 'agent:NAME'"
     raise BridgeError(msg)
 

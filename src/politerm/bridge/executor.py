@@ -60,6 +60,7 @@ class Handoff:
     journal: BridgeJournal
     base_dir: pathlib.Path
     redact_patterns: tuple[str, ...] = ()
+    queue_path: pathlib.Path | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import typing as t
 
@@ -10,6 +11,7 @@ import click
 
 from politerm import __version__
 from politerm._internal import sanitize
+from politerm.cli._errors import check_arguments, check_width, describe_os_error
 from politerm.errors import PolitermError
 
 # command name -> module under politerm.cli holding a click command called ``command``
@@ -85,24 +87,44 @@ def cli(no_color: bool) -> None:
 
 
 def main(argv: t.Sequence[str] | None = None) -> None:
-    """Run ``poli``; a :class:`PolitermError` becomes one line on stderr and exit code 1.
+    """Run ``poli``; every error becomes one line on stderr and a non-zero exit code.
 
-    Everything printed goes through :class:`~politerm._internal.sanitize.SafeStream`: text an
-    agent wrote never reaches the terminal as control sequences.
+    A :class:`PolitermError` exits 1; a file that cannot be read or written, or text that is
+    not UTF-8, exits 1 naming the file; anything unexpected exits 70 with one line (set
+    ``POLI_DEBUG=1`` for the traceback). Everything printed goes through
+    :class:`~politerm._internal.sanitize.SafeStream`: text an agent wrote never reaches the
+    terminal as control sequences.
     """
-    sanitize.install(no_color="--no-color" in (argv if argv is not None else sys.argv[1:]))
+    args = list(argv) if argv is not None else sys.argv[1:]
+    sanitize.install(no_color="--no-color" in args)
     try:
-        rv = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+        check_width()
+        check_arguments(args)
+        rv = cli.main(args=args, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("poli: aborted", err=True)
         sys.exit(130)
     except PolitermError as exc:
         click.echo(f"poli: {exc}", err=True)
         sys.exit(1)
+    except (OSError, UnicodeError) as exc:
+        if os.environ.get("POLI_DEBUG"):
+            raise
+        click.echo(f"poli: {describe_os_error(exc)}", err=True)
+        sys.exit(1)
+    except Exception as exc:  # a traceback is a bug; the user still gets one line
+        if os.environ.get("POLI_DEBUG"):
+            raise
+        click.echo(
+            f"poli: internal error: {type(exc).__name__}: {exc} "
+            "(set POLI_DEBUG=1 for the traceback, and please report it)",
+            err=True,
+        )
+        sys.exit(70)
     # With standalone_mode=False click returns ctx.exit()'s code instead of exiting.
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -16,11 +16,9 @@ from politerm.store.models import TaskState
 @click.option("--keep", is_flag=True, help="Leave the session running (attach to look).")
 def command(keep: bool) -> None:
     """Bring up a fake Planner and Executer, route one task with every hop shown, tear down."""
-    task, workdir = asyncio.run(run_demo(say=click.echo, printer=print_event, keep=keep))
+    task, hello = asyncio.run(run_demo(say=click.echo, printer=print_event, keep=keep))
     if task.state is not TaskState.DONE:
         click.echo(f"demo failed: {task.state.value}: {task.error}", err=True)
         sys.exit(1)
-    hello = workdir / "hello.txt"
     click.echo(f"\nfinal report ({task.id}):\n{task.report}")
-    content = hello.read_text().strip() if hello.exists() else "(missing)"
-    click.echo(f"\n{hello}: {content}")
+    click.echo(f"\nthe executer's hello.txt: {hello or '(missing)'}")

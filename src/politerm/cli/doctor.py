@@ -20,10 +20,18 @@ from politerm.doctor import DoctorContext, doctor_timeout, exit_code, render_tab
     type=click.Path(dir_okay=False, path_type=Path),
     help="Read this file instead of ./poli.toml.",
 )
-def command(as_json: bool, config_path: Path | None) -> None:
+@click.option(
+    "--project",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Check this project (its poli.toml, pipelines and agents; META's layout too).",
+)
+def command(as_json: bool, config_path: Path | None, project: Path | None) -> None:
     """Check that this machine can run politerm; exit 1 if any check FAILs."""
     env = dict(os.environ)
-    rows = run_checks(DoctorContext(env=env, config_path=config_path, timeout=doctor_timeout(env)))
+    ctx = DoctorContext(
+        env=env, project_dir=project, config_path=config_path, timeout=doctor_timeout(env)
+    )
+    rows = run_checks(ctx)
     if as_json:
         click.echo(json.dumps([row.as_dict() for row in rows], indent=2))
     else:

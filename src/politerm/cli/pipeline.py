@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import sys
 
 import click
@@ -10,6 +11,13 @@ import click
 _project = click.option(
     "--project", type=click.Path(file_okay=False), default=".", show_default=True,
     help="Where agent definitions are looked up first.",
+)  # fmt: skip
+
+
+_agents = click.option(
+    "--agents", "agents", multiple=True,
+    type=click.Path(file_okay=False, exists=True, path_type=pathlib.Path),
+    help="A directory of agent definitions searched first (repeatable).",
 )  # fmt: skip
 
 
@@ -21,7 +29,8 @@ def command() -> None:
 @command.command("validate")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @_project
-def validate(files: tuple[str, ...], project: str) -> None:
+@_agents
+def validate(files: tuple[str, ...], project: str, agents: tuple[pathlib.Path, ...]) -> None:
     """Report every problem of FILES as file:line: message; exit 1 if there is any."""
     from politerm.pipeline import ops
     from politerm.pipeline.parser import validate_file
@@ -29,7 +38,7 @@ def validate(files: tuple[str, ...], project: str) -> None:
     root = ops.project_dir(project)
     bad = 0
     for path in files:
-        problems = validate_file(path, root)
+        problems = validate_file(path, root, agents=agents)
         for line in problems:
             click.echo(line)
         if problems:
@@ -43,15 +52,16 @@ def validate(files: tuple[str, ...], project: str) -> None:
 @command.command("show")
 @click.argument("pipeline")
 @_project
+@_agents
 @click.option("--json", "as_json", is_flag=True, help="Print the parsed plan as JSON.")
-def show(pipeline: str, project: str, as_json: bool) -> None:
+def show(pipeline: str, project: str, agents: tuple[pathlib.Path, ...], as_json: bool) -> None:
     """Print the parsed plan of PIPELINE (a name or a file) as a table."""
     from politerm.pipeline import ops
     from politerm.pipeline.agents import find_pipeline
     from politerm.pipeline.parser import load_pipeline
 
     root = ops.project_dir(project)
-    pipe = load_pipeline(find_pipeline(pipeline, root), root)
+    pipe = load_pipeline(find_pipeline(pipeline, root), root, agents=agents)
     if as_json:
         click.echo(json.dumps(pipe.as_dict(), indent=2))
         return

@@ -10,6 +10,7 @@ import click
 
 from politerm.cli._common import config_option, load
 from politerm.cli._epic import epic_store
+from politerm.cli._errors import read_utf8
 from politerm.errors import WorkItemError
 from politerm.store.epics import WorkState
 
@@ -23,7 +24,7 @@ def command() -> None:
 @click.argument("epic")
 @click.argument("title")
 @click.option("--body", default="", help="What to do, in detail.")
-@click.option("--body-file", type=click.File("r"), help="Read the body from a file ('-': stdin).")
+@click.option("--body-file", type=click.File("rb"), help="Read the body from a file ('-': stdin).")
 @click.option("--priority", "-p", type=click.IntRange(0, 4), default=2, show_default=True)
 @click.option(
     "--after", "depends_on", multiple=True, metavar="ID", help="Blocked until ID is done."
@@ -35,7 +36,7 @@ def add(
     epic: str,
     title: str,
     body: str,
-    body_file: t.TextIO | None,
+    body_file: t.BinaryIO | None,
     priority: int,
     depends_on: tuple[str, ...],
     item_id: str | None,
@@ -44,7 +45,7 @@ def add(
 ) -> None:
     """Add a work item titled TITLE to EPIC."""
     if body_file is not None:
-        body = body_file.read()
+        body = read_utf8(body_file)
     with epic_store(load(config_path)) as es:
         if epic_title:
             es.ensure_epic(epic, title=epic_title)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import tempfile
 import typing as t
 
@@ -25,11 +26,14 @@ async def run_demo(
     say: t.Callable[[str], None] = print,
     printer: Printer | None = None,
     keep: bool = False,
-) -> tuple[Task, pathlib.Path]:
+) -> tuple[Task, str | None]:
     """Bring the fake Planner and Executer up, route one task, tear everything down.
 
-    Returns the finished task and the executer's working directory (where hello.txt is).
+    Returns the finished task and what the executer wrote to ``hello.txt`` (None if
+    nothing). A scratch directory made here is removed at the end, unless ``keep`` leaves
+    the session running in it.
     """
+    scratch = workdir is None
     work = workdir or pathlib.Path(tempfile.mkdtemp(prefix="poli-demo-"))
     work.mkdir(parents=True, exist_ok=True)
     (work / "executer").mkdir(exist_ok=True)
@@ -56,4 +60,9 @@ async def run_demo(
             if not keep:
                 await session.down()
             await session.server.close()
-    return task, work / "executer"
+    hello = work / "executer" / "hello.txt"
+    content = hello.read_text().strip() if hello.is_file() else None
+    if scratch and not keep:
+        # The scratch directory (store, scenarios, the executer's files) goes with the demo.
+        shutil.rmtree(work, ignore_errors=True)
+    return task, content

@@ -43,6 +43,7 @@ from politerm.errors import (
     TmuxLookupError,
 )
 from politerm.store.models import TaskState, TurnEnd, TurnState
+from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver
@@ -63,12 +64,12 @@ __all__ = [
 # Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
 IDLE_BACKSTOP = 10.0
 TURN_BACKSTOP = 2.0
-# Full store scan (new tasks, deadlines, expiry) at least this often, and on every change
-# another process commits.
+# Full store scan (new tasks, deadlines, expiry) on every commit (store notification), and at
+# least this often while a task is in flight (deadlines are time, not events).
 SCAN_EVERY = 1.0
-# How often the router looks for other processes' store commits (new tasks, answers, aborts)
-# and asks the caller whether to stop; the idle cost of a router is mostly this.
-TICK = 0.25
+# With nothing in flight the router sleeps until a commit; this only bounds a lost
+# notification (and how late the caller's until() is asked without one).
+IDLE_TICK = 30.0
 # How long a stopping router waits for the steps under way (deliveries) to finish.
 STOP_GRACE = 60.0
 
@@ -103,21 +104,28 @@ class Router(Sending):
         """
         self._data_version = -1
         self._next_scan = 0.0
+        self._in_flight = True
         loops = [
             asyncio.create_task(self._agent_loop(d), name=f"agent-{d.name}")
             for d in self.agents.values()
         ]
+        # Woken by commits (any process) instead of a timer; see politerm.store.watch.
+        watch = StoreWatch(self.store.path)
+        await watch.start()
+        self._events = EventCursor(self.store)
         try:
             while not self._stop.is_set():
+                committed = watch.event()
                 await self._tick()
                 if self._fatal is not None:
                     break
                 if until is not None and until():
                     break
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(TICK):
-                        await self._stop.wait()
+                bound = SCAN_EVERY if self._in_flight else IDLE_TICK
+                await _first(self._stop, committed, timeout=bound)
+                self._next_scan = 0.0 if committed.is_set() else self._next_scan
         finally:
+            await watch.close()
             self.stop()
             _, late = await asyncio.wait(loops, timeout=STOP_GRACE) if loops else ((), ())
             for task in late:
@@ -260,15 +268,28 @@ class Router(Sending):
         version = self.store.data_version()
         now = time.monotonic()
         if version != self._data_version:
+            # Another process committed: wake only the loops it gave something to do.
             self._data_version = version
-            for loop in self.loops.values():
-                loop.wake.set()
+            for name in agents_with_work(self.store, self.agents, self._events.read()):
+                self.wake(name)
         elif now < self._next_scan:
             return
         self._next_scan = now + SCAN_EVERY
-        for task in self.store.list_tasks(active_only=True):
+        active = self.store.list_tasks(active_only=True)
+        self._in_flight = bool(active) or bool(self.store.list_expectations())
+        for task in active:
             if task.state is TaskState.PENDING:
                 self._start_task(task)
         self._check_deadlines(time.time())
         for msg in self.store.expire_messages(time.time()):
             self._event("dead-letter", msg, detail="ttl expired")
+
+
+async def _first(*events: asyncio.Event, timeout: float) -> None:
+    """Wait until any of ``events`` is set, at most ``timeout`` seconds."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()

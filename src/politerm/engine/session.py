@@ -229,9 +229,8 @@ class Session:
                 stopped.append(name)
             if self.store.get_agent(name) is not None:
                 self.store.set_agent_state(name, AgentState.EXITED.value)
+        # The last session takes the server, its socket file and its config with it.
         await self.server.kill_session(self.name)
-        if not await self.server.list_sessions():
-            await self.server.kill_server()
         return stopped
 
     async def wait_ready(

@@ -6,6 +6,12 @@ Pipelines are ``<name>.pipeline`` files. Both are looked up in this order:
 1. the project: ``<project>/.poli/agents/`` and ``<project>/.poli/pipelines/``;
 2. the user config dir: ``~/.config/politerm/agents/`` and ``~/.config/politerm/pipelines/``;
 3. the built-ins shipped in ``politerm/pipeline/builtin/``.
+
+For a run, :class:`AgentSearch` puts more directories in front of that order for agents,
+where META keeps them: ``--agents DIR`` first, then the project's ``.poli/agents``, the
+``[pipeline] agents_path`` directories of poli.toml, ``META/agents/`` in the project, and the
+``agents/`` directory beside the repository root of a pipeline that sits in a META-style
+``workflows/pipelines/`` folder.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import re
+import typing as t
 
 import platformdirs
 
@@ -38,29 +45,98 @@ def search_dirs(project: pathlib.Path | None, kind: str) -> list[tuple[str, path
     return dirs
 
 
-def find_agent(agent: str, project: pathlib.Path | None) -> pathlib.Path | None:
-    """The definition file of ``agent``, or None when no directory has one."""
-    if not _AGENT_NAME.match(agent):
+def meta_root(pipeline: pathlib.Path | None) -> pathlib.Path | None:
+    """The repository root of a pipeline kept META's way (``<root>/workflows/pipelines/``).
+
+    Examples
+    --------
+    >>> meta_root(pathlib.Path("/r/META/workflows/pipelines/feature.pipeline"))
+    PosixPath('/r/META')
+    >>> meta_root(pathlib.Path("/r/META/workflows/pipelines/modules/review.steps"))
+    PosixPath('/r/META')
+    >>> meta_root(pathlib.Path("/p/.poli/pipelines/x.pipeline")) is None
+    True
+    """
+    if pipeline is None:
         return None
-    for _, directory in search_dirs(project, "agents"):
-        path = directory / f"{agent}.md"
-        if path.is_file():
-            return path
+    for folder in pipeline.parents:
+        if folder.name == "pipelines" and folder.parent.name == "workflows":
+            return folder.parent.parent
     return None
 
 
-def role_text(agent: str, project: pathlib.Path | None) -> str:
-    """The role prompt of ``agent``.
+@dataclasses.dataclass(frozen=True)
+class AgentSearch:
+    """The directories searched for agent definitions, in order, each with its source."""
+
+    dirs: tuple[tuple[str, pathlib.Path], ...]
+
+    @classmethod
+    def for_run(
+        cls,
+        project: pathlib.Path | None,
+        *,
+        pipeline: pathlib.Path | None = None,
+        extra: t.Sequence[pathlib.Path] = (),
+        configured: t.Sequence[str | pathlib.Path] | None = None,
+    ) -> AgentSearch:
+        """The search order of a run (see the module's docstring).
+
+        ``configured`` defaults to ``[pipeline] agents_path`` of the project's poli.toml.
+        """
+        if configured is None:
+            configured = _configured(project)
+        dirs: list[tuple[str, pathlib.Path]] = [("--agents", d) for d in extra]
+        builtin = search_dirs(project, "agents")
+        if project is not None:
+            dirs.append(builtin.pop(0))
+        base = project or pathlib.Path()
+        dirs += [("agents_path", base / pathlib.Path(d).expanduser()) for d in configured]
+        if project is not None:
+            dirs.append(("META", project / "META" / "agents"))
+        root = meta_root(pipeline.resolve() if pipeline is not None else None)
+        if root is not None:
+            dirs.append(("pipeline repository", root / "agents"))
+        return cls((*dirs, *builtin))
+
+    def find(self, agent: str) -> pathlib.Path | None:
+        """The definition file of ``agent``, or None when no directory has one."""
+        if not _AGENT_NAME.match(agent):
+            return None
+        for _, directory in self.dirs:
+            path = directory / f"{agent}.md"
+            if path.is_file():
+                return path
+        return None
+
+    def where(self) -> str:
+        """The searched directories, for a message."""
+        return ", ".join(str(d) for _, d in self.dirs)
+
+
+def _configured(project: pathlib.Path | None) -> list[str]:
+    from politerm.config import load_config
+
+    return list(load_config(project).pipeline.agents_path) if project is not None else []
+
+
+def find_agent(agent: str, project: pathlib.Path | None) -> pathlib.Path | None:
+    """The definition file of ``agent``, or None when no directory has one."""
+    return AgentSearch((*search_dirs(project, "agents"),)).find(agent)
+
+
+def role_text(agent: str, project: pathlib.Path | None, search: AgentSearch | None = None) -> str:
+    """The role prompt of ``agent`` (looked up through ``search``, default: the plain order).
 
     Raises
     ------
     PipelineError
         When no definition exists.
     """
-    path = find_agent(agent, project)
+    search = search or AgentSearch((*search_dirs(project, "agents"),))
+    path = search.find(agent)
     if path is None:
-        where = ", ".join(str(d) for _, d in search_dirs(project, "agents"))
-        msg = f"no agent definition {agent}.md (looked in {where})"
+        msg = f"no agent definition {agent}.md (looked in {search.where()})"
         raise PipelineError(msg)
     return path.read_text(encoding="utf-8").strip()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import typing as t
 
-from politerm.pipeline.handoff import HANDOFF
+from politerm.pipeline.handoff import CLASSIC, Layout
 from politerm.pipeline.launch import launch, render_prompt, step_cli
 from politerm.pipeline.model import Gate
 from politerm.pipeline.runner import GATE_QUESTION, FailurePolicy, control_argv
@@ -15,6 +15,7 @@ from politerm.pipeline.worktrees import branch, path_of
 if t.TYPE_CHECKING:
     import pathlib
 
+    from politerm.pipeline.agents import AgentSearch
     from politerm.pipeline.model import Pipeline
 
 NONCE_PLACEHOLDER = "<nonce>"
@@ -32,6 +33,10 @@ def dry_run(
     unsafe: bool = False,
     use_worktrees: bool = False,
     on_fail: str = "ask",
+    override: bool = False,
+    auto_approve: bool = False,
+    layout: Layout = CLASSIC,
+    search: AgentSearch | None = None,
 ) -> str:
     """The plan of a run as text: session, windows, commands, prompts and gates.
 
@@ -48,11 +53,13 @@ def dry_run(
         f"tmux: socket {socket}, session {session}",
         f"window 0 control: {shlex.join(control_argv(project, run_id))}",
         f"state: {project / '.poli' / f'state.{run_id}'}; steps dir: {sdir}",
-        f"handoff: writes {project / HANDOFF} with the task: {task}",
+        f"handoff: writes {project / layout.main} with the task: {task}",
         (
             f"mode: {'headless (exit code)' if headless else 'interactive TUI (done block)'}"
             f"; on failure: {policy}; unsafe: {'yes' if unsafe else 'no'}"
             f"; worktrees: {'yes' if use_worktrees else 'no'}"
+            f"; gates: {'approved automatically' if auto_approve else 'asked'}"
+            f"; --cli: {cli} ({'every step' if override else 'steps whose CLI is -'})"
         ),
     ]
     for index, stage in enumerate(pipeline.stages(), start=1):
@@ -61,13 +68,20 @@ def dry_run(
         out += ["", f"== stage {index}: {label} " + ", ".join(str(s.num) for s in stage)]
         for step in stage:
             spec = launch(
-                step, run_cli=cli, steps_dir=sdir, attempt=1, headless=headless, unsafe=unsafe
+                step,
+                run_cli=cli,
+                steps_dir=sdir,
+                attempt=1,
+                headless=headless,
+                unsafe=unsafe,
+                override=override,
             )
             minutes = step.timeout_min if step.timeout_min is not None else pipeline.timeout_min
             cwd = path_of(project, run_id, step.num) if use_worktrees and parallel else project
             out += [
                 (
-                    f"-- step {step.num}: {step.agent} on {step_cli(step, cli)}, "
+                    f"-- step {step.num}: {step.agent} on {step_cli(step, cli, override=override)}"
+                    f"{' (interactive: a person marks it done)' if spec.interactive else ''}, "
                     f"timeout {minutes:g} min"
                 ),
                 f"   window: {step.window} (cwd {cwd})",
@@ -85,11 +99,15 @@ def dry_run(
                 run_id=run_id,
                 attempt=1,
                 project=project,
-                nonce=None if headless else NONCE_PLACEHOLDER,
+                nonce=None if spec.headless else NONCE_PLACEHOLDER,
                 parallel=parallel,
+                layout=layout,
+                search=search,
             )
             out.append("   prompt:")
             out += [f"   | {line}".rstrip() for line in prompt.splitlines()]
         if parallel:
-            out.append(f"-- sync: merge .handoff-step-N.md files into {HANDOFF} in step order")
+            out.append(
+                f"-- sync: merge {layout.step_pattern} files into {layout.main} in step order"
+            )
     return "\n".join(out) + "\n"

@@ -12,8 +12,9 @@ import typing as t
 
 from politerm.agents.profile import load_profile, user_profile_dir
 from politerm.errors import PipelineError, ProfileError
-from politerm.pipeline.agents import role_text
-from politerm.pipeline.handoff import HANDOFF, step_file
+from politerm.pipeline.agents import AgentSearch, role_text
+from politerm.pipeline.handoff import CLASSIC, Layout
+from politerm.pipeline.parser import INTERACTIVE
 from politerm.protocol.primer import render_primer
 
 if t.TYPE_CHECKING:
@@ -26,9 +27,12 @@ FAKE = "fake"
 #: The profile the fake agent runs under, and its bundled scenario for pipeline steps.
 FAKE_PROFILE = "fake-claude"
 FAKE_SCENARIO = "pipeline-step"
+#: The tools a headless claude step may use without asking (META's ``--allowedTools``).
+CLAUDE_ALLOWED_TOOLS = "Bash Edit Read Write Glob Grep"
 #: One-shot arguments of the CLIs that have a headless mode; the prompt comes last.
 HEADLESS_ARGS: dict[str, tuple[str, ...]] = {
-    "claude": ("-p",),
+    # -p after the list: --allowedTools takes several values and would swallow the prompt.
+    "claude": ("--allowedTools", CLAUDE_ALLOWED_TOOLS, "-p"),
     "codex": ("exec",),
     "gemini": ("-p",),
 }
@@ -38,18 +42,26 @@ DONE_TO = "ORCH"
 DONE_TYPE = "done"
 
 
-def step_cli(step: Step, run_cli: str) -> str:
-    """The CLI a step runs on: ``--cli fake`` wins, then the step's column, then ``--cli``.
+def step_cli(step: Step, run_cli: str, *, override: bool = False) -> str:
+    """The CLI a step runs on.
+
+    ``--cli fake`` wins; an ``interactive`` step opens the run's CLI; a ``--cli`` given on
+    the command line (``override``) replaces every step's column, as ``meta run --cli`` does;
+    otherwise the step's column, then the default.
 
     Examples
     --------
     >>> from politerm.pipeline.model import Gate, Step
     >>> s = Step(1, "dev", "codex", Gate.AUTO, None, None, "go")
-    >>> step_cli(s, "claude"), step_cli(s, "fake")
-    ('codex', 'fake')
+    >>> step_cli(s, "claude"), step_cli(s, "fake"), step_cli(s, "gemini", override=True)
+    ('codex', 'fake', 'gemini')
+    >>> step_cli(Step(2, "dev", "interactive", Gate.AUTO, None, None, "go"), "codex")
+    'codex'
     """
     if run_cli == FAKE:
         return FAKE
+    if override or step.cli == INTERACTIVE:
+        return run_cli
     return step.cli or run_cli
 
 
@@ -73,6 +85,8 @@ class Launch:
     argv: tuple[str, ...]
     headless: bool
     log: pathlib.Path | None = None
+    #: A human-driven step: the run waits for a person to mark it done.
+    interactive: bool = False
 
     @property
     def command_line(self) -> str:
@@ -94,15 +108,20 @@ def launch(
     attempt: int,
     headless: bool,
     unsafe: bool,
+    override: bool = False,
 ) -> Launch:
     """The command line of attempt ``attempt`` of ``step``.
+
+    An ``interactive`` step always runs in its TUI, even in a headless run.
 
     Raises
     ------
     PipelineError
         A headless run on a CLI without a headless mode, or an unknown CLI.
     """
-    cli = step_cli(step, run_cli)
+    cli = step_cli(step, run_cli, override=override)
+    interactive = step.cli == INTERACTIVE
+    headless = headless and not interactive
     tag = f"step-{step.num}.a{attempt}"
     if cli == FAKE:
         profile = load_profile(FAKE_PROFILE)
@@ -115,7 +134,7 @@ def launch(
             argv = [
                 *_wrapper(steps_dir, step.num, attempt), "--fake-log", str(log), "--", *argv,
             ]  # fmt: skip
-        return Launch(cli, profile, tuple(argv), headless, log)
+        return Launch(cli, profile, tuple(argv), headless, log, interactive)
     try:
         profile = load_profile(cli)
     except ProfileError as exc:
@@ -133,7 +152,7 @@ def launch(
         agent = [profile.command[0], *HEADLESS_ARGS[cli], *extra]
         argv = [*_wrapper(steps_dir, step.num, attempt), "--", *agent]
         return Launch(cli, profile, tuple(argv), headless)
-    return Launch(cli, profile, (*profile.command, *extra), headless)
+    return Launch(cli, profile, (*profile.command, *extra), headless, interactive=interactive)
 
 
 def _wrapper(steps_dir: pathlib.Path, num: int, attempt: int) -> list[str]:
@@ -163,22 +182,26 @@ def render_prompt(
     project: pathlib.Path,
     nonce: str | None,
     parallel: bool,
+    layout: Layout = CLASSIC,
+    search: AgentSearch | None = None,
 ) -> str:
     """The prompt of one attempt of a step.
 
-    It holds the agent's role, an instruction to read ``.handoff.md`` first, the step's task,
+    It holds the agent's role, an instruction to read the handoff file first, the step's task,
     where to write the handoff notes, and (for a TUI step, ``nonce`` given) how to say it is
-    done: a ``done`` block to ORCH with the step's id and this attempt's nonce.
+    done: a ``done`` block to ORCH with the step's id and this attempt's nonce. ``layout``
+    names the handoff files, ``search`` finds the role.
     """
-    handoff = step_file(step.num) if parallel else HANDOFF
+    main = layout.main
+    handoff = layout.step(step.num) if parallel else main
     if parallel:
         notes = (
-            f"Write your notes for the next steps to {handoff} (not {HANDOFF}: other steps are "
-            f"working at the same time); they are merged into {HANDOFF} when the group is done."
+            f"Write your notes for the next steps to {handoff} (not {main}: other steps are "
+            f"working at the same time); they are merged into {main} when the group is done."
         )
     else:
         notes = (
-            f"Update {HANDOFF}: keep what is there and add a section '## Step {step.num} "
+            f"Update {main}: keep what is there and add a section '## Step {step.num} "
             f"({step.agent})' with what you did, what you decided and what the next steps "
             "must know."
         )
@@ -191,10 +214,10 @@ def render_prompt(
         ),
         "",
         "# Your role",
-        role_text(step.agent, project),
+        role_text(step.agent, project, search),
         "",
         "# First",
-        f"Read {HANDOFF}: it holds the task and the notes of the steps before you.",
+        f"Read {main}: it holds the task and the notes of the steps before you.",
         "",
         "# Your task",
         step.prompt,

@@ -66,12 +66,20 @@ async def run_new(
     use_worktrees: bool = False,
     on_fail: str = "ask",
     say: Say | None = None,
+    cli_override: bool = False,
+    auto_approve: bool = False,
+    agents: t.Sequence[pathlib.Path] = (),
 ) -> RunState:
-    """Start a new run and drive it to its end (or an interruption)."""
+    """Start a new run and drive it to its end (or an interruption).
+
+    ``cli_override`` makes ``cli`` replace every step's CLI column (``meta run --cli``);
+    ``auto_approve`` approves gates; ``agents`` are searched first for agent definitions.
+    """
+    from politerm.pipeline.handoff import layout_for
     from politerm.pipeline.runner import FailurePolicy
 
     FailurePolicy.parse(on_fail)
-    pipeline = load_pipeline(find_pipeline(pipeline_ref, project), project)
+    pipeline = load_pipeline(find_pipeline(pipeline_ref, project), project, agents=agents)
     config, store = open_project(project)
     try:
         record = new_record(
@@ -86,6 +94,10 @@ async def run_new(
             use_worktrees=use_worktrees,
             on_fail=on_fail,
         )
+        record.cli_override = cli_override
+        record.auto_approve = auto_approve
+        record.agents = [str(d.resolve()) for d in agents]
+        record.handoff_dir = layout_for(pipeline.path, config.pipeline.handoff_dir).directory
         state = start_run(pipeline, record, store)
         await PipelineRunner(pipeline, state, config, say=say).run()
         return state
@@ -114,7 +126,8 @@ async def resume_run(
         if rec.pid is not None and _is_runner(rec.pid):
             msg = f"run {rid} is still being run by process {rec.pid}"
             raise PipelineError(msg)
-        pipeline = load_pipeline(rec.pipeline, project)
+        agents = [pathlib.Path(d) for d in rec.agents]
+        pipeline = load_pipeline(rec.pipeline, project, agents=agents)
         state.event("pipeline.resumed", f"resumed by process {os.getpid()}")
         await PipelineRunner(pipeline, state, config, say=say).run()
         return state

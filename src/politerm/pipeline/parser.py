@@ -17,6 +17,10 @@ The format is line based::
   means the default; a literal pipe in PROMPT is written ``\|``.
 * ``@include path.steps`` splices a step module (rows only, no header) in place, relative to
   the including file; its step numbers are counted from the last step before the include.
+  A module may number its rows as META's modules do: ``N`` is its first step, ``N+1`` the
+  next, and so on.
+* CLI ``interactive`` marks a human-driven step: the agent is opened with the prompt and the
+  run waits until a person marks the step done.
 * ``#`` comments and blank lines anywhere.
 
 Every problem becomes a :class:`~politerm.errors.PipelineSyntaxError` (``file:line:
@@ -46,6 +50,9 @@ _INCLUDE = re.compile(r"^@include\s+(?P<path>\S.*)$")
 _SPLIT = re.compile(r"(?<!\\)\|")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _MAX_INCLUDE_DEPTH = 8
+_RELATIVE = re.compile(r"^N(?:\s*\+\s*(?P<k>\d+))?$")
+#: The CLI value of a human-driven step (META's ``interactive``).
+INTERACTIVE = "interactive"
 
 
 def split_columns(line: str) -> list[str]:
@@ -66,9 +73,11 @@ class _Context:
     known_clis: Collection[str] | None
     agent_exists: Callable[[str], bool] | None
     read: Callable[[pathlib.Path], str]
+    agent_where: str = ""
     problems: list[PipelineSyntaxError] = dataclasses.field(default_factory=list)
     headers: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
     row_lines: int = 0
+    include_failed: bool = False
 
     def problem(self, path: str, line: int, message: str) -> None:
         self.problems.append(PipelineSyntaxError(path, line, message))
@@ -81,26 +90,51 @@ def _suggest(word: str, options: Collection[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _number(raw: str, offset: int, *, module: bool) -> int | None:
+    """A row's step number: ``K`` counted from ``offset``, or in a module ``N``/``N+K``.
+
+    Examples
+    --------
+    >>> _number("2", 4, module=True), _number("N", 4, module=True), _number("N+2", 4, module=True)
+    (6, 5, 7)
+    >>> _number("N+1", 0, module=False) is None
+    True
+    """
+    if raw.isdigit() and int(raw) >= 1:
+        return offset + int(raw)
+    rel = _RELATIVE.match(raw)
+    if module and rel:
+        return offset + 1 + int(rel["k"] or 0)
+    return None
+
+
 def _row(
-    cols: list[str], path: str, lineno: int, offset: int, ctx: _Context
+    cols: list[str], path: str, lineno: int, offset: int, ctx: _Context, *, module: bool
 ) -> tuple[int | None, Step | None]:
     """Validate one row's columns; the number (if readable) and the step (if valid)."""
     ok = True
-    num: int | None = None
     raw_num, agent, cli, gate, group, timeout, prompt = cols
-    if raw_num.isdigit() and int(raw_num) >= 1:
-        num = offset + int(raw_num)
-    else:
-        ctx.problem(path, lineno, f"step number must be a whole number >= 1, got {raw_num!r}")
+    num = _number(raw_num, offset, module=module)
+    if num is None:
+        extra = " (N, N+1 … only in an @include'd module)" if _RELATIVE.match(raw_num) else ""
+        ctx.problem(
+            path, lineno, f"step number must be a whole number >= 1, got {raw_num!r}{extra}"
+        )
         ok = False
     if not _NAME.match(agent):
         ctx.problem(path, lineno, f"bad agent name {agent!r}")
         ok = False
     elif ctx.agent_exists is not None and not ctx.agent_exists(agent):
-        ctx.problem(path, lineno, f"missing agent definition {agent}.md for agent {agent!r}")
+        where = f" (looked in {ctx.agent_where})" if ctx.agent_where else ""
+        ctx.problem(path, lineno, f"missing agent definition {agent}.md for agent {agent!r}{where}")
         ok = False
     cli_value: str | None = None if cli == "-" else cli
-    if cli_value is not None and ctx.known_clis is not None and cli_value not in ctx.known_clis:
+    if (
+        cli_value is not None
+        and cli_value != INTERACTIVE
+        and ctx.known_clis is not None
+        and cli_value not in ctx.known_clis
+    ):
         known = ", ".join(sorted(ctx.known_clis))
         hint = _suggest(cli_value, ctx.known_clis)
         ctx.problem(path, lineno, f"unknown CLI {cli!r}{hint}; known: {known}")
@@ -169,7 +203,7 @@ def _scan(
                     + (r"; write literal pipes in PROMPT as \|" if len(cols) > 7 else ""),
                 )
                 continue
-            num, step = _row(cols, path, lineno, offset, ctx)
+            num, step = _row(cols, path, lineno, offset, ctx, module=module)
             rows.append((num, step, path, lineno))
             if num is not None:
                 last = max(last, num)
@@ -205,6 +239,7 @@ def _include(
     inc = (base / target).resolve()
     if str(inc) in stack:
         ctx.problem(path, lineno, f"@include {target}: include cycle")
+        ctx.include_failed = True
         return []
     if len(stack) > _MAX_INCLUDE_DEPTH:
         ctx.problem(path, lineno, f"@include {target}: includes nested too deep")
@@ -213,6 +248,11 @@ def _include(
         text = ctx.read(inc)
     except OSError as exc:
         ctx.problem(path, lineno, f"@include {target}: cannot read {inc}: {exc.strerror}")
+        ctx.include_failed = True
+        return []
+    except UnicodeDecodeError as exc:
+        ctx.problem(path, lineno, f"@include {target}: {inc} is not UTF-8 text ({exc.reason})")
+        ctx.include_failed = True
         return []
     return _scan(
         text, str(inc), inc.parent, ctx, offset=offset, stack=(*stack, str(inc)), module=True
@@ -260,6 +300,7 @@ def parse_pipeline(
     known_clis: Collection[str] | None = None,
     agent_exists: Callable[[str], bool] | None = None,
     read: Callable[[pathlib.Path], str] | None = None,
+    agent_where: str = "",
 ) -> tuple[Pipeline | None, list[PipelineSyntaxError]]:
     r"""Parse pipeline ``text``; return the pipeline (None if invalid) and every problem.
 
@@ -275,6 +316,8 @@ def parse_pipeline(
         Tells whether an agent definition exists; None accepts any.
     read
         Reads an included file (default: UTF-8 from disk).
+    agent_where
+        Where agent definitions were looked for (named when one is missing).
 
     Examples
     --------
@@ -293,7 +336,9 @@ def parse_pipeline(
     """
     where = str(path)
     p = pathlib.Path(path) if where != "<string>" else None
-    ctx = _Context(known_clis, agent_exists, read or (lambda f: f.read_text(encoding="utf-8")))
+    ctx = _Context(
+        known_clis, agent_exists, read or (lambda f: f.read_text(encoding="utf-8")), agent_where
+    )
     stack = (str(p.resolve()),) if p is not None else ()
     base = p.resolve().parent if p is not None else None
     rows = _scan(text, where, base, ctx, offset=0, stack=stack, module=False)
@@ -303,7 +348,8 @@ def parse_pipeline(
     for key in REQUIRED_HEADERS:
         if key not in ctx.headers:
             ctx.problem(where, 1, f"missing header: {key}")
-    if not ctx.row_lines:
+    if not ctx.row_lines and not ctx.include_failed:
+        # With a failed include, that failure is the news, not the steps it would have held.
         ctx.problem(where, 1, "no steps")
     timeout = math.nan
     if "timeout_min" in ctx.headers:
@@ -340,15 +386,22 @@ def known_clis() -> set[str]:
     return {*list_profiles(), "fake"}
 
 
-def load_pipeline(path: str | pathlib.Path, project: pathlib.Path | None = None) -> Pipeline:
+def load_pipeline(
+    path: str | pathlib.Path,
+    project: pathlib.Path | None = None,
+    *,
+    agents: t.Sequence[pathlib.Path] = (),
+) -> Pipeline:
     """Read, parse and validate a pipeline file against the agents visible from ``project``.
+
+    ``agents`` are directories searched first (``--agents DIR``).
 
     Raises
     ------
     PipelineInvalid
         Holding every problem found.
     """
-    from politerm.pipeline.agents import find_agent
+    from politerm.pipeline.agents import AgentSearch
 
     path = pathlib.Path(path)
     try:
@@ -357,21 +410,31 @@ def load_pipeline(path: str | pathlib.Path, project: pathlib.Path | None = None)
         raise PipelineInvalid(
             [PipelineSyntaxError(path, 0, f"cannot read: {exc.strerror}")]
         ) from None
+    except UnicodeDecodeError as exc:
+        why = f"not a text file: byte {exc.start} is not UTF-8 ({exc.reason})"
+        raise PipelineInvalid([PipelineSyntaxError(path, 0, why)]) from None
+    search = AgentSearch.for_run(project, pipeline=path, extra=agents)
     pipe, problems = parse_pipeline(
         text,
         path,
         known_clis=known_clis(),
-        agent_exists=lambda name: find_agent(name, project) is not None,
+        agent_exists=lambda name: search.find(name) is not None,
+        agent_where=search.where(),
     )
     if pipe is None:
         raise PipelineInvalid(problems)
     return pipe
 
 
-def validate_file(path: str | pathlib.Path, project: pathlib.Path | None = None) -> list[str]:
+def validate_file(
+    path: str | pathlib.Path,
+    project: pathlib.Path | None = None,
+    *,
+    agents: t.Sequence[pathlib.Path] = (),
+) -> list[str]:
     """Every problem of one file as ``file:line: message`` lines (empty when valid)."""
     try:
-        load_pipeline(path, project)
+        load_pipeline(path, project, agents=agents)
     except PipelineInvalid as exc:
         return [str(p) for p in exc.problems]
     return []

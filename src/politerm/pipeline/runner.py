@@ -42,6 +42,7 @@ from politerm.errors import (
     TmuxCommandError,
 )
 from politerm.pipeline import handoff, worktrees
+from politerm.pipeline.agents import AgentSearch
 from politerm.pipeline.launch import DONE_TYPE, Launch, exit_file, launch, prompt_file, step_id
 from politerm.pipeline.launch import render_prompt as _render_prompt
 from politerm.pipeline.model import FINISHED_RUN, Gate, RunStatus, StepStatus
@@ -188,6 +189,13 @@ class PipelineRunner:
         self.server.socket_name = self.record.socket
         self.policy = FailurePolicy.parse(self.record.on_fail)
         self.project = pathlib.Path(self.record.project)
+        self.layout = handoff.Layout(self.record.handoff_dir)
+        self.agents = AgentSearch.for_run(
+            self.project,
+            pipeline=pipeline.path,
+            extra=[pathlib.Path(d) for d in self.record.agents],
+            configured=config.pipeline.agents_path,
+        )
         self._say = say or (lambda _line: None)
         self._ask_lock = asyncio.Lock()
         self._client: ControlClient | None = None
@@ -337,6 +345,10 @@ class PipelineRunner:
             rec = self.record.step(step.num)
             if step.gate is not Gate.GATE or rec.status is not StepStatus.DONE or rec.approved:
                 return
+            if self.record.auto_approve:
+                self.state.set_step(step.num, StepStatus.DONE, approved=True)
+                self.say(f"step {step.num}: gate approved (--auto-approve)", step=step.num)
+                return
             report = f" — {rec.report}" if rec.report else ""
             answer = await self.ask(
                 step, "gate", f"Step {step.num} ({step.agent}) is done{report}. {GATE_QUESTION}"
@@ -392,6 +404,7 @@ class PipelineRunner:
             attempt=attempt,
             headless=rec.headless,
             unsafe=rec.unsafe,
+            override=rec.cli_override,
         )
 
     def _prompt(self, step: Step, attempt: int, nonce: str | None, *, parallel: bool) -> str:
@@ -403,6 +416,8 @@ class PipelineRunner:
             project=self.project,
             nonce=nonce,
             parallel=parallel,
+            layout=self.layout,
+            search=self.agents,
         )
 
     async def _attempt(self, step: Step, *, parallel: bool) -> str | None:
@@ -418,10 +433,10 @@ class PipelineRunner:
         cwd = self.project
         if self.record.worktrees and parallel:
             cwd = await asyncio.to_thread(
-                worktrees.create, self.project, self.record.run_id, step.num
+                worktrees.create, self.project, self.record.run_id, step.num, self.layout
             )
-        nonce = None if self.record.headless else new_nonce()
         spec = self._launch(step, attempt)
+        nonce = None if spec.headless else new_nonce()
         text = self._prompt(step, attempt, nonce, parallel=parallel)
         write_atomic(prompt_file(self.state.steps_dir, step.num, attempt), text)
         exit_file(self.state.steps_dir, step.num).unlink(missing_ok=True)
@@ -492,7 +507,20 @@ class PipelineRunner:
             return f"prompt not delivered ({result.outcome.value}): {' | '.join(result.evidence)}"
         self.marks[f"delivered:{step.num}"] = time.monotonic()
         self.state.set_step(step.num, StepStatus.RUNNING, delivered=True)
+        if spec.interactive:
+            return await self._wait_person(step, pane)
         return await self._wait_done(step, spec, pane, deadline)
+
+    async def _wait_person(self, step: Step, pane: Pane) -> str | None:
+        """An ``interactive`` step: a person works with the agent, then marks it done."""
+        answer = await self.ask(
+            step,
+            "interactive",
+            f"Step {step.num} ({step.agent}) is interactive: work with the agent in window "
+            f"{step.window}, then answer y when the step is done (n: it failed)",
+        )
+        await self._stop_agent(pane)
+        return None if answer == "y" else f"marked not done ({answer}) by a person"
 
     async def _turn_lines(self, pane: Pane, start_line: int, snap: Snapshot) -> list[str]:
         if snap.alternate_screen or start_line < 0:
@@ -641,20 +669,21 @@ class PipelineRunner:
                 if f"ho:{step.num}" in rec.merged or not wt.exists():
                     continue
                 await asyncio.to_thread(worktrees.commit, wt, step.num, step.agent)
-                notes = wt / handoff.step_file(step.num)
+                notes = wt / self.layout.step(step.num)
                 if notes.exists():
-                    shutil.copyfile(notes, self.project / handoff.step_file(step.num))
+                    shutil.copyfile(notes, self.project / self.layout.step(step.num))
         fresh = [s for s in done if f"ho:{s.num}" not in rec.merged]
         merged = handoff.merge_parallel(
             self.project,
             [(s.num, s.agent, rec.step(s.num).attempt) for s in fresh],
             rec.run_id,
+            layout=self.layout,
         )
         rec.merged += [f"ho:{s.num}" for s in fresh]
         self.state.save()
         if merged:
             nums = ", ".join(str(n) for n in merged)
-            self.say(f"merged the handoff notes of steps {nums} into {handoff.HANDOFF}")
+            self.say(f"merged the handoff notes of steps {nums} into {self.layout.main}")
         if rec.worktrees:
             for step in done:
                 await self._merge_branch(step)
@@ -732,7 +761,8 @@ def start_run(
     if store.get_meta(f"pipeline.run:{record.run_id}"):
         msg = f"run id {record.run_id} is taken"
         raise PipelineError(msg)
-    handoff.write_initial(project, record.task, pipeline.name, record.run_id)
+    layout = handoff.Layout(record.handoff_dir)
+    handoff.write_initial(project, record.task, pipeline.name, record.run_id, layout=layout)
     private_dir(state.steps_dir)
     state.save()
     state.event("pipeline.started", f"{pipeline.name}: {record.task}")

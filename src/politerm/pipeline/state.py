@@ -121,6 +121,14 @@ class RunRecord:
     unsafe: bool = False
     worktrees: bool = False
     on_fail: str = "ask"
+    #: ``--cli`` given: it overrides every step's CLI column, as ``meta run --cli`` does.
+    cli_override: bool = False
+    #: ``--auto-approve``: gates are approved without asking.
+    auto_approve: bool = False
+    #: ``--agents DIR`` directories, searched first for agent definitions.
+    agents: list[str] = dataclasses.field(default_factory=list)
+    #: Where the handoff files are ("" = ``.handoff.md`` in the project).
+    handoff_dir: str = ""
     started: float = dataclasses.field(default_factory=time.time)
     status: RunStatus = RunStatus.RUNNING
     current_step: int = 0

@@ -17,11 +17,16 @@ import subprocess
 
 from politerm._internal.private import private_dir
 from politerm.errors import PipelineError
-from politerm.pipeline.handoff import HANDOFF
+from politerm.pipeline.handoff import CLASSIC, HANDOFF, META_DIR, Layout
 from politerm.pipeline.state import poli_dir
 
 # Never committed from a worktree: the handoff files travel outside git.
-_UNSTAGE = (HANDOFF, ".handoff-step-*.md")
+_UNSTAGE = (
+    HANDOFF,
+    ".handoff-step-*.md",
+    f"{META_DIR}/handoff.md",
+    f"{META_DIR}/handoff-step-*.md",
+)
 
 
 def _env(cwd: pathlib.Path) -> dict[str, str]:
@@ -75,7 +80,7 @@ def path_of(project: pathlib.Path, run_id: str, num: int) -> pathlib.Path:
     return poli_dir(project) / "worktrees" / run_id / f"step-{num}"
 
 
-def create(project: pathlib.Path, run_id: str, num: int) -> pathlib.Path:
+def create(project: pathlib.Path, run_id: str, num: int, layout: Layout = CLASSIC) -> pathlib.Path:
     """A fresh worktree and branch for step ``num`` from the project's HEAD.
 
     A worktree left by an earlier attempt is removed first. The project's ``.handoff.md``
@@ -85,9 +90,10 @@ def create(project: pathlib.Path, run_id: str, num: int) -> pathlib.Path:
     remove(project, run_id, num)
     private_dir(where.parent)
     git(project, "worktree", "add", "-q", "-b", branch(run_id, num), str(where), "HEAD")
-    src = project / HANDOFF
+    src = project / layout.main
     if src.exists():
-        shutil.copyfile(src, where / HANDOFF)
+        (where / layout.main).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, where / layout.main)
     return where
 
 

@@ -39,7 +39,7 @@ import typing as t
 from politerm.errors import StoreError
 
 if t.TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Iterable
 
     import anyio
 
@@ -272,21 +272,23 @@ class EventCursor:
         return events
 
 
-def agents_with_work(store: RunStore, agents: Collection[str]) -> set[str]:
+def agents_with_work(
+    store: RunStore, agents: Collection[str], events: Iterable[Event] = ()
+) -> set[str]:
     """Which of ``agents`` have something new to act on after another process's commit.
 
-    An agent has work when a message waits to be sent to it, or when the task of its open
-    turn stopped being active (aborted, failed, answered elsewhere). Every other agent loop
-    can keep sleeping.
+    An agent has work when a message waits to be sent to it, when the task of its open turn
+    stopped being active (aborted, failed), or when one of the new ``events`` names it (an
+    approval answered by ``poli approve``, an answer to its question). Every other agent
+    loop keeps sleeping.
     """
     from politerm.store.models import SENDABLE_STATES
 
     wanted = set(agents)
-    woken = {
-        m.recipient for m in store.list_messages(state=SENDABLE_STATES) if m.recipient in wanted
-    }
+    woken = {m.recipient for m in store.list_messages(state=SENDABLE_STATES)} & wanted
+    woken.update(e.agent for e in events if e.agent in wanted)
     open_turns = [tn for tn in store.list_turns() if tn.agent in wanted - woken and tn.task_id]
     if open_turns:
-        states = {tk.id: tk.state for tk in store.list_tasks(active_only=True)}
-        woken.update(tn.agent for tn in open_turns if tn.task_id not in states)
+        active = {tk.id for tk in store.list_tasks(active_only=True)}
+        woken.update(tn.agent for tn in open_turns if tn.task_id not in active)
     return woken

@@ -296,7 +296,19 @@ class ControlClient:
 
     async def raw(self, line: str, *, timeout: float = 10.0) -> list[str]:
         """Send an already-quoted command line; see :meth:`cmd`."""
+        return (await self._raw_many((line,), timeout=timeout))[0]
+
+    async def cmds(self, *commands: Sequence[str], timeout: float = 10.0) -> list[list[str]]:
+        """Run several commands back to back: written at once, answered in order.
+
+        One round trip instead of one per command (tmux runs them in the order written).
+        Raises the first command's error like :meth:`cmd`; the later ones still ran.
+        """
+        return await self._raw_many([command_line(list(c)) for c in commands], timeout=timeout)
+
+    async def _raw_many(self, lines: Sequence[str], *, timeout: float) -> list[list[str]]:
         deadline = time.monotonic() + timeout
+        line = lines[0]
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -306,8 +318,18 @@ class ControlClient:
                         await _first(self._connected, self._dead)
                         continue
                     try:
-                        fut = await self._send_now(line)
-                        lines = await fut
+                        futures = await self._send_lines(lines)
+                        results: list[list[str]] = []
+                        first_error: TmuxCommandError | None = None
+                        for fut in futures:
+                            try:
+                                results.append(await fut)
+                            except TmuxCommandError as exc:
+                                first_error = first_error or exc
+                                results.append([])
+                        if first_error is not None:
+                            line = first_error.command
+                            raise first_error
                     except ControlModeError:
                         # Connection dropped under us: wait for the reconnect and resend.
                         # Only idempotent lookups would be safe to resend blindly, so the
@@ -315,7 +337,7 @@ class ControlClient:
                         if self._dead_reason is not None:
                             raise ServerNotRunning(self._dead_reason) from None
                         raise
-                    return lines
+                    return results
         except TimeoutError as exc:
             waited = timeout - max(0.0, deadline - time.monotonic())
             msg = f"tmux did not answer {line.split(' ', 1)[0]!r} within {waited:.1f}s"
@@ -330,21 +352,29 @@ class ControlClient:
             raise
 
     async def _send_now(self, line: str) -> asyncio.Future[list[str]]:
+        return (await self._send_lines((line,)))[0]
+
+    async def _send_lines(self, lines: Sequence[str]) -> list[asyncio.Future[list[str]]]:
         proc = self._proc
         if proc is None or proc.stdin is None or proc.returncode is not None:
             msg = "tmux control connection is down"
             raise ControlModeError(msg)
-        fut: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[list[str]]] = []
         async with self._write_lock:
             # Append and write under one lock so reply order matches send order.
-            self._pending.append(_Pending(line, fut, time.monotonic()))
+            now = time.monotonic()
+            for line in lines:
+                fut: asyncio.Future[list[str]] = loop.create_future()
+                self._pending.append(_Pending(line, fut, now))
+                futures.append(fut)
             try:
-                proc.stdin.write(line.encode() + b"\n")
+                proc.stdin.write(b"".join(line.encode() + b"\n" for line in lines))
                 await proc.stdin.drain()
             except (ConnectionError, BrokenPipeError, RuntimeError) as exc:
                 msg = f"tmux control connection is down: {exc}"
                 raise ControlModeError(msg) from exc
-        return fut
+        return futures
 
     # --- reading --------------------------------------------------------------------------
 

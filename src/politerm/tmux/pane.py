@@ -14,6 +14,7 @@ import psutil
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.errors import PaneNotFound, TmuxCommandError
 from politerm.terminal import Snapshot
+from politerm.tmux._staging import staged
 
 if t.TYPE_CHECKING:
     import os
@@ -170,7 +171,7 @@ class Pane:
     pane_id
         tmux pane id, e.g. ``%3``.
     server
-        The server, for ``load-buffer`` (which needs its own process).
+        The server the pane runs on.
     """
 
     def __init__(self, client: ControlClient, pane_id: str, server: TmuxServer) -> None:
@@ -247,22 +248,25 @@ class Pane:
     async def paste(self, data: bytes, *, bracketed: bool = True, keep_lf: bool = True) -> None:
         """Paste ``data`` into the pane through a uniquely named buffer.
 
-        The text goes to tmux through ``load-buffer`` on stdin and into the pane with
-        ``paste-buffer -d`` (bracketed with ``-p`` when the program asked for it); it is
-        never typed as keys.
+        The text is staged in a private 0600 file (see :mod:`politerm.tmux._staging`),
+        loaded with ``load-buffer`` and pasted with ``paste-buffer -d`` (bracketed with
+        ``-p`` when the program asked for it) in one round trip over the control
+        connection: no process is spawned, the text is never on a command line and never
+        typed as keys.
         """
         buffer = f"poli-{secrets.token_hex(8)}"
-        await self.server.load_buffer(buffer, sanitize_paste(data))
         args = ["paste-buffer", "-d", "-b", buffer, "-t", self.pane_id]
         if bracketed:
             args.insert(1, "-p")
         if keep_lf:
             args.insert(1, "-r")
-        try:
-            await self.client.cmd(*args, timeout=30.0)
-        except PaneNotFound:
-            await self.client.cmd("delete-buffer", "-b", buffer)
-            raise
+        with staged(sanitize_paste(data)) as path:
+            try:
+                await self.client.cmds(["load-buffer", "-b", buffer, str(path)], args, timeout=30.0)
+            except PaneNotFound:
+                with contextlib.suppress(TmuxCommandError):
+                    await self.client.cmd("delete-buffer", "-b", buffer)
+                raise
 
     async def send_keys(self, *keys: str) -> None:
         """Press named keys (``Enter``, ``Escape``, ``C-c``) or single characters."""

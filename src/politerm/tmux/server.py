@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pathlib
 import typing as t
@@ -15,7 +16,7 @@ import typing as t
 import platformdirs
 
 from politerm._internal.private import private_dir
-from politerm.errors import ServerNotRunning, SessionNotFound, TmuxCommandError, TmuxLookupError
+from politerm.errors import SessionNotFound, TmuxCommandError, TmuxLookupError
 from politerm.tmux.control import ControlClient
 
 if t.TYPE_CHECKING:
@@ -23,7 +24,9 @@ if t.TYPE_CHECKING:
 
     from politerm.tmux.pane import Pane
 
-CONFIG_VERSION = "1"
+log = logging.getLogger(__name__)
+
+CONFIG_VERSION = "2"
 
 _TMUX_CONF = """\
 # politerm's private tmux server. Generated; edits are overwritten.
@@ -32,7 +35,8 @@ set -g default-size {width}x{height}
 set -g window-size latest
 # Keep a dead agent's pane so its exit status and last screen can be read.
 set -g remain-on-exit on
-set -g exit-empty off
+# An empty server exits; politerm then removes its socket file and this config.
+set -s exit-empty on
 set -g exit-unattached off
 set -g destroy-unattached off
 set -g automatic-rename off
@@ -89,20 +93,24 @@ class TmuxServer:
     # --- one-shot tmux processes (bootstrap and buffers only) ---------------------------
 
     async def run(
-        self, *args: str, input: bytes | None = None, timeout: float = 10.0
+        self, *args: str, input: bytes | None = None, timeout: float = 10.0, start: bool = False
     ) -> tuple[int, str, str]:
         """Run one tmux command as its own process on our socket.
 
-        Used only where control mode cannot serve: starting the server, and
-        ``load-buffer`` from stdin (a control client's stdin is its command channel).
+        Used only where control mode cannot serve: starting the server and looking at it
+        before a session exists. ``start`` marks a command that may start the server: only
+        then is our generated config written and named (``-f``).
         """
         env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+        # -f /dev/null otherwise: a command that does not start a server reads no config,
+        # and naming ours would recreate it after close_if_empty() removed it.
+        conf = str(self.config_file()) if start else os.devnull
         proc = await asyncio.create_subprocess_exec(
             self.tmux,
             "-L",
             self.socket_name,
             "-f",
-            str(self.config_file()),
+            conf,
             *args,
             stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -183,7 +191,7 @@ class TmuxServer:
         for key, value in (env or {}).items():
             args += ["-e", f"{key}={value}"]
         args += list(argv or ["sh"])
-        rc, _, err = await self.run(*args)
+        rc, _, err = await self.run(*args, start=True)
         if rc != 0:
             msg = "new-session"
             raise TmuxCommandError(msg, [err.strip()])
@@ -203,16 +211,6 @@ class TmuxServer:
         self._clients[session] = client
         return client
 
-    async def load_buffer(self, name: str, data: bytes) -> None:
-        """Load ``data`` into paste buffer ``name`` through stdin, never a command line."""
-        rc, _, err = await self.run("load-buffer", "-b", name, "-", input=data, timeout=30.0)
-        if rc != 0:
-            if "no server" in err or "error connecting" in err:
-                msg = f"no tmux server on socket {self.socket_name!r}"
-                raise ServerNotRunning(msg)
-            msg = "load-buffer"
-            raise TmuxCommandError(msg, [err.strip()])
-
     async def pane(self, session: str, pane_id: str) -> Pane:
         """A :class:`Pane` handle on ``pane_id`` over the session's control connection."""
         from politerm.tmux.pane import Pane
@@ -220,7 +218,11 @@ class TmuxServer:
         return Pane(await self.connect(session), pane_id, self)
 
     async def kill_session(self, name: str) -> None:
-        """Kill session ``name`` (its panes get SIGHUP; see :meth:`Pane.kill` for trees)."""
+        """Kill session ``name`` (its panes get SIGHUP; see :meth:`Pane.kill` for trees).
+
+        When it was the server's last session, the server exits and its socket file and
+        generated config are removed (:meth:`close_if_empty`).
+        """
         client = self._clients.pop(name, None)
         if client is not None:
             await client.close()
@@ -228,16 +230,72 @@ class TmuxServer:
         if rc != 0 and "can't find session" in err:
             msg = f"no tmux session {name!r} on socket {self.socket_name!r}"
             raise SessionNotFound(msg)
+        await self.close_if_empty()
 
     async def kill_server(self) -> None:
-        """Stop the whole private server."""
+        """Stop the whole private server and remove its socket file and generated config."""
         for client in list(self._clients.values()):
             await client.close()
         self._clients.clear()
         await self.run("kill-server")
+        await self.kill_server_files()
+
+    def socket_path(self) -> pathlib.Path:
+        """The server's socket file (``$TMUX_TMPDIR`` or /tmp, ``tmux-<uid>/<name>``)."""
+        base = os.environ.get("TMUX_TMPDIR") or "/tmp"  # tmux's own default
+        return pathlib.Path(base) / f"tmux-{os.getuid()}" / self.socket_name
+
+    async def close_if_empty(self, *, wait: float = 3.0) -> bool:
+        """Stop the server if it has no session left; remove its socket file and config.
+
+        Returns True when the server is gone. An empty server exits by itself
+        (``exit-empty on``) but tmux leaves its socket file behind; politerm does not. A
+        server still shutting down is given up to ``wait`` seconds to stop listening; the
+        socket of a server that keeps listening is never removed.
+        """
+        rc, out, _ = await self.run("list-sessions", "-F", "#{session_name}")
+        if rc == 0 and out.split():
+            return False
+        if rc == 0:
+            await self.run("kill-server")
+        await self.kill_server_files(wait=wait)
+        return not _listening(self.socket_path())
+
+    async def kill_server_files(self, *, wait: float = 3.0) -> None:
+        """Remove the socket file (once nothing listens on it) and the generated config."""
+        path = self.socket_path()
+        deadline = asyncio.get_running_loop().time() + wait
+        # No notification says a socket stopped listening: look every 20 ms, bounded.
+        while path.exists() and _listening(path):
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("tmux server on %s still listens after %.1fs; socket kept", path, wait)
+                break
+            await asyncio.sleep(0.02)
+        self._remove_files()
+
+    def _remove_files(self) -> None:
+        path = self.socket_path()
+        if path.exists() and not _listening(path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (self.config_dir / f"tmux-{self.socket_name}.conf").unlink()
 
     async def close(self) -> None:
         """Close every control connection this object opened (the server keeps running)."""
         for client in list(self._clients.values()):
             await client.close()
         self._clients.clear()
+
+
+def _listening(path: pathlib.Path) -> bool:
+    """Whether a server accepts connections on the socket file ``path`` (a live server)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True

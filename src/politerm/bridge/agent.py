@@ -1,0 +1,229 @@
+"""The agent executor (``--executor agent:NAME``): a politerm agent does the task.
+
+The prepared action is delivered to the agent as one prompt through the agent driver
+(:meth:`~politerm.driver.AgentDriver.run_turn`: confirmed delivery, approvals by policy,
+nudges, a bounded wait). The agent answers with a tagged block for the task — ``done`` or
+``failed``, with the turn's nonce — or reports with ``poli bridge report`` (then the queue
+already holds its report and the bridge keeps it). The bridge verifies the files afterwards
+either way.
+
+The agent turn is one journalled step. A bridge killed during the turn never delivers the
+task again: after a restart the step is settled from evidence — the agent's report in the
+queue (handled by the bridge before it gets here), else the files: all at their expected
+sha256 (and no commands to vouch for) means done; otherwise the task fails, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import typing as t
+
+from politerm.agents import load_profile
+from politerm.agents.approval import ApprovalPolicy
+from politerm.bridge.edits import file_state
+from politerm.bridge.executor import Handoff, Outcome
+from politerm.bridge.models import TaskResult
+from politerm.driver import AgentDriver, Expect, TurnOutcome
+from politerm.errors import AgentError, EditError
+from politerm.store.bridge import StepState
+
+if t.TYPE_CHECKING:
+    from politerm.config import Config
+    from politerm.store.runstore import RunStore
+
+TURN_TIMEOUT: t.Final = 900.0
+"""Seconds an agent has for one task (from confirmed delivery)."""
+
+READY_TIMEOUT: t.Final = 60.0
+STEP: t.Final = 0
+
+REPORT_TYPES: t.Final = ("done", "failed")
+
+
+def render_prompt(handoff: Handoff, nonce: str) -> str:
+    """The prompt for one task: what to do, exactly, and how to report.
+
+    Examples
+    --------
+    >>> from politerm.bridge.models import Task
+    >>> task = Task.model_validate({"task_id": "t1", "instruction_details": {
+    ...     "file_path": "/p/f.txt", "action": "append_content", "content": "x"}})
+    >>> from politerm.bridge.models import AgentActionDetails
+    >>> action = AgentActionDetails(tool_to_call="edit_file",
+    ...     file_modifications=task.instruction_details.file_modifications,
+    ...     executor="agent:A", work_dir="/w")
+    >>> h = Handoff(task, action, None, None, pathlib.Path("/p"))  # type: ignore[arg-type]
+    >>> text = render_prompt(h, "ab12")
+    >>> text.splitlines()[0]
+    'BRIDGE TASK t1 (nonce ab12)'
+    >>> '"type":"done","id":"t1","nonce":"ab12"' in text
+    True
+    """
+    action = handoff.action
+    tid = handoff.task.task_id
+    params: dict[str, t.Any] = {}
+    if action.file_modifications:
+        params["file_modifications"] = [
+            m.model_dump(mode="json", exclude_none=True) for m in action.file_modifications
+        ]
+    if action.commands_to_execute:
+        params["commands_to_execute"] = [
+            c.model_dump(mode="json", exclude_none=True) for c in action.commands_to_execute
+        ]
+    what = handoff.task.instruction_details.description
+    compact = (",", ":")
+    done = json.dumps(
+        {"to": "BRIDGE", "type": "done", "id": tid, "nonce": nonce}, separators=compact
+    )
+    failed = done.replace('"type":"done"', '"type":"failed"')
+    lines = [
+        f"BRIDGE TASK {tid} (nonce {nonce})",
+        *([f"Purpose: {what}"] if what else []),
+        f"Call the tool {action.tool_to_call.value} with exactly these parameters.",
+        "Lines are numbered from 1 and ranges include both ends; keep every other byte and",
+        "the file's newline style:",
+        json.dumps(params, indent=2, ensure_ascii=False),
+        f"Work in {handoff.base_dir}. Change nothing else.",
+        "When you have finished, print this block (your summary replaces the middle line):",
+        f"[[POLI:MSG {done}]]",
+        "what you did",
+        "[[/POLI:MSG]]",
+        f"If you could not do it, print the same block with header {failed} and say why.",
+        f"Or report with: poli bridge report {tid} --queue {handoff.queue_path}",
+        "--status completed_by_agent|failed_by_agent --message '...'",
+    ]
+    return "\n".join(lines)
+
+
+class AgentExecutor:
+    """Hands tasks to the politerm agent NAME, one prompt per task.
+
+    Parameters
+    ----------
+    agent
+        An agent of the configuration (``[agents.NAME]``: command, profile, cwd, env), or
+        else an agent profile name (``fake-claude``, ``claude``, ...) run with its own
+        command.
+    config
+        Supplies the agent and the approval policy (``[routing] approval``).
+    turn_timeout
+        Bound on one task's turn.
+    """
+
+    def __init__(self, agent: str, config: Config, *, turn_timeout: float = TURN_TIMEOUT) -> None:
+        self.agent = agent
+        self.name = f"agent:{agent}"
+        self.config = config
+        self.turn_timeout = turn_timeout
+        self.store: RunStore | None = None
+        self.driver: AgentDriver | None = None
+        conf = config.agents.get(agent)
+        if conf is not None:
+            self.profile = load_profile(conf.profile or "generic")
+            self.argv: list[str] = conf.argv()
+            self.cwd: pathlib.Path | None = conf.cwd
+            self.env = dict(conf.env)
+        else:
+            self.profile = load_profile(agent)
+            self.argv = list(self.profile.command)
+            self.cwd = None
+            self.env = {}
+
+    async def close(self) -> None:
+        """Kill the agent's process tree."""
+        if self.driver is not None:
+            await self.driver.kill(grace=1.0)
+            self.driver = None
+
+    async def _driver(self, handoff: Handoff) -> AgentDriver:
+        if self.driver is not None and not self.driver.dead:
+            return self.driver
+        routing = self.config.routing
+        self.driver = await AgentDriver.start(
+            f"bridge-{self.agent}",
+            self.profile,
+            argv=self.argv,
+            cwd=self.cwd if self.cwd is not None else handoff.base_dir,
+            env=self.env,
+            setting=f"agents.{self.agent}.command",
+            ready_timeout=READY_TIMEOUT,
+            store=handoff.journal.store,
+            policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
+        )
+        return self.driver
+
+    async def execute(self, handoff: Handoff) -> Outcome:
+        """Deliver the task once and wait for the agent's report (or settle after a crash)."""
+        tid = handoff.task.task_id
+        journal = handoff.journal
+        row = journal.get(tid, STEP)
+        if row is not None and row.state is not StepState.STARTED:
+            ok = row.state is StepState.DONE
+            message = str(row.result.get("message", ""))
+            return Outcome(ok, TaskResult(message=message), row.result.get("error"))
+        if row is not None:
+            return self._settle(handoff)
+        try:
+            driver = await self._driver(handoff)
+        except AgentError as e:
+            handoff.files.log(f"agent {self.agent} could not start: {e}")
+            return Outcome(False, TaskResult(), f"agent {self.agent} could not start: {e}")
+        from politerm.protocol.primer import new_nonce
+
+        nonce = new_nonce()
+        journal.start(tid, STEP, "agent", {"agent": self.agent, "nonce": nonce})
+        handoff.files.log(f"delivering the task to agent {self.agent} (nonce {nonce})")
+        result = await driver.run_turn(
+            lambda n: render_prompt(handoff, n),
+            Expect.block(*REPORT_TYPES, block_id=tid),
+            nonce=nonce,
+            timeout=self.turn_timeout,
+            task_id=f"bridge:{tid}",
+        )
+        block = result.block
+        if result.outcome is TurnOutcome.ANSWERED and block is not None:
+            body = block.body.strip()
+            if block.type == "done":
+                outcome = Outcome(True, TaskResult(message=body))
+            else:
+                outcome = Outcome(False, TaskResult(message=body), f"agent failed: {body}")
+        else:
+            outcome = Outcome(False, TaskResult(), f"agent {self.agent}: {result.error}")
+        state = StepState.DONE if outcome.ok else StepState.FAILED
+        journal.finish(
+            tid, STEP, state, {"message": outcome.result.message, "error": outcome.error}
+        )
+        handoff.files.log(
+            f"agent {self.agent} answered: {result.outcome.value}"
+            + (f" ({block.type})" if block is not None else "")
+        )
+        return outcome
+
+    def _settle(self, handoff: Handoff) -> Outcome:
+        """The turn was under way when the bridge died: judge by the files, never resend."""
+        action = handoff.action
+        tid = handoff.task.task_id
+        why = "the bridge restarted during the agent's turn; the task is not handed over again"
+        if action.commands_to_execute or not action.expected_sha256:
+            outcome = Outcome(False, TaskResult(), f"{why}, and its commands cannot be checked")
+        else:
+            try:
+                done = all(
+                    file_state(pathlib.Path(p)) == sha for p, sha in action.expected_sha256.items()
+                )
+            except EditError as e:
+                done, why = False, f"{why}; {e}"
+            outcome = (
+                Outcome(True, TaskResult(message="settled from the files after a restart"))
+                if done
+                else Outcome(False, TaskResult(), f"{why}, and the files are not as requested")
+            )
+        handoff.journal.finish(
+            tid,
+            STEP,
+            StepState.DONE if outcome.ok else StepState.FAILED,
+            {"message": outcome.result.message, "error": outcome.error},
+        )
+        handoff.files.log("settled after a restart: " + ("done" if outcome.ok else "failed"))
+        return outcome

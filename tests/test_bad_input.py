@@ -1,0 +1,147 @@
+"""A corpus of bad input through every command that reads input: one line, never a traceback.
+
+Each case runs the real ``poli`` in a subprocess, in a fresh project directory with its own
+HOME, and checks: a non-zero exit, no traceback anywhere, and an error line that says what
+and where.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import typing as t
+
+import pytest
+
+DIR = b"<dir>"
+BINARY = b"\x00\x01\x02binary\xff\xfe\n"
+BAD_UTF8 = b"title: ok\n\xff\xfe not utf-8\n"
+PIPE_HEAD = b"name: p\ntimeout_min: 5\n"
+
+
+class Case(t.NamedTuple):
+    test_id: str
+    args: tuple[str, ...]
+    files: dict[str, bytes]
+    expect: str  # a piece of the error line that says what / where
+    env: dict[str, str] = {}  # noqa: RUF012  # NamedTuple default, never mutated
+
+
+CASES = [
+    Case("config-is-directory", ("status",), {"poli.toml": DIR}, "poli.toml: is a directory"),
+    Case("config-not-toml", ("status",), {"poli.toml": b"[tmux\nx=1"}, "poli.toml"),
+    Case("config-binary", ("status",), {"poli.toml": BINARY}, "poli.toml"),
+    Case("config-bad-value", ("status",), {"poli.toml": b"[timeouts]\nplan = -3\n"}, "plan"),
+    Case(
+        "config-absurd-width",
+        ("config",),
+        {"poli.toml": b"[tmux]\nwidth = 100000000\n"},
+        "width",
+    ),
+    Case("columns-absurd", ("status",), {}, "COLUMNS=99999999", {"COLUMNS": "99999999"}),
+    Case("columns-not-a-number", ("status",), {}, "COLUMNS", {"COLUMNS": "wide"}),
+    Case("store-cannot-be-created", ("status", "--store", "/proc/nope/x.sqlite3"), {}, "/proc"),
+    Case("store-is-not-sqlite", ("status", "--store", "s.sqlite3"), {"s.sqlite3": BINARY}, "s."),
+    Case("task-not-utf8", ("task", "ab\udcffcd"), {}, "argument 2 is not valid UTF-8"),
+    Case("answer-not-utf8", ("answer", "T1", "\udcfe"), {}, "not valid UTF-8"),
+    Case(
+        "pipeline-binary", ("pipeline", "validate", "b.pipeline"), {"b.pipeline": BINARY}, "b.pip"
+    ),
+    Case(
+        "pipeline-include-cycle",
+        ("pipeline", "validate", "a.pipeline"),
+        {"a.pipeline": PIPE_HEAD + b"@include a.pipeline\n"},
+        "include cycle",
+    ),
+    Case(
+        "pipeline-missing-include",
+        ("pipeline", "validate", "m.pipeline"),
+        {"m.pipeline": PIPE_HEAD + b"@include gone.steps\n"},
+        "gone.steps",
+    ),
+    Case(
+        "pipeline-include-binary",
+        ("pipeline", "validate", "i.pipeline"),
+        {"i.pipeline": PIPE_HEAD + b"@include bin.steps\n", "bin.steps": BINARY},
+        "bin.steps",
+    ),
+    Case("pipeline-is-directory", ("pipeline", "validate", "d"), {"d": DIR}, "d"),
+    Case("pipeline-missing", ("pipeline", "show", "nosuch"), {}, "nosuch"),
+    Case(
+        "run-binary-pipeline",
+        ("run", "./b.pipeline", "--task", "x", "--cli", "fake"),
+        {"b.pipeline": BINARY},
+        "b.pipeline",
+    ),
+    Case("import-binary", ("import", "r.jsonl"), {"r.jsonl": BINARY}, "UTF-8"),
+    Case("import-bad-record", ("import", "r.jsonl"), {"r.jsonl": b'{"x": 1}\n'}, "r.jsonl"),
+    Case("import-not-json", ("import", "r.jsonl"), {"r.jsonl": b"{nope\n"}, "r.jsonl"),
+    Case("import-directory", ("import", "d"), {"d": DIR}, "d"),
+    Case(
+        "work-body-not-utf8",
+        ("work", "add", "E1", "title", "--body-file", "b.txt"),
+        {"b.txt": BAD_UTF8},
+        "b.txt: not valid UTF-8",
+    ),
+    Case("work-title-not-utf8", ("work", "add", "E1", "t\udcff"), {}, "not valid UTF-8"),
+    Case("export-into-directory", ("export", "--jsonl", "--output", "d"), {"d": DIR}, "d"),
+]
+
+
+def _run(tmp_path: pathlib.Path, case: Case) -> subprocess.CompletedProcess[bytes]:
+    project = tmp_path / "proj"
+    project.mkdir()
+    for name, data in case.files.items():
+        path = project / name
+        if data == DIR:
+            path.mkdir()
+        else:
+            path.write_bytes(data)
+    env = {**os.environ, **case.env}
+    env.pop("POLI_DEBUG", None)
+    # The arguments may hold lone surrogates: bytes that are not UTF-8, as a shell passes them.
+    argv = [os.fsencode(a) for a in (sys.executable, "-m", "politerm", *case.args)]
+    return subprocess.run(
+        argv, cwd=project, env=env, capture_output=True, timeout=60, check=False, stdin=None
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.test_id for c in CASES])
+def test_bad_input_is_one_line_never_a_traceback(tmp_path: pathlib.Path, case: Case) -> None:
+    proc = _run(tmp_path, case)
+    out = proc.stdout.decode("utf-8", "replace")
+    err = proc.stderr.decode("utf-8", "replace")
+    assert "Traceback" not in out + err, err
+    assert proc.returncode != 0, f"exit 0 for {case.args}: {out[-400:]}"
+    assert proc.returncode != 70, f"internal error for {case.args}: {err}"
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    if not lines and case.args[:2] == ("pipeline", "validate"):
+        # A validator's report is its output: one `file:line: problem` line per problem.
+        lines = [ln for ln in out.splitlines() if ln.strip()]
+        assert all(":" in ln for ln in lines), lines
+        assert any(case.expect in ln for ln in lines), f"{case.expect!r} not in {lines}"
+        return
+    assert lines, f"nothing on stderr for {case.args}; stdout: {out[-400:]}"
+    if lines[-1].startswith("Error:"):
+        message = lines[-1]  # click's usage errors: usage, hint, then one "Error:" line
+    else:
+        assert len(lines) == 1, f"more than one line: {lines}"
+        message = lines[0]
+    assert message.startswith(("poli:", "Error:")), message
+    assert case.expect in message, f"{case.expect!r} not in {message!r}"
+
+
+def test_no_debug_flag_hides_nothing_it_should_not(tmp_path: pathlib.Path) -> None:
+    """With POLI_DEBUG=1 an unexpected error shows its traceback (for bug reports)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "politerm", "status", "--store", "/proc/nope/x.sqlite3"],
+        cwd=tmp_path,
+        env={**os.environ, "POLI_DEBUG": "1"},
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert b"Traceback" in proc.stderr

@@ -1,0 +1,220 @@
+"""The agent executor on the bundled fake agent: one prompt per task, reports, verification."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import typing as t
+
+import pytest
+
+from politerm.bridge.agent import AgentExecutor
+from politerm.bridge.bridge import Bridge
+from politerm.bridge.queue import TaskQueue
+from politerm.config import load_config
+from politerm.store import RunStore
+from politerm.store.bridge import BridgeJournal
+from politerm.testing.fakeagent import prompts
+
+if t.TYPE_CHECKING:
+    import pathlib
+    from collections.abc import Iterator
+
+BLOCK = """
+[[POLI:MSG {{"to":"BRIDGE","type":"{kind}","id":"{{id}}","nonce":"{{nonce}}"}}]]
+{body}
+[[/POLI:MSG]]
+"""
+
+SCENARIO = f"""
+[[rules]]
+match = '(?s)BRIDGE TASK (?P<id>good) \\(nonce (?P<nonce>[0-9a-f]+)\\)'
+reply = '''{BLOCK.format(kind="done", body="appended c")}'''
+[rules.write_file]
+path = "f.txt"
+content = "a\\nb\\nc\\n"
+
+[[rules]]
+match = '(?s)BRIDGE TASK (?P<id>lying) \\(nonce (?P<nonce>[0-9a-f]+)\\)'
+reply = '''{BLOCK.format(kind="done", body="sure, done")}'''
+
+[[rules]]
+match = '(?s)BRIDGE TASK (?P<id>cant) \\(nonce (?P<nonce>[0-9a-f]+)\\)'
+reply = '''{BLOCK.format(kind="failed", body="no such function")}'''
+"""
+
+
+def write_project(tmp_path: pathlib.Path) -> pathlib.Path:
+    (tmp_path / "scenario.toml").write_text(SCENARIO)
+    argv = [
+        sys.executable,
+        "-m",
+        "politerm.testing.fakeagent",
+        "--mode",
+        "claude",
+        "--scenario",
+        str(tmp_path / "scenario.toml"),
+        "--log",
+        str(tmp_path / "agent"),
+    ]
+    config = tmp_path / "poli.toml"
+    config.write_text(
+        "[agents.EDITOR]\n"
+        f"command = {json.dumps(argv)}\n"
+        'profile = "fake-claude"\n'
+        f'cwd = "{tmp_path}"\n'
+        f'[store]\npath = "{tmp_path / "runs.sqlite3"}"\n'
+    )
+    (tmp_path / "f.txt").write_text("a\nb\n")
+    (tmp_path / "g.txt").write_text("g\n")
+    return config
+
+
+TASKS = [
+    {
+        "task_id": "good",
+        "instruction_details": {"file_path": "f.txt", "action": "append_content", "content": "c\n"},
+    },
+    {
+        "task_id": "lying",
+        "instruction_details": {
+            "file_path": "g.txt",
+            "action": "replace_content",
+            "content": "G\n",
+        },
+    },
+    {
+        "task_id": "cant",
+        "instruction_details": {
+            "file_path": "g.txt",
+            "action": "insert_after_line",
+            "line_marker": "g",
+            "content": "x",
+        },
+    },
+]
+
+
+@pytest.fixture
+def project(tmp_path: pathlib.Path) -> Iterator[tuple[pathlib.Path, RunStore]]:
+    config = write_project(tmp_path)
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        yield config, store
+
+
+def make_bridge(tmp_path: pathlib.Path, store: RunStore, config: pathlib.Path) -> Bridge:
+    queue = TaskQueue(tmp_path / "bq" / "task_queue.json")
+    executor = AgentExecutor("EDITOR", load_config(config_path=config), turn_timeout=60)
+    return Bridge(queue, executor, BridgeJournal(store, str(queue.path)), base_dir=tmp_path)
+
+
+def archived(tmp_path: pathlib.Path, kind: str, task_id: str) -> pathlib.Path:
+    return tmp_path / "bq" / "archive" / kind / task_id
+
+
+async def run(bridge: Bridge) -> None:
+    try:
+        async with asyncio.timeout(110):
+            await bridge.drain()
+    finally:
+        await bridge.executor.close()
+
+
+def test_agent_executes_reports_and_is_verified(
+    tmp_path: pathlib.Path, project: tuple[pathlib.Path, RunStore]
+) -> None:
+    config, store = project
+    bridge = make_bridge(tmp_path, store, config)
+    bridge.queue.submit(TASKS)
+    asyncio.run(run(bridge))
+    assert dict(bridge.finalized) == {"good": "completed", "lying": "failed", "cant": "failed"}
+    assert (tmp_path / "f.txt").read_text() == "a\nb\nc\n"
+    # One prompt per task, each naming its task and asking for its block.
+    sent = [p.decode() for p in prompts(tmp_path / "agent")]
+    assert [p.splitlines()[0].split()[2] for p in sent] == ["good", "lying", "cant"]
+    assert '"tool": "edit_file"' not in sent[0]
+    assert "Call the tool edit_file" in sent[0]
+    assert str(tmp_path / "f.txt") in sent[0]
+    good = json.loads((archived(tmp_path, "processed", "good") / "task.json").read_text())
+    assert good["result"]["message"] == "appended c"
+    assert good["agent_action_details"]["executor"] == "agent:EDITOR"
+    lying = json.loads((archived(tmp_path, "failed", "lying") / "error.json").read_text())
+    assert lying["stage"] == "verification"
+    assert "does not have the requested content" in lying["error"]
+    cant = json.loads((archived(tmp_path, "failed", "cant") / "error.json").read_text())
+    assert cant["stage"] == "execution"
+    assert cant["error"] == "agent failed: no such function"
+    assert isinstance(bridge.executor, AgentExecutor)
+    assert bridge.executor.driver is None  # closed: its process tree is gone
+
+
+def test_a_task_whose_turn_was_cut_by_a_restart_is_never_delivered_again(
+    tmp_path: pathlib.Path, project: tuple[pathlib.Path, RunStore]
+) -> None:
+    config, store = project
+    bridge = make_bridge(tmp_path, store, config)
+    bridge.queue.submit([TASKS[0], {**TASKS[1], "task_id": "undone"}])
+    # As if a bridge handed both over, journalled the agent turn, and was killed -9.
+    assert bridge._prepare("good")
+    assert bridge._prepare("undone")
+    for tid in ("good", "undone"):
+        bridge.journal.start(tid, 0, "agent", {"agent": "EDITOR", "nonce": "dead"})
+    (tmp_path / "f.txt").write_text("a\nb\nc\n")  # the agent had finished "good"
+    restarted = make_bridge(tmp_path, store, config)
+    asyncio.run(run(restarted))
+    assert dict(restarted.finalized) == {"good": "completed", "undone": "failed"}
+    # Nothing was handed over twice: the agent was not even started.
+    assert not (tmp_path / "agent").exists()
+    err = json.loads((archived(tmp_path, "failed", "undone") / "error.json").read_text())
+    assert "not handed over again" in err["error"]
+
+
+def test_cli_serves_the_queue_with_an_agent(
+    tmp_path: pathlib.Path, project: tuple[pathlib.Path, RunStore]
+) -> None:
+    config, _store = project
+    (tmp_path / "t.json").write_text(json.dumps(TASKS[0]))
+    q = ["--queue", "bq/task_queue.json"]
+    sub = subprocess.run(
+        [sys.executable, "-m", "politerm", "bridge", "submit", "t.json", *q],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert sub.returncode == 0, sub.stderr
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "politerm",
+            "bridge",
+            "start",
+            "--once",
+            *q,
+            "--executor",
+            "agent:EDITOR",
+            "--config",
+            str(config),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "good completed"
+    bad = subprocess.run(
+        [sys.executable, "-m", "politerm", "bridge", "start", "--once", *q, "--executor", "robot"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == "poli: --executor 'robot': expected 'builtin' or 'agent:NAME'"

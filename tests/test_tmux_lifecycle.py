@@ -1,0 +1,107 @@
+"""Pastes over the control connection; an empty private server takes its files with it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import typing as t
+
+import pytest
+
+from politerm.errors import TmuxCommandError
+from politerm.testing.retry import aretry_until
+from politerm.tmux import ControlClient, TmuxServer
+from politerm.tmux._staging import staging_dir
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+
+@pytest.fixture
+async def own_server(tmp_path: pathlib.Path) -> t.AsyncIterator[TmuxServer]:
+    """A server this test starts itself (socket name unique), killed if it is still up."""
+    srv = TmuxServer(f"poli-test-{secrets.token_hex(4)}", config_dir=tmp_path / "tmuxconf")
+    yield srv
+    await srv.run("kill-server")
+    await srv.close()
+
+
+async def test_paste_loads_the_buffer_over_control_mode_and_leaves_no_file(
+    own_server: TmuxServer,
+) -> None:
+    await own_server.ensure_session("t", argv=["cat"])
+    client = await own_server.connect("t")
+    pane = (await client.cmd("list-panes", "-t", "=t", "-F", "#{pane_id}"))[0]
+    from politerm.tmux.pane import Pane
+
+    text = "secret-ish text; $HOME `x` 'q' \"dq\"\nsecond line"
+    await Pane(client, pane, own_server).paste(text.encode(), bracketed=False)
+
+    async def pasted() -> bool:
+        screen = "\n".join(await client.cmd("capture-pane", "-p", "-t", pane))
+        return "second line" in screen
+
+    await aretry_until(pasted, 10, what="the pasted text on screen")
+    staging = staging_dir()
+    assert staging.stat().st_mode & 0o777 == 0o700
+    assert list(staging.iterdir()) == [], "a staged paste file was left behind"
+    # No buffer left behind either (paste-buffer -d).
+    assert await client.cmd("list-buffers", "-F", "#{buffer_name}") == []
+
+
+async def test_cmds_answers_in_order_and_raises_the_first_error(own_server: TmuxServer) -> None:
+    await own_server.ensure_session("t")
+    client = await own_server.connect("t")
+    out = await client.cmds(["display-message", "-p", "a"], ["display-message", "-p", "b"])
+    assert out == [["a"], ["b"]]
+    with pytest.raises(TmuxCommandError, match="no-such"):
+        await client.cmds(["no-such-command"], ["display-message", "-p", "c"])
+    # The connection is still in step after an error in the middle of a batch.
+    assert await client.cmd("display-message", "-p", "d") == ["d"]
+
+
+async def test_killing_the_last_session_removes_socket_and_config(
+    own_server: TmuxServer,
+) -> None:
+    await own_server.ensure_session("a")
+    await own_server.ensure_session("b")
+    conf = own_server.config_dir / f"tmux-{own_server.socket_name}.conf"
+    assert conf.exists() and own_server.socket_path().exists()
+    await own_server.kill_session("a")
+    # Another session is left: the server and its files stay.
+    assert await own_server.is_running()
+    assert conf.exists() and own_server.socket_path().exists()
+    await own_server.kill_session("b")
+    assert not await own_server.is_running()
+    assert not own_server.socket_path().exists()
+    assert not conf.exists()
+    # Looking at a stopped server does not recreate its config.
+    assert await own_server.list_sessions() == []
+    assert not conf.exists()
+
+
+async def test_an_empty_server_exits_by_itself(own_server: TmuxServer) -> None:
+    await own_server.ensure_session("a", argv=["sh", "-c", "exit 0"])
+    client = ControlClient(own_server.socket_name, "a")
+    # remain-on-exit keeps the dead pane; closing the window empties the server.
+    await client.start()
+    await client.cmd("kill-window", "-t", "=a:0")
+    await client.close()
+
+    async def stopped() -> bool:
+        return not await own_server.is_running()
+
+    await aretry_until(stopped, 10, what="the empty server to exit")
+    assert await own_server.close_if_empty()
+    assert not own_server.socket_path().exists()
+
+
+async def test_a_live_servers_socket_is_never_removed(own_server: TmuxServer) -> None:
+    await own_server.ensure_session("a")
+    other = TmuxServer(own_server.socket_name, config_dir=own_server.config_dir)
+    # Someone else's view says "empty" only after a list; a live listener keeps its file.
+    assert not await other.close_if_empty()
+    assert own_server.socket_path().exists()
+    await asyncio.sleep(0)
+    assert os.path.exists(own_server.socket_path())  # noqa: PTH110

@@ -67,6 +67,7 @@ class Sending(Deadlines):
                 )
         if not follow_up:
             self.loops[driver.name].turn_nonce = nonce
+            driver.blocks.new_turn()
         result = await driver.deliver(text, already_pasted=stranded)
         self._settled(driver, msg, nonce, result, follow_up=follow_up)
 

@@ -268,7 +268,7 @@ def test_runner_lost_with_the_bridge_fails_the_task_instead_of_running_it_twice(
         runs = tmp_path / "runs.txt"
         assert retry_until(lambda: runs.exists() and "start" in runs.read_text(), 60)
         status = tmp_path / "bq" / "work" / "lost" / "commands" / "c0.status.json"
-        assert retry_until(lambda: status.exists(), 30)
+        assert retry_until(lambda: status.exists() and json.loads(status.read_text())["pid"], 30)
         st = json.loads(status.read_text())
         os.kill(bridge.pid, signal.SIGKILL)
         bridge.wait(30)

@@ -218,3 +218,48 @@ def test_meta_pipeline_runs_with_interactive_step_and_meta_handoffs(
     assert "## Parallel Step 3 (base)" in handoff
     assert (project / ".meta" / "handoff-step-3.md").is_file()
     assert not (project / ".handoff.md").exists()
+
+
+def test_continue_goes_on_with_the_latest_run_of_that_pipeline(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    import signal
+
+    from politerm.testing.retry import retry_until
+    from tests.test_pipeline_run import count
+
+    assert server.socket_name is not None
+    (project / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{server.socket_name}"\n\n[store]\npath = "runs.sqlite3"\n\n'
+        '[timeouts]\nready = 20\n\n[pipeline]\nhandoff_dir = "notes"\n'
+    )
+    (project / ".poli" / "pipelines").mkdir(parents=True)
+    small = project / ".poli" / "pipelines" / "two.pipeline"
+    small.write_text(
+        "name: two\ntimeout_min: 2\n"
+        "1 | base | - | auto | - | - | One FAKE:slow\n"
+        "2 | tester | - | auto | - | - | Two\n"
+    )
+    argv = [sys.executable, "-m", "politerm", "run", "two", "--project", str(project),
+            "--task", "Add a greeting", "--cli", "fake", "--run-id", "R1", "--agents",
+            str(project / "META" / "agents")]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=project, stdout=subprocess.DEVNULL)
+    try:
+        retry_until(lambda: count(project, 1, "prompt"), 30, what="step 1 to get its prompt")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        proc.kill()
+    other = poli(project, "run", "META/workflows/pipelines/kickoff.pipeline", "--continue")
+    assert other.returncode == 1
+    assert other.stderr.startswith("poli: --continue: the latest run (R1) is of ")
+    # --agents of the first run is kept: the agents are still found on the way on.
+    went_on = poli(project, "run", "two", "--continue", "--project", str(project), timeout=90)
+    assert went_on.returncode == 0, went_on.stdout + went_on.stderr
+    assert "run R1: done" in went_on.stdout
+    assert [count(project, n, "prompt") for n in (1, 2)] == [1, 1]
+    # The handoff directory setting: the prompts name notes/handoff.md and the agents wrote it.
+    prompt = (project / ".poli" / "steps" / "R1" / "step-2.a1.prompt.md").read_text()
+    assert "Read notes/handoff.md: it holds the task" in prompt
+    assert "Notes from step 2" in (project / "notes" / "handoff.md").read_text()
+    assert not (project / ".handoff.md").exists()

@@ -258,3 +258,46 @@ class EditError(BridgeError, ValueError):
 
 class RunnerError(BridgeError):
     """The command runner could not start or supervise a command."""
+
+
+# --- manager ----------------------------------------------------------------------------
+
+
+class ManagerError(PolitermError):
+    """The dev manager could not go on (projects, state, the brain, the dev agent)."""
+
+
+class ManagerProjectError(ManagerError, ValueError):
+    """A manager project does not exist, already exists, or its path or name is bad."""
+
+
+class ManagerStateError(ManagerError):
+    """A state transition the manager's state machine does not allow."""
+
+
+class BrainError(ManagerError):
+    """The manager's brain (a model API or an agent) did not give a usable reply."""
+
+
+class BrainAuthError(BrainError):
+    """The brain's API rejected the key (missing, wrong or not allowed)."""
+
+
+class BrainModelError(BrainError, ValueError):
+    """The brain's API does not know the model name."""
+
+
+class BrainTimeout(BrainError):
+    """One call to the brain did not answer within the bounded timeout."""
+
+
+class BrainReplyError(BrainError):
+    """The brain's reply was empty or malformed, even after a retry; the message shows it."""
+
+
+class DevChannelError(ManagerError):
+    """The dev agent's channel (pane or files) failed; the message says which and why."""
+
+
+class DevStepTimeout(DevChannelError):
+    """No dev report arrived within the step timeout (the brain is told, and can re-plan)."""

@@ -13,17 +13,44 @@ journal), :mod:`~politerm.bridge.agent` (agent executor), :mod:`~politerm.bridge
 
 from __future__ import annotations
 
-from politerm.bridge.models import (
-    AgentActionDetails,
-    CommandExecutionInstruction,
-    FileAction,
-    FileModificationInstruction,
-    InstructionDetails,
-    Task,
-    TaskStatus,
-    Tool,
-)
-from politerm.bridge.queue import TaskQueue
+import importlib
+import typing as t
+
+if t.TYPE_CHECKING:
+    from politerm.bridge.models import (
+        AgentActionDetails,
+        CommandExecutionInstruction,
+        FileAction,
+        FileModificationInstruction,
+        InstructionDetails,
+        Task,
+        TaskStatus,
+        Tool,
+    )
+    from politerm.bridge.queue import TaskQueue
+
+# Imported on first use: the detached runner (``python -m politerm.bridge.runner``) starts
+# once per command and should not pay for the task models it never uses.
+_LAZY = {
+    "AgentActionDetails": "models",
+    "CommandExecutionInstruction": "models",
+    "FileAction": "models",
+    "FileModificationInstruction": "models",
+    "InstructionDetails": "models",
+    "Task": "models",
+    "TaskStatus": "models",
+    "Tool": "models",
+    "TaskQueue": "queue",
+}
+
+
+def __getattr__(name: str) -> t.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'politerm.bridge' has no attribute {name!r}"
+        raise AttributeError(msg)
+    return getattr(importlib.import_module(f"politerm.bridge.{module}"), name)
+
 
 __all__ = [
     "AgentActionDetails",

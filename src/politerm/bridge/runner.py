@@ -92,7 +92,8 @@ class CommandSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    command_id: str
+    # Names the command's files: no separators, so it cannot point outside out_dir.
+    command_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     command: str
     working_directory: str
     env: dict[str, str] = Field(default_factory=dict)

@@ -50,9 +50,12 @@ _COMMANDS: dict[str, str] = {
     "reply": "reply",
     "send": "send",
     # watching live
+    "dash": "dash",
     "web": "web",
     # task bridge
     "bridge": "bridge",
+    # manager mode
+    "manager": "manager",
 }
 
 

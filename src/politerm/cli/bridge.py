@@ -252,6 +252,8 @@ def run_command(
     """
     import shlex
 
+    from pydantic import ValidationError
+
     from politerm.bridge.runner import CommandSpec, RunState, run_command
     from politerm.errors import BridgeTaskInvalid
 
@@ -266,8 +268,10 @@ def run_command(
             out_dir=str(out_dir.absolute()),
             redact_patterns=load(config_path).redact.patterns,
         )
-    except ValueError as e:
-        msg = f"run-command: {str(e).splitlines()[0]}"
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = "--id" if err["loc"] == ("command_id",) else ".".join(map(str, err["loc"]))
+        msg = f"run-command: {where} {err.get('input')!r}: {err['msg']}"
         raise BridgeTaskInvalid(msg) from None
     status = run_command(spec)
     click.echo(_safe(status.model_dump_json(indent=2)))

@@ -45,7 +45,7 @@ def failure_policy(
         if max_retries < 0:
             msg = f"--max-retries must be a whole number >= 0, got {max_retries}"
             raise PipelineError(msg)
-        return f"retry:{max_retries}" if max_retries else "ask"
+        return f"retry:{max_retries}"  # 0: no retry, the run stops
     if no_auto_retry:
         return "ask"
     return "retry:3" if meta else "ask"
@@ -108,7 +108,16 @@ def command(  # one parameter per flag, as click passes them
 
     root = ops.project_dir(project)
     if cont:
-        state = asyncio.run(ops.resume_run(project=root, say=lambda line: click.echo(line)))
+        from politerm.pipeline.state import latest_run_id, project_runs
+
+        rid = latest_run_id(root)
+        latest = project_runs(root)[-1].get("pipeline", "")
+        if pathlib.Path(latest).resolve() != find_pipeline(pipeline, root):
+            msg = f"--continue: the latest run ({rid}) is of {latest}, not {pipeline}"
+            raise PipelineError(msg)
+        state = asyncio.run(
+            ops.resume_run(project=root, run_id=rid, say=lambda line: click.echo(line))
+        )
         _finish(state)
         return
     if task is None:

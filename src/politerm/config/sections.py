@@ -16,6 +16,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from politerm.errors import ConfigError
+from politerm.manager.settings import ManagerConfig
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterable
@@ -94,6 +95,10 @@ class RoutingConfig(_Section):
     max_attempts: int = Field(default=3, ge=1, description="a whole number >= 1")
     message_ttl: float = Field(default=3600.0, gt=0, allow_inf_nan=False, description=_SECONDS)
     require_nonce: bool = Field(default=True, description="true or false")
+    contract: t.Literal["politerm", "poliseed"] = Field(
+        default="politerm",
+        description="'politerm', or 'poliseed' for the original PoliTerm's prompts and blocks",
+    )
     approval: t.Literal["ask", "approve", "deny"] = Field(
         default="ask", description="one of 'ask', 'approve', 'deny'"
     )
@@ -315,6 +320,7 @@ class Config(_Section):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="a table")
     redact: RedactConfig = Field(default_factory=RedactConfig, description="a table")
     notify: NotifyConfig = Field(default_factory=NotifyConfig, description="a table")
+    manager: ManagerConfig = Field(default_factory=ManagerConfig, description="a table")
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
 

@@ -9,6 +9,7 @@ and the agent is idle.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import typing as t
 
@@ -21,6 +22,7 @@ from politerm.engine.routebase import (
     USER_TARGETS,
     RouterBase,
 )
+from politerm.protocol.contract import after_prompt, nonceless, status_task
 from politerm.protocol.parser import last_prompt_line
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 
@@ -44,8 +46,23 @@ class BlockEffects(RouterBase):
         loop = self.loops[driver.name]
         if loop.held_nonce != turn.nonce:
             loop.held, loop.held_nonce = [], turn.nonce
-        nonce = turn.nonce if self.config.routing.require_nonce else None
-        fresh = await driver.read_blocks(obs.snap, turn.start_line, nonce, task_id=turn.task_id)
+        lines = await driver.blocks.lines(obs.snap, turn.start_line)
+        # Without a nonce, position keeps echoes out: only what follows the prompt's echo.
+        after = after_prompt(lines, self._turn_prompt(turn))
+        if self._poliseed:
+            lines = lines[after:]
+        nonce = turn.nonce if self._nonce_required else None
+        fresh, rejections = driver.blocks.scan(lines, nonce)
+        fresh = [
+            dataclasses.replace(b, nonce=turn.nonce) if b.nonce is None else b for b in fresh
+        ]  # a block without a nonce, read in this turn's window, is this turn's
+        accepted: set[int] = set()
+        if nonce:
+            extra, accepted = self._nonceless(driver, turn, obs.snap, lines, after)
+            fresh += extra
+        driver.blocks.report(
+            [r for r in rejections if r.line not in accepted], task_id=turn.task_id
+        )
         blocks, loop.held = [*loop.held, *fresh], []
         for block in blocks:
             current = self.store.current_turn(driver.name)
@@ -57,6 +74,44 @@ class BlockEffects(RouterBase):
                 continue
             with self.store.batch():
                 self._apply_block(driver.name, current, block)
+
+    def _turn_prompt(self, turn: Turn) -> str | None:
+        msg = self.store.get_message(turn.message_id) if turn.message_id else None
+        return msg.text if msg is not None else None
+
+    def _nonceless(
+        self, driver: AgentDriver, turn: Turn, snap: Snapshot, lines: list[str], after: int
+    ) -> tuple[list[Block], set[int]]:
+        """Blocks that dropped the nonce, when provably this turn's (accepted with a warning).
+
+        Provably: printed after the turn's prompt (after its start row on the normal screen,
+        or on a redrawn screen after the echo of this turn's prompt) and carrying the turn's
+        task id. Also returns their line numbers in ``lines``, whose missing-nonce rejections
+        are then not reported.
+        """
+        if snap.alternate_screen or turn.start_line < 0:
+            echo = last_prompt_line(lines, self._turn_prompt(turn))
+            if echo < 0:
+                return [], set()
+            after = max(after, echo + 1)
+        out = []
+        seen: set[int] = set()
+        for block in nonceless(lines[after:], turn.task_id):
+            bound = dataclasses.replace(block, nonce=turn.nonce)
+            key = (bound.nonce, bound.type, bound.id)
+            seen.add(block.line + after)
+            if key in driver.blocks.screen_blocks:
+                continue
+            driver.blocks.screen_blocks[key] = bound
+            self.store.add_event(
+                "warning",
+                task_id=turn.task_id,
+                agent=driver.name,
+                detail=f"accepted a {block.type} block without a nonce: it follows the turn's "
+                f"prompt and carries task id {block.id}",
+            )
+            out.append(bound)
+        return out, seen
 
     @staticmethod
     def _ends_turn(block: Block) -> bool:
@@ -102,6 +157,22 @@ class BlockEffects(RouterBase):
 
     def _apply_block(self, name: str, turn: Turn, block: Block) -> None:
         key = block.dedupe_key
+        if block.type == "status" and status_task(block.id, turn.task_id):
+            # A status block with its own id (<task>-status-N): the turn's task's progress.
+            first = self.store.record_block(
+                agent=name, task_id=turn.task_id, type=block.type, msg_id=block.id,
+                nonce=block.nonce, dedupe_key=key, header=block.header, body=block.body,
+                accepted=True, reason=None,
+            )  # fmt: skip
+            if first:
+                self.store.add_event(
+                    "block",
+                    task_id=turn.task_id,
+                    agent=name,
+                    detail=f"{name} → {block.to}: status ({block.id})",
+                    data={"type": block.type, "to": block.to, "body": block.body},
+                )
+            return
         task = self.store.get_task(block.id)
         if task is None or (turn.task_id is not None and block.id != turn.task_id):
             why = "unknown task id" if task is None else f"belongs to task {turn.task_id}"
@@ -221,7 +292,7 @@ class BlockEffects(RouterBase):
             return
         if driver.name == PLANNER and msg.type == "result":
             # A planner that goes quiet after a result, with no block, has reported in prose.
-            report = screen_report(snap, driver)
+            report = screen_report(snap, driver, msg.text)
             with self.store.batch():
                 self.store.update_task(task.id, state=TaskState.DONE, report=report)
                 self.store.clear_expectation(task.id)
@@ -235,10 +306,10 @@ class BlockEffects(RouterBase):
                 self._end_turn(driver.name, turn)
 
 
-def screen_report(snap: Snapshot, driver: AgentDriver) -> str:
+def screen_report(snap: Snapshot, driver: AgentDriver, prompt: str | None = None) -> str:
     """The agent's words since its last prompt, as the report of a block-less answer."""
     lines = [ln.rstrip() for ln in snap.lines]
-    start = last_prompt_line(lines) + 1
+    start = max(last_prompt_line(lines) + 1, after_prompt(lines, prompt))
     body: list[str] = []
     for line in lines[start:]:
         # The input box (a rule, then the input line) closes the reply.

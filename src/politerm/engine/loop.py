@@ -40,7 +40,7 @@ def router_lock(config: Config) -> RouterLock:
 
 def templates_for(config: Config) -> Templates:
     """The effective prompt templates of a configuration."""
-    return Templates.from_files(config.templates)
+    return Templates.from_files(config.templates, contract=config.routing.contract)
 
 
 async def route(

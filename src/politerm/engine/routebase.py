@@ -21,6 +21,7 @@ from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver
 from politerm.engine.templates import Templates
 from politerm.errors import StoreError
+from politerm.protocol.contract import Contract, nonce_required
 from politerm.store.models import MessageState, TaskState, TurnEnd
 
 if t.TYPE_CHECKING:
@@ -86,7 +87,9 @@ class RouterBase:
     ) -> None:
         self.config = config
         self.store = store
-        self.templates = templates or Templates()
+        self.templates = templates or Templates(contract=config.routing.contract)
+        self._nonce_required = nonce_required(config.routing.require_nonce, config.routing.contract)
+        self._poliseed = config.routing.contract == Contract.POLISEED.value
         self.policy = ApprovalPolicy.of(config.routing.approval, config.routing.approval_patterns)
         self.agents: dict[str, AgentDriver] = {
             name: spec if isinstance(spec, AgentDriver) else self._attach(name, *spec)

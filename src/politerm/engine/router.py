@@ -242,7 +242,7 @@ class Router(Sending):
         elif driver.profile.transcript is not None:
             # The turn was answered on screen; the transcript may still be catching up, and
             # its copy of the block is cross-checked when it arrives.
-            nonce = loop.last_nonce if self.config.routing.require_nonce else None
+            nonce = loop.last_nonce if self._nonce_required else None
             driver.blocks.transcript(nonce)
         now = time.monotonic()
         if (

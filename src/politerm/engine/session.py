@@ -42,10 +42,15 @@ def agent_profile(cfg: AgentConfig) -> AgentProfile:
     return profile
 
 
-def builtin_primer(name: str) -> str:
-    """The built-in primer text for an agent role (PLANNER, EXECUTER, or any other)."""
+def builtin_primer(name: str, contract: str = "politerm") -> str:
+    """The built-in primer text for an agent role (PLANNER, EXECUTER, or any other).
+
+    The ``poliseed`` contract has its own primers: they show the original's block shape.
+    """
     base = importlib.resources.files("politerm.engine") / "primers"
     path = base / f"{name.lower()}.md"
+    if contract != "politerm" and (base / f"{contract}-{name.lower()}.md").is_file():
+        path = base / f"{contract}-{name.lower()}.md"
     if not path.is_file():
         path = base / "agent.md"
     return path.read_text()
@@ -269,7 +274,7 @@ class Session:
         text = (
             pathlib.Path(acfg.primer).read_text()
             if isinstance(acfg.primer, (str, os.PathLike))
-            else builtin_primer(name)
+            else builtin_primer(name, self.config.routing.contract)
         )
         result = await deliver(pane, text, profile)
         if not result.ok:

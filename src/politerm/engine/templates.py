@@ -2,7 +2,9 @@
 
 Each template is ``str.format`` text with the fields ``id``, ``request``, ``body``, ``nonce``,
 ``sender``, ``recipient``, ``reply_to``, ``reply_type`` and ``primer`` (the block
-instructions). Overrides are files named in ``[templates]`` of ``poli.toml``.
+instructions). Overrides are files named in ``[templates]`` of ``poli.toml``. The
+``poliseed`` contract starts from the original PoliTerm's prompts instead
+(:data:`politerm.protocol.contract.POLISEED_TEMPLATES`).
 """
 
 from __future__ import annotations
@@ -85,8 +87,13 @@ REPLY_SHAPES: dict[str, tuple[str, str, str]] = {
 class Templates:
     """The effective templates: defaults, with per-name overrides from files."""
 
-    def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
-        self.texts = dict(DEFAULT_TEMPLATES)
+    def __init__(
+        self, overrides: Mapping[str, str] | None = None, *, contract: str = "politerm"
+    ) -> None:
+        from politerm.protocol.contract import POLISEED_TEMPLATES, Contract
+
+        base = POLISEED_TEMPLATES if contract == Contract.POLISEED.value else DEFAULT_TEMPLATES
+        self.texts = dict(base)
         for name, text in (overrides or {}).items():
             if name not in DEFAULT_TEMPLATES:
                 known = ", ".join(TEMPLATE_NAMES)
@@ -96,8 +103,10 @@ class Templates:
             self.texts[name] = text
 
     @classmethod
-    def from_files(cls, files: Mapping[str, str | pathlib.Path]) -> Templates:
-        """Load overrides from template files."""
+    def from_files(
+        cls, files: Mapping[str, str | pathlib.Path], *, contract: str = "politerm"
+    ) -> Templates:
+        """Load overrides from template files (over the ``contract``'s prompts)."""
         texts = {}
         for name, path in files.items():
             try:
@@ -105,7 +114,7 @@ class Templates:
             except OSError as exc:
                 msg = f"templates.{name}: cannot read {path}: {exc.strerror}"
                 raise ConfigError(msg) from None
-        return cls(texts)
+        return cls(texts, contract=contract)
 
     def render(
         self,

@@ -313,6 +313,52 @@ _V6_TURN_STATES = Migration(
     ),
 )
 
+_V7_MANAGER = Migration(
+    7,
+    "manager mode: projects (state, task, summary, counters) and conversation turns",
+    (
+        """
+        CREATE TABLE manager_projects (
+            name             TEXT PRIMARY KEY,
+            path             TEXT NOT NULL,
+            goal             TEXT NOT NULL DEFAULT '',
+            channel          TEXT NOT NULL DEFAULT 'pane',
+            agent            TEXT NOT NULL DEFAULT '',
+            state            TEXT NOT NULL,
+            task_id          TEXT,
+            task_goal        TEXT,
+            task_status      TEXT,
+            summary          TEXT NOT NULL DEFAULT '',
+            summaries        INTEGER NOT NULL DEFAULT 0,
+            turn_count       INTEGER NOT NULL DEFAULT 0,
+            step             INTEGER NOT NULL DEFAULT 0,
+            brain_calls      INTEGER NOT NULL DEFAULT 0,
+            overview_sent    INTEGER NOT NULL DEFAULT 0,
+            last_instruction TEXT,
+            last_report      TEXT,
+            question         TEXT,
+            result           TEXT,
+            error            TEXT,
+            created          REAL NOT NULL,
+            updated          REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE manager_turns (
+            id         INTEGER PRIMARY KEY AUTOINCREMENT,
+            project    TEXT NOT NULL REFERENCES manager_projects(name) ON DELETE CASCADE,
+            task_id    TEXT NOT NULL,
+            step       INTEGER NOT NULL,
+            role       TEXT NOT NULL,
+            text       TEXT NOT NULL,
+            summarized INTEGER NOT NULL DEFAULT 0,
+            ts         REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX manager_turns_task ON manager_turns(project, task_id, summarized, id)",
+    ),
+)
+
 MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V1_INITIAL,
     _V2_EVENTS,
@@ -320,6 +366,7 @@ MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V4_MAIL,
     _V5_BRIDGE,
     _V6_TURN_STATES,
+    _V7_MANAGER,
 )
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 

@@ -39,6 +39,11 @@ class Rule:
         Seconds to wait before streaming the answer (keeps the client busy a while).
     name
         For the request log (default: the pattern).
+    status
+        Answer with this HTTP error status instead (e.g. 429, 500, 404); 0 answers normally.
+    raw
+        Send this text as the whole response body with status 200 (garbage, not the API's
+        JSON), instead of a well-formed answer.
     """
 
     match: str
@@ -49,6 +54,8 @@ class Rule:
     times: int = 0
     delay: float = 0.0
     name: str = ""
+    status: int = 0
+    raw: str | None = None
 
     @property
     def label(self) -> str:
@@ -66,6 +73,8 @@ class Answer:
     delay: float = 0.0
     rule: str = ""
     shown: str | None = None  # a command written into the text (no tool protocol)
+    status: int = 0
+    raw: str | None = None
 
 
 def fill(template: str, match: re.Match[str] | None) -> str:
@@ -123,6 +132,8 @@ class Script:
                 escalate=rule.escalate,
                 delay=rule.delay,
                 rule=rule.label,
+                status=rule.status,
+                raw=rule.raw,
             )
         return Answer("Done." if tool_result else DEFAULT_REPLY, rule="")
 

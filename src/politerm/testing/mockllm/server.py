@@ -83,6 +83,10 @@ class MockLLM:
         The initial script (more can be added with :meth:`add` while it runs).
     token
         The API key clients must send (default: a random one).
+    sides
+        Tell side requests (titles, routers, JSON-mode calls) apart and answer them with
+        canned text; ``False`` makes every request a main one, answered by the rules (what a
+        program calling the SDKs directly, like the manager's brain, needs).
 
     Examples
     --------
@@ -91,8 +95,11 @@ class MockLLM:
     True
     """
 
-    def __init__(self, rules: t.Iterable[Rule] = (), *, token: str | None = None) -> None:
+    def __init__(
+        self, rules: t.Iterable[Rule] = (), *, token: str | None = None, sides: bool = True
+    ) -> None:
         self.script = Script(rules)
+        self.sides = sides
         self.token = token or f"sk-mock-{secrets.token_hex(16)}"
         self.port = 0
         self._requests: list[Request] = []
@@ -228,6 +235,8 @@ class MockLLM:
         return data
 
     def _decide(self, api: str, path: str, body: dict[str, t.Any], turn: apis.Turn) -> Answer:
+        if not self.sides:
+            turn = dataclasses.replace(turn, side=False)
         if turn.side:
             answer = Answer(apis.side_text(turn))
         else:
@@ -291,11 +300,24 @@ class MockLLM:
             return body
         turn = read(body)
         answer = self._decide(api, request.path_qs, body, turn)
+        if answer.status or answer.raw is not None:
+            return await self._fault(answer)
         model = str(body.get("model") or "mock-model")
         streaming = bool(body.get("stream")) if stream is None else stream
         if streaming:
             return await self._stream(request, events(answer, model), answer.delay)
         return await self._json(whole(answer, model), answer.delay)
+
+    async def _fault(self, answer: Answer) -> web.Response:
+        if answer.delay:
+            await asyncio.sleep(answer.delay)
+        if answer.raw is not None:
+            return web.Response(text=answer.raw, content_type="application/json")
+        # Retry-After 0: the clients' own backoff is what a test wants to see, not a wait.
+        error = {"type": "mock_error", "code": answer.status, "message": f"mock {answer.status}"}
+        return web.json_response(
+            {"error": error}, status=answer.status, headers={"Retry-After": "0"}
+        )
 
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
         return await self._handle(

@@ -1,0 +1,27 @@
+"""``poli dash``: the terminal dashboard (sessions, agents, approvals, live panes, events)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import click
+
+from politerm.cli._common import config_option, load, open_store
+
+
+@click.command("dash")
+@click.option("--agent", help="Mirror this agent's pane from the start.")
+@click.option("--project", type=click.Path(file_okay=False, path_type=pathlib.Path),
+              default=".", show_default=True, help="The project whose runs to show.")  # fmt: skip
+@config_option
+def command(agent: str | None, project: pathlib.Path, config_path: pathlib.Path | None) -> None:
+    """Watch and steer live: agents, states, approvals, tasks, gates, a live pane mirror.
+
+    Keys: a approve, d deny, n answer a question, g answer a gate, x abort a task, t attach
+    to the selected agent's pane, / filter, q quit.
+    """
+    from politerm.ui.dash import DashApp
+
+    config = load(config_path)
+    with open_store(config) as store:
+        DashApp(config, store, project=project.resolve(), agent=agent).run()

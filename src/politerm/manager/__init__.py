@@ -1,0 +1,8 @@
+"""Manager mode: an LLM "dev manager" that drives a dev agent toward a goal.
+
+The engine (:mod:`politerm.manager.engine`) moves each project through the state machine of
+:mod:`politerm.manager.states`, asks the brain (:mod:`politerm.manager.brain`) for the next
+instruction, hands it to the dev agent over a channel (:mod:`politerm.manager.channels`), and
+reads the report back. The REPL (``poli manager``) is :mod:`politerm.manager.repl`. Nothing is
+imported here, so that the configuration can load :mod:`politerm.manager.settings` cheaply.
+"""

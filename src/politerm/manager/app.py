@@ -1,0 +1,151 @@
+"""Wiring of manager mode: the store, the redactor, the brain and the channels from the config.
+
+Both front ends (the REPL and the one-shot ``poli manager goal``) build their
+:class:`~politerm.manager.engine.Manager` here, and hold a :class:`ProjectLock` while they drive
+a project, so two managers never drive one project at once. The lock is an ``flock``: the
+kernel drops it when its process dies, so a ``kill -9`` never leaves a stale lock behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import typing as t
+
+from politerm.errors import ManagerError
+from politerm.manager.agent_brain import AgentBrain
+from politerm.manager.brain import API_BRAINS, resolve_key
+from politerm.manager.channels import FileChannel
+from politerm.manager.engine import EventSink, Manager
+from politerm.redact import Redactor
+from politerm.store import RunStore
+from politerm.store.db import FILE_MODE, ensure_private_dir
+from politerm.store.manager import Channel, ManagerStore
+
+if t.TYPE_CHECKING:
+    import pathlib
+    import types
+    from collections.abc import Mapping
+
+    from politerm.config import Config
+    from politerm.manager.brain import Brain
+    from politerm.manager.channels import DevChannel
+    from politerm.store.manager import Project
+
+
+def open_store(config: Config, redactor: Redactor | None = None) -> ManagerStore:
+    """The manager tables of the configured run store."""
+    store = RunStore.open(config.store.resolved_path())
+    return ManagerStore(store, redactor or Redactor(config.redact.patterns))
+
+
+def make_brain(config: Config, env: Mapping[str, str] | None = None) -> tuple[Brain, Redactor]:
+    """The configured brain, and a redactor that also hides its key.
+
+    Raises
+    ------
+    BrainAuthError
+        An API brain without a key.
+    BrainError
+        Its SDK is missing.
+    """
+    settings = config.manager.brain
+    if settings.provider in API_BRAINS:
+        key = resolve_key(settings, env)
+        # The key itself, whatever its shape, is redacted on every path this manager writes.
+        redactor = Redactor([*config.redact.patterns, re.escape(key)])
+        return API_BRAINS[settings.provider](settings, key, redactor), redactor
+    redactor = Redactor(config.redact.patterns)
+    return AgentBrain(config), redactor
+
+
+def channel_factory(
+    config: Config, store: RunStore | None = None
+) -> t.Callable[[Project], DevChannel]:
+    """Builds a project's dev channel: its own setting, else ``[manager] channel``."""
+
+    def build(project: Project) -> DevChannel:
+        import pathlib
+
+        kind = project.channel or config.manager.channel
+        root = pathlib.Path(project.path)
+        if kind == Channel.FILE.value:
+            return FileChannel(root, stable_seconds=config.manager.file_stable_seconds)
+        from politerm.manager.pane import PaneChannel
+
+        return PaneChannel(config, project, store)
+
+    return build
+
+
+def build_manager(
+    config: Config,
+    *,
+    on_event: EventSink,
+    env: Mapping[str, str] | None = None,
+) -> Manager:
+    """A :class:`Manager` over the configured store, brain and channels."""
+    brain, redactor = make_brain(config, env)
+    store = open_store(config, redactor)
+    if isinstance(brain, AgentBrain):
+        brain.store = store.store
+    return Manager(
+        store, config.manager, brain, channel_factory(config, store.store), on_event=on_event
+    )
+
+
+class ProjectLock:
+    """An exclusive ``flock`` on one project, beside the run store (mode 0600).
+
+    Raises
+    ------
+    ManagerError
+        From :meth:`acquire`, when another process holds it (the message names its pid).
+    """
+
+    def __init__(self, store_path: pathlib.Path, name: str) -> None:
+        self.path = store_path.parent / f"manager-{name}.lock"
+        self.name = name
+        self._fd: int | None = None
+
+    def acquire(self) -> t.Self:
+        """Take the lock at once or raise."""
+        ensure_private_dir(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            msg = f"project {self.name!r} is driven by another poli manager (pid {holder})"
+            raise ManagerError(msg) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Drop the lock (idempotent)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def __enter__(self) -> t.Self:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> None:
+        self.release()

@@ -1,0 +1,257 @@
+"""How an instruction reaches the dev agent and its report comes back.
+
+:class:`DevChannel` is what the engine needs. :class:`FileChannel` serves IDE agents that
+politerm cannot type into (Cursor and the like): the instruction is written atomically to
+``<project>/dev_instructions/next_step.txt``; the report is the file
+``<project>/dev_logs/cursor_step_output.txt``, watched with :mod:`watchfiles` (file-system
+events, not polling) and read once it is complete — it ends with :data:`END_MARKER`, or its
+size stayed the same for ``stable_seconds`` after the last change. Then it is moved to
+``dev_logs/processed/`` under a timestamped name that carries the step number, so a manager
+killed right after the move still finds the step's report when it resumes. The pane channel
+(a politerm agent in tmux) is :mod:`politerm.manager.pane`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pathlib
+import time
+import typing as t
+
+import watchfiles
+
+from politerm.errors import DevChannelError, DevStepTimeout
+from politerm.store.db import FILE_MODE, ensure_private_dir
+
+INSTRUCTIONS_DIR: t.Final = "dev_instructions"
+INSTRUCTION_FILE: t.Final = "next_step.txt"
+LOGS_DIR: t.Final = "dev_logs"
+REPORT_FILE: t.Final = "cursor_step_output.txt"
+PROCESSED_DIR: t.Final = "processed"
+END_MARKER: t.Final = "END_OF_REPORT"
+"""A line that says the report file is complete (optional: a quiet file counts too)."""
+
+
+class DevChannel(t.Protocol):
+    """What the engine needs from the way to the dev agent."""
+
+    @property
+    def label(self) -> str:
+        """Where instructions go, for status lines."""
+        ...
+
+    async def send(self, step: int, instruction: str) -> None:
+        """Hand ``instruction`` (step ``step``) to the dev agent; doing it twice is harmless."""
+        ...
+
+    async def report(self, step: int, timeout: float) -> str:
+        """The dev agent's report for ``step``.
+
+        Raises :class:`~politerm.errors.DevStepTimeout` when none came within ``timeout``,
+        and :class:`~politerm.errors.DevChannelError` when the agent or channel failed.
+        """
+        ...
+
+    async def interrupt(self) -> None:
+        """Stop what the dev agent is doing, if the channel can."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the channel holds (the agent keeps running)."""
+        ...
+
+
+def instruction_text(step: int, instruction: str) -> str:
+    """The content of ``next_step.txt``: the step, the instruction, how to report.
+
+    Examples
+    --------
+    >>> print(instruction_text(2, "Add a test."), end="")
+    # Step 2
+    <BLANKLINE>
+    Add a test.
+    <BLANKLINE>
+    ---
+    When done, write your report to dev_logs/cursor_step_output.txt and end it with a line
+    END_OF_REPORT.
+    """
+    return (
+        f"# Step {step}\n\n{instruction.strip()}\n\n---\n"
+        f"When done, write your report to {LOGS_DIR}/{REPORT_FILE} and end it with a line\n"
+        f"{END_MARKER}.\n"
+    )
+
+
+def write_atomic(path: pathlib.Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a private temporary file and a rename.
+
+    A reader sees the old file or the whole new one, never a half-written one.
+    """
+    ensure_private_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    tmp.replace(path)
+
+
+def strip_end_marker(text: str) -> tuple[str, bool]:
+    r"""The report without its end-marker line, and whether it had one.
+
+    Examples
+    --------
+    >>> strip_end_marker("done\nEND_OF_REPORT\n")
+    ('done', True)
+    >>> strip_end_marker("still writing")
+    ('still writing', False)
+    """
+    lines = text.rstrip().splitlines()
+    if lines and lines[-1].strip().rstrip(".") == END_MARKER:
+        return "\n".join(lines[:-1]).rstrip(), True
+    return text.rstrip(), False
+
+
+class FileChannel:
+    """Instructions and reports as files in the project (for IDE agents).
+
+    Parameters
+    ----------
+    root
+        The project directory.
+    stable_seconds
+        A report file without the end marker counts as complete once no change was seen
+        for this long.
+    clock
+        Timestamps for processed file names.
+    """
+
+    def __init__(
+        self,
+        root: pathlib.Path,
+        *,
+        stable_seconds: float = 2.0,
+        clock: t.Callable[[], float] = time.time,
+    ) -> None:
+        self.root = root
+        self.stable_seconds = stable_seconds
+        self._clock = clock
+        self.instruction_path = root / INSTRUCTIONS_DIR / INSTRUCTION_FILE
+        self.logs = root / LOGS_DIR
+        self.report_path = self.logs / REPORT_FILE
+        self.processed = self.logs / PROCESSED_DIR
+
+    @property
+    def label(self) -> str:
+        """``files in <root>``."""
+        return f"files in {self.root}"
+
+    async def send(self, step: int, instruction: str) -> None:
+        """Write ``next_step.txt`` atomically unless it already holds this very step."""
+        text = instruction_text(step, instruction)
+        with contextlib.suppress(OSError):
+            if self.instruction_path.read_text(encoding="utf-8") == text:
+                return
+        try:
+            write_atomic(self.instruction_path, text)
+            ensure_private_dir(self.logs)
+        except OSError as exc:
+            msg = f"cannot write {self.instruction_path}: {exc.strerror or exc}"
+            raise DevChannelError(msg) from None
+
+    def _processed_for(self, step: int) -> pathlib.Path | None:
+        found = sorted(self.processed.glob(f"*_step{step}.txt"))
+        return found[-1] if found else None
+
+    def _take(self, step: int) -> str:
+        """Move the report to ``processed/`` (timestamped, with the step) and return it."""
+        ensure_private_dir(self.processed)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock()))
+        target = self.processed / f"{self.report_path.stem}_{stamp}_step{step}.txt"
+        try:
+            self.report_path.replace(target)
+            raw = target.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            msg = f"cannot move {self.report_path} to {self.processed}: {exc.strerror or exc}"
+            raise DevChannelError(msg) from None
+        return strip_end_marker(raw)[0]
+
+    def _complete(self) -> bool:
+        try:
+            raw = self.report_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+        return strip_end_marker(raw)[1]
+
+    def _present(self) -> bool:
+        try:
+            return self.report_path.stat().st_size > 0
+        except OSError:
+            return False
+
+    async def report(self, step: int, timeout: float) -> str:
+        """Wait (file-system events, bounded by ``timeout``) for the step's report.
+
+        Raises
+        ------
+        DevStepTimeout
+            No complete report within ``timeout``; the message names the file.
+        """
+        done = self._processed_for(step)
+        if done is not None:  # taken before a crash, not yet recorded
+            return strip_end_marker(done.read_text(encoding="utf-8", errors="replace"))[0]
+        try:
+            ensure_private_dir(self.logs)
+        except OSError as exc:
+            msg = f"cannot create {self.logs}: {exc.strerror or exc}"
+            raise DevChannelError(msg) from None
+        if self._complete():
+            return self._take(step)
+        stop = asyncio.Event()
+        quiet_ms = max(50, int(self.stable_seconds * 1000))
+        try:
+            async with asyncio.timeout(timeout):
+                # An empty set arrives after ``quiet_ms`` without any change: the quiet-file
+                # test needs exactly that signal, and it doubles as the bounded backstop.
+                async for changes in watchfiles.awatch(
+                    self.logs,
+                    stop_event=stop,
+                    debounce=100,
+                    rust_timeout=quiet_ms,
+                    yield_on_timeout=True,
+                    recursive=False,
+                ):
+                    if changes and self._complete():
+                        return self._take(step)
+                    if not changes and self._present():
+                        return self._take(step)
+        except TimeoutError:
+            pass
+        finally:
+            stop.set()
+        msg = (
+            f"no report from the dev agent for step {step} within {timeout:g}s "
+            f"(waited for {self.report_path})"
+        )
+        raise DevStepTimeout(msg)
+
+    async def interrupt(self) -> None:
+        """An IDE agent cannot be interrupted from here; the instruction file stays."""
+
+    async def aclose(self) -> None:
+        """Nothing held open between steps."""
+
+
+__all__ = [
+    "END_MARKER",
+    "DevChannel",
+    "FileChannel",
+    "instruction_text",
+    "strip_end_marker",
+    "write_atomic",
+]

@@ -1,0 +1,509 @@
+"""``poli dash``: the terminal dashboard (Textual).
+
+Sessions, agents (state, pane, last activity, tokens), approvals, tasks, messages, pipeline
+steps and gates, work items and the event log, redrawn when the store or tmux says something
+changed; a live mirror of the selected agent's pane fed by tmux's ``%output`` bytes through
+pyte. Keys act on the exact question shown (see :mod:`politerm.ui.actions`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import typing as t
+
+from rich.text import Text
+from textual.app import App
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Input, Label, Static, TabbedContent
+
+from politerm.errors import PolitermError
+from politerm.ui import actions
+from politerm.ui.dash.modals import CSS as MODAL_CSS
+from politerm.ui.dash.modals import AskScreen, ConfirmScreen, GateScreen
+from politerm.ui.dash.screen import render_screen
+from politerm.ui.live import LiveState
+from politerm.ui.mirror import ScreenMirror
+from politerm.ui.overview import ATTENTION, FINISHED
+
+if t.TYPE_CHECKING:
+    import pathlib
+    from collections.abc import Callable, Sequence
+
+    from textual.app import ComposeResult
+    from textual.widgets.data_table import RowKey
+
+    from politerm.config import Config
+    from politerm.store import RunStore
+
+_STATE_STYLE = {
+    "waiting_approval": "bold yellow",
+    "stuck": "bold yellow",
+    "limited": "bold yellow",
+    "exited": "bold red",
+    "busy": "cyan",
+    "ready": "green",
+}
+
+
+def attach_argv(socket: str, pane_id: str) -> list[str]:
+    """The tmux command that shows ``pane_id`` of the private server in this terminal.
+
+    Examples
+    --------
+    >>> attach_argv("poli", "%3")  # doctest: +NORMALIZE_WHITESPACE
+    ['tmux', '-L', 'poli', 'select-window', '-t', '%3', ';', 'select-pane', '-t', '%3', ';',
+     'attach-session', '-t', '%3']
+    """
+    return [
+        "tmux", "-L", socket, "select-window", "-t", pane_id, ";",
+        "select-pane", "-t", pane_id, ";", "attach-session", "-t", pane_id,
+    ]  # fmt: skip
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S")
+
+
+class MirrorView(Static):
+    """The selected agent's screen, redrawn on every chunk of its output."""
+
+    def __init__(self, **kwargs: t.Any) -> None:
+        super().__init__("select an agent to mirror its pane", markup=False, **kwargs)
+        self.screen_mirror: ScreenMirror | None = None
+
+    def show(self, mirror: ScreenMirror | None) -> None:
+        """Mirror ``mirror`` (None: nothing)."""
+        self.screen_mirror = mirror
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Draw the mirror's screen as it is now."""
+        if self.screen_mirror is not None:
+            self.update(render_screen(self.screen_mirror.screen))
+
+
+class DashApp(App[None]):
+    """The dashboard over one project's :class:`politerm.ui.live.LiveState`.
+
+    Parameters
+    ----------
+    config, store, project
+        The project whose runs to show.
+    agent
+        Mirror this agent (or pane id) from the start.
+    """
+
+    TITLE = "poli dash"
+    AUTO_FOCUS = "#agents"  # not the (hidden) filter box: keys must reach the bindings
+    CSS = (
+        MODAL_CSS
+        + """
+    #left { width: 3fr; }
+    #right { width: 4fr; }
+    #filter { display: none; }
+    #filter.shown { display: block; }
+    DataTable { height: auto; max-height: 12; }
+    #agents { max-height: 14; }
+    #mirror { height: 1fr; overflow: hidden; background: black; }
+    #mirror-title { background: $primary-darken-2; width: 100%; }
+    #events { height: 9; border-top: solid $primary; }
+    .section { color: $success; margin-top: 1; }
+    Screen.zoom #left, Screen.zoom #events { display: none; }
+    """
+    )
+    BINDINGS: t.ClassVar = [
+        Binding("a", "approve", "approve"),
+        Binding("d", "deny", "deny"),
+        Binding("n", "answer", "answer"),
+        Binding("g", "gate", "gate"),
+        Binding("x", "abort", "abort task"),
+        Binding("t", "attach", "attach pane"),
+        Binding("z", "zoom", "zoom mirror"),
+        Binding("slash", "filter", "filter"),
+        Binding("escape", "clear_filter", "clear filter", show=False),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(
+        self,
+        config: Config,
+        store: RunStore,
+        *,
+        project: pathlib.Path | None = None,
+        agent: str | None = None,
+        live: LiveState | None = None,
+    ) -> None:
+        super().__init__()
+        self.live = live or LiveState(config, store, project=project)
+        self.overview: dict[str, t.Any] = {}
+        self.selected_agent: str | None = agent
+        self.selected_task: str | None = None
+        self.filter_text = ""
+        self.mirror_name: str | None = None
+        self.screen_mirror: ScreenMirror | None = None
+        self._stop_mirror: Callable[[], None] | None = None
+        self._unlisten: Callable[[], None] | None = None
+        self.messages_shown: list[str] = []
+        self.overview_frozen = False
+        self._mirror_lock = asyncio.Lock()
+
+    # --- layout ---------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        """The widgets."""
+        yield Header()
+        with Horizontal():
+            with Vertical(id="left"):
+                yield Input(placeholder="filter (escape clears)", id="filter")
+                yield Label("agents", classes="section")
+                yield DataTable(id="agents", cursor_type="row")
+                yield Label("approvals waiting", classes="section")
+                yield DataTable(id="approvals", cursor_type="row")
+                with TabbedContent("tasks", "messages", "sessions", "pipelines", "work"):
+                    yield DataTable(id="tasks", cursor_type="row")
+                    yield DataTable(id="messages", cursor_type="row")
+                    yield DataTable(id="sessions", cursor_type="row")
+                    yield DataTable(id="pipelines", cursor_type="row")
+                    yield DataTable(id="work", cursor_type="row")
+            with Vertical(id="right"):
+                yield Label("mirror", id="mirror-title")
+                yield MirrorView(id="mirror")
+        yield Static(id="events", markup=False)
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        """Set up the tables, then follow the live state."""
+        columns = {
+            "agents": ("agent", "state", "session", "pane", "last activity", "tokens", "turn"),
+            "approvals": ("agent", "wants to run", "question on screen", "answer"),
+            "tasks": ("task", "state", "round", "request", "question / error / report"),
+            "messages": ("id", "task", "from → to", "type", "state", "attempts", "error"),
+            "sessions": ("session", "kind", "panes", "agents"),
+            "pipelines": ("run", "step", "agent", "status", "gate", "question"),
+            "work": ("kind", "id", "epic", "title / agent", "state"),
+        }
+        for name, cols in columns.items():
+            self.query_one(f"#{name}", DataTable).add_columns(*cols)
+        await self.live.start()
+        if self.selected_agent:
+            await self._mirror(self.selected_agent)
+        self._unlisten = self.live.listen(self._show)
+        self._show(self.live.overview)
+
+    async def on_unmount(self) -> None:
+        """Stop the mirror and the live state."""
+        self.overview_frozen = True
+        if self._unlisten is not None:
+            self._unlisten()
+        if self._stop_mirror is not None:
+            self._stop_mirror()
+        await self.live.close()
+
+    # --- drawing --------------------------------------------------------------------------
+
+    def _keep(self, *cells: object) -> bool:
+        if not self.filter_text:
+            return True
+        return any(self.filter_text in str(c).lower() for c in cells)
+
+    def _fill(self, name: str, rows: Sequence[tuple[str, Sequence[object]]]) -> None:
+        table = self.query_one(f"#{name}", DataTable)
+        cursor = table.cursor_row
+        keys = []
+        table.clear()
+        for key, cells in rows:
+            if self._keep(*cells):
+                table.add_row(*cells, key=key)
+                keys.append(key)
+        if name == "agents" and self.mirror_name in keys:
+            cursor = keys.index(self.mirror_name)  # the cursor stays on the mirrored agent
+        if table.row_count:
+            table.move_cursor(row=min(cursor, table.row_count - 1))
+
+    def _show(self, data: dict[str, t.Any]) -> None:
+        self.overview = data
+        if self.overview_frozen:
+            return
+        self._fill(
+            "agents",
+            [
+                (
+                    a["pane"] or a["name"],
+                    (
+                        a["name"], Text(a["state"], style=_STATE_STYLE.get(a["state"], "")),
+                        a["session"] or "-", a["pane"] or "-", _when(a["last_activity"]),
+                        a["tokens"] if a["tokens"] is not None else "-", a["turn"] or "-",
+                    ),
+                )
+                for a in data.get("agents", [])
+            ],
+        )  # fmt: skip
+        self._fill(
+            "approvals",
+            [
+                (p["agent"], (p["agent"], p["what"], " | ".join(p["evidence"]), p["answer"] or "-"))
+                for p in data.get("approvals", [])
+            ],
+        )
+        self._fill(
+            "tasks",
+            [
+                (tk["id"], (tk["id"], tk["state"], tk["round"], tk["request"][:50],
+                            tk["question"] or tk["error"] or (tk["report"] or "")[:80]))
+                for tk in data.get("tasks", [])
+            ],
+        )  # fmt: skip
+        self._fill(
+            "messages",
+            [
+                (str(m["id"]), (m["id"], m["task"] or "-", f"{m['from']} → {m['to']}", m["type"],
+                                m["state"], m["attempts"], m["error"] or ""))
+                for m in data.get("messages", [])
+            ],
+        )  # fmt: skip
+        self._fill(
+            "sessions",
+            [
+                (s["name"], (s["name"], s["kind"], s["panes"], ", ".join(s["agents"])))
+                for s in data.get("sessions", [])
+            ],
+        )
+        rows: list[tuple[str, Sequence[object]]] = []
+        for run in data.get("pipelines", []):
+            q = run.get("question") or {}
+            for s in run["steps"]:
+                asks = q.get("question", "") if q.get("step") == s["num"] else ""
+                row = (run["run_id"], s["num"], s["agent"], s["status"], s["gate"], asks)
+                rows.append((f"{run['run_id']}:{s['num']}", row))
+        self._fill("pipelines", rows)
+        work: list[tuple[str, Sequence[object]]] = [
+            (f"run:{r['id']}", ("epic run", r["id"], r["epic"], r["agent"], r["state"]))
+            for r in data.get("epic_runs", [])
+        ]
+        work += [
+            (f"item:{i['id']}", ("item", i["id"], i["epic"], i["title"], i["state"]))
+            for i in data.get("work_items", [])
+        ]
+        self._fill("work", work)
+        lines = Text()
+        for e in data.get("events", [])[-8:]:
+            style = "bold yellow" if e["kind"] in ATTENTION else ""
+            style = "bold green" if e["kind"] == "done" else style
+            style = "bold red" if e["kind"] in FINISHED - {"done"} else style
+            who = f"[{e['agent']}] " if e["agent"] else ""
+            detail = " ".join(e["detail"].split())[:160]
+            lines.append(f"{_when(e['ts'])} {e['kind']:<14} {who}{detail}\n", style=style)
+        self.query_one("#events", Static).update(lines)
+
+    # --- the mirror -----------------------------------------------------------------------
+
+    async def _mirror(self, name: str) -> None:
+        async with self._mirror_lock:
+            await self._switch_mirror(name)
+
+    async def _switch_mirror(self, name: str) -> None:
+        entry = self.live.pane(name)
+        if entry is not None:
+            name = entry.pane_id
+        if name == self.mirror_name:
+            return
+        if self._stop_mirror is not None:
+            self._stop_mirror()
+            self._stop_mirror = None
+        view = self.query_one("#mirror", MirrorView)
+        title = self.query_one("#mirror-title", Label)
+        try:
+            screen: ScreenMirror | None = None
+
+            def sink(data: bytes) -> None:
+                if screen is not None:
+                    screen.feed(data)
+                    view.redraw()
+
+            mirror = await self.live.mirror(name, sink)
+        except PolitermError as exc:
+            title.update(f"mirror: {exc}")
+            return
+        screen = ScreenMirror(mirror.width, mirror.height)
+        screen.feed(mirror.initial)
+        self.screen_mirror, self.mirror_name = screen, name
+        self._stop_mirror = mirror.stop
+        entry = self.live.pane(name)
+        label = entry.label if entry else name
+        title.update(f"{label} ({mirror.pane_id}, {mirror.width}×{mirror.height}) live")
+        view.show(screen)
+
+    async def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Follow the selection: agents are mirrored, tasks and approvals chosen."""
+        key = _key(event.row_key)
+        table = event.data_table.id
+        # Refills move the cursor too; only a person moving it (table focused) switches.
+        if not event.data_table.has_focus:
+            return
+        if table == "agents" and key:
+            self.selected_agent = key
+            await self._mirror(key)
+        elif table == "approvals" and key:
+            self.selected_agent = key
+        elif table == "tasks" and key:
+            self.selected_task = key
+
+    # --- actions --------------------------------------------------------------------------
+
+    def _say(self, text: str, *, error: bool = False) -> None:
+        self.messages_shown.append(text)
+        self.notify(text, severity="error" if error else "information", markup=False)
+
+    def _open_approval(self) -> dict[str, t.Any] | None:
+        open_ = [p for p in self.overview.get("approvals", []) if not p["answer"]]
+        agent = self.selected_agent
+        entry = self.live.pane(agent) if agent else None
+        names = {agent, entry.agent if entry else None}
+        return next((p for p in open_ if p["agent"] in names), open_[0] if open_ else None)
+
+    def _answer_approval(self, deny: bool) -> None:
+        pending = self._open_approval()
+        if pending is None:
+            self._say("no approval question is open", error=True)
+            return
+        verb = "deny" if deny else "approve"
+        question = f"{pending['agent']} wants to run: {pending['what']}\n\n" + "\n".join(
+            pending["evidence"]
+        )
+        ref = actions.ApprovalRef(pending["agent"], pending["asked"], pending["command"])
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self._run(lambda: actions.approve(self.live.store, ref, deny=deny, by="dash"))
+
+        self.push_screen(ConfirmScreen(f"{verb} this?", question), done)
+
+    def action_approve(self) -> None:
+        """Approve the open question of the selected agent (asks first)."""
+        self._answer_approval(deny=False)
+
+    def action_deny(self) -> None:
+        """Deny the open question of the selected agent (asks first)."""
+        self._answer_approval(deny=True)
+
+    def _run(self, act: Callable[[], str]) -> None:
+        try:
+            said = act()
+        except PolitermError as exc:
+            self._say(f"refused: {exc}", error=True)
+            return
+        self._say(said)
+        self.live.poke()
+
+    def action_answer(self) -> None:
+        """Answer the question the selected (or the first waiting) task asks."""
+        waiting = [tk for tk in self.overview.get("tasks", []) if tk["state"] == "waiting_user"]
+        task = next((tk for tk in waiting if tk["id"] == self.selected_task), None)
+        task = task or (waiting[0] if waiting else None)
+        if task is None:
+            self._say("no task is waiting for an answer", error=True)
+            return
+        question = task["question"] or ""
+
+        def done(text: str | None) -> None:
+            if text is not None:
+                self._run(
+                    lambda: actions.answer(
+                        self.live.store, self.live.config, task["id"], question, text
+                    )
+                )
+
+        self.push_screen(AskScreen(f"task {task['id']} asks:", question), done)
+
+    def action_gate(self) -> None:
+        """Answer the gate a pipeline run waits on."""
+        runs = [r for r in self.overview.get("pipelines", []) if r.get("question")]
+        if not runs:
+            self._say("no pipeline run is waiting at a gate", error=True)
+            return
+        run = runs[0]
+        q = run["question"]
+        project = self.live.project
+
+        def done(reply: str | None) -> None:
+            if reply is not None and project is not None:
+                self._run(
+                    lambda: actions.gate(project, run["run_id"], int(q["seq"]), reply, by="dash")
+                )
+
+        self.push_screen(GateScreen(f"run {run['run_id']} step {q['step']}:", q["question"]), done)
+
+    def action_abort(self) -> None:
+        """Abort the selected task (asks first)."""
+        tasks = {tk["id"]: tk for tk in self.overview.get("tasks", [])}
+        task = tasks.get(self.selected_task or "")
+        if task is None:
+            self._say("select a task to abort (tasks tab)", error=True)
+            return
+
+        async def go() -> None:
+            try:
+                said = await actions.abort(self.live.store, self.live.config, task["id"])
+            except PolitermError as exc:
+                self._say(f"refused: {exc}", error=True)
+                return
+            self._say(said)
+            self.live.poke()
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(go(), exclusive=True)
+
+        self.push_screen(
+            ConfirmScreen("abort this task?", f"{task['id']}: {task['request']}"), done
+        )
+
+    def action_attach(self) -> None:
+        """Show the selected agent's pane in this terminal (tmux attach); back on detach."""
+        entry = self.live.pane(self.selected_agent or "")
+        if entry is None:
+            self._say("select an agent to attach to", error=True)
+            return
+        argv = attach_argv(self.live.server.socket_name, entry.pane_id)
+        if not self.is_headless:
+            import subprocess
+
+            env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+            with self.suspend():
+                subprocess.run(argv, env=env, check=False)
+            return
+        self._say("attach: " + " ".join(argv))
+
+    def action_zoom(self) -> None:
+        """Show only the mirror (again: everything)."""
+        self.screen.toggle_class("zoom")
+
+    def action_filter(self) -> None:
+        """Show the filter box."""
+        box = self.query_one("#filter", Input)
+        box.add_class("shown")
+        self.call_after_refresh(box.focus)  # a hidden widget cannot take focus yet
+
+    def action_clear_filter(self) -> None:
+        """Hide the filter box and show everything again."""
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("shown")
+        self.query_one("#agents", DataTable).focus()
+        self.filter_text = ""
+        self._show(self.overview)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """Filter every table by the text typed."""
+        if event.input.id == "filter":
+            self.filter_text = event.value.strip().lower()
+            self._show(self.overview)
+
+
+def _key(row_key: RowKey) -> str | None:
+    return str(row_key.value) if row_key.value is not None else None

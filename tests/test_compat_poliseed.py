@@ -1,0 +1,189 @@
+"""The original PoliTerm's contract: programs written for it round-trip with
+``[routing] contract = "poliseed"``; the default contract accepts a block whose nonce was
+dropped (with a warning), records status blocks with their own ids, and names rejected blocks
+when a step times out. Real tmux, real programs, a real store."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import typing as t
+
+import pytest
+
+from politerm.engine.loop import run_task
+from politerm.engine.templates import Templates
+from politerm.protocol.parser import parse_blocks
+from politerm.store.models import TaskState
+from tests.loophelpers import (
+    EXECUTER_HEAD,
+    IDS,
+    PLANNER_HEAD,
+    PLANNER_OK,
+    RESULT,
+    rule,
+    started,
+    write_project,
+)
+
+if t.TYPE_CHECKING:
+    import libtmux
+
+SEED = pathlib.Path(__file__).parent / "fixtures" / "poliseed"
+
+
+@pytest.fixture
+def project(tmp_path: pathlib.Path) -> pathlib.Path:
+    return tmp_path / "proj"
+
+
+def _socket(server: libtmux.Server) -> str:
+    assert server.socket_name is not None
+    return server.socket_name
+
+
+def seed_project(root: pathlib.Path, socket: str) -> None:
+    """Two programs written for the original contract, under the generic profile."""
+    root.mkdir(parents=True)
+
+    def agent(name: str) -> str:
+        (root / name).mkdir()
+        argv = [sys.executable, str(SEED / f"{name}.py"), str(root / f"{name}.jsonl")]
+        return (
+            f"[agents.{name.upper()}]\ncommand = {json.dumps(argv)}\n"
+            f"cwd = \"{name}\"\nready_regex = '^(?:{name}> ?)+$'\n\n"
+        )
+
+    (root / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{socket}"\nsession = "t"\nwidth = 200\n\n'
+        '[store]\npath = "runs.sqlite3"\n\n'
+        "[timeouts]\nplan = 30\nexec = 30\nready = 20\n\n"
+        '[routing]\ncontract = "poliseed"\n\n' + agent("planner") + agent("executer")
+    )
+
+
+def lines_of(root: pathlib.Path, name: str) -> list[dict[str, str]]:
+    path = root / f"{name}.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+async def test_poliseed_programs_round_trip_with_the_preset(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    seed_project(project, _socket(server))
+    async with started(project) as loop:
+        assert loop.config.agents["PLANNER"].profile == "generic"
+        task = await run_task(loop.config, loop.store, "Create hello.txt", timeout=90)
+        events = loop.store.list_events(task_id=task.id, limit=200)
+        assert task.state is TaskState.DONE, (task.error, [(e.kind, e.detail) for e in events])
+        assert task.report is not None
+        assert "SEED-REPORT hello.txt was created and verified." in task.report
+        assert "EXECUTER replied" not in task.report  # the echoed prompt is not the report
+        assert (project / "executer" / "hello.txt").read_text() == "Hello, PoliTerm!\n"
+        # The programs heard the original's sentences and parsed what they needed.
+        planner = lines_of(project, "planner")
+        assert [e["text"] for e in planner if e["event"] == "request"] == ["Create hello.txt"]
+        said = "\n".join(e["text"] for e in planner)
+        ask = f"Please produce exactly one tagged block addressed to EXECUTER with id={task.id}."
+        assert ask in said
+        assert "Now produce a concise final report for the user (no new POLI blocks)." in said
+        executer = lines_of(project, "executer")
+        assert [e["text"] for e in executer if e["event"] == "plan"] == [
+            "Step 1: Create hello.txt\nStep 2: Verify it"
+        ]
+        heard = "\n".join(e["text"] for e in executer)
+        assert "You received a PLANNER plan block:" in heard
+        assert f"When done, emit a RESULT block back to PLANNER with id={task.id}." in heard
+        # Status blocks with their own ids are recorded for the task; nothing was rejected.
+        blocks = loop.store.list_blocks(task.id)
+        status = sorted(b.msg_id or "" for b in blocks if b.type == "status" and b.accepted)
+        assert status == [f"{task.id}-status-1", f"{task.id}-status-2"]
+        assert not [e for e in events if e.kind == "rejected"], [e.detail for e in events]
+        # The forwarded block inside each prompt was never read back as the agent's own.
+        assert [b.type for b in blocks if b.accepted and b.type != "status"] == ["plan", "result"]
+
+
+def test_preset_prompts_use_the_originals_wording_and_never_print_a_placeholder() -> None:
+    t = Templates(contract="poliseed")
+    task = t.render("task", msg_id="T9", nonce="abc123", request="Say hi")
+    assert task.splitlines()[0] == "TASK_ID=T9"
+    assert task.endswith(
+        "Please produce exactly one tagged block addressed to EXECUTER with id=T9."
+    )
+    plan = t.render("plan", msg_id="T9", nonce="abc123", body="Step 1: x")
+    assert plan.startswith("You received a PLANNER plan block:")
+    assert plan.endswith(
+        "Execute the plan. When done, emit a RESULT block back to PLANNER with id=T9."
+    )
+    result = t.render("result", msg_id="T9", nonce="abc123", body="done")
+    assert result.endswith("(no new POLI blocks).")
+    for text in (task, plan, result):
+        assert "abc123" not in text and "<TO>" not in text and "<NONCE>" not in text
+    # The forwarded block is complete (a program reads it) and, after it, no block header.
+    assert [b.type for b in parse_blocks(plan).blocks] == ["plan"]
+    assert "[[POLI:MSG" not in plan.split("[[/POLI:MSG]]", 1)[1]
+
+
+def _nonceless(to: str, typ: str, tag: str, body: str, block_id: str = "{id}") -> str:
+    header = json.dumps({"to": to, "type": typ, "id": block_id})
+    return f"Done.\n\n[[POLI:MSG {header}]]\n<{tag}>\n{body}\n</{tag}>\n[[/POLI:MSG]]\n"
+
+
+async def test_default_contract_accepts_a_dropped_nonce_with_a_warning(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    # A claude-like executer: the normal screen, where the turn's start line is known.
+    reply = _nonceless("PLANNER", "result", "RESULT", "Created hello.txt without a nonce.")
+    executer = PLANNER_HEAD + rule(r"\AYou received a PLANNER plan block:", reply)
+    write_project(project, _socket(server), executer=executer, executer_mode="claude")
+    async with started(project) as loop:
+        task = await run_task(loop.config, loop.store, "drop the nonce", timeout=60)
+        events = loop.store.list_events(task_id=task.id, limit=200)
+        assert task.state is TaskState.DONE, (task.error, [(e.kind, e.detail) for e in events])
+        warnings = [e.detail for e in events if e.kind == "warning"]
+        assert warnings == [
+            (
+                f"accepted a result block without a nonce: it follows the turn's prompt and "
+                f"carries task id {task.id}"
+            )
+        ]
+        assert not [e for e in events if e.kind == "rejected" and "no nonce" in e.detail]
+        assert "without a nonce" in loop.prompts("PLANNER")[1]
+
+
+async def test_status_blocks_with_their_own_ids_are_recorded(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    status = (
+        'Working.\n\n[[POLI:MSG {"to":"PLANNER","type":"status","id":"{id}-status-1",'
+        '"nonce":"{nonce}"}]]\n<STATUS>\nhalfway\n</STATUS>\n[[/POLI:MSG]]\n'
+    )
+    executer = EXECUTER_HEAD + rule(r"\AYou received", status + "\n" + RESULT)
+    write_project(project, _socket(server), executer=executer)
+    async with started(project) as loop:
+        task = await run_task(loop.config, loop.store, "status ids", timeout=60)
+        assert task.state is TaskState.DONE, task.error
+        recorded = [b for b in loop.store.list_blocks(task.id) if b.type == "status"]
+        assert [(b.msg_id, b.accepted) for b in recorded] == [(f"{task.id}-status-1", True)]
+        events = loop.store.list_events(task_id=task.id, limit=200)
+        assert not [e for e in events if e.kind == "rejected"]
+
+
+async def test_timeout_names_the_rejected_blocks(
+    server: libtmux.Server, project: pathlib.Path
+) -> None:
+    wrong = (
+        'Here.\n\n[[POLI:MSG {"to":"PLANNER","type":"result","id":"{id}","nonce":"0badc0"}]]'
+        "\n<RESULT>\nstale\n</RESULT>\n[[/POLI:MSG]]\n"
+    )
+    executer = EXECUTER_HEAD + f"[[rules]]\nmatch = '(?s)\\A{IDS}'\nreply = '''{wrong}'''\n"
+    write_project(project, _socket(server), planner=PLANNER_OK, executer=executer,
+                  exec_timeout=2)  # fmt: skip
+    async with started(project) as loop:
+        task = await run_task(loop.config, loop.store, "wrong nonce", timeout=60)
+        assert task.state is TaskState.FAILED
+        assert task.error is not None
+        assert "EXECUTER sent no result block" in task.error
+        assert "rejected blocks: line " in task.error
+        assert "nonce '0badc0' is not this turn's nonce" in task.error

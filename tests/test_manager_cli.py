@@ -1,0 +1,254 @@
+"""``poli manager`` as a person and a script use it: the REPL driven through a real PTY, the
+one-shot commands and their exit codes, and ``kill -9`` of the manager mid-task, resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import stat
+import subprocess
+import sys
+import typing as t
+
+import pytest
+
+from politerm.pty.runner import PtyTerminal
+from politerm.store import RunStore
+from politerm.store.manager import ManagerStore
+from politerm.testing.mockllm import MockLLM, Rule
+from politerm.testing.retry import WaitTimeout, aretry_until, retry_until
+from tests.manager_helpers import THREE_STEPS, ide
+
+POLI = [sys.executable, "-m", "politerm"]
+BOUND = 60.0
+
+
+def setup(tmp_path: pathlib.Path, llm: MockLLM) -> tuple[pathlib.Path, dict[str, str]]:
+    """A working directory with poli.toml pointing the brain at the mock; the environment."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "poli.toml").write_text(
+        f"""
+[store]
+path = "{tmp_path / "state" / "runs.sqlite3"}"
+
+[manager]
+channel = "file"
+file_stable_seconds = 0.5
+
+[manager.brain]
+provider = "gemini"
+base_url = "{llm.url}"
+model = "mock-model"
+backoff = 0.01
+max_retries = 2
+call_timeout = 20.0
+"""
+    )
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "README.md").write_text("# Web\n")
+    env = {**os.environ, "GEMINI_API_KEY": llm.token, "PROMPT_TOOLKIT_NO_CPR": "1"}
+    return work, env
+
+
+def poli(work: pathlib.Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*POLI, *args],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+
+
+def project_state(tmp_path: pathlib.Path) -> dict[str, t.Any]:
+    with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
+        return ManagerStore(store).project("web").to_json()
+
+
+# --- the REPL ---------------------------------------------------------------------------
+
+
+class Console:
+    """The REPL in a real pseudo-terminal, read through its screen."""
+
+    def __init__(self, term: PtyTerminal) -> None:
+        self.term = term
+
+    async def screen(self) -> str:
+        return "\n".join((await self.term.snapshot()).lines)
+
+    async def type(self, line: str) -> None:
+        await self.term.write(line.encode() + b"\r")
+
+    async def wait_for(self, text: str) -> str:
+        async def look() -> str | None:
+            screen = await self.screen()
+            return screen if text in screen else None
+
+        try:
+            return await aretry_until(look, BOUND, what=f"{text!r} on the REPL's screen")
+        except WaitTimeout:
+            pytest.fail(f"{text!r} never showed; the screen:\n{await self.screen()}")
+
+
+async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
+    rules = [
+        Rule(r"\[Human, step 0\]\n8080\n", "Write server.py listening on port 8080"),
+        Rule(r".*", "NEED_USER_INPUT: Which port should the server use?"),
+    ]
+    with MockLLM(rules, sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        term = await PtyTerminal.spawn(
+            [*POLI, "manager"], cwd=work, env=env, size=(160, 60), name="repl"
+        )
+        c = Console(term)
+        try:
+            await c.wait_for("manager (no project)>")
+            await c.type(f"project add web {tmp_path / 'proj'} --goal 'A web server'")
+            await c.wait_for("project web added")
+            await c.type("project select web")
+            await c.wait_for("manager (web)>")
+            await c.type("goal Start the server")
+            await c.wait_for("QUESTION: Which port should the server use?")
+            await c.type("input 8080")
+            await c.wait_for("waiting_dev_report: step 1: Write server.py listening on port 8080")
+            await c.type("status")
+            await c.wait_for("state   waiting_dev_report (running here)")
+            await term.write(b"\x03")  # Ctrl-C: stops the step, not the program
+            await c.wait_for("step stopped; step interrupted by the user")
+            await c.type("status")
+            await c.wait_for("state   paused_waiting_user_input")
+            await c.type("stop")
+            await c.wait_for("stopped; state project_selected")
+            await c.type("quit")
+            code = await term.wait_exit(BOUND)
+        finally:
+            await term.kill()
+    assert code == 0
+    state = project_state(tmp_path)
+    assert (state["state"], state["task_status"]) == ("project_selected", "stopped")
+    instruction = tmp_path / "proj" / "dev_instructions" / "next_step.txt"
+    assert "Write server.py listening on port 8080" in instruction.read_text()
+    history = tmp_path / "state" / "manager_history"
+    assert "goal Start the server" in history.read_text()
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600
+
+
+def kill_while_waiting_for_the_dev(
+    tmp_path: pathlib.Path, work: pathlib.Path, env: dict[str, str]
+) -> None:
+    added = poli(work, env, "manager", "project", "add", "web", str(tmp_path / "proj"))
+    assert added.returncode == 0, added.stderr
+    proc = subprocess.Popen(
+        [*POLI, "manager", "goal", "--project", "web", "Start the server"],
+        cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    retry_until(
+        lambda: project_state(tmp_path)["state"] == "waiting_dev_report", BOUND,
+        what="the manager waiting for the dev report",
+    )  # fmt: skip
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(BOUND) == -signal.SIGKILL
+
+
+async def test_repl_offers_to_resume_a_task_left_running(tmp_path: pathlib.Path) -> None:
+    rules = [Rule(r".*", "Write server.py")]
+    with MockLLM(rules, sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        kill_while_waiting_for_the_dev(tmp_path, work, env)
+        term = await PtyTerminal.spawn(
+            [*POLI, "manager"], cwd=work, env=env, size=(160, 60), name="repl"
+        )
+        c = Console(term)
+        try:
+            await c.wait_for("Project web has a task under way (waiting_dev_report, step 1)")
+            await c.type("y")
+            await c.wait_for("resuming from waiting_dev_report")
+            with ide(tmp_path / "proj"):
+                llm.script.clear()
+                llm.add(Rule(r"Report for step 1", "TASK_COMPLETE server.py is written"))
+                await c.wait_for("TASK COMPLETE: server.py is written")
+            await c.type("quit")
+            assert await term.wait_exit(BOUND) == 0
+        finally:
+            await term.kill()
+    assert [r.user_text.count("(none yet)") for r in llm.requests()] == [1, 0]
+
+
+# --- one-shot commands and kill -9 ------------------------------------------------------
+
+
+@pytest.mark.parametrize("moment", ["waiting_dev_report", "calling_brain"])
+def test_kill_9_mid_task_then_resume_finishes_it_once(tmp_path: pathlib.Path, moment: str) -> None:
+    rules = list(THREE_STEPS)
+    if moment == "calling_brain":  # the second planning call hangs long enough to be killed
+        rules.insert(1, Rule(r"## Latest dev report\nReport for step 1", "Add a test for hello.py",
+                             delay=8.0, times=1))  # fmt: skip
+    with MockLLM(rules, sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        add = poli(work, env, "manager", "project", "add", "web", str(tmp_path / "proj"))
+        assert add.returncode == 0, add.stderr
+        delay = "3" if moment == "waiting_dev_report" else "0"
+        with ide(tmp_path / "proj", "--delay", delay):
+            proc = subprocess.Popen(
+                [*POLI, "manager", "goal", "--project", "web", "Make hello.py"],
+                cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+
+            def at_moment() -> bool:
+                s = project_state(tmp_path)
+                return bool(s["state"] == moment and s["step"] == 1)
+
+            retry_until(at_moment, BOUND, interval=0.02, what=f"the manager in {moment}")
+            proc.send_signal(signal.SIGKILL)
+            assert proc.wait(BOUND) == -signal.SIGKILL
+            assert project_state(tmp_path)["state"] == moment  # persisted as it was
+            status = poli(work, env, "manager", "status", "--json")
+            assert json.loads(status.stdout)["projects"][0]["state"] == moment
+            done = poli(work, env, "manager", "resume", "--project", "web", "--json")
+        assert done.returncode == 0, done.stderr
+        final = json.loads(done.stdout)
+        prompts = [r.user_text for r in llm.requests()]
+    assert final["state"] == "task_complete" and final["step"] == 3
+    # each step's instruction was planned once (a call cut by the kill is asked again)
+    firsts = [p for p in prompts if "## Latest dev report\n(none yet)" in p]
+    assert len(firsts) == 1
+    processed = sorted((tmp_path / "proj" / "dev_logs" / "processed").iterdir())
+    assert [p.name.rsplit("_", 1)[1] for p in processed] == ["step1.txt", "step2.txt", "step3.txt"]
+
+
+def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
+    rules = [
+        Rule(r"## Current task\nBreak", "SYSTEM_ERROR: the repository is read-only"),
+        Rule(r"\[Human, step 0\]\n9090", "TASK_COMPLETE using 9090"),
+        Rule(r"## Current task\nAsk me", "NEED_USER_INPUT: Which port?"),
+    ]
+    with MockLLM(rules, sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        added = poli(work, env, "manager", "project", "add", "web", str(tmp_path / "proj"))
+        assert added.returncode == 0, added.stderr
+        asked = poli(work, env, "manager", "goal", "--project", "web", "Ask me", "--json")
+        answered = poli(work, env, "manager", "input", "--project", "web", "9090", "--json")
+        broken = poli(work, env, "manager", "goal", "--project", "web", "Break", "--json")
+        status = json.loads(poli(work, env, "manager", "status", "--json").stdout)
+        missing = poli(work, env, "manager", "goal", "--project", "nope", "x")
+        env_nokey = {**env, "GEMINI_API_KEY": ""}
+        nokey = poli(work, env_nokey, "manager", "goal", "--project", "web", "x")
+    assert asked.returncode == 3, asked.stderr
+    assert json.loads(asked.stdout)["question"] == "Which port?"
+    assert answered.returncode == 0, answered.stderr
+    assert json.loads(answered.stdout)["result"] == "using 9090"
+    assert broken.returncode == 1
+    assert json.loads(broken.stdout)["state"] == "error_system"
+    assert status["selected"] == "web"
+    assert status["projects"][0]["error"] == "the repository is read-only"
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "poli: no manager project 'nope'; known: web"
+    assert nokey.returncode == 1 and "no API key for the gemini brain" in nokey.stderr
+    assert "Traceback" not in missing.stderr + nokey.stderr

@@ -1,0 +1,297 @@
+"""The pane channel on the bundled fake agent in a private tmux server: a goal reaching
+TASK_COMPLETE through three dev turns, fenced reports per step id, a restarted manager that
+finds the report already on the agent's screen, a dev agent that exits, and the brain as an
+agent TUI."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import sys
+import typing as t
+
+from politerm.config import load_config
+from politerm.manager.agent_brain import AgentBrain
+from politerm.manager.engine import Manager
+from politerm.manager.pane import PaneChannel
+from politerm.manager.states import ManagerState
+from politerm.redact import Redactor
+from politerm.store import RunStore
+from politerm.store.manager import ManagerStore
+from politerm.testing.fakeagent import prompts
+from politerm.testing.mockllm import MockLLM, Rule
+from tests.manager_helpers import brain_settings
+
+if t.TYPE_CHECKING:
+    from politerm.config import Config
+    from politerm.store.manager import Project
+    from politerm.tmux import TmuxServer
+
+S = ManagerState
+BOUND = 120.0
+
+DEV_SCENARIO = """
+mode = "claude"
+think_time = 0.2
+strip_fences = false
+
+[[rules]]
+match = '(?s)^(?P<first>[^\\n]+)\\n.*STEP_ID=(?P<sid>\\S+)'
+reply = '''
+Done with it.
+
+```poli:{sid}
+status: success
+commit_msg: Did: {first}
+details: |
+  Report for {first}
+```
+'''
+"""
+
+BRAIN_RULES = [
+    Rule(r"## Latest dev report\n\(none yet\)", "Create hello.py"),
+    Rule(r"## Latest dev report\nstatus: success\nDid: Create hello.py", "Add a test"),
+    Rule(r"## Latest dev report\nstatus: success\nDid: Add a test", "Run the tests"),
+    Rule(r"## Latest dev report\nstatus: success\nDid: Run the tests", "TASK_COMPLETE all done"),
+]
+
+
+def fake(tmp_path: pathlib.Path, name: str, scenario: str) -> list[str]:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(scenario)
+    return [
+        sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "claude",
+        "--scenario", str(path), "--log", str(tmp_path / name),
+    ]  # fmt: skip
+
+
+def config_for(tmp_path: pathlib.Path, llm: MockLLM, **brain: t.Any) -> Config:
+    config = load_config(tmp_path)
+    settings = brain_settings(llm, **brain)
+    manager = config.manager.model_copy(
+        update={
+            "brain": settings,
+            "dev_agent": "fake-claude",
+            "dev_command": fake(tmp_path, "dev", DEV_SCENARIO),
+            "step_timeout": 60.0,
+        }
+    )
+    return config.model_copy(update={"manager": manager})
+
+
+class PaneRig:
+    def __init__(self, tmp_path: pathlib.Path, llm: MockLLM, server: TmuxServer) -> None:
+        self.root = tmp_path / "proj"
+        self.root.mkdir(exist_ok=True)
+        self.config = config_for(tmp_path, llm)
+        self.run_store = RunStore.open(tmp_path / "state" / "runs.sqlite3")
+        self.store = ManagerStore(self.run_store, Redactor())
+        self.server = server
+        self.channels: list[PaneChannel] = []
+        from politerm.manager.brain import GeminiBrain
+
+        self.manager = Manager(
+            self.store,
+            self.config.manager,
+            GeminiBrain(self.config.manager.brain, llm.token, Redactor()),
+            self.channel,
+        )
+        if self.store.get_project("proj") is None:
+            self.store.add_project("proj", self.root, goal="hello", channel="pane")
+
+    def channel(self, project: Project) -> PaneChannel:
+        ch = PaneChannel(self.config, project, self.run_store, server=self.server)
+        self.channels.append(ch)
+        return ch
+
+    async def close(self) -> None:
+        for ch in self.channels:
+            await ch.kill()
+        self.run_store.close()
+
+
+async def test_goal_reaches_task_complete_through_three_dev_turns_on_the_fake_agent(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        try:
+            rig.manager.start("proj", "Make hello.py with a test")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+            turns = rig.store.turns("proj")
+        finally:
+            await rig.close()
+    assert project.state is S.TASK_COMPLETE, project.error
+    assert project.result == "all done" and project.step == 3
+    sent = [p.decode() for p in prompts(tmp_path / "dev")]
+    assert [s.splitlines()[0] for s in sent] == ["Create hello.py", "Add a test", "Run the tests"]
+    for step, text in enumerate(sent, start=1):
+        assert f"STEP_ID={project.task_id}-s{step}" in text
+    dev = [tt.text for tt in turns if tt.role == "dev"]
+    assert dev[0] == "status: success\nDid: Create hello.py\n\nReport for Create hello.py"
+    assert len(dev) == 3
+
+
+async def test_a_restarted_manager_takes_the_report_already_on_screen(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        try:
+            project = rig.manager.start("proj", "Make hello.py")
+            first = rig.channel(project)
+            await first.send(1, "Create hello.py")
+            async with asyncio.timeout(BOUND):
+                report = await first.report(1, 60.0)
+            # a new manager process: a new channel, the agent still in its pane
+            again = rig.channel(project)
+            async with asyncio.timeout(BOUND):
+                assert await again.report(1, 60.0) == report
+            assert (await again.driver()).pane is not None
+        finally:
+            await rig.close()
+    assert len(prompts(tmp_path / "dev")) == 1  # nothing typed twice
+
+
+async def test_a_dev_agent_that_exits_is_the_dev_agent_error_state(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    exits = 'mode = "claude"\nthink_time = 0.1\n[[rules]]\nmatch = "STEP_ID"\naction = "exit"\n'
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.config = rig.config.model_copy(
+            update={
+                "manager": rig.config.manager.model_copy(
+                    update={"dev_command": fake(tmp_path, "dev", exits)}
+                )
+            }
+        )
+        try:
+            rig.manager.start("proj", "Make hello.py")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+        finally:
+            await rig.close()
+    assert project.state is S.ERROR_DEV_AGENT
+    assert project.error is not None and "DEV-proj" in project.error
+
+
+async def test_an_agent_tui_as_the_brain(tmp_path: pathlib.Path, tmux_server: TmuxServer) -> None:
+    brain_scenario = """
+mode = "claude"
+think_time = 0.1
+strip_fences = false
+
+[[rules]]
+match = '(?s)Latest dev report\\n\\(none yet\\).*STEP_ID=(?P<sid>\\S+)'
+reply = '''
+```poli:{sid}
+status: success
+commit_msg: reply
+details: |
+  Create hello.py
+```
+'''
+
+[[rules]]
+match = '(?s)Did: Create hello.py.*STEP_ID=(?P<sid>\\S+)'
+reply = '''
+```poli:{sid}
+status: success
+commit_msg: reply
+details: |
+  TASK_COMPLETE hello.py is there
+```
+'''
+"""
+    with MockLLM([], sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        settings = rig.config.manager.brain.model_copy(
+            update={
+                "provider": "agent",
+                "agent": "fake-claude",
+                "command": fake(tmp_path, "brain", brain_scenario),
+                "call_timeout": 60.0,
+            }
+        )
+        config = rig.config.model_copy(
+            update={"manager": rig.config.manager.model_copy(update={"brain": settings})}
+        )
+        brain = AgentBrain(config, rig.run_store, server=tmux_server)
+        rig.manager.brain = brain
+        try:
+            rig.manager.start("proj", "Make hello.py")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+            brain_driver = await brain._agent()
+            await brain_driver.kill()
+        finally:
+            await rig.close()
+    assert project.state is S.TASK_COMPLETE, project.error
+    assert project.result == "hello.py is there"
+    asked = [p.decode() for p in prompts(tmp_path / "brain")]
+    assert len(asked) == 2 and "## Project overview" in asked[0]
+    assert llm.requests(side=None) == []
+
+
+SLOW_DEV = """
+mode = "claude"
+think_time = 0.2
+strip_fences = false
+
+[[rules]]
+match = '(?s)If you have finished the step with STEP_ID=(?P<sid>\\S+),'
+reply = '''
+```poli:{sid}
+status: success
+commit_msg: Did: the step, reported on request
+```
+'''
+
+[[rules]]
+match = '(?s)^(?P<first>[^\\n]+)\\n.*STEP_ID=(?P<sid>\\S+)'
+think_time = 4.0
+reply = "Still thinking about {first}; no report yet."
+"""
+
+
+async def test_a_step_delivered_before_a_crash_is_not_typed_again(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.config = rig.config.model_copy(
+            update={
+                "manager": rig.config.manager.model_copy(
+                    update={"dev_command": fake(tmp_path, "dev", SLOW_DEV)}
+                )
+            }
+        )
+        try:
+            project = rig.manager.start("proj", "Make hello.py")
+            first = rig.channel(project)
+            await first.send(1, "Create hello.py")
+            turn = asyncio.create_task(first.report(1, 60.0))
+
+            async def delivered() -> bool:
+                return any(e.kind == "manager.dev_delivered" for e in rig.run_store.list_events())
+
+            from politerm.testing.retry import aretry_until
+
+            await aretry_until(delivered, BOUND, what="the step's delivery recorded")
+            turn.cancel()  # the manager dies with the step in the agent's hands
+            with contextlib.suppress(asyncio.CancelledError):
+                await turn
+            again = rig.channel(project)
+            async with asyncio.timeout(BOUND):
+                report = await again.report(1, 60.0)
+        finally:
+            await rig.close()
+    assert report == "status: success\nDid: the step, reported on request"
+    sent = [p.decode() for p in prompts(tmp_path / "dev")]
+    assert sent[0].startswith("Create hello.py\n")
+    assert [s.startswith("Create hello.py") for s in sent].count(True) == 1
+    assert sent[-1].startswith("If you have finished the step with STEP_ID=")

@@ -1,0 +1,242 @@
+"""``poli dash`` driven with Textual's Pilot against real sessions of fake agents."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import subprocess
+import sys
+import typing as t
+
+from textual.widgets import DataTable
+
+from politerm.config import load_config
+from politerm.pipeline.state import RunRecord, RunState, read_question
+from politerm.store import RunStore
+from politerm.store.models import TaskState
+from politerm.testing.retry import aretry_until, retry_until
+from politerm.ui.dash import DashApp, attach_argv
+from politerm.ui.dash.modals import AskScreen, ConfirmScreen, GateScreen
+from tests.loophelpers import started
+from tests.ui.uihelpers import ask_project, poli, screenshot_path
+
+if t.TYPE_CHECKING:
+    import libtmux
+    from textual.pilot import Pilot
+
+
+def _socket(server: libtmux.Server) -> str:
+    assert server.socket_name is not None
+    return server.socket_name
+
+
+def _rows(app: DashApp, table: str) -> list[list[str]]:
+    dt = app.query_one(f"#{table}", DataTable)
+    return [[str(c) for c in dt.get_row_at(i)] for i in range(dt.row_count)]
+
+
+async def _until(pilot: Pilot[None], check: t.Callable[[], bool], what: str) -> None:
+    async def ok() -> bool:
+        await pilot.pause()
+        return check()
+
+    await aretry_until(ok, 30, what=what)
+
+
+async def test_dash_lists_the_session_mirrors_live_and_filters(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    ask_project(root, _socket(server))
+    async with started(root) as loop:
+        with RunStore.open(loop.store.path) as store:
+            app = DashApp(loop.config, store, project=root, agent="PLANNER")
+            async with app.run_test(size=(200, 60)) as pilot:
+                await _until(
+                    pilot,
+                    lambda: {r[0] for r in _rows(app, "agents")} == {"PLANNER", "EXECUTER"},
+                    "both agents listed",
+                )
+                sessions = _rows(app, "sessions")
+                assert sessions[0][:2] == ["t", "loop"]
+                await _until(
+                    pilot,
+                    lambda: app.screen_mirror is not None and any(app.screen_mirror.lines()),
+                    "the mirror's first screen",
+                )
+                _, pane = (await loop.session.attach())["PLANNER"]
+                marker = "dash-mirror-4412"
+                await pane.paste(marker.encode())
+                await _until(
+                    pilot,
+                    lambda: marker in "\n".join(app.screen_mirror.lines()),  # type: ignore[union-attr]
+                    "the pasted text in the mirror",
+                )
+                # the mirror came from %output bytes, not from re-capturing the pane
+                assert app.live.refreshes < 10
+                app.save_screenshot(str(screenshot_path(tmp_path, "dash.svg")))
+                await pilot.press("slash")
+                await _until(pilot, lambda: app.focused is not None and app.focused.id == "filter",
+                             "the filter box focused")  # fmt: skip
+                await pilot.press(*"exec")
+                await _until(
+                    pilot,
+                    lambda: [r[0] for r in _rows(app, "agents")] == ["EXECUTER"],
+                    f"filter {app.filter_text!r} {_rows(app, 'agents')}",
+                )
+                await pilot.press("escape")
+                await _until(pilot, lambda: len(_rows(app, "agents")) == 2, "filter cleared")
+                # the highlighted agent is the one attached to
+                entry = app.live.pane(app.selected_agent or "")
+                assert entry is not None
+                await pilot.press("t")
+                shown = app.messages_shown[-1]
+                assert shown == "attach: " + " ".join(attach_argv(_socket(server), entry.pane_id))
+
+
+async def test_dash_approves_the_exact_question_and_the_agent_goes_on(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    ask_project(root, _socket(server))
+    async with started(root) as loop:
+        with RunStore.open(loop.store.path) as store:
+            app = DashApp(loop.config, store, project=root)
+            async with app.run_test(size=(200, 60)) as pilot:
+                router = poli(root, "task", "make hello", "--id", "T-dash", "--timeout", "90")
+                try:
+                    await _until(pilot, lambda: bool(_rows(app, "approvals")), "an approval row")
+                    [row] = _rows(app, "approvals")
+                    assert row[0] == "EXECUTER" and "echo hi > out.txt" in row[1]
+                    await pilot.press("a")
+                    await _until(
+                        pilot,
+                        lambda: isinstance(app.screen, ConfirmScreen),
+                        f"confirm {app.messages_shown}",
+                    )
+                    dialog = app.screen
+                    assert isinstance(dialog, ConfirmScreen)
+                    assert "echo hi > out.txt" in dialog.question
+                    await pilot.press("y")
+                    await asyncio.to_thread(
+                        retry_until,
+                        lambda: (root / "executer" / "out.txt").is_file(),
+                        60,
+                        what="out.txt written after approving from the dashboard",
+                    )
+                    out, err = await asyncio.to_thread(router.communicate, None, 90)
+                    assert router.returncode == 0, (out, err)
+                finally:
+                    if router.poll() is None:
+                        router.kill()
+                assert app.messages_shown[-1].startswith("approved: EXECUTER")
+                await _until(
+                    pilot,
+                    lambda: any(r[0] == "T-dash" and r[1] == "done" for r in _rows(app, "tasks")),
+                    "the task shown done",
+                )
+
+
+async def test_dash_answers_a_question_a_gate_and_aborts_a_task(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "poli.toml").write_text(
+        '[tmux]\nsocket = "poli-dash-none"\n\n[store]\npath = "runs.sqlite3"\n'
+    )
+    config = load_config(root, env={})
+    with RunStore.open(config.store.resolved_path()) as writer:
+        writer.create_task("T-q", "pick a colour", max_rounds=3)
+        writer.update_task("T-q", state=TaskState.WAITING_USER, question="Which colour?")
+        writer.create_task("T-x", "long job", max_rounds=3)
+        record = RunRecord(
+            run_id="r1", pipeline="feature", pipeline_name="feature", project=str(root),
+            task="build it", session="poli-proj-r1", socket="poli-dash-none", cli="fake",
+        )  # fmt: skip
+        record.step(1)
+        run = RunState(writer, record)
+        run.save()
+        run.ask(1, "gate", "Step 1 is done. Continue to step 2?")
+    with RunStore.open(config.store.resolved_path()) as store:
+        app = DashApp(config, store, project=root)
+        async with app.run_test(size=(200, 60)) as pilot:
+            await _until(pilot, lambda: len(_rows(app, "tasks")) == 2, "two tasks")
+            await pilot.press("n")
+            await _until(pilot, lambda: isinstance(app.screen, AskScreen), "the answer dialog")
+            assert isinstance(app.screen, AskScreen) and app.screen.question == "Which colour?"
+            await pilot.press(*"blue", "enter")
+            await _until(pilot, lambda: not isinstance(app.screen, AskScreen), "dialog closed")
+            task = store.get_task("T-q")
+            assert task is not None and task.state is TaskState.PLANNING
+            [msg] = [m for m in store.list_messages(task_id="T-q") if m.type == "answer"]
+            assert msg.body == "blue" and msg.recipient == "PLANNER"
+
+            await _until(pilot, lambda: bool(_rows(app, "pipelines")), "the pipeline run")
+            await pilot.press("g")
+            await _until(pilot, lambda: isinstance(app.screen, GateScreen), "the gate dialog")
+            assert isinstance(app.screen, GateScreen)
+            assert app.screen.question == "Step 1 is done. Continue to step 2?"
+            await pilot.press("y")
+            await _until(
+                pilot, lambda: (read_question(store, "r1") or {}).get("answer") == "y", "gate"
+            )
+
+            app.query_one("#tasks", DataTable).focus()
+            await pilot.press("down")
+            await _until(pilot, lambda: app.selected_task == "T-x", "T-x selected")
+            await pilot.press("x")
+            await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "abort dialog")
+            await pilot.press("y")
+            await _until(
+                pilot,
+                lambda: (tk := store.get_task("T-x")) is not None and tk.state is TaskState.ABORTED,
+                "T-x aborted",
+            )
+            # a second answer to the same question is stale
+            await pilot.press("n")
+            assert app.messages_shown[-1] == "no task is waiting for an answer"
+
+
+def test_dash_mirror_snapshot(
+    server: libtmux.Server, tmp_path: pathlib.Path, snap_compare: t.Any
+) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    socket = _socket(server)
+    (root / "poli.toml").write_text(f'[tmux]\nsocket = "{socket}"\n\n[store]\npath = "r.sqlite3"\n')
+    # a fake claude in "/" (so the screen holds no temporary path), tagged as agent SNAP
+    argv = [sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "claude"]
+    subprocess.run(
+        ["tmux", "-L", socket, "new-session", "-d", "-s", "snap", "-x", "80", "-y", "16",
+         "-c", "/", " ".join(argv)],
+        check=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["tmux", "-L", socket, "set-option", "-p", "-t", "snap", "@poli_agent", "SNAP"],
+        check=True,
+    )
+    retry_until(
+        lambda: "? for shortcuts"
+        in subprocess.run(
+            ["tmux", "-L", socket, "capture-pane", "-p", "-t", "snap"],
+            capture_output=True, text=True, check=True,
+        ).stdout,
+        30,
+        what="the fake agent's first screen",
+    )  # fmt: skip
+    config = load_config(root, env={})
+    with RunStore.open(config.store.resolved_path()) as store:
+        app = DashApp(config, store, project=root, agent="SNAP")
+
+        async def ready(pilot: Pilot[None]) -> None:
+            await _until(
+                pilot,
+                lambda: (
+                    app.screen_mirror is not None
+                    and "? for shortcuts" in "\n".join(app.screen_mirror.lines())
+                ),
+                "the mirrored screen",
+            )
+            await pilot.press("z")
+            await pilot.pause()
+
+        assert snap_compare(app, terminal_size=(100, 24), run_before=ready)

@@ -18,7 +18,7 @@ import time
 
 import watchfiles
 
-STEP_RE = re.compile(r"^# Step (\d+)\n\n(.*?)\n", re.DOTALL)
+STEP_RE = re.compile(r"^# Step (\d+)(?: of task (\S+))?\n\n(.*?)\n", re.DOTALL)
 
 
 def answer(root: pathlib.Path, step: int, first: str, quiet: bool, delay: float) -> None:
@@ -46,7 +46,7 @@ def main() -> None:
     timer = threading.Timer(args.lifetime, stop.set)
     timer.daemon = True
     timer.start()
-    done: set[int] = set()
+    done: set[tuple[str, int]] = set()
     print("ide ready", flush=True)
     for _ in watchfiles.watch(inbox, stop_event=stop, rust_timeout=500, yield_on_timeout=True):
         try:
@@ -55,11 +55,11 @@ def main() -> None:
             continue
         if m is None:
             continue
-        step = int(m.group(1))
-        if step in done or step in args.skip:
+        step, key = int(m.group(1)), (m.group(2) or "", int(m.group(1)))
+        if key in done or step in args.skip:
             continue
-        done.add(step)
-        answer(args.root, step, m.group(2).strip(), args.quiet, args.delay)
+        done.add(key)
+        answer(args.root, step, m.group(3).strip(), args.quiet, args.delay)
     stop.set()
 
 

@@ -18,7 +18,7 @@ from politerm.bridge.queue import TaskQueue, find
 from politerm.bridge.report import report_task
 from politerm.store import RunStore
 from politerm.store.bridge import BridgeJournal
-from politerm.testing.retry import retry_until
+from politerm.testing.retry import aretry_until, retry_until
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -283,3 +283,28 @@ def test_runner_lost_with_the_bridge_fails_the_task_instead_of_running_it_twice(
     err = json.loads((archived(tmp_path, "failed", "lost") / "error.json").read_text())
     assert "runner" in err["error"]
     assert "died before the command ended" in err["error"]
+
+
+def test_the_bridge_wakes_on_a_queue_change_not_on_a_timer(
+    tmp_path: pathlib.Path, store: RunStore
+) -> None:
+    bridge = make_bridge(tmp_path, store)
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        # An hour between passes: only the file event can bring the task in within the test.
+        serving = asyncio.create_task(bridge.run(stop, backstop=3600))
+        await asyncio.wait_for(bridge.waiting.wait(), 30)  # idle: only an event wakes it now
+        bridge.queue.submit([cmd_task("evt", "echo hi > evt.txt")])
+        done = archived(tmp_path, "processed", "evt")
+
+        async def archived_yet() -> bool:
+            return done.exists()
+
+        await aretry_until(archived_yet, 60, what="the task archived")
+        stop.set()
+        await asyncio.wait_for(serving, 30)
+
+    asyncio.run(scenario())
+    assert dict(bridge.finalized) == {"evt": "completed"}
+    assert (tmp_path / "evt.txt").read_text() == "hi\n"

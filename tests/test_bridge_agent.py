@@ -46,8 +46,34 @@ reply = '''{BLOCK.format(kind="failed", body="no such function")}'''
 """
 
 
-def write_project(tmp_path: pathlib.Path) -> pathlib.Path:
-    (tmp_path / "scenario.toml").write_text(SCENARIO)
+FENCE = """
+```poli:bridge-{{id}}-{{nonce}}
+status: {status}
+commit_msg: {msg}
+{extra}```
+"""
+
+ESCALATION = "escalation: no such line\n"
+
+# A CLI that shows fence lines (claude's TUI hides them; see docs/bridge.md).
+FENCED_SCENARIO = f"""
+strip_fences = false
+
+[[rules]]
+match = '(?s)BRIDGE TASK (?P<id>good) \\(nonce (?P<nonce>[0-9a-f]+)\\)'
+reply = '''{FENCE.format(status="success", msg="appended c", extra="")}'''
+[rules.write_file]
+path = "f.txt"
+content = "a\\nb\\nc\\n"
+
+[[rules]]
+match = '(?s)BRIDGE TASK (?P<id>cant) \\(nonce (?P<nonce>[0-9a-f]+)\\)'
+reply = '''{FENCE.format(status="needs_help", msg="stuck", extra=ESCALATION)}'''
+"""
+
+
+def write_project(tmp_path: pathlib.Path, scenario: str = SCENARIO) -> pathlib.Path:
+    (tmp_path / "scenario.toml").write_text(scenario)
     argv = [
         sys.executable,
         "-m",
@@ -104,9 +130,13 @@ def project(tmp_path: pathlib.Path) -> Iterator[tuple[pathlib.Path, RunStore]]:
         yield config, store
 
 
-def make_bridge(tmp_path: pathlib.Path, store: RunStore, config: pathlib.Path) -> Bridge:
+def make_bridge(
+    tmp_path: pathlib.Path, store: RunStore, config: pathlib.Path, report: str = "block"
+) -> Bridge:
     queue = TaskQueue(tmp_path / "bq" / "task_queue.json")
-    executor = AgentExecutor("EDITOR", load_config(config_path=config), turn_timeout=60)
+    executor = AgentExecutor(
+        "EDITOR", load_config(config_path=config), turn_timeout=60, report=report
+    )
     return Bridge(queue, executor, BridgeJournal(store, str(queue.path)), base_dir=tmp_path)
 
 
@@ -148,6 +178,23 @@ def test_agent_executes_reports_and_is_verified(
     assert cant["error"] == "agent failed: no such function"
     assert isinstance(bridge.executor, AgentExecutor)
     assert bridge.executor.driver is None  # closed: its process tree is gone
+
+
+def test_agent_reports_through_a_fenced_report(tmp_path: pathlib.Path) -> None:
+    config = write_project(tmp_path, FENCED_SCENARIO)
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        bridge = make_bridge(tmp_path, store, config, report="fenced")
+        bridge.queue.submit([TASKS[0], TASKS[2]])
+        asyncio.run(run(bridge))
+    assert dict(bridge.finalized) == {"good": "completed", "cant": "failed"}
+    assert (tmp_path / "f.txt").read_text() == "a\nb\nc\n"
+    sent = [p.decode() for p in prompts(tmp_path / "agent")]
+    assert len(sent) == 2
+    assert "```poli:<SESSION_ID>" in sent[0]
+    good = json.loads((archived(tmp_path, "processed", "good") / "task.json").read_text())
+    assert good["result"]["message"] == "appended c"
+    cant = json.loads((archived(tmp_path, "failed", "cant") / "error.json").read_text())
+    assert cant["error"] == "agent needs help: no such line"
 
 
 def test_a_task_whose_turn_was_cut_by_a_restart_is_never_delivered_again(

@@ -91,6 +91,25 @@ def test_task_text_never_reaches_the_terminal_as_control_sequences(
         assert "\x07" not in out
 
 
+def test_list_and_show_print_tasks_redacted(tmp_path: pathlib.Path) -> None:
+    secret = "sk-proj-" + "k" * 40
+    task = {
+        "task_id": "t1",
+        "instruction_details": {
+            "commands_to_execute": [{"command_id": "c", "command": f"curl -H 'key: {secret}'"}]
+        },
+    }
+    poli(tmp_path, "bridge", "submit", "-", *Q, stdin=json.dumps(task))
+    queue = tmp_path / "bq" / "task_queue.json"
+    data = json.loads(queue.read_text())
+    data["tasks"][0]["error"] = f"failed with {secret}"
+    queue.write_text(json.dumps(data))
+    for args in (("list",), ("list", "--json"), ("show", "t1")):
+        out = poli(tmp_path, "bridge", *args, *Q).stdout
+        assert secret not in out
+        assert "[REDACTED" in out
+
+
 def test_a_corrupt_queue_is_reported_on_stderr_and_kept(tmp_path: pathlib.Path) -> None:
     (tmp_path / "bq").mkdir()
     (tmp_path / "bq" / "task_queue.json").write_text('{"tasks": [{"task_id": "a"}, {"task_')
@@ -125,3 +144,14 @@ def test_run_command_exit_codes_and_status(tmp_path: pathlib.Path) -> None:
     assert bad.returncode == 1
     assert bad.stderr.startswith("poli: run-command: --id '../x': String should match pattern")
     assert len(bad.stderr.splitlines()) == 1
+
+
+def test_the_default_queue_is_the_projects(tmp_path: pathlib.Path) -> None:
+    project = tmp_path / "proj"
+    (project / "sub").mkdir(parents=True)
+    (project / "poli.toml").write_text("")
+    task = {"task_id": "t1", "instruction_details": {"description": "x"}}
+    done = poli(project / "sub", "bridge", "submit", "-", stdin=json.dumps(task))
+    assert done.returncode == 0, done.stderr
+    assert (project / ".poli" / "bridge" / "task_queue.json").is_file()
+    assert not (project / "sub" / ".poli").exists()

@@ -82,8 +82,20 @@ def test_silent_after_output_fires_the_activity_timeout(tmp_path: pathlib.Path) 
     assert_all_gone(pids_in(tmp_path / "pid"))
 
 
+def test_a_command_that_never_prints_fires_the_activity_timeout(tmp_path: pathlib.Path) -> None:
+    st = run_command(
+        spec(tmp_path, "echo $$ > pid; exec sleep 60", activity_timeout=1.0, launch_timeout=60)
+    )
+    assert st.timeout_fired is TimeoutKind.ACTIVITY
+    assert st.first_output_at is None
+    assert_all_gone(pids_in(tmp_path / "pid"))
+
+
 def test_no_first_output_fires_the_launch_timeout(tmp_path: pathlib.Path) -> None:
-    st = run_command(spec(tmp_path, "echo $$ > pid; exec sleep 60", launch_timeout=1.0))
+    # Blocked before its first output (a FIFO nobody writes): it never gets going.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    st = run_command(spec(tmp_path, "echo $$ > pid; read x < fifo; echo got", launch_timeout=1.0))
     assert st.timeout_fired is TimeoutKind.LAUNCH
     assert st.first_output_at is None
     assert_all_gone(pids_in(tmp_path / "pid"))

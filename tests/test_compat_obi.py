@@ -135,3 +135,21 @@ def test_ledger_lines_map_every_field() -> None:
     assert first.config_hash == "ab12"
     assert first.repo_root == "/src/app"
     assert first.run_id == first.id
+
+
+def test_an_imported_results_log_leaves_no_secret_on_disk(tmp_path: pathlib.Path) -> None:
+    import sqlite3
+
+    (tmp_path / "poli.toml").write_text('[store]\npath = "runs.sqlite3"\n')
+    secret = "sk-ant-api03-" + "Q1w2E3r4T5y6U7i8O9p0AsDfGh" + "-Jk"
+    entry = json.loads((FIXTURES / "results.log").read_text().splitlines()[0])
+    entry |= {"commit_details": f"Used key {secret} to test.", "escalation": secret}
+    (tmp_path / "leaky.log").write_text(json.dumps(entry) + "\n")
+    out = poli(tmp_path, "import", "leaky.log")
+    assert out.returncode == 0, out.stderr
+    logged = json.loads(poli(tmp_path, "log", "--json").stdout)
+    assert "Used key" in logged[0]["commit_body"] and secret not in logged[0]["commit_body"]
+    sqlite3.connect(tmp_path / "runs.sqlite3").execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and path.name != "leaky.log":
+            assert secret.encode() not in path.read_bytes(), path

@@ -19,6 +19,7 @@ from politerm.config import (
     user_config_file,
 )
 from politerm.errors import ConfigError
+from politerm.project import project_key
 
 
 @pytest.fixture
@@ -47,7 +48,12 @@ def load(project: Path, text: str | None = None, env: dict[str, str] | None = No
 def test_defaults(project: Path) -> None:
     config = load(project)
     assert config.sources == ()
-    assert (config.tmux.socket, config.tmux.session) == ("poli", "poli")
+    # Session and store belong to the project by default.
+    assert config.project.root == project.resolve()
+    assert config.tmux.socket == "poli"
+    assert config.tmux.session == config.project.session == f"poli-{project_key(project.resolve())}"
+    assert config.store.resolved_path() == config.project.store_path
+    assert config.project.key in str(config.store.resolved_path())
     assert (config.tmux.width, config.tmux.height, config.tmux.history_limit) == (200, 50, 200_000)
     assert config.timeouts.plan == 600.0
     assert config.timeouts.exec == 1800.0
@@ -58,9 +64,11 @@ def test_defaults(project: Path) -> None:
     assert config.routing.message_ttl == 3600.0
     assert config.routing.require_nonce is True
     assert (config.routing.approval, config.routing.approval_patterns) == ("ask", [])
-    assert config.store.path is None
-    assert config.store.resolved_path() == default_store_path()
-    assert str(default_store_path()).startswith(str(platformdirs.user_state_path("politerm")))
+    assert str(config.store.resolved_path()).startswith(
+        str(platformdirs.user_state_path("politerm"))
+    )
+    # The global store of older versions is only read when named (see politerm.store.legacy).
+    assert config.store.resolved_path() != default_store_path()
     assert set(config.agents) == {"PLANNER", "EXECUTER"}
 
     planner, executer = config.agent("PLANNER"), config.agent("EXECUTER")
@@ -356,7 +364,7 @@ ERROR_CASES = [
         "unknown-key-far",
         "[routing]\ncolour = 3",
         "routing.colour: unknown key; expected one of: max_rounds, max_attempts, "
-        "message_ttl, require_nonce, approval, approval_patterns",
+        "message_ttl, require_nonce, contract, approval, approval_patterns",
     ),
     ErrorCase(
         "approval-mode",

@@ -112,7 +112,11 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
             await c.wait_for("manager (no project)>")
             await c.type(f"project add web {tmp_path / 'proj'} --goal 'A web server'")
             await c.wait_for("project web added")
-            await c.type("project select web")
+            await term.write(b"project sel\t")  # completion of commands and project names
+            await c.wait_for("project select")
+            await term.write(b" w\t")
+            await c.wait_for("project select web")
+            await term.write(b"\r")
             await c.wait_for("manager (web)>")
             await c.type("goal Start the server")
             await c.wait_for("QUESTION: Which port should the server use?")
@@ -220,7 +224,10 @@ def test_kill_9_mid_task_then_resume_finishes_it_once(tmp_path: pathlib.Path, mo
     firsts = [p for p in prompts if "## Latest dev report\n(none yet)" in p]
     assert len(firsts) == 1
     processed = sorted((tmp_path / "proj" / "dev_logs" / "processed").iterdir())
-    assert [p.name.rsplit("_", 1)[1] for p in processed] == ["step1.txt", "step2.txt", "step3.txt"]
+    task = final["task_id"]
+    assert [p.name.rsplit("_", 1)[1] for p in processed] == [
+        f"{task}-s1.txt", f"{task}-s2.txt", f"{task}-s3.txt",
+    ]  # fmt: skip
 
 
 def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
@@ -237,6 +244,7 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
         answered = poli(work, env, "manager", "input", "--project", "web", "9090", "--json")
         broken = poli(work, env, "manager", "goal", "--project", "web", "Break", "--json")
         status = json.loads(poli(work, env, "manager", "status", "--json").stdout)
+        general = poli(work, env, "status", "--json")
         missing = poli(work, env, "manager", "goal", "--project", "nope", "x")
         env_nokey = {**env, "GEMINI_API_KEY": ""}
         nokey = poli(work, env_nokey, "manager", "goal", "--project", "web", "x")
@@ -248,6 +256,9 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
     assert json.loads(broken.stdout)["state"] == "error_system"
     assert status["selected"] == "web"
     assert status["projects"][0]["error"] == "the repository is read-only"
+    # every transition is an event of the run store, so plain `poli status` shows them
+    moves = [e["detail"] for e in json.loads(general.stdout)["events"]]
+    assert "web: calling_brain → error_system: the repository is read-only" in moves
     assert missing.returncode == 1
     assert missing.stderr.strip() == "poli: no manager project 'nope'; known: web"
     assert nokey.returncode == 1 and "no API key for the gemini brain" in nokey.stderr

@@ -11,6 +11,7 @@ import typing as t
 
 import pytest
 
+from politerm.errors import DevStepTimeout
 from politerm.manager.states import ManagerState
 from politerm.testing.mockllm import MockLLM, Rule
 from tests.manager_helpers import THREE_STEPS, Rig, ide
@@ -46,12 +47,46 @@ async def test_goal_reaches_task_complete_through_three_dev_turns_on_the_file_ch
         assert f"## Latest dev report\nReport for step {step}" in prompts[step]
     # reports are moved to processed/, timestamped with their step; instructions atomic
     processed = sorted(p.name for p in (rig.root / "dev_logs" / "processed").iterdir())
-    assert [n.rsplit("_", 1)[1] for n in processed] == ["step1.txt", "step2.txt", "step3.txt"]
+    task = project.task_id
+    assert [n.rsplit("_", 1)[1] for n in processed] == [f"{task}-s{i}.txt" for i in (1, 2, 3)]
     assert not (rig.root / "dev_logs" / "cursor_step_output.txt").exists()
     instruction = rig.root / "dev_instructions" / "next_step.txt"
-    assert instruction.read_text().startswith("# Step 3\n\nRun the tests\n")
+    assert instruction.read_text().startswith(f"# Step 3 of task {task}\n\nRun the tests\n")
     assert stat.S_IMODE(instruction.stat().st_mode) == 0o600
     assert not list(instruction.parent.glob(".*tmp"))
+
+
+async def test_a_second_task_never_takes_the_first_tasks_reports(tmp_path: pathlib.Path) -> None:
+    with MockLLM(THREE_STEPS, sides=False) as llm:
+        rig = Rig(tmp_path, llm)
+        with ide(rig.root):
+            first = await bounded(rig.goal("Make hello.py print hi"))
+            second = await bounded(rig.goal("Make hello.py print hi again"))
+        prompts = rig.prompts()
+        rig.close()
+    assert first.state is second.state is S.TASK_COMPLETE, second.error
+    assert first.task_id != second.task_id and second.step == 3
+    processed = sorted(p.name for p in (rig.root / "dev_logs" / "processed").iterdir())
+    assert len(processed) == 6
+    assert sum(n.endswith(f"{second.task_id}-s1.txt") for n in processed) == 1
+    # the second task was planned from its own reports: 4 calls each, overview in both firsts
+    assert len(prompts) == 8
+    assert "## Project overview" in prompts[4]
+    assert "Task 'Make hello.py print hi' completed" in prompts[4]
+
+
+async def test_a_report_moved_before_a_crash_is_found_again(tmp_path: pathlib.Path) -> None:
+    from politerm.manager.channels import FileChannel
+
+    processed = tmp_path / "dev_logs" / "processed"
+    processed.mkdir(parents=True)
+    (processed / "cursor_step_output_20260101T000000_T1-s2.txt").write_text(
+        "Step 2 done\nEND_OF_REPORT\n"
+    )
+    channel = FileChannel(tmp_path, stable_seconds=0.5)
+    assert await bounded(channel.report("T1", 2, 5.0)) == "Step 2 done"
+    with pytest.raises(DevStepTimeout, match=r"no report from the dev agent for step 2 within 1s"):
+        await bounded(channel.report("T2", 2, 1.0))  # another task's step 2 is not it
 
 
 async def test_history_and_events_are_recorded_per_step(tmp_path: pathlib.Path) -> None:

@@ -83,6 +83,7 @@ def config_for(tmp_path: pathlib.Path, llm: MockLLM, **brain: t.Any) -> Config:
 
 class PaneRig:
     def __init__(self, tmp_path: pathlib.Path, llm: MockLLM, server: TmuxServer) -> None:
+        self.tmp_path = tmp_path
         self.root = tmp_path / "proj"
         self.root.mkdir(exist_ok=True)
         self.config = config_for(tmp_path, llm)
@@ -100,6 +101,15 @@ class PaneRig:
         )
         if self.store.get_project("proj") is None:
             self.store.add_project("proj", self.root, goal="hello", channel="pane")
+
+    def dev(self, scenario: str, **manager: t.Any) -> None:
+        """Run the dev agent with ``scenario`` (and other ``[manager]`` values)."""
+        command = fake(self.tmp_path, "dev", scenario)
+        update = {"dev_command": command, **manager}
+        self.config = self.config.model_copy(
+            update={"manager": self.config.manager.model_copy(update=update)}
+        )
+        self.manager.config = self.config.manager
 
     def channel(self, project: Project) -> PaneChannel:
         ch = PaneChannel(self.config, project, self.run_store, server=self.server)
@@ -142,14 +152,15 @@ async def test_a_restarted_manager_takes_the_report_already_on_screen(
         rig = PaneRig(tmp_path, llm, tmux_server)
         try:
             project = rig.manager.start("proj", "Make hello.py")
+            tid = project.task_id or ""
             first = rig.channel(project)
-            await first.send(1, "Create hello.py")
+            await first.send(tid, 1, "Create hello.py")
             async with asyncio.timeout(BOUND):
-                report = await first.report(1, 60.0)
+                report = await first.report(tid, 1, 60.0)
             # a new manager process: a new channel, the agent still in its pane
             again = rig.channel(project)
             async with asyncio.timeout(BOUND):
-                assert await again.report(1, 60.0) == report
+                assert await again.report(tid, 1, 60.0) == report
             assert (await again.driver()).pane is not None
         finally:
             await rig.close()
@@ -162,13 +173,7 @@ async def test_a_dev_agent_that_exits_is_the_dev_agent_error_state(
     exits = 'mode = "claude"\nthink_time = 0.1\n[[rules]]\nmatch = "STEP_ID"\naction = "exit"\n'
     with MockLLM(BRAIN_RULES, sides=False) as llm:
         rig = PaneRig(tmp_path, llm, tmux_server)
-        rig.config = rig.config.model_copy(
-            update={
-                "manager": rig.config.manager.model_copy(
-                    update={"dev_command": fake(tmp_path, "dev", exits)}
-                )
-            }
-        )
+        rig.dev(exits)
         try:
             rig.manager.start("proj", "Make hello.py")
             async with asyncio.timeout(BOUND):
@@ -263,18 +268,13 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
 ) -> None:
     with MockLLM(BRAIN_RULES, sides=False) as llm:
         rig = PaneRig(tmp_path, llm, tmux_server)
-        rig.config = rig.config.model_copy(
-            update={
-                "manager": rig.config.manager.model_copy(
-                    update={"dev_command": fake(tmp_path, "dev", SLOW_DEV)}
-                )
-            }
-        )
+        rig.dev(SLOW_DEV)
         try:
             project = rig.manager.start("proj", "Make hello.py")
+            tid = project.task_id or ""
             first = rig.channel(project)
-            await first.send(1, "Create hello.py")
-            turn = asyncio.create_task(first.report(1, 60.0))
+            await first.send(tid, 1, "Create hello.py")
+            turn = asyncio.create_task(first.report(tid, 1, 60.0))
 
             async def delivered() -> bool:
                 return any(e.kind == "manager.dev_delivered" for e in rig.run_store.list_events())
@@ -287,7 +287,7 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
                 await turn
             again = rig.channel(project)
             async with asyncio.timeout(BOUND):
-                report = await again.report(1, 60.0)
+                report = await again.report(tid, 1, 60.0)
         finally:
             await rig.close()
     assert report == "status: success\nDid: the step, reported on request"
@@ -295,3 +295,71 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
     assert sent[0].startswith("Create hello.py\n")
     assert [s.startswith("Create hello.py") for s in sent].count(True) == 1
     assert sent[-1].startswith("If you have finished the step with STEP_ID=")
+
+
+async def test_a_step_without_report_in_time_is_a_system_error_turn(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    slow = 'mode = "claude"\nthink_time = 30\nstrip_fences = false\n'
+    rules = [
+        Rule(r"SYSTEM_ERROR: no report from the dev agent for step 1", "TASK_COMPLETE gave up"),
+        *BRAIN_RULES,
+    ]
+    with MockLLM(rules, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.dev(slow, step_timeout=3.0)
+        try:
+            rig.manager.start("proj", "Make hello.py")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+            turns = rig.store.turns("proj")
+            timeouts = [e for e in rig.run_store.list_events() if e.kind == "manager.dev_timeout"]
+        finally:
+            await rig.close()
+    assert project.state is S.TASK_COMPLETE and project.result == "gave up"
+    assert turns[1].role == "system"
+    assert "no report from the dev agent for step 1" in turns[1].text
+    assert "within 3s" in turns[1].text
+    assert len(timeouts) == 1
+
+
+APPROVING_DEV = """
+mode = "claude"
+think_time = 0.1
+strip_fences = false
+
+[[rules]]
+match = '(?s)^(?P<first>[^\\n]+)\\n.*STEP_ID=(?P<sid>\\S+)'
+approval = "Bash(echo hi > hello.txt)"
+write_file = { path = "hello.txt", content = "hi\\n" }
+reply = '''
+```poli:{sid}
+status: success
+commit_msg: Did: {first}
+```
+'''
+"""
+
+
+async def test_the_dev_agents_approvals_follow_the_policy(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    rules = [
+        Rule(r"Did: Create hello.py", "TASK_COMPLETE hello.txt written"),
+        *BRAIN_RULES,
+    ]
+    with MockLLM(rules, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.dev(APPROVING_DEV)
+        routing = rig.config.routing.model_copy(update={"approval": "approve"})
+        rig.config = rig.config.model_copy(update={"routing": routing})
+        try:
+            rig.manager.start("proj", "Write hello.txt")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+            approvals = [e for e in rig.run_store.list_events() if e.kind == "approval"]
+        finally:
+            await rig.close()
+    assert project.state is S.TASK_COMPLETE, project.error
+    assert (rig.root / "hello.txt").read_text() == "hi\n"
+    assert len(approvals) == 1 and approvals[0].agent == "DEV-proj"

@@ -231,3 +231,24 @@ def test_secrets_never_reach_the_store_or_audit(
         assert KEY.encode() not in f.read_bytes(), f
         assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
     assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+
+
+def test_summarization_triggers_on_turns_or_tokens() -> None:
+    from politerm.manager.engine import needs_summary
+    from politerm.manager.settings import ManagerConfig
+    from politerm.store.manager import Turn
+
+    def turns(n: int, size: int) -> list[Turn]:
+        return [Turn(i, "p", "t", i, "dev", "x" * size, False, 0.0) for i in range(n)]
+
+    def needs(config: ManagerConfig, live: list[Turn]) -> bool:
+        return needs_summary(config, live)
+
+    by_turns = ManagerConfig(summarize_after_turns=4, keep_recent_turns=1)
+    assert not needs(by_turns, turns(4, 10))
+    assert needs(by_turns, turns(5, 10))
+    by_tokens = ManagerConfig(summarize_after_turns=100, summarize_tokens=100, keep_recent_turns=1)
+    assert not needs(by_tokens, turns(2, 200))  # 100 tokens: at the budget
+    assert needs(by_tokens, turns(2, 204))
+    keep_all = ManagerConfig(summarize_after_turns=2, keep_recent_turns=3)
+    assert not needs(keep_all, turns(3, 10_000))  # nothing older than the kept turns

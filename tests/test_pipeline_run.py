@@ -109,7 +109,7 @@ def test_full_pipeline_gates_parallel_handoff_and_retry(
         "4 | tester    | - | auto | dev | - | Frontend part\n"
         "5 | developer | - | gate | -   | - | Fix it FAKE:crash-once FAKE:write=fix.txt\n",
     )
-    proc = start(root, "--on-fail", "retry:1")
+    proc = start(root, "--on-fail", "retry:1", "--keep")
     try:
         wait_question(root, 2, "gate")
         assert state(root)["step_2"] == "done" and "step_3" in state(root)
@@ -154,6 +154,16 @@ def test_full_pipeline_gates_parallel_handoff_and_retry(
     with RunStore.open(root / "runs.sqlite3") as store:
         answers = [e.detail for e in store.list_events(limit=500) if e.kind == "gate-answer"]
     assert answers == ["y (from poli gate)", "y (from control window)"]
+    # A finished run cannot be aborted; its kept session is closed with poli down --run-id.
+    refused = poli(root, "abort", "--run-id", RUN, "--project", str(root))
+    assert refused.returncode == 1
+    assert f"run {RUN} has already ended (done)" in refused.stderr
+    assert f"poli down --run-id {RUN}" in refused.stderr
+    down = poli(root, "down", "--run-id", RUN, "--project", str(root))
+    assert down.returncode == 0, down.stderr
+    assert session not in server.cmd("list-sessions", "-F", "#{session_name}").stdout
+    again = poli(root, "down", "--run-id", RUN, "--project", str(root))
+    assert again.returncode == 1 and "no session left" in again.stderr
 
 
 def test_worktrees_merge_in_order_and_a_conflict_becomes_a_gate(
@@ -277,3 +287,6 @@ def test_headless_steps_complete_by_exit_code(
     assert count(root, 1, "crash") == 1 and count(root, 1, "reply") == 1
     assert count(root, 2, "reply") == 1
     assert (root / ".handoff.md").read_text() == "Notes from step 2 (attempt 1, headless): done.\n"
+    # The finished run closed its session (no --keep).
+    assert f"session poli-proj-{RUN} closed" in text
+    assert f"poli-proj-{RUN}" not in server.cmd("list-sessions", "-F", "#{session_name}").stdout

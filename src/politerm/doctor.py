@@ -239,7 +239,14 @@ def check_config(ctx: DoctorContext) -> Iterable[CheckResult]:
             )
         ]
     read = ", ".join(str(p) for p in config.sources) or "no poli.toml found, built-in defaults"
-    return [CheckResult("config", Status.OK, f"loaded: {read}")]
+    rows = [CheckResult("config", Status.OK, f"loaded: {read}")]
+    from politerm.preflight import problems
+
+    rows += [
+        CheckResult("config", Status.FAIL, problem, "correct the profile name or template file")
+        for problem in problems(config)
+    ]
+    return rows
 
 
 def _first_line(text: str, limit: int = 80) -> str:

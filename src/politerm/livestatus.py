@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pathlib
 import time
 import typing as t
 
@@ -31,7 +32,7 @@ if t.TYPE_CHECKING:
     from politerm.tmux.control import ControlClient, Notification
     from politerm.tmux.server import TmuxServer
 
-__all__ = ["LiveAgents", "watch"]
+__all__ = ["LiveAgents", "all_sessions", "watch"]
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,58 @@ class LiveAgents:
         if not snap.alive:
             return EXITED
         return profile.detect(snap).state.value
+
+
+_SESSION_FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better
+    [
+        "#{session_name}",
+        "#{session_windows}",
+        "#{session_attached}",
+        "#{session_path}",
+        "#{@poli_store}",
+        # Last: a directory may hold a tab.
+        "#{@poli_project}",
+    ]
+)
+
+
+async def all_sessions(server: TmuxServer) -> list[dict[str, t.Any]]:
+    """Every session on the private server with its project directory and live agents.
+
+    A loop session names its project and store (set by ``poli up``); any other session
+    (a pipeline run's) shows its working directory. Agents come from the session's store,
+    in their live state.
+    """
+    from politerm.store import RunStore
+
+    rc, out, _ = await server.run("list-sessions", "-F", _SESSION_FORMAT)
+    if rc != 0:
+        return []
+    sessions: list[dict[str, t.Any]] = []
+    live = LiveAgents(server)
+    try:
+        for line in out.splitlines():
+            name, windows, attached, path, store_path, project = (line.split("\t", 5) + [""] * 6)[
+                :6
+            ]
+            agents: dict[str, str] = {}
+            if store_path and pathlib.Path(store_path).is_file():
+                with RunStore.open(pathlib.Path(store_path)) as store:
+                    mine = [a for a in store.list_agents() if a.session == name]
+                    agents = await live.states(mine)
+            sessions.append(
+                {
+                    "session": name,
+                    "project": project or path,
+                    "store": store_path or None,
+                    "windows": int(windows or 0),
+                    "attached": attached not in ("", "0"),
+                    "agents": agents,
+                }
+            )
+    finally:
+        await live.close()
+    return sessions
 
 
 async def _dead_panes(client: ControlClient, session: str) -> dict[str, bool]:

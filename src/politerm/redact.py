@@ -12,6 +12,7 @@ line of it reaches the file.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import re
 import typing as t
@@ -112,6 +113,33 @@ class Redactor:
         """Redact ``text``."""
         return self.scan(text).text
 
+    def tagged(self, text: str) -> tuple[str, dict[str, str]]:
+        """Redact ``text`` with a tag per distinct secret, and return the secrets by tag.
+
+        The tag is a digest of the secret, so the same secret gets the same marker in every
+        process; :func:`reveal` puts the secrets back where a vault holds them.
+
+        Examples
+        --------
+        >>> text, found = Redactor().tagged("use ghp_" + "a" * 36 + " please")
+        >>> text
+        'use [REDACTED:github-token#bda1adbfd8ba678a] please'
+        >>> list(found.values()) == ["ghp_" + "a" * 36]
+        True
+        >>> Redactor().tagged(text)[0] == text  # already redacted: unchanged
+        True
+        """
+        found: dict[str, str] = {}
+        for kind, rx in self.patterns:
+
+            def one(match: re.Match[str], kind: str = kind) -> str:
+                tag = secret_tag(match.group(0))
+                found[tag] = match.group(0)
+                return f"[REDACTED:{kind}#{tag}]"
+
+            text = rx.sub(one, text)
+        return text, found
+
     def redact_opt(self, text: str | None) -> str | None:
         """Redact ``text`` unless it is None."""
         return None if text is None else self.redact(text)
@@ -125,6 +153,48 @@ class Redactor:
         if isinstance(value, (list, tuple)):
             return [self.redact_json(v) for v in value]
         return value
+
+
+TAG_RE: t.Final = re.compile(r"\[REDACTED:(?P<kind>[a-z0-9-]+)#(?P<tag>[0-9a-f]{16})\]")
+"""A marker written by :meth:`Redactor.tagged`."""
+
+
+def secret_tag(secret: str) -> str:
+    """The tag of a secret: 16 hex digits of its BLAKE2b digest.
+
+    Examples
+    --------
+    >>> secret_tag("hunter2")
+    '56935d69979224a3'
+    """
+    return hashlib.blake2b(secret.encode("utf-8"), digest_size=8, person=b"politerm").hexdigest()
+
+
+def reveal(text: str, lookup: t.Callable[[str], str | None]) -> tuple[str, list[str]]:
+    """Put secrets back into tagged markers; markers ``lookup`` does not know stay.
+
+    Returns
+    -------
+    tuple
+        The text, and the tags that could not be revealed.
+
+    Examples
+    --------
+    >>> reveal("a [REDACTED:password#0123456789abcdef] b", {"0123456789abcdef": "pw=1"}.get)
+    ('a pw=1 b', [])
+    >>> reveal("[REDACTED:jwt#ffffffffffffffff]", {}.get)
+    ('[REDACTED:jwt#ffffffffffffffff]', ['ffffffffffffffff'])
+    """
+    missing: list[str] = []
+
+    def one(match: re.Match[str]) -> str:
+        value = lookup(match.group("tag"))
+        if value is None:
+            missing.append(match.group("tag"))
+            return match.group(0)
+        return value
+
+    return TAG_RE.sub(one, text), missing
 
 
 class LineRedactor:

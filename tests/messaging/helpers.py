@@ -18,10 +18,14 @@ if t.TYPE_CHECKING:
 
 def write_config(tmp_path: pathlib.Path, socket: str = "msgtest", extra: str = "") -> pathlib.Path:
     path = tmp_path / "poli.toml"
+    # keys given in ``extra`` (which starts inside [routing]) replace these defaults
+    defaults = [
+        x for x in ("message_ttl = 600.0\n", "max_attempts = 3\n") if x.split()[0] not in extra
+    ]
     path.write_text(
         f'[tmux]\nsocket = "{socket}"\nsession = "mail"\n'
         f'[store]\npath = "{tmp_path / "state" / "runs.sqlite3"}"\n'
-        "[routing]\nmessage_ttl = 600.0\nmax_attempts = 3\n" + extra
+        "[routing]\n" + "".join(defaults) + extra
     )
     return path
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import pathlib
 import subprocess
 import typing as t
@@ -227,3 +228,29 @@ async def test_mcp_send_message_waits_for_a_fake_workers_reply(room: Mailroom) -
     assert len(marked(room.prompts("W1"), msg_id)) == 1
     # the notification reaches ORCH's pane too
     await room.state(f"{msg_id}-r", MailState.DELIVERED)
+
+
+async def test_panes_are_found_by_the_program_they_run(room: Mailroom) -> None:
+    from politerm.messaging.panes import find_panes_running, list_panes
+
+    await room.start_agent("W1")
+    panes = await list_panes(room.server)
+    w1 = next(p for p in panes if p.pane_id == room.pane("W1"))
+    assert w1.agent == "W1"
+    assert "politerm.testing.fakeagent" in w1.programs
+    found = await find_panes_running(room.server, "politerm.testing.fakeagent")
+    assert [p.pane_id for p in found] == [room.pane("W1")]
+    assert await find_panes_running(room.server, "no-such-program") == []
+    res = await asyncio.to_thread(
+        poli,
+        room.root,
+        "panes",
+        "--json",
+        "--running",
+        "politerm.testing.fakeagent",
+        "--config",
+        str(room.config_path),
+    )
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert [(r["pane_id"], r["agent"]) for r in rows] == [(room.pane("W1"), "W1")]

@@ -155,3 +155,51 @@ async def test_poli_send_wait_fails_with_the_reason_of_a_dead_letter(room: Mailr
     assert res.returncode == 1
     assert "is dead: receiver W1" in err
     assert len(err.strip().splitlines()) == 1
+
+
+async def test_ttl_expires_a_message_waiting_for_a_busy_receiver(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    room = await open_mailroom(tmp_path, server.socket_name, routing="message_ttl = 3.0\n")
+    try:
+        await room.start_agent("ORCH")
+        w1 = await room.start_agent("W1", scenario="[[rules]]\nmatch = 'SLOW'\nthink_time = 60.0\n")
+        room.start_postman()
+        m = room.messenger
+        slow = m.send("SLOW", to="W1", sender=room.me("ORCH"), ttl=120)
+        await room.state(slow.id, MailState.DELIVERED)
+
+        async def busy() -> bool:
+            return (await w1.observe()).state is AgentState.BUSY
+
+        await aretry_until(busy, WAIT, what="W1 busy")
+        late = m.send("too late", to="W1", sender=room.me("ORCH"))
+        expired = await room.state(late.id, MailState.EXPIRED)
+        assert expired.reason == "not delivered within its time to live"
+        assert expired.attempts == 0
+        assert marked(room.prompts("W1"), late.id) == []
+    finally:
+        await room.close()
+        await room.server.close()
+
+
+async def test_a_receiver_that_never_takes_the_text_makes_a_dead_letter_after_max_attempts(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    room = await open_mailroom(tmp_path, server.socket_name, routing="max_attempts = 2\n")
+    try:
+        await room.start_agent("ORCH")
+        await room.start_agent("W1", scenario="swallow_all_enters = true\n")
+        room.start_postman()
+        m = room.messenger
+        mail = m.send("are you there", to="W1", sender=room.me("ORCH"))
+        dead = await room.state(mail.id, MailState.DEAD, seconds=90)
+        assert dead.attempts == 2
+        assert dead.reason is not None
+        assert dead.reason.startswith("not delivered after 2 attempts; last attempt 2: stranded")
+        assert room.prompts("W1") == []  # never submitted, so never executed
+    finally:
+        await room.close()
+        await room.server.close()

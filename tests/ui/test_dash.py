@@ -108,6 +108,7 @@ async def test_dash_approves_the_exact_question_and_the_agent_goes_on(
                     await _until(pilot, lambda: bool(_rows(app, "approvals")), "an approval row")
                     [row] = _rows(app, "approvals")
                     assert row[0] == "EXECUTER" and "echo hi > out.txt" in row[1]
+                    app.save_screenshot(str(screenshot_path(tmp_path, "dash-approval.svg")))
                     await pilot.press("a")
                     await _until(
                         pilot,

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import stat
+import sys
 import typing as t
 
 import pytest
@@ -125,3 +126,30 @@ async def test_a_refusing_channel_is_reported_not_raised(tmp_path: pathlib.Path)
     assert len(notifier.errors) == 1
     assert notifier.errors[0].startswith(f"notification to http://127.0.0.1:{rx_port}/hook failed")
     assert "secret" not in notifier.errors[0]
+
+
+async def test_poli_notify_sends_what_another_process_records(tmp_path: pathlib.Path) -> None:
+    async with Receiver() as rx:
+        (tmp_path / "poli.toml").write_text(
+            '[store]\npath = "runs.sqlite3"\n\n'
+            f'[notify]\ndesktop = false\nwebhook = "http://127.0.0.1:{rx.port}/hook"\n'
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "politerm", "notify", "--link", "http://127.0.0.1:9/",
+            cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), 30)
+            assert line.decode().startswith("poli notify: following the run store"), line
+            with RunStore.open(tmp_path / "runs.sqlite3") as store:
+                store.add_event("gate", agent="step-2", detail="Step 2 done. Continue?")
+                await rx.wait_for(1)
+        finally:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 15)
+    [(_, _, body)] = rx.posts
+    notice = json.loads(body)
+    assert notice["kind"] == "gate" and notice["title"] == "poli: gate waiting (step-2)"
+    assert notice["link"] == "http://127.0.0.1:9/"

@@ -25,12 +25,13 @@ from politerm.bridge.edits import file_state
 from politerm.bridge.executor import Handoff, Outcome
 from politerm.bridge.models import TaskResult
 from politerm.driver import AgentDriver, Expect, TurnOutcome
-from politerm.errors import AgentError, EditError
+from politerm.errors import AgentError, BridgeError, EditError
+from politerm.protocol.report import ReportStatus
 from politerm.store.bridge import StepState
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
-    from politerm.store.runstore import RunStore
+    from politerm.driver import TurnResult
 
 TURN_TIMEOUT: t.Final = 900.0
 """Seconds an agent has for one task (from confirmed delivery)."""
@@ -39,9 +40,10 @@ READY_TIMEOUT: t.Final = 60.0
 STEP: t.Final = 0
 
 REPORT_TYPES: t.Final = ("done", "failed")
+REPORT_STYLES: t.Final = ("block", "fenced")
 
 
-def render_prompt(handoff: Handoff, nonce: str) -> str:
+def render_prompt(handoff: Handoff, nonce: str, *, report: str = "block") -> str:
     """The prompt for one task: what to do, exactly, and how to report.
 
     Examples
@@ -85,15 +87,41 @@ def render_prompt(handoff: Handoff, nonce: str) -> str:
         "the file's newline style:",
         json.dumps(params, indent=2, ensure_ascii=False),
         f"Work in {handoff.base_dir}. Change nothing else.",
-        "When you have finished, print this block (your summary replaces the middle line):",
-        f"[[POLI:MSG {done}]]",
-        "what you did",
-        "[[/POLI:MSG]]",
-        f"If you could not do it, print the same block with header {failed} and say why.",
+    ]
+    if report == "fenced":
+        lines += [
+            f"SESSION_ID = {fence_id(tid, nonce)}",
+            "When you have finished, end with this fenced report, SESSION_ID filled in",
+            "(status needs_help, with an escalation line saying why, if you could not do it):",
+            "```poli:<SESSION_ID>",
+            "status: success",
+            "commit_msg: one line saying what you did",
+            "```",
+        ]
+    else:
+        lines += [
+            "When you have finished, print this block (your summary replaces the middle line):",
+            f"[[POLI:MSG {done}]]",
+            "what you did",
+            "[[/POLI:MSG]]",
+            f"If you could not do it, print the same block with header {failed} and say why.",
+        ]
+    lines += [
         f"Or report with: poli bridge report {tid} --queue {handoff.queue_path}",
         "--status completed_by_agent|failed_by_agent --message '...'",
     ]
     return "\n".join(lines)
+
+
+def fence_id(task_id: str, nonce: str) -> str:
+    """The session id of a task's fenced report: unique per task and turn.
+
+    Examples
+    --------
+    >>> fence_id("t1", "ab12")
+    'bridge-t1-ab12'
+    """
+    return f"bridge-{task_id}-{nonce}"
 
 
 class AgentExecutor:
@@ -109,14 +137,28 @@ class AgentExecutor:
         Supplies the agent and the approval policy (``[routing] approval``).
     turn_timeout
         Bound on one task's turn.
+    report
+        How the agent reports: ``block`` (a tagged ``done``/``failed`` block with the
+        turn's nonce) or ``fenced`` (a ```` ```poli:<id> ```` report: ``status: success``
+        or ``needs_help`` with an ``escalation``).
     """
 
-    def __init__(self, agent: str, config: Config, *, turn_timeout: float = TURN_TIMEOUT) -> None:
+    def __init__(
+        self,
+        agent: str,
+        config: Config,
+        *,
+        turn_timeout: float = TURN_TIMEOUT,
+        report: str = "block",
+    ) -> None:
+        if report not in REPORT_STYLES:
+            msg = f"--report {report!r}: expected one of {', '.join(REPORT_STYLES)}"
+            raise BridgeError(msg)
+        self.report = report
         self.agent = agent
         self.name = f"agent:{agent}"
         self.config = config
         self.turn_timeout = turn_timeout
-        self.store: RunStore | None = None
         self.driver: AgentDriver | None = None
         conf = config.agents.get(agent)
         if conf is not None:
@@ -174,31 +216,44 @@ class AgentExecutor:
         nonce = new_nonce()
         journal.start(tid, STEP, "agent", {"agent": self.agent, "nonce": nonce})
         handoff.files.log(f"delivering the task to agent {self.agent} (nonce {nonce})")
+        fenced = self.report == "fenced"
         result = await driver.run_turn(
-            lambda n: render_prompt(handoff, n),
-            Expect.block(*REPORT_TYPES, block_id=tid),
+            lambda n: render_prompt(handoff, n, report=self.report),
+            Expect.fenced_report(fence_id(tid, nonce))
+            if fenced
+            else Expect.block(*REPORT_TYPES, block_id=tid),
             nonce=nonce,
             timeout=self.turn_timeout,
             task_id=f"bridge:{tid}",
         )
-        block = result.block
-        if result.outcome is TurnOutcome.ANSWERED and block is not None:
-            body = block.body.strip()
-            if block.type == "done":
-                outcome = Outcome(True, TaskResult(message=body))
-            else:
-                outcome = Outcome(False, TaskResult(message=body), f"agent failed: {body}")
-        else:
-            outcome = Outcome(False, TaskResult(), f"agent {self.agent}: {result.error}")
+        outcome = self._outcome(result)
         state = StepState.DONE if outcome.ok else StepState.FAILED
         journal.finish(
             tid, STEP, state, {"message": outcome.result.message, "error": outcome.error}
         )
         handoff.files.log(
             f"agent {self.agent} answered: {result.outcome.value}"
-            + (f" ({block.type})" if block is not None else "")
+            + ("" if outcome.ok else f" ({outcome.error})")
         )
         return outcome
+
+    def _outcome(self, result: TurnResult) -> Outcome:
+        """The task's outcome from the turn's answer (block or fenced report)."""
+        if result.outcome is not TurnOutcome.ANSWERED:
+            return Outcome(False, TaskResult(), f"agent {self.agent}: {result.error}")
+        report, block = result.report, result.block
+        if report is not None:
+            text = "\n".join(x for x in (report.commit_msg, report.details.strip()) if x)
+            if report.status is ReportStatus.SUCCESS:
+                return Outcome(True, TaskResult(message=text))
+            why = report.escalation or report.commit_msg
+            return Outcome(False, TaskResult(message=text), f"agent needs help: {why}")
+        if block is None:
+            return Outcome(False, TaskResult(), f"agent {self.agent}: no answer")
+        body = block.body.strip()
+        if block.type == "done":
+            return Outcome(True, TaskResult(message=body))
+        return Outcome(False, TaskResult(message=body), f"agent failed: {body}")
 
     def _settle(self, handoff: Handoff) -> Outcome:
         """The turn was under way when the bridge died: judge by the files, never resend."""

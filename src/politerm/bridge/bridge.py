@@ -96,6 +96,8 @@ class Bridge:
         self._log = log
         self._clock = clock
         self.finalized: list[tuple[str, TaskStatus]] = []
+        # Set while run() sleeps with nothing to do (tests wait for it before a change).
+        self.waiting = asyncio.Event()
 
     def log(self, line: str, task_id: str | None = None) -> None:
         """Report one line (redacted) to the daemon log and, for a task, to its log."""
@@ -123,7 +125,9 @@ class Bridge:
                         return
                 stopped = asyncio.create_task(stop.wait())
                 poked = asyncio.create_task(wait_event(poke, backstop))
+                self.waiting.set()
                 await asyncio.wait({stopped, poked}, return_when="FIRST_COMPLETED")
+                self.waiting.clear()
                 for w in (stopped, poked):
                     w.cancel()
 

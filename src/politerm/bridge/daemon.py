@@ -40,12 +40,12 @@ START_TIMEOUT: t.Final = 20.0
 STOP_TIMEOUT: t.Final = 20.0
 
 
-def queue_path(option: pathlib.Path | None) -> pathlib.Path:
-    """``--queue``, else ``$POLI_BRIDGE_QUEUE``, else ``.poli/bridge/task_queue.json``."""
+def queue_path(option: pathlib.Path | None, project_root: pathlib.Path) -> pathlib.Path:
+    """``--queue``, else ``$POLI_BRIDGE_QUEUE``, else ``<project>/.poli/bridge/...``."""
     if option is not None:
         return option.absolute()
     env = os.environ.get(QUEUE_ENV)
-    return pathlib.Path(env).absolute() if env else DEFAULT_QUEUE.absolute()
+    return pathlib.Path(env).absolute() if env else project_root / DEFAULT_QUEUE
 
 
 def pid_path(queue: TaskQueue) -> pathlib.Path:
@@ -67,8 +67,11 @@ def running_pid(queue: TaskQueue) -> int | None:
     return pid if pid_alive(pid) else None
 
 
-def make_executor(spec: str, config: Config) -> Executor:
+def make_executor(spec: str, config: Config, *, report: str = "block") -> Executor:
     """``builtin`` or ``agent:NAME`` (NAME: an agent of the configuration or a profile).
+
+    ``report`` is how an agent reports (``block`` or ``fenced``; see
+    :class:`~politerm.bridge.agent.AgentExecutor`).
 
     Raises
     ------
@@ -80,7 +83,7 @@ def make_executor(spec: str, config: Config) -> Executor:
     if spec.startswith("agent:") and spec[6:]:
         from politerm.bridge.agent import AgentExecutor
 
-        return AgentExecutor(spec[6:], config)
+        return AgentExecutor(spec[6:], config, report=report)
     msg = f"--executor {spec!r}: expected 'builtin' or 'agent:NAME'"
     raise BridgeError(msg)
 

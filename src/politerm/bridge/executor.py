@@ -15,6 +15,7 @@ same call settles each step from evidence instead of acting twice:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -28,7 +29,6 @@ import psutil
 from politerm.bridge._watch import pid_alive, wait_until
 from politerm.bridge.edits import file_state, plan_edits, resolve, write_planned
 from politerm.bridge.models import CommandResult, TaskResult
-from politerm.bridge.queue import atomic_write
 from politerm.bridge.runner import (
     DRAIN_SECONDS,
     KILL_GRACE,
@@ -161,7 +161,6 @@ class BuiltinExecutor:
             out_dir=h.files.commands_dir,
             redact_patterns=h.redact_patterns,
         )
-        spec_path = h.files.commands_dir / f"{cmd.command_id}.spec.json"
         row = h.journal.get(tid, step)
         if row is not None and row.state is not StepState.STARTED:
             done = read_status(spec.status_path)
@@ -175,36 +174,37 @@ class BuiltinExecutor:
                 "command",
                 {"command_id": cmd.command_id, "status": str(spec.status_path)},
             )
-        runner_pid = self._adopt_or_spawn(h, spec, spec_path)
+        runner_pid = await self._adopt_or_spawn(h, spec)
         final = await self._wait(spec, runner_pid)
-        spec_path.unlink(missing_ok=True)  # it holds the unredacted command and environment
         state = StepState.DONE if final.succeeded else StepState.FAILED
         h.journal.finish(tid, step, state, {"state": final.state.value, "exit": final.exit_code})
         return final
 
-    def _adopt_or_spawn(self, h: Handoff, spec: CommandSpec, spec_path: pathlib.Path) -> int | None:
+    async def _adopt_or_spawn(self, h: Handoff, spec: CommandSpec) -> int | None:
         status = read_status(spec.status_path)
         if status is not None:
             h.files.log(
                 f"command {spec.command_id}: found its runner's status ({status.state.value})"
             )
             return status.runner_pid
-        running = _runner_of(spec_path)
+        running = _runner_of(spec.status_path)
         if running is not None:
             return running
         # No status file and no runner: the runner writes its status before it starts the
         # command, so the command never started and may run now.
         ensure_private_dir(h.files.commands_dir)
-        atomic_write(spec_path, spec.model_dump_json().encode())
         err = h.files.commands_dir / f"{spec.command_id}.runner.err"
         with _private_open(err) as fh:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "politerm.bridge.runner", str(spec_path)],
-                stdin=subprocess.DEVNULL,
+            # The spec (the unredacted command and environment) goes through a pipe, never
+            # to disk; the status path on the command line identifies the runner.
+            proc = subprocess.Popen(  # noqa: ASYNC220  # fork+exec only; it never waits
+                [sys.executable, "-m", "politerm.bridge.runner", "-", str(spec.status_path)],
+                stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=fh,
                 start_new_session=True,  # outlives the bridge: a restarted bridge adopts it
             )
+        await asyncio.to_thread(_feed, proc, spec.model_dump_json().encode())
         h.files.log(f"command {spec.command_id}: runner {proc.pid} started")
         self._children.append(proc)
         return proc.pid
@@ -298,11 +298,19 @@ def _lost(spec: CommandSpec, why: str) -> CommandStatus:
     return CommandStatus.model_validate(base)
 
 
-def _runner_of(spec_path: pathlib.Path) -> int | None:
-    """The pid of a runner process already working on ``spec_path``, if any."""
+def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):  # a runner that died at once: its status says
+        proc.stdin.write(data)
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+
+
+def _runner_of(status_path: pathlib.Path) -> int | None:
+    """The pid of a runner process already working on the command of ``status_path``."""
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info.get("cmdline") or []
-        if "politerm.bridge.runner" in cmd and str(spec_path) in cmd:
+        if "politerm.bridge.runner" in cmd and str(status_path) in cmd:
             return int(proc.pid)
     return None
 

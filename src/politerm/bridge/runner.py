@@ -4,8 +4,11 @@ The original bridge kept hanging on its commands. Every wait here is bounded:
 
 - **launch**: the process must exist and print something within ``launch_timeout`` (a
   command that finishes silently before that is fine);
-- **activity**: after its first output, silence longer than ``activity_timeout`` kills it;
+- **activity**: silence longer than ``activity_timeout`` (since its last output, or since
+  its start if it never printed) kills it;
 - **total**: it may not run longer than ``total_timeout``.
+
+Whichever deadline comes first fires; the status file says which.
 
 The command runs in its own session (``setsid``), so on a timeout the whole tree — children
 that forked, backgrounded or double-forked inside the session — is killed and verified gone.
@@ -16,8 +19,9 @@ for ever). The status JSON (state, pids, exit code, timestamps, last output, whi
 fired) is rewritten atomically at every change of state and at most once a second while
 output flows, so another process can follow it with a file watcher.
 
-``python -m politerm.bridge.runner SPEC.json`` runs a spec detached from the bridge: a bridge
-killed with ``kill -9`` finds the command's outcome in the status file when it restarts.
+``python -m politerm.bridge.runner -`` runs a spec (read from stdin) detached from the
+bridge: a bridge killed with ``kill -9`` finds the command's outcome in the status file when
+it restarts.
 """
 
 from __future__ import annotations
@@ -299,12 +303,14 @@ class _Pipe:
 def _deadline(run: _Run, started: float) -> tuple[float, TimeoutKind]:
     """The next deadline (monotonic) and the timeout it belongs to."""
     spec = run.spec
-    total = (started + spec.total_timeout, TimeoutKind.TOTAL)
+    deadlines = [
+        (started + spec.total_timeout, TimeoutKind.TOTAL),
+        # Silence counts from the start too: a command that never prints is inactive.
+        ((run.last_output_mono or started) + spec.activity_timeout, TimeoutKind.ACTIVITY),
+    ]
     if run.last_output_mono is None:
-        other = (started + spec.launch_timeout, TimeoutKind.LAUNCH)
-    else:
-        other = (run.last_output_mono + spec.activity_timeout, TimeoutKind.ACTIVITY)
-    return min(total, other, key=lambda d: d[0])
+        deadlines.append((started + spec.launch_timeout, TimeoutKind.LAUNCH))
+    return min(deadlines, key=lambda d: d[0])
 
 
 _subreaper = False
@@ -469,13 +475,19 @@ def run_command(spec: CommandSpec) -> CommandStatus:
 
 
 def main(argv: t.Sequence[str]) -> int:
-    """``python -m politerm.bridge.runner SPEC.json``: run detached, status in the file."""
-    if len(argv) != 1:
-        print("usage: python -m politerm.bridge.runner SPEC.json", file=sys.stderr)
+    """``python -m politerm.bridge.runner SPEC.json|- [TAG]``: run detached.
+
+    ``-`` reads the spec from stdin (how the bridge passes it: the unredacted command never
+    touches the disk); ``TAG`` is ignored and only identifies the process (the bridge passes
+    the status file's path, to find a runner it started before a restart).
+    """
+    if len(argv) not in (1, 2):
+        print("usage: python -m politerm.bridge.runner SPEC.json|- [TAG]", file=sys.stderr)
         return 2
     become_subreaper()
     try:
-        spec = CommandSpec.model_validate_json(pathlib.Path(argv[0]).read_bytes())
+        raw = sys.stdin.buffer.read() if argv[0] == "-" else pathlib.Path(argv[0]).read_bytes()
+        spec = CommandSpec.model_validate_json(raw)
         status = run_command(spec)
     except (OSError, ValueError, RunnerError) as e:
         print(f"politerm runner: {e}", file=sys.stderr)

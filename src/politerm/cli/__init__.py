@@ -51,6 +51,7 @@ _COMMANDS: dict[str, str] = {
     "send": "send",
     # watching live
     "dash": "dash",
+    "notify": "notify",
     "web": "web",
     # task bridge
     "bridge": "bridge",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import os
 import pathlib
 import typing as t
 
 import click
 
 from politerm.config import load_config
+from politerm.project import PROJECT_ENV
 from politerm.store import RunStore
 
 if t.TYPE_CHECKING:
@@ -22,6 +24,24 @@ config_option = click.option(
     "config_path",
     type=click.Path(dir_okay=False, path_type=pathlib.Path),
     help="Read this file instead of ./poli.toml.",
+)
+
+
+def _select_project(ctx: click.Context, param: click.Parameter, value: pathlib.Path | None) -> None:
+    # Through the environment: load_config() finds it, and so do the processes poli starts
+    # (the control window's status view).
+    if value is not None:
+        os.environ[PROJECT_ENV] = str(value.resolve())
+
+
+project_option = click.option(
+    "--project",
+    type=click.Path(file_okay=False, exists=True, path_type=pathlib.Path),
+    callback=_select_project,
+    expose_value=False,
+    is_eager=True,
+    help="Work for this project directory (default: the one holding poli.toml, else the git "
+    "root, else here).",
 )
 
 _STYLE = {
@@ -48,8 +68,29 @@ def load(config_path: pathlib.Path | None) -> Config:
 
 
 def open_store(config: Config) -> RunStore:
-    """The run store the configuration names."""
-    return RunStore.open(config.store.resolved_path())
+    """The run store the configuration names, redacting with its ``[redact]`` patterns.
+
+    The project's own store unless poli.toml says otherwise. The first time a project opens
+    its own store, the global store of older versions is moved to it if it holds this
+    project's agents, or named with how to read it.
+    """
+    from politerm._internal import vault
+    from politerm.store.legacy import adopt_legacy_store
+
+    path = config.store.resolved_path()
+    if path == config.project.store_path:
+        note = adopt_legacy_store(config.project, path)
+        if note is not None:
+            click.echo(f"poli: {note}", err=True)
+    store = RunStore.open(path)
+    # Secrets this command redacts from the store are kept in the session's tmux server, so
+    # that the router (another process) can still deliver the original to the agent.
+    vault.use_tmux(config.tmux.socket)
+    if config.redact.patterns:
+        from politerm.redact import Redactor
+
+        store.set_redaction(Redactor(config.redact.patterns), vault.keep)
+    return store
 
 
 def format_event(event: Event) -> str:

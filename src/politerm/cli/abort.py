@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
 
 import click
 
 from politerm.cli._common import config_option, load, open_store
 from politerm.engine.loop import abort
+from politerm.project import PROJECT_ENV
 
 
 @click.command("abort")
 @click.argument("task_id", required=False)
 @click.option("--run-id", help="Abort this pipeline run instead of a task.")
 @click.option("--project", type=click.Path(file_okay=False, path_type=pathlib.Path),
-              help="The project of the pipeline run (default: the current directory).")  # fmt: skip
+              help="The project of the task or run (default: the current one).")  # fmt: skip
 @config_option
 def command(
     task_id: str | None,
@@ -34,6 +36,8 @@ def command(
         state = asyncio.run(abort_run(project=project_dir(project), run_id=run_id))
         click.echo(f"aborted run {state.run_id}")
         return
+    if project is not None:
+        os.environ[PROJECT_ENV] = str(project.resolve())  # the task's project
     config = load(config_path)
     with open_store(config) as store:
         task = asyncio.run(abort(config, store, task_id))

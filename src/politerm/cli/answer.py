@@ -6,7 +6,7 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store
+from politerm.cli._common import config_option, load, open_store, project_option
 from politerm.engine.loop import answer
 
 
@@ -14,6 +14,7 @@ from politerm.engine.loop import answer
 @click.argument("task_id")
 @click.argument("text")
 @config_option
+@project_option
 def command(task_id: str, text: str, config_path: pathlib.Path | None) -> None:
     """Answer TASK_ID's question with TEXT; the router delivers it to the asking agent."""
     config = load(config_path)

@@ -7,13 +7,14 @@ import pathlib
 import click
 
 from politerm.agents.approval import Decision, answer_pending, find_pending_key
-from politerm.cli._common import config_option, load, open_store
+from politerm.cli._common import config_option, load, open_store, project_option
 
 
 @click.command("approve")
 @click.argument("agent")
 @click.option("--deny", is_flag=True, help="Deny instead of approving.")
 @config_option
+@project_option
 def command(agent: str, deny: bool, config_path: pathlib.Path | None) -> None:
     """Approve (or --deny) the question AGENT waits on; its driver presses the keys.
 

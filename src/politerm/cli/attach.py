@@ -7,13 +7,14 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load
+from politerm.cli._common import config_option, load, project_option
 from politerm.tmux.binary import find_tmux
 
 
 @click.command("attach")
 @click.option("--read-only", "-r", is_flag=True, help="Attach read-only.")
 @config_option
+@project_option
 def command(read_only: bool, config_path: pathlib.Path | None) -> None:
     """Attach this terminal to the session on the private tmux server."""
     config = load(config_path)

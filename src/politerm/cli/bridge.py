@@ -15,12 +15,14 @@ from politerm.cli._common import config_option, load, open_store
 
 if t.TYPE_CHECKING:
     from politerm.bridge.queue import TaskQueue
+    from politerm.redact import Redactor
 
 queue_option = click.option(
     "--queue",
     "queue_opt",
     type=click.Path(dir_okay=False, path_type=pathlib.Path),
-    help="The queue file (default: $POLI_BRIDGE_QUEUE or .poli/bridge/task_queue.json).",
+    help="The queue file (default: $POLI_BRIDGE_QUEUE, else the project's "
+    ".poli/bridge/task_queue.json).",
 )
 
 
@@ -33,11 +35,19 @@ def _warn(line: str) -> None:
     click.echo(f"poli: {_safe(line)}", err=True)
 
 
+def _redactor(config_path: pathlib.Path | None) -> Redactor:
+    from politerm.redact import Redactor
+
+    return Redactor(load(config_path).redact.patterns)
+
+
 def _queue(queue_opt: pathlib.Path | None) -> TaskQueue:
     from politerm.bridge.daemon import queue_path
     from politerm.bridge.queue import TaskQueue
+    from politerm.project import find_project
 
-    return TaskQueue(queue_path(queue_opt), on_repair=lambda r: _warn("warning: " + r.describe()))
+    path = queue_path(queue_opt, find_project().root)
+    return TaskQueue(path, on_repair=lambda r: _warn("warning: " + r.describe()))
 
 
 @click.group("bridge")
@@ -54,9 +64,16 @@ def command() -> None:
     help="'builtin' (politerm applies edits and runs commands) or 'agent:NAME'.",
 )
 @click.option(
+    "--report",
+    type=click.Choice(["block", "fenced"]),
+    default="block",
+    show_default=True,
+    help="How an agent reports: a tagged done/failed block, or a ```poli:<id> report.",
+)
+@click.option(
     "--base-dir",
     type=click.Path(file_okay=False, path_type=pathlib.Path),
-    help="Relative paths of tasks start here (default: the current directory).",
+    help="Relative paths of tasks start here (default: the project directory).",
 )
 @click.option("--daemon", is_flag=True, help="Run in the background (pid file beside the queue).")
 @click.option("--once", is_flag=True, help="Handle what is queued now, then exit.")
@@ -64,6 +81,7 @@ def command() -> None:
 def start(
     queue_opt: pathlib.Path | None,
     executor: str,
+    report: str,
     base_dir: pathlib.Path | None,
     daemon: bool,
     once: bool,
@@ -73,16 +91,19 @@ def start(
     from politerm.bridge.daemon import log_path, make_executor, serve, start_daemon
 
     queue = _queue(queue_opt)
-    base = (base_dir or pathlib.Path.cwd()).absolute()
+    from politerm.project import find_project
+
+    base = (base_dir or find_project().root).absolute()
     if daemon:
-        argv = ["--queue", str(queue.path), "--executor", executor, "--base-dir", str(base)]
+        argv = ["--queue", str(queue.path), "--executor", executor, "--report", report]
+        argv += ["--base-dir", str(base)]
         if config_path is not None:
             argv += ["--config", str(config_path.absolute())]
         pid = start_daemon(argv, queue)
         click.echo(f"bridge {pid} serving {queue.path} (log: {log_path(queue)})")
         return
     config = load(config_path)
-    chosen = make_executor(executor, config)
+    chosen = make_executor(executor, config, report=report)
 
     def say(line: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -148,9 +169,11 @@ def _row(raw: dict[str, t.Any]) -> dict[str, t.Any]:
 @command.command("list")
 @queue_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_(queue_opt: pathlib.Path | None, as_json: bool) -> None:
+@config_option
+def list_(queue_opt: pathlib.Path | None, as_json: bool, config_path: pathlib.Path | None) -> None:
     """The tasks in the queue and where each stands."""
-    rows = [_row(raw) for raw in _queue(queue_opt).read()]
+    redactor = _redactor(config_path)
+    rows = [redactor.redact_json(_row(raw)) for raw in _queue(queue_opt).read()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -166,7 +189,8 @@ def list_(queue_opt: pathlib.Path | None, as_json: bool) -> None:
 @command.command("show")
 @click.argument("task_id")
 @queue_option
-def show(task_id: str, queue_opt: pathlib.Path | None) -> None:
+@config_option
+def show(task_id: str, queue_opt: pathlib.Path | None, config_path: pathlib.Path | None) -> None:
     """The task as JSON: from the queue, else from the archive, with its log."""
     from politerm.bridge.archive import find_archived
     from politerm.bridge.queue import find
@@ -177,7 +201,8 @@ def show(task_id: str, queue_opt: pathlib.Path | None) -> None:
     if raw is None:
         msg = f"task {task_id}: not in {queue.path} nor in its archive"
         raise BridgeTaskInvalid(msg)
-    click.echo(_safe(json.dumps(raw, indent=2, ensure_ascii=False)))
+    shown = _redactor(config_path).redact_json(raw)
+    click.echo(_safe(json.dumps(shown, indent=2, ensure_ascii=False)))
     folder = pathlib.Path(raw.get("archive") or queue.root / "work" / task_id)
     log = folder / "task.log"
     if log.is_file():

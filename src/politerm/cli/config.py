@@ -9,7 +9,8 @@ import click
 
 from politerm.compat.obi import convert_config, write_prompts
 from politerm.config import load_config
-from politerm.errors import CompatError
+from politerm.errors import CompatError, ConfigError
+from politerm.preflight import problems
 from politerm.store.db import FILE_MODE
 
 
@@ -26,6 +27,11 @@ def command(ctx: click.Context, config_path: Path | None) -> None:
     if ctx.invoked_subcommand is not None:
         return
     config = load_config(config_path=config_path)
+    found = problems(config)
+    if found:
+        for problem in found[:-1]:
+            click.echo(f"poli: {problem}", err=True)
+        raise ConfigError(found[-1])
     document = {
         "sources": [str(path) for path in config.sources],
         **config.model_dump(mode="json"),

@@ -6,15 +6,14 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store
+from politerm.cli._common import config_option, load, open_store, project_option
 
 
 @click.command("dash")
 @click.option("--agent", help="Mirror this agent's pane from the start.")
-@click.option("--project", type=click.Path(file_okay=False, path_type=pathlib.Path),
-              default=".", show_default=True, help="The project whose runs to show.")  # fmt: skip
+@project_option
 @config_option
-def command(agent: str | None, project: pathlib.Path, config_path: pathlib.Path | None) -> None:
+def command(agent: str | None, config_path: pathlib.Path | None) -> None:
     """Watch and steer live: agents, states, approvals, tasks, gates, a live pane mirror.
 
     Keys: a approve, d deny, n answer a question, g answer a gate, x abort a task, t attach
@@ -24,4 +23,4 @@ def command(agent: str | None, project: pathlib.Path, config_path: pathlib.Path 
 
     config = load(config_path)
     with open_store(config) as store:
-        DashApp(config, store, project=project.resolve(), agent=agent).run()
+        DashApp(config, store, project=config.project.root, agent=agent).run()

@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store
+from politerm.cli._common import config_option, load, open_store, project_option
 from politerm.engine.session import Session
+from politerm.project import PROJECT_ENV
 
 
 @click.command("down")
+@click.option("--run-id", help="Close the session a finished pipeline run kept (run --keep).")
 @config_option
-def command(config_path: pathlib.Path | None) -> None:
-    """Kill the session and every agent process tree, verified gone."""
+@project_option
+def command(run_id: str | None, config_path: pathlib.Path | None) -> None:
+    """Kill the session and every agent process tree, verified gone.
+
+    With --run-id, close a finished pipeline run's session instead.
+    """
+    if run_id is not None:
+        from politerm.pipeline import ops
+
+        root = ops.project_dir(os.environ.get(PROJECT_ENV) or ".")
+        state = asyncio.run(ops.close_run(project=root, run_id=run_id))
+        click.echo(f"down: run {state.run_id} ({state.record.status.value}): session closed")
+        return
     config = load(config_path)
     with open_store(config) as store:
 

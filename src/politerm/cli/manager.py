@@ -54,8 +54,10 @@ def _drive(
     as_json: bool,
 ) -> None:
     from politerm.manager.app import ProjectLock, build_manager
+    from politerm.redact import install_log_redaction
 
     manager = build_manager(config, on_event=_printer(as_json))
+    install_log_redaction(manager.store.redactor)  # SDK debug logs could quote the key
 
     async def go() -> Project:
         try:
@@ -97,9 +99,11 @@ def command(ctx: click.Context, config_path: pathlib.Path | None) -> None:
         return
     from politerm.manager.app import ProjectLock, build_manager
     from politerm.manager.repl import Repl
+    from politerm.redact import install_log_redaction
 
     config = load(config_path)
     manager = build_manager(config, on_event=_printer(False))
+    install_log_redaction(manager.store.redactor)  # SDK debug logs could quote the key
     store_path = config.store.resolved_path()
     repl = Repl(
         manager,

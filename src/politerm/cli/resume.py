@@ -13,13 +13,19 @@ from politerm.pipeline.model import RunStatus
 @click.command("resume")
 @click.option("--project", type=click.Path(file_okay=False), default=".", show_default=True)
 @click.option("--run-id", help="The run to continue (default: the latest of the project).")
-def command(project: str, run_id: str | None) -> None:
+@click.option(
+    "--keep", is_flag=True, help="Keep the session when the run ends (poli down --run-id)."
+)
+def command(project: str, run_id: str | None, keep: bool) -> None:
     """Continue a run from its last completed step, re-running an interrupted one."""
     from politerm.pipeline import ops
 
     state = asyncio.run(
         ops.resume_run(
-            project=ops.project_dir(project), run_id=run_id, say=lambda line: click.echo(line)
+            project=ops.project_dir(project),
+            run_id=run_id,
+            say=lambda line: click.echo(line),
+            keep=keep,
         )
     )
     status = state.record.status

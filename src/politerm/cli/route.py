@@ -7,7 +7,7 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store, print_event
+from politerm.cli._common import config_option, load, open_store, print_event, project_option
 from politerm.engine.loop import route
 from politerm.engine.router import ACTIVE
 
@@ -15,6 +15,7 @@ from politerm.engine.router import ACTIVE
 @click.command("route")
 @click.option("--until-idle", is_flag=True, help="Exit when no task is in flight.")
 @config_option
+@project_option
 def command(until_idle: bool, config_path: pathlib.Path | None) -> None:
     """Route messages between the running agents, resuming whatever is in flight."""
     config = load(config_path)

@@ -82,6 +82,8 @@ def failure_policy(
               type=click.Path(file_okay=False, exists=True, path_type=pathlib.Path),
               help="A directory of agent definitions searched first (repeatable).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print what would run; start nothing.")
+@click.option("--keep", is_flag=True,
+              help="Keep the session when the run ends (poli down --run-id).")  # fmt: skip
 def command(  # one parameter per flag, as click passes them
     pipeline: str,
     project: str,
@@ -99,6 +101,7 @@ def command(  # one parameter per flag, as click passes them
     cont: bool,
     agents: tuple[pathlib.Path, ...],
     dry_run: bool,
+    keep: bool,
 ) -> None:
     """Run PIPELINE (a name or a .pipeline file) on the project."""
     from politerm.pipeline import ops
@@ -116,7 +119,7 @@ def command(  # one parameter per flag, as click passes them
             msg = f"--continue: the latest run ({rid}) is of {latest}, not {pipeline}"
             raise PipelineError(msg)
         state = asyncio.run(
-            ops.resume_run(project=root, run_id=rid, say=lambda line: click.echo(line))
+            ops.resume_run(project=root, run_id=rid, say=lambda line: click.echo(line), keep=keep)
         )
         _finish(state)
         return
@@ -170,6 +173,7 @@ def command(  # one parameter per flag, as click passes them
             cli_override=cli_name is not None,
             auto_approve=auto_approve,
             agents=agents,
+            keep=keep,
         )
     )
     _finish(state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import pathlib
 import typing as t
 
@@ -13,8 +14,9 @@ import click
 from politerm._internal.sanitize import escape_controls, trusted_stdout
 from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.engine.session import make_server
-from politerm.livestatus import LiveAgents
+from politerm.livestatus import LiveAgents, all_sessions
 from politerm.livestatus import watch as watch_status
+from politerm.project import PROJECT_ENV
 from politerm.status import collect, render
 from politerm.store import RunStore
 from politerm.store.watch import StoreWatch
@@ -42,8 +44,10 @@ def _pipeline_text(runs: list[dict[str, object]]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.option("--watch", is_flag=True, help="Refresh the table live until Ctrl-C.")
 @click.option("--project", type=click.Path(file_okay=False, path_type=pathlib.Path),
-              help="Show the pipeline runs of this project.")  # fmt: skip
+              help="Show this project (default: the current one).")  # fmt: skip
 @click.option("--run-id", help="Show this pipeline run only.")
+@click.option("--all", "all_projects", is_flag=True,
+              help="List every project's sessions with their directories and agents.")  # fmt: skip
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=pathlib.Path),
               help="Read this run store instead of the configured one.")  # fmt: skip
 @click.option("--socket", hidden=True, help="The tmux socket the agents run on.")
@@ -54,23 +58,30 @@ def command(
     watch: bool,
     project: pathlib.Path | None,
     run_id: str | None,
+    all_projects: bool,
     store_path: pathlib.Path | None,
     config_path: pathlib.Path | None,
 ) -> None:
     """Show agents, tasks (with questions to answer), queued messages and recent events.
 
-    With --project or --run-id, show the progress of pipeline runs instead; without them,
-    the runs of the current directory are shown too when it has any.
+    Of the current project (the directory holding poli.toml, else the git root, else here),
+    or of --project; its pipeline runs are shown too when it has any. With --run-id, show
+    that pipeline run only; with --all, every project's sessions.
     """
     from politerm.pipeline.state import project_runs
 
-    if project is not None or run_id is not None:
+    if project is not None:
+        os.environ[PROJECT_ENV] = str(project.resolve())
+    if run_id is not None:
         root = (project or pathlib.Path.cwd()).resolve()
         _show_pipelines(root, run_id, as_json=as_json, watch=watch)
         return
-    here = pathlib.Path.cwd()
-    with_runs = bool(project_runs(here))
     config = load(config_path)
+    if all_projects:
+        _show_all(make_server(config), as_json=as_json)
+        return
+    here = config.project.root
+    with_runs = bool(project_runs(here))
     if socket:
         config = config.model_copy(
             update={"tmux": config.tmux.model_copy(update={"socket": socket})}
@@ -107,6 +118,38 @@ def command(
 
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(_watch(store, server, draw))
+
+
+def _show_all(server: TmuxServer, *, as_json: bool) -> None:
+    async def read() -> list[dict[str, t.Any]]:
+        try:
+            return await all_sessions(server)
+        finally:
+            await server.close()
+
+    sessions = asyncio.run(read())
+    if as_json:
+        click.echo(json.dumps({"sessions": sessions}, indent=2))
+        return
+    if not sessions:
+        click.echo(f"no politerm sessions on socket {server.socket_name!r}")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sessions on socket {server.socket_name}", expand=True)
+    for col in ("session", "project", "windows", "attached", "agents"):
+        table.add_column(col, overflow="fold")
+    for ses in sessions:
+        agents = ", ".join(f"{n} {st}" for n, st in sorted(ses["agents"].items())) or "-"
+        table.add_row(
+            ses["session"],
+            escape_controls(ses["project"] or "?"),
+            str(ses["windows"]),
+            "yes" if ses["attached"] else "no",
+            agents,
+        )
+    Console(highlight=False).print(table)
 
 
 async def _live_once(store: RunStore, server: TmuxServer) -> dict[str, str]:

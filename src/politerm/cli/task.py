@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from politerm.cli._common import config_option, load, open_store, print_event
+from politerm.cli._common import config_option, load, open_store, print_event, project_option
 from politerm.engine.loop import run_task, submit
 from politerm.engine.session import Session
 from politerm.store.models import TaskState
@@ -20,6 +20,7 @@ from politerm.store.models import TaskState
 @click.option("--no-wait", is_flag=True, help="Queue the task and return at once.")
 @click.option("--timeout", type=float, default=None, help="Give up following after N seconds.")
 @config_option
+@project_option
 def command(
     request: str,
     task_id: str | None,

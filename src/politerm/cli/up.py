@@ -7,10 +7,12 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store, print_event
+from politerm.cli._common import config_option, load, open_store, print_event, project_option
 from politerm.engine.loop import route
 from politerm.engine.router import ACTIVE
 from politerm.engine.session import Session
+from politerm.errors import ConfigError
+from politerm.preflight import problems
 
 
 @click.command("up")
@@ -18,11 +20,17 @@ from politerm.engine.session import Session
 @click.option("--no-primers", is_flag=True, help="Do not send the primers.")
 @click.option("--no-route", is_flag=True, help="With --resume: do not route resumed tasks now.")
 @config_option
+@project_option
 def command(
     resume: bool, no_primers: bool, no_route: bool, config_path: pathlib.Path | None
 ) -> None:
     """Create the tmux session with a PLANNER and an EXECUTER pane, each ready for work."""
     config = load(config_path)
+    found = problems(config)
+    if found:  # before any agent starts
+        for problem in found[:-1]:
+            click.echo(f"poli: {problem}", err=True)
+        raise ConfigError(found[-1])
     with open_store(config) as store:
 
         async def main() -> None:

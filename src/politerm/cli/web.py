@@ -8,7 +8,7 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store
+from politerm.cli._common import config_option, load, open_store, project_option
 
 
 @click.command("web")
@@ -17,15 +17,13 @@ from politerm.cli._common import config_option, load, open_store
 @click.option("--token", envvar="POLI_WEB_TOKEN", help="Use this token instead of a random one.")
 @click.option("--allow-actions", is_flag=True,
               help="Serve approve/deny, answer, gate and abort (read-only without).")  # fmt: skip
-@click.option("--project", type=click.Path(file_okay=False, path_type=pathlib.Path),
-              default=".", show_default=True, help="The project whose runs to show.")  # fmt: skip
+@project_option
 @config_option
 def command(
     host: str,
     port: int,
     token: str | None,
     allow_actions: bool,
-    project: pathlib.Path,
     config_path: pathlib.Path | None,
 ) -> None:
     """Serve the web monitor: overview, live agent panes (xterm.js), the event stream.
@@ -44,7 +42,7 @@ def command(
         msg = "--token must be at least 16 characters"
         raise UiError(msg)
     config = load(config_path)
-    root = project.resolve()
+    root = config.project.root
     sock = bind(host, port)
     chosen = token or new_token()
     url = url_of(sock, chosen)

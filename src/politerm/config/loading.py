@@ -22,6 +22,7 @@ from politerm.config.sections import (
     user_config_file,
 )
 from politerm.errors import ConfigError
+from politerm.project import find_project
 
 if t.TYPE_CHECKING:
     from collections.abc import Mapping
@@ -276,8 +277,10 @@ def load_config(
     Parameters
     ----------
     project_dir
-        Where to look for ``poli.toml`` and the default working directory of agents;
-        ``None`` is the current directory.
+        The project: where ``poli.toml`` is read, the default working directory of agents,
+        and what the default session and store are named after. ``None`` finds it
+        (``POLI_PROJECT``, else the nearest ``poli.toml`` upwards, else the git root, else
+        the current directory; see :mod:`politerm.project`).
     config_path
         Read this file instead of ``<project_dir>/poli.toml``; it must exist.
     env
@@ -293,8 +296,9 @@ def load_config(
     ConfigError
         Naming the file (or variable), the dotted key and the expected value.
     """
-    project = (project_dir or Path.cwd()).absolute()
     env = os.environ if env is None else env
+    found = find_project(project_dir, env=env)
+    project = found.root
     layers = _Layers()
     sources: list[Path] = []
 
@@ -311,6 +315,11 @@ def load_config(
         layers.apply(layer, name)
 
     data = layers.data
+    # Per project by default: its own session and store (so its own work queue).
+    if isinstance(data.setdefault("tmux", {}), dict):
+        data["tmux"].setdefault("session", found.session)
+    if isinstance(data.setdefault("store", {}), dict):
+        data["store"].setdefault("path", found.store_path)
     agents = data.setdefault("agents", {})
     if isinstance(agents, dict):
         for name in agents:
@@ -333,4 +342,5 @@ def load_config(
     except ValidationError as exc:
         raise _config_error(exc, layers) from None
     config._sources = sources
+    config._project = found
     return config

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from politerm.errors import ConfigError
 from politerm.manager.settings import ManagerConfig
+from politerm.project import Project, find_project
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterable
@@ -137,6 +138,7 @@ class AgentConfig(_Section):
     primer: _Primer = Field(default=None, description="a path to an existing primer file, or false")
     resume_args: list[str] | None = Field(default=None, description="a list of strings")
     ready_regex: str | None = Field(default=None, description="a valid regular expression")
+    mcp: bool = Field(default=False, description="true or false (register `poli mcp` in the agent)")
 
     @field_validator("command")
     @classmethod
@@ -323,6 +325,7 @@ class Config(_Section):
     manager: ManagerConfig = Field(default_factory=ManagerConfig, description="a table")
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
+    _project: Project | None = PrivateAttr(default=None)
 
     @field_validator("agents")
     @classmethod
@@ -332,6 +335,13 @@ class Config(_Section):
                 msg = f"agent name {name!r} must be letters, digits, '_' or '-'"
                 raise ValueError(msg)
         return value
+
+    @property
+    def project(self) -> Project:
+        """The project this configuration was loaded for (found from here if built directly)."""
+        if self._project is None:
+            self._project = find_project()
+        return self._project
 
     @property
     def sources(self) -> tuple[Path, ...]:

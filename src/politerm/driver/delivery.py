@@ -18,6 +18,7 @@ import logging
 import time
 import typing as t
 
+from politerm._internal import vault
 from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
 from politerm.errors import PaneNotFound
@@ -123,6 +124,13 @@ async def deliver(
     DeliveryResult
         Never raises for an agent that misbehaves; the outcome says what happened.
     """
+    if isinstance(text, str) and vault.needs_reveal(text):
+        # The store keeps secrets as markers; the agent gets the original text.
+        client = getattr(term, "client", None)
+        fetch = vault.tmux_fetcher(client) if client is not None else None
+        text, missing = await vault.reveal_text(text, fetch)
+        if missing:
+            log.warning("%d secret(s) no longer held by any vault: sent redacted", len(missing))
     data = text.encode() if isinstance(text, str) else text
     start = time.monotonic()
 

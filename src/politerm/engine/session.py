@@ -18,6 +18,8 @@ from politerm.agents.state import AgentState, StateReading
 from politerm.driver import check_program, deliver, wait_ready
 from politerm.engine.routebase import RESUME_META, RESUME_MSG
 from politerm.errors import RoutingError, SessionNotFound
+from politerm.messaging.launch import prepare_launch, session_config_file
+from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.store.models import TaskState
 from politerm.tmux.pane import find_agent_pane, new_window
 from politerm.tmux.server import TmuxServer, default_config_dir
@@ -122,6 +124,11 @@ class Session:
                 self.name,
                 window_name="control",
                 argv=_control_argv(self.store.path, self.config.tmux.socket),
+                # poli status --all names every project's session and directory.
+                options={
+                    PROJECT_OPTION: str(self.config.project.root),
+                    STORE_OPTION: str(self.store.path),
+                },
             )
             say(f"session {self.name} created on socket {self.config.tmux.socket}")
         try:
@@ -154,6 +161,16 @@ class Session:
                 argv = [*argv, *extra]
                 restarted.append(name)
             env = {**profile.env, **acfg.env}
+            # identity (POLI_AGENT…), no TMUX/TMUX_PANE, `poli mcp` when asked: messaging
+            argv, env = prepare_launch(
+                self.config,
+                name,
+                profile.name,
+                argv,
+                env,
+                mcp=acfg.mcp,
+                config_file=session_config_file(self.config),
+            )
             cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
             if pane is not None:
                 await pane.respawn(argv, cwd=cwd, env=env)

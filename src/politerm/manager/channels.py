@@ -6,7 +6,7 @@ politerm cannot type into (Cursor and the like): the instruction is written atom
 ``<project>/dev_logs/cursor_step_output.txt``, watched with :mod:`watchfiles` (file-system
 events, not polling) and read once it is complete — it ends with :data:`END_MARKER`, or its
 size stayed the same for ``stable_seconds`` after the last change. Then it is moved to
-``dev_logs/processed/`` under a timestamped name that carries the step number, so a manager
+``dev_logs/processed/`` under a timestamped name that carries the task and step, so a manager
 killed right after the move still finds the step's report when it resumes. The pane channel
 (a politerm agent in tmux) is :mod:`politerm.manager.pane`.
 """
@@ -42,12 +42,15 @@ class DevChannel(t.Protocol):
         """Where instructions go, for status lines."""
         ...
 
-    async def send(self, step: int, instruction: str) -> None:
-        """Hand ``instruction`` (step ``step``) to the dev agent; doing it twice is harmless."""
+    async def send(self, task_id: str, step: int, instruction: str) -> None:
+        """Hand ``instruction`` (step ``step`` of ``task_id``) to the dev agent.
+
+        Doing it twice is harmless.
+        """
         ...
 
-    async def report(self, step: int, timeout: float) -> str:
-        """The dev agent's report for ``step``.
+    async def report(self, task_id: str, step: int, timeout: float) -> str:
+        """The dev agent's report for step ``step`` of ``task_id``.
 
         Raises :class:`~politerm.errors.DevStepTimeout` when none came within ``timeout``,
         and :class:`~politerm.errors.DevChannelError` when the agent or channel failed.
@@ -63,13 +66,13 @@ class DevChannel(t.Protocol):
         ...
 
 
-def instruction_text(step: int, instruction: str) -> str:
+def instruction_text(step: int, instruction: str, task_id: str = "") -> str:
     """The content of ``next_step.txt``: the step, the instruction, how to report.
 
     Examples
     --------
-    >>> print(instruction_text(2, "Add a test."), end="")
-    # Step 2
+    >>> print(instruction_text(2, "Add a test.", "mgr-1"), end="")
+    # Step 2 of task mgr-1
     <BLANKLINE>
     Add a test.
     <BLANKLINE>
@@ -77,8 +80,9 @@ def instruction_text(step: int, instruction: str) -> str:
     When done, write your report to dev_logs/cursor_step_output.txt and end it with a line
     END_OF_REPORT.
     """
+    task = f" of task {task_id}" if task_id else ""
     return (
-        f"# Step {step}\n\n{instruction.strip()}\n\n---\n"
+        f"# Step {step}{task}\n\n{instruction.strip()}\n\n---\n"
         f"When done, write your report to {LOGS_DIR}/{REPORT_FILE} and end it with a line\n"
         f"{END_MARKER}.\n"
     )
@@ -151,9 +155,9 @@ class FileChannel:
         """``files in <root>``."""
         return f"files in {self.root}"
 
-    async def send(self, step: int, instruction: str) -> None:
+    async def send(self, task_id: str, step: int, instruction: str) -> None:
         """Write ``next_step.txt`` atomically unless it already holds this very step."""
-        text = instruction_text(step, instruction)
+        text = instruction_text(step, instruction, task_id)
         with contextlib.suppress(OSError):
             if self.instruction_path.read_text(encoding="utf-8") == text:
                 return
@@ -164,15 +168,15 @@ class FileChannel:
             msg = f"cannot write {self.instruction_path}: {exc.strerror or exc}"
             raise DevChannelError(msg) from None
 
-    def _processed_for(self, step: int) -> pathlib.Path | None:
-        found = sorted(self.processed.glob(f"*_step{step}.txt"))
+    def _processed_for(self, key: str) -> pathlib.Path | None:
+        found = sorted(self.processed.glob(f"*_{key}.txt"))
         return found[-1] if found else None
 
-    def _take(self, step: int) -> str:
+    def _take(self, key: str) -> str:
         """Move the report to ``processed/`` (timestamped, with the step) and return it."""
         ensure_private_dir(self.processed)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock()))
-        target = self.processed / f"{self.report_path.stem}_{stamp}_step{step}.txt"
+        target = self.processed / f"{self.report_path.stem}_{stamp}_{key}.txt"
         try:
             self.report_path.replace(target)
             raw = target.read_text(encoding="utf-8", errors="replace")
@@ -194,7 +198,7 @@ class FileChannel:
         except OSError:
             return False
 
-    async def report(self, step: int, timeout: float) -> str:
+    async def report(self, task_id: str, step: int, timeout: float) -> str:
         """Wait (file-system events, bounded by ``timeout``) for the step's report.
 
         Raises
@@ -202,7 +206,8 @@ class FileChannel:
         DevStepTimeout
             No complete report within ``timeout``; the message names the file.
         """
-        done = self._processed_for(step)
+        key = f"{task_id}-s{step}"
+        done = self._processed_for(key)
         if done is not None:  # taken before a crash, not yet recorded
             return strip_end_marker(done.read_text(encoding="utf-8", errors="replace"))[0]
         try:
@@ -211,7 +216,7 @@ class FileChannel:
             msg = f"cannot create {self.logs}: {exc.strerror or exc}"
             raise DevChannelError(msg) from None
         if self._complete():
-            return self._take(step)
+            return self._take(key)
         stop = asyncio.Event()
         quiet_ms = max(50, int(self.stable_seconds * 1000))
         try:
@@ -227,9 +232,9 @@ class FileChannel:
                     recursive=False,
                 ):
                     if changes and self._complete():
-                        return self._take(step)
+                        return self._take(key)
                     if not changes and self._present():
-                        return self._take(step)
+                        return self._take(key)
         except TimeoutError:
             pass
         finally:

@@ -293,8 +293,9 @@ class Manager:
         role = Role.DEV
         try:
             channel = self.channel(project)
-            await channel.send(project.step, project.last_instruction or "")
-            report = await channel.report(project.step, self.config.step_timeout)
+            task_id = project.task_id or ""
+            await channel.send(task_id, project.step, project.last_instruction or "")
+            report = await channel.report(task_id, project.step, self.config.step_timeout)
         except DevStepTimeout as exc:
             role = Role.SYSTEM
             report = f"SYSTEM_ERROR: {exc}"
@@ -316,17 +317,9 @@ class Manager:
                 last_report=report,
             )  # fmt: skip
 
-    def _needs_summary(self, live: list[Turn]) -> bool:
-        if len(live) - self.config.keep_recent_turns < 1:
-            return False
-        if len(live) > self.config.summarize_after_turns:
-            return True
-        tokens = sum(estimate_tokens(turn.text) for turn in live)
-        return tokens > self.config.summarize_tokens
-
     def _process(self, project: Project) -> None:
         live = self.store.turns(project.name, live=True)
-        if self._needs_summary(live):
+        if needs_summary(self.config, live):
             self._move(project.name, S.SUMMARIZING_CONTEXT, f"{len(live)} turns in the context")
         else:
             self._move(project.name, S.CALLING_BRAIN, f"planning step {project.step + 1}")
@@ -359,6 +352,18 @@ class Manager:
         with self.store.store.batch():
             self.store.fold_summary(name, summary, [turn.id for turn in fold])
             self._move(name, S.CALLING_BRAIN, f"{len(fold)} turns folded into the summary")
+
+
+def needs_summary(config: ManagerConfig, live: t.Sequence[Turn]) -> bool:
+    """Whether the live turns pass the turn count or the token budget of ``config``.
+
+    Only turns older than the ``keep_recent_turns`` kept can be folded; with none, no.
+    """
+    if len(live) - config.keep_recent_turns < 1:
+        return False
+    if len(live) > config.summarize_after_turns:
+        return True
+    return sum(estimate_tokens(turn.text) for turn in live) > config.summarize_tokens
 
 
 def stop_task(store: ManagerStore, name: str, reason: str = "stopped by the user") -> Project:

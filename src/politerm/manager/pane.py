@@ -176,8 +176,8 @@ class PaneChannel:
         self._server = server
         self._own_server = server is None
         self._driver: AgentDriver | None = None
-        self._instructions: dict[int, str] = {}
-        self._sending: str | None = None
+        self._instructions: dict[str, str] = {}
+        self._sending: tuple[str, str] | None = None  # (task id, step id) being delivered
 
     @property
     def label(self) -> str:
@@ -216,23 +216,24 @@ class PaneChannel:
         # Written the moment the driver confirms a delivery: a manager that dies after this
         # never types the step again, it only asks for the report.
         if self.store is not None and self._sending is not None:
+            task_id, sid = self._sending
             self.store.add_event(
                 DELIVERED_EVENT,
-                task_id=self.project.task_id,
+                task_id=task_id,
                 agent=self.agent_name,
-                detail=f"step {self._sending} delivered",
-                data={"step_id": self._sending},
+                detail=f"step {sid} delivered",
+                data={"step_id": sid},
             )
 
-    def _delivered(self, sid: str) -> bool:
+    def _delivered(self, task_id: str, sid: str) -> bool:
         if self.store is None:
             return False
-        events = self.store.list_events(self.project.task_id, limit=10_000)
+        events = self.store.list_events(task_id, limit=10_000)
         return any(e.kind == DELIVERED_EVENT and e.data.get("step_id") == sid for e in events)
 
-    async def send(self, step: int, instruction: str) -> None:
+    async def send(self, task_id: str, step: int, instruction: str) -> None:
         """Keep the instruction; it is delivered (with confirmation) by :meth:`report`."""
-        self._instructions[step] = instruction
+        self._instructions[step_id(task_id, step)] = instruction
 
     async def _history(self, driver: AgentDriver) -> str:
         pane = driver.pane
@@ -243,7 +244,7 @@ class PaneChannel:
         except TmuxError:
             return ""
 
-    async def report(self, step: int, timeout: float) -> str:
+    async def report(self, task_id: str, step: int, timeout: float) -> str:
         """Deliver the step (unless the agent already has it) and wait for its report.
 
         Raises
@@ -254,18 +255,18 @@ class PaneChannel:
             The agent exited, got stuck, could not be typed into, or sent a bad report.
         """
         driver = await self.driver()
-        sid = step_id(self.project.task_id or "task", step)
+        sid = step_id(task_id, step)
         found = _report_in(await self._history(driver), sid)
         if found is not None:  # reported while no manager was watching
             return report_text(found)
-        if self._delivered(sid):
+        if self._delivered(task_id, sid):
             prompt = FINISH_TEMPLATE.format(step_id=sid)
         else:
-            instruction = self._instructions.get(step, "")
+            instruction = self._instructions.get(sid, "")
             prompt = REPORT_TEMPLATE.format(instruction=instruction.strip(), step_id=sid)
-        self._sending = sid
+        self._sending = (task_id, sid)
         result = await driver.run_turn(
-            prompt, Expect.fenced_report(sid), timeout=timeout, task_id=self.project.task_id
+            prompt, Expect.fenced_report(sid), timeout=timeout, task_id=task_id
         )
         if result.outcome is TurnOutcome.ANSWERED and result.report is not None:
             return report_text(result.report)

@@ -97,7 +97,10 @@ class Repl:
         self._running: str | None = None
         hist = RedactingHistory(history, manager.store.redactor) if history else None
         self.session: PromptSession[str] = PromptSession(
-            history=hist, completer=DynamicCompleter(self._completer)
+            history=hist,
+            completer=DynamicCompleter(self._completer),
+            # Tab completes (a lone candidate at once), as in a shell; no menu while typing.
+            complete_while_typing=False,
         )
         manager.on_event = self._on_event
 
@@ -133,7 +136,8 @@ class Repl:
 
     async def run(self) -> int:
         """Read and run commands until ``quit`` or end of input; returns the exit code."""
-        with patch_stdout(raw=True):
+        # Not raw: a control character in anything printed is shown, never obeyed.
+        with patch_stdout():
             await self._offer_resume()
             while True:
                 try:

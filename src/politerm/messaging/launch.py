@@ -1,7 +1,8 @@
 """What an agent started by politerm sees: its identity, no tmux handle, its MCP server.
 
-Every agent gets ``POLI_AGENT`` (its name), ``POLI_TMUX_SOCKET``/``POLI_TMUX_SESSION`` and,
-when the session has a configuration file, ``POLI_CONFIG`` — that is how ``poli reply``,
+Every agent gets ``POLI_AGENT`` (its name), ``POLI_PROJECT``, ``POLI_TMUX_SOCKET``,
+``POLI_TMUX_SESSION`` and, when the session has a configuration file, ``POLI_CONFIG`` —
+that is how ``poli reply``,
 ``poli send`` and ``poli mcp`` inside its pane know who they are and which store to use.
 tmux's own ``TMUX`` and ``TMUX_PANE`` are removed from its environment (the command runs
 under ``env -u TMUX -u TMUX_PANE``): a plain ``tmux`` command in an agent's pane then talks
@@ -27,6 +28,7 @@ from politerm.errors import ConfigError
 from politerm.messaging.files import MessageDir, message_dir_for
 from politerm.messaging.mcp_server import SERVER_NAME
 from politerm.messaging.service import ENV_AGENT, ENV_CONFIG
+from politerm.project import PROJECT_ENV
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -46,17 +48,28 @@ def agent_env(config: Config, name: str, config_file: pathlib.Path | None) -> di
     Examples
     --------
     >>> from politerm.config import Config
-    >>> sorted(agent_env(Config(), "W1", None).items())
-    [('POLI_AGENT', 'W1'), ('POLI_TMUX_SESSION', 'poli'), ('POLI_TMUX_SOCKET', 'poli')]
+    >>> sorted(agent_env(Config(), "W1", None))
+    ['POLI_AGENT', 'POLI_PROJECT', 'POLI_TMUX_SESSION', 'POLI_TMUX_SOCKET']
     """
+    # the project too: an agent's directory may lie outside it (a worktree), and the
+    # project names the session's default store
     env = {
         ENV_AGENT: name,
+        PROJECT_ENV: str(config.project.root),
         "POLI_TMUX_SOCKET": config.tmux.socket,
         "POLI_TMUX_SESSION": config.tmux.session,
     }
     if config_file is not None:
         env[ENV_CONFIG] = str(config_file)
     return env
+
+
+def session_config_file(config: Config) -> pathlib.Path | None:
+    """The project configuration file the session was loaded from (not the user file)."""
+    from politerm.config import user_config_file
+
+    user = user_config_file()
+    return next((p for p in reversed(config.sources) if p != user), None)
 
 
 def hide_tmux(argv: t.Sequence[str]) -> list[str]:
@@ -116,6 +129,8 @@ def register_mcp(
         write_private(path, json.dumps(spec, indent=1))
         # politerm's own tools are allowed up front; the agent's other tools keep their policy
         out_argv += ["--mcp-config", str(path), "--allowedTools", f"mcp__{SERVER_NAME}"]
+        # the mcp SDK alone takes ~2 s to import on a busy machine; Claude's default is short
+        out_env.setdefault("MCP_TIMEOUT", "60000")
     elif cli == "codex":
         key = f"mcp_servers.{SERVER_NAME}"
         out_argv += [

@@ -56,16 +56,37 @@ class PaneProcesses:
         return out
 
 
-def programs_of(pid: int) -> tuple[str, ...]:
-    """Names of every process in ``pid``'s tree: process names and argv[0]/argv[1] base names.
+def command_names(cmdline: t.Sequence[str]) -> list[str]:
+    """The names a command line runs under: argv[0], and the script or ``-m`` module it runs.
 
-    argv[1] counts because interpreters run agents (``node …/claude``, ``python -m x``).
+    Interpreters run agents (``node …/claude``, ``python -m politerm.testing.fakeagent``).
+
+    Examples
+    --------
+    >>> command_names(["/usr/bin/node", "/opt/lib/claude/cli.js", "--x"])
+    ['node', 'cli.js']
+    >>> command_names(["python3", "-m", "politerm.testing.fakeagent", "--mode", "claude"])
+    ['python3', 'politerm.testing.fakeagent']
+    >>> command_names(["claude", "--resume"])
+    ['claude']
     """
+    if not cmdline:
+        return []
+    names = [cmdline[0].rsplit("/", 1)[-1]]
+    args = list(cmdline[1:])
+    if args[:1] == ["-m"] and len(args) > 1:
+        names.append(args[1])
+    elif args and not args[0].startswith("-"):
+        names.append(args[0].rsplit("/", 1)[-1])
+    return names
+
+
+def programs_of(pid: int) -> tuple[str, ...]:
+    """Names of every process in ``pid``'s tree (process names and :func:`command_names`)."""
     names: list[str] = []
     for proc in process_tree(pid):
         with contextlib.suppress(psutil.Error):
-            cmdline = proc.cmdline()
-            for name in (proc.name(), *(c.rsplit("/", 1)[-1] for c in cmdline[:2])):
+            for name in (proc.name(), *command_names(proc.cmdline())):
                 if name and name not in names:
                     names.append(name)
     return tuple(names)

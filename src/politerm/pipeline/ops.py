@@ -40,6 +40,7 @@ from politerm.store import RunStore
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
+    from politerm.pipeline.state import RunRecord
 
 Say = t.Callable[[str], None]
 
@@ -70,11 +71,14 @@ async def run_new(
     cli_override: bool = False,
     auto_approve: bool = False,
     agents: t.Sequence[pathlib.Path] = (),
+    keep: bool = False,
 ) -> RunState:
     """Start a new run and drive it to its end (or an interruption).
 
     ``cli_override`` makes ``cli`` replace every step's CLI column (``meta run --cli``);
     ``auto_approve`` approves gates; ``agents`` are searched first for agent definitions.
+    A run that ends (done, failed, aborted) closes its session unless ``keep``; a kept one
+    is closed later with :func:`close_run` (``poli down --run-id``).
     """
     from politerm.pipeline.handoff import layout_for
     from politerm.pipeline.runner import FailurePolicy
@@ -101,15 +105,22 @@ async def run_new(
         record.handoff_dir = layout_for(pipeline.path, config.pipeline.handoff_dir).directory
         state = start_run(pipeline, record, store)
         await PipelineRunner(pipeline, state, config, say=say).run()
+        await _close_if_finished(config, state, keep=keep, say=say)
         return state
     finally:
         store.close()
 
 
 async def resume_run(
-    *, project: pathlib.Path, run_id: str | None = None, say: Say | None = None
+    *,
+    project: pathlib.Path,
+    run_id: str | None = None,
+    say: Say | None = None,
+    keep: bool = False,
 ) -> RunState:
     """Continue a run from its last completed step (latest run by default).
+
+    As with :func:`run_new`, a run that ends closes its session unless ``keep``.
 
     Raises
     ------
@@ -131,6 +142,7 @@ async def resume_run(
         pipeline = load_pipeline(rec.pipeline, project, agents=agents)
         state.event("pipeline.resumed", f"resumed by process {os.getpid()}")
         await PipelineRunner(pipeline, state, config, say=say).run()
+        await _close_if_finished(config, state, keep=keep, say=say)
         return state
     finally:
         store.close()
@@ -155,25 +167,18 @@ async def abort_run(*, project: pathlib.Path, run_id: str | None = None) -> RunS
     try:
         state = RunState.load(store, rid)
         rec = state.record
+        if rec.status in FINISHED_RUN:
+            msg = (
+                f"run {rid} has already ended ({rec.status.value}); nothing to abort"
+                + ("" if not await _session_up(config, rec) else "; close its session with "
+                   f"`poli down --run-id {rid}`")
+            )  # fmt: skip
+            raise PipelineError(msg)
         if rec.pid is not None and _is_runner(rec.pid):
             await asyncio.to_thread(_stop_runner, rec.pid)
         state = RunState.load(store, rid)  # the runner saved its last state on the way out
         rec = state.record
-        server = make_server(config)
-        server.socket_name = rec.socket
-        try:
-            if await server.has_session(rec.session):
-                client = await server.connect(rec.session)
-                lines = await client.cmd(
-                    "list-panes", "-s", "-t", f"={rec.session}", "-F", "#{pane_pid}"
-                )
-                procs = [p for pid in lines if pid.isdigit() for p in process_tree(int(pid))]
-                await server.kill_session(rec.session)
-                await asyncio.to_thread(terminate, procs)
-        except TmuxError:
-            pass  # the server is gone: nothing of the run is left running in it
-        finally:
-            await server.close()
+        await _kill_session(config, rec)
         if rec.worktrees:
             with contextlib.suppress(PipelineError):
                 await asyncio.to_thread(worktrees.abort_merge, project)
@@ -189,6 +194,81 @@ async def abort_run(*, project: pathlib.Path, run_id: str | None = None) -> RunS
         return state
     finally:
         store.close()
+
+
+async def close_run(*, project: pathlib.Path, run_id: str | None = None) -> RunState:
+    """Close the session a finished run kept (``poli run --keep``): agents and windows.
+
+    Raises
+    ------
+    PipelineError
+        The run is still going (abort it instead), or it has no session left.
+    """
+    rid = run_id or latest_run_id(project)
+    config, store = open_project(project)
+    try:
+        state = RunState.load(store, rid)
+        rec = state.record
+        if rec.status not in FINISHED_RUN:
+            msg = (
+                f"run {rid} is {rec.status.value}, not finished; stop it with "
+                f"`poli abort --run-id {rid}`"
+            )
+            raise PipelineError(msg)
+        if not await _kill_session(config, rec):
+            msg = f"run {rid} ({rec.status.value}) has no session left to close"
+            raise PipelineError(msg)
+        state.event("pipeline.closed", f"session {rec.session} closed")
+        return state
+    finally:
+        store.close()
+
+
+async def _close_if_finished(
+    config: Config, state: RunState, *, keep: bool, say: Say | None
+) -> None:
+    rec = state.record
+    if rec.status not in FINISHED_RUN:
+        return  # interrupted or waiting: resume needs the session
+    if keep:
+        if say is not None:
+            say(f"session {rec.session} kept; close it with `poli down --run-id {rec.run_id}`")
+        return
+    if await _kill_session(config, rec):
+        state.event("pipeline.closed", f"session {rec.session} closed")
+        if say is not None:
+            say(f"session {rec.session} closed")
+
+
+async def _session_up(config: Config, rec: RunRecord) -> bool:
+    server = make_server(config)
+    server.socket_name = rec.socket
+    try:
+        return await server.has_session(rec.session)
+    except TmuxError:
+        return False
+
+
+async def _kill_session(config: Config, rec: RunRecord) -> bool:
+    """Kill the run's session and every process tree in it; False if it was not there.
+
+    Its last session takes the private server, socket file and config with it.
+    """
+    server = make_server(config)
+    server.socket_name = rec.socket
+    try:
+        if not await server.has_session(rec.session):
+            return False
+        client = await server.connect(rec.session)
+        lines = await client.cmd("list-panes", "-s", "-t", f"={rec.session}", "-F", "#{pane_pid}")
+        procs = [p for pid in lines if pid.isdigit() for p in process_tree(int(pid))]
+        await server.kill_session(rec.session)
+        await asyncio.to_thread(terminate, procs)
+    except TmuxError:
+        return False  # the server is gone: nothing of the run is left running in it
+    finally:
+        await server.close()
+    return True
 
 
 def _stop_runner(pid: int, grace: float = 10.0) -> None:

@@ -8,13 +8,16 @@ effect or none of it. After the commit, the call appends one line to the audit l
 from __future__ import annotations
 
 import contextlib
+import json
 import pathlib
 import sqlite3
 import threading
 import time
 import typing as t
 
+from politerm._internal import vault
 from politerm.errors import StoreError
+from politerm.redact import Redactor
 from politerm.store.audit import AuditLog, audit_path_for
 from politerm.store.db import connect, default_store_path, user_version
 
@@ -22,11 +25,42 @@ if t.TYPE_CHECKING:
     import types
 
 
+class _Redacting:
+    """A connection whose writes have every secret in their text parameters redacted.
+
+    Every write of the store goes through :meth:`StoreCore._writing`, which hands out this
+    wrapper: no table, present or future, can store a secret by forgetting to redact it.
+    Text that holds JSON is redacted value by value (a PEM block inside a JSON string has
+    escaped newlines that the plain patterns would miss).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, redact: t.Callable[[str], str]) -> None:
+        self._conn = conn
+        self._redact = redact
+
+    def _param(self, value: t.Any) -> t.Any:
+        return self._redact(value) if isinstance(value, str) else value
+
+    def execute(self, sql: str, params: t.Any = ()) -> sqlite3.Cursor:
+        if isinstance(params, dict):
+            params = {k: self._param(v) for k, v in params.items()}
+        else:
+            params = tuple(self._param(v) for v in params)
+        return self._conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: t.Iterable[t.Sequence[t.Any]]) -> sqlite3.Cursor:
+        return self._conn.executemany(sql, [tuple(self._param(v) for v in row) for row in rows])
+
+    def __getattr__(self, name: str) -> t.Any:
+        return getattr(self._conn, name)
+
+
 class _BatchedAudit:
     """The audit log, holding lines back while a batch is open (they follow its commit)."""
 
-    def __init__(self, log: AuditLog) -> None:
+    def __init__(self, log: AuditLog, redact: t.Callable[[t.Any], t.Any]) -> None:
         self._log = log
+        self._redact = redact
         self._held: list[tuple[str, dict[str, t.Any]]] | None = None
 
     @property
@@ -34,6 +68,7 @@ class _BatchedAudit:
         return self._log.path
 
     def append(self, kind: str, **fields: t.Any) -> None:
+        fields = self._redact(fields)
         if self._held is not None:
             self._held.append((kind, fields))
         else:
@@ -82,7 +117,9 @@ class StoreCore:
         self._path = path
         self._clock = clock
         self._lock = threading.RLock()
-        self._audit = _BatchedAudit(AuditLog(audit_path_for(path)))
+        self._redactor = Redactor()
+        self._keep: t.Callable[[dict[str, str]], None] | None = vault.keep
+        self._audit = _BatchedAudit(AuditLog(audit_path_for(path)), self._redact_json)
         self._closed = False
         self._batch_depth = 0
 
@@ -155,6 +192,48 @@ class StoreCore:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self._path)!r})"
 
+    # --- redaction ------------------------------------------------------------------------
+
+    def set_redaction(
+        self,
+        redactor: Redactor,
+        keep: t.Callable[[dict[str, str]], None] | None = None,
+    ) -> None:
+        """Redact with ``redactor`` (config patterns); hand each secret found to ``keep``.
+
+        ``keep`` receives ``{tag: secret}`` for the secrets replaced by
+        ``[REDACTED:kind#tag]`` markers: a vault that holds them outside the disk (the
+        session's tmux server), so the agent a text was meant for still gets the original.
+        """
+        self._redactor = redactor
+        self._keep = keep
+
+    def redact(self, text: str) -> str:
+        """``text`` as the store keeps it: every secret replaced by a tagged marker."""
+        if text.startswith(("{", "[")):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                pass
+            else:
+                if isinstance(value, dict | list):
+                    red = self._redact_json(value)
+                    # Unchanged JSON keeps its exact text (a body is delivered as written).
+                    return text if red == value else json.dumps(red, ensure_ascii=False)
+        out, found = self._redactor.tagged(text)
+        if found and self._keep is not None:
+            self._keep(found)
+        return out
+
+    def _redact_json(self, value: t.Any) -> t.Any:
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {k: self._redact_json(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._redact_json(v) for v in value]
+        return value
+
     # --- transactions ---------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -175,7 +254,7 @@ class StoreCore:
         the block cannot be invalidated by another process between the two.
         """
         with self.batch():
-            yield self._conn
+            yield t.cast("sqlite3.Connection", _Redacting(self._conn, self.redact))
 
     @contextlib.contextmanager
     def batch(self) -> t.Iterator[None]:

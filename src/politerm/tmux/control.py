@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import logging
 import os
-import re
 import time
 import typing as t
 
@@ -27,48 +25,27 @@ from politerm.errors import (
     TmuxLookupError,
 )
 from politerm.tmux._escape import command_line, decode_output
+from politerm.tmux._wire import (
+    _DEAD_SUB,
+    _GUARD,
+    _PANE_MISSING,
+    _SERVER_GONE,
+    _SESSION_MISSING,
+    Notification,
+    NotificationCallback,
+    OutputCallback,
+    _first,
+    _PaneFeed,
+    _Pending,
+    _target_of,
+)
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 log = logging.getLogger(__name__)
 
-_GUARD = re.compile(rb"^%(begin|end|error) (\d+) (\d+) (\d+)$")
-_PANE_MISSING = re.compile(r"can't find pane:? ?(%\d+)?|no such pane")
-_SESSION_MISSING = re.compile(r"can't find session|no such session|session not found")
-_SERVER_GONE = re.compile(
-    r"no server running|error connecting to|server exited|lost server", re.IGNORECASE
-)
-
-_DEAD_SUB = "poli-dead"
-
-OutputCallback = t.Callable[[str, bytes], None]
-NotificationCallback = t.Callable[["Notification"], None]
-
-
-@dataclasses.dataclass(frozen=True)
-class Notification:
-    """A ``%``-line tmux sent unasked, e.g. ``%window-close @3``."""
-
-    name: str
-    args: tuple[str, ...]
-
-
-@dataclasses.dataclass
-class _Pending:
-    line: str
-    future: asyncio.Future[list[str]]
-    sent_at: float
-
-
-@dataclasses.dataclass
-class _PaneFeed:
-    """Per-pane output bookkeeping: a counter, a wake-up event and subscribers."""
-
-    seq: int = 0
-    last_output: float = 0.0
-    event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    callbacks: list[OutputCallback] = dataclasses.field(default_factory=list)
+__all__ = ["ControlClient", "Notification", "NotificationCallback", "OutputCallback"]
 
 
 class ControlClient:
@@ -594,21 +571,3 @@ class ControlClient:
     def dead_reason(self) -> str | None:
         """Why the connection is gone for good, or None while it is usable."""
         return self._dead_reason
-
-
-async def _first(*events: asyncio.Event) -> None:
-    """Wait until any of ``events`` is set."""
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waiters:
-            w.cancel()
-
-
-def _target_of(line: str) -> str:
-    parts: Sequence[str] = line.split()
-    for i, part in enumerate(parts[:-1]):
-        if part == "-t":
-            return parts[i + 1]
-    return "?"

@@ -15,6 +15,7 @@ import typing as t
 
 import platformdirs
 
+from politerm._internal import vault
 from politerm._internal.private import private_dir
 from politerm.errors import SessionNotFound, TmuxCommandError, TmuxLookupError
 from politerm.tmux.control import ControlClient
@@ -167,10 +168,12 @@ class TmuxServer:
         argv: Sequence[str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
+        options: Mapping[str, str] | None = None,
     ) -> bool:
         """Create session ``name`` unless it exists; return True if it was created.
 
-        The server is started with our config if it was not running.
+        The server is started with our config if it was not running. ``options`` are session
+        user options (``@name``: value) set on the new session, e.g. its project directory.
         """
         if await self.has_session(name):
             return False
@@ -199,6 +202,9 @@ class TmuxServer:
         rc, out, _ = await self.run("show-options", "-gqv", "@poli_conf")
         if out.strip() != CONFIG_VERSION:
             await self.run("source-file", str(self.config_file()))
+        for option, value in (options or {}).items():
+            # "=name:" is exact (set-option reads a plain "=name" as a pane target).
+            await self.run("set-option", "-t", f"={name}:", option, value)
         return True
 
     async def connect(self, session: str) -> ControlClient:
@@ -209,6 +215,9 @@ class TmuxServer:
         client = ControlClient(self.socket_name, session, tmux=self.tmux)
         await client.start()
         self._clients[session] = client
+        # Secrets this process redacts from the store are kept in this server's memory,
+        # for the process that delivers them (see politerm._internal.vault).
+        vault.use_tmux(self.socket_name, self.tmux)
         return client
 
     async def pane(self, session: str, pane_id: str) -> Pane:

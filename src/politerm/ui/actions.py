@@ -65,7 +65,8 @@ def approve(store: RunStore, ref: ApprovalRef, *, deny: bool = False, by: str) -
         detail=f"{by}: {decision.value} {pending.what}",
         data={"action": decision.value, "by": by},
     )
-    return f"{decision.value}d: {ref.agent} {pending.what}"
+    done = "denied" if deny else "approved"
+    return f"{done}: {ref.agent} {pending.what}"
 
 
 def answer(store: RunStore, config: Config, task_id: str, question: str, text: str) -> str:

@@ -81,6 +81,7 @@ class LiveState:
             config.tmux.socket, width=config.tmux.width, height=config.tmux.height
         )
         self.panes: list[PaneEntry] = []
+        self._project_key = str(project.resolve()) if project is not None else None
         self.overview: dict[str, t.Any] = {}
         self.refreshes = 0
         self._listeners: list[Listener] = []
@@ -154,7 +155,7 @@ class LiveState:
                 log.exception("refreshing the overview failed")
 
     async def _refresh(self) -> None:
-        self.panes = await list_panes(self.server)
+        self.panes = await list_panes(self.server, self._project_key)
         await self._attach_sessions()
         self.overview = collect_overview(
             self.store, self.panes, project=self.project, redactor=self.redactor
@@ -204,7 +205,7 @@ class LiveState:
         """
         entry = self.pane(name)
         if entry is None:
-            self.panes = await list_panes(self.server)
+            self.panes = await list_panes(self.server, self._project_key)
             entry = self.pane(name)
         if entry is None:
             raise PaneNotFound(name, "no agent or pane of that name on the private server")

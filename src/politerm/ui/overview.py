@@ -13,6 +13,7 @@ import pathlib
 import re
 import typing as t
 
+from politerm.agents.approval import PendingApproval, get_pending
 from politerm.errors import PolitermError
 from politerm.redact import Redactor
 from politerm.status import collect
@@ -91,6 +92,27 @@ def _agents(status: dict[str, t.Any], panes: t.Sequence[PaneEntry]) -> list[dict
     return rows
 
 
+def _all_pending(store: RunStore) -> list[PendingApproval]:
+    out = []
+    for key in store.meta_keys("approval:"):
+        pending = get_pending(store, key.removeprefix("approval:"))
+        if pending is not None:
+            out.append(pending)
+    return out
+
+
+def _approval(p: PendingApproval) -> dict[str, t.Any]:
+    return {
+        "agent": p.agent,
+        "tool": p.tool,
+        "command": p.command,
+        "what": p.what,
+        "asked": p.asked,
+        "answer": p.answer.value if p.answer else None,
+        "evidence": list(p.evidence),
+    }
+
+
 def _sessions(panes: t.Sequence[PaneEntry]) -> list[dict[str, t.Any]]:
     sessions: dict[str, dict[str, t.Any]] = {}
     for p in panes:
@@ -108,10 +130,12 @@ def _kind(session: str) -> str:
 
     Examples
     --------
-    >>> _kind("poli-myproj-20260101-1200-ab12"), _kind("poli"), _kind("poli-manager-x")
+    >>> _kind("poli-myproj-20260101-1200-ab12"), _kind("poli"), _kind("poli-mgr-web")
     ('pipeline', 'loop', 'manager')
     """
-    for word in ("manager", "bridge", "epic", "messaging"):
+    if "-mgr-" in session or "manager" in session:
+        return "manager"
+    for word in ("bridge", "epic", "messaging"):
         if word in session:
             return word
     if session.startswith("poli-") and session.count("-") >= 2:
@@ -176,6 +200,9 @@ def collect_overview(
         How many recent events to include.
     """
     status = collect(store, events=events)
+    # Every workflow keeps its questions under its own key (agent name, "<run>.step-<n>",
+    # "epic.<session>"...): list them all, not only the loop's agents'.
+    status["approvals"] = [_approval(p) for p in _all_pending(store)]
     runs, items = _epics(store)
     data = {
         "project": str(project) if project else None,

@@ -25,6 +25,7 @@ _FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better
         "#{pane_width}",
         "#{pane_height}",
         "#{window_activity}",
+        "#{@poli_project}",
     )
 )
 
@@ -42,6 +43,7 @@ class PaneEntry:
     width: int
     height: int
     activity: float
+    project: str = ""
 
     @property
     def label(self) -> str:
@@ -54,16 +56,16 @@ def parse_panes(text: str) -> list[PaneEntry]:
 
     Examples
     --------
-    >>> [p] = parse_panes("poli\tPLANNER\t%1\tPLANNER\t0\tpython\t80\t24\t17\n")
-    >>> (p.session, p.pane_id, p.label, p.dead, p.width)
-    ('poli', '%1', 'PLANNER', False, 80)
+    >>> [p] = parse_panes("poli\tPLANNER\t%1\tPLANNER\t0\tpython\t80\t24\t17\t/src/a\n")
+    >>> (p.session, p.pane_id, p.label, p.dead, p.width, p.project)
+    ('poli', '%1', 'PLANNER', False, 80, '/src/a')
     >>> parse_panes("garbage\n")
     []
     """
     out = []
     for line in text.splitlines():
         f = line.split("\t")
-        if len(f) != 9 or not f[2].startswith("%"):
+        if len(f) != 10 or not f[2].startswith("%"):
             continue
         out.append(
             PaneEntry(
@@ -76,17 +78,38 @@ def parse_panes(text: str) -> list[PaneEntry]:
                 width=int(f[6] or 80),
                 height=int(f[7] or 24),
                 activity=float(f[8] or 0),
+                project=f[9],
             )
         )
     return out
 
 
-async def list_panes(server: TmuxServer) -> list[PaneEntry]:
-    """Every pane of the private server (empty when the server is not running)."""
+async def list_panes(server: TmuxServer, project: str | None = None) -> list[PaneEntry]:
+    """The panes of the private server (empty when the server is not running).
+
+    With ``project``, sessions that another project claims (``@poli_project``) are left
+    out; sessions no project claims (pipeline runs, manager...) are kept.
+    """
     rc, out, _ = await server.run("list-panes", "-a", "-F", _FORMAT)
     if rc != 0:
         return []
-    return parse_panes(out)
+    return mine(parse_panes(out), project)
+
+
+def mine(panes: t.Sequence[PaneEntry], project: str | None) -> list[PaneEntry]:
+    r"""The panes of sessions that belong to ``project`` or to no project in particular.
+
+    Examples
+    --------
+    >>> ps = parse_panes("a\tw\t%1\tA\t0\tsh\t80\t24\t0\t/p\n"
+    ...                  "b\tw\t%2\tB\t0\tsh\t80\t24\t0\t/q\n"
+    ...                  "c\tw\t%3\tC\t0\tsh\t80\t24\t0\t\n")
+    >>> [p.agent for p in mine(ps, "/p")], len(mine(ps, None))
+    (['A', 'C'], 3)
+    """
+    if project is None:
+        return list(panes)
+    return [p for p in panes if p.project in ("", project)]
 
 
 def find(panes: t.Sequence[PaneEntry], name: str) -> PaneEntry | None:
@@ -94,7 +117,7 @@ def find(panes: t.Sequence[PaneEntry], name: str) -> PaneEntry | None:
 
     Examples
     --------
-    >>> ps = parse_panes("s\tw\t%3\tEXECUTER\t0\tsh\t80\t24\t0\n")
+    >>> ps = parse_panes("s\tw\t%3\tEXECUTER\t0\tsh\t80\t24\t0\t\n")
     >>> find(ps, "executer").pane_id, find(ps, "%3").agent, find(ps, "nobody")
     ('%3', 'EXECUTER', None)
     """

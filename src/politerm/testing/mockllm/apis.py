@@ -124,6 +124,15 @@ def read_anthropic(body: Json) -> Turn:
     return Turn(user_text, tool_result, side=not tools, tools=tools, schema=schema)
 
 
+def _anthropic_call(answer: Answer) -> tuple[str, Json] | None:
+    """The tool call of an answer: a named one (an MCP tool), or the shell tool."""
+    if answer.call is not None:
+        return answer.call
+    if answer.command is not None:
+        return "Bash", TOOLS["anthropic"](answer.command, answer.escalate)
+    return None
+
+
 def anthropic_events(answer: Answer, model: str) -> Iterator[Event]:
     """Anthropic Messages SSE: message_start, content blocks, message_delta, message_stop."""
     mid = _id("msg")
@@ -154,19 +163,20 @@ def anthropic_events(answer: Answer, model: str) -> Iterator[Event]:
             )
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
         index += 1
-    if answer.command is not None:
-        block = {"type": "tool_use", "id": _id("toolu"), "name": "Bash", "input": {}}
+    call = _anthropic_call(answer)
+    if call is not None:
+        block = {"type": "tool_use", "id": _id("toolu"), "name": call[0], "input": {}}
         yield _sse(
             "content_block_start",
             {"type": "content_block_start", "index": index, "content_block": block},
         )
-        args = json.dumps(TOOLS["anthropic"](answer.command, answer.escalate))
+        args = json.dumps(call[1])
         delta = {"type": "input_json_delta", "partial_json": args}
         yield _sse(
             "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
         )
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
-    stop = "tool_use" if answer.command is not None else "end_turn"
+    stop = "tool_use" if call is not None else "end_turn"
     yield _sse(
         "message_delta",
         {
@@ -183,16 +193,16 @@ def anthropic_json(answer: Answer, model: str) -> Json:
     content: list[Json] = []
     if answer.text:
         content.append({"type": "text", "text": answer.text})
-    if answer.command is not None:
-        args = TOOLS["anthropic"](answer.command, answer.escalate)
-        content.append({"type": "tool_use", "id": _id("toolu"), "name": "Bash", "input": args})
+    call = _anthropic_call(answer)
+    if call is not None:
+        content.append({"type": "tool_use", "id": _id("toolu"), "name": call[0], "input": call[1]})
     return {
         "id": _id("msg"),
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": "tool_use" if answer.command is not None else "end_turn",
+        "stop_reason": "tool_use" if call is not None else "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": 10, "output_tokens": max(1, len(answer.text) // 4)},
     }

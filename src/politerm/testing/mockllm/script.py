@@ -39,6 +39,9 @@ class Rule:
         Seconds to wait before streaming the answer (keeps the client busy a while).
     name
         For the request log (default: the pattern).
+    tool, arguments
+        Anthropic (Claude Code) only: call this tool (an MCP tool such as
+        ``mcp__poli__report_status``) with these arguments instead of the shell tool.
     status
         Answer with this HTTP error status instead (e.g. 429, 500, 404); 0 answers normally.
     raw
@@ -54,6 +57,8 @@ class Rule:
     times: int = 0
     delay: float = 0.0
     name: str = ""
+    tool: str | None = None
+    arguments: t.Mapping[str, t.Any] | None = None
     status: int = 0
     raw: str | None = None
 
@@ -73,6 +78,7 @@ class Answer:
     delay: float = 0.0
     rule: str = ""
     shown: str | None = None  # a command written into the text (no tool protocol)
+    call: tuple[str, dict[str, t.Any]] | None = None  # a named tool call (Anthropic only)
     status: int = 0
     raw: str | None = None
 
@@ -132,6 +138,7 @@ class Script:
                 escalate=rule.escalate,
                 delay=rule.delay,
                 rule=rule.label,
+                call=(rule.tool, dict(rule.arguments or {})) if rule.tool else None,
                 status=rule.status,
                 raw=rule.raw,
             )

@@ -109,7 +109,8 @@ class DashApp(App[None]):
     #filter.shown { display: block; }
     DataTable { height: auto; max-height: 12; }
     #agents { max-height: 14; }
-    #mirror { height: 1fr; overflow: hidden; background: black; }
+    #mirror { height: 1fr; overflow: hidden; background: black; text-wrap: nowrap;
+              text-overflow: clip; }
     #mirror-title { background: $primary-darken-2; width: 100%; }
     #events { height: 9; border-top: solid $primary; }
     .section { color: $success; margin-top: 1; }

@@ -198,13 +198,14 @@ class WebMonitor:
                 return
             queue: asyncio.Queue[dict[str, t.Any]] = asyncio.Queue(maxsize=64)
             undo = self.live.listen(lambda data: _offer(queue, data))
-            try:
+
+            async def send() -> None:
                 await ws.send_text(json.dumps(self.live.overview))
                 while True:
-                    data = await queue.get()
-                    await ws.send_text(json.dumps(data))
-            except (WebSocketDisconnect, RuntimeError):
-                pass
+                    await ws.send_text(json.dumps(await queue.get()))
+
+            try:
+                await _until_closed(ws, send())
             finally:
                 undo()
 
@@ -266,7 +267,8 @@ class WebMonitor:
             await ws.send_text(json.dumps({"type": "error", "message": str(exc)}))
             await ws.close()
             return
-        try:
+
+        async def send() -> None:
             head = {"type": "init", "pane": mirror.pane_id, "cols": mirror.width}
             head["rows"] = mirror.height
             await ws.send_text(json.dumps(head))
@@ -274,7 +276,8 @@ class WebMonitor:
             while True:
                 data = await queue.get()
                 if data is None:
-                    break
+                    await ws.close()
+                    return
                 # Coalesce what piled up while the last frame was being sent.
                 while not queue.empty():
                     more = queue.get_nowait()
@@ -282,10 +285,30 @@ class WebMonitor:
                         break
                     data += more
                 await ws.send_bytes(data)
-        except (WebSocketDisconnect, RuntimeError):
-            pass
+
+        try:
+            await _until_closed(ws, send())
         finally:
             mirror.stop()
+
+
+async def _until_closed(ws: WebSocket, sending: t.Coroutine[t.Any, t.Any, None]) -> None:
+    """Run ``sending`` until it ends or the browser goes away, whichever comes first."""
+
+    async def receive() -> None:
+        # The pages send nothing; this only notices the close (then the sender stops).
+        while (await ws.receive())["type"] != "websocket.disconnect":
+            pass
+
+    tasks = {asyncio.create_task(sending), asyncio.create_task(receive())}
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
+                await task
 
 
 def _offer(queue: asyncio.Queue[t.Any], item: t.Any) -> None:

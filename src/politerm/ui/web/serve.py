@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import types
 import typing as t
 
 import uvicorn
@@ -81,15 +82,36 @@ def url_of(sock: socket.socket, token: str | None, path: str = "/") -> str:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, telling us when it listens instead of being asked."""
+    """uvicorn's server, told when to stop instead of checking ten times a second.
+
+    uvicorn's own main loop wakes every 0.1 s to refresh the ``Date`` header and look at
+    ``should_exit``; an idle monitor should not. The header is off and the loop waits for
+    an event that :meth:`stop` and the signal handler set.
+    """
 
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.ready = asyncio.Event()
+        self.exit = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
         self.ready.set()
+
+    async def main_loop(self) -> None:
+        await self.on_tick(0)  # the default headers, once
+        await self.exit.wait()
+
+    def stop(self) -> None:
+        self.should_exit = True
+        self.exit.set()
+
+    def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.exit.set)
 
 
 async def serve(
@@ -101,7 +123,12 @@ async def serve(
 ) -> None:
     """Serve ``monitor.app`` on ``sock`` until ``stop`` is set (or the task is cancelled)."""
     config = uvicorn.Config(
-        monitor.app, log_level="warning", access_log=False, lifespan="on", ws_ping_interval=None
+        monitor.app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        ws_ping_interval=None,
+        date_header=False,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -124,5 +151,5 @@ async def serve(
             await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
     finally:
-        server.should_exit = True
+        server.stop()
         await asyncio.wait_for(asyncio.shield(task), 10)

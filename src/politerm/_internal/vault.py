@@ -1,0 +1,131 @@
+"""Where the secrets redacted from the run store are kept: memory, never a disk.
+
+The store writes ``[REDACTED:kind#tag]`` in place of every secret (see
+:meth:`politerm.redact.Redactor.tagged`), yet the agent a task or a message was meant for
+must get the original. The secret is kept by tag in this process's memory and, when the
+process knows the session's private tmux server, in a tmux paste buffer named
+``poli-vault-<tag>`` — the server's memory — so that another ``poli`` process (the router,
+after ``poli task`` wrote the task) can put it back. Delivery reveals the markers right
+before the paste. A secret the vault no longer holds (the tmux server was restarted) is
+delivered as its marker, and the caller records that.
+
+Buffers are loaded by ``tmux load-buffer -`` on standard input, never on a command line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import typing as t
+
+from politerm.redact import TAG_RE, reveal
+
+if t.TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+BUFFER_PREFIX: t.Final = "poli-vault-"
+
+_lock = threading.Lock()
+_memory: dict[str, str] = {}
+_sockets: dict[str, str] = {}  # tmux socket name -> tmux binary
+
+
+def use_tmux(socket_name: str, tmux: str = "tmux") -> None:
+    """Also keep secrets in the tmux server on ``socket_name`` (the session's own)."""
+    with _lock:
+        _sockets[socket_name] = tmux
+
+
+def forget_tmux(socket_name: str) -> None:
+    """Stop keeping secrets in that server (it was shut down)."""
+    with _lock:
+        _sockets.pop(socket_name, None)
+
+
+def keep(found: dict[str, str]) -> None:
+    """Keep secrets by tag: in memory, and in each known tmux server.
+
+    Examples
+    --------
+    >>> keep({"00000000000000aa": "pw=1"})
+    >>> lookup("00000000000000aa")
+    'pw=1'
+    """
+    with _lock:
+        new = {tag: value for tag, value in found.items() if _memory.get(tag) != value}
+        _memory.update(new)
+        sockets = dict(_sockets)
+    for tag, value in new.items():
+        for socket, tmux in sockets.items():
+            # A server that is not running has nothing to keep; the memory copy still serves.
+            subprocess.run(
+                [tmux, "-L", socket, "load-buffer", "-b", BUFFER_PREFIX + tag, "-"],
+                input=value.encode("utf-8"),
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
+
+
+def lookup(tag: str) -> str | None:
+    """The secret of ``tag`` held in this process's memory."""
+    with _lock:
+        return _memory.get(tag)
+
+
+def needs_reveal(text: str) -> bool:
+    """Whether ``text`` holds a marker that a vault could fill.
+
+    Examples
+    --------
+    >>> needs_reveal("plain"), needs_reveal("[REDACTED:jwt#0123456789abcdef]")
+    (False, True)
+    """
+    return "[REDACTED:" in text and TAG_RE.search(text) is not None
+
+
+async def reveal_text(
+    text: str, fetch: Callable[[str], Awaitable[str | None]] | None = None
+) -> tuple[str, list[str]]:
+    """Put the secrets back into ``text``: from memory, else through ``fetch(tag)``.
+
+    ``fetch`` reads the buffer from the session's tmux server (see :func:`tmux_fetcher`).
+
+    Returns
+    -------
+    tuple
+        The text and the tags no vault held.
+    """
+    if not needs_reveal(text):
+        return text, []
+    found: dict[str, str] = {}
+    for match in TAG_RE.finditer(text):
+        tag = match.group("tag")
+        value = lookup(tag)
+        if value is None and fetch is not None:
+            value = await fetch(tag)
+        if value is not None:
+            found[tag] = value
+    return reveal(text, found.get)
+
+
+class _Client(t.Protocol):
+    async def cmd(self, *args: str, timeout: float = 10.0) -> list[str]: ...
+
+
+def tmux_fetcher(client: _Client) -> Callable[[str], Awaitable[str | None]]:
+    """A ``fetch`` for :func:`reveal_text` reading ``poli-vault-<tag>`` over control mode."""
+
+    async def fetch(tag: str) -> str | None:
+        from politerm.errors import TmuxError
+
+        try:
+            lines = await client.cmd("show-buffer", "-b", BUFFER_PREFIX + tag)
+        except TmuxError:
+            return None
+        value = "\n".join(lines)
+        with _lock:
+            _memory[tag] = value
+        return value
+
+    return fetch

@@ -1,0 +1,11 @@
+"""Agents talk to each other: pane-to-pane requests and responses, an inbox, an MCP server.
+
+The protocol text (:mod:`~politerm.messaging.protocol`), the private message directory
+(:mod:`~politerm.messaging.files`), sending and answering (:mod:`~politerm.messaging.service`),
+the postman that delivers on the agent driver (:mod:`~politerm.messaging.postman`), what an
+agent's process sees (:mod:`~politerm.messaging.launch`), panes by program
+(:mod:`~politerm.messaging.panes`) and ``poli mcp`` (:mod:`~politerm.messaging.mcp_server`).
+See docs/messaging.md.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,70 @@
+"""The wire pieces of tmux control mode: reply guards, notifications, per-pane feeds.
+
+Shared by :class:`politerm.tmux.control.ControlClient`; kept apart so the client holds only
+the connection's logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import typing as t
+
+if t.TYPE_CHECKING:
+    from collections.abc import Sequence
+
+_GUARD = re.compile(rb"^%(begin|end|error) (\d+) (\d+) (\d+)$")
+_PANE_MISSING = re.compile(r"can't find pane:? ?(%\d+)?|no such pane")
+_SESSION_MISSING = re.compile(r"can't find session|no such session|session not found")
+_SERVER_GONE = re.compile(
+    r"no server running|error connecting to|server exited|lost server", re.IGNORECASE
+)
+
+_DEAD_SUB = "poli-dead"
+
+OutputCallback = t.Callable[[str, bytes], None]
+NotificationCallback = t.Callable[["Notification"], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Notification:
+    """A ``%``-line tmux sent unasked, e.g. ``%window-close @3``."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+@dataclasses.dataclass
+class _Pending:
+    line: str
+    future: asyncio.Future[list[str]]
+    sent_at: float
+
+
+@dataclasses.dataclass
+class _PaneFeed:
+    """Per-pane output bookkeeping: a counter, a wake-up event and subscribers."""
+
+    seq: int = 0
+    last_output: float = 0.0
+    event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    callbacks: list[OutputCallback] = dataclasses.field(default_factory=list)
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until any of ``events`` is set."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+
+
+def _target_of(line: str) -> str:
+    parts: Sequence[str] = line.split()
+    for i, part in enumerate(parts[:-1]):
+        if part == "-t":
+            return parts[i + 1]
+    return "?"

@@ -1,0 +1,95 @@
+"""Agent text never reaches the user's terminal as control sequences; politerm's files are private.
+
+The planner of a real loop (fake agents, private tmux server) answers with a final report
+in a body file holding OSC 52 (clipboard write), OSC 0 (window title) and ``ESC[2J``.
+``poli task`` and ``poli status`` must show them escaped; every file politerm wrote must be
+0600 and every folder it made 0700, parents included.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+import typing as t
+
+from tests.loophelpers import EXECUTER_OK, IDS, PLAN, PLANNER_HEAD, rule, write_project
+
+if t.TYPE_CHECKING:
+    import libtmux
+
+HOSTILE = "Report: \x1b]52;c;aGk=\x07 then \x1b]0;pwned\x07 and \x1b[2J and \x9b31m done"
+FINAL_FILE = (
+    "Done.\n\n```\n"
+    '[[POLI:MSG {"to":"USER","type":"final","id":"{id}","nonce":"{nonce}",'
+    '"file":"msgs/{id}-final.md"}]]\n<REPORT>\nsee the file\n</REPORT>\n[[/POLI:MSG]]\n```\n'
+)
+PLANNER = (
+    PLANNER_HEAD
+    + "[[rules]]\n"
+    + f"match = '(?s)\\A\\s*EXECUTER replied:{IDS}'\n"
+    + 'write_file = { path = "msgs/{id}-final.md", content = "'
+    + HOSTILE.encode("unicode_escape").decode().replace("\\x", "\\u00")
+    + '" }\n'
+    + f"reply = '''{FINAL_FILE}'''\n\n"
+    + rule(r"\A(?=TASK_ID=)", PLAN)
+)
+
+
+def _poli(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "politerm", *args],
+        cwd=cwd,
+        capture_output=True,
+        timeout=90,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+
+
+def _raw_controls(data: bytes) -> list[bytes]:
+    text = data.decode("utf-8", "replace")
+    return [
+        ch.encode("unicode_escape")
+        for ch in set(text)
+        if (ord(ch) < 0x20 and ch not in "\n\t") or 0x7F <= ord(ch) <= 0x9F
+    ]
+
+
+def test_agent_text_is_escaped_and_files_are_private(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    root = tmp_path / "proj"
+    write_project(root, server.socket_name, planner=PLANNER, executer=EXECUTER_OK)
+    assert _poli(root, "up").returncode == 0
+    try:
+        task = _poli(root, "task", "make hello", "--id", "T-esc", "--timeout", "60")
+        assert task.returncode == 0, task.stderr
+        status = _poli(root, "status")
+        nocolor = _poli(root, "--no-color", "status")
+    finally:
+        _poli(root, "down")
+    for out in (task, status, nocolor):
+        assert _raw_controls(out.stdout + out.stderr) == [], out.stdout[-1500:]
+    assert b"\\x1b]52;c;aGk=\\x07" in task.stdout, task.stdout[-1500:]
+    assert b"\\x1b]0;pwned" in status.stdout + task.stdout
+    assert b"\\x1b[2J" in task.stdout
+
+    # Every file politerm wrote is 0600, every folder it made 0700 (parents included).
+    state = pathlib.Path(os.environ["XDG_STATE_HOME"])
+    home = pathlib.Path(os.environ["HOME"])
+    made = [home / ".local", state, *state.rglob("*")]
+    made += [p for p in root.iterdir() if p.name.startswith("runs.sqlite3")]
+    made += [p for p in root.rglob("*") if ".poli" in p.parts]
+    bad = []
+    for path in made:
+        if not path.exists() or path.is_socket():
+            continue
+        mode = stat.S_IMODE(path.stat().st_mode)
+        want = 0o700 if path.is_dir() else 0o600
+        if mode != want:
+            bad.append(f"{path}: {oct(mode)}")
+    assert bad == []

@@ -1,0 +1,105 @@
+"""The overview and the actions behind both views, on a real store and a real tmux server."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import typing as t
+
+import pytest
+
+from politerm.agents.approval import Decision, PendingApproval, get_pending, set_pending
+from politerm.config import load_config
+from politerm.errors import StaleAction, UiError
+from politerm.store import RunStore
+from politerm.store.models import TaskState
+from politerm.testing.retry import aretry_until
+from politerm.ui import actions
+from politerm.ui.live import LiveState
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    import libtmux
+
+
+def _project(root: pathlib.Path, socket: str) -> pathlib.Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "poli.toml").write_text(f'[tmux]\nsocket = "{socket}"\n\n[store]\npath = "r.sqlite3"\n')
+    return root
+
+
+def _session(socket: str, name: str, agent: str, project: str | None) -> None:
+    tmux = ["tmux", "-L", socket]
+    subprocess.run([*tmux, "new-session", "-d", "-s", name, "sleep 600"], check=True)
+    subprocess.run([*tmux, "set-option", "-p", "-t", name, "@poli_agent", agent], check=True)
+    if project is not None:
+        subprocess.run([*tmux, "set-option", "-t", name, "@poli_project", project], check=True)
+
+
+async def test_sessions_of_other_projects_are_not_shown_and_store_changes_arrive(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    root = _project(tmp_path / "proj", server.socket_name)
+    _session(server.socket_name, "ours", "A1", str(root.resolve()))
+    _session(server.socket_name, "theirs", "B1", "/somewhere/else")
+    _session(server.socket_name, "poli-proj-run1", "step-1", None)
+    config = load_config(root, env={})
+    with RunStore.open(config.store.resolved_path()) as store:
+        live = LiveState(config, store, project=root)
+        async with live:
+            names = {s["name"]: s for s in live.overview["sessions"]}
+            assert set(names) == {"ours", "poli-proj-run1"}
+            assert names["poli-proj-run1"]["kind"] == "pipeline"
+            assert {a["name"] for a in live.overview["agents"]} == {"A1", "step-1"}
+            # another process answers into the store: the overview follows, unasked
+            with RunStore.open(store.path) as other:
+                set_pending(other, PendingApproval("R1.step-2", "Bash", "ls", ("ok?",), 7.0))
+                other.add_event("stuck", agent="A1", detail="A1 is stuck: token=hunter2secret")
+
+            async def shown() -> bool:
+                return bool(live.overview["approvals"])
+
+            await aretry_until(shown, 30, what="the approval of a pipeline step in the overview")
+            [approval] = live.overview["approvals"]
+            assert approval["agent"] == "R1.step-2" and approval["what"] == "Bash(ls)"
+            [event] = [e for e in live.overview["events"] if e["kind"] == "stuck"]
+            assert "hunter2secret" not in event["detail"]
+            # a pane that goes away disappears on tmux's notification, not on a timer
+            kill = ["tmux", "-L", server.socket_name, "kill-session", "-t", "poli-proj-run1"]
+            await asyncio.to_thread(subprocess.run, kill, check=True)
+
+            async def gone() -> bool:
+                return {s["name"] for s in live.overview["sessions"]} == {"ours"}
+
+            await aretry_until(gone, 30, what="the killed session to leave the overview")
+
+
+def test_actions_refuse_stale_questions(tmp_path: pathlib.Path) -> None:
+    config = load_config(_project(tmp_path / "p", "poli-none"), env={})
+    with RunStore.open(config.store.resolved_path()) as store:
+        with pytest.raises(StaleAction, match="has no approval question open"):
+            actions.approve(store, actions.ApprovalRef("EXECUTER", 1.0, "ls"), by="test")
+        set_pending(store, PendingApproval("EXECUTER", "Bash", "rm x", ("?",), 2.0))
+        with pytest.raises(StaleAction, match="not the one shown"):
+            actions.approve(store, actions.ApprovalRef("EXECUTER", 1.0, "ls"), by="test")
+        ref = actions.ApprovalRef("EXECUTER", 2.0, "rm x")
+        assert actions.approve(store, ref, deny=True, by="test") == "denied: EXECUTER Bash(rm x)"
+        pending = get_pending(store, "EXECUTER")
+        assert pending is not None and pending.answer is Decision.DENY
+        with pytest.raises(StaleAction, match="already answered"):
+            actions.approve(store, ref, by="test")
+
+        store.create_task("T1", "x", max_rounds=2)
+        with pytest.raises(StaleAction, match="not waiting for an answer"):
+            actions.answer(store, config, "T1", "", "blue")
+        store.update_task("T1", state=TaskState.WAITING_USER, question="Which?")
+        with pytest.raises(StaleAction, match="not the question shown"):
+            actions.answer(store, config, "T1", "Where?", "blue")
+        with pytest.raises(UiError, match="empty"):
+            actions.answer(store, config, "T1", "Which?", "  ")
+        with pytest.raises(UiError, match="a gate answer is one of"):
+            actions.gate(tmp_path / "p", "r1", 1, "maybe", by="test")
+        with pytest.raises(StaleAction, match="not waiting at a gate"):
+            actions.gate(tmp_path / "p", "r1", 1, "y", by="test")

@@ -7,11 +7,12 @@ import pathlib
 import click
 
 from politerm.agents.approval import Decision, answer_pending, find_pending_key
+from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store, project_option
 
 
 @click.command("approve")
-@click.argument("agent")
+@click.argument("agent", shell_complete=_complete.agent_names)
 @click.option("--deny", is_flag=True, help="Deny instead of approving.")
 @config_option
 @project_option

@@ -76,6 +76,11 @@ def list_(epic: str | None, ready: bool, as_json: bool, config_path: pathlib.Pat
     if as_json:
         click.echo(json.dumps([_json(i) for i in items], indent=2))
         return
+    if not items:
+        which = f"{'ready ' if ready else ''}work items in epic {epic}" if epic else "work items"
+        hint = epic or "EPIC"
+        click.echo(f'no {which}; add one with `poli work add {hint} "TITLE"`')
+        return
     for i in items:
         after = f"  after {', '.join(i.depends_on)}" if i.depends_on else ""
         click.echo(f"{i.id:<20} P{i.priority} {i.state:<11} {i.title}{after}")

@@ -287,6 +287,7 @@ def answer(project: pathlib.Path, run_id: str | None, reply: str, *, by: str) ->
     _, store = open_project(project)
     try:
         rid = run_id or _waiting_run(store, project)
+        RunState.load(store, rid)  # "no such run" before "not waiting"
         return answer_question(store, rid, reply, by=by)
     finally:
         store.close()

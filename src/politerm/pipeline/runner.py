@@ -31,6 +31,7 @@ import psutil
 from politerm._internal.aio import wait_event
 from politerm._internal.private import private_dir
 from politerm._internal.proctree import kill_processes, process_tree
+from politerm._internal.vault import redact_and_keep
 from politerm.agents.state import AgentState
 from politerm.driver.delivery import Outcome, deliver
 from politerm.engine.session import Session, make_server
@@ -418,6 +419,7 @@ class PipelineRunner:
             parallel=parallel,
             layout=self.layout,
             search=self.agents,
+            task=self.record.task,
         )
 
     async def _attempt(self, step: Step, *, parallel: bool) -> str | None:
@@ -438,7 +440,8 @@ class PipelineRunner:
         spec = self._launch(step, attempt)
         nonce = None if spec.headless else new_nonce()
         text = self._prompt(step, attempt, nonce, parallel=parallel)
-        write_atomic(prompt_file(self.state.steps_dir, step.num, attempt), text)
+        # The record on disk holds no secret; the step's agent still gets them (vault).
+        write_atomic(prompt_file(self.state.steps_dir, step.num, attempt), redact_and_keep(text))
         exit_file(self.state.steps_dir, step.num).unlink(missing_ok=True)
         self.state.set_step(
             step.num,

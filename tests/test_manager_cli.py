@@ -3,6 +3,7 @@ one-shot commands and their exit codes, and ``kill -9`` of the manager mid-task,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -263,3 +264,34 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
     assert missing.stderr.strip() == "poli: no manager project 'nope'; known: web"
     assert nokey.returncode == 1 and "no API key for the gemini brain" in nokey.stderr
     assert "Traceback" not in missing.stderr + nokey.stderr
+
+
+async def test_console_opens_without_a_key_and_the_goal_says_what_is_missing(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with MockLLM([], sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+    env = {**env, "GEMINI_API_KEY": "", "GOOGLE_API_KEY": ""}
+    script = f"project add web {tmp_path / 'proj'}\nproject list\nquit\n"
+    done = await asyncio.to_thread(
+        subprocess.run, [*POLI, "manager"], cwd=work, env=env, input=script,
+        capture_output=True, text=True, timeout=BOUND, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "project web added" in done.stdout and "web " in done.stdout
+    # the goal is where the key is needed: the brain's error state says what is missing
+    from politerm.config import load_config
+    from politerm.manager.app import build_manager
+
+    monkeypatch.chdir(work)
+    manager = build_manager(
+        load_config(work, env=env), on_event=lambda p, line: None, env=env, lazy=True
+    )
+    try:
+        manager.start("web", "Go")
+        project = await manager.run("web")
+    finally:
+        await manager.aclose()
+        manager.store.store.close()
+    assert project.state.value == "error_brain"
+    assert project.error is not None and "no API key for the gemini brain" in project.error

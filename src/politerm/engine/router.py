@@ -20,6 +20,7 @@ import pathlib
 import time
 import typing as t
 
+from politerm._internal.aio import wait_any
 from politerm.agents.approval import (
     ApprovalPolicy,
     Decision,
@@ -229,7 +230,7 @@ class Router:
                 if until is not None and until():
                     break
                 bound = SCAN_EVERY if self._in_flight else IDLE_TICK
-                await _first(self._stop, committed, timeout=bound)
+                await wait_any(self._stop, committed, timeout=bound)
                 self._next_scan = 0.0 if committed.is_set() else self._next_scan
         finally:
             await watch.close()
@@ -1053,16 +1054,6 @@ class Router:
 
     def _event(self, kind: str, msg: Message, *, detail: str) -> None:
         self.store.add_event(kind, task_id=msg.task_id, agent=msg.recipient, detail=detail)
-
-
-async def _first(*events: asyncio.Event, timeout: float) -> None:
-    """Wait until any of ``events`` is set, at most ``timeout`` seconds."""
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waiters:
-            w.cancel()
 
 
 def _tail(lines: t.Sequence[str], n: int) -> list[str]:

@@ -3,16 +3,21 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-need_tmux() {
-    if command -v tmux >/dev/null 2>&1; then
+# need_apt COMMAND PACKAGE HINT: install PACKAGE with apt-get unless COMMAND is on PATH.
+need_apt() {
+    if command -v "$1" >/dev/null 2>&1; then
         return 0
     fi
-    echo "tmux not found: installing it with apt-get" >&2
+    echo "$1 not found: installing $2 with apt-get" >&2
     local sudo=""
     if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
     $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
-    command -v tmux >/dev/null 2>&1 || { echo "tmux is still missing; install tmux >= 3.2" >&2; exit 1; }
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+    command -v "$1" >/dev/null 2>&1 || { echo "$1 is still missing; $3" >&2; exit 1; }
+}
+
+need_tmux() {
+    need_apt tmux tmux "install tmux >= 3.2"
 }
 
 need_venv() {
@@ -28,15 +33,7 @@ need_venv() {
 # The web monitor's browser tests drive Debian's chromium through playwright, and its pages
 # load xterm.js from the npm registry into .cache/web (never committed).
 need_chromium() {
-    if command -v chromium >/dev/null 2>&1; then
-        return 0
-    fi
-    echo "chromium not found: installing it with apt-get" >&2
-    local sudo=""
-    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-    $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-    command -v chromium >/dev/null 2>&1 || { echo "chromium is still missing" >&2; exit 1; }
+    need_apt chromium chromium "install Debian's chromium"
 }
 
 need_xterm() {

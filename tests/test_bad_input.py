@@ -60,7 +60,7 @@ CASES = [
     ),
     Case("columns-absurd", ("status",), {}, "COLUMNS=99999999", {"COLUMNS": "99999999"}),
     Case("columns-not-a-number", ("status",), {}, "COLUMNS", {"COLUMNS": "wide"}),
-    Case("store-cannot-be-created", ("status", "--store", "/proc/nope/x.sqlite3"), {}, "/proc"),
+    Case("store-missing", ("status", "--store", "/proc/nope/x.sqlite3"), {}, "no run store there"),
     Case("store-is-not-sqlite", ("status", "--store", "s.sqlite3"), {"s.sqlite3": BINARY}, "s."),
     Case("task-not-utf8", ("task", "ab\udcffcd"), {}, "argument 2 is not valid UTF-8"),
     Case("answer-not-utf8", ("answer", "T1", "\udcfe"), {}, "not valid UTF-8"),
@@ -104,6 +104,16 @@ CASES = [
         "b.txt: not valid UTF-8",
     ),
     Case("work-title-not-utf8", ("work", "add", "E1", "t\udcff"), {}, "not valid UTF-8"),
+    Case("status-no-such-project", ("status", "--project", "/nonexistent"), {}, "/nonexistent"),
+    Case("status-no-such-store-dir", ("status", "--store", "/nonexistent/x"), {}, "/nonexistent"),
+    Case("go-no-such-epic", ("go", "nosuchepic", "--yes"), {}, "no epic 'nosuchepic'"),
+    Case("gate-no-such-run", ("gate", "y", "--run-id", "nope"), {}, "no pipeline run 'nope'"),
+    Case(
+        "work-after-itself",
+        ("work", "add", "E1", "t", "--id", "E1-1", "--after", "E1-1"),
+        {},
+        "cannot depend on itself",
+    ),
     Case("export-into-directory", ("export", "--jsonl", "--output", "d"), {"d": DIR}, "d"),
 ]
 
@@ -151,15 +161,20 @@ def test_bad_input_is_one_line_never_a_traceback(tmp_path: pathlib.Path, case: C
     assert case.expect in message, f"{case.expect!r} not in {message!r}"
 
 
-def test_no_debug_flag_hides_nothing_it_should_not(tmp_path: pathlib.Path) -> None:
-    """With POLI_DEBUG=1 an unexpected error shows its traceback (for bug reports)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "politerm", "status", "--store", "/proc/nope/x.sqlite3"],
+def test_poli_debug_shows_the_traceback_of_an_os_error(tmp_path: pathlib.Path) -> None:
+    """With POLI_DEBUG=1 an error from outside politerm shows its traceback (for bug reports)."""
+    (tmp_path / "poli.toml").write_text('[store]\npath = "/proc/nope/x.sqlite3"\n')
+    argv = [sys.executable, "-m", "politerm", "work", "list"]
+    plain = subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=60, check=False)
+    assert plain.returncode == 1 and b"Traceback" not in plain.stderr
+    assert plain.stderr.decode().startswith("poli: cannot use /proc/nope"), plain.stderr
+    debug = subprocess.run(
+        argv,
         cwd=tmp_path,
         env={**os.environ, "POLI_DEBUG": "1"},
         capture_output=True,
         timeout=60,
         check=False,
     )
-    assert proc.returncode != 0
-    assert b"Traceback" in proc.stderr
+    assert debug.returncode != 0
+    assert b"Traceback" in debug.stderr

@@ -119,7 +119,7 @@ def test_chatty_but_too_long_fires_the_total_timeout(tmp_path: pathlib.Path) -> 
             tmp_path,
             "while true; do echo tick; sleep 0.1; done",
             total_timeout=1.5,
-            activity_timeout=1.0,
+            activity_timeout=30.0,
         )
     )
     assert st.timeout_fired is TimeoutKind.TOTAL
@@ -131,6 +131,8 @@ def test_children_and_grandchildren_die_on_timeout(tmp_path: pathlib.Path) -> No
         "sleep 60 & echo $! >> pids; "
         "(sleep 61 & echo $! >> pids; wait) & "
         "sh -c 'trap \"\" TERM; sleep 62 & echo $! >> pids; wait' & "
+        # Print only once all three children wrote their pids, so the timeout finds them.
+        "while [ $(cat pids | wc -l) -lt 3 ]; do sleep 0.05; done; "
         "echo $$ >> pids; echo up; wait"
     )
     st = run_command(spec(tmp_path, script, activity_timeout=1.0))

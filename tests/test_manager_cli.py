@@ -3,6 +3,7 @@ one-shot commands and their exit codes, and ``kill -9`` of the manager mid-task,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -244,6 +245,7 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
         answered = poli(work, env, "manager", "input", "--project", "web", "9090", "--json")
         broken = poli(work, env, "manager", "goal", "--project", "web", "Break", "--json")
         status = json.loads(poli(work, env, "manager", "status", "--json").stdout)
+        general = poli(work, env, "status", "--json")
         missing = poli(work, env, "manager", "goal", "--project", "nope", "x")
         env_nokey = {**env, "GEMINI_API_KEY": ""}
         nokey = poli(work, env_nokey, "manager", "goal", "--project", "web", "x")
@@ -255,7 +257,41 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
     assert json.loads(broken.stdout)["state"] == "error_system"
     assert status["selected"] == "web"
     assert status["projects"][0]["error"] == "the repository is read-only"
+    # every transition is an event of the run store, so plain `poli status` shows them
+    moves = [e["detail"] for e in json.loads(general.stdout)["events"]]
+    assert "web: calling_brain → error_system: the repository is read-only" in moves
     assert missing.returncode == 1
     assert missing.stderr.strip() == "poli: no manager project 'nope'; known: web"
     assert nokey.returncode == 1 and "no API key for the gemini brain" in nokey.stderr
     assert "Traceback" not in missing.stderr + nokey.stderr
+
+
+async def test_console_opens_without_a_key_and_the_goal_says_what_is_missing(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with MockLLM([], sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+    env = {**env, "GEMINI_API_KEY": "", "GOOGLE_API_KEY": ""}
+    script = f"project add web {tmp_path / 'proj'}\nproject list\nquit\n"
+    done = await asyncio.to_thread(
+        subprocess.run, [*POLI, "manager"], cwd=work, env=env, input=script,
+        capture_output=True, text=True, timeout=BOUND, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "project web added" in done.stdout and "web " in done.stdout
+    # the goal is where the key is needed: the brain's error state says what is missing
+    from politerm.config import load_config
+    from politerm.manager.app import build_manager
+
+    monkeypatch.chdir(work)
+    manager = build_manager(
+        load_config(work, env=env), on_event=lambda p, line: None, env=env, lazy=True
+    )
+    try:
+        manager.start("web", "Go")
+        project = await manager.run("web")
+    finally:
+        await manager.aclose()
+        manager.store.store.close()
+    assert project.state.value == "error_brain"
+    assert project.error is not None and "no API key for the gemini brain" in project.error

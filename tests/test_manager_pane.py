@@ -321,3 +321,45 @@ async def test_a_step_without_report_in_time_is_a_system_error_turn(
     assert "no report from the dev agent for step 1" in turns[1].text
     assert "within 3s" in turns[1].text
     assert len(timeouts) == 1
+
+
+APPROVING_DEV = """
+mode = "claude"
+think_time = 0.1
+strip_fences = false
+
+[[rules]]
+match = '(?s)^(?P<first>[^\\n]+)\\n.*STEP_ID=(?P<sid>\\S+)'
+approval = "Bash(echo hi > hello.txt)"
+write_file = { path = "hello.txt", content = "hi\\n" }
+reply = '''
+```poli:{sid}
+status: success
+commit_msg: Did: {first}
+```
+'''
+"""
+
+
+async def test_the_dev_agents_approvals_follow_the_policy(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    rules = [
+        Rule(r"Did: Create hello.py", "TASK_COMPLETE hello.txt written"),
+        *BRAIN_RULES,
+    ]
+    with MockLLM(rules, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.dev(APPROVING_DEV)
+        routing = rig.config.routing.model_copy(update={"approval": "approve"})
+        rig.config = rig.config.model_copy(update={"routing": routing})
+        try:
+            rig.manager.start("proj", "Write hello.txt")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+            approvals = [e for e in rig.run_store.list_events() if e.kind == "approval"]
+        finally:
+            await rig.close()
+    assert project.state is S.TASK_COMPLETE, project.error
+    assert (rig.root / "hello.txt").read_text() == "hi\n"
+    assert len(approvals) == 1 and approvals[0].agent == "DEV-proj"

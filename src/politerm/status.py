@@ -117,6 +117,12 @@ def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableT
 
     # Everything below may hold agent text: shown escaped, never interpreted.
     data = _escaped(data)
+    if not (data["agents"] or data["tasks"] or data["messages"] or data["events"]):
+        return Text(
+            "Nothing here yet: no agents are up and no task was given in this project.\n"
+            'Start the agents with `poli up`, then give them work with `poli task "..."` '
+            "(or try it all on the bundled fake agents with `poli demo`)."
+        )
     agents = Table(title="agents", expand=True)
     for col in ("agent", "state", "pane", "profile", "working on"):
         agents.add_column(col)

@@ -50,6 +50,11 @@ deny_reply = "not allowed to write {file}"
 """
 
 
+def marked(prompts: list[bytes], mail_id: str) -> list[bytes]:
+    """The prompts that carry message ``mail_id`` (its ``Message <id>`` line)."""
+    return [p for p in prompts if f"Message {mail_id} ".encode() in p]
+
+
 @dataclasses.dataclass
 class Mailroom:
     root: pathlib.Path

@@ -18,25 +18,7 @@ from politerm.messaging.protocol import response_line
 from politerm.store.mail import Capability, MailKind, MailState
 from politerm.testing.retry import aretry_until
 from tests.messaging.helpers import poli
-from tests.messaging.mailroom import WAIT, Mailroom, open_mailroom
-
-if t.TYPE_CHECKING:
-    import libtmux
-
-
-@pytest.fixture
-async def room(server: libtmux.Server, tmp_path: pathlib.Path) -> t.AsyncIterator[Mailroom]:
-    assert server.socket_name is not None
-    r = await open_mailroom(tmp_path, server.socket_name)
-    try:
-        yield r
-    finally:
-        await r.close()
-        await r.server.close()
-
-
-def marked(prompts: list[bytes], mail_id: str) -> list[bytes]:
-    return [p for p in prompts if f"Message {mail_id} ".encode() in p]
+from tests.messaging.mailroom import WAIT, Mailroom, marked
 
 
 def paste_by_hand(socket: str, pane: str, line: str) -> None:

@@ -12,6 +12,8 @@ from politerm.agents.approval import Decision, PendingApproval, get_pending, set
 from politerm.config import load_config
 from politerm.errors import StaleAction, UiError
 from politerm.store import RunStore
+from politerm.store.mail import Capability, Mailbox, MailKind
+from politerm.store.manager import ManagerStore
 from politerm.store.models import TaskState
 from politerm.testing.retry import aretry_until
 from politerm.ui import actions
@@ -55,6 +57,13 @@ async def test_sessions_of_other_projects_are_not_shown_and_store_changes_arrive
             assert {a["name"] for a in live.overview["agents"]} == {"A1", "step-1"}
             # another process answers into the store: the overview follows, unasked
             with RunStore.open(store.path) as other:
+                ManagerStore(other).add_project("webapp", root, goal="ship it", agent="dev")
+                Mailbox(other).add(
+                    id="m-1", kind=MailKind.REQUEST, session="ours", sender="A1",
+                    sender_pane="%0", recipient="W1", recipient_pane="%9",
+                    capability=Capability.READONLY, body_path="m-1.txt", size=3,
+                    sha256="0" * 64, ttl=600, max_attempts=3,
+                )  # fmt: skip
                 set_pending(other, PendingApproval("R1.step-2", "Bash", "ls", ("ok?",), 7.0))
                 other.add_event("stuck", agent="A1", detail="A1 is stuck: token=hunter2secret")
 
@@ -64,6 +73,14 @@ async def test_sessions_of_other_projects_are_not_shown_and_store_changes_arrive
             await aretry_until(shown, 30, what="the approval of a pipeline step in the overview")
             [approval] = live.overview["approvals"]
             assert approval["agent"] == "R1.step-2" and approval["what"] == "Bash(ls)"
+            [manager] = live.overview["managers"]
+            assert (manager["name"], manager["goal"], manager["agent"]) == (
+                "webapp",
+                "ship it",
+                "dev",
+            )
+            [mail] = live.overview["mail"]
+            assert (mail["id"], mail["from"], mail["to"]) == ("m-1", "A1", "W1")
             [event] = [e for e in live.overview["events"] if e["kind"] == "stuck"]
             assert "hunter2secret" not in event["detail"]
             # a pane that goes away disappears on tmux's notification, not on a timer

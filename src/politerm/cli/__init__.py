@@ -27,6 +27,7 @@ _COMMANDS: dict[str, str] = {
     "status": "status",
     "task": "task",
     "up": "up",
+    "completion": "completion",
     "config": "config",
     "doctor": "doctor",
     # pipelines

@@ -106,7 +106,8 @@ def format_event(event: Event) -> str:
 
 def print_event(event: Event) -> None:
     """Print one event as a styled line."""
-    from rich.console import Console
     from rich.text import Text
 
-    Console(highlight=False).print(Text(format_event(event), style=_STYLE.get(event.kind, "")))
+    from politerm.cli._output import show
+
+    show(Text(format_event(event), style=_STYLE.get(event.kind, "")))

@@ -8,14 +8,17 @@ import pathlib
 
 import click
 
+from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store
 from politerm.engine.loop import abort
 from politerm.project import PROJECT_ENV
 
 
 @click.command("abort")
-@click.argument("task_id", required=False)
-@click.option("--run-id", help="Abort this pipeline run instead of a task.")
+@click.argument("task_id", required=False, shell_complete=_complete.task_ids)
+@click.option(
+    "--run-id", shell_complete=_complete.run_ids, help="Abort this pipeline run instead of a task."
+)
 @click.option("--project", type=click.Path(file_okay=False, path_type=pathlib.Path),
               help="The project of the task or run (default: the current one).")  # fmt: skip
 @config_option

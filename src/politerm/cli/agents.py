@@ -12,6 +12,7 @@ import click
 
 from politerm.agents.check import DEFAULT_PROMPT, check_agent, probe_all
 from politerm.agents.profile import list_profiles, load_profile
+from politerm.cli._output import show
 
 
 @click.group("agents", invoke_without_command=True)
@@ -29,19 +30,17 @@ def command(ctx: click.Context, as_json: bool, timeout: float) -> None:
     if as_json:
         click.echo(json.dumps([info.__dict__ for info in infos], indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="agent profiles", expand=True)
     for col in ("profile", "program", "found at", "version", "description"):
         table.add_column(col, overflow="fold")
     for info in infos:
-        found = info.path or ("-" if info.program is None else f"[red]{info.error}[/red]")
-        version = info.version or (
-            f"[yellow]{info.error}[/yellow]" if info.path and info.error else "-"
-        )
+        found = info.path or ("-" if info.program is None else Text(info.error or "", "red"))
+        version = info.version or (Text(info.error, "yellow") if info.path and info.error else "-")
         table.add_row(info.name, info.program or "-", found, version, info.description)
-    Console(highlight=False).print(table)
+    show(table)
 
 
 @command.command("check")

@@ -6,12 +6,13 @@ import pathlib
 
 import click
 
+from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store, project_option
 from politerm.engine.loop import answer
 
 
 @click.command("answer")
-@click.argument("task_id")
+@click.argument("task_id", shell_complete=_complete.task_ids)
 @click.argument("text")
 @config_option
 @project_option

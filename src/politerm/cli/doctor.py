@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from politerm.cli._output import show
 from politerm.doctor import DoctorContext, doctor_timeout, exit_code, render_table, run_checks
 
 
@@ -35,9 +36,7 @@ def command(as_json: bool, config_path: Path | None, project: Path | None) -> No
     if as_json:
         click.echo(json.dumps([row.as_dict() for row in rows], indent=2))
     else:
-        from rich.console import Console
-
-        Console(highlight=False).print(render_table(rows))
+        show(render_table(rows))
     # SystemExit, not ctx.exit(): in non-standalone mode click returns an Exit's code
     # instead of raising it, and ``politerm.cli.main`` does not look at return values.
     if (code := exit_code(rows)) != 0:

@@ -8,13 +8,18 @@ import pathlib
 
 import click
 
+from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store, project_option
 from politerm.engine.session import Session
 from politerm.project import PROJECT_ENV
 
 
 @click.command("down")
-@click.option("--run-id", help="Close the session a finished pipeline run kept (run --keep).")
+@click.option(
+    "--run-id",
+    shell_complete=_complete.run_ids,
+    help="Close the session a finished pipeline run kept (run --keep).",
+)
 @config_option
 @project_option
 def command(run_id: str | None, config_path: pathlib.Path | None) -> None:

@@ -13,7 +13,7 @@ from politerm.epic.records import export_lines
 
 
 @click.command("export")
-@click.option("--jsonl", "jsonl", is_flag=True, required=True, help="JSON lines (the format).")
+@click.option("--jsonl", "jsonl", is_flag=True, help="JSON lines (the only format; the default).")
 @click.option("--run", "run_id", metavar="ID", help="Only this run's records.")
 @click.option("--epic", help="Only this epic's records.")
 @click.option(

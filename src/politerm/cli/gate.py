@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import click
 
+from politerm.cli import _complete
+
 
 @click.command("gate")
 @click.argument("answer", type=click.Choice(["y", "n", "r", "s"], case_sensitive=False))
 @click.option("--project", type=click.Path(file_okay=False), default=".", show_default=True)
-@click.option("--run-id", help="The run (default: the latest one waiting for an answer).")
+@click.option(
+    "--run-id",
+    shell_complete=_complete.run_ids,
+    help="The run (default: the latest one waiting for an answer).",
+)
 def command(answer: str, project: str, run_id: str | None) -> None:
     """Answer a gate or a failed step: y continue, n abort, r re-run, s skip."""
     from politerm.pipeline import ops

@@ -102,7 +102,7 @@ def command(ctx: click.Context, config_path: pathlib.Path | None) -> None:
     from politerm.redact import install_log_redaction
 
     config = load(config_path)
-    manager = build_manager(config, on_event=_printer(False))
+    manager = build_manager(config, on_event=_printer(False), lazy=True)
     install_log_redaction(manager.store.redactor)  # SDK debug logs could quote the key
     store_path = config.store.resolved_path()
     repl = Repl(

@@ -8,6 +8,9 @@ import sys
 
 import click
 
+from politerm.cli import _complete
+from politerm.cli._output import show as show_output
+
 _project = click.option(
     "--project", type=click.Path(file_okay=False), default=".", show_default=True,
     help="Where agent definitions are looked up first.",
@@ -50,7 +53,7 @@ def validate(files: tuple[str, ...], project: str, agents: tuple[pathlib.Path, .
 
 
 @command.command("show")
-@click.argument("pipeline")
+@click.argument("pipeline", shell_complete=_complete.pipelines)
 @_project
 @_agents
 @click.option("--json", "as_json", is_flag=True, help="Print the parsed plan as JSON.")
@@ -65,7 +68,6 @@ def show(pipeline: str, project: str, agents: tuple[pathlib.Path, ...], as_json:
     if as_json:
         click.echo(json.dumps(pipe.as_dict(), indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -77,7 +79,7 @@ def show(pipeline: str, project: str, agents: tuple[pathlib.Path, ...], as_json:
             str(s.num), s.agent, s.cli or "-", s.gate.value, s.group or "-",
             f"{s.timeout_min:g}" if s.timeout_min is not None else "-", Text(s.prompt),
         )  # fmt: skip
-    Console(highlight=False).print(table)
+    show_output(table)
 
 
 @command.command("control", hidden=True)

@@ -7,12 +7,17 @@ import sys
 
 import click
 
+from politerm.cli import _complete
 from politerm.pipeline.model import RunStatus
 
 
 @click.command("resume")
 @click.option("--project", type=click.Path(file_okay=False), default=".", show_default=True)
-@click.option("--run-id", help="The run to continue (default: the latest of the project).")
+@click.option(
+    "--run-id",
+    shell_complete=_complete.run_ids,
+    help="The run to continue (default: the latest of the project).",
+)
 @click.option(
     "--keep", is_flag=True, help="Keep the session when the run ends (poli down --run-id)."
 )

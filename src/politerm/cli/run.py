@@ -9,6 +9,7 @@ import typing as t
 
 import click
 
+from politerm.cli import _complete
 from politerm.errors import PipelineError
 from politerm.pipeline.model import RunStatus
 
@@ -52,7 +53,7 @@ def failure_policy(
 
 
 @click.command("run")
-@click.argument("pipeline")
+@click.argument("pipeline", shell_complete=_complete.pipelines)
 @click.option("--project", type=click.Path(file_okay=False), default=".", show_default=True,
               help="The project directory the agents work in.")  # fmt: skip
 @click.option("--task", help="What the pipeline should achieve (required unless --continue).")

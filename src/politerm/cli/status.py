@@ -12,8 +12,11 @@ import typing as t
 import click
 
 from politerm._internal.sanitize import escape_controls, trusted_stdout
+from politerm.cli import _complete
 from politerm.cli._common import config_option, format_event, load, open_store
+from politerm.cli._output import show
 from politerm.engine.session import make_server
+from politerm.errors import ConfigError
 from politerm.livestatus import LiveAgents, all_sessions
 from politerm.livestatus import watch as watch_status
 from politerm.project import PROJECT_ENV
@@ -43,9 +46,13 @@ def _pipeline_text(runs: list[dict[str, object]]) -> str:
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.option("--watch", is_flag=True, help="Refresh the table live until Ctrl-C.")
-@click.option("--project", type=click.Path(file_okay=False, path_type=pathlib.Path),
+@click.option("--project", type=click.Path(exists=True, file_okay=False, path_type=pathlib.Path),
               help="Show this project (default: the current one).")  # fmt: skip
-@click.option("--run-id", help="Show this pipeline run only.")
+@click.option(
+    "--run-id",
+    shell_complete=_complete.run_ids,
+    help="Show this pipeline run only.",
+)
 @click.option("--all", "all_projects", is_flag=True,
               help="List every project's sessions with their directories and agents.")  # fmt: skip
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=pathlib.Path),
@@ -87,6 +94,10 @@ def command(
             update={"tmux": config.tmux.model_copy(update={"socket": socket})}
         )
     server = make_server(config)
+    if store_path is not None and not store_path.exists():
+        # Looking must not create: a mistyped path is an error, not a new empty store.
+        msg = f"--store {store_path}: no run store there"
+        raise ConfigError(msg)
     with RunStore.open(store_path) if store_path else open_store(config) as store:
         if as_json:
             data = collect(store, live=asyncio.run(_live_once(store, server)))
@@ -104,10 +115,10 @@ def command(
                 parts.append(Text(escape_controls(_pipeline_text(_pipelines(here, None)))))
             return Group(*parts)
 
-        console = Console(highlight=False)
         if not watch:
-            console.print(view(collect(store, live=asyncio.run(_live_once(store, server)))))
+            show(view(collect(store, live=asyncio.run(_live_once(store, server)))))
             return
+        console = Console(highlight=False)
         from rich.live import Live
 
         # auto_refresh off: the screen is redrawn on changes only, never on a timer.
@@ -134,7 +145,6 @@ def _show_all(server: TmuxServer, *, as_json: bool) -> None:
     if not sessions:
         click.echo(f"no politerm sessions on socket {server.socket_name!r}")
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"sessions on socket {server.socket_name}", expand=True)
@@ -149,7 +159,7 @@ def _show_all(server: TmuxServer, *, as_json: bool) -> None:
             "yes" if ses["attached"] else "no",
             agents,
         )
-    Console(highlight=False).print(table)
+    show(table)
 
 
 async def _live_once(store: RunStore, server: TmuxServer) -> dict[str, str]:

@@ -8,6 +8,7 @@ import typing as t
 
 import click
 
+from politerm._internal.ids import check_id
 from politerm.cli._common import config_option, load
 from politerm.cli._epic import epic_store
 from politerm.cli._errors import read_utf8
@@ -46,6 +47,8 @@ def add(
     """Add a work item titled TITLE to EPIC."""
     if body_file is not None:
         body = read_utf8(body_file)
+    if item_id is not None:
+        check_id(item_id, kind="work item id")
     with epic_store(load(config_path)) as es:
         if epic_title:
             es.ensure_epic(epic, title=epic_title)
@@ -72,6 +75,11 @@ def list_(epic: str | None, ready: bool, as_json: bool, config_path: pathlib.Pat
             items = es.list_items(epic)
     if as_json:
         click.echo(json.dumps([_json(i) for i in items], indent=2))
+        return
+    if not items:
+        which = f"{'ready ' if ready else ''}work items in epic {epic}" if epic else "work items"
+        hint = epic or "EPIC"
+        click.echo(f'no {which}; add one with `poli work add {hint} "TITLE"`')
         return
     for i in items:
         after = f"  after {', '.join(i.depends_on)}" if i.depends_on else ""

@@ -14,7 +14,7 @@ import os
 import re
 import typing as t
 
-from politerm.errors import ManagerError
+from politerm.errors import BrainError, ManagerError
 from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.brain import API_BRAINS, resolve_key
 from politerm.manager.channels import FileChannel
@@ -41,8 +41,13 @@ def open_store(config: Config, redactor: Redactor | None = None) -> ManagerStore
     return ManagerStore(store, redactor or Redactor(config.redact.patterns))
 
 
-def make_brain(config: Config, env: Mapping[str, str] | None = None) -> tuple[Brain, Redactor]:
+def make_brain(
+    config: Config, env: Mapping[str, str] | None = None, *, lazy: bool = False
+) -> tuple[Brain, Redactor]:
     """The configured brain, and a redactor that also hides its key.
+
+    With ``lazy`` a missing key or SDK is not raised here but by the brain's first call
+    (the console opens without a key; a goal then fails in the brain's error state).
 
     Raises
     ------
@@ -53,12 +58,21 @@ def make_brain(config: Config, env: Mapping[str, str] | None = None) -> tuple[Br
     """
     settings = config.manager.brain
     if settings.provider in API_BRAINS:
-        key = resolve_key(settings, env)
-        # The key itself, whatever its shape, is redacted on every path this manager writes.
-        redactor = Redactor([*config.redact.patterns, re.escape(key)])
-        return API_BRAINS[settings.provider](settings, key, redactor), redactor
+        try:
+            return _api_brain(config, resolve_key(settings, env))
+        except BrainError as exc:
+            if not lazy:
+                raise
+            return _Unusable(settings.provider, exc), Redactor(config.redact.patterns)
     redactor = Redactor(config.redact.patterns)
     return AgentBrain(config), redactor
+
+
+def _api_brain(config: Config, key: str) -> tuple[Brain, Redactor]:
+    settings = config.manager.brain
+    # The key itself, whatever its shape, is redacted on every path this manager writes.
+    redactor = Redactor([*config.redact.patterns, re.escape(key)])
+    return API_BRAINS[settings.provider](settings, key, redactor), redactor
 
 
 def channel_factory(
@@ -85,15 +99,30 @@ def build_manager(
     *,
     on_event: EventSink,
     env: Mapping[str, str] | None = None,
+    lazy: bool = False,
 ) -> Manager:
     """A :class:`Manager` over the configured store, brain and channels."""
-    brain, redactor = make_brain(config, env)
+    brain, redactor = make_brain(config, env, lazy=lazy)
     store = open_store(config, redactor)
     if isinstance(brain, AgentBrain):
         brain.store = store.store
     return Manager(
         store, config.manager, brain, channel_factory(config, store.store), on_event=on_event
     )
+
+
+class _Unusable:
+    """A brain that could not be built; every call says why."""
+
+    def __init__(self, provider: str, error: BrainError) -> None:
+        self.label = f"{provider}:unavailable"
+        self.error = error
+
+    async def ask(self, prompt: str, *, system: str) -> str:
+        raise self.error
+
+    async def aclose(self) -> None:
+        return None
 
 
 class ProjectLock:

@@ -116,7 +116,10 @@ class Manager:
             raise ManagerError(msg)
         project = self.store.project(name)
         if project.state.in_task:
-            msg = f"project {name!r} already has a task under way ({project.state.value})"
+            msg = (
+                f"project {name!r} already has a task under way ({project.state.value}): "
+                f"resume it (poli manager resume --project {name}) or stop it first"
+            )
             raise ManagerError(msg)
         if project.state not in (S.PROJECT_SELECTED, S.TASK_COMPLETE) and not (
             project.state.is_error and project.state is not S.ERROR_PROJECT

@@ -380,10 +380,10 @@ def parse_pipeline(
 
 
 def known_clis() -> set[str]:
-    """CLI names a pipeline may use: every agent profile, plus ``fake``."""
+    """CLI names a pipeline may use: every agent profile (``fake`` included)."""
     from politerm.agents.profile import list_profiles
 
-    return {*list_profiles(), "fake"}
+    return set(list_profiles())
 
 
 def load_pipeline(

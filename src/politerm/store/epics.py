@@ -280,6 +280,9 @@ class EpicStore:
                 msg = f"work item {item_id!r} already exists"
                 raise WorkItemError(msg)
             for dep in depends_on:
+                if dep == item_id:
+                    msg = f"work item {item_id!r} cannot depend on itself (--after {dep})"
+                    raise WorkItemError(msg)
                 if not c.execute("SELECT 1 FROM work_items WHERE id = ?", (dep,)).fetchone():
                     msg = f"work item {item_id!r} depends on {dep!r}, which does not exist"
                     raise WorkItemError(msg)

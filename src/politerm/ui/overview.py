@@ -163,6 +163,33 @@ def _epics(store: RunStore) -> tuple[list[dict[str, t.Any]], list[dict[str, t.An
     return runs, items
 
 
+def _mail(store: RunStore) -> list[dict[str, t.Any]]:
+    from politerm.store.mail import Mailbox, MailState
+
+    open_states = [s for s in MailState if not s.is_final]
+    return [
+        {
+            "id": m.id, "kind": m.kind.value, "from": m.sender, "to": m.recipient,
+            "state": m.state.value, "attempts": m.attempts, "reason": m.reason,
+            "created": m.created,
+        }
+        for m in Mailbox(store).select(states=open_states, limit=200)
+    ]  # fmt: skip
+
+
+def _managers(store: RunStore) -> list[dict[str, t.Any]]:
+    from politerm.store.manager import ManagerStore
+
+    return [
+        {
+            "name": p.name, "state": p.state.value, "agent": p.agent, "goal": p.goal,
+            "task": p.task_goal, "task_status": p.task_status, "step": p.step,
+            "question": p.question, "error": p.error,
+        }
+        for p in ManagerStore(store).list_projects()
+    ]  # fmt: skip
+
+
 def _pipelines(project: pathlib.Path | None) -> list[dict[str, t.Any]]:
     if project is None:
         return []
@@ -211,6 +238,8 @@ def collect_overview(
         "approvals": status["approvals"],
         "tasks": status["tasks"],
         "messages": status["messages"],
+        "mail": _mail(store),
+        "managers": _managers(store),
         "pipelines": _pipelines(project),
         "epic_runs": runs,
         "work_items": items,

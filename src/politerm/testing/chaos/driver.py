@@ -5,8 +5,9 @@ store, ``poli route --until-idle`` in a subprocess — and meanwhile, at moments
 from one seed: ``kill -9`` of the routing process (then a new ``poli route``), a kill of
 the whole tmux server (then ``poli up --resume``), two routers started at once. The fake
 agents add their own faults (lost Enters, crashes, freezes, slow turns, text left in
-the box). An agent crash or a server kill is followed by ``poli up --resume``; nothing
-else is: a task that fails for any other reason stays failed and is counted as lost.
+the box). An agent crash (seen in its log) stops the router with SIGINT, as a user's
+Ctrl-C would; a crash or a server kill is then followed by ``poli up --resume``. Nothing
+else is resumed: a task that fails for any other reason stays failed and counts as lost.
 At the end :func:`politerm.testing.chaos.truth.judge` reads the agents' logs.
 """
 
@@ -27,7 +28,6 @@ from politerm.engine.loop import submit
 from politerm.store import RunStore
 from politerm.testing.chaos.project import AGENTS, AgentSpec, expected_report, write_project
 from politerm.testing.chaos.truth import Claim, Verdict, fault_counts, judge, submissions
-from politerm.testing.fakeagent.eventlog import read_log
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -104,6 +104,8 @@ class ChaosRun:
         self.deadline = 0.0
         self.result = ChaosResult(Verdict(), 0.0)
         self._outputs = 0
+        self._log_offsets: dict[str, int] = {}
+        self._crash_count = 0
 
     # ------------------------------------------------------------------ processes
 
@@ -159,14 +161,20 @@ class ChaosRun:
             self.submitted += 1
 
     def _crashes(self) -> int:
-        total = 0
+        """Crashes the agents logged so far (their logs are read incrementally)."""
         for role in AGENTS:
             log = self.root / f"{role.lower()}.jsonl"
-            if log.exists():
-                total += sum(
-                    1 for e in read_log(log) if e.get("event") == "fault" and e["kind"] == "crash"
-                )
-        return total
+            if not log.exists():
+                continue
+            with log.open("rb") as fh:
+                fh.seek(self._log_offsets.get(role, 0))
+                data = fh.read()
+            end = data.rfind(b"\n") + 1  # a line being written is read next time
+            self._log_offsets[role] = self._log_offsets.get(role, 0) + end
+            for line in data[:end].splitlines():
+                if b'"event": "fault"' in line and b'"kind": "crash"' in line:
+                    self._crash_count += 1
+        return self._crash_count
 
     # ------------------------------------------------------------------ the run
 
@@ -200,19 +208,18 @@ class ChaosRun:
 
     def _cycles(self) -> None:
         kills_left, server_kills_left = self.plan.router_kills, self.plan.server_kills
-        recoveries = 0  # crashes and server kills answered with `poli up --resume`
+        recoveries = 0  # crashes and server kills already answered with `poli up --resume`
         while time.monotonic() < self.deadline:
             self._feed()
             claims = self._claims()
             if len(claims) == self.plan.tasks and all(c.state == DONE for c in claims.values()):
                 return
-            if any(c.state == "FAILED" for c in claims.values()):
-                owed = self._crashes() + self.result.server_kills
-                if recoveries < owed:
-                    recoveries = owed
-                    self.result.resumes += 1
-                    self._run("up", "--resume", "--no-route")
-                    continue
+            owed = self._crashes() + self.result.server_kills
+            if recoveries < owed:  # an agent crashed or the server was killed
+                recoveries = owed
+                self.result.resumes += 1
+                self._run("up", "--resume", "--no-route")
+                continue
             if not any(c.state not in FINISHED for c in claims.values()):
                 if len(claims) == self.plan.tasks:
                     return  # every task finished; the failed ones are the verdict's
@@ -229,18 +236,16 @@ class ChaosRun:
                 kills_left -= 1
             elif outcome == "server":
                 server_kills_left -= 1
-                self.result.resumes += 1
-                recoveries += 1
-                self._run("up", "--resume", "--no-route")
         self.result.notes.append(f"budget of {self.plan.budget:g}s spent")
 
     def _route_once(self, kill_at: float | None, server_kill_at: float | None) -> str:
-        """One life of the router(s); return how it ended: exited, killed or server."""
+        """One life of the router(s); return how it ended: exited, killed, server or crash."""
         routers = [self._poli("route", "--until-idle")]
         if self.plan.two_routers:
             routers.append(self._poli("route", "--until-idle"))
         self.result.router_runs += len(routers)
         outcome = "exited"
+        crashes = self._crashes()
         try:
             while alive := [r for r in routers if r.poll() is None]:
                 now = time.monotonic()
@@ -256,6 +261,13 @@ class ChaosRun:
                     self._kill_server()
                     self.result.server_kills += 1
                     outcome = "server"
+                    break
+                if self._crashes() > crashes:
+                    # What a user does on "agent exited ... run `poli up --resume`":
+                    # stop routing (Ctrl-C), resume, route again.
+                    for proc in alive:
+                        proc.send_signal(signal.SIGINT)
+                    outcome = "crash"
                     break
                 self._feed()
                 with contextlib.suppress(subprocess.TimeoutExpired):

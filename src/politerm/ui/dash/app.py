@@ -165,12 +165,16 @@ class DashApp(App[None]):
                 yield DataTable(id="agents", cursor_type="row")
                 yield Label("approvals waiting", classes="section")
                 yield DataTable(id="approvals", cursor_type="row")
-                with TabbedContent("tasks", "messages", "sessions", "pipelines", "work"):
+                with TabbedContent(
+                    "tasks", "messages", "mail", "sessions", "pipelines", "work", "manager"
+                ):
                     yield DataTable(id="tasks", cursor_type="row")
                     yield DataTable(id="messages", cursor_type="row")
+                    yield DataTable(id="mail", cursor_type="row")
                     yield DataTable(id="sessions", cursor_type="row")
                     yield DataTable(id="pipelines", cursor_type="row")
                     yield DataTable(id="work", cursor_type="row")
+                    yield DataTable(id="manager", cursor_type="row")
             with Vertical(id="right"):
                 yield Label("mirror", id="mirror-title")
                 yield MirrorView(id="mirror")
@@ -187,6 +191,8 @@ class DashApp(App[None]):
             "sessions": ("session", "kind", "panes", "agents"),
             "pipelines": ("run", "step", "agent", "status", "gate", "question"),
             "work": ("kind", "id", "epic", "title / agent", "state"),
+            "mail": ("id", "kind", "from → to", "state", "attempts", "reason"),
+            "manager": ("project", "state", "agent", "task", "status", "question / error"),
         }
         for name, cols in columns.items():
             self.query_one(f"#{name}", DataTable).add_columns(*cols)
@@ -291,6 +297,22 @@ class DashApp(App[None]):
             for i in data.get("work_items", [])
         ]
         self._fill("work", work)
+        self._fill(
+            "mail",
+            [
+                (m["id"], (m["id"], m["kind"], f"{m['from']} → {m['to']}", m["state"],
+                           m["attempts"], m["reason"] or ""))
+                for m in data.get("mail", [])
+            ],
+        )  # fmt: skip
+        self._fill(
+            "manager",
+            [
+                (p["name"], (p["name"], p["state"], p["agent"], p["task"] or p["goal"],
+                             p["task_status"] or "-", p["question"] or p["error"] or ""))
+                for p in data.get("managers", [])
+            ],
+        )  # fmt: skip
         lines = Text()
         for e in data.get("events", [])[-8:]:
             style = "bold yellow" if e["kind"] in ATTENTION else ""

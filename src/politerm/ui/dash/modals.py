@@ -20,14 +20,14 @@ ConfirmScreen, AskScreen, GateScreen { align: center middle; }
 #keys { color: $text-muted; }
 """
 
+R = t.TypeVar("R")
 
-class ConfirmScreen(ModalScreen[bool]):
-    """Shows exactly what will be answered; ``y`` confirms, ``n``/escape cancels."""
 
-    BINDINGS: t.ClassVar = [
-        Binding("y,enter", "answer(True)", "yes"),
-        Binding("n,escape", "answer(False)", "no"),
-    ]
+class _Dialog(ModalScreen[R]):
+    """A title, the exact question (never markup), an optional input, the keys."""
+
+    KEYS = ""
+    WITH_INPUT = False
 
     def __init__(self, title: str, question: str) -> None:
         super().__init__()
@@ -35,36 +35,36 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
 
     def compose(self) -> ComposeResult:
-        """The widgets."""
+        """The dialog box."""
         with Vertical(id="dialog"):
             yield Label(self.title_text, id="title")
             yield Static(self.question, id="question", markup=False)
-            yield Label("y: yes   n: no", id="keys")
+            if self.WITH_INPUT:
+                yield Input(placeholder="your answer", id="answer")
+            yield Label(self.KEYS, id="keys")
+
+
+class ConfirmScreen(_Dialog[bool]):
+    """Shows exactly what will be answered; ``y`` confirms, ``n``/escape cancels."""
+
+    KEYS = "y: yes   n: no"
+    BINDINGS: t.ClassVar = [
+        Binding("y,enter", "answer(True)", "yes"),
+        Binding("n,escape", "answer(False)", "no"),
+    ]
 
     def action_answer(self, yes: bool) -> None:
         """Close with the answer."""
         self.dismiss(yes)
 
 
-class AskScreen(ModalScreen[str | None]):
+class AskScreen(_Dialog[str | None]):
     """Shows a question and takes a typed answer (enter sends, escape cancels)."""
 
+    KEYS = "enter: send   escape: cancel"
+    WITH_INPUT = True
     AUTO_FOCUS = "#answer"
-
     BINDINGS: t.ClassVar = [Binding("escape", "cancel", "cancel")]
-
-    def __init__(self, title: str, question: str) -> None:
-        super().__init__()
-        self.title_text = title
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        """The widgets."""
-        with Vertical(id="dialog"):
-            yield Label(self.title_text, id="title")
-            yield Static(self.question, id="question", markup=False)
-            yield Input(placeholder="your answer", id="answer")
-            yield Label("enter: send   escape: cancel", id="keys")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """Send the typed answer."""
@@ -75,9 +75,10 @@ class AskScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class GateScreen(ModalScreen[str | None]):
+class GateScreen(_Dialog[str | None]):
     """A pipeline gate: y continue, n abort, r re-run, s skip; escape cancels."""
 
+    KEYS = "y: continue   n: abort   r: re-run   s: skip   escape: cancel"
     BINDINGS: t.ClassVar = [
         Binding("y", "answer('y')", "continue"),
         Binding("n", "answer('n')", "abort"),
@@ -85,19 +86,6 @@ class GateScreen(ModalScreen[str | None]):
         Binding("s", "answer('s')", "skip"),
         Binding("escape", "answer(None)", "cancel"),
     ]
-
-    def __init__(self, title: str, question: str) -> None:
-        super().__init__()
-        self.title_text = title
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        """The widgets."""
-        with Vertical(id="dialog"):
-            yield Label(self.title_text, id="title")
-            yield Static(self.question, id="question", markup=False)
-            keys = "y: continue   n: abort   r: re-run   s: skip   escape: cancel"
-            yield Label(keys, id="keys")
 
     def action_answer(self, reply: str | None) -> None:
         """Close with the gate answer."""

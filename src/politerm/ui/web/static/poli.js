@@ -190,6 +190,11 @@ function render(data) {
   table("messages", ["id", "task", "from → to", "type", "state", "attempts", "error"],
     data.messages || [], (m) => [m.id, m.task || "-", `${m.from} → ${m.to}`, m.type, m.state,
       m.attempts, m.error || ""]);
+  table("mail", ["id", "kind", "from → to", "state", "attempts", "reason"], data.mail || [],
+    (m) => [m.id, m.kind, `${m.from} → ${m.to}`, m.state, m.attempts, m.reason || ""]);
+  table("managers", ["project", "state", "agent", "task", "status", "question / error"],
+    data.managers || [], (p) => [p.name, p.state, p.agent, p.task || p.goal,
+      p.task_status || "-", p.question || p.error || ""]);
   pipelines(data.pipelines || []);
   table("epic_runs", ["run", "epic", "state", "agent", "started"], data.epic_runs || [], (r) => [
     r.id, r.epic, r.state, r.agent, when(r.started),

@@ -139,7 +139,7 @@ async def test_agent_that_never_gets_ready_is_torn_down(
         await AgentDriver.start(
             "AGENT",
             load_profile("fake-claude"),
-            argv=["sleep", "600"],
+            argv=["sleep", "612.25"],  # a number no other process on the box uses
             tmux=TmuxPlace(tmux_session, tmux_server, "t", "sleeper"),
             ready_timeout=1.0,
         )
@@ -147,7 +147,8 @@ async def test_agent_that_never_gets_ready_is_torn_down(
         "list-panes", "-s", "-t", "=t", "-F", "#{pane_dead} #{@poli_agent}"
     )
     assert all(not line.endswith("AGENT") or line.startswith("1") for line in names)
-    assert not any(p.name() == "sleep" and "600" in p.cmdline() for p in psutil.process_iter())
+    procs = psutil.process_iter(["cmdline"])
+    assert not [p for p in procs if p.info["cmdline"] == ["sleep", "612.25"]]
 
 
 async def test_text_left_in_the_box_is_cleared_before_the_paste(

@@ -26,8 +26,9 @@ import pytest
 import politerm
 from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
+from politerm.driver import wait_ready
 from politerm.driver.delivery import deliver
-from politerm.epic.session import StopControl, wait_ready
+from politerm.epic.session import StopControl
 from politerm.errors import PtyError
 from politerm.pty import PtyTerminal, key_bytes
 from politerm.testing.fakeagent import prompts, read_log
@@ -54,7 +55,7 @@ async def test_pty_terminal_runs_delivery_and_detection(tmp_path: pathlib.Path) 
     term.subscribe(chunks.append)
     profile = load_profile("fake-claude")
     try:
-        await wait_ready(term, profile, 20)
+        await wait_ready(term, profile, timeout=20)
         snap = await term.snapshot()
         assert profile.detect(snap).state is AgentState.READY
         assert term.bracketed_paste
@@ -89,7 +90,7 @@ async def test_pty_terminal_sees_a_crash(tmp_path: pathlib.Path) -> None:
     scenario.write_text("[[rules]]\naction = 'crash'\n")
     term = await PtyTerminal.spawn([*FAKE, "--mode", "plain", "--scenario", str(scenario)])
     profile = load_profile("fake-plain")
-    await wait_ready(term, profile, 20)
+    await wait_ready(term, profile, timeout=20)
     result = await deliver(term, "boom", profile)
     assert result.outcome.value in ("agent_exited", "delivered")
     assert await term.wait_exit(10) == 3
@@ -217,7 +218,7 @@ def assert_restored(cwd: pathlib.Path) -> None:
 HARNESS = """
 import asyncio, sys
 from politerm.agents.profile import load_profile
-from politerm.epic.session import wait_ready
+from politerm.driver import wait_ready
 from politerm.pty import PtyTerminal
 from politerm.pty.liveview import LiveView
 
@@ -227,7 +228,7 @@ async def main():
     )
     try:
         async with LiveView(term, fields=lambda: ["harness", "live"], on_interrupt=lambda: None):
-            await wait_ready(term, load_profile("fake-plain"), 20)
+            await wait_ready(term, load_profile("fake-plain"), timeout=20)
             print("LIVE-VIEW-UP", end="", flush=True)
             raise RuntimeError("boom inside the live view")
     finally:

@@ -17,7 +17,7 @@ from politerm.tmux import new_window
 if t.TYPE_CHECKING:
     import pathlib
 
-    from politerm.engine.router import AgentRuntime
+    from politerm.driver import AgentDriver
     from politerm.tmux import ControlClient, TmuxServer
 
 FAKE = [sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "plain"]
@@ -50,11 +50,11 @@ async def test_a_foreign_commit_wakes_only_the_agent_it_names(
     steps = dict.fromkeys(router.agents, 0)
     step = router._step
 
-    async def counted(rt: AgentRuntime) -> None:
+    async def counted(rt: AgentDriver) -> None:
         steps[rt.name] += 1
         await step(rt)
 
-    router._step = counted  # type: ignore[method-assign]
+    router._step = counted  # type: ignore[method-assign,assignment]
     routing = asyncio.create_task(router.run())
     try:
 

@@ -22,6 +22,10 @@ class ConfigError(PolitermError, ValueError):
     """A configuration file, key or environment variable holds a bad value."""
 
 
+class IdError(PolitermError, ValueError):
+    """A task or work item id has characters or a length politerm does not accept."""
+
+
 # --- tmux layer -------------------------------------------------------------------------
 
 

@@ -188,6 +188,19 @@ def answer_pending(store: RunStore, agent: str, decision: Decision) -> PendingAp
     return answered
 
 
+def pending_keys(store: RunStore) -> list[str]:
+    """The keys of every question waiting for ``poli approve``, in any workflow."""
+    return [key[len(_PENDING) :] for key in store.meta_keys(_PENDING)]
+
+
+def find_pending_key(store: RunStore, name: str) -> str | None:
+    """The pending question's key that ``name`` names (case-insensitive), if any."""
+    for key in pending_keys(store):
+        if key.upper() == name.upper():
+            return key
+    return None
+
+
 def list_pending(store: RunStore, agents: Sequence[str]) -> list[PendingApproval]:
     """The pending questions of ``agents``."""
     out = []

@@ -6,7 +6,7 @@ import pathlib
 
 import click
 
-from politerm.agents.approval import Decision, answer_pending
+from politerm.agents.approval import Decision, answer_pending, find_pending_key
 from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store, project_option
 
@@ -17,12 +17,20 @@ from politerm.cli._common import config_option, load, open_store, project_option
 @config_option
 @project_option
 def command(agent: str, deny: bool, config_path: pathlib.Path | None) -> None:
-    """Approve (or --deny) the question AGENT waits on; the router presses the keys."""
+    """Approve (or --deny) the question AGENT waits on; its driver presses the keys.
+
+    AGENT is a configured agent, or the key any workflow shows with its question (a
+    pipeline step's ``<run id>.step-<n>``, an epic session's ``epic.<session>``).
+    """
     config = load(config_path)
-    real = next((a for a in config.agents if a.upper() == agent.upper()), agent)
-    config.agent(real)  # an unknown agent is an error naming the configured ones
     decision = Decision.DENY if deny else Decision.APPROVE
     with open_store(config) as store:
+        real = next((a for a in config.agents if a.upper() == agent.upper()), None)
+        if real is None:
+            real = find_pending_key(store, agent)
+        if real is None:
+            config.agent(agent)  # an unknown name is an error naming the configured agents
+            real = agent
         pending = answer_pending(store, real, decision)
     done = "denied" if deny else "approved"
     click.echo(f"{done}: {real} may{' not' if deny else ''} run {pending.what}")

@@ -8,6 +8,7 @@ import typing as t
 
 import click
 
+from politerm._internal.ids import check_id
 from politerm.cli._common import config_option, load
 from politerm.cli._epic import epic_store
 from politerm.cli._errors import read_utf8
@@ -46,6 +47,8 @@ def add(
     """Add a work item titled TITLE to EPIC."""
     if body_file is not None:
         body = read_utf8(body_file)
+    if item_id is not None:
+        check_id(item_id, kind="work item id")
     with epic_store(load(config_path)) as es:
         if epic_title:
             es.ensure_epic(epic, title=epic_title)

@@ -38,7 +38,13 @@ from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.ready import wait_ready
-from politerm.errors import AgentNotFound, ControlModeError, PaneNotFound, StoreError
+from politerm.errors import (
+    AgentNotFound,
+    ControlModeError,
+    PaneNotFound,
+    PtyError,
+    StoreError,
+)
 from politerm.protocol.report import ReportParser
 from politerm.pty.runner import PtyTerminal
 from politerm.tmux.pane import Pane, new_window
@@ -370,6 +376,10 @@ class AgentDriver:
         except ControlModeError as exc:
             # The connection dropped mid-delivery: nothing is known to be submitted.
             return DeliveryResult(Outcome.STRANDED, (str(exc),), 0, False, 0.0, "tmux dropped")
+        except PtyError as exc:
+            # The program's terminal closed under us: it exited.
+            self.dead = True
+            return DeliveryResult(Outcome.AGENT_EXITED, (str(exc),), 0, False, 0.0, "pty closed")
         if result.outcome is Outcome.AGENT_EXITED:
             self.dead = True
         await self._hook("after-confirm")

@@ -109,10 +109,21 @@ class BlockReader:
     ) -> list[Block]:
         """Every block of this turn seen now: the screen's, then the transcript's new ones.
 
-        The same block may come back on every call (a redraw shows it again); callers act
+        The same block is returned once (the parser remembers what it showed); callers act
         on each block once, by its :attr:`~politerm.protocol.block.Block.dedupe_key`.
+        Rejected candidates are kept in :attr:`rejected` and recorded as events.
         """
         lines = await self.lines(snap, start_line)
+        blocks, rejections = self.scan(lines, nonce)
+        self.report(rejections, task_id=task_id)
+        return blocks
+
+    def scan(self, lines: list[str], nonce: str | None) -> tuple[list[Block], list[Rejected]]:
+        """Parse ``lines`` (a turn's window) and the transcript; the blocks and rejections.
+
+        Rejections are returned, not recorded: a caller that accepts some of them another
+        way reports the rest with :meth:`report`.
+        """
         self.parser.expect_nonce(nonce)
         before = len(self.parser.rejections)
         out = []
@@ -122,8 +133,13 @@ class BlockReader:
             self._cross_check(key)
             out.append(block)
         out.extend(self.transcript(nonce))
-        for rej in self.parser.rejections[before:]:
-            self.rejected.append(Rejected(rej.line, rej.reason))
+        rejections = [Rejected(r.line, r.reason) for r in self.parser.rejections[before:]]
+        return out, rejections
+
+    def report(self, rejections: list[Rejected], *, task_id: str | None = None) -> None:
+        """Keep ``rejections`` for this turn and record each as a ``rejected`` event."""
+        for rej in rejections:
+            self.rejected.append(rej)
             if self.store is not None:
                 self.store.add_event(
                     "rejected",
@@ -131,7 +147,6 @@ class BlockReader:
                     agent=self.name,
                     detail=f"line {rej.line}: {rej.reason}",
                 )
-        return out
 
     def transcript(self, nonce: str | None) -> list[Block]:
         """New blocks from the agent's own transcript that the screen has not shown."""

@@ -11,6 +11,7 @@ import secrets
 import time
 import typing as t
 
+from politerm._internal.ids import check_id
 from politerm.engine.router import ACTIVE, PLANNER, Router
 from politerm.engine.session import RouterLock, Session
 from politerm.engine.templates import Templates
@@ -34,7 +35,7 @@ def new_task_id() -> str:
 
 def router_lock(config: Config) -> RouterLock:
     """The lock that keeps one router per session."""
-    return RouterLock(config.store.resolved_path(), config.tmux.socket, config.tmux.session)
+    return RouterLock(config.tmux.socket, config.tmux.session)
 
 
 def templates_for(config: Config) -> Templates:
@@ -122,7 +123,7 @@ def submit(store: RunStore, config: Config, request: str, *, task_id: str | None
     if not request.strip():
         msg = "the task request is empty"
         raise RoutingError(msg)
-    tid = task_id or new_task_id()
+    tid = check_id(task_id) if task_id is not None else new_task_id()
     task = store.create_task(tid, request, max_rounds=config.routing.max_rounds)
     store.add_event("task", task_id=tid, detail=request)
     return task

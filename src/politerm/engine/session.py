@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import importlib.resources
 import os
@@ -11,18 +12,17 @@ import shlex
 import time
 import typing as t
 
-from politerm._internal.aio import wait_event
 from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
-from politerm.driver.delivery import deliver
-from politerm.engine.router import RESUME_META
-from politerm.errors import AgentExited, AgentTimeout, RoutingError, SessionNotFound
+from politerm.driver import check_program, deliver, wait_ready
+from politerm.engine.routebase import RESUME_META, RESUME_MSG
+from politerm.errors import RoutingError, SessionNotFound
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
-from politerm.store.models import MessageState, TaskState
+from politerm.store.models import TaskState
 from politerm.tmux.pane import find_agent_pane, new_window
-from politerm.tmux.server import TmuxServer
+from politerm.tmux.server import TmuxServer, default_config_dir
 
 if t.TYPE_CHECKING:
     from politerm.config import AgentConfig, Config
@@ -115,6 +115,10 @@ class Session:
                 "use `poli down` first, or `poli up --resume`"
             )
             raise RoutingError(msg)
+        # Every program is checked before anything is created.
+        for name, acfg in self.config.agents.items():
+            env = {**agent_profile(acfg).env, **acfg.env}
+            check_program(acfg.argv(), env, setting=f"agents.{name}.command")
         if not exists:
             await self.server.ensure_session(
                 self.name,
@@ -127,6 +131,18 @@ class Session:
                 },
             )
             say(f"session {self.name} created on socket {self.config.tmux.socket}")
+        try:
+            return await self._start_agents(resume=resume, primers=primers, say=say)
+        except BaseException:
+            if not exists:
+                # A half-started session is not left behind: its agents and panes go.
+                with contextlib.suppress(Exception):
+                    await self.down()
+            raise
+
+    async def _start_agents(
+        self, *, resume: bool, primers: bool, say: t.Callable[[str], None]
+    ) -> Agents:
         client = await self.server.connect(self.name)
         agents: Agents = {}
         restarted: list[str] = []
@@ -258,49 +274,9 @@ class Session:
             The agent exited while starting.
         """
         limit = timeout if timeout is not None else self.config.timeouts.ready
-        deadline = time.monotonic() + limit
-        answered: dict[str, int] = {}
-        quiet_since = time.monotonic()
-        seq = pane.client.output_seq(pane.pane_id)
-        reading: StateReading | None = None
-        while True:
-            event = pane.output_event()
-            snap = await pane.snapshot()
-            reading = profile.detect(snap)
-            now = time.monotonic()
-            if reading.state is AgentState.EXITED:
-                msg = f"agent {name} exited while starting: {' | '.join(reading.evidence)}"
-                raise AgentExited(msg)
-            if reading.state is AgentState.DIALOG and reading.dialog:
-                count = answered.get(reading.dialog, 0)
-                dialog = next(d for d in profile.dialogs if d.name == reading.dialog)
-                if count < 3:
-                    answered[reading.dialog] = count + 1
-                    await pane.send_keys(*dialog.keys)
-                    if say:
-                        keys = "+".join(dialog.keys)
-                        say(f"{name}: answered the {dialog.name} dialog with {keys}")
-                    await pane.wait_output(1.0)
-                    continue
-            if reading.state is AgentState.READY:
-                self._set_state(name, AgentState.READY)
-                return reading
-            new_seq = pane.client.output_seq(pane.pane_id)
-            if new_seq != seq:
-                seq, quiet_since = new_seq, now
-            elif (
-                _no_detectors(profile)
-                and profile.quiescence
-                and now - quiet_since >= profile.quiescence
-            ):
-                self._set_state(name, AgentState.READY)
-                return StateReading(AgentState.READY, tuple(snap.tail(1)), rule="quiet")
-            if now >= deadline:
-                screen = " | ".join(snap.tail(6))
-                state = reading.state.value
-                msg = f"agent {name} not ready after {limit:g}s ({state}); screen: {screen}"
-                raise AgentTimeout(msg)
-            await wait_event(event, min(0.5, deadline - now))
+        reading = await wait_ready(pane, profile, timeout=limit, name=name, say=say)
+        self._set_state(name, AgentState.READY)
+        return reading
 
     def _set_state(self, name: str, state: AgentState) -> None:
         if self.store.get_agent(name) is not None:
@@ -337,18 +313,22 @@ class Session:
             say(f"task {task.id}: resumed ({state.value})")
 
     def _resume_task(self, task: Task, state: TaskState) -> None:
-        """Put one task back in flight; the restarted agent gets its lost prompt again."""
+        """Put one task back in flight; each restarted agent gets its lost prompt once.
+
+        The turn that was open when the agent died was ended, its undelivered original
+        dead-lettered; one copy is queued here, so the prompt is delivered exactly once.
+        """
         self.store.update_task(task.id, state=state, clear=("error",))
         self.store.set_meta(f"{RESUME_META}{task.id}", "")
         for name in self.config.agents:
-            turn = self.store.current_turn(name)
-            if turn is None or turn.task_id != task.id or turn.message_id is None:
+            key = f"{RESUME_MSG}{task.id}:{name}"
+            raw = self.store.get_meta(key)
+            if not raw:
                 continue
-            msg = self.store.get_message(turn.message_id)
-            self.store.end_turn(name, turn.nonce)
+            self.store.set_meta(key, "")
+            msg = self.store.get_message(int(raw))
             if msg is None:
                 continue
-            # The restarted agent lost the prompt it was working on: send it again.
             n = sum(1 for m in self.store.list_messages(task_id=task.id) if m.msg_id == msg.msg_id)
             self.store.add_message(
                 task_id=task.id,
@@ -361,8 +341,6 @@ class Session:
                 nonce=msg.nonce,
                 dedupe_key=f"{msg.dedupe_key}:resume{n}",
             )
-            if msg.state is MessageState.DELIVERED:
-                self.store.transition(msg.id, MessageState.ACKNOWLEDGED)
         exp = self.store.get_expectation(task.id)
         sender = exp.sender if exp else ("PLANNER" if state is TaskState.PLANNING else "EXECUTER")
         timeouts = self.config.timeouts
@@ -376,11 +354,6 @@ class Session:
         self.store.add_event("resumed", task_id=task.id, detail=f"back to {state.value}")
 
 
-def _no_detectors(profile: AgentProfile) -> bool:
-    d = profile.detectors
-    return not (d.ready or d.busy or d.input_line)
-
-
 def _control_argv(store: pathlib.Path, socket: str) -> list[str]:
     # Window 0 shows the live status of this session's store to anyone who attaches.
     import sys
@@ -390,10 +363,16 @@ def _control_argv(store: pathlib.Path, socket: str) -> list[str]:
 
 
 class RouterLock:
-    """One router per session: an exclusive ``flock`` on a file beside the store."""
+    """One router per tmux session: an exclusive ``flock`` keyed by socket and session.
 
-    def __init__(self, store_path: pathlib.Path, socket: str, session: str) -> None:
-        self.path = store_path.parent / f"router-{socket}-{session}.lock"
+    The lock belongs to the tmux session, not to a store: two routers with different
+    stores can never drive one session's agents. It lives beside the server's generated
+    config (``directory``, default the user state dir).
+    """
+
+    def __init__(self, socket: str, session: str, directory: pathlib.Path | None = None) -> None:
+        base = directory if directory is not None else default_config_dir()
+        self.path = base / f"router-{socket}-{session}.lock"
         self._fd: int | None = None
 
     def acquire(self) -> bool:

@@ -21,6 +21,7 @@ import time
 import typing as t
 import uuid
 
+from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.profile import load_profile
 from politerm.epic.items import pick_source
 from politerm.epic.prompt import item_prompt, operator_note
@@ -170,6 +171,7 @@ class EpicRunner:
         self.config = config
         self.options = options
         self.redactor = Redactor(config.redact.patterns)
+        self.store = store
         self.epics = EpicStore(store, self.redactor)
         self.repo = repo_root(cwd)
         self.say = say
@@ -404,6 +406,10 @@ class EpicRunner:
             transcript=transcript,
             on_state=self._on_state,
             note=operator_note(sid),
+            store=self.store,
+            policy=ApprovalPolicy.of(
+                self.config.routing.approval, self.config.routing.approval_patterns
+            ),
         )
         if not live:
             return await run

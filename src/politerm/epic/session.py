@@ -19,22 +19,25 @@ import time
 import typing as t
 
 from politerm.agents.state import AgentState
-from politerm.driver.delivery import Outcome, deliver
+from politerm.driver import AgentDriver, Outcome
 from politerm.errors import AgentExited, AgentTimeout, PaneNotFound, ReportError, TmuxError
 from politerm.protocol.parser import clean_line
 from politerm.protocol.report import Report, ReportParser, ReportStatus
+from politerm.pty.runner import PtyTerminal
 from politerm.redact import LineRedactor
 from politerm.store.db import FILE_MODE, ensure_private_dir
 from politerm.store.epics import SessionStatus
+from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     import pathlib
     from collections.abc import Callable
 
+    from politerm.agents.approval import ApprovalPolicy
     from politerm.agents.profile import AgentProfile
     from politerm.redact import Redactor
+    from politerm.store import RunStore
     from politerm.terminal import Snapshot
-    from politerm.tmux.pane import Pane
 
 #: After the closing fence, output is read until it is quiet this long (a legacy footer).
 SETTLE_QUIET = 0.3
@@ -253,51 +256,6 @@ class SessionOutcome:
     soft_stopped: bool = False
 
 
-async def wait_ready(
-    term: SessionTerminal, profile: AgentProfile, timeout: float, *, name: str = "agent"
-) -> None:
-    """Wait until the agent is ready for a prompt, answering start-up dialogs.
-
-    Raises
-    ------
-    AgentExited, AgentTimeout
-        The agent exited, or was not ready in time; the message shows its screen.
-    """
-    deadline = time.monotonic() + timeout
-    answered: dict[str, int] = {}
-    quiet = not profile.detectors.ready and profile.detectors.input_line is None
-    last_change = time.monotonic()
-    last_lines: tuple[str, ...] = ()
-    while True:
-        event = term.output_event()
-        snap = await term.snapshot()
-        reading = profile.detect(snap)
-        now = time.monotonic()
-        if reading.state is AgentState.EXITED or not await term.alive():
-            msg = f"{name} exited while starting: {' | '.join(snap.tail(6))}"
-            raise AgentExited(msg)
-        if reading.state is AgentState.DIALOG and reading.dialog:
-            count = answered.get(reading.dialog, 0)
-            if count < 3:
-                answered[reading.dialog] = count + 1
-                dialog = next(d for d in profile.dialogs if d.name == reading.dialog)
-                await term.send_keys(*dialog.keys)
-        elif reading.state is AgentState.READY:
-            return
-        if snap.lines != last_lines:
-            last_lines, last_change = snap.lines, now
-        elif quiet and profile.quiescence and now - last_change >= profile.quiescence:
-            return
-        if now >= deadline:
-            msg = f"{name} not ready after {timeout:g}s ({reading.state.value}): " + " | ".join(
-                snap.tail(6)
-            )
-            raise AgentTimeout(msg)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(min(_TICK, max(0.0, deadline - now))):
-                await event.wait()
-
-
 async def run_session(
     term: SessionTerminal,
     *,
@@ -311,6 +269,9 @@ async def run_session(
     transcript: TranscriptWriter | None = None,
     on_state: Callable[[str], None] | None = None,
     note: str = "",
+    store: RunStore | None = None,
+    policy: ApprovalPolicy | None = None,
+    approval_key: str | None = None,
 ) -> SessionOutcome:
     """Run one session on an already started ``term``; the agent is stopped at the end.
 
@@ -338,6 +299,9 @@ async def run_session(
         Told short state words for a status line.
     note
         The operator note a soft stop delivers.
+    store, policy, approval_key
+        Where approval questions and events go, the approval policy, and the name ``poli
+        approve`` answers this session's questions by (default ``epic.<session id>``).
 
     Returns
     -------
@@ -346,6 +310,12 @@ async def run_session(
     """
     say = on_state or (lambda _s: None)
     started = time.time()
+    key = approval_key or f"epic.{session_id[:8]}"
+    base = term.pane if isinstance(term, TmuxSessionTerminal) else term
+    if not isinstance(base, (Pane, PtyTerminal)):
+        msg = f"an epic session runs on a tmux pane or a PTY, not {type(term).__name__}"
+        raise TypeError(msg)
+    driver = AgentDriver.attach(key, profile, base, store=store, policy=policy)
     parser = ReportParser(session_id)
     signals: list[Report | ReportError] = []
     wake = asyncio.Event()
@@ -372,14 +342,14 @@ async def run_session(
     try:
         say("starting")
         try:
-            await _until_stopped(wait_ready(term, profile, ready_timeout), stop)
+            await _until_stopped(_ready(driver, ready_timeout), stop)
         except (AgentExited, AgentTimeout) as exc:
             return outcome(SessionStatus.ERROR, error=str(exc))
         if stop.aborted:
             return outcome(SessionStatus.ABORTED, error="aborted by the operator before the prompt")
         say("delivering")
-        result = await deliver(term, prompt, profile)
-        if not result.ok:
+        result = await driver.deliver(prompt)
+        if not (result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)):
             detail = " | ".join(result.evidence[-3:])
             if result.outcome is Outcome.AGENT_EXITED:
                 await term.alive()
@@ -394,6 +364,7 @@ async def run_session(
         say("working")
         deadline = time.monotonic() + timeout
         grace_deadline: float | None = None
+        idle = _Idle(profile.idle_after, profile.idle_nudges)
         while True:
             wake.clear()
             for signal in signals:
@@ -417,7 +388,7 @@ async def run_session(
                 soft_sent = True
                 say("wrapping up")
                 grace_deadline = time.monotonic() + grace
-                await deliver(term, note, profile)
+                await driver.deliver(note)
                 continue
             if not await term.alive():
                 decoder_tail = decoder.decode(b"", final=True)
@@ -434,7 +405,24 @@ async def run_session(
                     )
                 ok = report.status is ReportStatus.SUCCESS
                 return outcome(SessionStatus.SUCCESS if ok else SessionStatus.NEEDS_HELP, report)
+            # Approval questions are answered by policy (or wait for `poli approve`); an
+            # agent sitting ready without its report is nudged, then the session fails.
+            obs = await driver.observe()
             now = time.monotonic()
+            if grace_deadline is None and not signals:
+                verdict = idle.look(obs.state is AgentState.READY, now)
+                if verdict == "nudge":
+                    await driver.deliver(nudge_text(session_id))
+                    idle.nudged(time.monotonic())
+                    continue
+                if verdict == "fail":
+                    return outcome(
+                        SessionStatus.ERROR,
+                        error=f"the agent went idle without its poli:{session_id} report "
+                        f"(ready for {profile.idle_after:g}s after the prompt and after each of "
+                        f"{idle.nudges} nudge(s)); last on its screen: "
+                        + " | ".join(obs.snap.tail(3)),
+                    )
             if grace_deadline is not None and now >= grace_deadline:
                 return outcome(
                     SessionStatus.ABORTED,
@@ -451,6 +439,43 @@ async def run_session(
         with contextlib.suppress(Exception):
             await term.kill(grace=2.0)
         unsubscribe()
+
+
+async def _ready(driver: AgentDriver, timeout: float) -> None:
+    await driver.wait_ready(timeout)
+
+
+def nudge_text(session_id: str) -> str:
+    """What an agent that went idle without its report is told."""
+    return (
+        f"If you are finished, print your report now: the fenced poli:{session_id} block "
+        "(status, commit_msg, details). If not, finish and then print it."
+    )
+
+
+@dataclasses.dataclass
+class _Idle:
+    """How long the agent has sat ready without its report, and the nudges it got."""
+
+    after: float
+    max_nudges: int
+    nudges: int = 0
+    since: float | None = None
+
+    def look(self, ready: bool, now: float) -> str:
+        """``"nudge"``, ``"fail"`` or ``""`` (keep waiting)."""
+        if not ready:
+            self.since = None
+            return ""
+        if self.since is None:
+            self.since = now
+        if now - self.since < self.after:
+            return ""
+        return "nudge" if self.nudges < self.max_nudges else "fail"
+
+    def nudged(self, now: float) -> None:
+        self.nudges += 1
+        self.since = None
 
 
 async def _until_stopped(coro: t.Coroutine[t.Any, t.Any, None], stop: StopControl) -> None:

@@ -25,7 +25,7 @@ from politerm.pipeline import worktrees
 from politerm.pipeline.agents import find_pipeline
 from politerm.pipeline.model import FINISHED_RUN, RunStatus
 from politerm.pipeline.parser import load_pipeline
-from politerm.pipeline.runner import PipelineRunner, new_record, start_run, terminate
+from politerm.pipeline.runner import PipelineRunner, new_record, start_run
 from politerm.pipeline.state import (
     RunState,
     answer_question,
@@ -35,6 +35,7 @@ from politerm.pipeline.state import (
     state_path,
     steps_dir,
 )
+from politerm.pipeline.stepagent import terminate
 from politerm.store import RunStore
 
 if t.TYPE_CHECKING:

@@ -26,25 +26,13 @@ import sys
 import time
 import typing as t
 
-import psutil
-
-from politerm._internal.aio import wait_event
 from politerm._internal.private import private_dir
-from politerm._internal.proctree import kill_processes, process_tree
-from politerm.agents.state import AgentState
-from politerm.driver.delivery import Outcome, deliver
-from politerm.engine.session import Session, make_server
+from politerm.engine.session import make_server
 from politerm.errors import (
-    AgentError,
-    ControlModeError,
-    PaneNotFound,
     PipelineError,
-    TmuxCommandError,
 )
 from politerm.pipeline import handoff, worktrees
 from politerm.pipeline.agents import AgentSearch
-from politerm.pipeline.launch import DONE_TYPE, Launch, exit_file, launch, prompt_file, step_id
-from politerm.pipeline.launch import render_prompt as _render_prompt
 from politerm.pipeline.model import FINISHED_RUN, Gate, RunStatus, StepStatus
 from politerm.pipeline.state import (
     ANSWERS,
@@ -53,17 +41,14 @@ from politerm.pipeline.state import (
     StepRecord,
     new_run_id,
     session_name,
-    write_atomic,
 )
-from politerm.protocol import BlockParser
-from politerm.protocol.primer import new_nonce
-from politerm.tmux.pane import Pane, new_window
+from politerm.pipeline.stepagent import StepAgent
+from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.pipeline.model import Pipeline, Step
     from politerm.store import RunStore
-    from politerm.terminal import Snapshot
     from politerm.tmux.control import ControlClient
     from politerm.tmux.server import TmuxServer
 
@@ -199,7 +184,7 @@ class PipelineRunner:
         self._say = say or (lambda _line: None)
         self._ask_lock = asyncio.Lock()
         self._client: ControlClient | None = None
-        self._session = Session(config, state.store, self.server)
+        self.steps = StepAgent(self)
         #: Timestamps for the benchmark: step → (done block seen, next prompt confirmed).
         self.marks: dict[str, float] = {}
 
@@ -295,7 +280,8 @@ class PipelineRunner:
         for step in stage:
             await self._gate(step, parallel=parallel)
 
-    def _set_current(self, step: Step) -> None:
+    def set_current(self, step: Step) -> None:
+        """Mark ``step`` (or an earlier running one) as the run's current step."""
         running = [n for n, r in self.record.steps.items() if r.status is StepStatus.RUNNING]
         self.record.current_step = min([*running, step.num])
 
@@ -305,8 +291,8 @@ class PipelineRunner:
             rec = self.record.step(step.num)
             if rec.status in (StepStatus.DONE, StepStatus.SKIPPED):
                 return
-            self._set_current(step)
-            error = await self._attempt(step, parallel=parallel)
+            self.set_current(step)
+            error = await self.steps.attempt(step, parallel=parallel)
             rec = self.record.step(step.num)
             if error is None:
                 self.state.set_step(step.num, StepStatus.DONE, finished=time.time(), error=None)
@@ -395,269 +381,6 @@ class PipelineRunner:
 
     # --- one attempt --------------------------------------------------------------------
 
-    def _launch(self, step: Step, attempt: int) -> Launch:
-        rec = self.record
-        return launch(
-            step,
-            run_cli=rec.cli,
-            steps_dir=self.state.steps_dir,
-            attempt=attempt,
-            headless=rec.headless,
-            unsafe=rec.unsafe,
-            override=rec.cli_override,
-        )
-
-    def _prompt(self, step: Step, attempt: int, nonce: str | None, *, parallel: bool) -> str:
-        return _render_prompt(
-            self.pipeline,
-            step,
-            run_id=self.record.run_id,
-            attempt=attempt,
-            project=self.project,
-            nonce=nonce,
-            parallel=parallel,
-            layout=self.layout,
-            search=self.agents,
-        )
-
-    async def _attempt(self, step: Step, *, parallel: bool) -> str | None:
-        """One attempt (or the continuation of an interrupted one); an error or None."""
-        rec = self.record.step(step.num)
-        if rec.status is StepStatus.RUNNING and rec.attempt > 0:
-            outcome = await self._reattach(step, parallel=parallel)
-            if outcome != "rerun":
-                return outcome
-            self.say(f"step {step.num}: its agent is gone; running it again", step=step.num)
-        attempt = rec.attempt + 1
-        await self._drop_window(step)
-        cwd = self.project
-        if self.record.worktrees and parallel:
-            cwd = await asyncio.to_thread(
-                worktrees.create, self.project, self.record.run_id, step.num, self.layout
-            )
-        spec = self._launch(step, attempt)
-        nonce = None if spec.headless else new_nonce()
-        text = self._prompt(step, attempt, nonce, parallel=parallel)
-        write_atomic(prompt_file(self.state.steps_dir, step.num, attempt), text)
-        exit_file(self.state.steps_dir, step.num).unlink(missing_ok=True)
-        self.state.set_step(
-            step.num,
-            StepStatus.RUNNING,
-            attempt=attempt,
-            nonce=nonce,
-            pane=None,
-            start_line=-1,
-            delivered=False,
-            started=time.time(),
-            finished=None,
-            error=None,
-            report=None,
-            approved=False,
-            cwd=str(cwd),
-        )
-        self._set_current(step)
-        self.state.save()
-        pane = await new_window(
-            self.client,
-            self.server,
-            session=self.record.session,
-            name=step.window,
-            argv=list(spec.argv),
-            cwd=cwd,
-            env=spec.profile.env,
-            agent=f"step-{step.num}",
-        )
-        self.state.set_step(step.num, StepStatus.RUNNING, pane=pane.pane_id)
-        self.say(
-            f"step {step.num} ({step.agent}, {spec.cli}{', headless' if spec.headless else ''})"
-            f" attempt {attempt} started in window {step.window}",
-            step=step.num,
-            kind="step-started",
-        )
-        deadline = time.monotonic() + self.pipeline.timeout_of(step)
-        if spec.headless:
-            return await self._wait_exit(step, pane, deadline)
-        return await self._start_tui(step, spec, pane, text, deadline)
-
-    async def _start_tui(
-        self, step: Step, spec: Launch, pane: Pane, text: str, deadline: float
-    ) -> str | None:
-        try:
-            await self._session.wait_ready(step.window, spec.profile, pane)
-        except AgentError as exc:
-            await self._stop_agent(pane)
-            return str(exc)
-        snap = await pane.snapshot()
-        start = -1 if snap.alternate_screen else snap.history_size + snap.cursor_y
-        self.state.set_step(step.num, StepStatus.RUNNING, start_line=start)
-        return await self._deliver_and_wait(step, spec, pane, text, deadline)
-
-    async def _deliver_and_wait(
-        self, step: Step, spec: Launch, pane: Pane, text: str, deadline: float
-    ) -> str | None:
-        result = await deliver(pane, text, spec.profile)
-        if result.outcome is Outcome.AGENT_EXITED:
-            status: int | str = "?"
-            with contextlib.suppress(PaneNotFound, ControlModeError):
-                info = await pane.info()
-                status = "?" if info.dead_status is None else info.dead_status
-            return f"the agent exited (exit status {status}) as the prompt was submitted"
-        if not (result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)):
-            await self._stop_agent(pane)
-            return f"prompt not delivered ({result.outcome.value}): {' | '.join(result.evidence)}"
-        self.marks[f"delivered:{step.num}"] = time.monotonic()
-        self.state.set_step(step.num, StepStatus.RUNNING, delivered=True)
-        if spec.interactive:
-            return await self._wait_person(step, pane)
-        return await self._wait_done(step, spec, pane, deadline)
-
-    async def _wait_person(self, step: Step, pane: Pane) -> str | None:
-        """An ``interactive`` step: a person works with the agent, then marks it done."""
-        answer = await self.ask(
-            step,
-            "interactive",
-            f"Step {step.num} ({step.agent}) is interactive: work with the agent in window "
-            f"{step.window}, then answer y when the step is done (n: it failed)",
-        )
-        await self._stop_agent(pane)
-        return None if answer == "y" else f"marked not done ({answer}) by a person"
-
-    async def _turn_lines(self, pane: Pane, start_line: int, snap: Snapshot) -> list[str]:
-        if snap.alternate_screen or start_line < 0:
-            return list(snap.lines)
-        start = start_line - snap.history_size
-        if start >= 0:
-            return list(snap.lines[start:])
-        return await pane.capture(start=start, end="-")
-
-    async def _wait_done(self, step: Step, spec: Launch, pane: Pane, deadline: float) -> str | None:
-        """Wait for the step's ``done`` block with this attempt's nonce."""
-        rec = self.record.step(step.num)
-        parser = BlockParser(nonce=rec.nonce, detect_echo=True)
-        want = step_id(step.num)
-        while True:
-            event = pane.output_event()
-            try:
-                snap = await pane.snapshot()
-                lines = await self._turn_lines(pane, rec.start_line, snap)
-            except (PaneNotFound, ControlModeError):
-                return "the step's window is gone"
-            for block in parser.scan_screen(lines):
-                if block.type == DONE_TYPE and block.id == want:
-                    self.marks[f"done:{step.num}"] = time.monotonic()
-                    self.state.set_step(step.num, StepStatus.RUNNING, report=block.body[:500])
-                    await self._stop_agent(pane)
-                    return None
-            reading = spec.profile.detect(snap)
-            if reading.state is AgentState.EXITED:
-                status = "?" if snap.exit_status is None else snap.exit_status
-                tail = " | ".join(snap.tail(4))
-                return f"the agent exited (exit status {status}) without a done block: {tail}"
-            now = time.monotonic()
-            if now >= deadline:
-                await self._stop_agent(pane)
-                minutes = self.pipeline.timeout_of(step) / 60
-                return f"timed out after {minutes:g} min; screen: {' | '.join(snap.tail(4))}"
-            await wait_event(event, min(_MAX_WAIT, deadline - now))
-
-    async def _wait_exit(self, step: Step, pane: Pane, deadline: float) -> str | None:
-        """Wait for a headless step's exit-code file."""
-        path = exit_file(self.state.steps_dir, step.num)
-        gone_since: float | None = None
-        while True:
-            if path.exists():
-                text = path.read_text(encoding="ascii").strip()
-                code = int(text) if text.lstrip("-").isdigit() else -1
-                self.marks[f"done:{step.num}"] = time.monotonic()
-                # The wrapper exits right after the rename; let it, then make sure.
-                for _ in range(20):
-                    with contextlib.suppress(ControlModeError):
-                        if not await pane.is_alive():
-                            break
-                    await asyncio.sleep(_POLL / 2)
-                await self._stop_agent(pane)
-                if code == 0:
-                    return None
-                return f"exited with status {code}"
-            try:
-                alive = await pane.is_alive()
-            except ControlModeError:
-                alive = False
-            now = time.monotonic()
-            if not alive:
-                # The wrapper writes the file before it exits; give the rename a moment.
-                gone_since = gone_since or now
-                if now - gone_since > 1.0:
-                    return "the step's wrapper ended without writing its exit status"
-            if now >= deadline:
-                await self._stop_agent(pane)
-                minutes = self.pipeline.timeout_of(step) / 60
-                return f"timed out after {minutes:g} min"
-            await asyncio.sleep(_POLL)
-
-    async def _reattach(self, step: Step, *, parallel: bool) -> str | None:
-        """Continue an attempt a killed runner left running; ``"rerun"`` if it cannot be."""
-        rec = self.record.step(step.num)
-        spec = self._launch(step, rec.attempt)
-        deadline = time.monotonic() + self.pipeline.timeout_of(step)
-        if spec.headless and exit_file(self.state.steps_dir, step.num).exists():
-            pane = Pane(self.client, rec.pane, self.server) if rec.pane else None
-            if pane is not None:
-                return await self._wait_exit(step, pane, deadline)
-        if rec.pane is None:
-            return "rerun"
-        pane = Pane(self.client, rec.pane, self.server)
-        try:
-            snap = await pane.snapshot()
-        except PaneNotFound:
-            return "rerun"
-        self.say(f"step {step.num}: re-attached to window {step.window}", step=step.num)
-        if spec.headless:
-            return await self._wait_exit(step, pane, deadline)
-        lines = await self._turn_lines(pane, rec.start_line, snap)
-        parser = BlockParser(nonce=rec.nonce, detect_echo=True)
-        if any(
-            b.type == DONE_TYPE and b.id == step_id(step.num) for b in parser.scan_screen(lines)
-        ):
-            return await self._wait_done(step, spec, pane, deadline)
-        if not snap.alive:
-            return "rerun"
-        reading = spec.profile.detect(snap)
-        if (
-            rec.delivered
-            or reading.state is AgentState.BUSY
-            or (rec.nonce and any(rec.nonce in ln for ln in lines))
-        ):
-            return await self._wait_done(step, spec, pane, deadline)
-        # Killed before the prompt was confirmed: it is not on screen, so send it (again).
-        text = prompt_file(self.state.steps_dir, step.num, rec.attempt).read_text("utf-8")
-        if rec.start_line < 0:
-            return await self._start_tui(step, spec, pane, text, deadline)
-        if reading.input_text:
-            await pane.send_keys(spec.profile.submit_key)
-            self.state.set_step(step.num, StepStatus.RUNNING, delivered=True)
-            return await self._wait_done(step, spec, pane, deadline)
-        return await self._deliver_and_wait(step, spec, pane, text, deadline)
-
-    async def _stop_agent(self, pane: Pane) -> None:
-        """Kill the agent's process tree; the dead pane keeps its last screen."""
-        try:
-            info = await pane.info()
-        except (PaneNotFound, ControlModeError):
-            return
-        if info.dead or not info.pid:
-            return
-        procs = process_tree(info.pid)
-        await asyncio.to_thread(terminate, procs)
-
-    async def _drop_window(self, step: Step) -> None:
-        """Kill the window (and agent) of an earlier attempt of ``step``, if any."""
-        rec = self.record.step(step.num)
-        if rec.pane is None:
-            return
-        with contextlib.suppress(PaneNotFound, TmuxCommandError, ControlModeError):
-            await Pane(self.client, rec.pane, self.server).kill()
-
     # --- the sync point of a parallel group ---------------------------------------------
 
     async def _sync(self, stage: tuple[Step, ...]) -> None:
@@ -731,15 +454,6 @@ class PipelineRunner:
         self.state.save()
         self.say(f"merged the branch of step {step.num}", step=step.num)
         await asyncio.to_thread(worktrees.remove, self.project, rec.run_id, step.num)
-
-
-def terminate(procs: t.Sequence[psutil.Process], grace: float = 3.0) -> bool:
-    """SIGTERM ``procs``, SIGKILL what is left after ``grace``; True when all are gone."""
-    try:
-        kill_processes(procs, grace=grace, what="step agent")
-    except AgentError:
-        return False
-    return True
 
 
 def start_run(

@@ -345,8 +345,12 @@ class PtyTerminal:
         """Stop reading and close the PTY (the program, if still running, gets SIGHUP)."""
         if not self._eof:
             self._on_eof()
+        # Close the fd once, through the file object ptyprocess owns it by, and tell it so:
+        # a bare os.close() would leave ptyprocess to close the same number again when it is
+        # collected, by then perhaps another terminal's.
         with contextlib.suppress(OSError):
-            os.close(self.proc.fd)
+            self.proc.fileobj.close()
+        self.proc.closed = True
         self.is_alive()
 
     # --- reading --------------------------------------------------------------------------

@@ -330,7 +330,7 @@ class StoreCore:
         return None if row is None else str(row[0])
 
     def meta_keys(self, prefix: str) -> list[str]:
-        """The keys starting with ``prefix`` whose value is not empty, sorted."""
+        """Every meta key that starts with ``prefix`` and has a non-empty value, sorted."""
         with self._reading() as c:
             rows = c.execute(
                 "SELECT key FROM meta WHERE substr(key, 1, ?) = ? AND value != '' ORDER BY key",

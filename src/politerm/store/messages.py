@@ -195,19 +195,37 @@ class MessageRows(StoreCore):
         )
         return message
 
-    def next_queued(self, recipient: str) -> Message | None:
-        """Return the oldest QUEUED or RETRIED message for ``recipient`` not past its TTL."""
+    def next_queued(
+        self,
+        recipient: str,
+        *,
+        task_id: str | None = None,
+        types: t.Collection[str] | None = None,
+    ) -> Message | None:
+        """Return the oldest QUEUED or RETRIED message for ``recipient`` not past its TTL.
+
+        ``task_id`` and ``types`` narrow the choice (a turn's own nudge or retry goes ahead
+        of other tasks' messages).
+        """
+        sql = (
+            "SELECT * FROM messages WHERE recipient = ? AND state IN (?, ?)"
+            " AND (deadline IS NULL OR deadline > ?)"
+        )
+        args: list[t.Any] = [recipient, *(s.value for s in sorted(SENDABLE_STATES)), self._clock()]
+        if task_id is not None:
+            sql += " AND task_id = ?"
+            args.append(task_id)
+        if types is not None:
+            kinds = sorted(types)
+            sql += f" AND type IN ({', '.join('?' * len(kinds))})"
+            args.extend(kinds)
         with self._reading() as c:
-            row = c.execute(
-                "SELECT * FROM messages WHERE recipient = ? AND state IN (?, ?)"
-                " AND (deadline IS NULL OR deadline > ?) ORDER BY id LIMIT 1",
-                (recipient, *(s.value for s in sorted(SENDABLE_STATES)), self._clock()),
-            ).fetchone()
+            row = c.execute(sql + " ORDER BY id LIMIT 1", args).fetchone()
         return None if row is None else _message(row)
 
-    def in_flight(self) -> list[Message]:
+    def in_flight(self, recipient: str | None = None) -> list[Message]:
         """Return every message whose delivery started but is not settled (DELIVERING)."""
-        return self.list_messages(state=MessageState.DELIVERING)
+        return self.list_messages(state=MessageState.DELIVERING, recipient=recipient)
 
     def list_messages(
         self,

@@ -27,6 +27,7 @@ class TaskState(enum.StrEnum):
     PLANNING = "planning"
     EXECUTING = "executing"
     WAITING_USER = "waiting_user"
+    WAITING_APPROVAL = "waiting_approval"
     DONE = "done"
     FAILED = "failed"
     ABORTED = "aborted"

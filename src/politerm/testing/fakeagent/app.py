@@ -72,6 +72,7 @@ class _Turn:
     status_lines: list[str]
     tool: str = ""
     command: str = ""
+    replied: bool = False
 
 
 class FakeAgent:
@@ -444,6 +445,10 @@ class FakeAgent:
         if self.phase is not Phase.BUSY or turn is None or self.hanging or now < turn.until:
             return
         if turn.rule.approval:
+            if turn.rule.approval_after_reply and not turn.replied:
+                # Answer first, then ask to run a command (aider's "Run shell command?").
+                turn.replied = True
+                self.display.commit(self._rows(turn, turn.rule.reply))
             self.phase = Phase.APPROVAL
             self.selected = 0
         else:
@@ -475,7 +480,7 @@ class FakeAgent:
         if approved:
             self.display.commit(self.screen.tool_done(turn.tool, command, width))
             self._write_file(turn)
-            self._finish(turn, turn.rule.reply)
+            self._finish(turn, "" if turn.replied else turn.rule.reply)
         else:
             self.display.commit(self.screen.tool_denied(turn.tool, command, width))
             self._finish(turn, turn.rule.deny_reply or "")
@@ -493,18 +498,21 @@ class FakeAgent:
         else:
             self.log.write("write_file", n=turn.n, path=str(path))
 
+    def _rows(self, turn: _Turn, template: str) -> list[str]:
+        if not template:
+            return []
+        raw = render_template(template, turn.values)
+        self.unlogged_replies.append(raw)
+        lines = raw.rstrip("\n").split("\n")
+        if self.scenario.list_reindent:
+            lines = reindent_lists(lines)
+        if self.strip_fences:
+            lines = strip_fences(lines)
+        return self.screen.reply([sanitize(line) for line in lines], self.display.width)
+
     def _finish(self, turn: _Turn, template: str) -> None:
         elapsed = int(time.monotonic() - turn.started)
-        rows: list[str] = []
-        if template:
-            raw = render_template(template, turn.values)
-            self.unlogged_replies.append(raw)
-            lines = raw.rstrip("\n").split("\n")
-            if self.scenario.list_reindent:
-                lines = reindent_lists(lines)
-            if self.strip_fences:
-                lines = strip_fences(lines)
-            rows = self.screen.reply([sanitize(line) for line in lines], self.display.width)
+        rows = self._rows(turn, template)
         if rows and self.faults.crash(CrashAt.MID_REPLY, turn.n):
             self.display.commit(rows[: max(1, len(rows) // 2)])
             self.display.render(self._view())

@@ -68,6 +68,8 @@ class Rule(_Model):
     reply: str = ""
     think_time: float | None = pydantic.Field(default=None, ge=0)
     approval: str | None = None
+    # Print the reply first, then ask (aider asks "Run shell command?" after its answer).
+    approval_after_reply: bool = False
     deny_reply: str | None = None
     write_file: WriteFile | None = None
     action: Action = Action.REPLY

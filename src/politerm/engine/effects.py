@@ -1,0 +1,319 @@
+"""What the router does with the blocks of a turn: each block's effects in one transaction.
+
+A block that ends its turn (a forwarded plan or result, a final report, a question) takes
+effect only when the agent is idle with no open question: an agent that prints its block
+and then asks to run a command (aider's "Run shell command?") keeps the turn open — HOLDING,
+and the task shows WAITING_APPROVAL naming the question — until the question is answered
+and the agent is idle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import typing as t
+
+from politerm.agents.state import AgentState
+from politerm.engine.routebase import (
+    ACTIVE,
+    EXECUTER,
+    FINAL_TYPES,
+    PLANNER,
+    USER_TARGETS,
+    RouterBase,
+)
+from politerm.protocol.contract import after_prompt, nonceless, status_task
+from politerm.protocol.parser import last_prompt_line
+from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
+
+if t.TYPE_CHECKING:
+    from politerm.driver import AgentDriver, Observation
+    from politerm.protocol.block import Block
+    from politerm.store.models import Task, Turn
+    from politerm.terminal import Snapshot
+
+# An agent idle this long after a prompt, with no block, has answered without one.
+IDLE_GRACE = 1.5
+# States in which a turn's answer must wait: the agent still works, or asks something.
+_NOT_IDLE = frozenset({AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.DIALOG})
+_APPROVAL_RETURN = "approval-return:"
+
+
+class BlockEffects(RouterBase):
+    """Reading a turn's blocks and applying their effects (part of the router)."""
+
+    async def _scan_turn(self, driver: AgentDriver, turn: Turn, obs: Observation) -> None:
+        loop = self.loops[driver.name]
+        if loop.held_nonce != turn.nonce:
+            loop.held, loop.held_nonce = [], turn.nonce
+        lines = await driver.blocks.lines(obs.snap, turn.start_line)
+        # Without a nonce, position keeps echoes out: only what follows the prompt's echo.
+        after = after_prompt(lines, self._turn_prompt(turn))
+        if self._poliseed:
+            lines = lines[after:]
+        nonce = turn.nonce if self._nonce_required else None
+        fresh, rejections = driver.blocks.scan(lines, nonce)
+        fresh = [
+            dataclasses.replace(b, nonce=turn.nonce) if b.nonce is None else b for b in fresh
+        ]  # a block without a nonce, read in this turn's window, is this turn's
+        accepted: set[int] = set()
+        if nonce:
+            extra, accepted = self._nonceless(driver, turn, obs.snap, lines, after)
+            fresh += extra
+        driver.blocks.report(
+            [r for r in rejections if r.line not in accepted], task_id=turn.task_id
+        )
+        blocks, loop.held = [*loop.held, *fresh], []
+        for block in blocks:
+            current = self.store.current_turn(driver.name)
+            if current is None or current.nonce != turn.nonce:
+                return
+            if self._ends_turn(block) and obs.state in _NOT_IDLE:
+                self._hold(driver, current, block, obs)
+                loop.held.append(block)
+                continue
+            with self.store.batch():
+                self._apply_block(driver.name, current, block)
+
+    def _turn_prompt(self, turn: Turn) -> str | None:
+        msg = self.store.get_message(turn.message_id) if turn.message_id else None
+        return msg.text if msg is not None else None
+
+    def _nonceless(
+        self, driver: AgentDriver, turn: Turn, snap: Snapshot, lines: list[str], after: int
+    ) -> tuple[list[Block], set[int]]:
+        """Blocks that dropped the nonce, when provably this turn's (accepted with a warning).
+
+        Provably: printed after the turn's prompt (after its start row on the normal screen,
+        or on a redrawn screen after the echo of this turn's prompt) and carrying the turn's
+        task id. Also returns their line numbers in ``lines``, whose missing-nonce rejections
+        are then not reported.
+        """
+        if snap.alternate_screen or turn.start_line < 0:
+            echo = last_prompt_line(lines, self._turn_prompt(turn))
+            if echo < 0:
+                return [], set()
+            after = max(after, echo + 1)
+        out = []
+        seen: set[int] = set()
+        for block in nonceless(lines[after:], turn.task_id):
+            bound = dataclasses.replace(block, nonce=turn.nonce)
+            key = (bound.nonce, bound.type, bound.id)
+            seen.add(block.line + after)
+            if key in driver.blocks.screen_blocks:
+                continue
+            driver.blocks.screen_blocks[key] = bound
+            self.store.add_event(
+                "warning",
+                task_id=turn.task_id,
+                agent=driver.name,
+                detail=f"accepted a {block.type} block without a nonce: it follows the turn's "
+                f"prompt and carries task id {block.id}",
+            )
+            out.append(bound)
+        return out, seen
+
+    @staticmethod
+    def _ends_turn(block: Block) -> bool:
+        return block.type != "status"
+
+    def _hold(self, driver: AgentDriver, turn: Turn, block: Block, obs: Observation) -> None:
+        """The answer is in but the agent is not idle: the turn stays open (HOLDING)."""
+        if turn.state is not TurnState.HOLDING:
+            self.store.set_turn_state(driver.name, turn.nonce, TurnState.HOLDING)
+            self.store.add_event(
+                "holding",
+                task_id=turn.task_id,
+                agent=driver.name,
+                detail=f"{block.type} block received; {driver.name} is "
+                f"{obs.state.value}, so the turn stays open until it is idle",
+            )
+
+    def _approval_task_state(self, driver: AgentDriver, turn: Turn, obs: Observation) -> None:
+        """A question waiting for the user shows on the task, and goes when answered."""
+        if turn.task_id is None:
+            return
+        task = self.store.get_task(turn.task_id)
+        if task is None:
+            return
+        pending = driver.approver.pending
+        if obs.state is AgentState.WAITING_APPROVAL and pending is not None:
+            if task.state is TaskState.WAITING_APPROVAL or task.state not in ACTIVE:
+                return
+            question = (
+                f"{driver.name} asks to run {pending.what}: answer with "
+                f"`poli approve {driver.approver.key}` (or --deny)"
+            )
+            with self.store.batch():
+                self.store.set_meta(f"{_APPROVAL_RETURN}{task.id}", task.state.value)
+                self.store.update_task(task.id, state=TaskState.WAITING_APPROVAL, question=question)
+            return
+        if task.state is TaskState.WAITING_APPROVAL and obs.state not in (
+            AgentState.WAITING_APPROVAL,
+            AgentState.UNKNOWN,
+        ):
+            back = self.store.get_meta(f"{_APPROVAL_RETURN}{task.id}") or TaskState.PLANNING.value
+            self.store.update_task(task.id, state=TaskState(back), clear=("question",))
+
+    def _apply_block(self, name: str, turn: Turn, block: Block) -> None:
+        key = block.dedupe_key
+        if block.type == "status" and status_task(block.id, turn.task_id):
+            # A status block with its own id (<task>-status-N): the turn's task's progress.
+            first = self.store.record_block(
+                agent=name, task_id=turn.task_id, type=block.type, msg_id=block.id,
+                nonce=block.nonce, dedupe_key=key, header=block.header, body=block.body,
+                accepted=True, reason=None,
+            )  # fmt: skip
+            if first:
+                self.store.add_event(
+                    "block",
+                    task_id=turn.task_id,
+                    agent=name,
+                    detail=f"{name} → {block.to}: status ({block.id})",
+                    data={"type": block.type, "to": block.to, "body": block.body},
+                )
+            return
+        task = self.store.get_task(block.id)
+        if task is None or (turn.task_id is not None and block.id != turn.task_id):
+            why = "unknown task id" if task is None else f"belongs to task {turn.task_id}"
+            self.store.record_block(
+                agent=name, task_id=turn.task_id, type=block.type, msg_id=block.id,
+                nonce=block.nonce, dedupe_key=key, header=block.header, body=block.body,
+                accepted=False, reason=f"id {block.id!r}: {why}",
+            )  # fmt: skip
+            self.store.add_event(
+                "rejected", task_id=turn.task_id, agent=name, detail=f"block id {block.id}: {why}"
+            )
+            return
+        first = self.store.record_block(
+            agent=name, task_id=task.id, type=block.type, msg_id=block.id, nonce=block.nonce,
+            dedupe_key=key, header=block.header, body=block.body, accepted=True, reason=None,
+        )  # fmt: skip
+        if first:
+            self.store.add_event(
+                "block",
+                task_id=task.id,
+                agent=name,
+                detail=f"{name} → {block.to}: {block.type}",
+                data={"type": block.type, "to": block.to, "body": block.body},
+            )
+        if task.state not in ACTIVE:
+            self._end_turn(name, turn)
+            return
+        if block.type == "status":
+            return  # recorded and shown, never forwarded; the turn goes on
+        if block.type == "question":
+            self.store.update_task(task.id, state=TaskState.WAITING_USER, question=block.body)
+            self.store.clear_expectation(task.id)
+            self.store.set_meta(f"asker:{task.id}", name)
+            self._ack_turn(turn)
+            self._end_turn(name, turn)
+            return
+        target = self._agent_named(block.to)
+        if block.type in FINAL_TYPES and (target is None or block.to.upper() in USER_TARGETS):
+            self.store.update_task(task.id, state=TaskState.DONE, report=block.body)
+            self.store.clear_expectation(task.id)
+            self.store.add_event("done", task_id=task.id, agent=name, detail=block.body)
+            self._ack_turn(turn)
+            self._end_turn(name, turn)
+            return
+        if target is None or target == name:
+            self.store.add_event(
+                "rejected",
+                task_id=task.id,
+                agent=name,
+                detail=f"block to {block.to!r}: no such agent",
+            )
+            return
+        kind = block.type if block.type in ("plan", "result") else "message"
+        if kind == "plan":
+            rounds = sum(1 for m in self.store.list_messages(task_id=task.id) if m.type == "plan")
+            if rounds >= task.max_rounds and self.store.find_message(f"{key}:{target}") is None:
+                self._finish_round_limit(name, turn, task)
+                return
+        fwd = self.store.add_message(
+            task_id=task.id,
+            sender=name,
+            recipient=target,
+            type=kind,
+            msg_id=task.id,
+            body=block.body,
+            header=block.header,
+            nonce=block.nonce,
+            dedupe_key=f"{key}:{target}",
+            ttl=self.config.routing.message_ttl,
+        )
+        rounds = sum(1 for m in self.store.list_messages(task_id=task.id) if m.type == "plan")
+        state = TaskState.EXECUTING if target == EXECUTER else TaskState.PLANNING
+        self.store.update_task(task.id, state=state, round=rounds, clear=("question",))
+        self._expect(task.id, target, "result" if kind == "plan" else "plan")
+        if fwd is not None:
+            self.store.add_event(
+                "queued", task_id=task.id, agent=target, detail=f"{name} → {target}: {kind}"
+            )
+        self._ack_turn(turn)
+        self._end_turn(name, turn)
+        self.wake(target)
+
+    def _expect(self, task_id: str, sender: str, typ: str) -> None:
+        # The deadline is set again when the prompt is confirmed (deadlines start there).
+        self.store.set_expectation(
+            task_id, sender=sender, type=typ, deadline=time.time() + self._step_timeout(sender)
+        )
+
+    def _finish_round_limit(self, name: str, turn: Turn, task: Task) -> None:
+        limit = task.max_rounds
+        self.store.update_task(
+            task.id,
+            state=TaskState.FAILED,
+            error=f"round limit {limit} reached: {name} sent plan {limit + 1} for task {task.id}",
+        )
+        self.store.clear_expectation(task.id)
+        self.store.add_event("failed", task_id=task.id, agent=name, detail="round limit reached")
+        self._ack_turn(turn)
+        self._end_turn(name, turn)
+        self._end_task_turns(task.id, TurnEnd.TASK_ENDED)
+
+    def _idle_without_block(self, driver: AgentDriver, turn: Turn, now: float) -> bool:
+        if driver.state is not AgentState.READY or turn.message_id is None:
+            return False
+        msg = self.store.get_message(turn.message_id)
+        if msg is None or msg.state is not MessageState.DELIVERED:
+            return False
+        track = driver.tracker
+        return now - track.ready_since >= IDLE_GRACE and (
+            track.busy_seen or time.time() - turn.started >= IDLE_GRACE * 2
+        )
+
+    def _answered_without_block(self, driver: AgentDriver, turn: Turn, snap: Snapshot) -> None:
+        msg = self.store.get_message(turn.message_id) if turn.message_id else None
+        task = self.store.get_task(turn.task_id) if turn.task_id else None
+        if msg is None or task is None or task.state not in ACTIVE:
+            return
+        if driver.name == PLANNER and msg.type == "result":
+            # A planner that goes quiet after a result, with no block, has reported in prose.
+            report = screen_report(snap, driver, msg.text)
+            with self.store.batch():
+                self.store.update_task(task.id, state=TaskState.DONE, report=report)
+                self.store.clear_expectation(task.id)
+                self.store.add_event(
+                    "done",
+                    task_id=task.id,
+                    agent=driver.name,
+                    detail="planner went idle: screen is the report",
+                )
+                self._ack_turn(turn)
+                self._end_turn(driver.name, turn)
+
+
+def screen_report(snap: Snapshot, driver: AgentDriver, prompt: str | None = None) -> str:
+    """The agent's words since its last prompt, as the report of a block-less answer."""
+    lines = [ln.rstrip() for ln in snap.lines]
+    start = max(last_prompt_line(lines) + 1, after_prompt(lines, prompt))
+    body: list[str] = []
+    for line in lines[start:]:
+        # The input box (a rule, then the input line) closes the reply.
+        if driver.profile.is_input_line(line) or (len(line) > 10 and set(line) <= {"─", "▄", "▀"}):
+            break
+        body.append(line)
+    return "\n".join(ln for ln in body if ln.strip())[-8000:].strip()

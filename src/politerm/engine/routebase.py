@@ -1,0 +1,253 @@
+"""What every part of the router shares: its agents, the store, and how things end.
+
+Endings are where a routed task can wedge an agent, so they live in one place: a turn ends
+(with a :class:`~politerm.store.turns.TurnEnd` reason) on every path that finishes it —
+answered, task failed or timed out or aborted, agent died, message dead-lettered — and the
+follow-ups queued for it die with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import pathlib
+import time
+import typing as t
+
+from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.state import AgentState
+from politerm.driver import AgentDriver
+from politerm.engine.templates import Templates
+from politerm.errors import StoreError
+from politerm.protocol.contract import Contract, nonce_required
+from politerm.store.models import MessageState, TaskState, TurnEnd
+
+if t.TYPE_CHECKING:
+    from politerm.agents.profile import AgentProfile
+    from politerm.config import Config
+    from politerm.protocol.block import Block
+    from politerm.store import RunStore
+    from politerm.store.models import Message, Turn
+    from politerm.tmux.pane import Pane
+
+log = logging.getLogger(__name__)
+
+PLANNER = "PLANNER"
+EXECUTER = "EXECUTER"
+USER_TARGETS = frozenset({"USER", "ORCH", "ORCHESTRATOR", "HUMAN"})
+FINAL_TYPES = frozenset({"final", "done"})
+FOLLOW_UPS = ("nudge", "retry")
+ACTIVE = frozenset(
+    {TaskState.PENDING, TaskState.PLANNING, TaskState.EXECUTING, TaskState.WAITING_APPROVAL}
+)
+RESUME_META = "resume-state:"
+RESUME_MSG = "resume-message:"
+
+AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
+
+
+@dataclasses.dataclass
+class LoopState:
+    """What one agent's routing loop keeps between steps (the store holds the rest)."""
+
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    turn_nonce: str | None = None
+    last_nonce: str | None = None
+    settled: bool = False
+    # Blocks that answer the turn but wait until the agent is idle (the parser shows each
+    # block once, so they are kept here); the turn's nonce they belong to.
+    held: list[Block] = dataclasses.field(default_factory=list)
+    held_nonce: str | None = None
+
+
+class RouterBase:
+    """The router's shared state and its endings (see :class:`~politerm.engine.router.Router`).
+
+    Parameters
+    ----------
+    config
+        Timeouts, routing limits and the agents.
+    store
+        The run store (the source of truth).
+    agents
+        The running agents: name → driver, or name → (profile, pane) to attach one.
+    templates
+        The prompts.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        store: RunStore,
+        agents: t.Mapping[str, AgentSpec],
+        *,
+        templates: Templates | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.templates = templates or Templates(contract=config.routing.contract)
+        self._nonce_required = nonce_required(config.routing.require_nonce, config.routing.contract)
+        self._poliseed = config.routing.contract == Contract.POLISEED.value
+        self.policy = ApprovalPolicy.of(config.routing.approval, config.routing.approval_patterns)
+        self.agents: dict[str, AgentDriver] = {
+            name: spec if isinstance(spec, AgentDriver) else self._attach(name, *spec)
+            for name, spec in agents.items()
+        }
+        self.loops = {name: LoopState() for name in self.agents}
+        self._stop = asyncio.Event()
+        self._fatal: str | None = None
+        # Agents whose input box holds a dead-lettered prompt, to be cleared.
+        self._clear_later: set[str] = set()
+        self._dead: set[str] = set()
+
+    def _attach(self, name: str, profile: AgentProfile, pane: Pane) -> AgentDriver:
+        acfg = self.config.agents.get(name)
+        # Long bodies come as files in the agent's working directory; nowhere else.
+        cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
+        env = dict(acfg.env) if acfg is not None else {}
+        return AgentDriver.attach(
+            name, profile, pane, store=self.store, policy=self.policy, cwd=cwd, env=env
+        )
+
+    def wake(self, name: str) -> None:
+        """Wake one agent's loop."""
+        loop = self.loops.get(name)
+        if loop is not None:
+            loop.wake.set()
+
+    def stop(self) -> None:
+        """Ask every loop to finish (a step under way completes first)."""
+        self._stop.set()
+        for loop in self.loops.values():
+            loop.wake.set()
+
+    @property
+    def fatal(self) -> str | None:
+        """Why routing stopped for good (tmux server gone), if it did."""
+        return self._fatal
+
+    # --- endings --------------------------------------------------------------------------
+
+    def _ack_turn(self, turn: Turn) -> None:
+        if turn.message_id is None:
+            return
+        msg = self.store.get_message(turn.message_id)
+        if msg is not None and msg.state is MessageState.DELIVERED:
+            self.store.transition(msg.id, MessageState.ACKNOWLEDGED, expect=MessageState.DELIVERED)
+
+    def _end_turn(self, name: str, turn: Turn, reason: TurnEnd = TurnEnd.ANSWERED) -> None:
+        self.store.end_turn(name, turn.nonce, reason)
+        loop = self.loops.get(name)
+        if loop is not None and loop.turn_nonce == turn.nonce:
+            loop.turn_nonce = None
+        # Follow-ups for a turn that is over are moot.
+        for m in self.store.list_messages(recipient=name, task_id=turn.task_id):
+            if m.type in FOLLOW_UPS and m.state in (MessageState.QUEUED, MessageState.RETRIED):
+                self.store.transition(m.id, MessageState.DEAD, error="turn already over")
+
+    def _end_task_turns(self, task_id: str, reason: TurnEnd, *, resumable: bool = False) -> None:
+        """End every open turn of ``task_id``: a finished task never leaves an agent busy.
+
+        Its queued messages die with it, unless the task may be resumed: then only each
+        turn's own undelivered prompt does (``poli up --resume`` sends it once, as a copy).
+        """
+        for turn in self.store.turns_of_task(task_id):
+            self._end_turn(turn.agent, turn, reason)
+            msg = self.store.get_message(turn.message_id) if turn.message_id else None
+            if msg is None:
+                continue
+            if resumable:
+                self.store.set_meta(f"{RESUME_MSG}{task_id}:{turn.agent}", str(msg.id))
+            if msg.state is MessageState.DELIVERED:
+                self.store.transition(msg.id, MessageState.ACKNOWLEDGED)
+            elif msg.state in (MessageState.QUEUED, MessageState.RETRIED):
+                self.store.transition(msg.id, MessageState.DEAD, error=f"turn {reason.value}")
+        if resumable:
+            return
+        for m in self.store.list_messages(task_id=task_id):
+            if m.state in (MessageState.QUEUED, MessageState.RETRIED, MessageState.PARSED):
+                self.store.transition(m.id, MessageState.DEAD, error=f"task {task_id} ended")
+
+    def _fail(
+        self,
+        task_id: str,
+        why: str,
+        *,
+        resumable: TaskState | None = None,
+        reason: TurnEnd = TurnEnd.TASK_ENDED,
+    ) -> None:
+        task = self.store.get_task(task_id)
+        if task is None or task.state not in (*ACTIVE, TaskState.WAITING_USER):
+            return
+        with self.store.batch():
+            if resumable is not None:
+                self.store.set_meta(f"{RESUME_META}{task_id}", resumable.value)
+            self._end_task_turns(task_id, reason, resumable=resumable is not None)
+            self.store.update_task(task_id, state=TaskState.FAILED, error=why)
+            self.store.clear_expectation(task_id)
+            self.store.add_event("failed", task_id=task_id, detail=why)
+        for name in self.agents:
+            self.wake(name)
+        log.error("task %s failed: %s", task_id, why)
+
+    def _agent_died(self, name: str, evidence: t.Sequence[str]) -> None:
+        if name in self._dead:
+            return
+        self._dead.add(name)
+        self.agents[name].dead = True
+        with contextlib.suppress(StoreError):
+            if self.store.get_agent(name) is not None:
+                self.store.set_agent_state(name, AgentState.EXITED.value)
+        screen = " | ".join(evidence)
+        self.store.add_event("agent-exited", agent=name, detail=screen)
+        turn = self.store.current_turn(name)
+        for task in self.store.list_tasks(active_only=True):
+            if task.state is TaskState.PENDING:
+                continue
+            exp = self.store.get_expectation(task.id)
+            involved = (exp is not None and exp.sender == name) or (
+                turn is not None and turn.task_id == task.id
+            )
+            if involved:
+                step = "plan" if name == PLANNER else "exec"
+                self._fail(
+                    task.id,
+                    f"agent {name} exited during the {step} step of task {task.id} "
+                    f"({screen}); run `poli up --resume` to restart it and continue",
+                    resumable=task.state,
+                    reason=TurnEnd.AGENT_DIED,
+                )
+
+    def _server_gone(self, why: str) -> None:
+        if self._fatal is not None:
+            return
+        self._fatal = why
+        for task in self.store.list_tasks(active_only=True):
+            self._fail(
+                task.id,
+                f"the tmux server is gone ({why}); run `poli up --resume` to restart the agents "
+                "and continue",
+                resumable=task.state if task.state is not TaskState.PENDING else None,
+                reason=TurnEnd.AGENT_DIED,
+            )
+        self.stop()
+
+    def _agent_named(self, name: str) -> str | None:
+        upper = name.upper()
+        for agent in self.agents:
+            if agent.upper() == upper:
+                return agent
+        return None
+
+    def _event(self, kind: str, msg: Message, *, detail: str) -> None:
+        self.store.add_event(kind, task_id=msg.task_id, agent=msg.recipient, detail=detail)
+
+    def _step_timeout(self, agent: str) -> float:
+        timeouts = self.config.timeouts
+        return timeouts.plan if agent == PLANNER else timeouts.exec
+
+    @staticmethod
+    def _now() -> float:
+        return time.time()

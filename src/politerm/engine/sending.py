@@ -1,0 +1,229 @@
+"""Sending a message to an agent, and settling a delivery a stopped router left behind.
+
+A message goes DELIVERING together with its turn (before anything is typed), then the
+driver delivers it with confirmation. A DELIVERING message found after a restart is
+settled from the agent's screen and confirmed like a fresh delivery, before anything else
+is sent to that agent: busy or its answer on screen → delivered; its text in the input box
+→ submit and confirm; nothing there → deliver it again (same text, same nonce).
+"""
+
+from __future__ import annotations
+
+import time
+import typing as t
+
+from politerm.agents.state import AgentState
+from politerm.driver import Outcome
+from politerm.engine.deadlines import Deadlines
+from politerm.engine.routebase import ACTIVE, FOLLOW_UPS
+from politerm.protocol.primer import new_nonce
+from politerm.store.models import MessageState, TurnEnd, TurnState
+
+if t.TYPE_CHECKING:
+    from politerm.driver import AgentDriver, DeliveryResult
+    from politerm.store.models import Message, Turn
+    from politerm.terminal import Snapshot
+
+
+class Sending(Deadlines):
+    """Delivering messages and settling in-flight ones (part of the router)."""
+
+    async def _deliver(
+        self, driver: AgentDriver, msg: Message, turn: Turn | None, snap: Snapshot
+    ) -> None:
+        task = self.store.get_task(msg.task_id) if msg.task_id else None
+        if task is not None and task.state not in ACTIVE:
+            self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
+            return
+        follow_up = msg.type in FOLLOW_UPS and turn is not None
+        # A STRANDED attempt left the text (with its nonce) in the input box: submit that,
+        # do not paste it again.
+        stranded = bool(
+            (msg.last_error or "").startswith(Outcome.STRANDED.value)
+            and msg.text
+            and msg.turn_nonce
+            and driver.profile.input_text(snap)
+        )
+        if stranded and msg.turn_nonce:
+            nonce = msg.turn_nonce
+        else:
+            nonce = turn.nonce if follow_up and turn is not None else new_nonce()
+        text = msg.text if msg.text and msg.turn_nonce == nonce else self._render(msg, nonce)
+        with self.store.batch():
+            msg = self.store.transition(
+                msg.id,
+                MessageState.DELIVERING,
+                expect={MessageState.QUEUED, MessageState.RETRIED},
+                turn_nonce=nonce,
+                text=text,
+            )
+            if not follow_up:
+                self.store.start_turn(
+                    driver.name,
+                    nonce=nonce,
+                    task_id=msg.task_id,
+                    message_id=msg.id,
+                    start_line=driver.turn_start(snap),
+                )
+        if not follow_up:
+            self.loops[driver.name].turn_nonce = nonce
+            driver.blocks.new_turn()
+        result = await driver.deliver(text, already_pasted=stranded)
+        self._settled(driver, msg, nonce, result, follow_up=follow_up)
+
+    def _settled(
+        self,
+        driver: AgentDriver,
+        msg: Message,
+        nonce: str,
+        result: DeliveryResult,
+        *,
+        follow_up: bool,
+        recovered: bool = False,
+    ) -> None:
+        """Record how a delivery ended: delivered, retried later, or dead-lettered."""
+        name = driver.name
+        evidence = " | ".join(result.evidence)
+        if result.outcome is Outcome.DELIVERED or (
+            result.outcome is Outcome.BLOCKED and result.submitted
+        ):
+            with self.store.batch():
+                self.store.transition(
+                    msg.id,
+                    MessageState.DELIVERED,
+                    expect=MessageState.DELIVERING,
+                    evidence=evidence,
+                )
+                self.store.set_turn_state(name, nonce, TurnState.WAITING)
+                if msg.task_id is not None and not follow_up:
+                    self._restart_clock(msg.task_id, name, time.time())
+                how = "recovered" if recovered else "delivered"
+                self._event(
+                    how,
+                    msg,
+                    detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
+                    f"({result.submits} submit, {result.elapsed * 1000:.0f} ms)",
+                )
+            return
+        if result.outcome is Outcome.AGENT_EXITED:
+            with self.store.batch():
+                self.store.transition(
+                    msg.id,
+                    MessageState.RETRIED,
+                    expect=MessageState.DELIVERING,
+                    error="agent exited",
+                )
+            self._agent_died(name, result.evidence)
+            return
+        # STRANDED, or BLOCKED before submitting: try again later, then dead-letter.
+        task = self.store.get_task(msg.task_id) if msg.task_id else None
+        with self.store.batch():
+            if not follow_up:
+                self.store.end_turn(name, nonce, TurnEnd.NOT_DELIVERED)
+                self.loops[name].turn_nonce = None
+            if msg.attempts < self.config.routing.max_attempts:
+                self.store.transition(
+                    msg.id,
+                    MessageState.RETRIED,
+                    expect=MessageState.DELIVERING,
+                    error=f"{result.outcome.value}: {result.rule}",
+                    evidence=evidence,
+                )
+                self._event("retry", msg, detail=f"{result.outcome.value}: {evidence}")
+                return
+            self.store.transition(
+                msg.id,
+                MessageState.DEAD,
+                expect=MessageState.DELIVERING,
+                error=f"{result.outcome.value} after {msg.attempts} attempts: {result.rule}",
+                evidence=evidence,
+            )
+            self._event("dead-letter", msg, detail=f"{result.outcome.value}: {evidence}")
+        if result.outcome is Outcome.STRANDED:
+            self._clear_later.add(name)  # its text must not join the next prompt
+        if task is not None:
+            self._fail(
+                task.id,
+                f"could not deliver the {msg.type} message to {name} "
+                f"({result.outcome.value}: {result.rule}); last screen: {evidence}",
+                reason=TurnEnd.DEAD_LETTER,
+            )
+
+    def _render(self, msg: Message, nonce: str) -> str:
+        task = self.store.get_task(msg.task_id) if msg.task_id else None
+        name = msg.type if msg.type in self.templates.texts else "message"
+        return self.templates.render(
+            name,
+            msg_id=msg.msg_id,
+            nonce=nonce,
+            body=msg.body,
+            request=task.request if task else "",
+            sender=msg.sender,
+            recipient=msg.recipient,
+            msg_type=msg.type,
+            file_ref=f"msgs/{msg.msg_id}-{nonce}.md",
+        )
+
+    # --- settling what a stopped router left --------------------------------------------
+
+    async def _settle_in_flight(self, driver: AgentDriver, snap: Snapshot) -> None:
+        """Settle every DELIVERING message of this agent before anything else is sent to it."""
+        for msg in self.store.in_flight(driver.name):
+            nonce = msg.turn_nonce or new_nonce()
+            turn = self.store.current_turn(driver.name)
+            follow_up = msg.type in FOLLOW_UPS and (turn is None or turn.message_id != msg.id)
+            if not follow_up and (turn is None or turn.nonce != nonce):
+                # The turn row and the message go together; one without the other is an old
+                # store: open the turn again so the answer is read from where it starts.
+                if turn is not None:
+                    self.store.end_turn(driver.name, turn.nonce, TurnEnd.HANDED_BACK)
+                turn = self.store.start_turn(
+                    driver.name,
+                    nonce=nonce,
+                    task_id=msg.task_id,
+                    message_id=msg.id,
+                    start_line=-1 if snap.alternate_screen else 0,
+                )
+            result = await self._confirm_left_over(driver, msg, turn, snap)
+            self.store.add_event(
+                "recovered",
+                task_id=msg.task_id,
+                agent=driver.name,
+                detail=f"{msg.type} message found mid-delivery after a restart: {result.rule}",
+            )
+            if not follow_up:
+                self.loops[driver.name].turn_nonce = nonce
+            self._settled(driver, msg, nonce, result, follow_up=follow_up, recovered=True)
+            snap = (await driver.snapshot()) or snap
+
+    async def _confirm_left_over(
+        self, driver: AgentDriver, msg: Message, turn: Turn | None, snap: Snapshot
+    ) -> DeliveryResult:
+        from politerm.driver import DeliveryResult
+
+        reading = driver.profile.detect(snap)
+        if reading.state in (AgentState.BUSY, AgentState.WAITING_APPROVAL):
+            return DeliveryResult(
+                Outcome.DELIVERED, reading.evidence, 0, True, 0.0, "the agent is working on it"
+            )
+        if turn is not None and msg.turn_nonce:
+            lines = await driver.blocks.lines(snap, turn.start_line)
+            # Our nonce in the turn's window (not in the input box): it echoed or answered it.
+            if not reading.input_text and any(msg.turn_nonce in ln for ln in lines):
+                return DeliveryResult(
+                    Outcome.DELIVERED, tuple(lines[-3:]), 0, True, 0.0, "its nonce is on screen"
+                )
+        text = msg.text or self._render(msg, msg.turn_nonce or new_nonce())
+        if reading.input_text and _ours(driver, reading.input_text, text):
+            # Our paste sits in the input box: submit it and confirm, never paste twice.
+            return await driver.deliver(text, already_pasted=True)
+        # Nothing there (or someone else's words, which delivery clears first): send it.
+        return await driver.deliver(text)
+
+
+def _ours(driver: AgentDriver, box: str, text: str) -> bool:
+    """Whether the input box shows (the start of) ``text``, or a collapsed paste of it."""
+    if driver.profile.paste_marker_in([box]):
+        return True
+    flat = " ".join(text.split())
+    return bool(box) and " ".join(box.split())[:40] in flat

@@ -1,0 +1,377 @@
+"""One attempt of a pipeline step: its window, its agent (through the driver), its end.
+
+A TUI step's agent is driven by an :class:`~politerm.driver.AgentDriver`: ready, the prompt
+delivered with the input box verified empty, approval questions answered by the run's
+policy or by ``poli approve <run id>.step-<n>``, and the step's ``done`` block (with this
+attempt's nonce) read from its turn's window. The step is done only when the agent is idle
+with no open question after its block. A headless step waits for its wrapper's exit file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import time
+import typing as t
+
+from politerm._internal.aio import wait_event
+from politerm._internal.proctree import kill_processes, process_tree
+from politerm._internal.vault import redact_and_keep
+from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.state import AgentState
+from politerm.driver import AgentDriver, Outcome
+from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
+from politerm.pipeline import worktrees
+from politerm.pipeline.launch import DONE_TYPE, Launch, exit_file, launch, prompt_file, step_id
+from politerm.pipeline.launch import render_prompt as _render_prompt
+from politerm.pipeline.model import StepStatus
+from politerm.pipeline.state import write_atomic
+from politerm.protocol.primer import new_nonce
+from politerm.tmux.pane import Pane, new_window
+
+if t.TYPE_CHECKING:
+    import psutil
+
+    from politerm.pipeline.model import Step
+    from politerm.pipeline.runner import PipelineRunner
+    from politerm.protocol.block import Block
+
+# How often a headless step's exit file is looked for.
+_POLL = 0.1
+# Upper bound on a wait for pane output before looking again anyway.
+_MAX_WAIT = 0.5
+# States in which a step's done block must wait: the agent works, or asks something.
+_NOT_IDLE = frozenset({AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.DIALOG})
+
+
+def approval_key(run_id: str, num: int) -> str:
+    """The name ``poli approve`` answers step ``num`` of run ``run_id`` by.
+
+    Examples
+    --------
+    >>> approval_key("20261123-abcd", 2)
+    '20261123-abcd.step-2'
+    """
+    return f"{run_id}.step-{num}"
+
+
+class StepAgent:
+    """Runs the attempts of the runner's steps (see :class:`PipelineRunner`)."""
+
+    def __init__(self, run: PipelineRunner) -> None:
+        self.run = run
+        cfg = run.config.routing
+        self.policy = ApprovalPolicy.of(cfg.approval, cfg.approval_patterns)
+
+    def launch(self, step: Step, attempt: int) -> Launch:
+        """How to start ``step``'s agent for ``attempt``."""
+        rec = self.run.record
+        return launch(
+            step,
+            run_cli=rec.cli,
+            steps_dir=self.run.state.steps_dir,
+            attempt=attempt,
+            headless=rec.headless,
+            unsafe=rec.unsafe,
+            override=rec.cli_override,
+        )
+
+    def prompt(self, step: Step, attempt: int, nonce: str | None, *, parallel: bool) -> str:
+        """The step's prompt."""
+        run = self.run
+        return _render_prompt(
+            run.pipeline,
+            step,
+            run_id=run.record.run_id,
+            attempt=attempt,
+            project=run.project,
+            nonce=nonce,
+            parallel=parallel,
+            layout=run.layout,
+            search=run.agents,
+            task=run.record.task,
+        )
+
+    def driver(self, step: Step, spec: Launch, pane: Pane) -> AgentDriver:
+        """The driver of ``step``'s agent in ``pane``."""
+        run = self.run
+        cwd = run.record.step(step.num).cwd
+        return AgentDriver.attach(
+            f"step-{step.num}",
+            spec.profile,
+            pane,
+            store=run.state.store,
+            policy=self.policy,
+            approval_key=approval_key(run.record.run_id, step.num),
+            cwd=None if cwd is None else pathlib.Path(cwd),
+        )
+
+    async def attempt(self, step: Step, *, parallel: bool) -> str | None:
+        """One attempt (or the continuation of an interrupted one); an error or None."""
+        run = self.run
+        rec = run.record.step(step.num)
+        if rec.status is StepStatus.RUNNING and rec.attempt > 0:
+            outcome = await self.reattach(step)
+            if outcome != "rerun":
+                return outcome
+            run.say(f"step {step.num}: its agent is gone; running it again", step=step.num)
+        attempt = rec.attempt + 1
+        await self.drop_window(step)
+        cwd = run.project
+        if run.record.worktrees and parallel:
+            cwd = await asyncio.to_thread(
+                worktrees.create, run.project, run.record.run_id, step.num, run.layout
+            )
+        spec = self.launch(step, attempt)
+        nonce = None if spec.headless else new_nonce()
+        text = self.prompt(step, attempt, nonce, parallel=parallel)
+        # The record on disk holds no secret; the step's agent still gets them (vault).
+        write_atomic(prompt_file(run.state.steps_dir, step.num, attempt), redact_and_keep(text))
+        exit_file(run.state.steps_dir, step.num).unlink(missing_ok=True)
+        run.state.set_step(
+            step.num,
+            StepStatus.RUNNING,
+            attempt=attempt,
+            nonce=nonce,
+            pane=None,
+            start_line=-1,
+            delivered=False,
+            started=time.time(),
+            finished=None,
+            error=None,
+            report=None,
+            approved=False,
+            cwd=str(cwd),
+        )
+        run.set_current(step)
+        run.state.save()
+        pane = await new_window(
+            run.client,
+            run.server,
+            session=run.record.session,
+            name=step.window,
+            argv=list(spec.argv),
+            cwd=cwd,
+            env=spec.profile.env,
+            agent=f"step-{step.num}",
+        )
+        run.state.set_step(step.num, StepStatus.RUNNING, pane=pane.pane_id)
+        run.say(
+            f"step {step.num} ({step.agent}, {spec.cli}{', headless' if spec.headless else ''})"
+            f" attempt {attempt} started in window {step.window}",
+            step=step.num,
+            kind="step-started",
+        )
+        deadline = time.monotonic() + run.pipeline.timeout_of(step)
+        if spec.headless:
+            return await self.wait_exit(step, pane, deadline)
+        return await self.start_tui(step, spec, self.driver(step, spec, pane), text, deadline)
+
+    async def start_tui(
+        self, step: Step, spec: Launch, driver: AgentDriver, text: str, deadline: float
+    ) -> str | None:
+        """Wait until the agent is ready, then deliver the prompt and wait for the step."""
+        try:
+            await driver.wait_ready(self.run.config.timeouts.ready)
+        except AgentError as exc:
+            await self.stop_agent(driver)
+            return str(exc)
+        snap = await driver.snapshot()
+        start = driver.turn_start(snap) if snap is not None else -1
+        self.run.state.set_step(step.num, StepStatus.RUNNING, start_line=start)
+        return await self.deliver_and_wait(step, spec, driver, text, deadline)
+
+    async def deliver_and_wait(
+        self,
+        step: Step,
+        spec: Launch,
+        driver: AgentDriver,
+        text: str,
+        deadline: float,
+        *,
+        already_pasted: bool = False,
+    ) -> str | None:
+        """Deliver the step's prompt with confirmation, then wait for its end."""
+        result = await driver.deliver(text, already_pasted=already_pasted)
+        if result.outcome is Outcome.AGENT_EXITED:
+            snap = await driver.snapshot()
+            status = "?" if snap is None or snap.exit_status is None else snap.exit_status
+            return f"the agent exited (exit status {status}) as the prompt was submitted"
+        if not (result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)):
+            await self.stop_agent(driver)
+            return f"prompt not delivered ({result.outcome.value}): {' | '.join(result.evidence)}"
+        self.run.marks[f"delivered:{step.num}"] = time.monotonic()
+        self.run.state.set_step(step.num, StepStatus.RUNNING, delivered=True)
+        if spec.interactive:
+            return await self.wait_person(step, driver)
+        return await self.wait_done(step, driver, deadline)
+
+    async def wait_person(self, step: Step, driver: AgentDriver) -> str | None:
+        """An ``interactive`` step: a person works with the agent, then marks it done."""
+        answer = await self.run.ask(
+            step,
+            "interactive",
+            f"Step {step.num} ({step.agent}) is interactive: work with the agent in window "
+            f"{step.window}, then answer y when the step is done (n: it failed)",
+        )
+        await self.stop_agent(driver)
+        return None if answer == "y" else f"marked not done ({answer}) by a person"
+
+    async def wait_done(self, step: Step, driver: AgentDriver, deadline: float) -> str | None:
+        """Wait for the step's ``done`` block with this attempt's nonce, answering approvals."""
+        rec = self.run.record.step(step.num)
+        want = step_id(step.num)
+        done: Block | None = None
+        while True:
+            event = driver.term.output_event()
+            try:
+                obs = await driver.observe()
+                if done is None:
+                    for block in await driver.read_blocks(obs.snap, rec.start_line, rec.nonce):
+                        if block.type == DONE_TYPE and block.id == want:
+                            done = block
+                            self.run.marks[f"done:{step.num}"] = time.monotonic()
+            except (PaneNotFound, ControlModeError):
+                return "the step's window is gone"
+            if done is not None and obs.state not in _NOT_IDLE:
+                self.run.state.set_step(step.num, StepStatus.RUNNING, report=done.body[:500])
+                await self.stop_agent(driver)
+                return None
+            if obs.state is AgentState.EXITED:
+                snap = obs.snap
+                status = "?" if snap.exit_status is None else snap.exit_status
+                tail = " | ".join(snap.tail(4))
+                return f"the agent exited (exit status {status}) without a done block: {tail}"
+            now = time.monotonic()
+            if now >= deadline:
+                await self.stop_agent(driver)
+                minutes = self.run.pipeline.timeout_of(step) / 60
+                facts = []
+                rejected = driver.blocks.rejections_text()
+                if rejected:
+                    facts.append(f"rejected blocks: {rejected}")
+                pending = driver.approver.pending
+                if pending is not None:
+                    facts.append(
+                        f"approval pending: {pending.what} (`poli approve {driver.approver.key}`)"
+                    )
+                more = f" ({'; '.join(facts)})" if facts else ""
+                screen = " | ".join(obs.snap.tail(4))
+                return f"timed out after {minutes:g} min{more}; screen: {screen}"
+            await wait_event(event, min(_MAX_WAIT, deadline - now))
+
+    async def wait_exit(self, step: Step, pane: Pane, deadline: float) -> str | None:
+        """Wait for a headless step's exit-code file."""
+        run = self.run
+        path = exit_file(run.state.steps_dir, step.num)
+        gone_since: float | None = None
+        while True:
+            if path.exists():
+                text = path.read_text(encoding="ascii").strip()
+                code = int(text) if text.lstrip("-").isdigit() else -1
+                run.marks[f"done:{step.num}"] = time.monotonic()
+                # The wrapper exits right after the rename; let it, then make sure.
+                for _ in range(20):
+                    with contextlib.suppress(ControlModeError):
+                        if not await pane.is_alive():
+                            break
+                    await asyncio.sleep(_POLL / 2)
+                await self._stop_pane(pane)
+                if code == 0:
+                    return None
+                return f"exited with status {code}"
+            try:
+                alive = await pane.is_alive()
+            except ControlModeError:
+                alive = False
+            now = time.monotonic()
+            if not alive:
+                # The wrapper writes the file before it exits; give the rename a moment.
+                gone_since = gone_since or now
+                if now - gone_since > 1.0:
+                    return "the step's wrapper ended without writing its exit status"
+            if now >= deadline:
+                await self._stop_pane(pane)
+                minutes = run.pipeline.timeout_of(step) / 60
+                return f"timed out after {minutes:g} min"
+            await asyncio.sleep(_POLL)
+
+    async def reattach(self, step: Step) -> str | None:
+        """Continue an attempt a killed runner left running; ``"rerun"`` if it cannot be."""
+        run = self.run
+        rec = run.record.step(step.num)
+        spec = self.launch(step, rec.attempt)
+        deadline = time.monotonic() + run.pipeline.timeout_of(step)
+        if spec.headless and exit_file(run.state.steps_dir, step.num).exists():
+            pane = Pane(run.client, rec.pane, run.server) if rec.pane else None
+            if pane is not None:
+                return await self.wait_exit(step, pane, deadline)
+        if rec.pane is None:
+            return "rerun"
+        pane = Pane(run.client, rec.pane, run.server)
+        try:
+            snap = await pane.snapshot()
+        except PaneNotFound:
+            return "rerun"
+        run.say(f"step {step.num}: re-attached to window {step.window}", step=step.num)
+        if spec.headless:
+            return await self.wait_exit(step, pane, deadline)
+        driver = self.driver(step, spec, pane)
+        lines = await driver.blocks.lines(snap, rec.start_line)
+        blocks = await driver.read_blocks(snap, rec.start_line, rec.nonce)
+        if any(b.type == DONE_TYPE and b.id == step_id(step.num) for b in blocks):
+            driver = self.driver(step, spec, pane)  # a fresh reader sees the block again
+            return await self.wait_done(step, driver, deadline)
+        if not snap.alive:
+            return "rerun"
+        reading = spec.profile.detect(snap)
+        if (
+            rec.delivered
+            or reading.state is AgentState.BUSY
+            or (rec.nonce and not reading.input_text and any(rec.nonce in ln for ln in lines))
+        ):
+            return await self.wait_done(step, driver, deadline)
+        # Killed before the prompt was confirmed: it is not on screen, so send it (again).
+        text = prompt_file(run.state.steps_dir, step.num, rec.attempt).read_text("utf-8")
+        if rec.start_line < 0:
+            return await self.start_tui(step, spec, driver, text, deadline)
+        # Our text still in the box is submitted and confirmed, never pasted twice.
+        mine = bool(reading.input_text) and (
+            spec.profile.paste_marker_in([reading.input_text or ""])
+            or " ".join((reading.input_text or "").split())[:40] in " ".join(text.split())
+        )
+        return await self.deliver_and_wait(step, spec, driver, text, deadline, already_pasted=mine)
+
+    async def stop_agent(self, driver: AgentDriver) -> None:
+        """Kill the agent's process tree; the dead pane keeps its last screen."""
+        if driver.pane is not None:
+            await self._stop_pane(driver.pane)
+
+    async def _stop_pane(self, pane: Pane) -> None:
+        try:
+            info = await pane.info()
+        except (PaneNotFound, ControlModeError):
+            return
+        if info.dead or not info.pid:
+            return
+        procs = process_tree(info.pid)
+        await asyncio.to_thread(terminate, procs)
+
+    async def drop_window(self, step: Step) -> None:
+        """Kill the window (and agent) of an earlier attempt of ``step``, if any."""
+        run = self.run
+        rec = run.record.step(step.num)
+        if rec.pane is None:
+            return
+        with contextlib.suppress(PaneNotFound, TmuxCommandError, ControlModeError):
+            await Pane(run.client, rec.pane, run.server).kill()
+
+
+def terminate(procs: t.Sequence[psutil.Process], grace: float = 3.0) -> bool:
+    """SIGTERM ``procs``, SIGKILL what is left after ``grace``; True when all are gone."""
+    try:
+        kill_processes(procs, grace=grace, what="step agent")
+    except AgentError:
+        return False
+    return True

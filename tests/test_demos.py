@@ -39,6 +39,16 @@ CASES = [
             "demo pipeline: done",
         ),
     ),
+    Case(
+        "bridge",
+        ("bridge",),
+        (
+            "task demo-edit: completed\ntask demo-bad-marker: failed",
+            "--quiet  say nothing\n--verbose  say what is happening",
+            "no line contains the marker '--no-such-flag'",
+            "demo bridge: done",
+        ),
+    ),
 ]
 
 
@@ -112,7 +122,29 @@ def _clients(socket: pathlib.Path) -> str:
     return out.stdout.strip()
 
 
-@pytest.mark.parametrize("name", NAMES)
+#: Demos whose agents run in a session of their own tmux server (the others have no pane).
+IN_TMUX = ("loop", "pipeline")
+
+
+def test_kept_bridge_demo_prints_look_and_teardown_commands_that_work(
+    tmp_path: pathlib.Path,
+) -> None:
+    out = _demo(tmp_path, "bridge", "--keep")
+    assert out.returncode == 0, out.stdout + out.stderr
+    look = re.search(r"^  look:\s+(.+)$", out.stdout, re.MULTILINE)
+    down = re.search(r"^  tear down:\s+(.+)$", out.stdout, re.MULTILINE)
+    assert look is not None and down is not None, out.stdout
+    env = _env(tmp_path)
+    shown = subprocess.run(
+        ["sh", "-c", look[1]], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "demo-bad-marker" in shown.stdout and "no line contains the marker" in shown.stdout
+    subprocess.run(["sh", "-c", down[1]], env=env, timeout=60, check=True)
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", IN_TMUX)
 def test_kept_demo_prints_attach_and_teardown_commands_that_work(
     tmp_path: pathlib.Path, name: str
 ) -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import click
 
 from politerm.cli._common import print_event
 from politerm.demos import NAMES, run_demo
-from politerm.demos.loop import run as run_loop
 
 
 @click.command("demo")
@@ -21,12 +19,10 @@ def command(name: str, keep: bool) -> None:
     Each demo works in its own scratch directory and private tmux server, and removes both
     at the end unless --keep.
     """
-    click.echo(f"demo {name}: starting (scratch directory and private tmux server of its own)")
-    if name == "loop":
-        # The loop's every hop is worth showing as it happens.
-        outcome = asyncio.run(run_loop(say=click.echo, keep=keep, printer=print_event))
-    else:
-        outcome = asyncio.run(run_demo(name, say=click.echo, keep=keep))
+    click.echo(f"demo {name}: starting in a scratch directory of its own")
+    # The loop's every hop is worth showing as it happens.
+    options = {"printer": print_event} if name == "loop" else {}
+    outcome = run_demo(name, say=click.echo, keep=keep, **options)
     click.echo("")
     for line in outcome.summary:
         click.echo(line)

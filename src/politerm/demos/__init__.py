@@ -33,7 +33,7 @@ def run_demo(name: str, *, say: Say, keep: bool = False, **options: t.Any) -> Ou
     module = importlib.import_module(f"politerm.demos.{name}")
     result = module.run(say=say, keep=keep, **options)
     if inspect.isawaitable(result):
-        return t.cast("Outcome", asyncio.run(_wait(result)))
+        return asyncio.run(_wait(result))
     return t.cast("Outcome", result)
 
 

@@ -83,8 +83,8 @@ def run(*, say: Say, keep: bool = False) -> Outcome:
         look = (
             [
                 f"kept in {scratch.root}",
-                f"  look:      poli bridge list --queue {q}; "
-                f"poli bridge show demo-bad-marker --queue {q}",
+                f"  look:      poli bridge list --queue {q}; poli bridge show demo-bad-marker"
+                + f" --queue {q}",
                 f"  tear down: rm -rf {where}",
             ]
             if keep

@@ -40,6 +40,18 @@ CASES = [
         ),
     ),
     Case(
+        "epic",
+        ("epic",),
+        (
+            "queued 3 work items in epic DEMO",
+            "demo-1: success  Do demo-1: Add a --verbose flag",
+            "demo-2: needs_help",
+            "demo-3: success",
+            "summary: Summary part 1 of 1",
+            "demo epic: done",
+        ),
+    ),
+    Case(
         "bridge",
         ("bridge",),
         (
@@ -55,6 +67,8 @@ CASES = [
 def test_every_demo_has_a_case() -> None:
     named = {c.argv[0] if c.argv else "loop" for c in CASES}
     assert named == set(NAMES)
+    kept = set(IN_TMUX) | {c.test_id for c in KEPT_WITHOUT_TMUX}
+    assert kept == set(NAMES)
 
 
 def _env(tmp_path: pathlib.Path) -> dict[str, str]:
@@ -126,10 +140,22 @@ def _clients(socket: pathlib.Path) -> str:
 IN_TMUX = ("loop", "pipeline")
 
 
-def test_kept_bridge_demo_prints_look_and_teardown_commands_that_work(
-    tmp_path: pathlib.Path,
+class KeptCase(t.NamedTuple):
+    test_id: str
+    shows: tuple[str, ...]
+
+
+KEPT_WITHOUT_TMUX = [
+    KeptCase("bridge", ("demo-bad-marker", "no line contains the marker")),
+    KeptCase("epic", ("demo-2", "needs_help", "Do demo-1: Add a --verbose flag")),
+]
+
+
+@pytest.mark.parametrize("case", KEPT_WITHOUT_TMUX, ids=[c.test_id for c in KEPT_WITHOUT_TMUX])
+def test_kept_demo_without_panes_prints_look_and_teardown_commands_that_work(
+    tmp_path: pathlib.Path, case: KeptCase
 ) -> None:
-    out = _demo(tmp_path, "bridge", "--keep")
+    out = _demo(tmp_path, case.test_id, "--keep")
     assert out.returncode == 0, out.stdout + out.stderr
     look = re.search(r"^  look:\s+(.+)$", out.stdout, re.MULTILINE)
     down = re.search(r"^  tear down:\s+(.+)$", out.stdout, re.MULTILINE)
@@ -139,7 +165,8 @@ def test_kept_bridge_demo_prints_look_and_teardown_commands_that_work(
         ["sh", "-c", look[1]], capture_output=True, text=True, env=env, timeout=60, check=False
     )
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert "demo-bad-marker" in shown.stdout and "no line contains the marker" in shown.stdout
+    for text in case.shows:
+        assert text in shown.stdout, shown.stdout
     subprocess.run(["sh", "-c", down[1]], env=env, timeout=60, check=True)
     assert _leftovers(tmp_path) == []
 

@@ -252,3 +252,25 @@ def test_summarization_triggers_on_turns_or_tokens() -> None:
     assert needs(by_tokens, turns(2, 204))
     keep_all = ManagerConfig(summarize_after_turns=2, keep_recent_turns=3)
     assert not needs(keep_all, turns(3, 10_000))  # nothing older than the kept turns
+
+
+def test_one_project_is_driven_by_one_manager_at_a_time(tmp_path: pathlib.Path) -> None:
+    import os
+    import stat as st
+
+    from politerm.errors import ManagerError
+    from politerm.manager.app import ProjectLock
+
+    store = tmp_path / "state" / "runs.sqlite3"
+    with ProjectLock(store, "shop") as first:
+        assert first.held
+        with pytest.raises(
+            ManagerError, match=f"driven by another poli manager \\(pid {os.getpid()}\\)"
+        ):
+            ProjectLock(store, "shop").acquire()
+        with ProjectLock(store, "other"):
+            pass  # another project is free
+    assert not first.held
+    with ProjectLock(store, "shop"):
+        pass  # released with its holder
+    assert st.S_IMODE((store.parent / "manager-shop.lock").stat().st_mode) == 0o600

@@ -144,3 +144,49 @@ def test_a_task_with_secrets_is_delivered_whole_and_stored_redacted(
     ]
     assert _leaks(root, agent_files) == []
     assert _leaks(pathlib.Path(os.environ["HOME"]), []) == []
+
+
+def test_a_pipeline_task_with_secrets_reaches_the_step_and_no_file(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    from politerm.testing.fakeagent import read_log
+
+    assert server.socket_name is not None
+    root = tmp_path / "proj"
+    (root / ".poli" / "pipelines").mkdir(parents=True)
+    (root / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{server.socket_name}"\n\n[store]\npath = "runs.sqlite3"\n\n'
+        "[timeouts]\nready = 20\n"
+    )
+    (root / ".poli" / "pipelines" / "p.pipeline").write_text(
+        "name: p\ndescription: secrets\ntimeout_min: 1\n\n"
+        "1 | developer | - | auto | - | - | Do the task\n"
+    )
+    request = f"Deploy with {GITHUB} and {PASSWORD}, key:\n{PEM}"
+    run = _poli(
+        root, "run", "p", "--project", str(root), "--task", request, "--cli", "fake",
+        "--run-id", "R1", timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert not [s for s in SECRETS if s in run.stdout + run.stderr]
+    # Ground truth: the step's fake agent logged the originals it was given.
+    logs = sorted((root / ".poli" / "steps" / "R1").glob("step-1.a*.jsonl"))
+    got = "\n".join(e.get("text", "") for p in logs for e in read_log(p) if e["event"] == "prompt")
+    for secret in (GITHUB, PASSWORD, PEM):
+        assert secret in got, secret[:12]
+    status = _poli(root, "status", "--project", str(root), "--json")
+    assert not [s for s in SECRETS if s in status.stdout + status.stderr]
+    assert _leaks(root, logs) == []
+    assert _leaks(pathlib.Path(os.environ["HOME"]), []) == []
+
+
+def test_handoff_files_are_private_and_redacted(tmp_path: pathlib.Path) -> None:
+    from politerm.pipeline.handoff import merge_parallel, step_file, write_initial
+
+    path = write_initial(tmp_path, f"use {GITHUB}", "p", "R1")
+    (tmp_path / step_file(2)).write_text(f"step two saw {ANTHROPIC}\n")
+    assert merge_parallel(tmp_path, [(2, "dev", 1)], "R1") == [2]
+    text = path.read_text()
+    assert "[REDACTED:github-token" in text and "[REDACTED:anthropic-key" in text
+    assert not [s for s in SECRETS if s in text]
+    assert path.stat().st_mode & 0o777 == 0o600

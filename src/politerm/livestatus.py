@@ -19,6 +19,7 @@ import pathlib
 import time
 import typing as t
 
+from politerm._internal.aio import wait_any
 from politerm.agents.state import AgentState
 from politerm.errors import PolitermError, TmuxError
 from politerm.store.watch import EventCursor, StoreWatch
@@ -290,7 +291,7 @@ async def watch(
             data["events"] = [_event_row(e) for e in recent]
             draw(data)
             last_draw = time.monotonic()
-            await _first(store_changed, pane_changed, stop, timeout=WATCH_BACKSTOP)
+            await wait_any(store_changed, pane_changed, stop, timeout=WATCH_BACKSTOP)
             # Coalesce a burst (an agent streaming output) into one redraw.
             pause = MIN_REDRAW - (time.monotonic() - last_draw)
             if pause > 0:
@@ -308,12 +309,3 @@ def _event_row(e: Event) -> dict[str, t.Any]:
         "agent": e.agent,
         "detail": e.detail,
     }
-
-
-async def _first(*events: asyncio.Event, timeout: float) -> None:
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waiters:
-            w.cancel()

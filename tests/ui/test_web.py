@@ -72,6 +72,16 @@ async def test_binding_beyond_loopback_needs_a_chosen_token(tmp_path: pathlib.Pa
     assert proc.returncode == 1
     assert err.strip().startswith("poli: --host 0.0.0.0 listens beyond this machine")
     assert "Traceback" not in err
+    for args, said in (
+        (("--host", "0.0.0.0", "--token", "short"), "poli: --token must be at least 16 characters"),
+        (("--host", "192.0.2.1", "--token", "x" * 20), "poli: cannot listen on 192.0.2.1:0: "),
+        (("--port", "99999"), "Error: Invalid value for '--port': 99999 is not in the range"),
+    ):
+        proc = poli(tmp_path, "web", *args)
+        _, err = await asyncio.to_thread(proc.communicate, None, 30)
+        last = err.strip().splitlines()[-1]
+        assert proc.returncode != 0 and last.startswith(said), (args, err)
+        assert "Traceback" not in err and "internal error" not in err
 
 
 async def test_mirror_shows_what_the_agent_prints_within_a_second(

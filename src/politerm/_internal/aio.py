@@ -16,3 +16,14 @@ async def wait_event(event: asyncio.Event, seconds: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def wait_any(*events: asyncio.Event, timeout: float | None = None) -> bool:
+    """Wait until any of ``events`` is set, at most ``timeout`` seconds; True if one was."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+    return bool(done)

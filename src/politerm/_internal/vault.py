@@ -129,3 +129,48 @@ def tmux_fetcher(client: _Client) -> Callable[[str], Awaitable[str | None]]:
         return value
 
     return fetch
+
+
+def redact_and_keep(text: str) -> str:
+    """``text`` with its secrets replaced by tagged markers, the secrets kept (see :func:`keep`).
+
+    For files politerm writes that an agent's prompt is later read back from (a pipeline
+    step's prompt record): the file holds no secret, the delivery still sends them.
+    """
+    from politerm.redact import Redactor
+
+    out, found = Redactor().tagged(text)
+    if found:
+        keep(found)
+    return out
+
+
+def reveal_sync(text: str, environ: t.Mapping[str, str]) -> str:
+    """Put secrets back from the tmux server this process runs in (``$TMUX``), synchronously.
+
+    For a helper process inside a pane (a headless pipeline step's wrapper), which has no
+    control connection: one ``tmux show-buffer`` process per distinct secret.
+    """
+    if not needs_reveal(text):
+        return text
+    tmux_env = environ.get("TMUX", "")
+    if tmux_env:
+        where = ["-S", tmux_env.split(",", 1)[0]]
+    elif environ.get("POLI_TMUX_SOCKET"):
+        where = ["-L", environ["POLI_TMUX_SOCKET"]]
+    else:
+        return text
+    found: dict[str, str] = {}
+    for match in TAG_RE.finditer(text):
+        tag = match.group("tag")
+        if tag in found:
+            continue
+        proc = subprocess.run(
+            ["tmux", *where, "show-buffer", "-b", BUFFER_PREFIX + tag],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+        if proc.returncode == 0:
+            found[tag] = proc.stdout.decode("utf-8", "replace")
+    return reveal(text, found.get)[0]

@@ -13,7 +13,8 @@ from politerm.cli._common import config_option, load, open_store, project_option
 
 @click.command("web")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=0, show_default=True, help="Port (0: any free port).")
+@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
+              help="Port (0: any free port).")  # fmt: skip
 @click.option("--token", envvar="POLI_WEB_TOKEN", help="Use this token instead of a random one.")
 @click.option("--allow-actions", is_flag=True,
               help="Serve approve/deny, answer, gate and abort (read-only without).")  # fmt: skip

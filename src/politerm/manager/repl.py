@@ -181,10 +181,14 @@ class Repl:
         """A task runs in the background."""
         return self._task is not None and not self._task.done()
 
-    def _launch(self, name: str) -> None:
+    def _hold(self, name: str) -> None:
+        """Take the project's lock (before any state is written) unless held already."""
         lock = self._locks.get(name)
         if lock is None or not lock.held:
-            lock = self._locks[name] = self._lock_for(name).acquire()
+            self._locks[name] = self._lock_for(name).acquire()
+
+    def _launch(self, name: str) -> None:
+        self._hold(name)
         self._running = name
         self._task = asyncio.create_task(self._drive(name))
 
@@ -306,6 +310,7 @@ class Repl:
             self.say(f"error: a task of {self._running} is running; stop it first")
             return
         project = self._selected()
+        self._hold(project.name)
         self.manager.start(project.name, " ".join(args))
         self._launch(project.name)
 
@@ -314,12 +319,14 @@ class Repl:
             self.say("usage: input TEXT")
             return
         project = self._selected()
+        self._hold(project.name)
         self.manager.answer(project.name, " ".join(args))
         self._launch(project.name)
 
     async def _cmd_stop(self, _args: list[str]) -> None:
         project = self._selected()
         await self._cancel()
+        self._hold(project.name)
         project = self.manager.stop(project.name)
         self.say(f"[{project.name}] stopped; state {project.state.value}")
 

@@ -28,6 +28,7 @@ import time
 import typing as t
 
 from politerm._internal.private import write_private
+from politerm._internal.vault import reveal_sync
 
 _PASTE_START = b"\x1b[200~"
 _PASTE_END = b"\x1b[201~"
@@ -115,7 +116,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
-    prompt = args.prompt_file.read_text(encoding="utf-8")
+    prompt = reveal_sync(args.prompt_file.read_text(encoding="utf-8"), os.environ)
     if args.fake_log is not None:
         code = drive_fake(command, prompt, args.fake_log)
     else:

@@ -184,13 +184,16 @@ def render_prompt(
     parallel: bool,
     layout: Layout = CLASSIC,
     search: AgentSearch | None = None,
+    task: str | None = None,
 ) -> str:
     """The prompt of one attempt of a step.
 
     It holds the agent's role, an instruction to read the handoff file first, the step's task,
     where to write the handoff notes, and (for a TUI step, ``nonce`` given) how to say it is
     done: a ``done`` block to ORCH with the step's id and this attempt's nonce. ``layout``
-    names the handoff files, ``search`` finds the role.
+    names the handoff files, ``search`` finds the role. A ``task`` holding secrets is
+    repeated in the prompt: the handoff file shows them redacted, the prompt is delivered
+    with the originals (see :mod:`politerm._internal.vault`).
     """
     main = layout.main
     handoff = layout.step(step.num) if parallel else main
@@ -222,6 +225,7 @@ def render_prompt(
         "# Your task",
         step.prompt,
         "",
+        *_secret_task(task),
         "# When you are done",
         f"HANDOFF_FILE={handoff}",
         notes,
@@ -240,3 +244,16 @@ def render_prompt(
     else:
         lines.append("Then stop: your exit status tells whether the step succeeded.")
     return "\n".join(lines) + "\n"
+
+
+def _secret_task(task: str | None) -> list[str]:
+    from politerm._internal.vault import needs_reveal
+    from politerm.redact import Redactor
+
+    if not task or not (needs_reveal(task) or Redactor().tagged(task)[1]):
+        return []
+    return [
+        "# The user's task, with the secrets that the handoff file shows redacted",
+        task.strip(),
+        "",
+    ]

@@ -17,6 +17,7 @@ import typing as t
 
 from politerm._internal.aio import wait_event
 from politerm._internal.proctree import kill_processes, process_tree
+from politerm._internal.vault import redact_and_keep
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Outcome
@@ -89,6 +90,7 @@ class StepAgent:
             parallel=parallel,
             layout=run.layout,
             search=run.agents,
+            task=run.record.task,
         )
 
     def driver(self, step: Step, spec: Launch, pane: Pane) -> AgentDriver:
@@ -124,7 +126,8 @@ class StepAgent:
         spec = self.launch(step, attempt)
         nonce = None if spec.headless else new_nonce()
         text = self.prompt(step, attempt, nonce, parallel=parallel)
-        write_atomic(prompt_file(run.state.steps_dir, step.num, attempt), text)
+        # The record on disk holds no secret; the step's agent still gets them (vault).
+        write_atomic(prompt_file(run.state.steps_dir, step.num, attempt), redact_and_keep(text))
         exit_file(run.state.steps_dir, step.num).unlink(missing_ok=True)
         run.state.set_step(
             step.num,

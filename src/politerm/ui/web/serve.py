@@ -65,9 +65,10 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:
         sock.close()
-        msg = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        msg = f"cannot listen on {host}:{port}: {why}"
         raise UiError(msg) from None
     sock.listen(128)
     sock.setblocking(False)

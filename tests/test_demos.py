@@ -52,6 +52,17 @@ CASES = [
         ),
     ),
     Case(
+        "manager",
+        ("manager",),
+        (
+            "waiting_dev_report: step 1: Create hello.py",
+            "task_complete: all done",
+            "after 3 steps: all done",
+            "dev report 3: Did: Run the tests",
+            "demo manager: done",
+        ),
+    ),
+    Case(
         "bridge",
         ("bridge",),
         (
@@ -137,7 +148,7 @@ def _clients(socket: pathlib.Path) -> str:
 
 
 #: Demos whose agents run in a session of their own tmux server (the others have no pane).
-IN_TMUX = ("loop", "pipeline")
+IN_TMUX = ("loop", "pipeline", "manager")
 
 
 class KeptCase(t.NamedTuple):

@@ -128,22 +128,3 @@ def test_abort_interrupts_the_working_agent(server: libtmux.Server, tmp_path: pa
     finally:
         router.kill()
         poli(tmp_path, "down")
-
-
-def test_demo_runs_the_whole_loop(tmp_path: pathlib.Path) -> None:
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    out = subprocess.run(
-        [sys.executable, "-m", "politerm", "demo"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={**os.environ, "COLUMNS": "200", "TMPDIR": str(scratch)},
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "final report" in out.stdout
-    assert "hello.txt: Hello, world!" in out.stdout
-    # The demo's scratch directory went with it.
-    assert [p.name for p in scratch.iterdir() if p.name.startswith("poli-demo-")] == []

@@ -13,11 +13,13 @@ import typing as t
 
 import pytest
 
+from politerm.config import Config, StoreConfig, TmuxConfig
 from politerm.driver import turn_start
-from politerm.engine.loop import route, run_task, submit, templates_for
+from politerm.engine.loop import abort, route, run_task, submit, templates_for
 from politerm.engine.router import Router
 from politerm.engine.session import RouterLock
-from politerm.errors import TransitionRejected
+from politerm.errors import IdError, TransitionRejected
+from politerm.store import RunStore
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 from politerm.store.turns import MESSAGE_TRANSITIONS, TURN_TRANSITIONS, turn_step
 from politerm.testing.retry import aretry_until
@@ -349,3 +351,39 @@ async def test_timeout_names_rejected_blocks_and_follow_ups(
         assert "rejected blocks: line" in error, error
         assert "nudge delivered" in error and "retry delivered" in error, error
         assert TurnEnd.TIMED_OUT.value in loop.store.audit_path.read_text()
+
+
+# --- ids and aborts ----------------------------------------------------------------------
+
+
+def _config(tmp_path: pathlib.Path) -> Config:
+    return Config(
+        tmux=TmuxConfig(socket=f"poli-absent-{tmp_path.name}", session="t"),
+        store=StoreConfig(path=tmp_path / "runs.sqlite3"),
+    )
+
+
+def test_task_ids_are_validated(tmp_path: pathlib.Path) -> None:
+    config = _config(tmp_path)
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        for bad in ("a b", "x" * 65, "semi;colon", "../up", ""):
+            with pytest.raises(IdError, match="use letters, digits"):
+                submit(store, config, "do it", task_id=bad)
+        assert submit(store, config, "do it", task_id="T-1.ok_" + "x" * 57).id.startswith("T-1")
+        assert store.list_tasks() != []
+
+
+async def test_abort_ends_the_task_turns_without_a_router(tmp_path: pathlib.Path) -> None:
+    config = _config(tmp_path)
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        task = submit(store, config, "do it", task_id="T-ab")
+        msg = store.add_message(
+            task_id=task.id, sender="USER", recipient="PLANNER", type="task", msg_id=task.id,
+            body="do it", header={}, dedupe_key="task:T-ab",
+        )  # fmt: skip
+        assert msg is not None
+        store.start_turn("PLANNER", nonce="n1", task_id=task.id, message_id=msg.id, start_line=0)
+        final = await abort(config, store, task.id)
+        assert final.state is TaskState.ABORTED
+        assert store.current_turn("PLANNER") is None
+        assert '"reason": "task_ended"' in store.audit_path.read_text()

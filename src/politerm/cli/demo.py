@@ -1,24 +1,35 @@
-"""``poli demo``: Planner⇄Executer on the bundled fake agents, start to finish."""
+"""``poli demo [NAME]``: a workflow start to finish on the bundled fake agents."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import click
 
 from politerm.cli._common import print_event
-from politerm.engine.demo import run_demo
-from politerm.store.models import TaskState
+from politerm.demos import NAMES, run_demo
 
 
 @click.command("demo")
-@click.option("--keep", is_flag=True, help="Leave the session running (attach to look).")
-def command(keep: bool) -> None:
-    """Bring up a fake Planner and Executer, route one task with every hop shown, tear down."""
-    task, hello = asyncio.run(run_demo(say=click.echo, printer=print_event, keep=keep))
-    if task.state is not TaskState.DONE:
-        click.echo(f"demo failed: {task.state.value}: {task.error}", err=True)
+@click.argument("name", type=click.Choice(NAMES), default=NAMES[0])
+@click.option("--keep", is_flag=True, help="Leave it running and print how to look and tear down.")
+def command(name: str, keep: bool) -> None:
+    """Run one workflow (default: the Planner⇄Executer loop) on the fake agents, then clean up.
+
+    Each demo works in its own scratch directory and private tmux server, and removes both
+    at the end unless --keep.
+    """
+    click.echo(f"demo {name}: starting in a scratch directory of its own")
+    # The loop's every hop is worth showing as it happens.
+    options = {"printer": print_event} if name == "loop" else {}
+    outcome = run_demo(name, say=click.echo, keep=keep, **options)
+    click.echo("")
+    for line in outcome.summary:
+        click.echo(line)
+    click.echo("")
+    for line in outcome.look or ["cleaned up: its scratch directory and tmux server are gone"]:
+        click.echo(line)
+    if not outcome.ok:
+        click.echo(f"demo {name} failed", err=True)
         sys.exit(1)
-    click.echo(f"\nfinal report ({task.id}):\n{task.report}")
-    click.echo(f"\nthe executer's hello.txt: {hello or '(missing)'}")
+    click.echo(f"demo {name}: done")

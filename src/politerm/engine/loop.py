@@ -16,7 +16,7 @@ from politerm.engine.router import ACTIVE, PLANNER, Router
 from politerm.engine.session import RouterLock, Session
 from politerm.engine.templates import Templates
 from politerm.errors import RoutingError
-from politerm.store.models import MessageState, TaskState
+from politerm.store.models import MessageState, TaskState, TurnEnd
 from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
@@ -221,20 +221,24 @@ async def abort(config: Config, store: RunStore, task_id: str | None = None) -> 
     if task is None:
         msg = f"no task {task_id!r}"
         raise RoutingError(msg)
-    store.update_task(task_id, state=TaskState.ABORTED, error="aborted by the user")
-    store.clear_expectation(task_id)
-    for msg_row in store.list_messages(task_id=task_id):
-        if msg_row.state in (MessageState.QUEUED, MessageState.RETRIED):
-            store.transition(msg_row.id, MessageState.DEAD, error="task aborted")
+    with store.batch():
+        store.update_task(task_id, state=TaskState.ABORTED, error="aborted by the user")
+        store.clear_expectation(task_id)
+        for msg_row in store.list_messages(task_id=task_id):
+            if msg_row.state in (MessageState.QUEUED, MessageState.RETRIED):
+                store.transition(msg_row.id, MessageState.DEAD, error="task aborted")
+        # Its turns end with it, whether or not a router runs: no agent stays busy for it.
+        turns = store.turns_of_task(task_id)
+        for turn in turns:
+            store.end_turn(turn.agent, turn.nonce, TurnEnd.TASK_ENDED)
+    working = {turn.agent for turn in turns}
     session = Session(config, store)
     try:
-        if await session.is_up():
+        if working and await session.is_up():
             agents = await session.attach()
             for name, (profile, pane) in agents.items():
-                turn = store.current_turn(name)
-                if turn is not None and turn.task_id == task_id:
+                if name in working:
                     await pane.interrupt(profile.interrupt_key)
-                    store.end_turn(name, turn.nonce)
     finally:
         await session.server.close()
     store.add_event("aborted", task_id=task_id, detail="aborted by the user")

@@ -44,6 +44,7 @@ Scenario format (TOML; JSON when the file ends in ``.json``)::
     deny_reply = "Okay, not running it."     # reply when denied (default: none)
     defaults = { nonce = "none" }   # values for optional groups that did not match
     write_file = { path = "out.txt", content = "hi\n" }  # after approval, relative to cwd
+                                    # (append = true adds to the file instead)
     action = "reply"                # or "crash" (exit 3), "hang" (busy forever), "exit"
 
     [faults]                        # seeded fault knobs; each decision logged as "fault"

@@ -492,7 +492,9 @@ class FakeAgent:
         path = pathlib.Path(render_template(spec.path, turn.values))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(render_template(spec.content, turn.values), "utf-8")
+            text = render_template(spec.content, turn.values)
+            with path.open("a" if spec.append else "w", encoding="utf-8") as f:
+                f.write(text)
         except OSError as exc:
             self.log.write("write_file", n=turn.n, path=str(path), error=str(exc))
         else:

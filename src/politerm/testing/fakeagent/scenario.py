@@ -59,6 +59,8 @@ class WriteFile(_Model):
 
     path: str
     content: str = ""
+    # Appending lets notes build up over several turns (a pipeline's .handoff.md).
+    append: bool = False
 
 
 class Rule(_Model):

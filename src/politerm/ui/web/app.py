@@ -197,7 +197,7 @@ class WebMonitor:
             if not await self._ws_accept(ws):
                 return
             queue: asyncio.Queue[dict[str, t.Any]] = asyncio.Queue(maxsize=64)
-            undo = self.live.listen(lambda data: _offer(queue, data))
+            undo = self.live.listen(lambda data: _latest(queue, data))
 
             async def send() -> None:
                 await ws.send_text(json.dumps(self.live.overview))
@@ -311,9 +311,11 @@ async def _until_closed(ws: WebSocket, sending: t.Coroutine[t.Any, t.Any, None])
                 await task
 
 
-def _offer(queue: asyncio.Queue[t.Any], item: t.Any) -> None:
-    with contextlib.suppress(asyncio.QueueFull):
-        queue.put_nowait(item)
+def _latest(queue: asyncio.Queue[t.Any], item: t.Any) -> None:
+    # Each overview replaces the last: a slow browser skips to the newest, never an old one.
+    if queue.full():
+        queue.get_nowait()
+    queue.put_nowait(item)
 
 
 def _read_only() -> JSONResponse:

@@ -1,0 +1,201 @@
+"""`poli demo NAME`: every workflow's demo runs on a clean HOME and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import typing as t
+
+import ptyprocess
+import pytest
+
+from politerm.demos import NAMES
+from politerm.testing.retry import retry_until
+
+
+class Case(t.NamedTuple):
+    test_id: str
+    argv: tuple[str, ...]
+    expect: tuple[str, ...]
+
+
+CASES = [
+    Case(
+        "loop-default",
+        (),
+        ("demo loop: done", "task T", ": done", "executer/hello.txt: Hello, world!"),
+    ),
+    Case(
+        "pipeline",
+        ("pipeline",),
+        (
+            "step 2: gate approved (--auto-approve)",
+            "run demo: done; 3 steps appended their notes to .handoff.md",
+            "Notes from step 1 (attempt 1): done.\n\nNotes from step 2",
+            "demo pipeline: done",
+        ),
+    ),
+    Case(
+        "epic",
+        ("epic",),
+        (
+            "queued 3 work items in epic DEMO",
+            "demo-1: success  Do demo-1: Add a --verbose flag",
+            "demo-2: needs_help",
+            "demo-3: success",
+            "summary: Summary part 1 of 1",
+            "demo epic: done",
+        ),
+    ),
+    Case(
+        "bridge",
+        ("bridge",),
+        (
+            "task demo-edit: completed\ntask demo-bad-marker: failed",
+            "--quiet  say nothing\n--verbose  say what is happening",
+            "no line contains the marker '--no-such-flag'",
+            "demo bridge: done",
+        ),
+    ),
+]
+
+
+def test_every_demo_has_a_case() -> None:
+    named = {c.argv[0] if c.argv else "loop" for c in CASES}
+    assert named == set(NAMES)
+    kept = set(IN_TMUX) | {c.test_id for c in KEPT_WITHOUT_TMUX}
+    assert kept == set(NAMES)
+
+
+def _env(tmp_path: pathlib.Path) -> dict[str, str]:
+    scratch, sockets = tmp_path / "tmp", tmp_path / "sockets"
+    scratch.mkdir(exist_ok=True)
+    sockets.mkdir(exist_ok=True)
+    bindir = str(pathlib.Path(sys.executable).parent)  # where `poli` itself is
+    return {
+        **os.environ,
+        "COLUMNS": "200",
+        "TMPDIR": str(scratch),
+        "TMUX_TMPDIR": str(sockets),
+        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def _demo(tmp_path: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "politerm", "demo", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(tmp_path),
+        check=False,
+    )
+
+
+def _leftovers(tmp_path: pathlib.Path) -> list[str]:
+    """Scratch directories and tmux sockets still there."""
+    left = [p.name for p in (tmp_path / "tmp").iterdir()]
+    left += [str(p) for p in (tmp_path / "sockets").rglob("*") if not p.is_dir()]
+    return left
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.test_id for c in CASES])
+def test_demo_finishes_prints_its_summary_and_cleans_up(tmp_path: pathlib.Path, case: Case) -> None:
+    out = _demo(tmp_path, *case.argv)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for text in case.expect:
+        assert text in out.stdout, out.stdout
+    assert "cleaned up: its scratch directory and tmux server are gone" in out.stdout
+    assert _leftovers(tmp_path) == []
+    # Nothing written where the demo was started.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "sockets", "tmp"]
+
+
+def _socket_of(tmp_path: pathlib.Path) -> pathlib.Path:
+    return retry_until(
+        lambda: next((tmp_path / "sockets").rglob("poli-demo-*"), None),
+        5,
+        what="the kept demo's tmux socket",
+    )
+
+
+def _clients(socket: pathlib.Path) -> str:
+    tmux = shutil.which("tmux")
+    assert tmux is not None, "tmux is not installed (scripts/_setup.sh installs it)"
+    out = subprocess.run(
+        [tmux, "-S", str(socket), "list-clients", "-F", "#{client_session}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.stdout.strip()
+
+
+#: Demos whose agents run in a session of their own tmux server (the others have no pane).
+IN_TMUX = ("loop", "pipeline")
+
+
+class KeptCase(t.NamedTuple):
+    test_id: str
+    shows: tuple[str, ...]
+
+
+KEPT_WITHOUT_TMUX = [
+    KeptCase("bridge", ("demo-bad-marker", "no line contains the marker")),
+    KeptCase("epic", ("demo-2", "needs_help", "Do demo-1: Add a --verbose flag")),
+]
+
+
+@pytest.mark.parametrize("case", KEPT_WITHOUT_TMUX, ids=[c.test_id for c in KEPT_WITHOUT_TMUX])
+def test_kept_demo_without_panes_prints_look_and_teardown_commands_that_work(
+    tmp_path: pathlib.Path, case: KeptCase
+) -> None:
+    out = _demo(tmp_path, case.test_id, "--keep")
+    assert out.returncode == 0, out.stdout + out.stderr
+    look = re.search(r"^  look:\s+(.+)$", out.stdout, re.MULTILINE)
+    down = re.search(r"^  tear down:\s+(.+)$", out.stdout, re.MULTILINE)
+    assert look is not None and down is not None, out.stdout
+    env = _env(tmp_path)
+    shown = subprocess.run(
+        ["sh", "-c", look[1]], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    for text in case.shows:
+        assert text in shown.stdout, shown.stdout
+    subprocess.run(["sh", "-c", down[1]], env=env, timeout=60, check=True)
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", IN_TMUX)
+def test_kept_demo_prints_attach_and_teardown_commands_that_work(
+    tmp_path: pathlib.Path, name: str
+) -> None:
+    out = _demo(tmp_path, name, "--keep")
+    assert out.returncode == 0, out.stdout + out.stderr
+    look = re.search(r"^  look:\s+(.+)$", out.stdout, re.MULTILINE)
+    down = re.search(r"^  tear down:\s+(.+)$", out.stdout, re.MULTILINE)
+    assert look is not None and down is not None, out.stdout
+    assert look[1].startswith("poli attach --project ")
+    assert _leftovers(tmp_path) != []
+    socket = _socket_of(tmp_path)
+
+    # The printed attach command finds the kept session: run it in a real terminal.
+    env = _env(tmp_path)
+    attach = ptyprocess.PtyProcess.spawn(["sh", "-c", look[1]], env=env, dimensions=(40, 120))
+    try:
+        session = retry_until(lambda: _clients(socket), 20, what=f"{look[1]!r} to attach")
+        assert session.startswith(("demo-", "poli-poli-demo-")), session
+    finally:
+        attach.terminate(force=True)
+
+    teardown = subprocess.run(
+        ["sh", "-c", down[1]], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert teardown.returncode == 0, teardown.stdout + teardown.stderr
+    assert "down:" in teardown.stdout
+    assert _leftovers(tmp_path) == []

@@ -63,6 +63,17 @@ CASES = [
         ),
     ),
     Case(
+        "messaging",
+        ("messaging",),
+        (
+            "PLANNER → EXECUTER: m-",
+            ": delivered into EXECUTER's pane, submit confirmed",
+            ": responded (READONLY, PLANNER → EXECUTER)",
+            "response: notes.txt lists 2 flags",
+            "demo messaging: done",
+        ),
+    ),
+    Case(
         "bridge",
         ("bridge",),
         (
@@ -111,6 +122,7 @@ def _demo(tmp_path: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str
 def _leftovers(tmp_path: pathlib.Path) -> list[str]:
     """Scratch directories and tmux sockets still there."""
     left = [p.name for p in (tmp_path / "tmp").iterdir()]
+    left += [str(p) for p in (tmp_path / "home").rglob("*") if not p.is_dir()]
     left += [str(p) for p in (tmp_path / "sockets").rglob("*") if not p.is_dir()]
     return left
 
@@ -148,7 +160,7 @@ def _clients(socket: pathlib.Path) -> str:
 
 
 #: Demos whose agents run in a session of their own tmux server (the others have no pane).
-IN_TMUX = ("loop", "pipeline", "manager")
+IN_TMUX = ("loop", "pipeline", "manager", "messaging")
 
 
 class KeptCase(t.NamedTuple):

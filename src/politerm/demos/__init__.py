@@ -16,7 +16,7 @@ import typing as t
 from politerm.demos._scratch import Outcome, Say
 
 #: Demo names, in the order ``poli demo --help`` lists them; the first is the default.
-NAMES: tuple[str, ...] = ("loop", "pipeline", "epic", "manager", "bridge")
+NAMES: tuple[str, ...] = ("loop", "pipeline", "epic", "manager", "bridge", "messaging")
 
 
 def run_demo(name: str, *, say: Say, keep: bool = False, **options: t.Any) -> Outcome:

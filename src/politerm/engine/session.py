@@ -253,6 +253,7 @@ class Session:
                 self.store.set_agent_state(name, AgentState.EXITED.value)
         # The last session takes the server, its socket file and its config with it.
         await self.server.kill_session(self.name)
+        RouterLock(self.config.tmux.socket, self.name).discard()
         return stopped
 
     async def wait_ready(
@@ -402,6 +403,12 @@ class RouterLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def discard(self) -> None:
+        """Remove the lock file of a session that is gone, unless a router still holds it."""
+        if self.path.exists() and self.acquire():
+            self.path.unlink(missing_ok=True)
+            self.release()
 
 
 __all__ = ["Agents", "RouterLock", "Session", "agent_profile", "builtin_primer", "make_server"]

@@ -27,7 +27,9 @@ def command(name: str, keep: bool) -> None:
     for line in outcome.summary:
         click.echo(line)
     click.echo("")
-    for line in outcome.look or ["cleaned up: its scratch directory and tmux server are gone"]:
+    for line in outcome.look or [
+        "cleaned up: its scratch directory and tmux server (if any) are gone"
+    ]:
         click.echo(line)
     if not outcome.ok:
         click.echo(f"demo {name} failed", err=True)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import sys
+import typing as t
 
 from politerm.config import load_config
 from politerm.demos._scratch import Outcome, Say, Scratch
@@ -19,6 +20,7 @@ from politerm.testing.retry import aretry_until
 REQUEST = "Count the flags in notes.txt."
 ANSWER = "notes.txt lists 2 flags: --quiet and --verbose."
 WAIT = 60.0
+_ARRIVED = (MailState.DELIVERED, MailState.RESPONDED)
 
 
 async def run(*, say: Say, keep: bool = False) -> Outcome:
@@ -49,16 +51,23 @@ async def run(*, say: Say, keep: bool = False) -> Outcome:
                 )
                 say(f"PLANNER → EXECUTER: {mail.id} queued (poli send --to EXECUTER)")
 
-                async def delivered() -> bool:
-                    if postman is not None and postman.done():
-                        postman.result()  # a crashed postman ends the demo with its error
-                    return messenger.mailbox.require(mail.id).state is MailState.DELIVERED
+                def delivered(mail_id: str) -> t.Callable[[], t.Awaitable[bool]]:
+                    async def check() -> bool:
+                        if postman is not None and postman.done():
+                            postman.result()  # a crashed postman ends the demo with its error
+                        found = messenger.mailbox.get(mail_id)
+                        return found is not None and found.state in _ARRIVED
 
-                await aretry_until(delivered, WAIT, what=f"{mail.id} delivered to EXECUTER")
+                    return check
+
+                await aretry_until(delivered(mail.id), WAIT, what=f"{mail.id} delivered")
                 say(f"{mail.id}: delivered into EXECUTER's pane, submit confirmed")
                 say(f"EXECUTER: poli reply --to {mail.id} {ANSWER!r}")
                 messenger.reply(ANSWER, to=mail.id, responder=me["EXECUTER"])
                 final = await messenger.wait_final(mail.id, WAIT)
+                note = f"{mail.id}-r"  # the notification carrying the response back
+                await aretry_until(delivered(note), WAIT, what=f"{note} delivered to PLANNER")
+                say(f"{note}: the response line was pasted into PLANNER's pane")
             finally:
                 if postman is not None:
                     postman.cancel()

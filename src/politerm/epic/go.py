@@ -200,7 +200,12 @@ class EpicRunner:
         restore_logs = install_log_redaction(self.redactor)
         try:
             source = pick_source(self.config.epic, self.epics, self.repo)
-            if source.name == "builtin" and not self.epics.list_items(opts.epic):
+            unknown_run = opts.resume and self.epics.get_run(opts.resume) is None
+            if (
+                not unknown_run  # that error says more; _run raises it
+                and source.name == "builtin"
+                and not self.epics.list_items(opts.epic)
+            ):
                 msg = (
                     f"no epic {opts.epic!r} in the work queue of {self.epics.store.path}: "
                     f'add items with `poli work add {opts.epic} "TITLE"`'

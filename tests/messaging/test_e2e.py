@@ -20,6 +20,11 @@ from politerm.testing.retry import aretry_until
 from tests.messaging.helpers import poli
 from tests.messaging.mailroom import WAIT, Mailroom, marked
 
+# Imported here, not inside the test: pytest rewrites a module's asserts as it imports it, and
+# CPython 3.11's parser fails ("AST constructor recursion depth mismatch") when that happens
+# deep inside a running event loop.
+from tests.messaging.test_mcp import call, mcp_session
+
 
 def paste_by_hand(socket: str, pane: str, line: str) -> None:
     """What a worker primed for the original protocol runs: tmux load-buffer + paste-buffer."""
@@ -184,8 +189,6 @@ async def test_control_characters_stay_in_the_file_and_arrive_byte_exact(room: M
 
 
 async def test_mcp_send_message_waits_for_a_fake_workers_reply(room: Mailroom) -> None:
-    from tests.messaging.test_mcp import call, mcp_session
-
     await room.start_agent("ORCH")
     await room.start_agent("W1")
     room.start_postman()

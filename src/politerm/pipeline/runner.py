@@ -335,7 +335,8 @@ class PipelineRunner:
                 self.state.set_step(step.num, StepStatus.DONE, approved=True)
                 self.say(f"step {step.num}: gate approved (--auto-approve)", step=step.num)
                 return
-            report = f" — {rec.report}" if rec.report else ""
+            # No ".." when the step's report ends with its own full stop.
+            report = f" — {rec.report.rstrip().rstrip('.')}" if rec.report else ""
             answer = await self.ask(
                 step, "gate", f"Step {step.num} ({step.agent}) is done{report}. {GATE_QUESTION}"
             )

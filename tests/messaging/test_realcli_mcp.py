@@ -8,6 +8,7 @@ started, and the worker's ``poli reply`` answers it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import pathlib
@@ -52,7 +53,11 @@ async def tool_turn(orch: AgentDriver, llm: MockLLM, prompt: str, rule: str) -> 
     Claude Code starts MCP servers in the background; a prompt that arrives before ``poli
     mcp`` has connected gets "still connecting" as the tool's result, and is sent again.
     """
-    for _ in range(5):
+    # Bounded: up to 30 attempts a second apart (poli mcp imports the SDK for ~2 s, and Claude
+    # Code may take longer to list its tools on a busy machine).
+    for attempt in range(30):
+        if attempt:
+            await asyncio.sleep(1.0)
         seen = len(llm.requests())
         assert (await orch.deliver(prompt)).ok
 

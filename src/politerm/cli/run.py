@@ -11,14 +11,13 @@ import click
 
 from politerm.cli import _complete
 from politerm.errors import PipelineError
+from politerm.pipeline.launch import DEFAULT_CLI
 from politerm.pipeline.model import RunStatus
 
 if t.TYPE_CHECKING:
     from politerm.pipeline.state import RunState
 
 _EXIT = {RunStatus.DONE: 0, RunStatus.INTERRUPTED: 130, RunStatus.WAITING: 130}
-#: The CLI of steps whose CLI column is ``-`` when ``--cli`` is not given.
-DEFAULT_CLI = "claude"
 
 
 def failure_policy(

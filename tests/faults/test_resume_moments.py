@@ -18,11 +18,11 @@ import typing as t
 
 import pytest
 
-from politerm.engine.loop import route, router_lock, submit, templates_for
+from politerm.engine.loop import route, router_lock, run_task, submit, templates_for
 from politerm.engine.routebase import RESUME_META
 from politerm.engine.router import Router
 from politerm.engine.session import Session
-from politerm.errors import ServerNotRunning
+from politerm.errors import RoutingError, ServerNotRunning
 from politerm.store.models import MessageState, TaskState, TurnState
 from politerm.testing.retry import aretry_until
 from tests.loophelpers import EXECUTER_OK, open_loop, started, write_project
@@ -290,3 +290,57 @@ async def test_two_routers_on_different_stores_cannot_drive_one_session(
             with pytest.raises(asyncio.CancelledError):
                 await routing
         assert not any("T-b" in p for p in loop.prompts("PLANNER"))
+
+
+# --- a resume never races a running router ----------------------------------------------
+
+
+async def test_resume_is_refused_while_a_router_routes_the_session(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    write_project(root, _socket(server))
+    async with started(root) as loop:
+        router = await _router(loop)
+        executer = router.agents["EXECUTER"]
+        await _kill_process(executer)
+        routing = asyncio.create_task(route(loop.config, loop.store))
+        try:
+
+            async def holding() -> bool:
+                return router_lock(loop.config).holder() == os.getpid()
+
+            await aretry_until(holding, 60, what="the router to hold the session's lock")
+            session = Session(loop.config, loop.store)
+            try:
+                with pytest.raises(RoutingError, match=r"stop it \(Ctrl-C\) before"):
+                    await session.up(resume=True, primers=False)
+            finally:
+                await session.server.close()
+            pane = executer.pane
+            assert pane is not None and not await pane.is_alive()  # nothing was restarted
+        finally:
+            routing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await routing
+
+
+# --- work queued to an agent that already died, the router left running ------------------
+
+
+async def test_work_for_a_dead_agent_fails_resumably_then_runs_after_resume(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    write_project(root, _socket(server))
+    async with started(root) as loop:
+        router = await _router(loop)
+        await _kill_process(router.agents["EXECUTER"])
+        # The EXECUTER is dead before its plan is even queued: the step's clock (which runs
+        # from confirmed delivery) would never start.
+        task = await run_task(loop.config, loop.store, "make hello", timeout=TASK)
+        assert task.state is TaskState.FAILED, task
+        assert "exited before it got its prompt" in (task.error or ""), task.error
+        await _resume_and_route(loop, [task.id])
+        _done(loop, task.id)
+        assert _lives(loop, "EXECUTER", PLAN_HEAD) == [[], [True]]

@@ -94,13 +94,15 @@ class Session:
         """Create the session and start every configured agent, ready for prompts.
 
         With ``resume``, an existing session is reused, agents whose panes are gone or dead
-        are restarted with their resume arguments, and tasks that failed because an agent
-        or the server died are put back in flight.
+        are restarted with their resume arguments, and what died with them is put back in
+        flight (:func:`~politerm.engine.resume.resume_work`). A resume holds the session's
+        router lock: no router may route while it settles the store.
 
         Raises
         ------
         RoutingError
-            The session is already up (without ``resume``).
+            The session is already up (without ``resume``), or a router is routing it (with
+            ``resume``).
         AgentTimeout, AgentExited
             An agent did not come up ready; the message names it and shows its screen.
         """
@@ -112,6 +114,21 @@ class Session:
                 "use `poli down` first, or `poli up --resume`"
             )
             raise RoutingError(msg)
+        lock = RouterLock(self.config.tmux.socket, self.name)
+        if resume and not lock.acquire():
+            msg = (
+                f"a router (pid {lock.holder()}) is routing session {self.name!r}: stop it "
+                "(Ctrl-C) before `poli up --resume`, which routes the resumed tasks itself"
+            )
+            raise RoutingError(msg)
+        try:
+            return await self._up(exists=exists, resume=resume, primers=primers, say=say)
+        finally:
+            lock.release()
+
+    async def _up(
+        self, *, exists: bool, resume: bool, primers: bool, say: t.Callable[[str], None]
+    ) -> Agents:
         # Every program is checked before anything is created.
         for name, acfg in self.config.agents.items():
             env = {**agent_profile(acfg).env, **acfg.env}

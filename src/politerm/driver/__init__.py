@@ -17,6 +17,7 @@ from politerm.driver.agent import (
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.ready import wait_ready
 from politerm.driver.turn import Expect, TurnOutcome, TurnResult, run_turn
 
@@ -26,6 +27,8 @@ __all__ = [
     "BlockReader",
     "DeliveryResult",
     "Expect",
+    "LimitPolicy",
+    "Limiter",
     "Observation",
     "Outcome",
     "ReportStream",

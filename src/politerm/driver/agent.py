@@ -37,6 +37,7 @@ from politerm.agents.tracker import StateTracker
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.ready import wait_ready
 from politerm.errors import (
     AgentNotFound,
@@ -136,6 +137,8 @@ class AgentDriver:
         The name ``poli approve`` answers its questions under (default: ``name``).
     cwd, env
         Its working directory (file-referenced bodies, transcripts) and environment.
+    limits
+        What to do when it hits a usage or rate limit (see :mod:`politerm.driver.limits`).
     """
 
     def __init__(
@@ -149,6 +152,7 @@ class AgentDriver:
         approval_key: str | None = None,
         cwd: pathlib.Path | None = None,
         env: Mapping[str, str] | None = None,
+        limits: LimitPolicy | None = None,
     ) -> None:
         self.name = name
         self.profile = profile
@@ -157,6 +161,7 @@ class AgentDriver:
         self.cwd = cwd
         self.env = {**profile.env, **(env or {})}
         self.tracker = StateTracker(profile)
+        self.limiter = Limiter(limits or LimitPolicy())
         self.approver = Approver(
             approval_key or name, profile, term, policy or ApprovalPolicy(), store
         )
@@ -286,8 +291,9 @@ class AgentDriver:
     async def observe(self, *, task_id: str | None = None) -> Observation:
         """Look once: track the state, answer an approval question by policy, record it.
 
-        A STUCK agent is reported once as a ``stuck`` event; the agent's row in the store
-        (if it has one) follows its state.
+        A STUCK agent is reported once as a ``stuck`` event; a LIMITED one is resumed at the
+        reset (:class:`~politerm.driver.limits.Limiter`); the agent's row in the store (if it
+        has one) follows its state.
         """
         snap = await self.snapshot()
         if snap is None:
@@ -297,6 +303,9 @@ class AgentDriver:
         reading = self.tracker.update(snap)
         self.last_screen = snap.lines
         approval = "none"
+        if reading.state is AgentState.LIMITED or self.limiter.active or self.limiter.given_up:
+            reading = await self.limiter.look(self, reading, task_id)
+            self.tracker.force(reading)
         if reading.state is AgentState.EXITED:
             self.dead = True
         elif reading.state is AgentState.WAITING_APPROVAL:

@@ -8,8 +8,9 @@ approve``) on the way. It ends on every path with a :class:`TurnResult`:
   agent is idle again with no open question (a question after the block keeps it open);
 - IDLE: the agent sat ready without answering for the profile's ``idle_after``, was nudged
   ``idle_nudges`` times, and still did not answer;
-- TIMEOUT: the bound ran out (counted from confirmed delivery); the error names the blocks
-  rejected in the turn and why, a pending approval, and whether nudges were delivered;
+- TIMEOUT: the bound ran out (counted from confirmed delivery, without the time the agent
+  spent LIMITED waiting for a usage limit to reset); the error names the blocks rejected in
+  the turn and why, a pending approval, and whether nudges were delivered;
 - EXITED, STUCK, NOT_DELIVERED, REPORT_ERROR: what they say, with the screen.
 """
 
@@ -104,6 +105,7 @@ class TurnResult:
     nudges: int = 0
     error: str = ""
     screen: tuple[str, ...] = ()
+    limited_for: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -194,6 +196,7 @@ class _Turn:
     answer: tuple[Block, ...] = ()
     report: Report | None = None
     answered_at: float = 0.0
+    limited_for: float = 0.0
 
     def result(self, outcome: TurnOutcome, error: str = "") -> TurnResult:
         return TurnResult(
@@ -205,6 +208,7 @@ class _Turn:
             self.nudges,
             error,
             tuple(ln.rstrip() for ln in self.driver.last_screen if ln.strip())[-8:],
+            self.limited_for,
         )
 
     async def run(self, text: str, timeout: float) -> TurnResult:
@@ -224,6 +228,7 @@ class _Turn:
             )
         deadline = time.monotonic() + timeout
         idle_from = time.monotonic()
+        limited_at: float | None = None
         while True:
             event = d.term.output_event()
             obs = await d.observe(task_id=self.task_id)
@@ -236,6 +241,13 @@ class _Turn:
             state = obs.state
             if state is AgentState.EXITED:
                 return self._exited()
+            # Waiting for a usage limit to reset does not count against the turn.
+            if state is AgentState.LIMITED and limited_at is None:
+                limited_at = now
+            elif state is not AgentState.LIMITED and limited_at is not None:
+                deadline += now - limited_at
+                self.limited_for += now - limited_at
+                limited_at = None
             answered = bool(self.answer) or self.report is not None
             # Done only when idle with no open question (one after the block keeps it open).
             settled = state is AgentState.READY or (
@@ -259,11 +271,14 @@ class _Turn:
                     self.nudges += 1
                 idle_from = time.monotonic()
                 continue
-            if now >= deadline:
+            if now >= deadline and limited_at is None:
                 if answered:
                     return self.result(TurnOutcome.ANSWERED)
                 return self.result(TurnOutcome.TIMEOUT, self._timeout_error(timeout))
             backstop = _READY_BACKSTOP if state is AgentState.READY else _BACKSTOP
+            if limited_at is not None:
+                await wait_event(event, min(backstop, d.limiter.due_in() or backstop))
+                continue
             await wait_event(event, min(backstop, deadline - now))
 
     async def _look_for_answer(self, snap: t.Any) -> None:

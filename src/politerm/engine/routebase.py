@@ -18,7 +18,7 @@ import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
-from politerm.driver import AgentDriver
+from politerm.driver import AgentDriver, LimitPolicy
 from politerm.engine.templates import Templates
 from politerm.errors import StoreError
 from politerm.protocol.contract import Contract, nonce_required
@@ -108,7 +108,14 @@ class RouterBase:
         cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
         env = dict(acfg.env) if acfg is not None else {}
         return AgentDriver.attach(
-            name, profile, pane, store=self.store, policy=self.policy, cwd=cwd, env=env
+            name,
+            profile,
+            pane,
+            store=self.store,
+            policy=self.policy,
+            cwd=cwd,
+            env=env,
+            limits=LimitPolicy(**self.config.limits.model_dump()),
         )
 
     def wake(self, name: str) -> None:

@@ -202,6 +202,9 @@ class Router(Sending):
     def _sleep_for(self, driver: AgentDriver) -> float:
         # Output, a store change, tmux's pane-death notification or the router's own wake
         # call end every sleep; the bound only covers what no event announces.
+        due = driver.limiter.due_in()
+        if due is not None:
+            return max(0.5, min(due, IDLE_BACKSTOP))  # the resume at the limit's reset
         if self.loops[driver.name].turn_nonce is None:
             return IDLE_BACKSTOP
         if driver.state is AgentState.READY:

@@ -58,7 +58,9 @@ CASES = [
     Case(
         "codex-usage",
         "codex",
-        "■ You've hit your usage limit. Upgrade to Pro, or try again in 1 hour 30 minutes.",
+        "■ You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit "
+        "https://chatgpt.com/settings/usage to purchase more credits or try again in 1 hour "
+        "30 minutes.",
         5400,
     ),
     Case(
@@ -220,6 +222,124 @@ async def test_limit_that_never_lifts_ends_the_turn_stuck(
         assert prompts(tmp_path / "fa") == [b"DO T2 nonce=x", b"continue", b"continue"]
         kinds = [e.kind for e in store.list_events()]
         assert kinds.count("limit-resumed") == 2 and "limit-gave-up" in kinds
+    finally:
+        await driver.kill()
+        store.close()
+
+
+# --- tokens and budgets ---------------------------------------------------------------------
+
+DONE_SCENARIO = """
+[[rules]]
+match = '(?s)DO (?P<id>\\S+) nonce=(?P<nonce>[0-9a-f]+)'
+reply = '''
+Done.
+
+```
+[[POLI:MSG {{"to":"ORCH","type":"done","id":"{{id}}","nonce":"{{nonce}}"}}]]
+<REPORT>
+Did {{id}}.
+</REPORT>
+[[/POLI:MSG]]
+```
+'''
+"""
+
+
+async def _start_recording(
+    tmux_server: TmuxServer,
+    client: ControlClient,
+    tmp_path: pathlib.Path,
+    body: str,
+    **kw: t.Any,
+) -> AgentDriver:
+    """A fake agent that writes a Claude-style transcript, with usage, where its profile looks."""
+    path = tmp_path / "fa.toml"
+    path.write_text(body, "utf-8")
+    argv = [
+        *FAKE, "--mode", "claude", "--scenario", str(path), "--log", str(tmp_path / "fa"),
+        "--transcript", ".fake-transcript.jsonl",
+    ]  # fmt: skip
+    return await AgentDriver.start(
+        "AGENT",
+        load_profile("fake-claude"),
+        argv=argv,
+        tmux=TmuxPlace(client, tmux_server, "t", "agent"),
+        cwd=tmp_path,
+        ready_timeout=READY,
+        **kw,
+    )
+
+
+async def test_turn_tokens_add_up_per_agent_task_and_run(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    from politerm.driver.tokens import stored_tokens
+    from politerm.protocol.usage import claude_usage
+    from politerm.status import collect
+
+    store = RunStore.open(tmp_path / "runs.sqlite3")
+    store.upsert_agent(
+        "AGENT",
+        session="t",
+        pane_id="%1",
+        command="fake",
+        cwd=str(tmp_path),
+        profile="fake-claude",
+        resume_command=None,
+    )
+    driver = await _start_recording(
+        tmux_server, tmux_session, tmp_path, DONE_SCENARIO.format(), store=store
+    )
+    try:
+        async with asyncio.timeout(120):
+            one = await driver.run_turn(
+                lambda n: f"DO T1 nonce={n}", Expect.block("done"), timeout=60, task_id="T1"
+            )
+            two = await driver.run_turn(
+                lambda n: f"DO T2 nonce={n}", Expect.block("done"), timeout=60, task_id="T2"
+            )
+        assert one.ok and two.ok, (one.error, two.error)
+        lines = (tmp_path / ".fake-transcript.jsonl").read_text().splitlines()
+        expected = claude_usage(lines)
+        assert expected.total > 0
+        assert stored_tokens(store, "agent:AGENT") == expected
+        assert stored_tokens(store, "run") == expected
+        t1, t2 = stored_tokens(store, "task:T1"), stored_tokens(store, "task:T2")
+        assert t1 + t2 == expected and t1.total > 0 and t2.total > 0
+        events = [e for e in store.list_events() if e.kind == "tokens"]
+        assert [e.task_id for e in events] == ["T1", "T2"]
+        assert f"{t1.total:,} tokens" in events[0].detail
+        data = collect(store)
+        assert data["agents"][0]["tokens"] == expected.total
+        assert data["tokens"] == expected.total
+    finally:
+        await driver.kill()
+        store.close()
+
+
+async def test_turn_over_its_token_budget_ends_with_a_budget_event(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    from politerm.driver import Budget
+
+    store = RunStore.open(tmp_path / "runs.sqlite3")
+    # The first reply (before the block) costs over 100 tokens; the block never comes.
+    body = """
+[[rules]]
+match = 'DO'
+reply = 'Thinking about it for a long while.'
+"""
+    driver = await _start_recording(
+        tmux_server, tmux_session, tmp_path, body, store=store, budget=Budget(turn_tokens=50)
+    )
+    try:
+        async with asyncio.timeout(120):
+            result = await driver.run_turn("DO T3 nonce=ab", Expect.block("done"), timeout=60)
+        assert result.outcome is TurnOutcome.OVER_BUDGET, result
+        assert "the turn used" in result.error and "budget of 50 tokens" in result.error
+        budget = [e for e in store.list_events() if e.kind == "budget"]
+        assert len(budget) == 1 and "[budget] turn_tokens" in budget[0].detail
     finally:
         await driver.kill()
         store.close()

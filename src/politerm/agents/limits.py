@@ -40,6 +40,8 @@ _CLOCK = re.compile(
     re.IGNORECASE,
 )
 _ZONE = re.compile(r"\(([A-Za-z_]+(?:/[A-Za-z_+\-0-9]+)*)\)")
+# A clock time this little in the past is the limit lifting now, not tomorrow's.
+_GRACE = dt.timedelta(minutes=10)
 _ISO = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")
 
 
@@ -78,8 +80,10 @@ def parse_reset(text: str, now: dt.datetime) -> dt.datetime | None:
     '2026-11-23T14:00:30+00:00'
     >>> parse_reset("3pm", now).isoformat()
     '2026-11-23T15:00:00+00:00'
-    >>> parse_reset("1:15 PM", now).isoformat()  # passed today: tomorrow
-    '2026-11-24T13:15:00+00:00'
+    >>> parse_reset("1:15 PM", now).isoformat()  # passed today: tomorrow, by its minute's end
+    '2026-11-24T13:15:59+00:00'
+    >>> parse_reset("1:55 PM", now).isoformat()  # a moment ago: lifting now
+    '2026-11-23T13:55:59+00:00'
     >>> parse_reset("4pm (Europe/Berlin)", now).isoformat()
     '2026-11-23T16:00:00+01:00'
     >>> parse_reset("2026-11-23T14:30:00Z", now).isoformat()
@@ -122,7 +126,10 @@ def _next_clock(m: re.Match[str], zone: dt.tzinfo, now: dt.datetime) -> dt.datet
         return None
     local_now = now.astimezone(zone)
     when = local_now.replace(hour=hour, minute=minute, second=second, microsecond=0)
-    if when <= local_now:
+    if m.group("m") and not m.group("s"):
+        # "2:00 PM" is shown rounded down: the limit lifts by the end of that minute.
+        when += dt.timedelta(seconds=59)
+    if when <= local_now - _GRACE:
         when += dt.timedelta(days=1)
     return when
 

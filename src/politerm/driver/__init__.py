@@ -19,12 +19,14 @@ from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.ready import wait_ready
+from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.turn import Expect, TurnOutcome, TurnResult, run_turn
 
 __all__ = [
     "AgentDriver",
     "Approver",
     "BlockReader",
+    "Budget",
     "DeliveryResult",
     "Expect",
     "LimitPolicy",
@@ -33,6 +35,7 @@ __all__ = [
     "Outcome",
     "ReportStream",
     "TmuxPlace",
+    "TokenMeter",
     "TurnOutcome",
     "TurnResult",
     "check_program",

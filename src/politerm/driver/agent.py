@@ -39,6 +39,7 @@ from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.ready import wait_ready
+from politerm.driver.tokens import Budget, TokenMeter
 from politerm.errors import (
     AgentNotFound,
     ControlModeError,
@@ -139,6 +140,8 @@ class AgentDriver:
         Its working directory (file-referenced bodies, transcripts) and environment.
     limits
         What to do when it hits a usage or rate limit (see :mod:`politerm.driver.limits`).
+    budget
+        Token caps (see :mod:`politerm.driver.tokens`).
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class AgentDriver:
         cwd: pathlib.Path | None = None,
         env: Mapping[str, str] | None = None,
         limits: LimitPolicy | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.name = name
         self.profile = profile
@@ -162,6 +166,7 @@ class AgentDriver:
         self.env = {**profile.env, **(env or {})}
         self.tracker = StateTracker(profile)
         self.limiter = Limiter(limits or LimitPolicy())
+        self.meter = TokenMeter(name, profile, cwd=cwd, env=self.env, store=store, budget=budget)
         self.approver = Approver(
             approval_key or name, profile, term, policy or ApprovalPolicy(), store
         )
@@ -332,6 +337,10 @@ class AgentDriver:
             agent = self.store.get_agent(self.name)
             if agent is not None and agent.state != reading.state.value:
                 self.store.set_agent_state(self.name, reading.state.value)
+
+    def record(self, kind: str, task_id: str | None, detail: str) -> None:
+        """Add an event about this agent to the store (when it has one)."""
+        self._event(kind, task_id, detail)
 
     def _event(self, kind: str, task_id: str | None, detail: str) -> None:
         if self.store is not None:

@@ -84,7 +84,7 @@ class Limiter:
         now = self.clock()
         if reading.state is not AgentState.LIMITED:
             if self.active:
-                self._event(driver, "limit-over", task_id, f"{driver.name} is {reading.state}")
+                driver.record("limit-over", task_id, f"{driver.name} is {reading.state}")
                 self.since = self.until = None
             if reading.state not in (AgentState.UNKNOWN, AgentState.LIMITED):
                 self.resumes, self.given_up = 0, False
@@ -97,8 +97,7 @@ class Limiter:
                 reading.reset_at if reading.reset_at is not None else now + self.policy.wait
             )
             said = "the screen says" if reading.reset_at is not None else "no time shown; waiting"
-            self._event(
-                driver,
+            driver.record(
                 "limited",
                 task_id,
                 f"{driver.name} hit a limit ({reading.rule}): {' | '.join(reading.evidence)}; "
@@ -109,8 +108,7 @@ class Limiter:
             return reading
         if self.resumes >= self.policy.max_resumes:
             self.given_up = True
-            self._event(
-                driver,
+            driver.record(
                 "limit-gave-up",
                 task_id,
                 f"{driver.name} is still limited after {self.resumes} resume(s)",
@@ -120,8 +118,7 @@ class Limiter:
         self.since = self.until = None
         result = await driver.deliver(self.policy.resume)
         how = "delivered" if result.ok or result.submitted else f"NOT delivered ({result.rule})"
-        self._event(
-            driver,
+        driver.record(
             "limit-resumed",
             task_id,
             f"{driver.name}: limit reset; {self.policy.resume!r} {how} (resume {self.resumes})",
@@ -134,8 +131,3 @@ class Limiter:
             state=AgentState.STUCK,
             rule=f"still limited after {self.resumes} resume(s)",
         )
-
-    @staticmethod
-    def _event(driver: AgentDriver, kind: str, task_id: str | None, detail: str) -> None:
-        if driver.store is not None:
-            driver.store.add_event(kind, task_id=task_id, agent=driver.name, detail=detail)

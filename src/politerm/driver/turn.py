@@ -11,7 +11,12 @@ approve``) on the way. It ends on every path with a :class:`TurnResult`:
 - TIMEOUT: the bound ran out (counted from confirmed delivery, without the time the agent
   spent LIMITED waiting for a usage limit to reset); the error names the blocks rejected in
   the turn and why, a pending approval, and whether nudges were delivered;
+- OVER_BUDGET: the turn (its task, the run) used more tokens than a ``[budget]`` cap; the
+  agent is interrupted and a ``budget`` event names the cap;
 - EXITED, STUCK, NOT_DELIVERED, REPORT_ERROR: what they say, with the screen.
+
+The turn's tokens (from the agent's transcript) are counted on the way and recorded when
+it ends (:mod:`politerm.driver.tokens`).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class TurnOutcome(enum.StrEnum):
     STUCK = "stuck"
     NOT_DELIVERED = "not_delivered"
     REPORT_ERROR = "report_error"
+    OVER_BUDGET = "over_budget"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +182,7 @@ async def run_turn(
             driver.profile.idle_after if idle_after is None else idle_after,
         ).run(text, timeout)
     finally:
+        driver.meter.end_turn()
         if reports is not None:
             reports.close()
 
@@ -226,6 +233,7 @@ class _Turn:
                 f"{d.name}: prompt not delivered ({res.outcome.value}: {res.rule}): "
                 + " | ".join(res.evidence[-3:]),
             )
+        d.meter.start_turn(self.task_id)
         deadline = time.monotonic() + timeout
         idle_from = time.monotonic()
         limited_at: float | None = None
@@ -241,6 +249,12 @@ class _Turn:
             state = obs.state
             if state is AgentState.EXITED:
                 return self._exited()
+            d.meter.poll()
+            over = d.meter.over_budget()
+            if over is not None and not (self.answer or self.report is not None):
+                await d.press(d.profile.interrupt_key)
+                d.record("budget", self.task_id, f"turn ended: {over}")
+                return self.result(TurnOutcome.OVER_BUDGET, over)
             # Waiting for a usage limit to reset does not count against the turn.
             if state is AgentState.LIMITED and limited_at is None:
                 limited_at = now

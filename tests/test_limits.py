@@ -54,7 +54,9 @@ CASES = [
         "limit. Please try again later.",
         None,
     ),
-    Case("claude-usage", "claude", "● Claude usage limit reached. Please try again in 2 hours.", 7200),
+    Case(
+        "claude-usage", "claude", "● Claude usage limit reached. Please try again in 2 hours.", 7200
+    ),
     Case(
         "codex-usage",
         "codex",
@@ -69,7 +71,9 @@ CASES = [
         "✕ [API Error: You exceeded your current quota. Please retry in 42s.]",
         42,
     ),
-    Case("aider-rate", "aider", "litellm.RateLimitError: rate limit exceeded; try again in 20s", 20),
+    Case(
+        "aider-rate", "aider", "litellm.RateLimitError: rate limit exceeded; try again in 20s", 20
+    ),
     Case("opencode-429", "opencode", "     Too Many Requests: rate limit reached", None),
 ]
 

@@ -166,11 +166,17 @@ async def _start(
     client: ControlClient,
     tmp_path: pathlib.Path,
     body: str,
+    *,
+    transcript: bool = False,
     **kw: t.Any,
 ) -> AgentDriver:
+    """The fake agent in claude mode; ``transcript``: it writes one, with usage, where its
+    profile looks."""
     path = tmp_path / "fa.toml"
     path.write_text(body, "utf-8")
     argv = [*FAKE, "--mode", "claude", "--scenario", str(path), "--log", str(tmp_path / "fa")]
+    if transcript:
+        argv += ["--transcript", ".fake-transcript.jsonl"]
     return await AgentDriver.start(
         "AGENT",
         load_profile("fake-claude"),
@@ -250,31 +256,6 @@ Did {{id}}.
 """
 
 
-async def _start_recording(
-    tmux_server: TmuxServer,
-    client: ControlClient,
-    tmp_path: pathlib.Path,
-    body: str,
-    **kw: t.Any,
-) -> AgentDriver:
-    """A fake agent that writes a Claude-style transcript, with usage, where its profile looks."""
-    path = tmp_path / "fa.toml"
-    path.write_text(body, "utf-8")
-    argv = [
-        *FAKE, "--mode", "claude", "--scenario", str(path), "--log", str(tmp_path / "fa"),
-        "--transcript", ".fake-transcript.jsonl",
-    ]  # fmt: skip
-    return await AgentDriver.start(
-        "AGENT",
-        load_profile("fake-claude"),
-        argv=argv,
-        tmux=TmuxPlace(client, tmux_server, "t", "agent"),
-        cwd=tmp_path,
-        ready_timeout=READY,
-        **kw,
-    )
-
-
 async def test_turn_tokens_add_up_per_agent_task_and_run(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:
@@ -292,8 +273,8 @@ async def test_turn_tokens_add_up_per_agent_task_and_run(
         profile="fake-claude",
         resume_command=None,
     )
-    driver = await _start_recording(
-        tmux_server, tmux_session, tmp_path, DONE_SCENARIO.format(), store=store
+    driver = await _start(
+        tmux_server, tmux_session, tmp_path, DONE_SCENARIO.format(), store=store, transcript=True
     )
     try:
         async with asyncio.timeout(120):
@@ -334,8 +315,14 @@ async def test_turn_over_its_token_budget_ends_with_a_budget_event(
 match = 'DO'
 reply = 'Thinking about it for a long while.'
 """
-    driver = await _start_recording(
-        tmux_server, tmux_session, tmp_path, body, store=store, budget=Budget(turn_tokens=50)
+    driver = await _start(
+        tmux_server,
+        tmux_session,
+        tmp_path,
+        body,
+        store=store,
+        budget=Budget(turn_tokens=50),
+        transcript=True,
     )
     try:
         async with asyncio.timeout(120):

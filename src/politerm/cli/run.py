@@ -10,6 +10,7 @@ import typing as t
 import click
 
 from politerm.cli import _complete
+from politerm.cli._common import process_config_option
 from politerm.errors import PipelineError
 from politerm.pipeline.launch import DEFAULT_CLI
 from politerm.pipeline.model import RunStatus
@@ -84,6 +85,7 @@ def failure_policy(
 @click.option("--dry-run", is_flag=True, help="Print what would run; start nothing.")
 @click.option("--keep", is_flag=True,
               help="Keep the session when the run ends (poli down --run-id).")  # fmt: skip
+@process_config_option
 def command(  # one parameter per flag, as click passes them
     pipeline: str,
     project: str,

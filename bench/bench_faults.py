@@ -115,11 +115,17 @@ def run_one(plan: ChaosPlan) -> ChaosResult:
     _runs += 1
     socket = f"poli-chaos-{os.getpid()}-{_runs}"
     root = pathlib.Path(tempfile.mkdtemp(prefix="poli-bench-faults-"))
+    keep = False
     try:
-        return ChaosRun(root / "chaos", socket, plan).run()
+        result = ChaosRun(root / "chaos", socket, plan).run()
+        keep = not result.verdict.ok
+        if keep:  # the agents' logs are the evidence of each finding
+            result.notes.append(f"agents' logs kept in {root / 'chaos'}")
+        return result
     finally:
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
-        shutil.rmtree(root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def main(quick: bool = False) -> list[Row]:

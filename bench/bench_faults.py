@@ -97,6 +97,18 @@ def plans(quick: bool) -> list[tuple[str, ChaosPlan]]:
             ),
         ),
         (
+            "crashes + kill -9 + server kills + agent faults",
+            plan(
+                10,
+                30,
+                wave=3,
+                router_kills=size(4),
+                server_kills=size(2),
+                planner=_faulty("claude", crash_at="after_submit", crash_share=0.1, crash_max=2),
+                executer=_faulty("codex", crash_at="mid_reply", crash_share=0.1, crash_max=2),
+            ),
+        ),
+        (
             "text left in the input box",
             plan(
                 8,

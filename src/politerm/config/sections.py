@@ -139,6 +139,9 @@ class AgentConfig(_Section):
     resume_args: list[str] | None = Field(default=None, description="a list of strings")
     ready_regex: str | None = Field(default=None, description="a valid regular expression")
     mcp: bool = Field(default=False, description="true or false (register `poli mcp` in the agent)")
+    hooks: bool = Field(
+        default=True, description="true or false (install politerm's receipt hooks in the agent)"
+    )
 
     @field_validator("command")
     @classmethod

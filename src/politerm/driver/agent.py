@@ -43,6 +43,7 @@ from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import (
+    HOOK_GRACE,
     PANE_OPTION,
     Drift,
     Receipts,
@@ -82,8 +83,6 @@ AgentTerm = Pane | PtyTerminal
 Hook = t.Callable[[], "Awaitable[None]"]
 #: Moments of a delivery a hook may be attached to (:meth:`AgentDriver.on`).
 HOOK_POINTS = frozenset({"before-paste", "after-confirm"})
-# Seconds a hook's open approval may go unseen on the screen before it counts as drift.
-HOOK_GRACE_APPROVAL = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +191,8 @@ class AgentDriver:
         #: Receipts after this position belong to the last prompt delivered.
         self.delivery_mark = 0
         self.drifts: list[Drift] = []
+        #: Seconds one source (hook or screen) may lag the other before it counts as drift.
+        self.hook_grace = HOOK_GRACE
         self._drift_seen: set[str] = set()
 
     def __repr__(self) -> str:
@@ -272,7 +273,7 @@ class AgentDriver:
         else:
             term = await PtyTerminal.spawn(argv, cwd=cwd, env=full_env, size=size, name=name)
         where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
-        receipts = setup.receipts() if setup is not None else None
+        receipts = kwargs.pop("receipts", None) or (setup.receipts() if setup else None)
         if isinstance(term, Pane) and setup is not None and setup.option is not None:
             with contextlib.suppress(TmuxError):
                 await term.set_option(PANE_OPTION, setup.option)
@@ -363,7 +364,7 @@ class AgentDriver:
         pending = rc.approval_open(self.delivery_mark)
         if pending is None or reading.state in (AgentState.WAITING_APPROVAL, AgentState.EXITED):
             return pending
-        if time.time() - pending.at >= HOOK_GRACE_APPROVAL:
+        if time.time() - pending.at >= self.hook_grace:
             self.drift(
                 Drift(
                     "approval",
@@ -489,7 +490,7 @@ class AgentDriver:
         if result.outcome is Outcome.AGENT_EXITED:
             self.dead = True
         if check is not None:
-            result = await cross_check_delivery(self, result, check)
+            result = await cross_check_delivery(self, result, check, grace=self.hook_grace)
         await self._hook("after-confirm")
         return result
 

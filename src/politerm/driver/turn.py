@@ -26,7 +26,7 @@ import typing as t
 from politerm._internal.aio import wait_any
 from politerm.agents.state import AgentState
 from politerm.driver.delivery import Outcome
-from politerm.driver.receipts import HOOK_GRACE, Drift
+from politerm.driver.receipts import Drift
 from politerm.errors import ReportError
 from politerm.hooks.events import HookKind
 from politerm.protocol.primer import new_nonce
@@ -305,7 +305,7 @@ class _Turn:
             self.disagree_since = None  # both say "still going", or a question is open
             return None
         self.disagree_since = self.disagree_since or now
-        if now - self.disagree_since < HOOK_GRACE:
+        if now - self.disagree_since < d.hook_grace:
             return None
         if stop is not None:
             d.drift(
@@ -315,7 +315,7 @@ class _Turn:
             self.ended_by = "hook"
         else:
             d.drift(
-                Drift("turn-end", f"no stop event within {HOOK_GRACE:g}s", f"{state.value}"),
+                Drift("turn-end", f"no stop event within {d.hook_grace:g}s", f"{state.value}"),
                 task_id=self.task_id,
             )
             self.ended_by = "screen"

@@ -10,7 +10,6 @@ from __future__ import annotations
 from politerm.driver.agent import (
     AgentDriver,
     Observation,
-    ReportStream,
     TmuxPlace,
     check_program,
 )
@@ -18,6 +17,8 @@ from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.ready import wait_ready
+from politerm.driver.receipts import Drift, Receipts, Source
+from politerm.driver.reports import ReportStream
 from politerm.driver.turn import Expect, TurnOutcome, TurnResult, run_turn
 
 __all__ = [
@@ -25,10 +26,13 @@ __all__ = [
     "Approver",
     "BlockReader",
     "DeliveryResult",
+    "Drift",
     "Expect",
     "Observation",
     "Outcome",
+    "Receipts",
     "ReportStream",
+    "Source",
     "TmuxPlace",
     "TurnOutcome",
     "TurnResult",

@@ -25,7 +25,6 @@ Named hooks (:meth:`~AgentDriver.on`) let tests put a fault at an exact moment o
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import dataclasses
 import logging
@@ -52,6 +51,7 @@ from politerm.driver.receipts import (
     prepare_hooks,
 )
 from politerm.driver.receiptwatch import PromptCheck, cross_check_delivery
+from politerm.driver.reports import ReportStream
 from politerm.errors import (
     AgentNotFound,
     ControlModeError,
@@ -62,7 +62,6 @@ from politerm.errors import (
     TmuxError,
 )
 from politerm.hooks.events import HookEvent, HookKind
-from politerm.protocol.report import ReportParser
 from politerm.pty.runner import PtyTerminal
 from politerm.tmux.pane import Pane, new_window
 
@@ -72,7 +71,6 @@ if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
     from politerm.driver.turn import Expect, TurnResult
     from politerm.protocol.block import Block
-    from politerm.protocol.report import ReportSignal
     from politerm.store import RunStore
     from politerm.terminal import Snapshot
     from politerm.tmux.control import ControlClient
@@ -548,47 +546,3 @@ class AgentDriver:
         self.dead = True
         if self.receipts is not None:
             await self.receipts.close()
-
-
-class ReportStream:
-    """The agent's raw output fed to a :class:`~politerm.protocol.report.ReportParser`.
-
-    Subscribes at construction; :meth:`close` unsubscribes. ``signals`` collects reports and
-    report errors as they complete; ``on_text`` (optional) sees the decoded text first (the
-    epic transcript writer).
-    """
-
-    def __init__(
-        self,
-        term: AgentTerm,
-        session_id: str,
-        *,
-        on_text: Callable[[str], None] | None = None,
-    ) -> None:
-        self.parser = ReportParser(session_id)
-        self.signals: list[ReportSignal] = []
-        self.on_text = on_text
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        if isinstance(term, Pane):
-            self._unsubscribe = term.client.subscribe(
-                term.pane_id, lambda _pane, data: self._feed(data)
-            )
-        else:
-            self._unsubscribe = term.subscribe(self._feed)
-
-    def _feed(self, data: bytes) -> None:
-        self.feed_text(self._decoder.decode(data))
-
-    def feed_text(self, text: str) -> None:
-        """Feed decoded output (also the decoder's tail at the end)."""
-        if self.on_text is not None:
-            self.on_text(text)
-        self.signals.extend(self.parser.feed(text))
-
-    def flush(self) -> None:
-        """Feed what the decoder still holds (the agent exited)."""
-        self.feed_text(self._decoder.decode(b"", final=True))
-
-    def close(self) -> None:
-        """Stop listening."""
-        self._unsubscribe()

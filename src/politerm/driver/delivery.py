@@ -26,6 +26,7 @@ import typing as t
 from politerm._internal import vault
 from politerm._internal.aio import wait_any, wait_event
 from politerm.agents.state import AgentState
+from politerm.driver.receipts import Source
 from politerm.errors import PaneNotFound
 
 if t.TYPE_CHECKING:
@@ -78,7 +79,7 @@ class DeliveryResult:
     submitted: bool
     elapsed: float
     rule: str = ""
-    sources: tuple[str, ...] = ("screen",)
+    sources: tuple[Source, ...] = (Source.SCREEN,)
 
     @property
     def source(self) -> str:
@@ -302,7 +303,7 @@ async def _confirm(
                 True,
                 now - start,
                 reading.rule,
-                ("hook", "screen") if hook else ("screen",),
+                (Source.HOOK, Source.SCREEN) if hook else (Source.SCREEN,),
             )
         if hook:
             return DeliveryResult(
@@ -312,7 +313,7 @@ async def _confirm(
                 True,
                 now - start,
                 "prompt receipt",
-                ("hook",),
+                (Source.HOOK,),
             )
         if (
             has_input

@@ -16,7 +16,7 @@ import typing as t
 from politerm._internal.aio import wait_any
 from politerm.agents.state import AgentState
 from politerm.driver.delivery import DeliveryResult, Outcome
-from politerm.driver.receipts import HOOK_GRACE, Drift
+from politerm.driver.receipts import HOOK_GRACE, Drift, Source
 from politerm.errors import PaneNotFound
 from politerm.redact import TAG_RE
 
@@ -110,11 +110,11 @@ async def cross_check_delivery(
             evidence=(hook, *result.evidence),
             submitted=True,
             rule="prompt receipt",
-            sources=("hook",),
+            sources=(Source.HOOK,),
         )
-    if "hook" in result.sources and "screen" in result.sources:
+    if Source.HOOK in result.sources and Source.SCREEN in result.sources:
         return result
-    if "hook" in result.sources:
+    if Source.HOOK in result.sources:
 
         async def look() -> str | None:
             try:
@@ -130,7 +130,7 @@ async def cross_check_delivery(
                 Drift("delivery", result.evidence[0], f"not submitted after {grace:g}s: {tail}")
             )
             return result
-        return dataclasses.replace(result, sources=("hook", "screen"))
+        return dataclasses.replace(result, sources=(Source.HOOK, Source.SCREEN))
     if rc.silent:
         return result
 
@@ -151,5 +151,5 @@ async def cross_check_delivery(
         )
         return result
     return dataclasses.replace(
-        result, evidence=(hook, *result.evidence), sources=("hook", "screen")
+        result, evidence=(hook, *result.evidence), sources=(Source.HOOK, Source.SCREEN)
     )

@@ -34,8 +34,9 @@ from politerm.protocol.primer import new_nonce
 if t.TYPE_CHECKING:
     from collections.abc import Callable
 
-    from politerm.driver.agent import AgentDriver, ReportStream
+    from politerm.driver.agent import AgentDriver
     from politerm.driver.delivery import DeliveryResult
+    from politerm.driver.reports import ReportStream
     from politerm.protocol.block import Block
     from politerm.protocol.report import Report
 

@@ -17,6 +17,7 @@ import typing as t
 import platformdirs
 import pydantic
 
+from politerm.agents.limits import reset_time
 from politerm.agents.state import AgentState, StateReading
 from politerm.errors import ProfileError
 
@@ -72,10 +73,13 @@ class Detectors(_Model):
     Attributes
     ----------
     ready, busy, approval, error
-        Any match decides that state (checked in the order approval, stuck, busy, error,
-        ready).
+        Any match decides that state (checked in the order approval, stuck, busy, limited,
+        error, ready).
     stuck
-        Rate-limit and quota messages: the agent cannot go on by itself (state STUCK).
+        Messages after which the agent cannot go on by itself, not even later (state STUCK).
+    limited, limit_reset
+        Usage/rate-limit messages (state LIMITED until the reset), and regexes whose
+        ``reset`` group says when it resets (:func:`politerm.agents.limits.parse_reset`).
     input_line
         Regex with a ``text`` group matching the input line; searched bottom-up.
     input_placeholder
@@ -107,6 +111,8 @@ class Detectors(_Model):
     approval: list[str] = []
     error: list[str] = []
     stuck: list[str] = []
+    limited: list[str] = []
+    limit_reset: list[str] = []
     input_line: str | None = None
     input_placeholder: list[str] = []
     input_at_cursor: bool = False
@@ -122,15 +128,8 @@ class Detectors(_Model):
     @pydantic.model_validator(mode="after")
     def _check_regexes(self) -> Detectors:
         for field in (
-            "ready",
-            "busy",
-            "approval",
-            "error",
-            "stuck",
-            "input_placeholder",
-            "title_ready",
-            "title_busy",
-            "progress_ignore",
+            *("ready", "busy", "approval", "error", "stuck", "limited", "limit_reset"),
+            *("input_placeholder", "title_ready", "title_busy", "progress_ignore"),
         ):
             _compile(getattr(self, field), f"detectors.{field}")
         for field in ("input_line", "paste_marker", "input_anchor"):
@@ -140,6 +139,10 @@ class Detectors(_Model):
         if self.input_line is not None and "(?P<text>" not in self.input_line:
             msg = "detectors.input_line: needs a (?P<text>...) group"
             raise ValueError(msg)
+        for pat in self.limit_reset:
+            if "(?P<reset>" not in pat:
+                msg = f"detectors.limit_reset: {pat!r} needs a (?P<reset>...) group"
+                raise ValueError(msg)
         if self.busy_off_prompt and not self.input_at_cursor:
             msg = "detectors.busy_off_prompt: needs input_at_cursor = true"
             raise ValueError(msg)
@@ -286,6 +289,8 @@ class AgentProfile(_Model):
         return {
             "approval": _compile(d.approval, "approval"),
             "stuck": _compile(d.stuck, "stuck"),
+            "limited": _compile(d.limited, "limited"),
+            "limit_reset": _compile(d.limit_reset, "limit_reset"),
             "busy": _compile(d.busy, "busy"),
             "error": _compile(d.error, "error"),
             "ready": _compile(d.ready, "ready"),
@@ -365,12 +370,13 @@ class AgentProfile(_Model):
             lines = lines[max(0, end - self.detectors.region_lines) : end]
         return "\n".join(ln.rstrip() for ln in lines)
 
-    def detect(self, snap: Snapshot) -> StateReading:
+    def detect(self, snap: Snapshot, *, limited: bool = True) -> StateReading:
         """Decide the agent's state from one screen snapshot.
 
-        Dialogs and approval questions win over stuck, stuck over busy, busy over error,
-        error over ready, so a stale "ready" footer never hides a question. The pane title
-        decides only when the screen does not.
+        Dialogs and approval questions win over stuck, stuck over busy, busy over limited,
+        limited over error, error over ready, so a stale "ready" footer never hides a
+        question. The pane title decides only when the screen does not. ``limited=False``
+        reads the screen as if no limit message showed (one already dealt with).
         """
         if not snap.alive:
             status = "?" if snap.exit_status is None else str(snap.exit_status)
@@ -401,8 +407,14 @@ class AgentProfile(_Model):
             return StateReading(
                 AgentState.BUSY, tuple(snap.tail(1)), None, rule="cursor off the prompt"
             )
-        for state, key in ((AgentState.ERROR, "error"), (AgentState.READY, "ready")):
-            reading = self._search(text, state, key, input_text)
+        for state, key in (
+            (AgentState.LIMITED, "limited" if limited else ""),
+            (AgentState.ERROR, "error"),
+            (AgentState.READY, "ready"),
+        ):
+            reading = self._search(text, state, key, input_text) if key else None
+            if reading is not None and state is AgentState.LIMITED:
+                return dataclasses.replace(reading, reset_at=reset_time(self, text))
             if reading is not None:
                 return reading
         if input_text == "":

@@ -41,6 +41,7 @@ from politerm.agents.tracker import StateTracker
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import (
     HOOK_GRACE,
@@ -52,6 +53,7 @@ from politerm.driver.receipts import (
 )
 from politerm.driver.receiptwatch import PromptCheck, cross_check_delivery
 from politerm.driver.reports import ReportStream
+from politerm.driver.tokens import Budget, TokenMeter
 from politerm.errors import (
     AgentNotFound,
     ControlModeError,
@@ -155,6 +157,10 @@ class AgentDriver:
         Its working directory (file-referenced bodies, transcripts) and environment.
     receipts
         Its hook receipts (default: found through the pane's ``@poli_hooks`` option).
+    limits
+        What to do when it hits a usage or rate limit (see :mod:`politerm.driver.limits`).
+    budget
+        Token caps (see :mod:`politerm.driver.tokens`).
     """
 
     def __init__(
@@ -169,6 +175,8 @@ class AgentDriver:
         cwd: pathlib.Path | None = None,
         env: Mapping[str, str] | None = None,
         receipts: Receipts | None = None,
+        limits: LimitPolicy | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.name = name
         self.profile = profile
@@ -177,6 +185,8 @@ class AgentDriver:
         self.cwd = cwd
         self.env = {**profile.env, **(env or {})}
         self.tracker = StateTracker(profile)
+        self.limiter = Limiter(limits or LimitPolicy())
+        self.meter = TokenMeter(name, profile, cwd=cwd, env=self.env, store=store, budget=budget)
         self.approver = Approver(
             approval_key or name, profile, term, policy or ApprovalPolicy(), store
         )
@@ -333,8 +343,9 @@ class AgentDriver:
     async def observe(self, *, task_id: str | None = None) -> Observation:
         """Look once: track the state, answer an approval question by policy, record it.
 
-        A STUCK agent is reported once as a ``stuck`` event; the agent's row in the store
-        (if it has one) follows its state.
+        A STUCK agent is reported once as a ``stuck`` event; a LIMITED one is resumed at the
+        reset (:class:`~politerm.driver.limits.Limiter`); the agent's row in the store (if it
+        has one) follows its state.
         """
         snap = await self.snapshot()
         if snap is None:
@@ -345,6 +356,9 @@ class AgentDriver:
         self.last_screen = snap.lines
         hook_approval = await self._hook_approval(reading)
         approval = "none"
+        if reading.state is AgentState.LIMITED or self.limiter.active or self.limiter.given_up:
+            reading = await self.limiter.look(self, reading, task_id)
+            self.tracker.force(reading)
         if reading.state is AgentState.EXITED:
             self.dead = True
         elif reading.state is AgentState.WAITING_APPROVAL:
@@ -421,6 +435,10 @@ class AgentDriver:
             agent = self.store.get_agent(self.name)
             if agent is not None and agent.state != reading.state.value:
                 self.store.set_agent_state(self.name, reading.state.value)
+
+    def record(self, kind: str, task_id: str | None, detail: str) -> None:
+        """Add an event about this agent to the store (when it has one)."""
+        self._event(kind, task_id, detail)
 
     def _event(self, kind: str, task_id: str | None, detail: str) -> None:
         if self.store is not None:

@@ -11,9 +11,15 @@ approve``) on the way. It ends on every path with a :class:`TurnResult`:
   outlasts :data:`~politerm.driver.receipts.HOOK_GRACE` is recorded as drift;
 - IDLE: the agent sat ready without answering for the profile's ``idle_after``, was nudged
   ``idle_nudges`` times, and still did not answer;
-- TIMEOUT: the bound ran out (counted from confirmed delivery); the error names the blocks
-  rejected in the turn and why, a pending approval, and whether nudges were delivered;
+- TIMEOUT: the bound ran out (counted from confirmed delivery, without the time the agent
+  spent LIMITED waiting for a usage limit to reset); the error names the blocks rejected in
+  the turn and why, a pending approval, and whether nudges were delivered;
+- OVER_BUDGET: the turn (its task, the run) used more tokens than a ``[budget]`` cap; the
+  agent is interrupted and a ``budget`` event names the cap;
 - EXITED, STUCK, NOT_DELIVERED, REPORT_ERROR: what they say, with the screen.
+
+The turn's tokens (from the agent's transcript) are counted on the way and recorded when
+it ends (:mod:`politerm.driver.tokens`).
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class TurnOutcome(enum.StrEnum):
     STUCK = "stuck"
     NOT_DELIVERED = "not_delivered"
     REPORT_ERROR = "report_error"
+    OVER_BUDGET = "over_budget"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +121,7 @@ class TurnResult:
     """Which sources ended the turn: ``hook``, ``screen`` or ``hook+screen``."""
     drift: tuple[str, ...] = ()
     """Disagreements between the agent's hooks and its screen during the turn."""
+    limited_for: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -184,6 +192,7 @@ async def run_turn(
             driver.profile.idle_after if idle_after is None else idle_after,
         ).run(text, timeout)
     finally:
+        driver.meter.end_turn()
         if reports is not None:
             reports.close()
 
@@ -207,6 +216,7 @@ class _Turn:
     ended_by: str = ""
     drift_from: int = 0
     disagree_since: float | None = None
+    limited_for: float = 0.0
 
     def result(self, outcome: TurnOutcome, error: str = "") -> TurnResult:
         return TurnResult(
@@ -220,6 +230,7 @@ class _Turn:
             tuple(ln.rstrip() for ln in self.driver.last_screen if ln.strip())[-8:],
             self.ended_by,
             tuple(str(d) for d in self.driver.drifts[self.drift_from :]),
+            self.limited_for,
         )
 
     async def run(self, text: str, timeout: float) -> TurnResult:
@@ -238,9 +249,11 @@ class _Turn:
                 f"{d.name}: prompt not delivered ({res.outcome.value}: {res.rule}): "
                 + " | ".join(res.evidence[-3:]),
             )
+        d.meter.start_turn(self.task_id)
         deadline = time.monotonic() + timeout
         idle_from = time.monotonic()
         rc = d.receipts
+        limited_at: float | None = None
         while True:
             events = [d.term.output_event()] + ([rc.event()] if rc is not None else [])
             obs = await d.observe(task_id=self.task_id)
@@ -253,6 +266,19 @@ class _Turn:
             state = obs.state
             if state is AgentState.EXITED:
                 return self._exited()
+            d.meter.poll()
+            over = d.meter.over_budget()
+            if over is not None and not (self.answer or self.report is not None):
+                await d.press(d.profile.interrupt_key)
+                d.record("budget", self.task_id, f"turn ended: {over}")
+                return self.result(TurnOutcome.OVER_BUDGET, over)
+            # Waiting for a usage limit to reset does not count against the turn.
+            if state is AgentState.LIMITED and limited_at is None:
+                limited_at = now
+            elif state is not AgentState.LIMITED and limited_at is not None:
+                deadline += now - limited_at
+                self.limited_for += now - limited_at
+                limited_at = None
             answered = bool(self.answer) or self.report is not None
             # Done only when idle with no open question (one after the block keeps it open).
             settled = obs.hook_approval is None and (
@@ -283,11 +309,14 @@ class _Turn:
                     self.nudges += 1
                 idle_from = time.monotonic()
                 continue
-            if now >= deadline:
+            if now >= deadline and limited_at is None:
                 if answered:
                     return self.result(TurnOutcome.ANSWERED)
                 return self.result(TurnOutcome.TIMEOUT, self._timeout_error(timeout))
             backstop = _READY_BACKSTOP if state is AgentState.READY else _BACKSTOP
+            if limited_at is not None:
+                await wait_any(*events, timeout=min(backstop, d.limiter.due_in() or backstop))
+                continue
             await wait_any(*events, timeout=max(0.0, min(backstop, deadline - now)))
 
     def _ended(self, settled: bool, rule: str, state: AgentState, now: float) -> TurnResult | None:

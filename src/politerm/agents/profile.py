@@ -7,6 +7,7 @@ A profile may ``extends = "other"`` to inherit every key it does not set.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pathlib
 import re
@@ -16,8 +17,11 @@ import typing as t
 import platformdirs
 import pydantic
 
-# ApprovalRequest lived here first; callers still import it from this module.
+from politerm.agents.limits import reset_time
+
+# These lived here first; callers still import them from this module.
 from politerm.agents.question import ApprovalRequest as ApprovalRequest  # noqa: PLC0414
+from politerm.agents.question import ApprovalSpec as ApprovalSpec  # noqa: PLC0414
 from politerm.agents.question import open_question, read_request
 from politerm.agents.state import AgentState, StateReading
 from politerm.errors import ProfileError
@@ -74,10 +78,13 @@ class Detectors(_Model):
     Attributes
     ----------
     ready, busy, approval, error
-        Any match decides that state (checked in the order approval, stuck, busy, error,
-        ready).
+        Any match decides that state (checked in the order approval, stuck, busy, limited,
+        error, ready).
     stuck
-        Rate-limit and quota messages: the agent cannot go on by itself (state STUCK).
+        Messages after which the agent cannot go on by itself, not even later (state STUCK).
+    limited, limit_reset
+        Usage/rate-limit messages (state LIMITED until the reset), and regexes whose
+        ``reset`` group says when it resets (:func:`politerm.agents.limits.parse_reset`).
     input_line
         Regex with a ``text`` group matching the input line; searched bottom-up.
     input_placeholder
@@ -109,6 +116,8 @@ class Detectors(_Model):
     approval: list[str] = []
     error: list[str] = []
     stuck: list[str] = []
+    limited: list[str] = []
+    limit_reset: list[str] = []
     input_line: str | None = None
     input_placeholder: list[str] = []
     input_at_cursor: bool = False
@@ -124,15 +133,8 @@ class Detectors(_Model):
     @pydantic.model_validator(mode="after")
     def _check_regexes(self) -> Detectors:
         for field in (
-            "ready",
-            "busy",
-            "approval",
-            "error",
-            "stuck",
-            "input_placeholder",
-            "title_ready",
-            "title_busy",
-            "progress_ignore",
+            *("ready", "busy", "approval", "error", "stuck", "limited", "limit_reset"),
+            *("input_placeholder", "title_ready", "title_busy", "progress_ignore"),
         ):
             _compile(getattr(self, field), f"detectors.{field}")
         for field in ("input_line", "paste_marker", "input_anchor"):
@@ -142,50 +144,13 @@ class Detectors(_Model):
         if self.input_line is not None and "(?P<text>" not in self.input_line:
             msg = "detectors.input_line: needs a (?P<text>...) group"
             raise ValueError(msg)
+        for pat in self.limit_reset:
+            if "(?P<reset>" not in pat:
+                msg = f"detectors.limit_reset: {pat!r} needs a (?P<reset>...) group"
+                raise ValueError(msg)
         if self.busy_off_prompt and not self.input_at_cursor:
             msg = "detectors.busy_off_prompt: needs input_at_cursor = true"
             raise ValueError(msg)
-        return self
-
-
-class ApprovalSpec(_Model):
-    """How a tool-permission question is read and answered.
-
-    Attributes
-    ----------
-    approve, deny
-        Keys that answer the question (``["y"]``, ``["Escape"]``).
-    command
-        Regex (or list of regexes) searched in the question's text; the ``command`` group
-        is what the agent wants to run (matched by ``approval_patterns``), an optional
-        ``tool`` group names the tool. The lowest match wins.
-    box_top
-        Regex for the first line of the question's box. The command is then read only
-        from that line to the end of the screen (never from an answered question above),
-        and from the terminal's history when the box is taller than the screen. Without
-        it the command is searched in the detector region.
-    """
-
-    approve: list[str] = ["Enter"]
-    deny: list[str] = ["Escape"]
-    command: str | list[str] | None = None
-    box_top: str | None = None
-
-    @property
-    def commands(self) -> list[str]:
-        """The command regexes as a list."""
-        if self.command is None:
-            return []
-        return [self.command] if isinstance(self.command, str) else list(self.command)
-
-    @pydantic.model_validator(mode="after")
-    def _check(self) -> ApprovalSpec:
-        _compile(self.commands, "approval.command")
-        if any("(?P<command>" not in c for c in self.commands):
-            msg = "approval.command: needs a (?P<command>...) group"
-            raise ValueError(msg)
-        if self.box_top is not None:
-            _compile([self.box_top], "approval.box_top")
         return self
 
 
@@ -208,6 +173,9 @@ class Rendering(_Model):
         A standalone ``[[X]]`` may render as ``[X]``.
     drops_html_tags
         ``<PLAN>``-like tags vanish (aider's pretty markdown).
+    chrome
+        Regexes for the lines the CLI draws below its replies (input box borders, footer,
+        status bar); :func:`politerm.agents.chrome.reply_tail` skips them.
     """
 
     reply_prefix: str = ""
@@ -217,6 +185,12 @@ class Rendering(_Model):
     list_reindent: bool = False
     single_brackets: bool = False
     drops_html_tags: bool = False
+    chrome: list[str] = []
+
+    @pydantic.model_validator(mode="after")
+    def _check_chrome(self) -> Rendering:
+        _compile(self.chrome, "render.chrome")
+        return self
 
 
 class TranscriptSpec(_Model):
@@ -284,6 +258,8 @@ class AgentProfile(_Model):
         return {
             "approval": _compile(d.approval, "approval"),
             "stuck": _compile(d.stuck, "stuck"),
+            "limited": _compile(d.limited, "limited"),
+            "limit_reset": _compile(d.limit_reset, "limit_reset"),
             "busy": _compile(d.busy, "busy"),
             "error": _compile(d.error, "error"),
             "ready": _compile(d.ready, "ready"),
@@ -358,12 +334,13 @@ class AgentProfile(_Model):
             lines = lines[max(0, end - self.detectors.region_lines) : end]
         return "\n".join(ln.rstrip() for ln in lines)
 
-    def detect(self, snap: Snapshot) -> StateReading:
+    def detect(self, snap: Snapshot, *, limited: bool = True) -> StateReading:
         """Decide the agent's state from one screen snapshot.
 
-        Dialogs and approval questions win over stuck, stuck over busy, busy over error,
-        error over ready, so a stale "ready" footer never hides a question. The pane title
-        decides only when the screen does not.
+        Dialogs and approval questions win over stuck, stuck over busy, busy over limited,
+        limited over error, error over ready, so a stale "ready" footer never hides a
+        question. The pane title decides only when the screen does not. ``limited=False``
+        reads the screen as if no limit message showed (one already dealt with).
         """
         if not snap.alive:
             status = "?" if snap.exit_status is None else str(snap.exit_status)
@@ -399,8 +376,14 @@ class AgentProfile(_Model):
             return StateReading(
                 AgentState.BUSY, tuple(snap.tail(1)), None, rule="cursor off the prompt"
             )
-        for state, key in ((AgentState.ERROR, "error"), (AgentState.READY, "ready")):
-            reading = self._search(text, state, key, input_text)
+        for state, key in (
+            (AgentState.LIMITED, "limited" if limited else ""),
+            (AgentState.ERROR, "error"),
+            (AgentState.READY, "ready"),
+        ):
+            reading = self._search(text, state, key, input_text) if key else None
+            if reading is not None and state is AgentState.LIMITED:
+                return dataclasses.replace(reading, reset_at=reset_time(self, text))
             if reading is not None:
                 return reading
         if input_text == "":

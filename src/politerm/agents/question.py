@@ -24,11 +24,64 @@ import functools
 import re
 import textwrap
 import typing as t
+from collections.abc import Sequence
+
+import pydantic
 
 if t.TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from politerm.agents.profile import AgentProfile
+
+
+class ApprovalSpec(pydantic.BaseModel):
+    """How a tool-permission question is read and answered.
+
+    Attributes
+    ----------
+    approve, deny
+        Keys that answer the question (``["y"]``, ``["Escape"]``).
+    command
+        Regex (or list of regexes) searched in the question's text; the ``command`` group
+        is what the agent wants to run (matched by ``approval_patterns``), an optional
+        ``tool`` group names the tool. The lowest match wins.
+    box_top
+        Regex for the first line of the question's box. The command is then read only
+        from that line to the end of the screen (never from an answered question above),
+        and from the terminal's history when the box is taller than the screen. Without
+        it the command is searched in the detector region.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    approve: list[str] = ["Enter"]
+    deny: list[str] = ["Escape"]
+    command: str | list[str] | None = None
+    box_top: str | None = None
+
+    @property
+    def commands(self) -> list[str]:
+        """The command regexes as a list."""
+        if self.command is None:
+            return []
+        return [self.command] if isinstance(self.command, str) else list(self.command)
+
+    @pydantic.model_validator(mode="after")
+    def _check(self) -> ApprovalSpec:
+        _check_regexes(self.commands, "approval.command")
+        if any("(?P<command>" not in c for c in self.commands):
+            msg = "approval.command: needs a (?P<command>...) group"
+            raise ValueError(msg)
+        if self.box_top is not None:
+            _check_regexes([self.box_top], "approval.box_top")
+        return self
+
+
+def _check_regexes(patterns: Sequence[str], where: str) -> None:
+    for p in patterns:
+        try:
+            re.compile(p, re.MULTILINE)
+        except re.error as exc:
+            msg = f"{where}: bad regex {p!r}: {exc}"
+            raise ValueError(msg) from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -77,6 +77,7 @@ class TurnEnd(enum.StrEnum):
     DEAD_LETTER = "dead_letter"
     RESUMED = "resumed"
     HANDED_BACK = "handed_back"
+    OVER_BUDGET = "over_budget"
 
 
 TURN_TRANSITIONS: t.Final[t.Mapping[TurnState | None, frozenset[TurnState]]] = {

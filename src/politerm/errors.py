@@ -98,6 +98,10 @@ class AgentNotFound(AgentError, ValueError):
     """An agent's program is not on PATH; nothing was started."""
 
 
+class CanaryError(AgentError):
+    """``poli agents canary`` could not install or run a CLI release (the message says why)."""
+
+
 # --- protocol ---------------------------------------------------------------------------
 
 

@@ -305,6 +305,30 @@ class NotifyConfig(_Section):
     )
 
 
+class LimitsConfig(_Section):
+    """What an agent that hit a usage or rate limit (state LIMITED) does at the reset."""
+
+    resume: str = Field(
+        default="continue", min_length=1, description="the text sent when the limit resets"
+    )
+    wait: float = Field(
+        default=300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description=_SECONDS + " (used when the screen names no reset time)",
+    )
+    margin: float = Field(default=5.0, ge=0, allow_inf_nan=False, description="seconds >= 0")
+    max_resumes: int = Field(default=5, ge=0, description="a whole number >= 0")
+
+
+class BudgetConfig(_Section):
+    """Token caps; a turn that goes over one is ended with a ``budget`` event."""
+
+    turn_tokens: int | None = Field(default=None, gt=0, description="a whole number > 0")
+    task_tokens: int | None = Field(default=None, gt=0, description="a whole number > 0")
+    run_tokens: int | None = Field(default=None, gt=0, description="a whole number > 0")
+
+
 class Config(_Section):
     """The whole configuration; build it with :func:`load_config`."""
 
@@ -323,6 +347,8 @@ class Config(_Section):
     redact: RedactConfig = Field(default_factory=RedactConfig, description="a table")
     notify: NotifyConfig = Field(default_factory=NotifyConfig, description="a table")
     manager: ManagerConfig = Field(default_factory=ManagerConfig, description="a table")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="a table")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="a table")
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
     _project: Project | None = PrivateAttr(default=None)

@@ -17,19 +17,25 @@ from politerm.driver.agent import (
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.ready import wait_ready
+from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.turn import Expect, TurnOutcome, TurnResult, run_turn
 
 __all__ = [
     "AgentDriver",
     "Approver",
     "BlockReader",
+    "Budget",
     "DeliveryResult",
     "Expect",
+    "LimitPolicy",
+    "Limiter",
     "Observation",
     "Outcome",
     "ReportStream",
     "TmuxPlace",
+    "TokenMeter",
     "TurnOutcome",
     "TurnResult",
     "check_program",

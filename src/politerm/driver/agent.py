@@ -32,12 +32,15 @@ import time
 import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.chrome import chrome_top, reply_tail
 from politerm.agents.state import AgentState, StateReading
 from politerm.agents.tracker import StateTracker
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.ready import wait_ready
+from politerm.driver.tokens import Budget, TokenMeter
 from politerm.errors import (
     AgentNotFound,
     ControlModeError,
@@ -136,6 +139,10 @@ class AgentDriver:
         The name ``poli approve`` answers its questions under (default: ``name``).
     cwd, env
         Its working directory (file-referenced bodies, transcripts) and environment.
+    limits
+        What to do when it hits a usage or rate limit (see :mod:`politerm.driver.limits`).
+    budget
+        Token caps (see :mod:`politerm.driver.tokens`).
     """
 
     def __init__(
@@ -149,6 +156,8 @@ class AgentDriver:
         approval_key: str | None = None,
         cwd: pathlib.Path | None = None,
         env: Mapping[str, str] | None = None,
+        limits: LimitPolicy | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.name = name
         self.profile = profile
@@ -157,6 +166,8 @@ class AgentDriver:
         self.cwd = cwd
         self.env = {**profile.env, **(env or {})}
         self.tracker = StateTracker(profile)
+        self.limiter = Limiter(limits or LimitPolicy())
+        self.meter = TokenMeter(name, profile, cwd=cwd, env=self.env, store=store, budget=budget)
         self.approver = Approver(
             approval_key or name, profile, term, policy or ApprovalPolicy(), store
         )
@@ -286,8 +297,9 @@ class AgentDriver:
     async def observe(self, *, task_id: str | None = None) -> Observation:
         """Look once: track the state, answer an approval question by policy, record it.
 
-        A STUCK agent is reported once as a ``stuck`` event; the agent's row in the store
-        (if it has one) follows its state.
+        A STUCK agent is reported once as a ``stuck`` event; a LIMITED one is resumed at the
+        reset (:class:`~politerm.driver.limits.Limiter`); the agent's row in the store (if it
+        has one) follows its state.
         """
         snap = await self.snapshot()
         if snap is None:
@@ -297,6 +309,9 @@ class AgentDriver:
         reading = self.tracker.update(snap)
         self.last_screen = snap.lines
         approval = "none"
+        if reading.state is AgentState.LIMITED or self.limiter.active or self.limiter.given_up:
+            reading = await self.limiter.look(self, reading, task_id)
+            self.tracker.force(reading)
         if reading.state is AgentState.EXITED:
             self.dead = True
         elif reading.state is AgentState.WAITING_APPROVAL:
@@ -323,6 +338,10 @@ class AgentDriver:
             agent = self.store.get_agent(self.name)
             if agent is not None and agent.state != reading.state.value:
                 self.store.set_agent_state(self.name, reading.state.value)
+
+    def record(self, kind: str, task_id: str | None, detail: str) -> None:
+        """Add an event about this agent to the store (when it has one)."""
+        self._event(kind, task_id, detail)
 
     def _event(self, kind: str, task_id: str | None, detail: str) -> None:
         if self.store is not None:
@@ -396,9 +415,18 @@ class AgentDriver:
 
     # --- reading --------------------------------------------------------------------------
 
+    def last_words(self, limit: int = 6) -> list[str]:
+        """The last lines the agent wrote, above its CLI's input box and footer (for errors)."""
+        return reply_tail(self.profile, self.last_screen, limit)
+
     def turn_start(self, snap: Snapshot) -> int:
         """Where the answer to a prompt sent now begins (see :func:`turn_start`)."""
-        return turn_start(snap)
+        start = turn_start(snap)
+        if start < 0:
+            return start
+        # Gemini draws the prompt's echo where its hints and input box were, above the
+        # cursor: the answer starts at the top of that chrome.
+        return min(start, snap.history_size + chrome_top(self.profile, snap.lines))
 
     async def read_blocks(
         self, snap: Snapshot, start_line: int, nonce: str | None, *, task_id: str | None = None

@@ -8,9 +8,15 @@ approve``) on the way. It ends on every path with a :class:`TurnResult`:
   agent is idle again with no open question (a question after the block keeps it open);
 - IDLE: the agent sat ready without answering for the profile's ``idle_after``, was nudged
   ``idle_nudges`` times, and still did not answer;
-- TIMEOUT: the bound ran out (counted from confirmed delivery); the error names the blocks
-  rejected in the turn and why, a pending approval, and whether nudges were delivered;
+- TIMEOUT: the bound ran out (counted from confirmed delivery, without the time the agent
+  spent LIMITED waiting for a usage limit to reset); the error names the blocks rejected in
+  the turn and why, a pending approval, and whether nudges were delivered;
+- OVER_BUDGET: the turn (its task, the run) used more tokens than a ``[budget]`` cap; the
+  agent is interrupted and a ``budget`` event names the cap;
 - EXITED, STUCK, NOT_DELIVERED, REPORT_ERROR: what they say, with the screen.
+
+The turn's tokens (from the agent's transcript) are counted on the way and recorded when
+it ends (:mod:`politerm.driver.tokens`).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class TurnOutcome(enum.StrEnum):
     STUCK = "stuck"
     NOT_DELIVERED = "not_delivered"
     REPORT_ERROR = "report_error"
+    OVER_BUDGET = "over_budget"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +111,7 @@ class TurnResult:
     nudges: int = 0
     error: str = ""
     screen: tuple[str, ...] = ()
+    limited_for: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -174,6 +182,7 @@ async def run_turn(
             driver.profile.idle_after if idle_after is None else idle_after,
         ).run(text, timeout)
     finally:
+        driver.meter.end_turn()
         if reports is not None:
             reports.close()
 
@@ -194,6 +203,7 @@ class _Turn:
     answer: tuple[Block, ...] = ()
     report: Report | None = None
     answered_at: float = 0.0
+    limited_for: float = 0.0
 
     def result(self, outcome: TurnOutcome, error: str = "") -> TurnResult:
         return TurnResult(
@@ -205,6 +215,7 @@ class _Turn:
             self.nudges,
             error,
             tuple(ln.rstrip() for ln in self.driver.last_screen if ln.strip())[-8:],
+            self.limited_for,
         )
 
     async def run(self, text: str, timeout: float) -> TurnResult:
@@ -222,8 +233,10 @@ class _Turn:
                 f"{d.name}: prompt not delivered ({res.outcome.value}: {res.rule}): "
                 + " | ".join(res.evidence[-3:]),
             )
+        d.meter.start_turn(self.task_id)
         deadline = time.monotonic() + timeout
         idle_from = time.monotonic()
+        limited_at: float | None = None
         while True:
             event = d.term.output_event()
             obs = await d.observe(task_id=self.task_id)
@@ -236,6 +249,19 @@ class _Turn:
             state = obs.state
             if state is AgentState.EXITED:
                 return self._exited()
+            d.meter.poll()
+            over = d.meter.over_budget()
+            if over is not None and not (self.answer or self.report is not None):
+                await d.press(d.profile.interrupt_key)
+                d.record("budget", self.task_id, f"turn ended: {over}")
+                return self.result(TurnOutcome.OVER_BUDGET, over)
+            # Waiting for a usage limit to reset does not count against the turn.
+            if state is AgentState.LIMITED and limited_at is None:
+                limited_at = now
+            elif state is not AgentState.LIMITED and limited_at is not None:
+                deadline += now - limited_at
+                self.limited_for += now - limited_at
+                limited_at = None
             answered = bool(self.answer) or self.report is not None
             # Done only when idle with no open question (one after the block keeps it open).
             settled = state is AgentState.READY or (
@@ -249,6 +275,8 @@ class _Turn:
                     TurnOutcome.STUCK,
                     f"{d.name} is stuck ({obs.reading.rule}): " + " | ".join(obs.reading.evidence),
                 )
+            if state is AgentState.READY and not answered:
+                d.blocks.report(d.blocks.unfinished(), task_id=self.task_id)
             if state is not AgentState.READY:
                 idle_from = now
             elif not answered and now - idle_from >= self.idle_after:
@@ -259,11 +287,14 @@ class _Turn:
                     self.nudges += 1
                 idle_from = time.monotonic()
                 continue
-            if now >= deadline:
+            if now >= deadline and limited_at is None:
                 if answered:
                     return self.result(TurnOutcome.ANSWERED)
                 return self.result(TurnOutcome.TIMEOUT, self._timeout_error(timeout))
             backstop = _READY_BACKSTOP if state is AgentState.READY else _BACKSTOP
+            if limited_at is not None:
+                await wait_event(event, min(backstop, d.limiter.due_in() or backstop))
+                continue
             await wait_event(event, min(backstop, deadline - now))
 
     async def _look_for_answer(self, snap: t.Any) -> None:
@@ -314,7 +345,7 @@ class _Turn:
                 f"{d.approver.key}`)"
             )
         facts.append(f"{self.nudges} nudge(s) delivered" if self.nudge is not None else "no nudges")
-        tail = " | ".join(ln.strip() for ln in d.last_screen if ln.strip())[-300:]
+        tail = " | ".join(d.last_words())[-300:]
         facts.append(f"last on its screen: {tail}")
         return "; ".join(facts)
 

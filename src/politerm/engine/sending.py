@@ -97,6 +97,7 @@ class Sending(Deadlines):
                 self.store.set_turn_state(name, nonce, TurnState.WAITING)
                 if msg.task_id is not None and not follow_up:
                     self._restart_clock(msg.task_id, name, time.time())
+                driver.meter.start_turn(msg.task_id)
                 how = "recovered" if recovered else "delivered"
                 self._event(
                     how,

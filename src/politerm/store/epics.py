@@ -14,13 +14,12 @@ import re
 import typing as t
 
 from politerm.errors import StoreError, WorkItemError
-from politerm.redact import Redactor
+from politerm.store._tables import StoreTables
 
 if t.TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterable, Mapping, Sequence
 
-    from politerm.store.runstore import RunStore
 
 RECORD_SCHEMA: t.Final = 1
 """Version of the session record shape (``record_schema`` column, and ``poli export``)."""
@@ -234,7 +233,7 @@ def check_id(value: str, what: str) -> str:
     return value
 
 
-class EpicStore:
+class EpicStore(StoreTables):
     """Epic tables of a :class:`~politerm.store.RunStore` (same connection, lock and audit log).
 
     Parameters
@@ -244,16 +243,6 @@ class EpicStore:
     redactor
         Applied to every text before it is written.
     """
-
-    def __init__(self, store: RunStore, redactor: Redactor | None = None) -> None:
-        self.store = store
-        self.redactor = redactor or Redactor()
-
-    def _audit(self, kind: str, **fields: t.Any) -> None:
-        self.store._audit.append(kind, **self.redactor.redact_json(fields))
-
-    def _now(self) -> float:
-        return self.store._clock()
 
     # --- epics and work items -------------------------------------------------------------
 

@@ -83,6 +83,15 @@ class Deadlines(BlockEffects):
                     self.store.clear_expectation(exp.task_id)
                 continue
             if self._waiting_for_delivery(exp):
+                if exp.sender in self._dead:
+                    # Its prompt can never be delivered: fail it resumably, not wait forever.
+                    self._fail(
+                        task.id,
+                        f"agent {exp.sender} exited before it got its prompt for task {task.id}; "
+                        "run `poli up --resume` to restart it and continue",
+                        resumable=task.state,
+                        reason=TurnEnd.AGENT_DIED,
+                    )
                 continue  # its clock starts at confirmed delivery
             if self._paused_for_limit(task, exp, now):
                 continue

@@ -236,11 +236,13 @@ class RouterBase:
             return
         self._fatal = why
         for task in self.store.list_tasks(active_only=True):
+            if task.state is TaskState.PENDING:
+                continue  # nothing of it was sent: the next router starts it as usual
             self._fail(
                 task.id,
                 f"the tmux server is gone ({why}); run `poli up --resume` to restart the agents "
                 "and continue",
-                resumable=task.state if task.state is not TaskState.PENDING else None,
+                resumable=task.state,
                 reason=TurnEnd.AGENT_DIED,
             )
         self.stop()

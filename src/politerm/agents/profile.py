@@ -558,11 +558,12 @@ def guess_profile(argv: Sequence[str]) -> str:
     --------
     >>> guess_profile(["/usr/local/bin/claude", "--continue"])
     'claude'
+    >>> guess_profile(["C:/tools/Codex.exe"])
+    'codex'
     >>> guess_profile(["my-agent"])
     'generic'
     """
     if not argv:
         return "generic"
-    prog = pathlib.PurePath(argv[0]).name
-    known = set(_profile_files())
-    return prog if prog in known else "generic"
+    prog = pathlib.PurePath(argv[0]).name.lower().removesuffix(".exe")
+    return prog if prog in _profile_files() else "generic"

@@ -15,8 +15,10 @@ from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
 from politerm.driver import check_program, deliver, wait_ready
+from politerm.driver.receipts import PANE_OPTION, prepare_hooks
 from politerm.engine.resume import resume_work
-from politerm.errors import RoutingError, SessionNotFound
+from politerm.errors import HookError, RoutingError, SessionNotFound
+from politerm.hooks.channel import hooks_dir_for
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.tmux.pane import find_agent_pane, new_window
@@ -188,6 +190,14 @@ class Session:
                 mcp=acfg.mcp,
                 config_file=session_config_file(self.config),
             )
+            # the agent's own hooks report to the session's private hooks directory
+            setup = None
+            if acfg.hooks:
+                try:
+                    setup = prepare_hooks(name, profile.name, argv, env, hooks_dir_for(self.config))
+                    argv, env = setup.argv, setup.env
+                except HookError as exc:
+                    say(f"{name}: no hook receipts, the screen alone decides: {exc}")
             cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
             if pane is not None:
                 await pane.respawn(argv, cwd=cwd, env=env)
@@ -202,6 +212,8 @@ class Session:
                     env=env,
                     agent=name,
                 )
+            if setup is not None and setup.option is not None:
+                await pane.set_option(PANE_OPTION, setup.option)
             self.store.upsert_agent(
                 name,
                 session=self.name,

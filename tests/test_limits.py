@@ -334,3 +334,42 @@ reply = 'Thinking about it for a long while.'
     finally:
         await driver.kill()
         store.close()
+
+
+# --- the router: a task waits while its agent is limited -----------------------------------
+
+LIMITED_EXECUTER = (
+    'mode = "codex"\nthink_time = 0.3\n\n'
+    "[[rules]]\n"
+    "match = 'You received a PLANNER plan block'\n"
+    "reply = '''You've hit your usage limit. Try again in 20 seconds.'''\n\n"
+    "[[rules]]\n"
+    "match = '^continue$'\n"
+    "reply = '''Back after the limit.\n\n```\n"
+    '[[POLI:MSG {"to":"PLANNER","type":"result","id":"L1"}]]\n'
+    "<RESULT>\nDone after the limit.\n</RESULT>\n[[/POLI:MSG]]\n```\n'''\n"
+)
+
+
+async def test_router_task_waits_out_a_limit_longer_than_its_step_timeout(
+    server: t.Any, tmp_path: pathlib.Path
+) -> None:
+    from politerm.engine.loop import run_task
+    from politerm.store.models import TaskState
+    from tests.loophelpers import started, write_project
+
+    write_project(
+        tmp_path,
+        str(server.socket_name),
+        executer=LIMITED_EXECUTER,
+        exec_timeout=10,
+        extra="[routing]\nrequire_nonce = false\n\n[limits]\nmargin = 0\n",
+    )
+    async with started(tmp_path) as loop:
+        task = await run_task(loop.config, loop.store, "limited please", task_id="L1", timeout=150)
+        assert task.state is TaskState.DONE, (task.state, task.error)
+        kinds = [e.kind for e in loop.store.list_events(task_id="L1")]
+        for kind in ("limited", "deadline-paused", "limit-resumed", "deadline-resumed"):
+            assert kind in kinds, kinds
+        assert "timeout" not in kinds and "nudge" not in kinds, kinds
+        assert loop.prompts("EXECUTER")[-1] == "continue"

@@ -117,6 +117,17 @@ class ReportError(ProtocolError):
     """A session's fenced report is wrong or missing; the message says what and where."""
 
 
+# --- hook receipts --------------------------------------------------------------------
+
+
+class HookError(PolitermError):
+    """An agent's hook channel could not be set up or read."""
+
+
+class HookLineError(HookError, ValueError):
+    """A line of a hook channel is not a receipt politerm wrote; the message says where."""
+
+
 # --- headless PTY -----------------------------------------------------------------------
 
 

@@ -18,6 +18,11 @@ import platformdirs
 import pydantic
 
 from politerm.agents.limits import reset_time
+
+# These lived here first; callers still import them from this module.
+from politerm.agents.question import ApprovalRequest as ApprovalRequest  # noqa: PLC0414
+from politerm.agents.question import ApprovalSpec as ApprovalSpec  # noqa: PLC0414
+from politerm.agents.question import open_question, read_request
 from politerm.agents.state import AgentState, StateReading
 from politerm.errors import ProfileError
 
@@ -149,33 +154,6 @@ class Detectors(_Model):
         return self
 
 
-class ApprovalSpec(_Model):
-    """How a tool-permission question is read and answered.
-
-    Attributes
-    ----------
-    approve, deny
-        Keys that answer the question (``["y"]``, ``["Escape"]``).
-    command
-        Regex searched in the detector region; its ``command`` group is the command the
-        agent wants to run (matched by ``approval_patterns``), an optional ``tool`` group
-        names the tool.
-    """
-
-    approve: list[str] = ["Enter"]
-    deny: list[str] = ["Escape"]
-    command: str | None = None
-
-    @pydantic.model_validator(mode="after")
-    def _check(self) -> ApprovalSpec:
-        if self.command is not None:
-            _compile([self.command], "approval.command")
-            if "(?P<command>" not in self.command:
-                msg = "approval.command: needs a (?P<command>...) group"
-                raise ValueError(msg)
-        return self
-
-
 class Rendering(_Model):
     """How the CLI draws a reply holding our tagged block (data for parsers and docs).
 
@@ -213,15 +191,6 @@ class Rendering(_Model):
     def _check_chrome(self) -> Rendering:
         _compile(self.chrome, "render.chrome")
         return self
-
-
-@dataclasses.dataclass(frozen=True)
-class ApprovalRequest:
-    """A tool-permission question seen on screen: what the agent wants to run."""
-
-    tool: str
-    command: str
-    evidence: tuple[str, ...]
 
 
 class TranscriptSpec(_Model):
@@ -315,11 +284,6 @@ class AgentProfile(_Model):
         pat = self.detectors.paste_marker
         return re.compile(pat) if pat else None
 
-    @functools.cached_property
-    def _command_re(self) -> re.Pattern[str] | None:
-        pat = self.approval.command
-        return re.compile(pat, re.MULTILINE) if pat else None
-
     def _input_candidates(self, snap: Snapshot) -> Sequence[str] | None:
         """The lines that may hold the input line, nearest first; None: no input box."""
         lines = snap.lines
@@ -395,8 +359,13 @@ class AgentProfile(_Model):
                     rule=f"dialog {dialog.name}",
                     dialog=dialog.name,
                 )
+        # The lowest question, and none answered below it (see politerm.agents.question).
+        question = open_question(self, snap.lines, snap.cursor_y)
+        if question is not None:
+            return StateReading(
+                AgentState.WAITING_APPROVAL, (question.line,), input_text, rule=question.rule
+            )
         for state, key in (
-            (AgentState.WAITING_APPROVAL, "approval"),
             (AgentState.STUCK, "stuck"),
             (AgentState.BUSY, "busy"),
         ):
@@ -442,24 +411,15 @@ class AgentProfile(_Model):
         return None
 
     def approval_request(self, snap: Snapshot) -> ApprovalRequest | None:
-        """What the tool-permission question on screen asks to run, if one shows.
+        """What the open tool-permission question on screen asks to run, if one is open.
 
         The command is ``""`` when the profile has no ``approval.command`` regex or it does
-        not match; the evidence is the question's lines either way.
+        not match; ``complete`` is False when the question's box starts above the screen
+        (read it with the history: :func:`politerm.agents.question.read_request`).
         """
-        reading = self.detect(snap)
-        if reading.state is not AgentState.WAITING_APPROVAL:
+        if self.detect(snap).state is not AgentState.WAITING_APPROVAL:
             return None
-        text = self.region(snap)
-        rx = self._command_re
-        m = rx.search(text) if rx is not None else None
-        if m is None:
-            return ApprovalRequest("", "", reading.evidence)
-        groups = m.groupdict()
-        command = " ".join((groups.get("command") or "").split())
-        tool = (groups.get("tool") or "").strip()
-        evidence = (*reading.evidence, _line_at(text, m.start("command")))
-        return ApprovalRequest(tool, command, tuple(dict.fromkeys(evidence)))
+        return read_request(self, snap.lines, snap.cursor_y)
 
     def progress_key(self, snap: Snapshot) -> tuple[str, ...]:
         """The screen minus what moves without progress (spinners, timers, busy lines).
@@ -598,11 +558,12 @@ def guess_profile(argv: Sequence[str]) -> str:
     --------
     >>> guess_profile(["/usr/local/bin/claude", "--continue"])
     'claude'
+    >>> guess_profile(["C:/tools/Codex.exe"])
+    'codex'
     >>> guess_profile(["my-agent"])
     'generic'
     """
     if not argv:
         return "generic"
-    prog = pathlib.PurePath(argv[0]).name
-    known = set(_profile_files())
-    return prog if prog in known else "generic"
+    prog = pathlib.PurePath(argv[0]).name.lower().removesuffix(".exe")
+    return prog if prog in _profile_files() else "generic"

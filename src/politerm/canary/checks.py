@@ -199,8 +199,8 @@ async def _scenarios(
         f"{answered} question(s) approved; canary.txt {'written' if made else 'missing'}; "
         f"turn {tool.outcome.value}{': ' + tool.error if tool.error else ''}"
     )
-    if not record("approval", ok, why[:300], _screen(driver)):
-        return
+    # A broken approval detector leaves the turns usable: the last check still runs.
+    record("approval", ok, why[:300], _screen(driver))
     second = await _turn(driver, "T1", timeout)
     third = await _turn(driver, "T2", timeout) if second.ok else second
     both = second.ok and third.ok

@@ -15,6 +15,7 @@ from pathlib import Path
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from politerm.agents.profile import guess_profile
 from politerm.errors import ConfigError
 from politerm.manager.settings import ManagerConfig
 from politerm.project import Project, find_project
@@ -28,7 +29,6 @@ CONFIG_FILENAME = "poli.toml"
 DEFAULT_AGENTS: tuple[str, ...] = ("PLANNER", "EXECUTER")
 """Agents that always exist, whatever the files say."""
 
-KNOWN_PROFILES: frozenset[str] = frozenset({"claude", "codex", "gemini", "opencode", "aider"})
 """Program names that pick their own agent profile; anything else gets ``"generic"``."""
 
 _SECONDS = "a number of seconds > 0"
@@ -139,6 +139,9 @@ class AgentConfig(_Section):
     resume_args: list[str] | None = Field(default=None, description="a list of strings")
     ready_regex: str | None = Field(default=None, description="a valid regular expression")
     mcp: bool = Field(default=False, description="true or false (register `poli mcp` in the agent)")
+    hooks: bool = Field(
+        default=True, description="true or false (install politerm's receipt hooks in the agent)"
+    )
 
     @field_validator("command")
     @classmethod
@@ -411,21 +414,6 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def guess_profile(argv: list[str]) -> str:
-    """Guess an agent profile from a command's program name.
-
-    Examples
-    --------
-    >>> guess_profile(["/usr/local/bin/claude", "--continue"])
-    'claude'
-    >>> guess_profile(["vim"])
-    'generic'
-    """
-    program = Path(argv[0]).name.lower() if argv else ""
-    program = program.removesuffix(".exe")
-    return program if program in KNOWN_PROFILES else "generic"
 
 
 def parse_seconds(name: str, value: str) -> float:

@@ -103,7 +103,8 @@ class Sending(Deadlines):
                     how,
                     msg,
                     detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
-                    f"({result.submits} submit, {result.elapsed * 1000:.0f} ms)",
+                    f"({result.submits} submit, {result.elapsed * 1000:.0f} ms, "
+                    f"confirmed by {result.source})",
                 )
             return
         if result.outcome is Outcome.AGENT_EXITED:

@@ -15,8 +15,10 @@ from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
 from politerm.driver import check_program, deliver, wait_ready
+from politerm.driver.receipts import launch_with_hooks, mark_pane
 from politerm.engine.resume import resume_work
 from politerm.errors import RoutingError, SessionNotFound
+from politerm.hooks.channel import hooks_dir_for
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.tmux.pane import find_agent_pane, new_window
@@ -188,6 +190,17 @@ class Session:
                 mcp=acfg.mcp,
                 config_file=session_config_file(self.config),
             )
+            # the agent's own hooks report to the session's private hooks directory
+            setup = launch_with_hooks(
+                name,
+                profile.name,
+                argv,
+                env,
+                hooks_dir_for(self.config),
+                enabled=acfg.hooks,
+                say=say,
+            )
+            argv, env = setup.argv, setup.env
             cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
             if pane is not None:
                 await pane.respawn(argv, cwd=cwd, env=env)
@@ -202,6 +215,7 @@ class Session:
                     env=env,
                     agent=name,
                 )
+            await mark_pane(pane, setup)
             self.store.upsert_agent(
                 name,
                 session=self.name,

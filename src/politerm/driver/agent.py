@@ -21,6 +21,7 @@ Named hooks (:meth:`~AgentDriver.on`) let tests put a fault at an exact moment o
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import contextlib
 import dataclasses
@@ -165,6 +166,8 @@ class AgentDriver:
         self.dead = False
         self._stuck_reported = False
         self._hooks: dict[str, list[Hook]] = {}
+        # The last screen looked at, and the output event taken just before looking.
+        self._look: tuple[Snapshot, asyncio.Event] | None = None
 
     def __repr__(self) -> str:
         return f"AgentDriver({self.name}, {self.term.name}, {self.state.value})"
@@ -278,10 +281,29 @@ class AgentDriver:
 
     async def snapshot(self) -> Snapshot | None:
         """The screen now; None when the terminal is gone."""
+        event = self.term.output_event()
         try:
-            return await self.term.snapshot()
+            snap = await self.term.snapshot()
         except PaneNotFound:
+            self._look = None
             return None
+        self._look = (snap, event)
+        return snap
+
+    def fresh_snapshot(self) -> Snapshot | None:
+        """The last screen looked at, if the program printed nothing since; else None.
+
+        The output event is taken before each look, so output that reached tmux after the
+        capture has set it: an unset event means the screen is still the one captured.
+        """
+        if self._look is None:
+            return None
+        snap, event = self._look
+        return None if event.is_set() or not snap.alive else snap
+
+    async def look(self) -> Snapshot | None:
+        """:meth:`fresh_snapshot`, or a new snapshot when the screen may have changed."""
+        return self.fresh_snapshot() or await self.snapshot()
 
     async def observe(self, *, task_id: str | None = None) -> Observation:
         """Look once: track the state, answer an approval question by policy, record it.
@@ -322,7 +344,10 @@ class AgentDriver:
         with contextlib.suppress(StoreError):
             agent = self.store.get_agent(self.name)
             if agent is not None and agent.state != reading.state.value:
-                self.store.set_agent_state(self.name, reading.state.value)
+                # A display row that the next look rewrites: not worth an fsync on the
+                # way from a block to the next agent (the next durable commit covers it).
+                with self.store.batch(durable=False):
+                    self.store.set_agent_state(self.name, reading.state.value)
 
     def _event(self, kind: str, task_id: str | None, detail: str) -> None:
         if self.store is not None:
@@ -371,8 +396,14 @@ class AgentDriver:
         """
         self.tracker.input_sent()
         await self._hook("before-paste")
+        # The empty-box check reads the screen already looked at, when nothing was printed
+        # since (one tmux round trip less on the way to the agent).
+        snap = self.fresh_snapshot()
+        self._look = None
         try:
-            result = await deliver(self.term, text, self.profile, already_pasted=already_pasted)
+            result = await deliver(
+                self.term, text, self.profile, already_pasted=already_pasted, snap=snap
+            )
         except ControlModeError as exc:
             # The connection dropped mid-delivery: nothing is known to be submitted.
             return DeliveryResult(Outcome.STRANDED, (str(exc),), 0, False, 0.0, "tmux dropped")
@@ -387,11 +418,13 @@ class AgentDriver:
 
     async def clear_input(self) -> bool:
         """Empty the input box (e.g. a dead-lettered prompt left there); True when empty."""
+        self._look = None
         snap = await clear_input(self.term, self.profile)
         return snap is not None and not self.profile.input_text(snap)
 
     async def press(self, *keys: str) -> None:
         """Press named keys (an interrupt, a menu answer)."""
+        self._look = None
         await self.term.send_keys(*keys)
 
     # --- reading --------------------------------------------------------------------------

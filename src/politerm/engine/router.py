@@ -148,7 +148,8 @@ class Router(Sending):
 
     async def _agent_loop(self, driver: AgentDriver) -> None:
         loop = self.loops[driver.name]
-        while not self._stop.is_set() and not driver.dead:
+        # A delivery handed to this loop is typed even when the router is stopping.
+        while not driver.dead and (not self._stop.is_set() or loop.handoff is not None):
             output = driver.term.output_event()
             loop.wake.clear()
             try:
@@ -172,8 +173,10 @@ class Router(Sending):
                 log.exception("agent %s: routing step failed; retrying", driver.name)
                 self.store.add_event("error", agent=driver.name, detail="routing step failed")
                 await asyncio.sleep(0.5)
-            if self._stop.is_set():
+            if self._stop.is_set() and loop.handoff is None:
                 return
+            if loop.handoff is not None:
+                continue
             waiters = [
                 asyncio.create_task(output.wait()),
                 asyncio.create_task(loop.wake.wait()),
@@ -211,6 +214,11 @@ class Router(Sending):
     async def _step(self, driver: AgentDriver) -> None:
         name = driver.name
         loop = self.loops[name]
+        if loop.handoff is not None:
+            # Begun in the commit of the block that forwarded it: type it now.
+            begun, loop.handoff = loop.handoff, None
+            await self._send_handoff(driver, begun)
+            return
         turn = self.store.current_turn(name)
         obs = await driver.observe(task_id=turn.task_id if turn else None)
         if obs.state is AgentState.EXITED:

@@ -32,6 +32,7 @@ import shutil
 import time
 import typing as t
 
+from politerm._internal.aio import wait_event
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState, StateReading
 from politerm.agents.tracker import StateTracker
@@ -65,6 +66,10 @@ if t.TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AgentTerm = Pane | PtyTerminal
+T = t.TypeVar("T")
+# Longest sleep of watch() without output: agent ready (an answer may be silence) / not.
+_WATCH_READY = 0.5
+_WATCH_BUSY = 2.0
 Hook = t.Callable[[], "Awaitable[None]"]
 #: Moments of a delivery a hook may be attached to (:meth:`AgentDriver.on`).
 HOOK_POINTS = frozenset({"before-paste", "after-confirm"})
@@ -354,9 +359,17 @@ class AgentDriver:
             self.store.add_event(kind, task_id=task_id, agent=self.name, detail=detail)
 
     async def wait_ready(
-        self, timeout: float, *, say: Callable[[str], None] | None = None
+        self,
+        timeout: float,
+        *,
+        say: Callable[[str], None] | None = None,
+        on_reading: Callable[[StateReading], None] | None = None,
+        on_dialog: Callable[[str, tuple[str, ...]], None] | None = None,
     ) -> StateReading:
         """Wait (bounded) until the agent is ready, answering start-up dialogs.
+
+        ``on_reading`` sees each reading taken, ``on_dialog`` each dialog answered (see
+        :func:`politerm.driver.ready.wait_ready`).
 
         Raises
         ------
@@ -365,7 +378,13 @@ class AgentDriver:
         """
         try:
             reading = await wait_ready(
-                self.term, self.profile, timeout=timeout, name=self.name, say=say
+                self.term,
+                self.profile,
+                timeout=timeout,
+                name=self.name,
+                say=say,
+                on_reading=on_reading,
+                on_dialog=on_dialog,
             )
         except PaneNotFound as exc:
             from politerm.errors import AgentExited
@@ -384,6 +403,53 @@ class AgentDriver:
                 if self.store.get_agent(self.name) is not None:
                     self.store.set_agent_state(self.name, AgentState.READY.value)
         return reading
+
+    async def watch(
+        self,
+        until: Callable[[Observation], T | None],
+        *,
+        timeout: float,
+        what: str,
+        task_id: str | None = None,
+    ) -> T:
+        """Look at the agent on each output (bounded) until ``until(observation)`` is not None.
+
+        Approval questions are answered by the driver's policy on the way (each look is an
+        :meth:`observe`); ``until`` sees every observation, the approver's action included.
+
+        Raises
+        ------
+        AgentExited
+            The agent exited first; the message names ``what`` and shows its screen.
+        AgentTimeout
+            ``timeout`` seconds passed; the message names ``what``, the state and the screen.
+        """
+        from politerm.errors import AgentExited, AgentTimeout
+
+        deadline = time.monotonic() + timeout
+        while True:
+            event = self.term.output_event()
+            obs = await self.observe(task_id=task_id)
+            got = until(obs)
+            if got is not None:
+                return got
+            screen = " | ".join(ln.strip() for ln in obs.snap.lines if ln.strip())[-300:]
+            if obs.state is AgentState.EXITED:
+                msg = f"agent {self.name} exited while waiting for {what}: {screen}"
+                raise AgentExited(msg)
+            now = time.monotonic()
+            if now >= deadline:
+                msg = (
+                    f"agent {self.name}: no {what} within {timeout:g}s "
+                    f"(it is {obs.state.value}); screen: {screen}"
+                )
+                raise AgentTimeout(msg)
+            # Output ends the wait; the bound covers what silence alone changes.
+            bound = _WATCH_READY if obs.state is AgentState.READY else _WATCH_BUSY
+            change = self.tracker.next_change()
+            if change is not None:
+                bound = min(bound, max(0.05, change - now))
+            await wait_event(event, min(bound, deadline - now))
 
     # --- typing ---------------------------------------------------------------------------
 

@@ -73,6 +73,8 @@ class LoopState:
     held_nonce: str | None = None
     # A delivery a block's commit began for this agent, for its own loop to type.
     handoff: Begun | None = None
+    # When this loop last saw a turn open (monotonic), for the transcript's catch-up.
+    turn_seen: float = 0.0
 
 
 class RouterBase:

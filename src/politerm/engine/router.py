@@ -62,8 +62,14 @@ __all__ = [
 ]
 
 # Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
-IDLE_BACKSTOP = 10.0
+# An idle agent's loop wakes on its output, pane death, copy mode, store work for it, or
+# when silence alone would change its state (StateTracker.next_change); the idle bound only
+# covers a notification lost in a tmux reconnect, and keeps every wait bounded.
+IDLE_BACKSTOP = 300.0
 TURN_BACKSTOP = 2.0
+# After a turn, an agent with a transcript is looked at this often for this long: the
+# transcript's copy of the answer (cross-checked) is a file write, which wakes no one.
+TRANSCRIPT_GRACE = 30.0
 # Full store scan (new tasks, deadlines, expiry) on every commit (store notification), and at
 # least this often while a task is in flight (deadlines are time, not events).
 SCAN_EVERY = 1.0
@@ -205,11 +211,19 @@ class Router(Sending):
     def _sleep_for(self, driver: AgentDriver) -> float:
         # Output, a store change, tmux's pane-death notification or the router's own wake
         # call end every sleep; the bound only covers what no event announces.
-        if self.loops[driver.name].turn_nonce is None:
-            return IDLE_BACKSTOP
-        if driver.state is AgentState.READY:
-            return 0.5  # an answer without a block shows as silence
-        return TURN_BACKSTOP
+        loop = self.loops[driver.name]
+        if loop.turn_nonce is not None:
+            if driver.state is AgentState.READY:
+                return 0.5  # an answer without a block shows as silence
+            return TURN_BACKSTOP
+        now = time.monotonic()
+        bound = IDLE_BACKSTOP
+        if driver.profile.transcript is not None and now - loop.turn_seen < TRANSCRIPT_GRACE:
+            bound = TURN_BACKSTOP
+        change = driver.tracker.next_change()
+        if change is not None:
+            bound = min(bound, max(0.05, change - now))
+        return bound
 
     async def _step(self, driver: AgentDriver) -> None:
         name = driver.name
@@ -243,6 +257,7 @@ class Router(Sending):
         loop.turn_nonce = turn.nonce if turn else None
         if turn is not None:
             loop.last_nonce = turn.nonce
+            loop.turn_seen = time.monotonic()
             self._approval_task_state(driver, turn, obs)
             await self._scan_turn(driver, turn, obs)
             turn = self.store.current_turn(name)

@@ -19,6 +19,7 @@ DIR = b"<dir>"
 BINARY = b"\x00\x01\x02binary\xff\xfe\n"
 BAD_UTF8 = b"title: ok\n\xff\xfe not utf-8\n"
 PIPE_HEAD = b"name: p\ntimeout_min: 5\n"
+RECORD_HEAD = b'{"id": "s1", "kind": "session", "epic": "E", '
 
 
 class Case(t.NamedTuple):
@@ -94,7 +95,30 @@ CASES = [
         "b.pipeline",
     ),
     Case("import-binary", ("import", "r.jsonl"), {"r.jsonl": BINARY}, "UTF-8"),
-    Case("import-bad-record", ("import", "r.jsonl"), {"r.jsonl": b'{"x": 1}\n'}, "r.jsonl"),
+    Case(
+        "import-bad-record",
+        ("import", "r.jsonl"),
+        {"r.jsonl": b'{"x": 1}\n'},
+        "r.jsonl:1: unknown record keys: x",
+    ),
+    Case(
+        "import-missing-keys",
+        ("import", "r.jsonl"),
+        {"r.jsonl": b'{"id": "s1"}\n'},
+        "r.jsonl:1: missing record keys: kind, epic, status, queued",
+    ),
+    Case(
+        "import-wrong-type",
+        ("import", "r.jsonl"),
+        {"r.jsonl": RECORD_HEAD + b'"status": "success", "queued": "soon"}\n'},
+        "r.jsonl:1: record key queued: expected float, got 'soon'",
+    ),
+    Case(
+        "import-unknown-status",
+        ("import", "r.jsonl"),
+        {"r.jsonl": RECORD_HEAD + b'"status": "great", "queued": 1}\n'},
+        "r.jsonl:1: record key status: expected one of",
+    ),
     Case("import-not-json", ("import", "r.jsonl"), {"r.jsonl": b"{nope\n"}, "r.jsonl"),
     Case("import-directory", ("import", "d"), {"d": DIR}, "d"),
     Case(

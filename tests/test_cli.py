@@ -95,7 +95,7 @@ def test_up_task_status_down(server: libtmux.Server, tmp_path: pathlib.Path) -> 
             psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids
         )
 
-    retry_until(gone, 10, what="every agent process to be gone")
+    retry_until(gone, 60, what="every agent process to be gone")
     status = json.loads(poli(tmp_path, "status", "--json").stdout)
     assert {a["state"] for a in status["agents"]} == {"exited"}
 

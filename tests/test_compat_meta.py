@@ -245,7 +245,7 @@ def test_continue_goes_on_with_the_latest_run_of_that_pipeline(
             str(project / "META" / "agents")]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=project, stdout=subprocess.DEVNULL)
     try:
-        retry_until(lambda: count(project, 1, "prompt"), 30, what="step 1 to get its prompt")
+        retry_until(lambda: count(project, 1, "prompt"), 60, what="step 1 to get its prompt")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:

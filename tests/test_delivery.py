@@ -344,7 +344,7 @@ async def test_kill_leaves_no_process_of_the_tree(
         # the fake, its child (sh) and the child's sleep
         return procs if start["child_pid"] in pids and len(procs) >= 3 else []
 
-    procs = await aretry_until(tree, 5, what="the fake agent's child and grandchild")
+    procs = await aretry_until(tree, 60, what="the fake agent's child and grandchild")
     try:
         await agent.pane.kill(grace=1.0)
         alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -157,7 +157,78 @@ def test_agent_missing_from_path(env: dict[str, str], tmp_path: Path) -> None:
     row = rows_of(result)["agent EXECUTER"]
     assert row["status"] == "FAIL"
     assert "no-such-agent-xyz not found on PATH" in row["detail"]
-    assert "agents.EXECUTER.command" in row["fix"]
+    assert row["fix"] == (
+        "install no-such-agent-xyz, or set agents.EXECUTER.command in poli.toml "
+        "or the EXECUTER_CMD environment variable"
+    )
+
+
+def bare_path(tmp_path: Path) -> str:
+    """A PATH holding only tmux and python: no agent CLI is found on it, on any machine."""
+    bin_dir = tmp_path / "barebin"
+    bin_dir.mkdir()
+    assert REAL_TMUX is not None
+    (bin_dir / "tmux").symlink_to(REAL_TMUX)
+    (bin_dir / "python").symlink_to(sys.executable)
+    return str(bin_dir)
+
+
+@needs_tmux
+def test_epic_agent_default_missing_warns_chosen_missing_fails(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    env["PATH"] = bare_path(tmp_path)
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = rows_of(result)["epic agent"]
+    assert (row["status"], row["detail"]) == (
+        "WARN",
+        "codex not found on PATH; `poli go` needs it (default [epic] agent)",
+    )
+    assert "set [epic] agent (and [epic.commands] codex) in poli.toml" in row["fix"]
+    assert "poli go EPIC --agent NAME" in row["fix"]
+    (tmp_path / "poli.toml").write_text('[epic]\nagent = "gemini"\n')
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    row = rows_of(result)["epic agent"]
+    assert (row["status"], row["detail"]) == ("FAIL", "gemini not found on PATH")
+    fake = [sys.executable, "-m", "politerm.testing.fakeagent"]
+    (tmp_path / "poli.toml").write_text(
+        f'[epic]\nagent = "fake"\n[epic.commands]\nfake = {json.dumps(fake)}\n'
+    )
+    row = rows_of(poli_doctor(env, "--json", cwd=tmp_path))["epic agent"]
+    assert row["status"] == "OK"
+    assert row["detail"].startswith(f"fake: {sys.executable} (Python ")
+
+
+@needs_tmux
+def test_pipeline_clis_of_the_project_fail_built_in_ones_warn(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    env["PATH"] = bare_path(tmp_path)
+    rows = rows_of(poli_doctor(env, "--json", cwd=tmp_path))
+    claude = rows["pipeline cli claude"]
+    assert claude["status"] == "WARN"
+    assert claude["detail"].startswith("claude not found on PATH; used by bugfix (builtin)")
+    assert "--cli fake" in claude["fix"]
+    pipelines = tmp_path / ".poli" / "pipelines"
+    pipelines.mkdir(parents=True)
+    (pipelines / "mine.pipeline").write_text(
+        "name: mine\ndescription: d\ntimeout_min: 5\n"
+        "1 | developer | gemini | auto | - | - | Write it.\n"
+        "2 | reviewer  | fake   | auto | - | - | Review it.\n"
+    )
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout
+    rows = rows_of(result)
+    assert rows["pipelines"]["status"] == "OK", rows["pipelines"]
+    gemini = rows["pipeline cli gemini"]
+    assert (gemini["status"], gemini["detail"]) == (
+        "FAIL",
+        "gemini not found on PATH; used by mine (project)",
+    )
+    assert "pipeline cli fake" not in rows  # the bundled fake agent is always there
+    assert rows["pipeline cli claude"]["status"] == "WARN"
 
 
 @needs_tmux

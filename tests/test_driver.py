@@ -228,7 +228,7 @@ async def test_approval_answered_with_poli_approve(
     async def asked() -> bool:
         return get_pending(store, "run1.step-1") is not None
 
-    await aretry_until(asked, 30, what="the approval question to be pending")
+    await aretry_until(asked, 60, what="the approval question to be pending")
     assert not turn.done()
     answer_pending(store, "run1.step-1", Decision.APPROVE)
     async with asyncio.timeout(TURN):
@@ -267,7 +267,7 @@ async def test_turn_window_counts_rows_like_the_capture(
         snap = await driver.snapshot()
         return snap is not None and any("xxxx" in ln for ln in snap.lines)
 
-    await aretry_until(printed, 15, what="the long line")
+    await aretry_until(printed, 60, what="the long line")
     snap = await driver.snapshot()
     assert snap is not None
     start = driver.turn_start(snap)
@@ -279,7 +279,7 @@ async def test_turn_window_counts_rows_like_the_capture(
         blocks = await driver.read_blocks(snap, start, "abc123")
         return any(b.id == "W1" for b in blocks)
 
-    await aretry_until(answered, 15, what="the block below the wrapped line")
+    await aretry_until(answered, 60, what="the block below the wrapped line")
     await driver.kill()
 
 

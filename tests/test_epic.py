@@ -205,6 +205,7 @@ async def test_epic_of_three_items_one_needs_help(project: Project) -> None:
         assert r.run_id == result.run_id
         assert r.agent_binary == sys.executable
         assert r.flags[:2] == ("-m", "politerm.testing.fakeagent")
+        assert r.model is None  # python's -m names the program, not a model
         assert r.queued <= (r.started or 0) <= (r.finished or 0)
         assert r.config_hash and r.repo_root == str(project.root)
         assert r.transcript_path and pathlib.Path(r.transcript_path).is_file()
@@ -213,6 +214,12 @@ async def test_epic_of_three_items_one_needs_help(project: Project) -> None:
     assert result.summary is not None
     assert result.summary.kind == RecordKind.SUMMARY.value
     assert result.summary.commit_summary == "Summary part 1 of 1"
+    assert result.summary.model is None
+    summary_log = pathlib.Path(result.summary.transcript_path or "")
+    assert summary_log.is_file(), result.summary.transcript_path
+    assert "item E:summary" in summary_log.read_text()
+    reported = sum(1 for r in result.records if r.commit_summary)
+    assert f"epic E: summarizing {reported} record(s) with a report" in "\n".join(lines)
     with project.store() as store:
         es = EpicStore(store)
         assert {i.id: i.state for i in es.list_items("E")} == {
@@ -310,6 +317,9 @@ def test_go_cli_dry_run_and_non_tty(project: Project) -> None:
     add_items(project, ("d-1", "Dry one", ()))
     dry = project.poli("go", "E", "--dry-run")
     assert dry.returncode == 0, dry.stderr
+    fake = f"{sys.executable} -m politerm.testing.fakeagent --mode plain"
+    assert dry.stdout.startswith(f"agent fake-plain: {fake} --scenario epic-items"), dry.stdout
+    assert f"each session runs that in a headless PTY, in {project.root}" in dry.stdout
     assert "Work item d-1 (priority 2): Dry one" in dry.stdout
     assert "```poli:<SESSION_UUID>" in dry.stdout
     refused = project.poli("go", "E", input="")
@@ -642,6 +652,12 @@ async def test_summary_chunks_then_combines(project: Project) -> None:
                     commit_body=f"Body {n}: " + "words " * 20,
                 )
             )
+        # A session that ended without a report has nothing to summarize: not counted.
+        es.add_record(
+            SessionRecord(
+                id="rec-err", kind="session", epic="E", status="error", queued=9.0, error="x"
+            )
+        )
     limit = 1100
     config = load_config(project.root, env={})
     lines: list[str] = []
@@ -661,6 +677,10 @@ async def test_summary_chunks_then_combines(project: Project) -> None:
     assert f"part 1 of {len(parts)}" in parts[0]
     assert summary.kind == "summary"
     assert summary.commit_summary == f"Epic narrative from {len(parts)} partial summaries"
+    assert "epic E: summarizing 8 record(s) with a report (1 without one left out)" in lines
+    # One transcript for the summary: every summarizer session's output, in order.
+    log = pathlib.Path(summary.transcript_path or "").read_text()
+    assert log.count("===== poli session ") == len(parts) + len(combines)
     with project.store() as store:
         kinds = [r.kind for r in EpicStore(store).list_records(epic="E")]
     assert kinds.count("summary") == 1

@@ -47,7 +47,7 @@ def test_lost_enters_are_logged_and_a_later_enter_submits(
         agent.keys("Enter")
         return bool(agent.events("prompt"))
 
-    retry_until(submitted, 20, interval=0.2, what="an Enter that is not lost")
+    retry_until(submitted, 60, interval=0.2, what="an Enter that is not lost")
     lost = agent.events("swallowed_enter")
     assert lost, "seed 7 at 50 % loses the first Enter"
     assert {e["reason"] for e in lost} == {"fault"}

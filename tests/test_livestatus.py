@@ -41,7 +41,7 @@ async def test_a_dead_pane_is_exited_at_once(
             executer = loop.store.get_agent("EXECUTER")
             assert executer is not None
             pane = await loop.session.server.pane("t", executer.pane_id)
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(60):
                 while await pane.is_alive():
                     await pane.wait_output(0.5)
             states = await live.states(loop.store.list_agents())
@@ -78,18 +78,23 @@ async def test_watch_redraws_on_a_commit_and_on_a_death_not_on_a_timer(
             frames.append(data)
             drawn.set()
 
-        async def next_frame(what: str) -> dict[str, t.Any]:
-            drawn.clear()
-            try:
-                async with asyncio.timeout(30):
-                    await drawn.wait()
-            except TimeoutError:
-                msg = f"no redraw within 30 s after {what}"
-                raise AssertionError(msg) from None
-            return frames[-1]
-
         stop = asyncio.Event()
         watcher = asyncio.create_task(watch(loop.store, live, draw, collect=collect, stop=stop))
+
+        async def next_frame(what: str) -> dict[str, t.Any]:
+            drawn.clear()
+            waiter = asyncio.ensure_future(drawn.wait())
+            # The watch loop ending (an exception) is reported as such, not as a silence.
+            await asyncio.wait([waiter, watcher], timeout=30, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if watcher.done():
+                msg = f"the watch loop ended before a redraw after {what}: {watcher!r}"
+                raise AssertionError(msg)
+            if not drawn.is_set():
+                msg = f"no redraw within 30 s after {what}"
+                raise AssertionError(msg)
+            return frames[-1]
+
         try:
             first = await next_frame("start")
             assert {a["state"] for a in first["agents"]} == {"ready"}
@@ -114,5 +119,5 @@ async def test_watch_redraws_on_a_commit_and_on_a_death_not_on_a_timer(
             assert states == {"PLANNER": "exited", "EXECUTER": "ready"}
         finally:
             stop.set()
-            await asyncio.wait_for(watcher, 10)
+            await asyncio.wait_for(watcher, 60)
             await live.close()

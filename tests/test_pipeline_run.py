@@ -125,7 +125,7 @@ def test_full_pipeline_gates_parallel_handoff_and_retry(
             screen = server.cmd("capture-pane", "-p", "-t", f"{session}:0").stdout
             return any("press y, n, r or s" in line for line in screen)
 
-        retry_until(control_asks, 10, what="the control window to show the question")
+        retry_until(control_asks, 60, what="the control window to show the question")
         # The control window answers the same question from the keyboard.
         server.cmd("send-keys", "-t", f"{session}:0", "y")
         assert finish(proc, root) == 0, output(root)
@@ -218,7 +218,7 @@ def test_abort_kills_the_session_and_every_agent_and_removes_the_files(
     )
     proc = start(root)
     try:
-        retry_until(lambda: count(root, 1, "prompt"), 30, what="step 1 to get its prompt")
+        retry_until(lambda: count(root, 1, "prompt"), 60, what="step 1 to get its prompt")
         pid = next(e["pid"] for e in events(root, 1) if e["event"] == "start")
         out = poli(root, "abort", "--run-id", RUN, "--project", str(root))
         assert out.returncode == 0, out.stderr
@@ -248,7 +248,7 @@ def test_kill_9_then_resume_runs_no_step_twice_and_skips_none(
     )
     proc = start(root)
     try:
-        retry_until(lambda: count(root, 2, "prompt"), 30, what="step 2 to get its prompt")
+        retry_until(lambda: count(root, 2, "prompt"), 60, what="step 2 to get its prompt")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:

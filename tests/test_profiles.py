@@ -303,7 +303,7 @@ async def test_pane_title_reaches_the_snapshot(
     async def titled() -> bool:
         return (await pane.snapshot()).title == "poli-title-test"
 
-    assert await aretry_until(titled, 10, what="the fake agent's title")
+    assert await aretry_until(titled, 60, what="the fake agent's title")
     snap = await pane.snapshot()
     assert snap.alive
     assert (await pane.info()).title == "poli-title-test"
@@ -520,7 +520,7 @@ async def test_router_asks_the_user_and_applies_poli_approve(
         async def asked() -> bool:
             return get_pending(loop.store, "EXECUTER") is not None
 
-        assert await aretry_until(asked, 30, what="the approval question")
+        assert await aretry_until(asked, 60, what="the approval question")
         status = collect(loop.store)
         [question] = status["approvals"]
         assert question["agent"] == "EXECUTER" and question["command"] == "echo hi > out.txt"

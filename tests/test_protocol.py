@@ -96,6 +96,26 @@ T3_AIDER_RAW = Expected(
     (f"1. {LONG_STEP}", "   - nested *emphasis* and `code` and __dunder__ and <b>html</b>"),
 )
 
+# Gemini CLI with its default line numbers, a body line wrapped by the CLI (see
+# tests/test_protocol_numbered.py for the long one).
+NUMBERED_WORDS = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
+    "oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu one two "
+    "three four five six seven"
+)
+T1_NUMBERED = Expected(
+    "EXECUTER", "plan", "T1", (f"1. do the thing {NUMBERED_WORDS}", "2. check the thing")
+)
+T2_NUMBERED = Expected(
+    "EXECUTER",
+    "plan",
+    "T2",
+    (
+        *(f"{n}. step {n}" for n in range(1, 12)),
+        f"12. the last step {NUMBERED_WORDS} {NUMBERED_WORDS}",
+    ),
+)
+
 
 class ScreenCase(t.NamedTuple):
     test_id: str
@@ -145,6 +165,8 @@ SCREEN_CASES = [
     ScreenCase("gemini-history-ansi", "gemini-99-history.ansi.txt", (T1, T2, T3_GEMINI)),
     # The loop detector cut T3 off mid-header: T1 and T2 only, T3 rejected.
     ScreenCase("gemini-loop-detection", "gemini-loop-detection-dialog.txt", (T1, T2)),
+    ScreenCase("gemini-numbered-wrap", "gemini-numbered-01-wrap.txt", (T1_NUMBERED,)),
+    ScreenCase("gemini-numbered-long", "gemini-numbered-02-long.txt", (T2_NUMBERED,)),
     ScreenCase("opencode-plan", "opencode-01-plan.txt", (T1,)),
     ScreenCase("opencode-tool-done", "opencode-02-tool-done.txt", (T1, T2)),
     ScreenCase("opencode-busy", "opencode-03-busy.txt", (T1, T2)),

@@ -66,7 +66,7 @@ async def test_pty_terminal_runs_delivery_and_detection(tmp_path: pathlib.Path) 
         async def echoed() -> bool:
             return any("ECHO: hello pty" in line for line in (await term.snapshot()).lines)
 
-        await aretry_until(echoed, 10, what="the reply on the rendered screen")
+        await aretry_until(echoed, 60, what="the reply on the rendered screen")
         assert b"ECHO: hello pty" in b"".join(chunks)
         term.resize(90, 25)
         events = await aretry_until(

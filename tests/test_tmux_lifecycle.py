@@ -42,7 +42,7 @@ async def test_paste_loads_the_buffer_over_control_mode_and_leaves_no_file(
         screen = "\n".join(await client.cmd("capture-pane", "-p", "-t", pane))
         return "second line" in screen
 
-    await aretry_until(pasted, 10, what="the pasted text on screen")
+    await aretry_until(pasted, 60, what="the pasted text on screen")
     staging = staging_dir()
     assert staging.stat().st_mode & 0o777 == 0o700
     assert list(staging.iterdir()) == [], "a staged paste file was left behind"
@@ -92,7 +92,7 @@ async def test_an_empty_server_exits_by_itself(own_server: TmuxServer) -> None:
     async def stopped() -> bool:
         return not await own_server.is_running()
 
-    await aretry_until(stopped, 10, what="the empty server to exit")
+    await aretry_until(stopped, 60, what="the empty server to exit")
     assert await own_server.close_if_empty()
     assert not own_server.socket_path().exists()
 

@@ -209,7 +209,7 @@ async def test_recovered_text_in_the_box_is_submitted_and_confirmed(
             s = await planner_driver.snapshot()
             return s is not None and bool(planner_driver.profile.input_text(s))
 
-        await aretry_until(in_box, 20, what="the pasted prompt to show in the input box")
+        await aretry_until(in_box, 60, what="the pasted prompt to show in the input box")
         await route(loop.config, loop.store, until=lambda: _ended(loop, "T-box"))
         done = loop.store.get_task("T-box")
         assert done is not None and done.state is TaskState.DONE, done

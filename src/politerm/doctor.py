@@ -19,7 +19,7 @@ import subprocess
 import typing as t
 from pathlib import Path
 
-from politerm.config import Config, load_config, parse_seconds
+from politerm.config import ENV_VARS, Config, load_config, parse_seconds
 from politerm.errors import ConfigError, TmuxNotFound
 from politerm.tmux.binary import (
     INSTALL_HINT,
@@ -45,11 +45,14 @@ __all__ = [
     "Status",
     "check_agents",
     "check_config",
+    "check_epic_agent",
+    "check_pipeline_clis",
     "check_python_deps",
     "check_socket_dir",
     "check_tmux",
     "doctor_timeout",
     "exit_code",
+    "probe_version",
     "register_check",
     "render_table",
     "run_checks",
@@ -254,7 +257,8 @@ def _first_line(text: str, limit: int = 80) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _probe_version(binary: str, ctx: DoctorContext) -> tuple[Status, str]:
+def probe_version(binary: str, ctx: DoctorContext) -> tuple[Status, str]:
+    """How ``BINARY --version`` answers: OK with its first line, WARN or FAIL with why."""
     try:
         result = run_bounded([binary, "--version"], ctx.timeout, env=ctx.env)
     except subprocess.TimeoutExpired:
@@ -266,6 +270,21 @@ def _probe_version(binary: str, ctx: DoctorContext) -> tuple[Status, str]:
         # Not every terminal program knows --version; it may still run fine in a pane.
         return Status.WARN, f"{binary} --version exited {result.returncode}: {output or '-'}"
     return Status.OK, f"{binary} ({output or 'no version output'})"
+
+
+def _setting(agent: str) -> str:
+    """Where an agent's command is set: the poli.toml key, and its variable if it has one.
+
+    Examples
+    --------
+    >>> _setting("PLANNER")
+    'agents.PLANNER.command in poli.toml or the PLANNER_CMD environment variable'
+    >>> _setting("W1")
+    'agents.W1.command in poli.toml'
+    """
+    key = f"agents.{agent}.command in poli.toml"
+    variable = f"{agent}_CMD"
+    return f"{key} or the {variable} environment variable" if variable in ENV_VARS else key
 
 
 def check_agents(ctx: DoctorContext) -> Iterable[CheckResult]:
@@ -285,21 +304,35 @@ def check_agents(ctx: DoctorContext) -> Iterable[CheckResult]:
                     check,
                     Status.FAIL,
                     f"{program} not found on PATH",
-                    f"install {program}, or set agents.{name}.command in poli.toml",
+                    f"install {program}, or set {_setting(name)}",
                 )
             )
             continue
         if binary not in probed:
-            probed[binary] = _probe_version(binary, ctx)
+            probed[binary] = probe_version(binary, ctx)
         status, detail = probed[binary]
         fix = (
             ""
             if status is Status.OK
             else f"check that `{program} --version` runs without a terminal, "
-            f"or set agents.{name}.command in poli.toml"
+            f"or set {_setting(name)}"
         )
         rows.append(CheckResult(check, status, detail, fix))
     return rows
+
+
+def check_epic_agent(ctx: DoctorContext) -> Iterable[CheckResult]:
+    """Check the program ``poli go`` runs (``[epic] agent``); a default nobody chose only warns."""
+    from politerm._internal.workflow_checks import epic_agent_rows
+
+    return epic_agent_rows(ctx)
+
+
+def check_pipeline_clis(ctx: DoctorContext) -> Iterable[CheckResult]:
+    """Check the CLIs the visible pipelines' steps name (a built-in pipeline's only warn)."""
+    from politerm._internal.workflow_checks import pipeline_cli_rows
+
+    return pipeline_cli_rows(ctx)
 
 
 # --- python dependencies ----------------------------------------------------------------
@@ -441,7 +474,14 @@ def check_python_deps(ctx: DoctorContext) -> Iterable[CheckResult]:
 
 # --- running ----------------------------------------------------------------------------
 
-CHECKS: list[Check] = [check_tmux, check_socket_dir, check_config, check_agents, check_python_deps]
+CHECKS: list[Check] = [
+    check_tmux,
+    check_socket_dir,
+    check_config,
+    check_agents,
+    check_epic_agent,
+    check_python_deps,
+]
 """The checks ``poli doctor`` runs, in order."""
 
 
@@ -461,17 +501,11 @@ def check_pipelines(ctx: DoctorContext) -> Iterable[CheckResult]:
     A META checkout's pipelines count too: ``META/workflows/pipelines/`` in the project, or
     the project's own ``workflows/pipelines/`` when it is a META repository.
     """
-    from politerm.pipeline.agents import list_pipelines
+    from politerm._internal.workflow_checks import pipeline_files
     from politerm.pipeline.parser import validate_file
 
     project = (ctx.project_dir or Path.cwd()).resolve()
-    paths = [p.path for p in list_pipelines(project)]
-    for folder in (
-        project / "META" / "workflows" / "pipelines",
-        project / "workflows" / "pipelines",
-    ):
-        paths += sorted(folder.glob("*.pipeline")) if folder.is_dir() else []
-    found = paths
+    found = [path for _, path in pipeline_files(project)]
     problems = [line for p in found for line in validate_file(p, project)]
     if problems:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
@@ -482,6 +516,9 @@ def check_pipelines(ctx: DoctorContext) -> Iterable[CheckResult]:
             )
         ]
     return [CheckResult("pipelines", Status.OK, f"{len(found)} pipelines valid")]
+
+
+register_check(check_pipeline_clis)
 
 
 def doctor_timeout(env: Mapping[str, str]) -> float:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import pathlib
+import sqlite3
 import time
 import typing as t
 
@@ -44,6 +45,9 @@ _STRUCTURAL = frozenset({"window-close", "unlinked-window-close", "exit", "sessi
 
 WATCH_BACKSTOP = 30.0
 """Longest ``watch`` sleeps with no event at all (covers a lost notification)."""
+
+RETRY_READ = 1.0
+"""How long ``watch`` waits before reading again after a failed read."""
 
 MIN_REDRAW = 0.25
 """Shortest interval between two redraws: a burst of output is drawn once."""
@@ -285,9 +289,16 @@ async def watch(
         while not stop.is_set():
             store_changed = sw.event()
             pane_changed = live.event() if live is not None else asyncio.Event()
-            recent = [*recent, *cursor.read()][-events:]
-            states = await live.states(store.list_agents()) if live is not None else None
-            data = collect(store, events=0, live=states)
+            try:
+                recent = [*recent, *cursor.read()][-events:]
+                states = await live.states(store.list_agents()) if live is not None else None
+                data = collect(store, events=0, live=states)
+            except (PolitermError, sqlite3.Error, OSError) as exc:
+                # A pane vanishing mid-read or a store busy with a writer must not end the
+                # view: say so and read again shortly.
+                log.warning("status: could not read (%s); trying again", exc)
+                await wait_any(stop, timeout=RETRY_READ)
+                continue
             data["events"] = [_event_row(e) for e in recent]
             draw(data)
             last_draw = time.monotonic()

@@ -6,7 +6,7 @@ its own (``[redact] patterns``). Every match becomes ``[REDACTED:<kind>]``.
 
 :class:`Redactor` works on whole texts; :class:`LineRedactor` on a stream of lines (a
 transcript being written), holding back a private key block until it is complete so that no
-line of it reaches the file.
+line of it reaches the file; :class:`ChunkRedactor` on a terminal stream cut anywhere.
 """
 
 from __future__ import annotations
@@ -244,6 +244,109 @@ class LineRedactor:
     def flush(self) -> list[str]:
         """The stream ended: release whatever is held (redacted)."""
         return self._release() if self._held else []
+
+
+class ChunkRedactor:
+    r"""Redacts a byte stream that arrives in arbitrary chunks (a pane's ``%output``).
+
+    A secret may be split across two chunks, so the unfinished last line is held back
+    until the next chunk (or :meth:`flush`) completes it; a private key block is held until
+    it ends, and once flushed unfinished, the rest of it is dropped as it arrives.
+
+    Parameters
+    ----------
+    redactor
+        The patterns.
+    hold
+        At most this many characters of an unfinished line are held back.
+
+    Examples
+    --------
+    >>> cr = ChunkRedactor(Redactor())
+    >>> cr.feed("use ghp_" + "a" * 20)
+    ''
+    >>> cr.feed("b" * 20 + " done\r\nnext")
+    'use [REDACTED:github-token] done\r\n'
+    >>> cr.flush()
+    'next'
+    >>> cr.feed("key sk-ant-api03"), cr.flush(), cr.feed("-" + "x" * 30 + " ok\n")
+    ('', 'key ', '[REDACTED:anthropic-key] ok\n')
+    >>> cr.feed("-----BEGIN PRIVATE KEY-----\nMIIabc\n"), cr.flush()
+    ('', '[REDACTED:private-key]')
+    >>> cr.feed("MIIdef\n-----END PRIVATE KEY-----\nafter\n")
+    '\nafter\n'
+    """
+
+    def __init__(self, redactor: Redactor, *, hold: int = 512) -> None:
+        self.redactor = redactor
+        self.hold = hold
+        self._pending = ""
+        self._dropping = 0  # > 0: inside a flushed, unfinished key block (lines seen)
+
+    @property
+    def pending(self) -> bool:
+        """Whether text is held back (call :meth:`flush` after a pause)."""
+        return bool(self._pending)
+
+    def feed(self, text: str) -> str:
+        """Take the next chunk; return the redacted text that may be shown now."""
+        if self._dropping:
+            text = self._drop(text)
+        buf = self._pending + text
+        begin = _last_open_pem(buf)
+        if begin is not None:
+            split = begin
+        else:
+            split = max(buf.rfind("\n"), buf.rfind("\r")) + 1
+            if len(buf) - split > self.hold:
+                # A very long line: keep only its last word(s) back.
+                cut = len(buf) - self.hold
+                space = max(buf.rfind(" ", 0, cut), buf.rfind("\x1b", 0, cut))
+                split = space + 1 if space >= split else cut
+        self._pending = buf[split:]
+        return self.redactor.redact(buf[:split])
+
+    def flush(self) -> str:
+        """Release what is held, redacted, but for the start of a secret still being written.
+
+        An unfinished key block never shows; a trailing word that begins like a secret
+        (``sk-…``, ``ghp_…``, ``password=…``) stays held until the text after it arrives.
+        """
+        buf, self._pending = self._pending, ""
+        begin = _last_open_pem(buf)
+        if begin is None:
+            start = _SECRET_START.search(buf)
+            if start is not None:
+                buf, self._pending = buf[: start.start()], buf[start.start() :]
+            return self.redactor.redact(buf)
+        self._dropping = 1
+        return self.redactor.redact(buf[:begin]) + _marker("private-key")
+
+    def _drop(self, text: str) -> str:
+        end = _PEM_END.search(text)
+        if end is not None:
+            self._dropping = 0
+            return text[end.end() :]
+        self._dropping += text.count("\n")
+        if self._dropping > MAX_PEM_LINES:
+            self._dropping = 0
+        return ""
+
+
+# The beginning of a secret, unfinished at the end of a text (see ChunkRedactor.flush).
+_SECRET_START = re.compile(
+    r"(?:\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|AIza|xox[abposr]-|eyJ)[\w./+=-]*"
+    r"|(?i:\b(?:password|passwd|pwd|secret|api_?key|access_?token|auth_?token|token)"
+    r"[\"']?\s*[:=]\s*[^\s]*))\Z"
+)
+
+
+def _last_open_pem(text: str) -> int | None:
+    """Where a private key block that has not ended yet begins in ``text``, if one does."""
+    begins = list(_PEM_BEGIN.finditer(text))
+    if not begins or _PEM_END.search(text, begins[-1].end()):
+        return None
+    return begins[-1].start()
 
 
 class _RedactingFactory:

@@ -78,9 +78,14 @@ async def test_prompt_block_and_tool_call(cli: str, rig: RigFactory, llm: MockLL
         assert verdict.decision is Decision.APPROVE
     await agent.wait(exists(target), f"{cli} to write {target.name}")
     assert target.read_text().strip() == "made-by-tool"
-    await agent.wait_state(AgentState.READY)
     if cli != "aider":  # aider runs the command itself; the model never sees a result
-        assert any(m.tool_result for m in llm.requests(api=API[cli])), "no tool result came back"
+        # The file exists as soon as the command ran; the CLI sends the result to the model
+        # a moment later, and its screen may read idle in between.
+        async def tool_result_sent() -> bool:
+            return any(m.tool_result for m in llm.requests(api=API[cli]))
+
+        await agent.wait(tool_result_sent, f"{cli} to send the tool's result to the model")
+    await agent.wait_state(AgentState.READY)
 
 
 @pytest.mark.parametrize("cli", CLIS)

@@ -40,7 +40,7 @@ async def _until(pilot: Pilot[None], check: t.Callable[[], bool], what: str) -> 
         await pilot.pause()
         return check()
 
-    await aretry_until(ok, 30, what=what)
+    await aretry_until(ok, 60, what=what)
 
 
 async def test_dash_lists_the_session_mirrors_live_and_filters(

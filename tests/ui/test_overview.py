@@ -70,7 +70,7 @@ async def test_sessions_of_other_projects_are_not_shown_and_store_changes_arrive
             async def shown() -> bool:
                 return bool(live.overview["approvals"])
 
-            await aretry_until(shown, 30, what="the approval of a pipeline step in the overview")
+            await aretry_until(shown, 60, what="the approval of a pipeline step in the overview")
             [approval] = live.overview["approvals"]
             assert approval["agent"] == "R1.step-2" and approval["what"] == "Bash(ls)"
             [manager] = live.overview["managers"]
@@ -90,7 +90,7 @@ async def test_sessions_of_other_projects_are_not_shown_and_store_changes_arrive
             async def gone() -> bool:
                 return {s["name"] for s in live.overview["sessions"]} == {"ours"}
 
-            await aretry_until(gone, 30, what="the killed session to leave the overview")
+            await aretry_until(gone, 60, what="the killed session to leave the overview")
 
 
 def test_actions_refuse_stale_questions(tmp_path: pathlib.Path) -> None:

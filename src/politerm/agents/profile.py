@@ -192,6 +192,9 @@ class Rendering(_Model):
         A standalone ``[[X]]`` may render as ``[X]``.
     drops_html_tags
         ``<PLAN>``-like tags vanish (aider's pretty markdown).
+    chrome
+        Regexes for the lines the CLI draws below its replies (input box borders, footer,
+        status bar); :func:`politerm.agents.chrome.reply_tail` skips them.
     """
 
     reply_prefix: str = ""
@@ -201,6 +204,12 @@ class Rendering(_Model):
     list_reindent: bool = False
     single_brackets: bool = False
     drops_html_tags: bool = False
+    chrome: list[str] = []
+
+    @pydantic.model_validator(mode="after")
+    def _check_chrome(self) -> Rendering:
+        _compile(self.chrome, "render.chrome")
+        return self
 
 
 @dataclasses.dataclass(frozen=True)

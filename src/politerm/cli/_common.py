@@ -27,6 +27,27 @@ config_option = click.option(
 )
 
 
+def _use_config_file(
+    ctx: click.Context, param: click.Parameter, value: pathlib.Path | None
+) -> None:
+    from politerm.config import use_config_file
+
+    if value is not None:
+        use_config_file(value)
+
+
+#: ``--config`` of the commands whose library loads the configuration itself (pipelines):
+#: it applies to every load in this process.
+process_config_option = click.option(
+    "--config",
+    type=click.Path(dir_okay=False, path_type=pathlib.Path),
+    callback=_use_config_file,
+    expose_value=False,
+    is_eager=True,
+    help="Read this file instead of the project's poli.toml.",
+)
+
+
 def _select_project(ctx: click.Context, param: click.Parameter, value: pathlib.Path | None) -> None:
     # Through the environment: load_config() finds it, and so do the processes poli starts
     # (the control window's status view).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from politerm.cli import _complete
+from politerm.cli._common import process_config_option
 
 
 @click.command("gate")
@@ -15,6 +16,7 @@ from politerm.cli import _complete
     shell_complete=_complete.run_ids,
     help="The run (default: the latest one waiting for an answer).",
 )
+@process_config_option
 def command(answer: str, project: str, run_id: str | None) -> None:
     """Answer a gate or a failed step: y continue, n abort, r re-run, s skip."""
     from politerm.pipeline import ops

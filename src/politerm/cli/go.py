@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import shlex
 import sys
 
 import click
@@ -84,6 +85,10 @@ def command(
             confirm=_confirm,
         )
         result = asyncio.run(runner.go())
+        if dry_run:
+            where = "a tmux pane" if use_tmux else "a headless PTY"
+            click.echo(f"agent {runner.agent}: {shlex.join(runner.argv)}")
+            click.echo(f"each session runs that in {where}, in {runner.repo}")
     for item, prompt in result.previews:
         click.echo(
             click.style(f"=== {item.id} (priority {item.priority}): {item.title}", bold=True)

@@ -6,10 +6,13 @@ import json
 
 import click
 
+from politerm.cli._common import process_config_option
+
 
 @click.command("list")
 @click.option("--project", type=click.Path(file_okay=False), default=".", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@process_config_option
 def command(project: str, as_json: bool) -> None:
     """List pipelines from the project, the user config dir and the built-ins."""
     from politerm.errors import PipelineInvalid

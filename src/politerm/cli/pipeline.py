@@ -9,6 +9,7 @@ import sys
 import click
 
 from politerm.cli import _complete
+from politerm.cli._common import process_config_option
 from politerm.cli._output import show as show_output
 
 _project = click.option(
@@ -84,6 +85,7 @@ def show(pipeline: str, project: str, agents: tuple[pathlib.Path, ...], as_json:
 
 @command.command("control", hidden=True)
 @_project
+@process_config_option
 @click.option("--run-id", required=True)
 def control(project: str, run_id: str) -> None:
     """The control window of a run (window 0 of its session)."""

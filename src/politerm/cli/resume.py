@@ -8,6 +8,7 @@ import sys
 import click
 
 from politerm.cli import _complete
+from politerm.cli._common import process_config_option
 from politerm.pipeline.model import RunStatus
 
 
@@ -21,6 +22,7 @@ from politerm.pipeline.model import RunStatus
 @click.option(
     "--keep", is_flag=True, help="Keep the session when the run ends (poli down --run-id)."
 )
+@process_config_option
 def command(project: str, run_id: str | None, keep: bool) -> None:
     """Continue a run from its last completed step, re-running an interrupted one."""
     from politerm.pipeline import ops

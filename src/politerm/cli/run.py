@@ -10,15 +10,15 @@ import typing as t
 import click
 
 from politerm.cli import _complete
+from politerm.cli._common import process_config_option
 from politerm.errors import PipelineError
+from politerm.pipeline.launch import DEFAULT_CLI
 from politerm.pipeline.model import RunStatus
 
 if t.TYPE_CHECKING:
     from politerm.pipeline.state import RunState
 
 _EXIT = {RunStatus.DONE: 0, RunStatus.INTERRUPTED: 130, RunStatus.WAITING: 130}
-#: The CLI of steps whose CLI column is ``-`` when ``--cli`` is not given.
-DEFAULT_CLI = "claude"
 
 
 def failure_policy(
@@ -85,6 +85,7 @@ def failure_policy(
 @click.option("--dry-run", is_flag=True, help="Print what would run; start nothing.")
 @click.option("--keep", is_flag=True,
               help="Keep the session when the run ends (poli down --run-id).")  # fmt: skip
+@process_config_option
 def command(  # one parameter per flag, as click passes them
     pipeline: str,
     project: str,

@@ -15,7 +15,7 @@ where the value came from (file or variable), the dotted key and what was expect
 
 from __future__ import annotations
 
-from politerm.config.loading import ENV_VARS, load_config
+from politerm.config.loading import ENV_VARS, load_config, use_config_file
 from politerm.config.sections import (
     CONFIG_FILENAME,
     DEFAULT_AGENTS,
@@ -57,5 +57,6 @@ __all__ = [
     "guess_profile",
     "load_config",
     "parse_seconds",
+    "use_config_file",
     "user_config_file",
 ]

@@ -265,6 +265,21 @@ def _config_error(exc: ValidationError, layers: _Layers) -> ConfigError:
 
 # --- loading ----------------------------------------------------------------------------
 
+#: The file this process reads instead of the project's poli.toml (``--config`` of the
+#: pipeline commands, whose library calls load the configuration in many places). Kept out
+#: of the environment: the tmux server and every agent would inherit it.
+_process_file: Path | None = None
+
+
+def use_config_file(path: Path | None) -> None:
+    """Make :func:`load_config` read ``path`` instead of ``poli.toml`` in this process.
+
+    ``None`` goes back to the project's file; a ``config_path`` given to :func:`load_config`
+    still wins.
+    """
+    global _process_file  # one setting per process, made by the CLI
+    _process_file = path.absolute() if path is not None else None
+
 
 def load_config(
     project_dir: Path | None = None,
@@ -282,7 +297,8 @@ def load_config(
         (``POLI_PROJECT``, else the nearest ``poli.toml`` upwards, else the git root, else
         the current directory; see :mod:`politerm.project`).
     config_path
-        Read this file instead of ``<project_dir>/poli.toml``; it must exist.
+        Read this file instead of ``<project_dir>/poli.toml``; it must exist. Default: the
+        file given to :func:`use_config_file`, if any.
     env
         Environment variables to apply; ``None`` uses :data:`os.environ`.
 
@@ -297,6 +313,7 @@ def load_config(
         Naming the file (or variable), the dotted key and the expected value.
     """
     env = os.environ if env is None else env
+    config_path = config_path or _process_file
     found = find_project(project_dir, env=env)
     project = found.root
     layers = _Layers()

@@ -348,6 +348,12 @@ class Config(_Section):
         """The configuration files that were read, in the order they were applied."""
         return tuple(self._sources)
 
+    @property
+    def project_file(self) -> Path | None:
+        """The project's configuration file that was read (poli.toml or ``--config``)."""
+        user = user_config_file()
+        return next((p for p in reversed(self._sources) if p != user), None)
+
     def agent(self, name: str) -> AgentConfig:
         """Return the agent called ``name``.
 

@@ -34,6 +34,7 @@ import typing as t
 
 from politerm._internal.aio import wait_event
 from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.chrome import chrome_top, reply_tail
 from politerm.agents.state import AgentState, StateReading
 from politerm.agents.tracker import StateTracker
 from politerm.driver.approvals import Approver
@@ -495,9 +496,18 @@ class AgentDriver:
 
     # --- reading --------------------------------------------------------------------------
 
+    def last_words(self, limit: int = 6) -> list[str]:
+        """The last lines the agent wrote, above its CLI's input box and footer (for errors)."""
+        return reply_tail(self.profile, self.last_screen, limit)
+
     def turn_start(self, snap: Snapshot) -> int:
         """Where the answer to a prompt sent now begins (see :func:`turn_start`)."""
-        return turn_start(snap)
+        start = turn_start(snap)
+        if start < 0:
+            return start
+        # Gemini draws the prompt's echo where its hints and input box were, above the
+        # cursor: the answer starts at the top of that chrome.
+        return min(start, snap.history_size + chrome_top(self.profile, snap.lines))
 
     async def read_blocks(
         self, snap: Snapshot, start_line: int, nonce: str | None, *, task_id: str | None = None

@@ -82,6 +82,7 @@ class BlockReader:
     transcript_blocks: dict[BlockKey, Block] = dataclasses.field(default_factory=dict)
     rejected: list[Rejected] = dataclasses.field(default_factory=list)
     _checked: set[BlockKey] = dataclasses.field(default_factory=set)
+    _left_open: set[tuple[int, str]] = dataclasses.field(default_factory=set)
     _tail: TranscriptTail | None = None
 
     def __post_init__(self) -> None:
@@ -147,6 +148,23 @@ class BlockReader:
                     agent=self.name,
                     detail=f"line {rej.line}: {rej.reason}",
                 )
+
+    def unfinished(self) -> list[Rejected]:
+        """The candidate the last screen scan left open, as a rejection (once per candidate).
+
+        For an agent that sits idle: a block whose closing tag was never recognised would
+        otherwise be lost without a reason. Report the result with :meth:`report`.
+        """
+        pending = self.parser.pending
+        if pending is None or (pending.line, pending.text) in self._left_open:
+            return []
+        self._left_open.add((pending.line, pending.text))
+        what = (
+            "no closing [[/POLI:MSG]] was recognised"
+            if pending.reason.startswith("no closing")
+            else "its header never ended with '}]]'"
+        )
+        return [Rejected(pending.line, f"the agent went idle with a block open: {what}")]
 
     def transcript(self, nonce: str | None) -> list[Block]:
         """New blocks from the agent's own transcript that the screen has not shown."""

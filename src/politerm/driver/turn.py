@@ -249,6 +249,8 @@ class _Turn:
                     TurnOutcome.STUCK,
                     f"{d.name} is stuck ({obs.reading.rule}): " + " | ".join(obs.reading.evidence),
                 )
+            if state is AgentState.READY and not answered:
+                d.blocks.report(d.blocks.unfinished(), task_id=self.task_id)
             if state is not AgentState.READY:
                 idle_from = now
             elif not answered and now - idle_from >= self.idle_after:
@@ -314,7 +316,7 @@ class _Turn:
                 f"{d.approver.key}`)"
             )
         facts.append(f"{self.nudges} nudge(s) delivered" if self.nudge is not None else "no nudges")
-        tail = " | ".join(ln.strip() for ln in d.last_screen if ln.strip())[-300:]
+        tail = " | ".join(d.last_words())[-300:]
         facts.append(f"last on its screen: {tail}")
         return "; ".join(facts)
 

@@ -122,10 +122,10 @@ class Deadlines(BlockEffects):
             )
             how = "delivered" if delivered else "queued, not delivered" if sent else "not sent"
             facts.append(f"{kind} {how}")
-        lines = [ln.strip() for ln in (driver.last_screen if driver else ()) if ln.strip()]
+        lines = driver.last_words(6) if driver else []
         return (
             f"{exp.sender} sent no {exp.type} block for task {task.id} in the {step} step "
-            f"within {total:g}s ({'; '.join(facts)}); last on its screen: " + " | ".join(lines[-6:])
+            f"within {total:g}s ({'; '.join(facts)}); last on its screen: " + " | ".join(lines)
         )
 
     def _follow_up(self, task: Task, agent: str, kind: str) -> None:

@@ -60,6 +60,8 @@ class BlockEffects(RouterBase):
         if nonce:
             extra, accepted = self._nonceless(driver, turn, obs.snap, lines, after)
             fresh += extra
+        if obs.state is AgentState.READY and not fresh:
+            rejections += driver.blocks.unfinished()
         driver.blocks.report(
             [r for r in rejections if r.line not in accepted], task_id=turn.task_id
         )

@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import hashlib
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -110,18 +111,25 @@ def config_hash(config: Config) -> str:
 def model_of(argv: t.Sequence[str]) -> str | None:
     """The model an agent command line asks for (``--model X``, ``--model=X``, ``-m X``).
 
+    A Python interpreter's own ``-m MODULE`` names the program, not a model.
+
     Examples
     --------
     >>> model_of(["codex", "--model", "o4-mini"]), model_of(["claude", "--model=opus"])
     ('o4-mini', 'opus')
-    >>> model_of(["aider"]) is None
-    True
+    >>> model_of(["aider"]) is None, model_of(["python3", "-m", "politerm.testing.fakeagent"])
+    (True, None)
+    >>> model_of(["/usr/bin/python3.11", "-m", "agent", "-m", "gpt-5"])
+    'gpt-5'
     """
-    for i, arg in enumerate(argv):
+    args = list(argv)
+    if args and re.fullmatch(r"python[\d.]*", pathlib.PurePath(args[0]).name):
+        args = args[args.index("-m") + 2 :] if "-m" in args else args
+    for i, arg in enumerate(args):
         if arg.startswith("--model="):
             return arg.split("=", 1)[1]
-        if arg in ("--model", "-m") and i + 1 < len(argv):
-            return argv[i + 1]
+        if arg in ("--model", "-m") and i + 1 < len(args):
+            return args[i + 1]
     return None
 
 
@@ -381,12 +389,14 @@ class EpicRunner:
             self._version = agent_version(self.argv[0]) or ""
         return self._version or None
 
-    def _transcript(self, run_id: str, sid: str, item: str) -> TranscriptWriter | None:
+    def _transcript(
+        self, run_id: str, sid: str, item: str, *, file_id: str | None = None
+    ) -> TranscriptWriter | None:
         if self.options.tee is not None:
             path = self.options.tee
         elif self.config.epic.transcripts:
             base = self.config.store.resolved_path().parent / "transcripts" / run_id
-            path = base / f"{sid}.log"
+            path = base / f"{file_id or sid}.log"
         else:
             return None
         return TranscriptWriter(path, self.redactor, header=transcript_header(sid, item))
@@ -512,10 +522,21 @@ class EpicRunner:
         limit = self.options.chunk_chars or self.config.epic.summary_chunk_chars
         queued = time.time()
         sid = str(uuid.uuid4())
-        self.say(f"epic {epic}: summarizing {len(records)} record(s)")
+        reported = sum(1 for r in records if r.commit_summary)
+        without = len(records) - reported
+        self.say(
+            f"epic {epic}: summarizing {reported} record(s) with a report"
+            + (f" ({without} without one left out)" if without else "")
+        )
+        # Every summarizer session of this summary writes to one transcript, the record's.
+        path: pathlib.Path | None = None
 
         async def one(prompt: str, session_id: str) -> Report:
-            transcript = self._transcript(run_id or "summaries", session_id, f"{epic}:summary")
+            nonlocal path
+            transcript = self._transcript(
+                run_id or "summaries", session_id, f"{epic}:summary", file_id=sid
+            )
+            path = transcript.path if transcript is not None else None
             try:
                 outcome = await self._session(prompt, session_id, "summary", transcript)
             finally:
@@ -539,6 +560,7 @@ class EpicRunner:
             agent_version=self._agent_version(),
             model=model_of(self.argv),
             flags=tuple(self.argv[1:]),
+            transcript_path=str(path) if path is not None else None,
             commit_summary=plan.report.commit_msg,
             commit_body=plan.report.details,
             started=queued,

@@ -421,7 +421,7 @@ async def run_session(
                         error=f"the agent went idle without its poli:{session_id} report "
                         f"(ready for {profile.idle_after:g}s after the prompt and after each of "
                         f"{idle.nudges} nudge(s)); last on its screen: "
-                        + " | ".join(obs.snap.tail(3)),
+                        + " | ".join(driver.last_words(3)),
                     )
             if grace_deadline is not None and now >= grace_deadline:
                 return outcome(

@@ -66,10 +66,7 @@ def agent_env(config: Config, name: str, config_file: pathlib.Path | None) -> di
 
 def session_config_file(config: Config) -> pathlib.Path | None:
     """The project configuration file the session was loaded from (not the user file)."""
-    from politerm.config import user_config_file
-
-    user = user_config_file()
-    return next((p for p in reversed(config.sources) if p != user), None)
+    return config.project_file
 
 
 def hide_tmux(argv: t.Sequence[str]) -> list[str]:

@@ -24,6 +24,8 @@ if t.TYPE_CHECKING:
     from politerm.pipeline.model import Pipeline, Step
 
 FAKE = "fake"
+#: The CLI of steps whose CLI column is ``-`` when ``poli run`` is given no ``--cli``.
+DEFAULT_CLI = "claude"
 #: The profile the fake agent runs under, and its bundled scenario for pipeline steps.
 FAKE_PROFILE = "fake-claude"
 FAKE_SCENARIO = "pipeline-step"

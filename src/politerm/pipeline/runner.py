@@ -99,12 +99,19 @@ class FailurePolicy:
         return f"retry:{self.retries}" if self.kind == "retry" else self.kind
 
 
-def control_argv(project: pathlib.Path, run_id: str) -> list[str]:
-    """The program of window 0: live progress, questions and errors of the run."""
-    return [
+def control_argv(
+    project: pathlib.Path, run_id: str, config_file: pathlib.Path | None = None
+) -> list[str]:
+    """The program of window 0: live progress, questions and errors of the run.
+
+    ``config_file`` is the configuration the run was started with, so that the control
+    window reads the same run store.
+    """
+    argv = [
         sys.executable, "-m", "politerm", "pipeline", "control",
         "--project", str(project), "--run-id", run_id,
     ]  # fmt: skip
+    return [*argv, "--config", str(config_file)] if config_file is not None else argv
 
 
 def new_record(
@@ -245,7 +252,7 @@ class PipelineRunner:
         created = await self.server.ensure_session(
             rec.session,
             window_name="control",
-            argv=control_argv(self.project, rec.run_id),
+            argv=control_argv(self.project, rec.run_id, self.config.project_file),
             cwd=self.project,
         )
         self._client = await self.server.connect(rec.session)
@@ -260,7 +267,8 @@ class PipelineRunner:
             pane_id, _, dead = line.partition("\t")
             if dead == "1":
                 await Pane(self._client, pane_id, self.server).respawn(
-                    control_argv(self.project, rec.run_id), cwd=self.project
+                    control_argv(self.project, rec.run_id, self.config.project_file),
+                    cwd=self.project,
                 )
 
     @property

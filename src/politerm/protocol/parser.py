@@ -103,6 +103,7 @@ class _Candidate:
     header_parts: list[str]
     gutter: int
     echo: bool
+    numbered: bool = False
     header: dict[str, t.Any] | None = None
     body: list[str] = dataclasses.field(default_factory=list)
     error: str = ""
@@ -117,6 +118,63 @@ _Event = Block | Rejection
 
 # A code-block line number after the reply gutter: "   12 text" or a bare "   12".
 _LINE_NO = re.compile(r"^([ ●•✦┃│⎿⏺]*?)(\d{1,5})(?: +|$)")
+# A closing tag that kept its line number (a numbered block whose numbering was lost).
+_NUMBERED_CLOSE = re.compile(r"^\d{1,5} +(?=[`*_]*\[{1,2}/POLI:MSG)")
+
+
+class _Numbering:
+    r"""Strips the line numbers Gemini CLI draws in code blocks (its default).
+
+    Numbers are right-aligned, so they all end at one column, and a line the CLI wrapped
+    continues at the text column with no number. A numbered block starts only on a
+    numbered header line; it ends at the first line that is neither the next number nor
+    a wrapped continuation.
+
+    Examples
+    --------
+    >>> n = _Numbering()
+    >>> n.strip('   9 [[POLI:MSG {"id":"T1"}]]')
+    ('     [[POLI:MSG {"id":"T1"}]]', False)
+    >>> n.strip("  10 1. a long line")
+    ('     1. a long line', False)
+    >>> n.strip("     that wrapped")
+    ('     that wrapped', True)
+    >>> n.strip("  11 [[/POLI:MSG]]")
+    ('     [[/POLI:MSG]]', False)
+    >>> n.strip("  End of plan.")
+    ('  End of plan.', False)
+    >>> n.active
+    False
+    """
+
+    def __init__(self) -> None:
+        #: The number expected on the next line of a numbered block, or None.
+        self.next_no: int | None = None
+        # The column just after the numbers of the current block.
+        self.end = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether a numbered block is open."""
+        return self.next_no is not None
+
+    def strip(self, line: str) -> tuple[str, bool]:
+        """Blank out ``line``'s number (keeping columns); also whether it is a wrap."""
+        m = _LINE_NO.match(line)
+        if self.next_no is not None:
+            if m is not None and int(m.group(2)) == self.next_no and m.end(2) == self.end:
+                self.next_no += 1
+                return line[: m.start(2)] + " " * len(m.group(2)) + line[m.end(2) :], False
+            text_col = self.end + 1
+            if line[text_col:].strip() and not line[:text_col].strip(GUTTER_CHARS):
+                return line, True
+            self.next_no = None
+            return line, False
+        if m is None or not _HEADER.match(strip_gutter(line[m.end() :])):
+            return line, False
+        self.next_no = int(m.group(2)) + 1
+        self.end = m.end(2)
+        return line[: m.start(2)] + " " * len(m.group(2)) + line[m.end(2) :], False
 
 
 class _Machine:
@@ -136,27 +194,10 @@ class _Machine:
         self.max_body_lines = max_body_lines
         self.echo = _EchoTracker()
         self.cand: _Candidate | None = None
-        # Gemini numbers the lines of code blocks ("   1 [[POLI:MSG ..."): the number we
-        # expect on the next line of a numbered block, or None.
-        self.next_no: int | None = None
-
-    def _unnumber(self, line: str) -> str:
-        """Blank out a code-block line number (keeping columns), tracking the sequence."""
-        m = _LINE_NO.match(line)
-        if m is None:
-            self.next_no = None
-            return line
-        n = int(m.group(2))
-        if self.next_no is None:
-            # A numbered block starts only on a numbered header line.
-            rest = line[m.end() :]
-            if not _HEADER.match(strip_gutter(rest)):
-                return line
-        elif n != self.next_no:
-            self.next_no = None
-            return line
-        self.next_no = n + 1
-        return line[: m.start(2)] + " " * len(m.group(2)) + line[m.end(2) :]
+        # Gemini numbers the lines of code blocks ("   1 [[POLI:MSG ...").
+        self.numbering = _Numbering()
+        # The last candidate an input box or prompt echo cut off (screens only).
+        self.cut: Rejection | None = None
 
     def in_body(self) -> bool:
         return self.cand is not None and self.cand.header is not None
@@ -164,12 +205,12 @@ class _Machine:
     def pending(self) -> Rejection | None:
         c = self.cand
         if c is None:
-            return None
+            return self.cut
         what = "no closing tag yet" if c.header is not None else "header not finished yet"
         return Rejection(c.line, what, c.text)
 
     def push(self, raw: str, index: int) -> list[_Event]:
-        line = self._unnumber(clean_line(raw))
+        line, wrapped = self.numbering.strip(clean_line(raw))
         echo = self.echo.is_echo(line) if self.detect_echo else False
         # On an echo line the prompt glyph is part of the gutter: a block there is still
         # seen, so that its rejection says why.
@@ -195,7 +236,14 @@ class _Machine:
                 out.extend(self._try_header(c))
                 return out
         if c is not None:
-            if _CLOSE.match(stripped):
+            if wrapped and c.body:
+                # The CLI wrapped the previous body line: put it back together.
+                c.raw.append(line)
+                c.body[-1] = f"{c.body[-1].rstrip()} {stripped}"
+                return out
+            if _CLOSE.match(stripped) or (
+                c.numbered and _CLOSE.match(_NUMBERED_CLOSE.sub("", stripped))
+            ):
                 out.append(self._finish(c))
                 self.cand = None
                 return out
@@ -206,6 +254,10 @@ class _Machine:
                 self.cand = None
                 if self.final:
                     out.append(self._reject(c, "a prompt echo came before the closing tag"))
+                else:
+                    # An input box under the reply: the block is still open as far as
+                    # this screen shows.
+                    self.cut = Rejection(c.line, "no closing tag yet", c.text)
                 return out
             elif len(c.body) >= self.max_body_lines:
                 out.append(self._reject(c, f"no closing tag within {self.max_body_lines} lines"))
@@ -215,12 +267,14 @@ class _Machine:
                 c.body.append(line)
                 return out
         if _HEADER.match(stripped):
+            self.cut = None
             c = _Candidate(
                 line=index,
                 raw=[line],
                 header_parts=[stripped],
                 gutter=len(line) - len(stripped),
                 echo=echo,
+                numbered=self.numbering.active,
             )
             self.cand = c
             out.extend(self._try_header(c))

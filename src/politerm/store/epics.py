@@ -14,13 +14,12 @@ import re
 import typing as t
 
 from politerm.errors import StoreError, WorkItemError
-from politerm.redact import Redactor
+from politerm.store._tables import StoreTables
 
 if t.TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterable, Mapping, Sequence
 
-    from politerm.store.runstore import RunStore
 
 RECORD_SCHEMA: t.Final = 1
 """Version of the session record shape (``record_schema`` column, and ``poli export``)."""
@@ -145,24 +144,61 @@ class SessionRecord:
         StoreError
             Missing or unknown keys, or a record schema newer than ours.
         """
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(data) - set(fields)
         if unknown:
             msg = f"unknown record keys: {', '.join(sorted(unknown))}"
             raise StoreError(msg)
+        required = [n for n, f in fields.items() if f.default is dataclasses.MISSING]
+        missing = [n for n in required if n not in data]
+        if missing:
+            msg = f"missing record keys: {', '.join(missing)}"
+            raise StoreError(msg)
+        for name, value in data.items():
+            wanted = str(fields[name].type)
+            if not _fits(value, wanted):
+                msg = f"record key {name}: expected {wanted}, got {value!r}"
+                raise StoreError(msg)
+        for name, enum_type in (("kind", RecordKind), ("status", SessionStatus)):
+            known = [m.value for m in enum_type]
+            if data[name] not in known:
+                msg = f"record key {name}: expected one of {', '.join(known)}, got {data[name]!r}"
+                raise StoreError(msg)
         schema = int(data.get("record_schema", RECORD_SCHEMA))
         if schema > RECORD_SCHEMA:
             msg = f"record schema {schema} is newer than this politerm's {RECORD_SCHEMA}"
             raise StoreError(msg)
-        try:
-            values = dict(data)
-            values["flags"] = tuple(str(x) for x in values.get("flags") or ())
-            values["drift"] = tuple(str(x) for x in values.get("drift") or ())
-            values["record_schema"] = schema
-            return cls(**values)
-        except TypeError as exc:
-            msg = f"bad record: {exc}"
-            raise StoreError(msg) from None
+        values = dict(data)
+        values["flags"] = tuple(values.get("flags") or ())
+        values["drift"] = tuple(values.get("drift") or ())
+        values["record_schema"] = schema
+        return cls(**values)
+
+
+def _fits(value: object, annotation: str) -> bool:
+    """Whether a JSON value fits a record field's annotation (as written in the class).
+
+    Examples
+    --------
+    >>> _fits(None, "str | None"), _fits(3, "float"), _fits(True, "float"), _fits("x", "int")
+    (True, True, False, False)
+    >>> _fits(["a", "b"], "tuple[str, ...]"), _fits(["a", 1], "tuple[str, ...]")
+    (True, False)
+    """
+    for kind in annotation.split(" | "):
+        if kind == "None" and value is None:
+            return True
+        if isinstance(value, bool):  # JSON true/false is no number
+            continue
+        if kind == "str" and isinstance(value, str):
+            return True
+        if kind == "int" and isinstance(value, int):
+            return True
+        if kind == "float" and isinstance(value, int | float):
+            return True
+        if kind == "tuple[str, ...]" and isinstance(value, list | tuple):
+            return all(isinstance(x, str) for x in value)
+    return False
 
 
 _RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SessionRecord))
@@ -197,7 +233,7 @@ def check_id(value: str, what: str) -> str:
     return value
 
 
-class EpicStore:
+class EpicStore(StoreTables):
     """Epic tables of a :class:`~politerm.store.RunStore` (same connection, lock and audit log).
 
     Parameters
@@ -207,16 +243,6 @@ class EpicStore:
     redactor
         Applied to every text before it is written.
     """
-
-    def __init__(self, store: RunStore, redactor: Redactor | None = None) -> None:
-        self.store = store
-        self.redactor = redactor or Redactor()
-
-    def _audit(self, kind: str, **fields: t.Any) -> None:
-        self.store._audit.append(kind, **self.redactor.redact_json(fields))
-
-    def _now(self) -> float:
-        return self.store._clock()
 
     # --- epics and work items -------------------------------------------------------------
 

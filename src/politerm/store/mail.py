@@ -15,13 +15,11 @@ import enum
 import typing as t
 
 from politerm.errors import MessageNotFound, StoreError
-from politerm.redact import Redactor
+from politerm.store._tables import StoreTables
 
 if t.TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterable
-
-    from politerm.store.runstore import RunStore
 
 
 class MailState(str, enum.Enum):
@@ -156,7 +154,7 @@ _COLUMNS: t.Final = (
 _STAMPS: t.Final = frozenset({"delivered", "started", "responded"})
 
 
-class Mailbox:
+class Mailbox(StoreTables):
     """The ``mail`` table of a :class:`~politerm.store.RunStore` (its connection and audit log).
 
     Parameters
@@ -166,16 +164,6 @@ class Mailbox:
     redactor
         Applied to every reason before it is written (reasons quote screens).
     """
-
-    def __init__(self, store: RunStore, redactor: Redactor | None = None) -> None:
-        self.store = store
-        self.redactor = redactor or Redactor()
-
-    def _audit(self, kind: str, **fields: t.Any) -> None:
-        self.store._audit.append(kind, **self.redactor.redact_json(fields))
-
-    def _now(self) -> float:
-        return self.store._clock()
 
     def add(
         self,

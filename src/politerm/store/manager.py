@@ -19,12 +19,11 @@ import typing as t
 
 from politerm.errors import ManagerProjectError
 from politerm.manager.states import ManagerState, check_transition
-from politerm.redact import Redactor
+from politerm.store._tables import StoreTables
 
 if t.TYPE_CHECKING:
     import sqlite3
 
-    from politerm.store.runstore import RunStore
 
 SELECTED_META: t.Final = "manager.selected"
 """Meta key holding the selected project's name."""
@@ -178,7 +177,7 @@ def _turn(row: sqlite3.Row) -> Turn:
     )
 
 
-class ManagerStore:
+class ManagerStore(StoreTables):
     """Manager tables of a :class:`~politerm.store.RunStore` (same connection, lock, audit).
 
     Parameters
@@ -188,16 +187,6 @@ class ManagerStore:
     redactor
         Applied to every text before it is written.
     """
-
-    def __init__(self, store: RunStore, redactor: Redactor | None = None) -> None:
-        self.store = store
-        self.redactor = redactor or Redactor()
-
-    def _audit(self, kind: str, **fields: t.Any) -> None:
-        self.store._audit.append(kind, **self.redactor.redact_json(fields))
-
-    def _now(self) -> float:
-        return self.store._clock()
 
     # --- projects -------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import logging
 import typing as t
 
 from politerm.errors import PaneNotFound, TmuxError
-from politerm.redact import Redactor
+from politerm.redact import ChunkRedactor, Redactor
 from politerm.store.watch import StoreWatch, changed_since
 from politerm.tmux import TmuxServer
 from politerm.ui.mirror import start_mirror
@@ -34,6 +34,9 @@ if t.TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Listener = t.Callable[[dict[str, t.Any]], None]
+
+HOLD_BACK = 0.03
+"""Longest a mirror holds an unfinished line back waiting for the rest of a secret."""
 
 # tmux notifications after which the pane list may differ
 _LAYOUT = frozenset(
@@ -225,7 +228,24 @@ class LiveState:
         return clean.encode("utf-8", errors="surrogateescape")
 
     def _redacting(self, sink: Sink) -> Sink:
+        # A secret can be cut in two by tmux's %output chunking: the stream redactor holds
+        # the unfinished last line back until the next chunk or a short pause completes it.
+        stream = ChunkRedactor(self.redactor)
+        flush_at: asyncio.TimerHandle | None = None
+
+        def emit(text: str) -> None:
+            if text:
+                sink(text.encode("utf-8", errors="surrogateescape"))
+
+        def flush() -> None:
+            nonlocal flush_at
+            flush_at = None
+            emit(stream.flush())
+
         def out(data: bytes) -> None:
-            sink(self.redact_bytes(data))
+            nonlocal flush_at
+            emit(stream.feed(data.decode("utf-8", errors="surrogateescape")))
+            if stream.pending and flush_at is None:
+                flush_at = asyncio.get_running_loop().call_later(HOLD_BACK, flush)
 
         return out

@@ -1,0 +1,35 @@
+"""What every workflow's tables share: the run store they live in, its redactor and clock."""
+
+from __future__ import annotations
+
+import typing as t
+
+from politerm.redact import Redactor
+
+if t.TYPE_CHECKING:
+    from politerm.store import RunStore
+
+
+class StoreTables:
+    """A workflow's tables inside a :class:`~politerm.store.RunStore`.
+
+    They use the store's connection, write lock, audit log and clock; every text a subclass
+    writes to the audit log is redacted first.
+
+    Parameters
+    ----------
+    store
+        The open run store.
+    redactor
+        Applied to every text before it is written.
+    """
+
+    def __init__(self, store: RunStore, redactor: Redactor | None = None) -> None:
+        self.store = store
+        self.redactor = redactor or Redactor()
+
+    def _audit(self, kind: str, **fields: t.Any) -> None:
+        self.store._audit.append(kind, **self.redactor.redact_json(fields))
+
+    def _now(self) -> float:
+        return self.store._clock()

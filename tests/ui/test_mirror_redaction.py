@@ -1,0 +1,72 @@
+"""A pane mirror never shows a secret, even one the terminal stream cut in two."""
+
+from __future__ import annotations
+
+import subprocess
+import typing as t
+
+from politerm.config import load_config
+from politerm.store import RunStore
+from politerm.testing.retry import aretry_until
+from politerm.ui.live import LiveState
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    import libtmux
+
+TOKEN = "ghp_" + "A1b2C3d4E5" * 2 + "F6g7H8i9J0" * 2
+BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
+
+# Each piece is written on its own, a pause apart: the mirror gets them as separate chunks
+# and flushes its held-back text in between.
+SCRIPT = f"""
+while [ ! -e go ]; do sleep 0.05; done
+printf 'key {TOKEN[:20]}'; sleep 0.4
+printf '{TOKEN[20:]} ok\\r\\n'; sleep 0.4
+printf -- '-----BEGIN PRIVATE KEY-----\\r\\n{BODY}\\r\\n'; sleep 0.4
+printf '{BODY[::-1]}\\r\\n-----END PRIVATE KEY-----\\r\\nall done\\r\\n'
+sleep 600
+"""
+
+
+def _agent_session(socket: str, root: pathlib.Path) -> None:
+    tmux = ["tmux", "-L", socket]
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "ours", "-c", str(root), "sh leak.sh"], check=True
+    )
+    subprocess.run([*tmux, "set-option", "-p", "-t", "ours", "@poli_agent", "A1"], check=True)
+    subprocess.run([*tmux, "set-option", "-t", "ours", "@poli_project", str(root)], check=True)
+
+
+async def test_a_secret_split_across_output_chunks_never_reaches_the_mirror(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{server.socket_name}"\n\n[store]\npath = "r.sqlite3"\n'
+    )
+    (root / "leak.sh").write_text(SCRIPT)
+    _agent_session(server.socket_name, root)
+    config = load_config(root, env={})
+    chunks: list[bytes] = []
+    with RunStore.open(config.store.resolved_path()) as store:
+        async with LiveState(config, store, project=root) as live:
+            mirror = await live.mirror("A1", chunks.append)
+            try:
+                (root / "go").touch()
+
+                async def done() -> bool:
+                    return b"all done" in b"".join(chunks)
+
+                await aretry_until(done, 60, what="the script's last line in the mirror")
+            finally:
+                mirror.stop()
+    shown = b"".join(chunks).decode("utf-8", errors="replace")
+    assert len(chunks) >= 3, f"the pieces arrived as {len(chunks)} chunk(s): {chunks!r}"
+    for secret in (TOKEN, TOKEN[:20], TOKEN[4:20], BODY, BODY[::-1]):
+        assert secret not in shown, f"{secret[:12]}… reached the mirror: {shown!r}"
+    assert "key [REDACTED:github-token] ok" in shown
+    assert "[REDACTED:private-key]" in shown

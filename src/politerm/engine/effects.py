@@ -168,12 +168,14 @@ class BlockEffects(RouterBase):
         """The screen of the agent ``block`` is forwarded to, if it can take it right now.
 
         Ready: idle (as last looked at), no turn of its own, nothing left over to settle
-        or clear, no delivery already handed to it. The screen is reused when nothing was
-        printed since it was taken.
+        or clear, no delivery already handed to it, and the router not stopping. The
+        screen is reused when nothing was printed since it was taken.
         """
         target = self._agent_named(block.to)
         if target is None or target == name or block.to.upper() in USER_TARGETS:
             return None
+        if self._stop.is_set():
+            return None  # no loop is left to type it (a stopping router's last look)
         driver, loop = self.agents[target], self.loops[target]
         if (
             driver.dead

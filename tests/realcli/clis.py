@@ -154,9 +154,8 @@ def prepare(
             "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
             "privacy": {"usageStatisticsEnabled": False},
             "model": {"disableLoopDetection": True},
-            # Code blocks are drawn with line numbers ("   1 [[POLI:MSG …") by default,
-            # which the block parser does not strip; the primer asks for a code block.
-            "ui": {"showLineNumbers": False},
+            # No "ui" settings: the CLI's default display (code blocks with line numbers)
+            # is what users see, so it is what the tests read.
         }
         if not opts.dialogs:
             settings["security"] = {"auth": {"selectedType": "gemini-api-key"}}
@@ -186,6 +185,7 @@ def prepare(
             "share": "disabled",
         }
         _write(home / ".config" / "opencode" / "opencode.json", json.dumps(config))
+        # The one display setting changed from the default; the opencode profile says why.
         _write(home / ".local" / "state" / "opencode" / "kv.json", json.dumps({"sidebar": "hide"}))
     elif cli == "aider":
         env |= {

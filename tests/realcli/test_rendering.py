@@ -45,6 +45,7 @@ async def test_gemini_numbered_block_with_a_wrapped_line(rig: RigFactory, llm: M
     driver = AgentDriver(
         "AGENT", agent.profile, agent.pane, cwd=agent.spec.workdir, env=agent.spec.env
     )
+    start = driver.turn_start(await agent.snapshot())
     result = await driver.run_turn(
         lambda nonce: f"Please make a plan. REALCLI-NUMBERED nonce={nonce}",
         Expect.block("plan", block_id="T1"),
@@ -60,6 +61,14 @@ async def test_gemini_numbered_block_with_a_wrapped_line(rig: RigFactory, llm: M
     block = result.block
     assert block is not None and block.nonce == result.nonce
     assert block.body_lines == [f"1. {LONG}", "2. check the thing"]
-    # Read off the screen, not only from a transcript.
-    assert (block.nonce, "plan", "T1") in driver.blocks.screen_blocks
+    # Read off the screen in the turn's window too, not only from Gemini's chat log (which
+    # may have answered the turn first).
+    key = (result.nonce, "plan", "T1")
+
+    async def on_screen() -> bool:
+        await driver.read_blocks(await agent.snapshot(), start, result.nonce)
+        return key in driver.blocks.screen_blocks
+
+    await agent.wait(on_screen, "the numbered block read off the screen")
+    assert driver.blocks.screen_blocks[key].body_lines == block.body_lines
     assert driver.blocks.rejected == []

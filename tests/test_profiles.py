@@ -255,10 +255,10 @@ def test_title_decides_only_when_the_screen_does_not() -> None:
 
 def test_stuck_message_wins_over_busy() -> None:
     prof = load_profile("claude")
-    lines = ("  ⎿  API Error: 429 rate_limit_error", "", "  esc to interrupt")
+    lines = ("  ⎿  Credit balance is too low", "", "  esc to interrupt")
     reading = prof.detect(Snapshot(lines))
     assert reading.state is AgentState.STUCK
-    assert "429" in reading.evidence[0]
+    assert "Credit balance" in reading.evidence[0]
 
 
 def test_extends_merges_tables_and_replaces_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -98,6 +98,10 @@ class AgentNotFound(AgentError, ValueError):
     """An agent's program is not on PATH; nothing was started."""
 
 
+class CanaryError(AgentError):
+    """``poli agents canary`` could not install or run a CLI release (the message says why)."""
+
+
 # --- protocol ---------------------------------------------------------------------------
 
 
@@ -111,6 +115,17 @@ class BlockRejected(ProtocolError, ValueError):
 
 class ReportError(ProtocolError):
     """A session's fenced report is wrong or missing; the message says what and where."""
+
+
+# --- hook receipts --------------------------------------------------------------------
+
+
+class HookError(PolitermError):
+    """An agent's hook channel could not be set up or read."""
+
+
+class HookLineError(HookError, ValueError):
+    """A line of a hook channel is not a receipt politerm wrote; the message says where."""
 
 
 # --- headless PTY -----------------------------------------------------------------------

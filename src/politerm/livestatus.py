@@ -185,7 +185,12 @@ class LiveAgents:
             return EXITED
         if not snap.alive:
             return EXITED
-        return profile.detect(snap).state.value
+        state = profile.detect(snap).state
+        if state is AgentState.LIMITED and agent.state != state.value:
+            # A limit message the driver already answered stays on screen a while; only the
+            # driver (which saw what came after it) says whether it still holds.
+            state = profile.detect(snap, limited=False).state
+        return state.value
 
 
 _SESSION_FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better

@@ -6,6 +6,7 @@ import typing as t
 
 from politerm._internal.sanitize import escape_controls
 from politerm.agents.approval import list_pending
+from politerm.driver.tokens import stored_tokens
 from politerm.store.models import MessageState
 
 if t.TYPE_CHECKING:
@@ -33,6 +34,11 @@ def collect(
         turn = turns.get(name)
         return turn.task_id if turn is not None else None
 
+    def tokens(key: str) -> int | None:
+        # Counted from the agents' transcripts (politerm.driver.tokens); None: nothing read.
+        used = stored_tokens(store, key)
+        return used.total if used else None
+
     return {
         "agents": [
             {
@@ -43,6 +49,7 @@ def collect(
                 "profile": a.profile,
                 "command": a.command,
                 "turn": working_on(a.name),
+                "tokens": tokens(f"agent:{a.name}"),
             }
             for a in agents
         ],
@@ -67,9 +74,11 @@ def collect(
                 "question": tk.question,
                 "error": tk.error,
                 "report": tk.report,
+                "tokens": tokens(f"task:{tk.id}"),
             }
             for tk in store.list_tasks()[-20:]
         ],
+        "tokens": tokens("run"),
         "messages": [
             {
                 "id": m.id,
@@ -95,6 +104,10 @@ def collect(
             for e in (store.list_events(limit=events) if events else [])
         ],
     }
+
+
+def _count(value: int | None) -> str:
+    return f"{value:,}" if value is not None else "-"
 
 
 def _escaped(value: t.Any) -> t.Any:
@@ -124,16 +137,32 @@ def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableT
             "(or try it all on the bundled fake agents with `poli demo`)."
         )
     agents = Table(title="agents", expand=True)
-    for col in ("agent", "state", "pane", "profile", "working on"):
+    for col in ("agent", "state", "pane", "profile", "tokens", "working on"):
         agents.add_column(col)
     for a in data["agents"]:
-        agents.add_row(a["name"], a["state"], a["pane"], a["profile"], a["turn"] or "-")
+        agents.add_row(
+            a["name"],
+            a["state"],
+            a["pane"],
+            a["profile"],
+            _count(a.get("tokens")),
+            a["turn"] or "-",
+        )
+    if data.get("tokens"):
+        agents.caption = f"tokens in this run: {data['tokens']:,}"
     tasks = Table(title="tasks", expand=True)
-    for col in ("task", "state", "round", "request", "question / error / report"):
+    for col in ("task", "state", "round", "tokens", "request", "question / error / report"):
         tasks.add_column(col, overflow="fold")
     for tk in data["tasks"]:
         note = tk["question"] or tk["error"] or (tk["report"] or "")[:120]
-        tasks.add_row(tk["id"], tk["state"], str(tk["round"]), tk["request"][:60], note)
+        row = (
+            tk["id"],
+            tk["state"],
+            str(tk["round"]),
+            _count(tk.get("tokens")),
+            tk["request"][:60],
+        )
+        tasks.add_row(*row, note)
     queue = Table(title="messages not yet delivered", expand=True)
     for col in ("id", "task", "from → to", "type", "state", "attempts", "error"):
         queue.add_column(col, overflow="fold")

@@ -3,9 +3,10 @@
 Each run drives ``poli up`` / ``poli route`` / ``poli up --resume`` in subprocesses on
 this test's private tmux server while the driver kills routers (``kill -9``) at seeded
 moments and the fake agents lose Enters, freeze, think slowly or leave text in their
-input box. Tmux server kills and agent crashes are in test_chaos_open.py on the
-faults-red branch until main passes them every time. The verdict comes from the agents'
-own logs: 0 lost, 0 duplicated, 0 merged, 0 false DONE.
+input box, crash (before submit, after submit, mid-reply: then ``poli up --resume``), and
+the tmux server is killed (then ``poli up --resume``). The verdict comes from the agents'
+own logs: 0 lost, 0 duplicated, 0 merged, 0 false DONE. test_resume_moments.py puts each
+crash and server-kill failure found here at its exact moment.
 """
 
 from __future__ import annotations
@@ -88,3 +89,21 @@ def test_two_routers_started_together(server: libtmux.Server, tmp_path: pathlib.
     plan = ChaosPlan(seed=19, tasks=6, wave=3, two_routers=True)
     result = chaos(server, tmp_path, plan)
     assert result.refused_routers >= 1, result.summary()
+
+
+@pytest.mark.parametrize("at", ["before_submit", "after_submit", "mid_reply"])
+def test_agent_crash_then_up_resume(
+    server: libtmux.Server, tmp_path: pathlib.Path, at: str
+) -> None:
+    """The EXECUTER crashes on its third prompt; the restarted one gets its pending work."""
+    crash = {"crash_at": at, "crash_share": 1.0, "crash_after": 2}
+    plan = ChaosPlan(seed=5, tasks=6, wave=2, executer=executer(**crash))
+    result = chaos(server, tmp_path, plan)
+    assert result.verdict.faults[f"crash:{at}"] == 1, result.summary()
+    assert result.resumes >= 1, result.summary()
+
+
+def test_tmux_server_killed_then_up_resume(server: libtmux.Server, tmp_path: pathlib.Path) -> None:
+    plan = ChaosPlan(seed=11, tasks=6, wave=2, server_kills=1, kill_after=(0.5, 1.5))
+    result = chaos(server, tmp_path, plan)
+    assert result.server_kills == 1 and result.resumes >= 1, result.summary()

@@ -1,32 +1,24 @@
 """How each real CLI is run offline against the mock model server (see docs/realcli.md).
 
-:func:`prepare` seeds a scratch home for one agent (the configs that skip first-run
-dialogs, unless the test wants them) and returns the command line and environment that
-point the CLI at the mock server.
+The recipes are :mod:`politerm.canary.recipes` (the canary runs the newest releases the
+same way); this module adds what only the tests need: the dialogs a CLI shows when its seeding
+is left out.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-import pathlib
-import subprocess
 import typing as t
 
-from politerm.agents.profile import load_profile
+from politerm.canary.recipes import AIDER_MODEL, API, Options, Spec
+from politerm.canary.recipes import prepare as _prepare
 
 if t.TYPE_CHECKING:
+    import pathlib
+
     from politerm.testing.mockllm import MockLLM
 
-# Tool names the mock's tool calls use, and the API each CLI speaks.
-API = {
-    "claude": "anthropic",
-    "codex": "responses",
-    "gemini": "gemini",
-    "opencode": "chat",
-    "aider": "chat",
-}
+__all__ = ["AIDER_MODEL", "API", "DIALOGS", "Options", "Spec", "prepare"]
+
 # The dialog each CLI shows when its seeding is left out, and the profile answers.
 DIALOGS: dict[str, tuple[str, ...]] = {
     "claude": ("folder-trust", "api-key"),
@@ -34,65 +26,6 @@ DIALOGS: dict[str, tuple[str, ...]] = {
     "gemini": ("folder-trust", "auth-method", "api-key"),
     "aider": ("gitignore",),
 }
-AIDER_MODEL = "openai/mock"
-
-
-@dataclasses.dataclass(frozen=True)
-class Spec:
-    """One agent ready to launch: its profile, command line, environment and directories."""
-
-    cli: str
-    profile: str
-    argv: list[str]
-    env: dict[str, str]
-    home: pathlib.Path
-    workdir: pathlib.Path
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """What a test changes in the standard set-up.
-
-    Attributes
-    ----------
-    dialogs
-        Leave out the seeding that skips first-run dialogs.
-    ask
-        Make the CLI ask before running a shell command where it would not by default
-        (Codex asks only for escalated commands: the mock's rule decides that).
-    """
-
-    dialogs: bool = False
-    ask: bool = False
-
-
-def _write(path: pathlib.Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-def _git_init(workdir: pathlib.Path, env: dict[str, str]) -> None:
-    for argv in (
-        ["git", "init", "-q", "-b", "main"],
-        ["git", "config", "user.name", "politerm tests"],
-        ["git", "config", "user.email", "tests@politerm.invalid"],
-        ["git", "config", "commit.gpgsign", "false"],
-    ):
-        subprocess.run(argv, cwd=workdir, env=env, check=True, capture_output=True, timeout=30)
-
-
-def _base_env(home: pathlib.Path) -> dict[str, str]:
-    return {
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_DATA_HOME": str(home / ".local" / "share"),
-        "XDG_STATE_HOME": str(home / ".local" / "state"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "TERM": "xterm-256color",
-        "NO_UPDATE_NOTIFIER": "1",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-    }
 
 
 def prepare(
@@ -106,123 +39,7 @@ def prepare(
 ) -> Spec:
     """Seed ``home`` for ``cli`` and return how to launch it in ``workdir``.
 
-    The command line is the profile's (``profile_name``, default the CLI's own), with the
-    installed binary in place of the program name.
+    Every CLI keeps its default display settings (Gemini's code-block line numbers
+    included): what users see is what the tests read.
     """
-    opts = options or Options()
-    home.mkdir(parents=True, exist_ok=True)
-    workdir.mkdir(parents=True, exist_ok=True)
-    profile = load_profile(profile_name or cli)
-    argv = [str(binary), *profile.command[1:]]
-    env = {**_base_env(home)}
-    wd = str(workdir.resolve())
-    if cli == "claude":
-        cfg = home / ".claude"
-        env |= {
-            "CLAUDE_CONFIG_DIR": str(cfg),
-            "ANTHROPIC_BASE_URL": llm.url,
-            "ANTHROPIC_API_KEY": llm.token,
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_ERROR_REPORTING": "1",
-        }
-        state: dict[str, t.Any] = {"hasCompletedOnboarding": True, "theme": "dark"}
-        if not opts.dialogs:
-            state["customApiKeyResponses"] = {"approved": [llm.token[-20:]], "rejected": []}
-            state["projects"] = {wd: {"hasTrustDialogAccepted": True}}
-        _write(cfg / ".claude.json", json.dumps(state))
-    elif cli == "codex":
-        codex_home = home / ".codex"
-        env |= {"CODEX_HOME": str(codex_home), "MOCK_API_KEY": llm.token}
-        toml = (
-            'model = "mock-model"\nmodel_provider = "mock"\ncheck_for_update_on_startup = false\n'
-            "[model_providers.mock]\n"
-            f'name = "Mock"\nbase_url = "{llm.url}/v1"\nenv_key = "MOCK_API_KEY"\n'
-            'wire_api = "responses"\n'
-        )
-        if not opts.dialogs:
-            toml += f'[projects."{wd}"]\ntrust_level = "trusted"\n'
-        _write(codex_home / "config.toml", toml)
-    elif cli == "gemini":
-        env |= {
-            "GEMINI_API_KEY": llm.token,
-            "GOOGLE_GEMINI_BASE_URL": llm.url,
-            "COLORTERM": "truecolor",
-        }
-        settings: dict[str, t.Any] = {
-            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
-            "privacy": {"usageStatisticsEnabled": False},
-            "model": {"disableLoopDetection": True},
-            # No "ui" settings: the CLI's default display (code blocks with line numbers)
-            # is what users see, so it is what the tests read.
-        }
-        if not opts.dialogs:
-            settings["security"] = {"auth": {"selectedType": "gemini-api-key"}}
-            _write(home / ".gemini" / "trustedFolders.json", json.dumps({wd: "TRUST_FOLDER"}))
-        _write(home / ".gemini" / "settings.json", json.dumps(settings))
-    elif cli == "opencode":
-        env |= {
-            "OPENCODE_DISABLE_AUTOUPDATE": "1",
-            "OPENCODE_DISABLE_MODELS_FETCH": "1",
-            "OPENCODE_DISABLE_SHARE": "1",
-            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-        }
-        if opts.ask:
-            env["OPENCODE_PERMISSION"] = json.dumps({"bash": "ask"})
-        config = {
-            "provider": {
-                "mock": {
-                    "npm": "@ai-sdk/openai-compatible",
-                    "name": "Mock LLM",
-                    "options": {"baseURL": f"{llm.url}/v1", "apiKey": llm.token},
-                    "models": {"mock-model": {"name": "Mock Model"}},
-                }
-            },
-            "model": "mock/mock-model",
-            "small_model": "mock/mock-model",
-            "autoupdate": False,
-            "share": "disabled",
-        }
-        _write(home / ".config" / "opencode" / "opencode.json", json.dumps(config))
-        # The one display setting changed from the default; the opencode profile says why.
-        _write(home / ".local" / "state" / "opencode" / "kv.json", json.dumps({"sidebar": "hide"}))
-    elif cli == "aider":
-        env |= {
-            "OPENAI_API_BASE": f"{llm.url}/v1",
-            "OPENAI_API_KEY": llm.token,
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "GIT_CONFIG_NOSYSTEM": "1",
-        }
-        meta = {
-            AIDER_MODEL: {
-                "max_tokens": 8192,
-                "max_input_tokens": 128000,
-                "max_output_tokens": 8192,
-                "input_cost_per_token": 0,
-                "output_cost_per_token": 0,
-                "litellm_provider": "openai",
-                "mode": "chat",
-            }
-        }
-        meta_file = home / ".aider-model-metadata.json"
-        _write(meta_file, json.dumps(meta))
-        _write(home / ".aider" / "caches" / "model_prices_and_context_window.json", "{}")
-        argv += [
-            "--model",
-            AIDER_MODEL,
-            "--no-show-model-warnings",
-            "--no-check-update",
-            "--no-show-release-notes",
-            "--analytics-disable",
-            "--no-auto-commits",
-            "--model-metadata-file",
-            str(meta_file),
-        ]
-        if not opts.dialogs:
-            argv.append("--no-gitignore")
-        _git_init(workdir, {**os.environ, **env})
-    else:
-        msg = f"no recipe for CLI {cli!r}"
-        raise ValueError(msg)
-    return Spec(cli, profile.name, argv, env, home, workdir)
+    return _prepare(cli, binary, llm, home, workdir, options, profile_name)

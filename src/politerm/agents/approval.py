@@ -72,22 +72,29 @@ class ApprovalPolicy:
         return cls(ApprovalMode(mode), tuple(re.compile(p) for p in patterns))
 
     def decide(self, request: ApprovalRequest) -> Verdict:
-        """The verdict on one question."""
+        """The verdict on one question.
+
+        A pattern approves only a command read in full: a box whose top scrolled out of
+        reach may hide the part a pattern would reject.
+        """
         for rx in self.patterns:
-            if request.command and rx.search(request.command):
+            if request.command and request.complete and rx.search(request.command):
                 return Verdict(Decision.APPROVE, f"pattern {rx.pattern!r} matches the command")
         if self.mode is ApprovalMode.APPROVE:
             return Verdict(Decision.APPROVE, "policy 'approve': approve all")
         if self.mode is ApprovalMode.DENY:
-            why = (
-                f"no approval pattern matches {request.command!r}" if self.patterns else "deny all"
-            )
+            if not self.patterns:
+                why = "deny all"
+            elif not request.command or not request.complete:
+                why = f"no command read in full for {describe(request)!r}"
+            else:
+                why = f"no approval pattern matches {request.command!r}"
             return Verdict(Decision.DENY, f"policy 'deny': {why}")
         return Verdict(None, "policy 'ask': waiting for `poli approve`")
 
 
 def describe(request: ApprovalRequest) -> str:
-    """One line naming what the agent asks to run, e.g. ``Bash(echo hi)``.
+    r"""One line naming what the agent asks to run, e.g. ``Bash(echo hi)``.
 
     Examples
     --------
@@ -95,9 +102,15 @@ def describe(request: ApprovalRequest) -> str:
     'Bash(echo hi)'
     >>> describe(ApprovalRequest("", "", ("Allow execution of [Shell]?",)))
     'Allow execution of [Shell]?'
+    >>> describe(ApprovalRequest("Bash", "cat > f <<'EOF'\na\nEOF", ()))
+    "Bash(cat > f <<'EOF' … +2 lines)"
     """
     if request.command:
-        return f"{request.tool}({request.command})" if request.tool else request.command
+        first, *more = request.command.split("\n")
+        command = f"{first} … +{len(more)} lines" if more else first
+        return f"{request.tool}({command})" if request.tool else command
+    if request.question:
+        return request.question
     return request.evidence[0] if request.evidence else "a tool"
 
 
@@ -120,11 +133,12 @@ class PendingApproval:
     evidence: tuple[str, ...]
     asked: float
     answer: Decision | None = None
+    question: str = ""
 
     @property
     def what(self) -> str:
-        """One line naming what the agent asks to run."""
-        return describe(ApprovalRequest(self.tool, self.command, self.evidence))
+        """What the agent asks to run (the question when no command was read)."""
+        return describe(ApprovalRequest(self.tool, self.command, self.evidence, self.question))
 
 
 def _key(agent: str) -> str:
@@ -145,6 +159,7 @@ def get_pending(store: RunStore, agent: str) -> PendingApproval | None:
         evidence=tuple(data.get("evidence", ())),
         asked=float(data.get("asked", 0.0)),
         answer=Decision(answer) if answer else None,
+        question=data.get("question", ""),
     )
 
 
@@ -156,6 +171,7 @@ def set_pending(store: RunStore, pending: PendingApproval) -> None:
         "evidence": list(pending.evidence),
         "asked": pending.asked,
         "answer": pending.answer.value if pending.answer else None,
+        "question": pending.question,
     }
     store.set_meta(_key(pending.agent), json.dumps(data))
 
@@ -183,7 +199,12 @@ def answer_pending(store: RunStore, agent: str, decision: Decision) -> PendingAp
         "approval-answer",
         agent=agent,
         detail=f"user: {decision.value} {pending.what}",
-        data={"decision": decision.value, "command": pending.command, "by": "user"},
+        data={
+            "decision": decision.value,
+            "command": pending.command,
+            "question": pending.question,
+            "by": "user",
+        },
     )
     return answered
 

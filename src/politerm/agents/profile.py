@@ -17,6 +17,12 @@ import typing as t
 import platformdirs
 import pydantic
 
+from politerm.agents.limits import reset_time
+
+# These lived here first; callers still import them from this module.
+from politerm.agents.question import ApprovalRequest as ApprovalRequest  # noqa: PLC0414
+from politerm.agents.question import ApprovalSpec as ApprovalSpec  # noqa: PLC0414
+from politerm.agents.question import open_question, read_request
 from politerm.agents.state import AgentState, StateReading
 from politerm.errors import ProfileError
 
@@ -72,10 +78,13 @@ class Detectors(_Model):
     Attributes
     ----------
     ready, busy, approval, error
-        Any match decides that state (checked in the order approval, stuck, busy, error,
-        ready).
+        Any match decides that state (checked in the order approval, stuck, busy, limited,
+        error, ready).
     stuck
-        Rate-limit and quota messages: the agent cannot go on by itself (state STUCK).
+        Messages after which the agent cannot go on by itself, not even later (state STUCK).
+    limited, limit_reset
+        Usage/rate-limit messages (state LIMITED until the reset), and regexes whose
+        ``reset`` group says when it resets (:func:`politerm.agents.limits.parse_reset`).
     input_line
         Regex with a ``text`` group matching the input line; searched bottom-up.
     input_placeholder
@@ -107,6 +116,8 @@ class Detectors(_Model):
     approval: list[str] = []
     error: list[str] = []
     stuck: list[str] = []
+    limited: list[str] = []
+    limit_reset: list[str] = []
     input_line: str | None = None
     input_placeholder: list[str] = []
     input_at_cursor: bool = False
@@ -122,15 +133,8 @@ class Detectors(_Model):
     @pydantic.model_validator(mode="after")
     def _check_regexes(self) -> Detectors:
         for field in (
-            "ready",
-            "busy",
-            "approval",
-            "error",
-            "stuck",
-            "input_placeholder",
-            "title_ready",
-            "title_busy",
-            "progress_ignore",
+            *("ready", "busy", "approval", "error", "stuck", "limited", "limit_reset"),
+            *("input_placeholder", "title_ready", "title_busy", "progress_ignore"),
         ):
             _compile(getattr(self, field), f"detectors.{field}")
         for field in ("input_line", "paste_marker", "input_anchor"):
@@ -140,36 +144,13 @@ class Detectors(_Model):
         if self.input_line is not None and "(?P<text>" not in self.input_line:
             msg = "detectors.input_line: needs a (?P<text>...) group"
             raise ValueError(msg)
+        for pat in self.limit_reset:
+            if "(?P<reset>" not in pat:
+                msg = f"detectors.limit_reset: {pat!r} needs a (?P<reset>...) group"
+                raise ValueError(msg)
         if self.busy_off_prompt and not self.input_at_cursor:
             msg = "detectors.busy_off_prompt: needs input_at_cursor = true"
             raise ValueError(msg)
-        return self
-
-
-class ApprovalSpec(_Model):
-    """How a tool-permission question is read and answered.
-
-    Attributes
-    ----------
-    approve, deny
-        Keys that answer the question (``["y"]``, ``["Escape"]``).
-    command
-        Regex searched in the detector region; its ``command`` group is the command the
-        agent wants to run (matched by ``approval_patterns``), an optional ``tool`` group
-        names the tool.
-    """
-
-    approve: list[str] = ["Enter"]
-    deny: list[str] = ["Escape"]
-    command: str | None = None
-
-    @pydantic.model_validator(mode="after")
-    def _check(self) -> ApprovalSpec:
-        if self.command is not None:
-            _compile([self.command], "approval.command")
-            if "(?P<command>" not in self.command:
-                msg = "approval.command: needs a (?P<command>...) group"
-                raise ValueError(msg)
         return self
 
 
@@ -210,15 +191,6 @@ class Rendering(_Model):
     def _check_chrome(self) -> Rendering:
         _compile(self.chrome, "render.chrome")
         return self
-
-
-@dataclasses.dataclass(frozen=True)
-class ApprovalRequest:
-    """A tool-permission question seen on screen: what the agent wants to run."""
-
-    tool: str
-    command: str
-    evidence: tuple[str, ...]
 
 
 class TranscriptSpec(_Model):
@@ -287,6 +259,8 @@ class AgentProfile(_Model):
         return {
             "approval": _compile(d.approval, "approval"),
             "stuck": _compile(d.stuck, "stuck"),
+            "limited": _compile(d.limited, "limited"),
+            "limit_reset": _compile(d.limit_reset, "limit_reset"),
             "busy": _compile(d.busy, "busy"),
             "error": _compile(d.error, "error"),
             "ready": _compile(d.ready, "ready"),
@@ -310,11 +284,6 @@ class AgentProfile(_Model):
     def _paste_re(self) -> re.Pattern[str] | None:
         pat = self.detectors.paste_marker
         return re.compile(pat) if pat else None
-
-    @functools.cached_property
-    def _command_re(self) -> re.Pattern[str] | None:
-        pat = self.approval.command
-        return re.compile(pat, re.MULTILINE) if pat else None
 
     def _input_candidates(self, snap: Snapshot) -> Sequence[str] | None:
         """The lines that may hold the input line, nearest first; None: no input box."""
@@ -366,12 +335,13 @@ class AgentProfile(_Model):
             lines = lines[max(0, end - self.detectors.region_lines) : end]
         return "\n".join(ln.rstrip() for ln in lines)
 
-    def detect(self, snap: Snapshot) -> StateReading:
+    def detect(self, snap: Snapshot, *, limited: bool = True) -> StateReading:
         """Decide the agent's state from one screen snapshot.
 
-        Dialogs and approval questions win over stuck, stuck over busy, busy over error,
-        error over ready, so a stale "ready" footer never hides a question. The pane title
-        decides only when the screen does not.
+        Dialogs and approval questions win over stuck, stuck over busy, busy over limited,
+        limited over error, error over ready, so a stale "ready" footer never hides a
+        question. The pane title decides only when the screen does not. ``limited=False``
+        reads the screen as if no limit message showed (one already dealt with).
         """
         if not snap.alive:
             status = "?" if snap.exit_status is None else str(snap.exit_status)
@@ -390,8 +360,13 @@ class AgentProfile(_Model):
                     rule=f"dialog {dialog.name}",
                     dialog=dialog.name,
                 )
+        # The lowest question, and none answered below it (see politerm.agents.question).
+        question = open_question(self, snap.lines, snap.cursor_y)
+        if question is not None:
+            return StateReading(
+                AgentState.WAITING_APPROVAL, (question.line,), input_text, rule=question.rule
+            )
         for state, key in (
-            (AgentState.WAITING_APPROVAL, "approval"),
             (AgentState.STUCK, "stuck"),
             (AgentState.BUSY, "busy"),
         ):
@@ -402,8 +377,14 @@ class AgentProfile(_Model):
             return StateReading(
                 AgentState.BUSY, tuple(snap.tail(1)), None, rule="cursor off the prompt"
             )
-        for state, key in ((AgentState.ERROR, "error"), (AgentState.READY, "ready")):
-            reading = self._search(text, state, key, input_text)
+        for state, key in (
+            (AgentState.LIMITED, "limited" if limited else ""),
+            (AgentState.ERROR, "error"),
+            (AgentState.READY, "ready"),
+        ):
+            reading = self._search(text, state, key, input_text) if key else None
+            if reading is not None and state is AgentState.LIMITED:
+                return dataclasses.replace(reading, reset_at=reset_time(self, text))
             if reading is not None:
                 return reading
         if input_text == "":
@@ -431,24 +412,15 @@ class AgentProfile(_Model):
         return None
 
     def approval_request(self, snap: Snapshot) -> ApprovalRequest | None:
-        """What the tool-permission question on screen asks to run, if one shows.
+        """What the open tool-permission question on screen asks to run, if one is open.
 
         The command is ``""`` when the profile has no ``approval.command`` regex or it does
-        not match; the evidence is the question's lines either way.
+        not match; ``complete`` is False when the question's box starts above the screen
+        (read it with the history: :func:`politerm.agents.question.read_request`).
         """
-        reading = self.detect(snap)
-        if reading.state is not AgentState.WAITING_APPROVAL:
+        if self.detect(snap).state is not AgentState.WAITING_APPROVAL:
             return None
-        text = self.region(snap)
-        rx = self._command_re
-        m = rx.search(text) if rx is not None else None
-        if m is None:
-            return ApprovalRequest("", "", reading.evidence)
-        groups = m.groupdict()
-        command = " ".join((groups.get("command") or "").split())
-        tool = (groups.get("tool") or "").strip()
-        evidence = (*reading.evidence, _line_at(text, m.start("command")))
-        return ApprovalRequest(tool, command, tuple(dict.fromkeys(evidence)))
+        return read_request(self, snap.lines, snap.cursor_y)
 
     def progress_key(self, snap: Snapshot) -> tuple[str, ...]:
         """The screen minus what moves without progress (spinners, timers, busy lines).
@@ -587,11 +559,12 @@ def guess_profile(argv: Sequence[str]) -> str:
     --------
     >>> guess_profile(["/usr/local/bin/claude", "--continue"])
     'claude'
+    >>> guess_profile(["C:/tools/Codex.exe"])
+    'codex'
     >>> guess_profile(["my-agent"])
     'generic'
     """
     if not argv:
         return "generic"
-    prog = pathlib.PurePath(argv[0]).name
-    known = set(_profile_files())
-    return prog if prog in known else "generic"
+    prog = pathlib.PurePath(argv[0]).name.lower().removesuffix(".exe")
+    return prog if prog in _profile_files() else "generic"

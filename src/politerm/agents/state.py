@@ -16,6 +16,7 @@ class AgentState(str, enum.Enum):
     DIALOG = "dialog"
     ERROR = "error"
     STUCK = "stuck"
+    LIMITED = "limited"
     EXITED = "exited"
     UNKNOWN = "unknown"
 
@@ -25,7 +26,8 @@ class StateReading:
     """One detection: the state, the screen lines that decided it, and the input box text.
 
     ``input_text`` is None when the profile cannot see an input area on this screen, and
-    ``""`` when the input area is there and empty.
+    ``""`` when the input area is there and empty. ``reset_at`` (epoch seconds) is when a
+    LIMITED agent's limit resets, when its screen says.
     """
 
     state: AgentState
@@ -33,3 +35,4 @@ class StateReading:
     input_text: str | None = None
     rule: str = ""
     dialog: str | None = None
+    reset_at: float | None = None

@@ -8,7 +8,10 @@ cannot tell:
   hides the input box for a frame reads UNKNOWN and must not flap the agent away from READY.
 - **Quiescence**: with a profile ``quiescence``, a screen that decides nothing (UNKNOWN)
   and has not changed for that long counts as READY (programs with no prompt to read).
-- **STUCK**: a rate-limit or quota message (the profile's ``stuck`` detectors), or no
+- **LIMITED** counts only a limit message that came after the last input: the lines showing
+  one when input is sent are remembered, and only more of them read LIMITED again (the
+  message that was answered with "continue" stays on the screen a while).
+- **STUCK**: a message the agent cannot get past (the profile's ``stuck`` detectors), or no
   progress for the profile's ``stuck_after`` seconds while the agent is not ready, not
   waiting for someone, and not exited. Progress is judged on the screen minus spinners,
   timers and busy lines (:meth:`AgentProfile.progress_key`), since those move forever in
@@ -21,6 +24,7 @@ import dataclasses
 import time
 import typing as t
 
+from politerm.agents.limits import limit_lines
 from politerm.agents.state import AgentState, StateReading
 
 if t.TYPE_CHECKING:
@@ -29,7 +33,13 @@ if t.TYPE_CHECKING:
 
 # States that wait for someone else (a person, the policy) and never count as stuck.
 _WAITING = frozenset(
-    {AgentState.READY, AgentState.WAITING_APPROVAL, AgentState.DIALOG, AgentState.EXITED}
+    {
+        AgentState.READY,
+        AgentState.WAITING_APPROVAL,
+        AgentState.DIALOG,
+        AgentState.LIMITED,
+        AgentState.EXITED,
+    }
 )
 
 
@@ -73,11 +83,19 @@ class StateTracker:
     _progress_at: float = 0.0
     _screen: tuple[str, ...] | None = None
     _screen_at: float = 0.0
+    _limit_lines: int = 0
+    _limit_base: int = 0
 
     def update(self, snap: Snapshot, now: float | None = None) -> StateReading:
         """Read ``snap`` and return the tracked state with the evidence that decided it."""
         now = self.clock() if now is None else now
         raw = self.profile.detect(snap)
+        if self.profile.detectors.limited:
+            self._limit_lines = limit_lines(self.profile, snap)
+            # Old limit lines scroll out of the region: the baseline follows them down.
+            self._limit_base = min(self._limit_base, self._limit_lines)
+            if raw.state is AgentState.LIMITED and self._limit_lines <= self._limit_base:
+                raw = self.profile.detect(snap, limited=False)
         if snap.lines != self._screen:
             self._screen, self._screen_at = snap.lines, now
         progress = self.profile.progress_key(snap)
@@ -133,12 +151,18 @@ class StateTracker:
         self.state = reading.state
         self.reading = reading
 
+    def force(self, reading: StateReading, now: float | None = None) -> None:
+        """Take ``reading`` as the tracked state (the driver's limiter decided it)."""
+        if reading is not self.reading:
+            self._set(reading, self.clock() if now is None else now)
+
     def input_sent(self, now: float | None = None) -> None:
         """We typed into the agent: the ready latch ends, and progress starts counting."""
         now = self.clock() if now is None else now
         self.latched = False
         self.busy_seen = False
         self._progress_at = now
+        self._limit_base = self._limit_lines
         self._set(StateReading(AgentState.UNKNOWN, ("input sent",), rule="input sent"), now)
 
     def seconds_in_state(self, now: float | None = None) -> float:

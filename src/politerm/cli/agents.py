@@ -87,3 +87,71 @@ def check(
     click.echo(f"{profile.name}: {verdict}")
     if not report.ok:
         raise SystemExit(1)
+
+
+@command.command("canary")
+@click.argument("clis", nargs=-1)
+@click.option(
+    "--cache",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    help="Where releases are installed (default: the user cache, politerm/canary).",
+)
+@click.option(
+    "--bin",
+    "bins",
+    multiple=True,
+    metavar="CLI=PATH",
+    help="Run this installed binary of CLI instead of installing the newest release.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--ready-timeout", default=120.0, show_default=True, help="Seconds to get ready.")
+@click.option("--turn-timeout", default=120.0, show_default=True, help="Seconds for each turn.")
+def canary(
+    clis: tuple[str, ...],
+    cache: pathlib.Path | None,
+    bins: tuple[str, ...],
+    as_json: bool,
+    ready_timeout: float,
+    turn_timeout: float,
+) -> None:
+    """Install the newest release of each CLI (default: all) and run the checks on it.
+
+    The checks (ready, deliver, block, approval, two turns) run against a loopback model
+    server; the table shows each one, and the screen lines where a detector broke.
+    """
+    import dataclasses
+
+    from politerm.canary import render, run_canary
+    from politerm.errors import CanaryError
+
+    paths: dict[str, pathlib.Path] = {}
+    for item in bins:
+        cli, sep, path = item.partition("=")
+        if not sep or not cli or not path:
+            msg = f"--bin {item!r}: expected CLI=PATH"
+            raise click.BadParameter(msg, param_hint="--bin")
+        paths[cli] = pathlib.Path(path).expanduser().resolve()
+
+    def say(line: str) -> None:
+        if not as_json:
+            click.echo(line, err=True)
+
+    try:
+        results = asyncio.run(
+            run_canary(
+                list(clis),
+                cache=cache,
+                bins=paths,
+                ready_timeout=ready_timeout,
+                turn_timeout=turn_timeout,
+                say=say,
+            )
+        )
+    except CanaryError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
+    else:
+        show(render(results))
+    if not all(r.ok for r in results):
+        raise SystemExit(1)

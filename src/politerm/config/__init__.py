@@ -15,11 +15,11 @@ where the value came from (file or variable), the dotted key and what was expect
 
 from __future__ import annotations
 
+from politerm.agents.profile import guess_profile
 from politerm.config.loading import ENV_VARS, load_config, use_config_file
 from politerm.config.sections import (
     CONFIG_FILENAME,
     DEFAULT_AGENTS,
-    KNOWN_PROFILES,
     NOTIFY_EVENTS,
     AgentConfig,
     Config,
@@ -32,7 +32,6 @@ from politerm.config.sections import (
     TmuxConfig,
     default_store_path,
     did_you_mean,
-    guess_profile,
     parse_seconds,
     user_config_file,
 )
@@ -41,7 +40,6 @@ __all__ = [
     "CONFIG_FILENAME",
     "DEFAULT_AGENTS",
     "ENV_VARS",
-    "KNOWN_PROFILES",
     "NOTIFY_EVENTS",
     "AgentConfig",
     "Config",

@@ -15,6 +15,7 @@ from pathlib import Path
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from politerm.agents.profile import guess_profile
 from politerm.errors import ConfigError
 from politerm.manager.settings import ManagerConfig
 from politerm.project import Project, find_project
@@ -28,7 +29,6 @@ CONFIG_FILENAME = "poli.toml"
 DEFAULT_AGENTS: tuple[str, ...] = ("PLANNER", "EXECUTER")
 """Agents that always exist, whatever the files say."""
 
-KNOWN_PROFILES: frozenset[str] = frozenset({"claude", "codex", "gemini", "opencode", "aider"})
 """Program names that pick their own agent profile; anything else gets ``"generic"``."""
 
 _SECONDS = "a number of seconds > 0"
@@ -139,6 +139,9 @@ class AgentConfig(_Section):
     resume_args: list[str] | None = Field(default=None, description="a list of strings")
     ready_regex: str | None = Field(default=None, description="a valid regular expression")
     mcp: bool = Field(default=False, description="true or false (register `poli mcp` in the agent)")
+    hooks: bool = Field(
+        default=True, description="true or false (install politerm's receipt hooks in the agent)"
+    )
 
     @field_validator("command")
     @classmethod
@@ -305,6 +308,30 @@ class NotifyConfig(_Section):
     )
 
 
+class LimitsConfig(_Section):
+    """What an agent that hit a usage or rate limit (state LIMITED) does at the reset."""
+
+    resume: str = Field(
+        default="continue", min_length=1, description="the text sent when the limit resets"
+    )
+    wait: float = Field(
+        default=300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description=_SECONDS + " (used when the screen names no reset time)",
+    )
+    margin: float = Field(default=5.0, ge=0, allow_inf_nan=False, description="seconds >= 0")
+    max_resumes: int = Field(default=5, ge=0, description="a whole number >= 0")
+
+
+class BudgetConfig(_Section):
+    """Token caps; a turn that goes over one is ended with a ``budget`` event."""
+
+    turn_tokens: int | None = Field(default=None, gt=0, description="a whole number > 0")
+    task_tokens: int | None = Field(default=None, gt=0, description="a whole number > 0")
+    run_tokens: int | None = Field(default=None, gt=0, description="a whole number > 0")
+
+
 class Config(_Section):
     """The whole configuration; build it with :func:`load_config`."""
 
@@ -323,6 +350,8 @@ class Config(_Section):
     redact: RedactConfig = Field(default_factory=RedactConfig, description="a table")
     notify: NotifyConfig = Field(default_factory=NotifyConfig, description="a table")
     manager: ManagerConfig = Field(default_factory=ManagerConfig, description="a table")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="a table")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="a table")
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
     _project: Project | None = PrivateAttr(default=None)
@@ -385,21 +414,6 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def guess_profile(argv: list[str]) -> str:
-    """Guess an agent profile from a command's program name.
-
-    Examples
-    --------
-    >>> guess_profile(["/usr/local/bin/claude", "--continue"])
-    'claude'
-    >>> guess_profile(["vim"])
-    'generic'
-    """
-    program = Path(argv[0]).name.lower() if argv else ""
-    program = program.removesuffix(".exe")
-    return program if program in KNOWN_PROFILES else "generic"
 
 
 def parse_seconds(name: str, value: str) -> float:

@@ -10,26 +10,36 @@ from __future__ import annotations
 from politerm.driver.agent import (
     AgentDriver,
     Observation,
-    ReportStream,
     TmuxPlace,
     check_program,
 )
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.ready import wait_ready
+from politerm.driver.receipts import Drift, Receipts, Source
+from politerm.driver.reports import ReportStream
+from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.turn import Expect, TurnOutcome, TurnResult, run_turn
 
 __all__ = [
     "AgentDriver",
     "Approver",
     "BlockReader",
+    "Budget",
     "DeliveryResult",
+    "Drift",
     "Expect",
+    "LimitPolicy",
+    "Limiter",
     "Observation",
     "Outcome",
+    "Receipts",
     "ReportStream",
+    "Source",
     "TmuxPlace",
+    "TokenMeter",
     "TurnOutcome",
     "TurnResult",
     "check_program",

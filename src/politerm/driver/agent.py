@@ -12,6 +12,10 @@ through :class:`AgentDriver` and keeps only its own logic. The driver owns:
   (:meth:`~AgentDriver.observe`);
 - the block stream of a turn (:meth:`~AgentDriver.read_blocks`) and the fenced-report stream
   (:meth:`~AgentDriver.reports`);
+- receipts from the agent's own hooks (:mod:`politerm.driver.receipts`): installed at
+  start for CLIs that have them, found again on attach through the pane's ``@poli_hooks``;
+  they confirm deliveries, end turns and announce approvals, and the screen cross-checks
+  them (a disagreement is recorded as ``drift``);
 - killing the agent's whole process tree;
 - one high-level call, :meth:`~AgentDriver.run_turn`, for workflows that send one prompt and
   wait for its answer (see :mod:`politerm.driver.turn`).
@@ -21,7 +25,6 @@ Named hooks (:meth:`~AgentDriver.on`) let tests put a fault at an exact moment o
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import dataclasses
 import logging
@@ -38,15 +41,30 @@ from politerm.agents.tracker import StateTracker
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.ready import wait_ready
+from politerm.driver.receipts import (
+    HOOK_GRACE,
+    PANE_OPTION,
+    Drift,
+    Receipts,
+    launch_with_hooks,
+    mark_pane,
+    parse_option,
+)
+from politerm.driver.receiptwatch import PromptCheck, cross_check_delivery
+from politerm.driver.reports import ReportStream
+from politerm.driver.tokens import Budget, TokenMeter
 from politerm.errors import (
     AgentNotFound,
     ControlModeError,
+    HookError,
     PaneNotFound,
     PtyError,
     StoreError,
+    TmuxError,
 )
-from politerm.protocol.report import ReportParser
+from politerm.hooks.events import HookEvent, HookKind
 from politerm.pty.runner import PtyTerminal
 from politerm.tmux.pane import Pane, new_window
 
@@ -56,7 +74,6 @@ if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
     from politerm.driver.turn import Expect, TurnResult
     from politerm.protocol.block import Block
-    from politerm.protocol.report import ReportSignal
     from politerm.store import RunStore
     from politerm.terminal import Snapshot
     from politerm.tmux.control import ControlClient
@@ -88,6 +105,8 @@ class Observation:
     snap: Snapshot
     reading: StateReading
     approval: str = "none"
+    hook_approval: HookEvent | None = None
+    """The agent's own notification that a permission question is open (its hooks)."""
 
     @property
     def state(self) -> AgentState:
@@ -137,6 +156,12 @@ class AgentDriver:
         The name ``poli approve`` answers its questions under (default: ``name``).
     cwd, env
         Its working directory (file-referenced bodies, transcripts) and environment.
+    receipts
+        Its hook receipts (default: found through the pane's ``@poli_hooks`` option).
+    limits
+        What to do when it hits a usage or rate limit (see :mod:`politerm.driver.limits`).
+    budget
+        Token caps (see :mod:`politerm.driver.tokens`).
     """
 
     def __init__(
@@ -150,6 +175,9 @@ class AgentDriver:
         approval_key: str | None = None,
         cwd: pathlib.Path | None = None,
         env: Mapping[str, str] | None = None,
+        receipts: Receipts | None = None,
+        limits: LimitPolicy | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.name = name
         self.profile = profile
@@ -158,6 +186,8 @@ class AgentDriver:
         self.cwd = cwd
         self.env = {**profile.env, **(env or {})}
         self.tracker = StateTracker(profile)
+        self.limiter = Limiter(limits or LimitPolicy())
+        self.meter = TokenMeter(name, profile, cwd=cwd, env=self.env, store=store, budget=budget)
         self.approver = Approver(
             approval_key or name, profile, term, policy or ApprovalPolicy(), store
         )
@@ -166,6 +196,14 @@ class AgentDriver:
         self.dead = False
         self._stuck_reported = False
         self._hooks: dict[str, list[Hook]] = {}
+        self.receipts = receipts
+        self._receipts_looked = receipts is not None
+        #: Receipts after this position belong to the last prompt delivered.
+        self.delivery_mark = 0
+        self.drifts: list[Drift] = []
+        #: Seconds one source (hook or screen) may lag the other before it counts as drift.
+        self.hook_grace = HOOK_GRACE
+        self._drift_seen: set[str] = set()
 
     def __repr__(self) -> str:
         return f"AgentDriver({self.name}, {self.term.name}, {self.state.value})"
@@ -186,6 +224,8 @@ class AgentDriver:
         ready_timeout: float | None = 60.0,
         size: tuple[int, int] = (200, 50),
         say: Callable[[str], None] | None = None,
+        hooks: bool = True,
+        hooks_dir: pathlib.Path | None = None,
         **kwargs: t.Any,
     ) -> AgentDriver:
         """Start an agent in a new tmux window (``tmux``) or a PTY, and wait until ready.
@@ -201,6 +241,11 @@ class AgentDriver:
             (default ``agents.<name>.command``).
         ready_timeout
             Bound on the wait for the ready prompt; None does not wait.
+        hooks, hooks_dir
+            Install the CLI's receipt hooks (claude, gemini, codex, aider), reporting to a
+            channel in ``hooks_dir`` (the session's private hooks directory; default a fresh
+            private temporary one). A channel that cannot be made leaves the screen alone
+            to decide, with a warning.
         kwargs
             Passed to the constructor (store, policy, approval_key).
 
@@ -214,6 +259,10 @@ class AgentDriver:
         argv = list(argv if argv is not None else profile.command)
         full_env = {**profile.env, **(env or {})}
         check_program(argv, full_env, setting=setting or f"agents.{name}.command")
+        setup = launch_with_hooks(
+            name, profile.name, argv, full_env, hooks_dir, enabled=hooks, say=say
+        )
+        argv, full_env = setup.argv, setup.env
         term: AgentTerm
         if tmux is not None:
             term = await new_window(
@@ -230,7 +279,11 @@ class AgentDriver:
         else:
             term = await PtyTerminal.spawn(argv, cwd=cwd, env=full_env, size=size, name=name)
         where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
-        driver = cls(name, profile, term, cwd=where, env=env, **kwargs)
+        receipts = kwargs.pop("receipts", None) or setup.receipts()
+        if isinstance(term, Pane):
+            with contextlib.suppress(TmuxError):
+                await mark_pane(term, setup)
+        driver = cls(name, profile, term, cwd=where, env=env, receipts=receipts, **kwargs)
         if ready_timeout is None:
             return driver
         try:
@@ -287,8 +340,9 @@ class AgentDriver:
     async def observe(self, *, task_id: str | None = None) -> Observation:
         """Look once: track the state, answer an approval question by policy, record it.
 
-        A STUCK agent is reported once as a ``stuck`` event; the agent's row in the store
-        (if it has one) follows its state.
+        A STUCK agent is reported once as a ``stuck`` event; a LIMITED one is resumed at the
+        reset (:class:`~politerm.driver.limits.Limiter`); the agent's row in the store (if it
+        has one) follows its state.
         """
         snap = await self.snapshot()
         if snap is None:
@@ -297,7 +351,11 @@ class AgentDriver:
             snap = Snapshot(("pane is gone",), alive=False)
         reading = self.tracker.update(snap)
         self.last_screen = snap.lines
+        hook_approval = await self._hook_approval(reading)
         approval = "none"
+        if reading.state is AgentState.LIMITED or self.limiter.active or self.limiter.given_up:
+            reading = await self.limiter.look(self, reading, task_id)
+            self.tracker.force(reading)
         if reading.state is AgentState.EXITED:
             self.dead = True
         elif reading.state is AgentState.WAITING_APPROVAL:
@@ -306,7 +364,57 @@ class AgentDriver:
             # A redraw frame (UNKNOWN) is not an answer; a definite other state is.
             self.approver.gone(task_id=task_id)
         self._record(reading, task_id)
-        return Observation(snap, reading, approval)
+        return Observation(snap, reading, approval, hook_approval)
+
+    async def _hook_approval(self, reading: StateReading) -> HookEvent | None:
+        """The open approval the agent's hooks announced since the last delivery."""
+        rc = await self.hook_receipts()
+        if rc is None:
+            return None
+        pending = rc.approval_open(self.delivery_mark)
+        if pending is None or reading.state in (AgentState.WAITING_APPROVAL, AgentState.EXITED):
+            return pending
+        if time.time() - pending.at >= self.hook_grace:
+            self.drift(
+                Drift(
+                    "approval",
+                    f"a permission question is open ({pending.describe()})",
+                    f"{reading.state.value} ({reading.rule})",
+                ),
+                key=f"approval@{pending.offset}",
+            )
+        return pending
+
+    # --- receipts -------------------------------------------------------------------------
+
+    async def hook_receipts(self) -> Receipts | None:
+        """The agent's hook receipts: given, or found through its pane's ``@poli_hooks``."""
+        if self._receipts_looked:
+            return self.receipts
+        self._receipts_looked = True
+        if not isinstance(self.term, Pane):
+            return None
+        try:
+            found = parse_option(await self.term.get_option(PANE_OPTION))
+        except (TmuxError, ControlModeError):
+            found = None
+        if found is not None:
+            try:
+                self.receipts = Receipts.open(*found)
+            except HookError as exc:
+                log.warning("%s: hook receipts ignored: %s", self.name, exc)
+        return self.receipts
+
+    def drift(self, drift: Drift, *, key: str | None = None, task_id: str | None = None) -> None:
+        """Record that the agent's own event and its screen disagreed (once per ``key``)."""
+        k = key or str(drift)
+        if k in self._drift_seen:
+            return
+        self._drift_seen.add(k)
+        self.drifts.append(drift)
+        log.warning("%s drift: %s", self.name, drift)
+        with contextlib.suppress(StoreError):
+            self._event("drift", task_id, str(drift))
 
     def _record(self, reading: StateReading, task_id: str | None) -> None:
         if reading.state is AgentState.STUCK and not self._stuck_reported:
@@ -324,6 +432,10 @@ class AgentDriver:
             agent = self.store.get_agent(self.name)
             if agent is not None and agent.state != reading.state.value:
                 self.store.set_agent_state(self.name, reading.state.value)
+
+    def record(self, kind: str, task_id: str | None, detail: str) -> None:
+        """Add an event about this agent to the store (when it has one)."""
+        self._event(kind, task_id, detail)
 
     def _event(self, kind: str, task_id: str | None, detail: str) -> None:
         if self.store is not None:
@@ -371,9 +483,17 @@ class AgentDriver:
         STRANDED attempt left in the box instead. The tracker's ready latch ends here.
         """
         self.tracker.input_sent()
+        rc = await self.hook_receipts()
+        check = None
+        if rc is not None:
+            self.delivery_mark = rc.mark()
+            if rc.reports(HookKind.PROMPT):
+                check = PromptCheck(rc, self.delivery_mark, text)
         await self._hook("before-paste")
         try:
-            result = await deliver(self.term, text, self.profile, already_pasted=already_pasted)
+            result = await deliver(
+                self.term, text, self.profile, already_pasted=already_pasted, receipt=check
+            )
         except ControlModeError as exc:
             # The connection dropped mid-delivery: nothing is known to be submitted.
             return DeliveryResult(Outcome.STRANDED, (str(exc),), 0, False, 0.0, "tmux dropped")
@@ -383,6 +503,8 @@ class AgentDriver:
             return DeliveryResult(Outcome.AGENT_EXITED, (str(exc),), 0, False, 0.0, "pty closed")
         if result.outcome is Outcome.AGENT_EXITED:
             self.dead = True
+        if check is not None:
+            result = await cross_check_delivery(self, result, check, grace=self.hook_grace)
         await self._hook("after-confirm")
         return result
 
@@ -437,47 +559,5 @@ class AgentDriver:
         with contextlib.suppress(PaneNotFound, ControlModeError):
             await self.term.kill(grace=grace)
         self.dead = True
-
-
-class ReportStream:
-    """The agent's raw output fed to a :class:`~politerm.protocol.report.ReportParser`.
-
-    Subscribes at construction; :meth:`close` unsubscribes. ``signals`` collects reports and
-    report errors as they complete; ``on_text`` (optional) sees the decoded text first (the
-    epic transcript writer).
-    """
-
-    def __init__(
-        self,
-        term: AgentTerm,
-        session_id: str,
-        *,
-        on_text: Callable[[str], None] | None = None,
-    ) -> None:
-        self.parser = ReportParser(session_id)
-        self.signals: list[ReportSignal] = []
-        self.on_text = on_text
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        if isinstance(term, Pane):
-            self._unsubscribe = term.client.subscribe(
-                term.pane_id, lambda _pane, data: self._feed(data)
-            )
-        else:
-            self._unsubscribe = term.subscribe(self._feed)
-
-    def _feed(self, data: bytes) -> None:
-        self.feed_text(self._decoder.decode(data))
-
-    def feed_text(self, text: str) -> None:
-        """Feed decoded output (also the decoder's tail at the end)."""
-        if self.on_text is not None:
-            self.on_text(text)
-        self.signals.extend(self.parser.feed(text))
-
-    def flush(self) -> None:
-        """Feed what the decoder still holds (the agent exited)."""
-        self.feed_text(self._decoder.decode(b"", final=True))
-
-    def close(self) -> None:
-        """Stop listening."""
-        self._unsubscribe()
+        if self.receipts is not None:
+            await self.receipts.close()

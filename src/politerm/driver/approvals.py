@@ -22,9 +22,11 @@ from politerm.agents.approval import (
     get_pending,
     set_pending,
 )
+from politerm.agents.question import read_request
 
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
+    from politerm.agents.question import ApprovalRequest
     from politerm.store import RunStore
     from politerm.terminal import Snapshot, Terminal
 
@@ -63,6 +65,7 @@ class Approver:
     _screen: tuple[str, ...] | None = None
     _at: float = 0.0
     _local: PendingApproval | None = None
+    _box: tuple[tuple[str, ...], ApprovalRequest] | None = None
 
     @property
     def pending(self) -> PendingApproval | None:
@@ -90,15 +93,25 @@ class Approver:
         request = self.profile.approval_request(snap)
         if request is None:
             return "none"
+        if not request.complete:
+            request = await self._with_history(snap, request)
         what = describe(request)
         verdict = self.policy.decide(request)
         decision, by, reason = verdict.decision, "policy", verdict.reason
         if decision is None:
             pending = self.pending
-            if pending is None or pending.command != request.command:
+            if pending is None or (pending.question, pending.command) != (
+                request.question,
+                request.command,
+            ):
                 self._set_pending(
                     PendingApproval(
-                        self.key, request.tool, request.command, request.evidence, time.time()
+                        self.key,
+                        request.tool,
+                        request.command,
+                        request.evidence,
+                        time.time(),
+                        question=request.question,
                     )
                 )
                 self.asked = True
@@ -110,6 +123,8 @@ class Approver:
                     {
                         "tool": request.tool,
                         "command": request.command,
+                        "question": request.question,
+                        "complete": request.complete,
                         "evidence": list(request.evidence),
                     },
                 )
@@ -137,11 +152,33 @@ class Approver:
                 "reason": reason,
                 "tool": request.tool,
                 "command": request.command,
+                "question": request.question,
+                "complete": request.complete,
                 "keys": list(keys),
                 "evidence": list(request.evidence),
             },
         )
         return "answered"
+
+    async def _with_history(self, snap: Snapshot, request: ApprovalRequest) -> ApprovalRequest:
+        """Read a question whose box starts above the screen again, with the history.
+
+        Only a terminal that keeps history (a tmux pane) can; the box is read once per
+        screen, since it does not change while the question waits.
+        """
+        if self._box is not None and self._box[0] == snap.lines:
+            return self._box[1]
+        capture = getattr(self.term, "capture_history", None)
+        found = request
+        if capture is not None:
+            lines = await capture()
+            offset = len(lines) - len(snap.lines)
+            if offset >= 0 and tuple(lines[offset:]) == snap.lines:
+                again = read_request(self.profile, lines, snap.cursor_y + offset)
+                if again is not None and again.question == request.question:
+                    found = again
+        self._box = (snap.lines, found)
+        return found
 
     def gone(self, *, task_id: str | None = None) -> None:
         """The question asked of the user left the screen without our keys."""

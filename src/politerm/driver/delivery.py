@@ -7,6 +7,11 @@ again, so two prompts are never submitted as one. After the submit key, the scre
 show the text left the input area or the agent became busy; otherwise the submit key is
 pressed again with backoff. The outcome is one of :class:`Outcome`, returned with the
 screen lines that decided it.
+
+Where the agent reports its own prompt event (a hook receipt, :mod:`politerm.driver.receipts`),
+a :class:`ReceiptCheck` is consulted beside the screen: the receipt confirms the delivery
+(and no submit key is pressed again), and :attr:`DeliveryResult.sources` says which sources
+confirmed it.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import time
 import typing as t
 
 from politerm._internal import vault
-from politerm._internal.aio import wait_event
+from politerm._internal.aio import wait_any, wait_event
 from politerm.agents.state import AgentState
+from politerm.driver.receipts import Source
 from politerm.errors import PaneNotFound
 
 if t.TYPE_CHECKING:
@@ -62,6 +68,9 @@ class DeliveryResult:
         Seconds from the start of the paste to the decision.
     rule
         Which check decided it, for logs.
+    sources
+        Which sources confirmed the outcome: ``hook`` (the agent's own prompt event),
+        ``transcript``, ``screen``.
     """
 
     outcome: Outcome
@@ -70,11 +79,27 @@ class DeliveryResult:
     submitted: bool
     elapsed: float
     rule: str = ""
+    sources: tuple[Source, ...] = (Source.SCREEN,)
+
+    @property
+    def source(self) -> str:
+        """Which sources confirmed it, e.g. ``hook+screen``."""
+        return "+".join(self.sources)
 
     @property
     def ok(self) -> bool:
         """True for DELIVERED."""
         return self.outcome is Outcome.DELIVERED
+
+
+class ReceiptCheck(t.Protocol):
+    """The agent's own confirmation of a prompt, consulted while the screen is watched."""
+
+    def confirmed(self) -> str | None:
+        """What confirmed the prompt (one line of evidence), or None while nothing has."""
+
+    def event(self) -> asyncio.Event:
+        """Set when a receipt may have arrived."""
 
 
 async def _snapshot(term: Terminal) -> Snapshot | None:
@@ -101,6 +126,7 @@ async def deliver(
     *,
     paste_timeout: float | None = None,
     already_pasted: bool = False,
+    receipt: ReceiptCheck | None = None,
 ) -> DeliveryResult:
     """Paste ``text`` into ``term``, press the profile's submit key, and confirm it.
 
@@ -118,6 +144,9 @@ async def deliver(
     already_pasted
         The text is still in the input box from an earlier, STRANDED attempt: only press
         the submit key again (pasting it twice would double it).
+    receipt
+        The agent's own prompt receipt, where its hooks report one: it confirms the
+        delivery as the screen does.
 
     Returns
     -------
@@ -200,7 +229,14 @@ async def deliver(
             return _gone(elapsed(), submits, submitted=submits > 0)
         submits += 1
         result = await _confirm(
-            term, profile, screen_before, profile.confirm_timeout, submits, start, seen=seen
+            term,
+            profile,
+            screen_before,
+            profile.confirm_timeout,
+            submits,
+            start,
+            seen=seen,
+            receipt=receipt,
         )
         if result is not None:
             log.debug("delivery to %s: %s after %d submit(s)", term.name, result.outcome, submits)
@@ -232,11 +268,13 @@ async def _confirm(
     start: float,
     *,
     seen: bool,
+    receipt: ReceiptCheck | None = None,
 ) -> DeliveryResult | None:
     """Watch the screen after a submit key; a result when decided, None to press again.
 
     An empty input box proves submission only if the text was seen in it first; otherwise
-    (a program that never showed the paste) only busy, or a changed screen, does.
+    (a program that never showed the paste) only busy, or a changed screen, does. The
+    agent's own receipt (when there is one) confirms it too, whatever the screen shows.
     """
     deadline = time.monotonic() + timeout
     has_input = profile.detectors.input_line is not None
@@ -256,9 +294,26 @@ async def _confirm(
             return DeliveryResult(
                 Outcome.BLOCKED, reading.evidence, submits, True, now - start, reading.rule
             )
+        hook = receipt.confirmed() if receipt is not None else None
         if reading.state is AgentState.BUSY:
             return DeliveryResult(
-                Outcome.DELIVERED, reading.evidence, submits, True, now - start, reading.rule
+                Outcome.DELIVERED,
+                (hook, *reading.evidence) if hook else reading.evidence,
+                submits,
+                True,
+                now - start,
+                reading.rule,
+                (Source.HOOK, Source.SCREEN) if hook else (Source.SCREEN,),
+            )
+        if hook:
+            return DeliveryResult(
+                Outcome.DELIVERED,
+                (hook, *snap.tail(3)),
+                submits,
+                True,
+                now - start,
+                "prompt receipt",
+                (Source.HOOK,),
             )
         if (
             has_input
@@ -281,7 +336,11 @@ async def _confirm(
             )
         if now >= deadline:
             return None
-        await wait_event(event, min(_RECHECK, deadline - now))
+        wait = min(_RECHECK, deadline - now)
+        if receipt is not None:
+            await wait_any(event, receipt.event(), timeout=max(0.0, wait))
+        else:
+            await wait_event(event, wait)
 
 
 async def clear_input(term: Terminal, profile: AgentProfile) -> Snapshot | None:

@@ -5,12 +5,21 @@ answer it expects arrives, answering approval questions by policy (or waiting fo
 approve``) on the way. It ends on every path with a :class:`TurnResult`:
 
 - ANSWERED: the expected block (with the turn's nonce) or the fenced report arrived and the
-  agent is idle again with no open question (a question after the block keeps it open);
+  agent is idle again with no open question (a question after the block keeps it open).
+  Where the agent's hooks report its stop event, the turn ends on that event and the screen
+  cross-checks it: :attr:`TurnResult.ended_by` names the sources, and a disagreement that
+  outlasts :data:`~politerm.driver.receipts.HOOK_GRACE` is recorded as drift;
 - IDLE: the agent sat ready without answering for the profile's ``idle_after``, was nudged
   ``idle_nudges`` times, and still did not answer;
-- TIMEOUT: the bound ran out (counted from confirmed delivery); the error names the blocks
-  rejected in the turn and why, a pending approval, and whether nudges were delivered;
+- TIMEOUT: the bound ran out (counted from confirmed delivery, without the time the agent
+  spent LIMITED waiting for a usage limit to reset); the error names the blocks rejected in
+  the turn and why, a pending approval, and whether nudges were delivered;
+- OVER_BUDGET: the turn (its task, the run) used more tokens than a ``[budget]`` cap; the
+  agent is interrupted and a ``budget`` event names the cap;
 - EXITED, STUCK, NOT_DELIVERED, REPORT_ERROR: what they say, with the screen.
+
+The turn's tokens (from the agent's transcript) are counted on the way and recorded when
+it ends (:mod:`politerm.driver.tokens`).
 """
 
 from __future__ import annotations
@@ -20,17 +29,20 @@ import enum
 import time
 import typing as t
 
-from politerm._internal.aio import wait_event
+from politerm._internal.aio import wait_any
 from politerm.agents.state import AgentState
 from politerm.driver.delivery import Outcome
+from politerm.driver.receipts import Drift
 from politerm.errors import ReportError
+from politerm.hooks.events import HookKind
 from politerm.protocol.primer import new_nonce
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable
 
-    from politerm.driver.agent import AgentDriver, ReportStream
+    from politerm.driver.agent import AgentDriver
     from politerm.driver.delivery import DeliveryResult
+    from politerm.driver.reports import ReportStream
     from politerm.protocol.block import Block
     from politerm.protocol.report import Report
 
@@ -53,6 +65,7 @@ class TurnOutcome(enum.StrEnum):
     STUCK = "stuck"
     NOT_DELIVERED = "not_delivered"
     REPORT_ERROR = "report_error"
+    OVER_BUDGET = "over_budget"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +117,11 @@ class TurnResult:
     nudges: int = 0
     error: str = ""
     screen: tuple[str, ...] = ()
+    ended_by: str = ""
+    """Which sources ended the turn: ``hook``, ``screen`` or ``hook+screen``."""
+    drift: tuple[str, ...] = ()
+    """Disagreements between the agent's hooks and its screen during the turn."""
+    limited_for: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -174,6 +192,7 @@ async def run_turn(
             driver.profile.idle_after if idle_after is None else idle_after,
         ).run(text, timeout)
     finally:
+        driver.meter.end_turn()
         if reports is not None:
             reports.close()
 
@@ -194,6 +213,10 @@ class _Turn:
     answer: tuple[Block, ...] = ()
     report: Report | None = None
     answered_at: float = 0.0
+    ended_by: str = ""
+    drift_from: int = 0
+    disagree_since: float | None = None
+    limited_for: float = 0.0
 
     def result(self, outcome: TurnOutcome, error: str = "") -> TurnResult:
         return TurnResult(
@@ -205,10 +228,14 @@ class _Turn:
             self.nudges,
             error,
             tuple(ln.rstrip() for ln in self.driver.last_screen if ln.strip())[-8:],
+            self.ended_by,
+            tuple(str(d) for d in self.driver.drifts[self.drift_from :]),
+            self.limited_for,
         )
 
     async def run(self, text: str, timeout: float) -> TurnResult:
         d = self.driver
+        self.drift_from = len(d.drifts)
         self.delivery = await d.deliver(text)
         res = self.delivery
         if not (res.ok or (res.outcome is Outcome.BLOCKED and res.submitted)):
@@ -222,10 +249,13 @@ class _Turn:
                 f"{d.name}: prompt not delivered ({res.outcome.value}: {res.rule}): "
                 + " | ".join(res.evidence[-3:]),
             )
+        d.meter.start_turn(self.task_id)
         deadline = time.monotonic() + timeout
         idle_from = time.monotonic()
+        rc = d.receipts
+        limited_at: float | None = None
         while True:
-            event = d.term.output_event()
+            events = [d.term.output_event()] + ([rc.event()] if rc is not None else [])
             obs = await d.observe(task_id=self.task_id)
             await self._look_for_answer(obs.snap)
             if self.reports is not None:
@@ -236,14 +266,32 @@ class _Turn:
             state = obs.state
             if state is AgentState.EXITED:
                 return self._exited()
+            d.meter.poll()
+            over = d.meter.over_budget()
+            if over is not None and not (self.answer or self.report is not None):
+                await d.press(d.profile.interrupt_key)
+                d.record("budget", self.task_id, f"turn ended: {over}")
+                return self.result(TurnOutcome.OVER_BUDGET, over)
+            # Waiting for a usage limit to reset does not count against the turn.
+            if state is AgentState.LIMITED and limited_at is None:
+                limited_at = now
+            elif state is not AgentState.LIMITED and limited_at is not None:
+                deadline += now - limited_at
+                self.limited_for += now - limited_at
+                limited_at = None
             answered = bool(self.answer) or self.report is not None
             # Done only when idle with no open question (one after the block keeps it open).
-            settled = state is AgentState.READY or (
-                state not in (AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.DIALOG)
-                and now - self.answered_at >= _SETTLE
+            settled = obs.hook_approval is None and (
+                state is AgentState.READY
+                or (
+                    state not in (AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.DIALOG)
+                    and now - self.answered_at >= _SETTLE
+                )
             )
-            if answered and settled:
-                return self.result(TurnOutcome.ANSWERED)
+            if answered:
+                done = self._ended(settled, obs.reading.rule, state, now)
+                if done is not None:
+                    return done
             if state is AgentState.STUCK:
                 return self.result(
                     TurnOutcome.STUCK,
@@ -261,12 +309,49 @@ class _Turn:
                     self.nudges += 1
                 idle_from = time.monotonic()
                 continue
-            if now >= deadline:
+            if now >= deadline and limited_at is None:
                 if answered:
                     return self.result(TurnOutcome.ANSWERED)
                 return self.result(TurnOutcome.TIMEOUT, self._timeout_error(timeout))
             backstop = _READY_BACKSTOP if state is AgentState.READY else _BACKSTOP
-            await wait_event(event, min(backstop, deadline - now))
+            if limited_at is not None:
+                await wait_any(*events, timeout=min(backstop, d.limiter.due_in() or backstop))
+                continue
+            await wait_any(*events, timeout=max(0.0, min(backstop, deadline - now)))
+
+    def _ended(self, settled: bool, rule: str, state: AgentState, now: float) -> TurnResult | None:
+        """The answered turn's end, from the agent's stop event and the screen; None: not yet."""
+        d = self.driver
+        rc = d.receipts
+        if rc is None or not rc.reports(HookKind.STOP) or rc.silent:
+            if settled:
+                self.ended_by = "screen"
+                return self.result(TurnOutcome.ANSWERED)
+            return None
+        stop = rc.stop_since(d.delivery_mark)
+        if stop is not None and settled:
+            self.ended_by = "hook+screen"
+            return self.result(TurnOutcome.ANSWERED)
+        blocked = state in (AgentState.WAITING_APPROVAL, AgentState.DIALOG)
+        if (stop is None) == (not settled) or blocked:
+            self.disagree_since = None  # both say "still going", or a question is open
+            return None
+        self.disagree_since = self.disagree_since or now
+        if now - self.disagree_since < d.hook_grace:
+            return None
+        if stop is not None:
+            d.drift(
+                Drift("turn-end", stop.describe(), f"still {state.value} ({rule})"),
+                task_id=self.task_id,
+            )
+            self.ended_by = "hook"
+        else:
+            d.drift(
+                Drift("turn-end", f"no stop event within {d.hook_grace:g}s", f"{state.value}"),
+                task_id=self.task_id,
+            )
+            self.ended_by = "screen"
+        return self.result(TurnOutcome.ANSWERED)
 
     async def _look_for_answer(self, snap: t.Any) -> None:
         if self.reports is not None:

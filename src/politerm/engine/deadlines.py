@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import typing as t
 
+from politerm.agents.state import AgentState
 from politerm.engine.effects import BlockEffects
 from politerm.engine.routebase import FOLLOW_UPS, PLANNER
 from politerm.store.models import MessageState, TaskState, TurnEnd
@@ -82,7 +83,18 @@ class Deadlines(BlockEffects):
                     self.store.clear_expectation(exp.task_id)
                 continue
             if self._waiting_for_delivery(exp):
+                if exp.sender in self._dead:
+                    # Its prompt can never be delivered: fail it resumably, not wait forever.
+                    self._fail(
+                        task.id,
+                        f"agent {exp.sender} exited before it got its prompt for task {task.id}; "
+                        "run `poli up --resume` to restart it and continue",
+                        resumable=task.state,
+                        reason=TurnEnd.AGENT_DIED,
+                    )
                 continue  # its clock starts at confirmed delivery
+            if self._paused_for_limit(task, exp, now):
+                continue
             total = self._step_timeout(exp.sender)
             started = exp.deadline - total
             if not exp.nudged and now >= started + total * self.config.timeouts.nudge_fraction:
@@ -100,6 +112,45 @@ class Deadlines(BlockEffects):
                 self._follow_up(task, exp.sender, "retry")
                 continue
             self._fail(task.id, self._timeout_message(task, exp, total), reason=TurnEnd.TIMED_OUT)
+
+    def _paused_for_limit(self, task: Task, exp: Expectation, now: float) -> bool:
+        """While the step's agent waits for a usage limit to reset, its clock stands still.
+
+        The time left is kept in the store when the limit starts (so a restarted router
+        keeps it), and the deadline is set that far from the moment the limit ends.
+        """
+        key = f"limit-paused:{task.id}:{exp.sender}"
+        driver = self.agents.get(exp.sender)
+        limited = driver is not None and driver.state is AgentState.LIMITED
+        left = self.store.get_meta(key)
+        if limited:
+            if not left:
+                self.store.set_meta(key, repr(max(0.0, exp.deadline - now)))
+                self.store.add_event(
+                    "deadline-paused",
+                    task_id=task.id,
+                    agent=exp.sender,
+                    detail=f"{exp.sender} is limited: the {exp.type} step's clock stops",
+                )
+            return True
+        if left:
+            self.store.set_meta(key, "")
+            self.store.set_expectation(
+                task.id,
+                sender=exp.sender,
+                type=exp.type,
+                deadline=now + float(left),
+                nudged=exp.nudged,
+            )
+            self.store.add_event(
+                "deadline-resumed",
+                task_id=task.id,
+                agent=exp.sender,
+                detail=f"{exp.sender}'s limit ended: {float(left):.0f}s left "
+                f"for the {exp.type} step",
+            )
+            return True
+        return False
 
     def _timeout_message(self, task: Task, exp: Expectation, total: float) -> str:
         step = "plan" if exp.sender == PLANNER else "exec"

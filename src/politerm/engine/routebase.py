@@ -18,7 +18,7 @@ import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
-from politerm.driver import AgentDriver
+from politerm.driver import AgentDriver, Budget, LimitPolicy
 from politerm.engine.templates import Templates
 from politerm.errors import StoreError
 from politerm.protocol.contract import Contract, nonce_required
@@ -108,7 +108,15 @@ class RouterBase:
         cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
         env = dict(acfg.env) if acfg is not None else {}
         return AgentDriver.attach(
-            name, profile, pane, store=self.store, policy=self.policy, cwd=cwd, env=env
+            name,
+            profile,
+            pane,
+            store=self.store,
+            policy=self.policy,
+            cwd=cwd,
+            env=env,
+            limits=LimitPolicy(**self.config.limits.model_dump()),
+            budget=Budget(**self.config.budget.model_dump()),
         )
 
     def wake(self, name: str) -> None:
@@ -139,6 +147,9 @@ class RouterBase:
 
     def _end_turn(self, name: str, turn: Turn, reason: TurnEnd = TurnEnd.ANSWERED) -> None:
         self.store.end_turn(name, turn.nonce, reason)
+        driver = self.agents.get(name)
+        if driver is not None:
+            driver.meter.end_turn()
         loop = self.loops.get(name)
         if loop is not None and loop.turn_nonce == turn.nonce:
             loop.turn_nonce = None
@@ -225,11 +236,13 @@ class RouterBase:
             return
         self._fatal = why
         for task in self.store.list_tasks(active_only=True):
+            if task.state is TaskState.PENDING:
+                continue  # nothing of it was sent: the next router starts it as usual
             self._fail(
                 task.id,
                 f"the tmux server is gone ({why}); run `poli up --resume` to restart the agents "
                 "and continue",
-                resumable=task.state if task.state is not TaskState.PENDING else None,
+                resumable=task.state,
                 reason=TurnEnd.AGENT_DIED,
             )
         self.stop()

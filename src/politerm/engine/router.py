@@ -47,6 +47,7 @@ from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver
+    from politerm.store.models import Turn
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,9 @@ class Router(Sending):
     def _sleep_for(self, driver: AgentDriver) -> float:
         # Output, a store change, tmux's pane-death notification or the router's own wake
         # call end every sleep; the bound only covers what no event announces.
+        due = driver.limiter.due_in()
+        if due is not None:
+            return max(0.5, min(due, IDLE_BACKSTOP))  # the resume at the limit's reset
         if self.loops[driver.name].turn_nonce is None:
             return IDLE_BACKSTOP
         if driver.state is AgentState.READY:
@@ -236,6 +240,8 @@ class Router(Sending):
         if turn is not None:
             loop.last_nonce = turn.nonce
             self._approval_task_state(driver, turn, obs)
+            if await self._over_budget(driver, turn):
+                return
             await self._scan_turn(driver, turn, obs)
             turn = self.store.current_turn(name)
             loop.turn_nonce = turn.nonce if turn else None
@@ -261,6 +267,19 @@ class Router(Sending):
             msg = self.store.next_queued(name)
         if msg is not None:
             await self._deliver(driver, msg, turn, obs.snap)
+
+    async def _over_budget(self, driver: AgentDriver, turn: Turn) -> bool:
+        """Count the turn's tokens; over a ``[budget]`` cap, interrupt it and fail its task."""
+        driver.meter.poll()
+        over = driver.meter.over_budget()
+        if over is None or turn.task_id is None:
+            return False
+        await driver.press(driver.profile.interrupt_key)
+        self.store.add_event(
+            "budget", task_id=turn.task_id, agent=driver.name, detail=f"turn ended: {over}"
+        )
+        self._fail(turn.task_id, over, reason=TurnEnd.OVER_BUDGET)
+        return True
 
     # --- the store tick: new tasks, deadlines, aborts -------------------------------------
 

@@ -97,12 +97,14 @@ class Sending(Deadlines):
                 self.store.set_turn_state(name, nonce, TurnState.WAITING)
                 if msg.task_id is not None and not follow_up:
                     self._restart_clock(msg.task_id, name, time.time())
+                driver.meter.start_turn(msg.task_id)
                 how = "recovered" if recovered else "delivered"
                 self._event(
                     how,
                     msg,
                     detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
-                    f"({result.submits} submit, {result.elapsed * 1000:.0f} ms)",
+                    f"({result.submits} submit, {result.elapsed * 1000:.0f} ms, "
+                    f"confirmed by {result.source})",
                 )
             return
         if result.outcome is Outcome.AGENT_EXITED:

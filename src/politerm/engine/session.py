@@ -9,25 +9,24 @@ import importlib.resources
 import os
 import pathlib
 import shlex
-import time
 import typing as t
 
 from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
 from politerm.driver import check_program, deliver, wait_ready
-from politerm.engine.routebase import RESUME_META, RESUME_MSG
+from politerm.driver.receipts import launch_with_hooks, mark_pane
+from politerm.engine.resume import resume_work
 from politerm.errors import RoutingError, SessionNotFound
+from politerm.hooks.channel import hooks_dir_for
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
-from politerm.store.models import TaskState
 from politerm.tmux.pane import find_agent_pane, new_window
 from politerm.tmux.server import TmuxServer, default_config_dir
 
 if t.TYPE_CHECKING:
     from politerm.config import AgentConfig, Config
     from politerm.store import RunStore
-    from politerm.store.models import Task
     from politerm.tmux.pane import Pane
 
 Agents = dict[str, tuple[AgentProfile, "Pane"]]
@@ -97,13 +96,15 @@ class Session:
         """Create the session and start every configured agent, ready for prompts.
 
         With ``resume``, an existing session is reused, agents whose panes are gone or dead
-        are restarted with their resume arguments, and tasks that failed because an agent
-        or the server died are put back in flight.
+        are restarted with their resume arguments, and what died with them is put back in
+        flight (:func:`~politerm.engine.resume.resume_work`). A resume holds the session's
+        router lock: no router may route while it settles the store.
 
         Raises
         ------
         RoutingError
-            The session is already up (without ``resume``).
+            The session is already up (without ``resume``), or a router is routing it (with
+            ``resume``).
         AgentTimeout, AgentExited
             An agent did not come up ready; the message names it and shows its screen.
         """
@@ -115,6 +116,21 @@ class Session:
                 "use `poli down` first, or `poli up --resume`"
             )
             raise RoutingError(msg)
+        lock = RouterLock(self.config.tmux.socket, self.name)
+        if resume and not lock.acquire():
+            msg = (
+                f"a router (pid {lock.holder()}) is routing session {self.name!r}: stop it "
+                "(Ctrl-C) before `poli up --resume`, which routes the resumed tasks itself"
+            )
+            raise RoutingError(msg)
+        try:
+            return await self._up(exists=exists, resume=resume, primers=primers, say=say)
+        finally:
+            lock.release()
+
+    async def _up(
+        self, *, exists: bool, resume: bool, primers: bool, say: t.Callable[[str], None]
+    ) -> Agents:
         # Every program is checked before anything is created.
         for name, acfg in self.config.agents.items():
             env = {**agent_profile(acfg).env, **acfg.env}
@@ -145,7 +161,8 @@ class Session:
     ) -> Agents:
         client = await self.server.connect(self.name)
         agents: Agents = {}
-        restarted: list[str] = []
+        restarted: list[str] = []  # ran before: started again with their resume arguments
+        respawned: list[str] = []  # a new process where one ran in this session before
         for name, acfg in self.config.agents.items():
             profile = agent_profile(acfg)
             pane = await find_agent_pane(client, self.server, name)
@@ -154,6 +171,8 @@ class Session:
                 agents[name] = (profile, pane)
                 say(f"{name}: already running in {pane.pane_id}")
                 continue
+            if pane is not None or self.store.get_agent(name) is not None:
+                respawned.append(name)
             argv = acfg.argv()
             # An agent that ran before gets its resume arguments, to keep its context.
             if resume and self.store.get_agent(name) is not None:
@@ -171,6 +190,17 @@ class Session:
                 mcp=acfg.mcp,
                 config_file=session_config_file(self.config),
             )
+            # the agent's own hooks report to the session's private hooks directory
+            setup = launch_with_hooks(
+                name,
+                profile.name,
+                argv,
+                env,
+                hooks_dir_for(self.config),
+                enabled=acfg.hooks,
+                say=say,
+            )
+            argv, env = setup.argv, setup.env
             cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
             if pane is not None:
                 await pane.respawn(argv, cwd=cwd, env=env)
@@ -185,6 +215,7 @@ class Session:
                     env=env,
                     agent=name,
                 )
+            await mark_pane(pane, setup)
             self.store.upsert_agent(
                 name,
                 session=self.name,
@@ -211,7 +242,7 @@ class Session:
                 )
             )
         if resume:
-            self._resume_tasks(say)
+            resume_work(self.store, self.config, respawned, say)
         return agents
 
     async def attach(self) -> Agents:
@@ -302,57 +333,6 @@ class Session:
         # The agent answers the primer; wait until it is ready for work again.
         await asyncio.sleep(0.05)
         await self.wait_ready(name, profile, pane)
-
-    def _resume_tasks(self, say: t.Callable[[str], None]) -> None:
-        for task in self.store.list_tasks():
-            previous = self.store.get_meta(f"{RESUME_META}{task.id}")
-            if task.state is not TaskState.FAILED or not previous:
-                continue
-            state = TaskState(previous)
-            with self.store.batch():
-                self._resume_task(task, state)
-            say(f"task {task.id}: resumed ({state.value})")
-
-    def _resume_task(self, task: Task, state: TaskState) -> None:
-        """Put one task back in flight; each restarted agent gets its lost prompt once.
-
-        The turn that was open when the agent died was ended, its undelivered original
-        dead-lettered; one copy is queued here, so the prompt is delivered exactly once.
-        """
-        self.store.update_task(task.id, state=state, clear=("error",))
-        self.store.set_meta(f"{RESUME_META}{task.id}", "")
-        for name in self.config.agents:
-            key = f"{RESUME_MSG}{task.id}:{name}"
-            raw = self.store.get_meta(key)
-            if not raw:
-                continue
-            self.store.set_meta(key, "")
-            msg = self.store.get_message(int(raw))
-            if msg is None:
-                continue
-            n = sum(1 for m in self.store.list_messages(task_id=task.id) if m.msg_id == msg.msg_id)
-            self.store.add_message(
-                task_id=task.id,
-                sender=msg.sender,
-                recipient=msg.recipient,
-                type=msg.type,
-                msg_id=msg.msg_id,
-                body=msg.body,
-                header=msg.header,
-                nonce=msg.nonce,
-                dedupe_key=f"{msg.dedupe_key}:resume{n}",
-            )
-        exp = self.store.get_expectation(task.id)
-        sender = exp.sender if exp else ("PLANNER" if state is TaskState.PLANNING else "EXECUTER")
-        timeouts = self.config.timeouts
-        total = timeouts.plan if sender == "PLANNER" else timeouts.exec
-        self.store.set_expectation(
-            task.id,
-            sender=sender,
-            type=exp.type if exp else "plan",
-            deadline=time.time() + total,
-        )
-        self.store.add_event("resumed", task_id=task.id, detail=f"back to {state.value}")
 
 
 def _control_argv(store: pathlib.Path, socket: str) -> list[str]:

@@ -256,6 +256,10 @@ class TranscriptTail:
         A last line without its newline is left for next time: a JSONL writer may be in
         the middle of it. A file that shrank (rotated, truncated) is read from the start.
         """
+        return _extract(self.format, self.read_lines(), self._emitted)
+
+    def read_lines(self) -> list[str]:
+        """The complete raw lines appended since the last call (see :meth:`read_new`)."""
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
@@ -271,8 +275,7 @@ class TranscriptTail:
         if cut < 0:
             return []
         chunk, self.offset = data[: cut + 1], self.offset + cut + 1
-        lines = chunk.decode("utf-8", errors="replace").splitlines()
-        return _extract(self.format, lines, self._emitted)
+        return chunk.decode("utf-8", errors="replace").splitlines()
 
     def feed(self, parser: BlockParser) -> list[Block]:
         """Feed the new assistant text to ``parser``; return the blocks it completed.

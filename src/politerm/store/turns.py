@@ -42,7 +42,8 @@ MESSAGE_TRANSITIONS: t.Final[t.Mapping[MessageState, frozenset[MessageState]]] =
     MessageState.PARSED: frozenset({MessageState.QUEUED, MessageState.DEAD}),
     MessageState.QUEUED: frozenset({MessageState.DELIVERING, MessageState.DEAD}),
     # DELIVERING -> QUEUED: the prompt provably never reached the agent (e.g. the pane was not
-    # ready), so it is safe to send again without counting it as a retry.
+    # ready, or a resume restarted the agent: the new process never saw it), so it is safe to
+    # send again without counting it as a retry.
     MessageState.DELIVERING: frozenset(
         {MessageState.DELIVERED, MessageState.RETRIED, MessageState.DEAD, MessageState.QUEUED}
     ),
@@ -77,6 +78,7 @@ class TurnEnd(enum.StrEnum):
     DEAD_LETTER = "dead_letter"
     RESUMED = "resumed"
     HANDED_BACK = "handed_back"
+    OVER_BUDGET = "over_budget"
 
 
 TURN_TRANSITIONS: t.Final[t.Mapping[TurnState | None, frozenset[TurnState]]] = {

@@ -32,6 +32,7 @@ class Transcript:
         self.session_id = str(uuid.uuid4())
         self.cwd = cwd
         self._parent: str | None = None
+        self._prompt_chars = 0
         self._fd: int | None = None
         if self.path is not None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -39,12 +40,19 @@ class Transcript:
 
     def user(self, text: str) -> None:
         """Record a prompt as the agent took it up."""
+        self._prompt_chars = len(text)
         self._write("user", {"role": "user", "content": _clean(text)})
 
     def assistant(self, text: str) -> None:
-        """Record a reply's raw text (before fences, wrapping or indentation were applied)."""
+        """Record a reply's raw text (before fences, wrapping or indentation were applied).
+
+        Its usage is made up but fixed by the texts (4 characters a token, 100 tokens of
+        context), so tests can tell what a turn cost.
+        """
         content = [{"type": "text", "text": _clean(text)}]
-        self._write("assistant", {"role": "assistant", "content": content})
+        usage = {"input_tokens": 100 + self._prompt_chars // 4, "output_tokens": len(text) // 4}
+        message = {"id": f"msg_{uuid.uuid4().hex[:12]}", "role": "assistant"}
+        self._write("assistant", {**message, "content": content, "usage": usage})
 
     def _write(self, kind: str, message: dict[str, t.Any]) -> None:
         if self._fd is None:

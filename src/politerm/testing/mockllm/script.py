@@ -47,6 +47,11 @@ class Rule:
     raw
         Send this text as the whole response body with status 200 (garbage, not the API's
         JSON), instead of a well-formed answer.
+    limit
+        Answer with the API's own 429 limit error, resetting in this many seconds (with
+        ``retry-after`` and the API's reset headers); see :mod:`.limits`.
+    limit_kind
+        ``rate`` (a rate limit) or ``usage`` (a plan's usage limit).
     """
 
     match: str
@@ -61,6 +66,8 @@ class Rule:
     arguments: t.Mapping[str, t.Any] | None = None
     status: int = 0
     raw: str | None = None
+    limit: float | None = None
+    limit_kind: t.Literal["rate", "usage"] = "rate"
 
     @property
     def label(self) -> str:
@@ -81,6 +88,8 @@ class Answer:
     call: tuple[str, dict[str, t.Any]] | None = None  # a named tool call (Anthropic only)
     status: int = 0
     raw: str | None = None
+    limit: float | None = None
+    limit_kind: t.Literal["rate", "usage"] = "rate"
 
 
 def fill(template: str, match: re.Match[str] | None) -> str:
@@ -141,6 +150,8 @@ class Script:
                 call=(rule.tool, dict(rule.arguments or {})) if rule.tool else None,
                 status=rule.status,
                 raw=rule.raw,
+                limit=rule.limit,
+                limit_kind=rule.limit_kind,
             )
         return Answer("Done." if tool_result else DEFAULT_REPLY, rule="")
 

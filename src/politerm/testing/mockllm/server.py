@@ -21,6 +21,7 @@ import typing as t
 from aiohttp import web
 
 from politerm.testing.mockllm import apis
+from politerm.testing.mockllm.limits import limit_answer
 from politerm.testing.mockllm.script import Answer, Rule, Script
 
 if t.TYPE_CHECKING:
@@ -300,6 +301,9 @@ class MockLLM:
             return body
         turn = read(body)
         answer = self._decide(api, request.path_qs, body, turn)
+        if answer.limit is not None:
+            limit = limit_answer(api, answer.limit, answer.limit_kind)
+            return web.json_response(limit.body, status=limit.status, headers=limit.headers)
         if answer.status or answer.raw is not None:
             return await self._fault(answer)
         model = str(body.get("model") or "mock-model")

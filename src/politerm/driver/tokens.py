@@ -1,0 +1,190 @@
+"""Token accounting per turn, task and run, from the agent's own transcript, and caps.
+
+The :class:`TokenMeter` of an agent's driver follows its transcript (the profile's
+``[transcript]``) from the moment a turn's prompt is confirmed, and reads the tokens the
+new lines record with the format's :class:`~politerm.protocol.usage.UsageReader`. The
+counts add up in the run store (free-form meta keys, so no schema change):
+
+- ``tokens:agent:<name>``: every turn of that agent in this store (the run);
+- ``tokens:task:<id>``: every turn of that task, whichever agent ran it;
+- ``tokens:run``: everything in this store.
+
+A ``tokens`` event records each turn's usage when it ends. With a :class:`Budget`, the
+first cap a turn goes over is reported by :meth:`TokenMeter.over_budget`; the caller
+ends the turn with a ``budget`` event (``run_turn`` returns OVER_BUDGET, the router fails
+the task). An agent without a transcript, or with a format no reader knows, counts
+nothing, and its status shows ``-``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import typing as t
+
+from politerm.driver.transcripts import locate_transcript
+from politerm.errors import StoreError
+from politerm.protocol.transcript import TranscriptTail
+from politerm.protocol.usage import Usage, usage_reader
+
+if t.TYPE_CHECKING:
+    import pathlib
+    from collections.abc import Mapping
+
+    from politerm.agents.profile import AgentProfile
+    from politerm.store import RunStore
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Token caps (the ``[budget]`` configuration section); None: no cap."""
+
+    turn_tokens: int | None = None
+    task_tokens: int | None = None
+    run_tokens: int | None = None
+
+
+def _encode(u: Usage) -> str:
+    return f"{u.input} {u.output} {u.cached}"
+
+
+def _decode(value: str | None) -> Usage:
+    """The usage a meta value holds (zero when unset or unreadable).
+
+    Examples
+    --------
+    >>> _decode("10 2 4")
+    Usage(input=10, output=2, cached=4)
+    >>> _decode(None), _decode("junk")
+    (Usage(input=0, output=0, cached=0), Usage(input=0, output=0, cached=0))
+    """
+    try:
+        a, b, c = (int(x) for x in (value or "").split())
+    except ValueError:
+        return Usage()
+    return Usage(a, b, c)
+
+
+def stored_tokens(store: RunStore, key: str) -> Usage:
+    """The tokens counted under ``key`` (``agent:NAME``, ``task:ID`` or ``run``)."""
+    return _decode(store.get_meta(f"tokens:{key}"))
+
+
+def add_tokens(store: RunStore, keys: t.Iterable[str], usage: Usage) -> None:
+    """Add ``usage`` to every key's count, in one transaction."""
+    with store.batch():
+        for key in keys:
+            store.set_meta(f"tokens:{key}", _encode(stored_tokens(store, key) + usage))
+
+
+class TokenMeter:
+    """Counts one agent's tokens from its transcript; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        profile: AgentProfile,
+        *,
+        cwd: pathlib.Path | None,
+        env: Mapping[str, str],
+        store: RunStore | None,
+        budget: Budget | None = None,
+    ) -> None:
+        self.name = name
+        self.spec = profile.transcript
+        self.reader = usage_reader(self.spec.format) if self.spec is not None else None
+        self.cwd = cwd
+        self.env = env
+        self.store = store
+        self.budget = budget or Budget()
+        self.turn = Usage()
+        self.task_id: str | None = None
+        self.open = False
+        self._tail: TranscriptTail | None = None
+        self._from_start = False
+
+    @property
+    def works(self) -> bool:
+        """The agent keeps a transcript whose tokens can be read."""
+        return self.reader is not None and self.cwd is not None
+
+    def start_turn(self, task_id: str | None) -> None:
+        """A prompt was confirmed: count from the transcript's end (a nudge keeps the turn)."""
+        if self.open and task_id == self.task_id:
+            return
+        self.turn, self.task_id, self.open = Usage(), task_id, True
+        self._tail = self._locate()
+        if self._tail is not None:
+            self._tail.skip_to_end()
+        # A transcript that does not exist yet is this session's: counted from its start.
+        self._from_start = self._tail is None
+
+    def _locate(self) -> TranscriptTail | None:
+        if not self.works or self.spec is None or self.cwd is None:
+            return None
+        path = locate_transcript(self.spec, self.cwd, self.env)
+        return TranscriptTail(path, self.spec.format) if path is not None else None
+
+    def poll(self) -> Usage:
+        """Read what the transcript gained; add it to the turn, task and run counts."""
+        if not self.open or self.reader is None:
+            return Usage()
+        if self._tail is None:
+            self._tail = self._locate()
+            if self._tail is None:
+                return Usage()
+            if not self._from_start:
+                self._tail.skip_to_end()
+        try:
+            new = self.reader(self._tail.read_lines())
+        except OSError:
+            return Usage()
+        if new:
+            self.turn += new
+            keys = [f"agent:{self.name}", "run"]
+            if self.task_id is not None:
+                keys.append(f"task:{self.task_id}")
+            if self.store is not None:
+                with contextlib.suppress(StoreError):
+                    add_tokens(self.store, keys, new)
+        return new
+
+    def over_budget(self) -> str | None:
+        """The first cap this turn, its task or the run has gone over, in words; or None."""
+        if not self.open:
+            return None
+        b = self.budget
+        checks: list[tuple[str, int | None, Usage]] = [("turn", b.turn_tokens, self.turn)]
+        if self.store is not None:
+            if self.task_id is not None:
+                checks.append(
+                    (
+                        f"task {self.task_id}",
+                        b.task_tokens,
+                        stored_tokens(self.store, f"task:{self.task_id}"),
+                    )
+                )
+            checks.append(("run", b.run_tokens, stored_tokens(self.store, "run")))
+        for what, cap, used in checks:
+            if cap is not None and used.total > cap:
+                return (
+                    f"{self.name}: the {what} used {used.words()}, over the budget of "
+                    f"{cap:,} tokens ([budget] {what.split()[0]}_tokens)"
+                )
+        return None
+
+    def end_turn(self) -> Usage:
+        """The turn is over: read the last lines, record a ``tokens`` event, return its usage."""
+        if not self.open:
+            return Usage()
+        self.poll()
+        self.open = False
+        if self.store is not None and self.works:
+            with contextlib.suppress(StoreError):
+                self.store.add_event(
+                    "tokens",
+                    task_id=self.task_id,
+                    agent=self.name,
+                    detail=f"{self.name}'s turn used {self.turn.words()}",
+                )
+        return self.turn

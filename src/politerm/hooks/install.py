@@ -1,0 +1,216 @@
+"""Install politerm's receipt hooks in an agent CLI's configuration for this session only.
+
+Nothing is written to the user's own configuration: each CLI gets the hooks through a
+session-scoped file or flag that politerm owns, beside the agent's channel (0600 files in
+the channel's 0700 directory).
+
+==========  =====================================================  ===========================
+CLI         how                                                    events
+==========  =====================================================  ===========================
+claude      ``--settings <file>`` (added to the user's settings)   SessionStart,
+                                                                   UserPromptSubmit,
+                                                                   Notification, PostToolUse,
+                                                                   Stop
+gemini      a session home (``GEMINI_CLI_HOME``) whose ``.gemini``  SessionStart, BeforeAgent,
+            links every entry of the user's own ``~/.gemini``       Notification, AfterTool,
+            except ``settings.json``: a copy of it with the hooks   AfterAgent
+            added (a system settings file is only read when root
+            owns every folder above it)
+codex       ``-c notify=[…]`` (its only hook without a trust       agent-turn-complete
+            step; the JSON arrives as the last argument)
+aider       ``--notifications --notifications-command …``           waiting for input (the end
+                                                                   of a reply, or a question)
+opencode    no command hook: its plugins are JavaScript modules    none (the screen only)
+            loaded by its own runtime; politerm installs none
+==========  =====================================================  ===========================
+
+The hook command is ``<python> -I -m politerm.hooks.emit <channel> <cli> <event>``
+(:mod:`politerm.hooks.emit`): this Python, isolated from the agent's working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shlex
+import sys
+import typing as t
+
+from politerm._internal.private import private_dir, write_private
+from politerm.errors import HookError
+
+HOOK_CLIS: t.Final = frozenset({"claude", "gemini", "codex", "aider"})
+"""CLIs politerm installs receipt hooks in."""
+
+CLAUDE_EVENTS: t.Final = ("SessionStart", "UserPromptSubmit", "Notification", "PostToolUse", "Stop")
+GEMINI_EVENTS: t.Final = ("SessionStart", "BeforeAgent", "Notification", "AfterTool", "AfterAgent")
+GEMINI_HOME_ENV: t.Final = "GEMINI_CLI_HOME"
+HOOK_TIMEOUT: t.Final = 10
+"""Seconds a CLI lets the hook command run before it gives up on it."""
+
+
+def hook_cli(profile_name: str, argv: t.Sequence[str]) -> str | None:
+    """Which hook-capable CLI an agent runs: by profile name, else by program name.
+
+    Examples
+    --------
+    >>> hook_cli("claude", ["/opt/claude"]), hook_cli("generic", ["/x/bin/gemini"])
+    ('claude', 'gemini')
+    >>> hook_cli("aider-raw", ["aider"]), hook_cli("fake-claude", ["python"]) is None
+    ('aider', True)
+    """
+    for name in (profile_name, profile_name.split("-", 1)[0]):
+        if name in HOOK_CLIS:
+            return name
+    program = argv[0].rsplit("/", 1)[-1] if argv else ""
+    return program if program in HOOK_CLIS else None
+
+
+def emit_argv(channel: pathlib.Path, cli: str, event: str) -> list[str]:
+    """The hook command as an argument list.
+
+    Examples
+    --------
+    >>> emit_argv(pathlib.Path("/r/A.hooks.jsonl"), "claude", "Stop")[1:]
+    ['-I', '-m', 'politerm.hooks.emit', '/r/A.hooks.jsonl', 'claude', 'Stop']
+    """
+    return [sys.executable, "-I", "-m", "politerm.hooks.emit", str(channel), cli, event]
+
+
+def _command(channel: pathlib.Path, cli: str, event: str) -> str:
+    return shlex.join(emit_argv(channel, cli, event))
+
+
+def claude_settings(channel: pathlib.Path) -> dict[str, t.Any]:
+    """Claude Code's settings with one receipt hook per event."""
+    hooks: dict[str, t.Any] = {}
+    for event in CLAUDE_EVENTS:
+        entry: dict[str, t.Any] = {
+            "hooks": [
+                {
+                    "type": "command",
+                    "command": _command(channel, "claude", event),
+                    "timeout": HOOK_TIMEOUT,
+                }
+            ]
+        }
+        if event in ("Notification", "PostToolUse"):
+            entry["matcher"] = "*"
+        hooks[event] = [entry]
+    return {"hooks": hooks}
+
+
+def gemini_settings(channel: pathlib.Path) -> dict[str, t.Any]:
+    """Gemini CLI's settings with one receipt hook per event."""
+    hooks: dict[str, t.Any] = {}
+    for event in GEMINI_EVENTS:
+        hooks[event] = [
+            {
+                "matcher": "*",
+                "hooks": [
+                    {
+                        "name": f"poli-receipt-{event}",
+                        "type": "command",
+                        "command": _command(channel, "gemini", event),
+                        "timeout": HOOK_TIMEOUT * 1000,
+                    }
+                ],
+            }
+        ]
+    # The hooks system is on by default; say so in case a user's settings turned it off.
+    return {"hooksConfig": {"enabled": True}, "hooks": hooks}
+
+
+def merge_settings(user: dict[str, t.Any], ours: dict[str, t.Any]) -> dict[str, t.Any]:
+    """The user's settings with ours added: hook lists joined per event, tables merged.
+
+    Examples
+    --------
+    >>> merge_settings({"hooks": {"Stop": [1]}, "ui": {"a": 1}}, {"hooks": {"Stop": [2]}})
+    {'hooks': {'Stop': [1, 2]}, 'ui': {'a': 1}}
+    """
+    out = dict(user)
+    for key, value in ours.items():
+        mine = out.get(key)
+        if isinstance(value, dict) and isinstance(mine, dict):
+            merged = dict(mine)
+            for k, v in value.items():
+                old = merged.get(k)
+                merged[k] = [*old, *v] if isinstance(old, list) and isinstance(v, list) else v
+            out[key] = merged
+        else:
+            out[key] = value
+    return out
+
+
+def gemini_home(
+    channel: pathlib.Path, env: t.Mapping[str, str], settings: dict[str, t.Any]
+) -> pathlib.Path:
+    """A session home for Gemini CLI beside ``channel``, with ``settings`` added.
+
+    Its ``.gemini`` links every entry of the user's own, except ``settings.json``: the
+    user's settings plus ``settings``.
+    """
+    user_home = pathlib.Path(env.get(GEMINI_HOME_ENV) or env.get("HOME") or pathlib.Path.home())
+    source = user_home / ".gemini"
+    home = channel.with_name(channel.name.removesuffix(".jsonl") + ".gemini-home")
+    target = home / ".gemini"
+    private_dir(target)
+    user: dict[str, t.Any] = {}
+    user_file = source / "settings.json"
+    if user_file.exists():
+        try:
+            loaded = json.loads(user_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            msg = f"cannot read {user_file} to add politerm's hooks to it: {exc}"
+            raise HookError(msg) from None
+        user = loaded if isinstance(loaded, dict) else {}
+    if source.is_dir():
+        for entry in source.iterdir():
+            link = target / entry.name
+            if entry.name == "settings.json" or link.is_symlink() or link.exists():
+                continue
+            link.symlink_to(entry)
+    write_private(target / "settings.json", json.dumps(merge_settings(user, settings), indent=1))
+    return home
+
+
+def install_hooks(
+    cli: str,
+    argv: t.Sequence[str],
+    env: t.Mapping[str, str],
+    channel: pathlib.Path,
+) -> tuple[list[str], dict[str, str]]:
+    """``argv`` and ``env`` of ``cli`` with politerm's receipt hooks installed.
+
+    Settings files go beside ``channel`` (its directory is private).
+
+    Raises
+    ------
+    HookError
+        ``cli`` has no hooks politerm can install, or a file cannot be written.
+    """
+    out_argv, out_env = list(argv), dict(env)
+    stem = channel.name.removesuffix(".jsonl")
+    try:
+        if cli == "claude":
+            path = channel.with_name(f"{stem}.claude-settings.json")
+            write_private(path, json.dumps(claude_settings(channel), indent=1))
+            out_argv += ["--settings", str(path)]
+        elif cli == "gemini":
+            out_env[GEMINI_HOME_ENV] = str(gemini_home(channel, out_env, gemini_settings(channel)))
+        elif cli == "codex":
+            out_argv += ["-c", f"notify={json.dumps(emit_argv(channel, 'codex', 'notify'))}"]
+        elif cli == "aider":
+            out_argv += [
+                "--notifications",
+                "--notifications-command",
+                _command(channel, "aider", "waiting"),
+            ]
+        else:
+            msg = f"politerm installs no hooks in {cli!r} (only {', '.join(sorted(HOOK_CLIS))})"
+            raise HookError(msg)
+    except OSError as exc:
+        msg = f"cannot write the {cli} hook settings beside {channel}: {exc.strerror or exc}"
+        raise HookError(msg) from None
+    return out_argv, out_env

@@ -1,0 +1,83 @@
+"""Real CLIs meeting the API's limits: a 429 / usage-limit answer, LIMITED, resumed turn.
+
+The mock model server answers the turn's prompt with the API's own limit error (its body
+and reset headers, :mod:`politerm.testing.mockllm.limits`), as many times as the CLI asks
+before it gives up and shows the limit on screen. The driver reads LIMITED, waits for the
+reset (the one on screen, else the policy's ``wait``), delivers "continue", and the mock's
+answer to that is the block that ends the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import typing as t
+
+import pytest
+
+from politerm.driver import AgentDriver, Expect, LimitPolicy, TurnOutcome
+from politerm.testing.mockllm import Rule
+from tests.realcli.clis import API
+from tests.realcli.helpers import AgentSpec
+
+if t.TYPE_CHECKING:
+    from politerm.testing.mockllm import MockLLM
+    from tests.realcli.conftest import RigFactory
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(400)]
+
+NONCE = "5eed1a2b"
+DONE = (
+    "Resumed after the limit.\n\n"
+    '[[POLI:MSG {"to":"ORCH","type":"done","id":"L1","nonce":"' + NONCE + '"}]]\n'
+    "<REPORT>\nfinished after the reset\n</REPORT>\n[[/POLI:MSG]]\n"
+)
+
+
+class Case(t.NamedTuple):
+    test_id: str
+    cli: str
+    kind: t.Literal["rate", "usage"]
+    reset_in: float  # what the API's headers and body say
+    times: int  # limit answers before the API lets requests through again
+    on_screen: bool  # the CLI shows when the limit resets
+
+
+CASES = [
+    # Claude Code gives up on a 429 at once when retry-after is long, and shows no time.
+    Case("claude-429", "claude", "rate", 120, 1, False),
+    Case("claude-usage", "claude", "usage", 120, 1, False),
+    # Codex does not retry a usage limit; it shows "try again at 2:00 PM" (to the minute).
+    Case("codex-usage", "codex", "usage", 20, 1, True),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.test_id for c in CASES])
+async def test_limit_resolves_into_a_resumed_turn(
+    case: Case, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(
+        Rule(r"LIMIT-L1", limit=case.reset_in, limit_kind=case.kind, times=case.times),
+        Rule(r"(?m)^continue\s*$", DONE),
+        Rule(r"LIMIT-L1", DONE),
+    )
+    r = await rig({"AGENT": AgentSpec(case.cli)})
+    agent = r.agent("AGENT")
+    # No time on screen: the policy's wait stands in for the reset.
+    policy = LimitPolicy(resume="continue", wait=3.0, margin=0.0)
+    driver = AgentDriver.attach("AGENT", agent.profile, agent.pane, store=r.store, limits=policy)
+    async with asyncio.timeout(300):
+        result = await driver.run_turn(
+            "Do the task LIMIT-L1 and answer with the done block.",
+            Expect.block("done", block_id="L1"),
+            timeout=120,
+            nonce=NONCE,
+        )
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    assert result.block is not None and "finished after the reset" in result.block.body
+    events = {e.kind: e.detail for e in r.store.list_events()}
+    assert "limited" in events and "limit-resumed" in events, events
+    said = "the screen says" if case.on_screen else "no time shown"
+    assert said in events["limited"], events["limited"]
+    main = [m.user_text for m in llm.requests(api=API[case.cli])]
+    # Claude Code sends the failed prompt again with "continue" under it.
+    assert any(text.rstrip().endswith("continue") for text in main), main

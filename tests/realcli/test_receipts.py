@@ -1,0 +1,135 @@
+"""Receipts from the agents' own hooks, with the real CLIs against the loopback model server.
+
+``poli up`` installs politerm's hooks in each agent's session configuration; a driver that
+attaches to the pane finds the channel through ``@poli_hooks``. A prompt is then confirmed
+by the agent's own prompt event (and the screen agrees), and the turn ends on its stop
+event, and a permission question is announced by its notification. Codex reports only the
+end of a turn (its ``notify``).
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import typing as t
+
+import pytest
+
+from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.state import AgentState
+from politerm.driver import AgentDriver, Expect, Source, TurnOutcome
+from politerm.driver.receipts import PANE_OPTION, parse_option
+from politerm.hooks.events import HookEvent, HookKind
+from politerm.testing.mockllm import Rule
+from tests.realcli.helpers import REPLY, AgentSpec, exists
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    from politerm.testing.mockllm import MockLLM
+    from tests.realcli.conftest import RigFactory
+    from tests.realcli.helpers import Agent
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
+
+REPLY_TEXT = (
+    "Here is the plan.\n\n"
+    '[[POLI:MSG {"to":"EXECUTER","type":"plan","id":"R1","nonce":"{nonce}"}]]\n'
+    "<PLAN>\n1. do the thing\n</PLAN>\n"
+    "[[/POLI:MSG]]\n\nEnd of plan."
+)
+RULE = Rule(r"RECEIPT-PLAN \(nonce=(?P<nonce>[0-9a-f]+)\)", REPLY_TEXT)
+
+
+def _prompt(nonce: str) -> str:
+    return f"Please make a plan. RECEIPT-PLAN (nonce={nonce})"
+
+
+async def _channel(agent: Agent) -> pathlib.Path:
+    found = parse_option(await agent.pane.get_option(PANE_OPTION))
+    assert found is not None, f"{agent.name}: no {PANE_OPTION} on its pane"
+    cli, path = found
+    assert cli == agent.spec.cli
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    return path
+
+
+def _receipts(path: pathlib.Path) -> list[dict[str, t.Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("cli", ["claude", "gemini"])
+async def test_hook_confirms_delivery_and_ends_the_turn(
+    cli: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(RULE)
+    r = await rig({"AGENT": AgentSpec(cli)})
+    agent = r.agent("AGENT")
+    path = await _channel(agent)
+    driver = AgentDriver.attach("AGENT", agent.profile, agent.pane, store=r.store)
+
+    result = await driver.run_turn(_prompt, Expect.block("plan"), timeout=REPLY)
+
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    assert result.block is not None and result.block.id == "R1"
+    assert result.delivery is not None
+    assert result.delivery.sources == ("hook", "screen"), result.delivery
+    assert result.ended_by == "hook+screen", result
+    assert result.drift == (), result.drift
+    kinds = [r["kind"] for r in _receipts(path)]
+    assert HookKind.SESSION.value in kinds, kinds
+    assert kinds.index(HookKind.PROMPT.value) < len(kinds) - 1 - kinds[::-1].index("stop")
+    prompt = next(r for r in _receipts(path) if r["kind"] == "prompt")
+    assert "RECEIPT-PLAN" in prompt["prompt"]["tail"], prompt
+    assert [e.detail for e in r.store.list_events() if e.kind == "drift"] == []
+
+
+async def test_codex_notify_ends_the_turn(rig: RigFactory, llm: MockLLM) -> None:
+    llm.add(RULE)
+    r = await rig({"AGENT": AgentSpec("codex")})
+    agent = r.agent("AGENT")
+    path = await _channel(agent)
+    driver = AgentDriver.attach("AGENT", agent.profile, agent.pane, store=r.store)
+
+    result = await driver.run_turn(_prompt, Expect.block("plan"), timeout=REPLY)
+
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    # Codex has no prompt event without a trusted hooks file: the screen confirms delivery.
+    assert result.delivery is not None and result.delivery.sources == ("screen",)
+    assert result.ended_by == "hook+screen", result
+    stops = [r for r in _receipts(path) if r["kind"] == "stop"]
+    assert stops and stops[-1]["event"] == "agent-turn-complete", stops
+    assert "RECEIPT-PLAN" in stops[-1]["prompt"]["tail"]
+
+
+@pytest.mark.parametrize("cli", ["claude", "gemini"])
+async def test_approval_is_pending_when_its_notification_says_so(
+    cli: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(Rule(r"RECEIPT-TOOL", "Writing it.", command="echo by-hook > hook.txt", after="Done."))
+    r = await rig({"AGENT": AgentSpec(cli)})
+    agent = r.agent("AGENT")
+    path = await _channel(agent)
+    driver = AgentDriver.attach("AGENT", agent.profile, agent.pane, store=r.store)
+
+    result = await driver.deliver("Run the tool please. RECEIPT-TOOL")
+    assert result.submitted and Source.HOOK in result.sources, result
+
+    async def notified() -> HookEvent | None:
+        return (await driver.observe()).hook_approval
+
+    pending = await agent.wait(notified, f"{cli}'s permission notification")
+    assert pending.kind is HookKind.APPROVAL and pending.cli == cli
+    # Gemini runs the hook before it draws the question: the screen follows.
+    await agent.wait_state(AgentState.WAITING_APPROVAL)
+    await agent.answer_approval(ApprovalPolicy.of("approve"))
+    await agent.wait(exists(agent.spec.workdir / "hook.txt"), f"{cli} to run the tool")
+
+    async def cleared() -> bool:
+        return (await driver.observe()).hook_approval is None
+
+    await agent.wait(cleared, f"{cli}'s tool receipt after the approval")
+    kinds = [r["kind"] for r in _receipts(path)]
+    assert kinds.index("approval") < kinds.index("tool"), kinds
+    assert driver.drifts == []

@@ -39,6 +39,7 @@ from politerm.engine.sending import Sending
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,
+    PolitermError,
     ServerNotRunning,
     TmuxLookupError,
 )
@@ -71,8 +72,10 @@ SCAN_EVERY = 1.0
 # With nothing in flight the router sleeps until a commit; this only bounds a lost
 # notification (and how late the caller's until() is asked without one).
 IDLE_TICK = 30.0
-# How long a stopping router waits for the steps under way (deliveries) to finish.
+# How long a stopping router waits for the steps under way (deliveries) to finish, and
+# for its last look at each open turn's screen.
 STOP_GRACE = 60.0
+LAST_LOOK = 10.0
 
 
 class Router(Sending):
@@ -134,6 +137,8 @@ class Router(Sending):
             for task in loops:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            if self._fatal is None:
+                await self._last_look()
         if self._fatal is not None:
             raise ServerNotRunning(self._fatal)
 
@@ -144,6 +149,25 @@ class Router(Sending):
             if snap is not None:
                 await self._settle_in_flight(driver, snap)
             self.loops[driver.name].settled = True
+
+    async def _last_look(self) -> None:
+        """Read each open turn's answer already on screen once more before stopping.
+
+        An answer printed just before a stop would otherwise live only on that screen: if
+        the agent or the tmux server dies before the next router reads it, the resume would
+        have to send its prompt again.
+        """
+        for driver in self.agents.values():
+            turn = self.store.current_turn(driver.name)
+            if driver.dead or turn is None or turn.state is TurnState.DELIVERING:
+                continue
+            try:
+                async with asyncio.timeout(LAST_LOOK):
+                    obs = await driver.observe(task_id=turn.task_id)
+                    if obs.state is not AgentState.EXITED:
+                        await self._scan_turn(driver, turn, obs)
+            except (TimeoutError, PolitermError) as exc:
+                log.warning("agent %s: no last look at its turn: %s", driver.name, exc)
 
     # --- the loops ------------------------------------------------------------------------
 

@@ -126,6 +126,7 @@ async def deliver(
     *,
     paste_timeout: float | None = None,
     already_pasted: bool = False,
+    snap: Snapshot | None = None,
     receipt: ReceiptCheck | None = None,
 ) -> DeliveryResult:
     """Paste ``text`` into ``term``, press the profile's submit key, and confirm it.
@@ -144,6 +145,9 @@ async def deliver(
     already_pasted
         The text is still in the input box from an earlier, STRANDED attempt: only press
         the submit key again (pasting it twice would double it).
+    snap
+        The screen now, when the caller has just captured it and the program printed
+        nothing since; otherwise it is captured here.
     receipt
         The agent's own prompt receipt, where its hooks report one: it confirms the
         delivery as the screen does.
@@ -166,7 +170,8 @@ async def deliver(
     def elapsed() -> float:
         return time.monotonic() - start
 
-    snap = await _snapshot(term)
+    fresh = snap is not None
+    snap = snap or await _snapshot(term)
     if snap is None:
         return _gone(elapsed(), 0, submitted=False)
     before = profile.detect(snap)
@@ -176,7 +181,8 @@ async def deliver(
         )
     if _blocking(before):
         return DeliveryResult(Outcome.BLOCKED, before.evidence, 0, False, elapsed(), before.rule)
-    await term.prepare_input()
+    if not fresh or snap.in_mode:
+        await term.prepare_input()
     if not already_pasted and profile.input_text(snap):
         cleared = await clear_input(term, profile)
         if cleared is None:

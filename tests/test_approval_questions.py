@@ -7,6 +7,7 @@ approval box can be taller than the screen; it is then read from the pane's hist
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import re
 import shlex
@@ -191,6 +192,11 @@ async def test_approver_reads_a_tall_box_from_the_pane_history(
     approver = Approver("EXECUTER", load_profile("claude"), pane, policy, store)
     snap = await pane.snapshot()
     assert snap.history_size > 0, "the box's top must be in the history"
+    # A screen that no longer matches the pane (it moved between the reads) is looked at
+    # again later, never decided on a box read in part.
+    moved = dataclasses.replace(snap, lines=(*snap.lines[:-1], "a line drawn since"))
+    assert await approver.look(moved) == "none"
+    assert not store.list_events()
     assert await approver.look(snap) == "answered"
     (event,) = [e for e in store.list_events() if e.kind == "approval"]
     assert event.data is not None

@@ -183,7 +183,7 @@ class Approver:
             # which the joined history capture holds as part of that line.
             if offset < 0 or tuple(lines[offset + 1 :]) != snap.lines[1:]:
                 return None
-            again = read_request(self.profile, lines, snap.cursor_y + offset)
+            again = read_request(self.profile, lines)
             if again is not None and again.question == request.question:
                 found = again
         self._box = (snap.lines, found)

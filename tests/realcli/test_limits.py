@@ -14,6 +14,7 @@ import typing as t
 
 import pytest
 
+from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Expect, LimitPolicy, TurnOutcome
 from politerm.testing.mockllm import Rule
 from politerm.testing.retry import aretry_until
@@ -76,10 +77,14 @@ async def test_limit_resolves_into_a_resumed_turn(
     async def lift_when_limited() -> None:
         # The API's limit resets once the agent waits for it (a CLI retrying by itself
         # would otherwise never see an answer).
-        async def limited() -> bool:
-            return any(e.kind == "limited" for e in r.store.list_events())
+        async def gave_up() -> bool:
+            # Limited, and idle under the message: the CLI stopped retrying by itself.
+            if not any(e.kind == "limited" for e in r.store.list_events()):
+                return False
+            snap = await agent.snapshot()
+            return agent.profile.detect(snap, limited=False).state is AgentState.READY
 
-        await aretry_until(limited, 300, interval=0.5, what="a limited event")
+        await aretry_until(gave_up, 300, interval=0.5, what="the CLI to give up on the limit")
         llm.lift_limits()
 
     lifter = asyncio.create_task(lift_when_limited())

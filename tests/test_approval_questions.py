@@ -18,6 +18,7 @@ from politerm.agents import AgentState, load_profile
 from politerm.agents.approval import ApprovalPolicy, Decision, get_pending
 from politerm.agents.question import read_request
 from politerm.driver.approvals import Approver
+from politerm.pty.runner import PtyTerminal
 from politerm.store import RunStore
 from politerm.terminal import Snapshot
 from politerm.testing.retry import aretry_until
@@ -34,6 +35,7 @@ OUTPUT = "Add command output to the chat? (Y)es/(N)o/(D)on't ask again [Yes]:"
 HEREDOC = "\n".join(
     ["cat > big.txt <<'EOF'", *(f"line {i} of the big file" for i in range(1, 151)), "EOF"]
 )
+HEREDOC_PATTERN = r"\Acat > big\.txt <<'EOF'\n(line \d+ of the big file\n)+EOF\Z"
 
 
 def lines_of(name: str) -> list[str]:
@@ -185,9 +187,7 @@ async def test_approver_reads_a_tall_box_from_the_pane_history(
 ) -> None:
     pane = await _pane_showing(tmux_session, tmux_server, "claude-tall-bash-history.txt", tmp_path)
     store = RunStore.open(tmp_path / "runs.sqlite3")
-    policy = ApprovalPolicy.of(
-        "deny", [r"\Acat > big\.txt <<'EOF'\n(line \d+ of the big file\n)+EOF\Z"]
-    )
+    policy = ApprovalPolicy.of("deny", [HEREDOC_PATTERN])
     approver = Approver("EXECUTER", load_profile("claude"), pane, policy, store)
     snap = await pane.snapshot()
     assert snap.history_size > 0, "the box's top must be in the history"
@@ -221,3 +221,29 @@ async def test_approver_asks_about_the_open_question_and_records_it(
     assert not re.search(r"echo first-out", asked.detail), asked.detail
     store.close()
     await pane.kill()
+
+
+async def test_approver_reads_a_tall_box_from_the_pty_history(tmp_path: pathlib.Path) -> None:
+    text = "\n".join(lines_of("claude-tall-bash-history.txt"))
+    path = tmp_path / "screen.txt"
+    path.write_text(text)
+    argv = ["sh", "-c", f"cat {shlex.quote(str(path))}; exec sleep 600"]
+    term = await PtyTerminal.spawn(argv, size=(200, 50), name="q")
+    try:
+        last = text.rsplit("\n", 1)[-1].rstrip()
+
+        async def shown() -> bool:
+            snap = await term.snapshot()
+            return snap.lines[snap.cursor_y].rstrip() == last
+
+        await aretry_until(shown, 60, what="the PTY to show the recorded box")
+        store = RunStore.open(tmp_path / "runs.sqlite3")
+        policy = ApprovalPolicy.of("deny", [HEREDOC_PATTERN])
+        approver = Approver("epic.s1", load_profile("claude"), term, policy, store)
+        assert await approver.look(await term.snapshot()) == "answered"
+        (event,) = [e for e in store.list_events() if e.kind == "approval"]
+        assert event.data is not None
+        assert (event.data["decision"], event.data["command"]) == ("approve", HEREDOC)
+        store.close()
+    finally:
+        await term.kill(grace=1.0)

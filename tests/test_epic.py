@@ -164,6 +164,13 @@ def test_queue_ready_means_unblocked(project: Project) -> None:
 
 
 def test_work_cli(project: Project) -> None:
+    empty = project.poli("export")
+    assert (empty.returncode, empty.stdout) == (0, "")
+    assert empty.stderr == (
+        "poli: no session records to export; `poli go EPIC` records one per session\n"
+    )
+    none_of = project.poli("export", "--epic", "E")
+    assert none_of.stderr.startswith("poli: no session records of epic E to export")
     assert project.poli("work", "add", "E", "First", "--id", "w-1", "-p", "1").stdout == "w-1\n"
     assert project.poli("work", "add", "E", "Second", "--after", "w-1").stdout == "E-2\n"
     listed = project.poli("work", "list", "E", "--ready", "--json")

@@ -3,7 +3,8 @@
 ``poli up`` installs politerm's hooks in each agent's session configuration; a driver that
 attaches to the pane finds the channel through ``@poli_hooks``. A prompt is then confirmed
 by the agent's own prompt event (and the screen agrees), and the turn ends on its stop
-event. Codex reports only the end of a turn (its ``notify``).
+event, and a permission question is announced by its notification. Codex reports only the
+end of a turn (its ``notify``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import typing as t
 
 import pytest
 
-from politerm.driver import AgentDriver, Expect, TurnOutcome
+from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.state import AgentState
+from politerm.driver import AgentDriver, Expect, Source, TurnOutcome
 from politerm.driver.receipts import PANE_OPTION, parse_option
-from politerm.hooks.events import HookKind
+from politerm.hooks.events import HookEvent, HookKind
 from politerm.testing.mockllm import Rule
-from tests.realcli.helpers import REPLY, AgentSpec
+from tests.realcli.helpers import REPLY, AgentSpec, exists
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -98,3 +101,35 @@ async def test_codex_notify_ends_the_turn(rig: RigFactory, llm: MockLLM) -> None
     stops = [r for r in _receipts(path) if r["kind"] == "stop"]
     assert stops and stops[-1]["event"] == "agent-turn-complete", stops
     assert "RECEIPT-PLAN" in stops[-1]["prompt"]["tail"]
+
+
+@pytest.mark.parametrize("cli", ["claude", "gemini"])
+async def test_approval_is_pending_when_its_notification_says_so(
+    cli: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(Rule(r"RECEIPT-TOOL", "Writing it.", command="echo by-hook > hook.txt", after="Done."))
+    r = await rig({"AGENT": AgentSpec(cli)})
+    agent = r.agent("AGENT")
+    path = await _channel(agent)
+    driver = AgentDriver.attach("AGENT", agent.profile, agent.pane, store=r.store)
+
+    result = await driver.deliver("Run the tool please. RECEIPT-TOOL")
+    assert result.submitted and Source.HOOK in result.sources, result
+
+    async def notified() -> HookEvent | None:
+        return (await driver.observe()).hook_approval
+
+    pending = await agent.wait(notified, f"{cli}'s permission notification")
+    assert pending.kind is HookKind.APPROVAL and pending.cli == cli
+    # Gemini runs the hook before it draws the question: the screen follows.
+    await agent.wait_state(AgentState.WAITING_APPROVAL)
+    await agent.answer_approval(ApprovalPolicy.of("approve"))
+    await agent.wait(exists(agent.spec.workdir / "hook.txt"), f"{cli} to run the tool")
+
+    async def cleared() -> bool:
+        return (await driver.observe()).hook_approval is None
+
+    await agent.wait(cleared, f"{cli}'s tool receipt after the approval")
+    kinds = [r["kind"] for r in _receipts(path)]
+    assert kinds.index("approval") < kinds.index("tool"), kinds
+    assert driver.drifts == []

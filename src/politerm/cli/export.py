@@ -35,6 +35,14 @@ def command(
     with epic_store(load(config_path)) as es:
         lines = list(export_lines(es, run_id=run_id, epic=epic))
     text = "".join(line + "\n" for line in lines)
+    if not lines:
+        # stdout stays pure JSON lines; the note is for the person at the terminal
+        which = " ".join(f"{k} {v}" for k, v in (("run", run_id), ("epic", epic)) if v)
+        click.echo(
+            f"poli: no session records{' of ' + which if which else ''} to export; "
+            "`poli go EPIC` records one per session",
+            err=True,
+        )
     if output is None:
         click.echo(text, nl=False)
         return

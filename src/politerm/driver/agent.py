@@ -48,8 +48,9 @@ from politerm.driver.receipts import (
     PANE_OPTION,
     Drift,
     Receipts,
+    launch_with_hooks,
+    mark_pane,
     parse_option,
-    prepare_hooks,
 )
 from politerm.driver.receiptwatch import PromptCheck, cross_check_delivery
 from politerm.driver.reports import ReportStream
@@ -258,14 +259,10 @@ class AgentDriver:
         argv = list(argv if argv is not None else profile.command)
         full_env = {**profile.env, **(env or {})}
         check_program(argv, full_env, setting=setting or f"agents.{name}.command")
-        setup = None
-        if hooks:
-            try:
-                setup = prepare_hooks(name, profile.name, argv, full_env, hooks_dir)
-            except HookError as exc:
-                log.warning("%s: no hook receipts, the screen alone decides: %s", name, exc)
-        if setup is not None:
-            argv, full_env = setup.argv, setup.env
+        setup = launch_with_hooks(
+            name, profile.name, argv, full_env, hooks_dir, enabled=hooks, say=say
+        )
+        argv, full_env = setup.argv, setup.env
         term: AgentTerm
         if tmux is not None:
             term = await new_window(
@@ -282,10 +279,10 @@ class AgentDriver:
         else:
             term = await PtyTerminal.spawn(argv, cwd=cwd, env=full_env, size=size, name=name)
         where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
-        receipts = kwargs.pop("receipts", None) or (setup.receipts() if setup else None)
-        if isinstance(term, Pane) and setup is not None and setup.option is not None:
+        receipts = kwargs.pop("receipts", None) or setup.receipts()
+        if isinstance(term, Pane):
             with contextlib.suppress(TmuxError):
-                await term.set_option(PANE_OPTION, setup.option)
+                await mark_pane(term, setup)
         driver = cls(name, profile, term, cwd=where, env=env, receipts=receipts, **kwargs)
         if ready_timeout is None:
             return driver

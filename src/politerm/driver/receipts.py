@@ -18,17 +18,23 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import pathlib
 import tempfile
 import typing as t
 
+from politerm.errors import HookError
 from politerm.hooks.channel import HookChannel, check_private, create_channel
 from politerm.hooks.events import HookEvent, HookKind
 from politerm.hooks.install import hook_cli, install_hooks
 
 if t.TYPE_CHECKING:
     import asyncio
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
+
+    from politerm.tmux.pane import Pane
+
+log = logging.getLogger(__name__)
 
 PANE_OPTION: t.Final = "@poli_hooks"
 """The pane user option naming an agent's CLI and channel (``cli:path``), for attach."""
@@ -214,6 +220,39 @@ def prepare_hooks(
     channel = create_channel(where, name)
     out_argv, out_env = install_hooks(cli, argv, env, channel)
     return HookSetup(out_argv, out_env, cli, channel)
+
+
+def launch_with_hooks(
+    name: str,
+    profile_name: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    directory: pathlib.Path | None,
+    *,
+    enabled: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> HookSetup:
+    """:func:`prepare_hooks` for a workflow's launch: a failure only costs the receipts.
+
+    A channel that cannot be made is told to ``say`` (and logged); the agent starts without
+    hooks and the screen alone decides, as for a CLI that has none.
+    """
+    if not enabled:
+        return HookSetup(list(argv), dict(env))
+    try:
+        return prepare_hooks(name, profile_name, argv, env, directory)
+    except HookError as exc:
+        note = f"{name}: no hook receipts, the screen alone decides: {exc}"
+        log.warning("%s", note)
+        if say is not None:
+            say(note)
+        return HookSetup(list(argv), dict(env))
+
+
+async def mark_pane(pane: Pane, setup: HookSetup) -> None:
+    """Name the channel on the agent's pane, so any driver that attaches finds it."""
+    if setup.option is not None:
+        await pane.set_option(PANE_OPTION, setup.option)
 
 
 def parse_option(value: str | None) -> tuple[str, pathlib.Path] | None:

@@ -15,9 +15,9 @@ from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
 from politerm.driver import check_program, deliver, wait_ready
-from politerm.driver.receipts import PANE_OPTION, prepare_hooks
+from politerm.driver.receipts import launch_with_hooks, mark_pane
 from politerm.engine.resume import resume_work
-from politerm.errors import HookError, RoutingError, SessionNotFound
+from politerm.errors import RoutingError, SessionNotFound
 from politerm.hooks.channel import hooks_dir_for
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
@@ -191,13 +191,16 @@ class Session:
                 config_file=session_config_file(self.config),
             )
             # the agent's own hooks report to the session's private hooks directory
-            setup = None
-            if acfg.hooks:
-                try:
-                    setup = prepare_hooks(name, profile.name, argv, env, hooks_dir_for(self.config))
-                    argv, env = setup.argv, setup.env
-                except HookError as exc:
-                    say(f"{name}: no hook receipts, the screen alone decides: {exc}")
+            setup = launch_with_hooks(
+                name,
+                profile.name,
+                argv,
+                env,
+                hooks_dir_for(self.config),
+                enabled=acfg.hooks,
+                say=say,
+            )
+            argv, env = setup.argv, setup.env
             cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
             if pane is not None:
                 await pane.respawn(argv, cwd=cwd, env=env)
@@ -212,8 +215,7 @@ class Session:
                     env=env,
                     agent=name,
                 )
-            if setup is not None and setup.option is not None:
-                await pane.set_option(PANE_OPTION, setup.option)
+            await mark_pane(pane, setup)
             self.store.upsert_agent(
                 name,
                 session=self.name,

@@ -24,6 +24,7 @@ import uuid
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.profile import load_profile
+from politerm.driver.receipts import HookSetup, launch_with_hooks
 from politerm.epic.items import pick_source
 from politerm.epic.prompt import item_prompt, operator_note
 from politerm.epic.session import (
@@ -192,6 +193,7 @@ class EpicRunner:
             msg = f"agent profile {self.agent!r} has no command; set [epic.commands] {self.agent}"
             raise EpicError(msg)
         self.argv: list[str] = list(argv)
+        self._hooks = HookSetup(list(argv), {})
         self.hash = config_hash(config)
         self._server: TmuxServer | None = None
         self._version: str | None = None
@@ -425,6 +427,7 @@ class EpicRunner:
             policy=ApprovalPolicy.of(
                 self.config.routing.approval, self.config.routing.approval_patterns
             ),
+            receipts=self._hooks.receipts(),
         )
         if not live:
             return await run
@@ -456,11 +459,16 @@ class EpicRunner:
         ]
 
     async def _spawn(self, label: str) -> SessionTerminal:
-        env = dict(self.profile.env)
+        # The agent's own hooks report beside the store (the screen decides without them).
+        where = None if self.store is None else self.store.path.parent / "hooks" / "epic"
+        self._hooks = launch_with_hooks(
+            f"epic-{label}", self.profile.name, self.argv, self.profile.env, where
+        )
+        argv, env = self._hooks.argv, self._hooks.env
         if not self.options.tmux:
             size = (self.config.epic.width, self.config.epic.height)
             return await PtyTerminal.spawn(
-                self.argv, cwd=self.repo, env=env, size=size, name=f"pty:{label}"
+                argv, cwd=self.repo, env=env, size=size, name=f"pty:{label}"
             )
         from politerm.engine.session import make_server
         from politerm.tmux.pane import new_window
@@ -477,7 +485,7 @@ class EpicRunner:
             self._server,
             session=TMUX_SESSION,
             name=label[:30],
-            argv=self.argv,
+            argv=argv,
             cwd=self.repo,
             env=env,
             size=(self.config.epic.width, self.config.epic.height),

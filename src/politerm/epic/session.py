@@ -35,6 +35,7 @@ if t.TYPE_CHECKING:
 
     from politerm.agents.approval import ApprovalPolicy
     from politerm.agents.profile import AgentProfile
+    from politerm.driver.receipts import Receipts
     from politerm.redact import Redactor
     from politerm.store import RunStore
     from politerm.terminal import Snapshot
@@ -272,6 +273,7 @@ async def run_session(
     store: RunStore | None = None,
     policy: ApprovalPolicy | None = None,
     approval_key: str | None = None,
+    receipts: Receipts | None = None,
 ) -> SessionOutcome:
     """Run one session on an already started ``term``; the agent is stopped at the end.
 
@@ -299,6 +301,8 @@ async def run_session(
         Told short state words for a status line.
     note
         The operator note a soft stop delivers.
+    receipts
+        The agent's hook receipts, when its launch installed hooks.
     store, policy, approval_key
         Where approval questions and events go, the approval policy, and the name ``poli
         approve`` answers this session's questions by (default ``epic.<session id>``).
@@ -315,7 +319,7 @@ async def run_session(
     if not isinstance(base, (Pane, PtyTerminal)):
         msg = f"an epic session runs on a tmux pane or a PTY, not {type(term).__name__}"
         raise TypeError(msg)
-    driver = AgentDriver.attach(key, profile, base, store=store, policy=policy)
+    driver = AgentDriver.attach(key, profile, base, store=store, policy=policy, receipts=receipts)
     parser = ReportParser(session_id)
     signals: list[Report | ReportError] = []
     wake = asyncio.Event()

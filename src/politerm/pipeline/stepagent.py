@@ -22,6 +22,7 @@ from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Outcome
 from politerm.driver.limits import driver_settings
+from politerm.driver.receipts import launch_with_hooks, mark_pane
 from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
 from politerm.pipeline import worktrees
 from politerm.pipeline.launch import DONE_TYPE, Launch, exit_file, launch, prompt_file, step_id
@@ -148,16 +149,26 @@ class StepAgent:
         )
         run.set_current(step)
         run.state.save()
+        # A TUI step's own hooks report to the run's private hooks directory.
+        hooks = launch_with_hooks(
+            f"step-{step.num}",
+            spec.profile.name,
+            spec.argv,
+            spec.profile.env,
+            run.state.steps_dir / "hooks",
+            enabled=not spec.headless,
+        )
         pane = await new_window(
             run.client,
             run.server,
             session=run.record.session,
             name=step.window,
-            argv=list(spec.argv),
+            argv=hooks.argv,
             cwd=cwd,
-            env=spec.profile.env,
+            env=hooks.env,
             agent=f"step-{step.num}",
         )
+        await mark_pane(pane, hooks)
         run.state.set_step(step.num, StepStatus.RUNNING, pane=pane.pane_id)
         run.say(
             f"step {step.num} ({step.agent}, {spec.cli}{', headless' if spec.headless else ''})"

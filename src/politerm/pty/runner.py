@@ -215,6 +215,13 @@ class PtyTerminal:
             title=str(self.screen.title or ""),
         )
 
+    async def capture_history(self) -> list[str]:
+        """The scrollback kept by the rendered screen, then the screen (as a tmux pane's)."""
+        cols = self.screen.columns
+        # A wide character's second cell holds "": joining the cells gives the text.
+        top = ["".join(ln[x].data for x in range(cols)).rstrip() for ln in self.screen.history.top]
+        return [*top, *(ln.rstrip() for ln in self.screen.display)]
+
     async def paste(self, data: bytes, *, bracketed: bool = True, keep_lf: bool = True) -> None:
         """Write ``data`` as a paste: bracketed when the program asked for it, as tmux does."""
         data = sanitize_paste(data)

@@ -1,0 +1,190 @@
+"""Approvals with the real CLIs, through the agent driver, in each CLI's default display.
+
+aider (pretty and ``--no-pretty``, diff edit format) runs as an executer whose reply holds
+two shell commands with output, so four questions come in a row: "Run shell command?",
+"Add command output to the chat?", and the same again for the second command. Each is
+answered by the run's policy (ask, approve, or deny plus patterns) as the question actually
+open, never by the command of the question answered above it. Claude Code asks to run a
+150-line heredoc whose box is taller than the screen; a pattern over the whole command
+approves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import typing as t
+
+import pytest
+
+from politerm.agents.approval import (
+    ApprovalPolicy,
+    Decision,
+    answer_pending,
+    get_pending,
+)
+from politerm.driver import AgentDriver
+from politerm.driver.turn import Expect
+from politerm.testing.mockllm import Rule
+from politerm.testing.retry import aretry_until
+from tests.realcli.helpers import REPLY, AgentSpec
+
+if t.TYPE_CHECKING:
+    from politerm.store import RunStore
+    from politerm.testing.mockllm import MockLLM
+    from tests.realcli.conftest import RigFactory
+    from tests.realcli.helpers import Agent, Rig
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(420)]
+
+RUN = "Run shell command? (Y)es/(N)o/(S)kip all/(D)on't ask again [Yes]:"
+OUTPUT = "Add command output to the chat? (Y)es/(N)o/(D)on't ask again [Yes]:"
+# Output, so aider asks to add it to the chat; the sleep keeps the command alive while
+# aider's pexpect loop reads it (a command that exits at once loses its output there).
+FIRST = "echo first-out | tee first.txt; sleep 1"
+SECOND = "echo second-out | tee second.txt; sleep 1"
+RESULT = (
+    # The mock fills {nonce} from the rule's match (single braces are JSON).
+    '[[POLI:MSG {"to":"PLANNER","type":"result","id":"T1","nonce":"{nonce}"}]]\n'
+    "Ran both commands.\n"
+    "[[/POLI:MSG]]\n"
+)
+TWO_COMMANDS = f"Running both.\n\n```bash\n{FIRST}\n```\n\n```bash\n{SECOND}\n```\n\n{RESULT}"
+HEREDOC = "\n".join(
+    ["cat > big.txt <<'EOF'", *(f"line {i} of the big file" for i in range(1, 151)), "EOF"]
+)
+HEREDOC_PATTERN = r"\Acat > big\.txt <<'EOF'\n(line \d+ of the big file\n)+EOF\Z"
+
+
+def prompt(marker: str) -> t.Callable[[str], str]:
+    return lambda nonce: f"Please run them. {marker} (nonce={nonce})"
+
+
+def rule(marker: str, reply: str, **kw: t.Any) -> Rule:
+    return Rule(rf"{marker} \(nonce=(?P<nonce>[0-9a-f]+)\)", reply, **kw)
+
+
+def driver_for(r: Rig, agent: Agent, policy: ApprovalPolicy) -> AgentDriver:
+    """The driver the router would use for this executer, on the rig's pane and store."""
+    return AgentDriver.attach(
+        agent.name, agent.profile, agent.pane, store=r.store, policy=policy, cwd=agent.spec.workdir
+    )
+
+
+def approvals(store: RunStore, kind: str = "approval") -> list[dict[str, t.Any]]:
+    return [e.data or {} for e in store.list_events(limit=1000) if e.kind == kind]
+
+
+async def answer_as_user(store: RunStore, key: str, seen: list[tuple[str, str]]) -> None:
+    """`poli approve` for every question asked: run the commands, keep their output out."""
+    while True:
+        pending = get_pending(store, key)
+        if pending is not None and pending.answer is None:
+            seen.append((pending.question, pending.command))
+            ok = pending.question.startswith("Run shell command?")
+            answer_pending(store, key, Decision.APPROVE if ok else Decision.DENY)
+
+            async def answered(q: str = pending.question) -> bool:
+                p = get_pending(store, key)
+                return p is None or (p.answer is None and p.question != q)
+
+            await aretry_until(answered, REPLY, interval=0.1, what=f"{key} to take the answer")
+        await asyncio.sleep(0.1)
+
+
+AIDER_POLICIES = {
+    "approve": ApprovalPolicy.of("approve"),
+    "pattern": ApprovalPolicy.of("deny", [r"^echo (first|second)-out "]),
+    "ask": ApprovalPolicy.of("ask"),
+}
+# What each question gets: the commands run; their output is added to the chat only when
+# the policy approves everything (a pattern matches no command in the output question).
+EXPECTED = {
+    "approve": ["approve", "approve", "approve", "approve"],
+    "pattern": ["approve", "deny", "approve", "deny"],
+    "ask": ["approve", "deny", "approve", "deny"],
+}
+
+
+@pytest.mark.parametrize("mode", sorted(AIDER_POLICIES))
+@pytest.mark.parametrize("profile", ["aider", "aider-raw"])
+async def test_aider_executer_two_commands_in_a_row(
+    profile: str, mode: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(rule("APPROVALS-TWO", TWO_COMMANDS))
+    r = await rig({"EXECUTER": AgentSpec("aider", profile=profile, args=("--edit-format", "diff"))})
+    agent = r.agent("EXECUTER")
+    driver = driver_for(r, agent, AIDER_POLICIES[mode])
+    seen: list[tuple[str, str]] = []
+    user = asyncio.create_task(answer_as_user(r.store, "EXECUTER", seen)) if mode == "ask" else None
+    try:
+        result = await driver.run_turn(prompt("APPROVALS-TWO"), Expect.block("result"), timeout=240)
+    finally:
+        if user is not None:
+            user.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await user
+    assert result.ok, (result.error, result.screen)
+    assert result.block is not None and "Ran both commands." in result.block.body
+    work = agent.spec.workdir
+    assert (work / "first.txt").read_text().strip() == "first-out"
+    assert (work / "second.txt").read_text().strip() == "second-out"
+
+    decisions = approvals(r.store)
+    questions = [d["question"] for d in decisions]
+    assert questions == [RUN, OUTPUT, RUN, OUTPUT], decisions
+    assert [d["command"] for d in decisions] == [FIRST, "", SECOND, ""], decisions
+    assert [d["decision"] for d in decisions] == EXPECTED[mode], decisions
+    keys = {"approve": ["y", "Enter"], "deny": ["n", "Enter"]}
+    assert [d["keys"] for d in decisions] == [keys[d["decision"]] for d in decisions]
+    assert all(d["by"] == ("user" if mode == "ask" else "policy") for d in decisions)
+    if mode == "ask":
+        assert seen == [(RUN, FIRST), (OUTPUT, ""), (RUN, SECOND), (OUTPUT, "")]
+        asked = approvals(r.store, "approval-asked")
+        assert [(d["question"], d["command"]) for d in asked] == seen
+    # The output questions never name a command in the audit line.
+    details = [e.detail for e in r.store.list_events(limit=1000) if e.kind.startswith("approval")]
+    assert not [d for d in details if "Add command output" in d and "echo" in d], details
+
+
+async def test_claude_approves_a_150_line_heredoc_by_pattern(rig: RigFactory, llm: MockLLM) -> None:
+    llm.add(rule("APPROVALS-BIG", "Writing the file.", command=HEREDOC, after=RESULT))
+    r = await rig({"EXECUTER": AgentSpec("claude")})
+    agent = r.agent("EXECUTER")
+    driver = driver_for(r, agent, ApprovalPolicy.of("deny", [HEREDOC_PATTERN]))
+    result = await driver.run_turn(prompt("APPROVALS-BIG"), Expect.block("result"), timeout=240)
+    assert result.ok, (result.error, result.screen)
+    big = (agent.spec.workdir / "big.txt").read_text().splitlines()
+    assert big == [f"line {i} of the big file" for i in range(1, 151)]
+    (decision,) = approvals(r.store)
+    assert decision["decision"] == "approve", decision
+    assert decision["reason"] == f"pattern {HEREDOC_PATTERN!r} matches the command"
+    assert decision["command"] == HEREDOC
+    assert decision["tool"] == "Bash"
+    assert decision["question"] == "Do you want to proceed?"
+    assert decision["complete"] is True
+
+
+async def test_claude_long_command_shows_in_status_while_asked(
+    rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(rule("APPROVALS-ASK", "Writing the file.", command=HEREDOC, after=RESULT))
+    r = await rig({"EXECUTER": AgentSpec("claude")})
+    agent = r.agent("EXECUTER")
+    driver = driver_for(r, agent, ApprovalPolicy.of("ask"))
+    turn = asyncio.create_task(
+        driver.run_turn(prompt("APPROVALS-ASK"), Expect.block("result"), timeout=240)
+    )
+
+    async def asked() -> bool:
+        return get_pending(r.store, "EXECUTER") is not None
+
+    await aretry_until(asked, REPLY, interval=0.1, what="claude's question to be pending")
+    pending = get_pending(r.store, "EXECUTER")
+    assert pending is not None
+    assert pending.command == HEREDOC
+    assert pending.what == "Bash(cat > big.txt <<'EOF' … +151 lines)"
+    answer_pending(r.store, "EXECUTER", Decision.APPROVE)
+    result = await turn
+    assert result.ok, (result.error, result.screen)
+    assert len((agent.spec.workdir / "big.txt").read_text().splitlines()) == 150

@@ -1,0 +1,255 @@
+"""Every ``poli`` command line of the README, typed as a newcomer types it, on a clean HOME.
+
+The lines are read from README.md's code blocks and run through ``sh -c`` with the venv's
+``bin/`` first on PATH (as after ``source .venv/bin/activate``), a fresh HOME and XDG
+directories, a private TMPDIR and a private tmux socket directory. Each must succeed and
+print what the README promises. A README line that no test here drives fails
+:func:`test_every_readme_command_is_driven`, so the README cannot promise more than is tried.
+(``./scripts/demo`` and ``./scripts/test`` are CI itself and are not re-run here.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import typing as t
+
+import ptyprocess
+import pytest
+
+from politerm.testing.retry import retry_until
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+DEMOS = ("loop", "pipeline", "epic", "manager", "bridge", "messaging")
+
+# The README's lines, as written (comments dropped), each driven by a test below.
+USE = (
+    "poli doctor",
+    "poli up",
+    'poli task "Add a --json flag to the export command"',
+    "poli status [--json|--watch]",
+    "poli attach",
+    'poli answer TASK "yes, use the v2 API"',
+    "poli abort [TASK]",
+    "poli route --until-idle",
+    "poli up --resume",
+    "poli down",
+    "poli status --all",
+)
+NEXT_STEPS = (
+    'poli run feature --project . --task "Add a --verbose flag" --cli fake --auto-approve',
+    'poli work add E1 "Add a --verbose flag"',
+    "poli go E1 --dry-run",
+)
+COMPLETION = "poli completion bash --install"
+DRIVEN = {*USE, *NEXT_STEPS, COMPLETION, *(f"poli demo {name}" for name in DEMOS)}
+
+
+def readme_commands() -> set[str]:
+    """The ``poli`` lines of the README's shell code blocks, without their comments."""
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```sh\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    lines = (line.split("  #")[0].strip() for block in blocks for line in block.splitlines())
+    return {line for line in lines if line.startswith("poli ")}
+
+
+def test_every_readme_command_is_driven() -> None:
+    assert readme_commands() == DRIVEN
+
+
+class Newcomer:
+    """A clean machine account: its HOME, a project directory, a private tmux socket dir."""
+
+    def __init__(self, tmp_path: pathlib.Path) -> None:
+        self.home = pathlib.Path(os.environ["HOME"])  # conftest made it fresh, with XDG dirs
+        self.project = tmp_path / "proj"
+        self.project.mkdir()
+        self.tmp = tmp_path / "tmp"
+        self.tmp.mkdir()
+        self.sockets = tmp_path / "sockets"
+        self.sockets.mkdir(mode=0o700)
+        venv_bin = str(pathlib.Path(sys.executable).parent)
+        self.env = {
+            **os.environ,
+            "XDG_CACHE_HOME": str(self.home / ".cache"),
+            "TMPDIR": str(self.tmp),
+            "TMUX_TMPDIR": str(self.sockets),
+            "COLUMNS": "200",
+            "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        self.env.pop("POLI_DEBUG", None)
+        self.socket = self.sockets / f"tmux-{os.getuid()}" / "poli"
+
+    def sh(self, line: str, *, code: int = 0, timeout: float = 120) -> str:
+        """Run a README line as typed; it must exit ``code``. Returns its output."""
+        proc = subprocess.run(
+            ["sh", "-c", line],
+            cwd=self.project,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == code, f"{line!r} exited {proc.returncode}:\n{out[-3000:]}"
+        assert "Traceback" not in out, out
+        return proc.stdout
+
+    def tasks(self) -> dict[str, dict[str, t.Any]]:
+        data = json.loads(self.sh("poli status --json"))
+        return {task["id"]: task for task in data["tasks"]}
+
+    def clients(self) -> list[str]:
+        """Terminal clients (not control-mode ones) attached to the private server."""
+        tmux = shutil.which("tmux")
+        assert tmux is not None, "tmux is not installed (scripts/_setup.sh installs it)"
+        out = subprocess.run(
+            [tmux, "-S", str(self.socket), "list-clients", "-F",
+             "#{client_control_mode} #{client_session}"],
+            capture_output=True, text=True, check=False, timeout=30,
+        )  # fmt: skip
+        return [line[2:] for line in out.stdout.splitlines() if line.startswith("0 ")]
+
+    def kill_server(self) -> None:
+        tmux = shutil.which("tmux")
+        assert tmux is not None
+        subprocess.run([tmux, "-S", str(self.socket), "kill-server"], capture_output=True,
+                       check=False, timeout=30)  # fmt: skip
+
+
+def in_terminal(newcomer: Newcomer, line: str) -> ptyprocess.PtyProcessUnicode:
+    return ptyprocess.PtyProcessUnicode.spawn(
+        ["sh", "-c", line], cwd=str(newcomer.project), env=newcomer.env, dimensions=(40, 160)
+    )
+
+
+def read_until(term: ptyprocess.PtyProcessUnicode, text: str, what: str) -> str:
+    """Read the terminal's output until ``text`` shows (bounded, event-driven reads)."""
+    seen = ""
+
+    def shown() -> bool:
+        nonlocal seen
+        if term.isalive():
+            with contextlib.suppress(EOFError):  # it ended: what it printed is all there is
+                seen += term.read(65536)
+        return text in seen
+
+    retry_until(shown, 60, interval=0.05, what=what)
+    return seen
+
+
+@pytest.fixture
+def newcomer(tmp_path: pathlib.Path) -> t.Iterator[Newcomer]:
+    who = Newcomer(tmp_path)
+    try:
+        yield who
+    finally:
+        who.kill_server()
+
+
+def test_use_section_loop_commands(newcomer: Newcomer) -> None:
+    n = newcomer
+    doctor = n.sh("poli doctor")
+    assert re.search(r"^tmux\tOK\t", doctor, re.MULTILINE), doctor
+    assert "\tFAIL\t" not in doctor
+
+    up = n.sh("poli up")
+    assert re.search(r"^up: session 'poli-proj-\w+' on socket 'poli' \(watch: poli attach\)$",
+                     up, re.MULTILINE), up  # fmt: skip
+    assert "PLANNER: primer delivered" in up and "EXECUTER: primer delivered" in up
+
+    task = n.sh('poli task "Add a --json flag to the export command"')
+    final = re.search(r"^final report \((T[\w-]+)\):\n(.+)$", task, re.MULTILINE)
+    assert final is not None, task
+    done_id = final[1]
+    assert "hello.txt was created" in final[2]
+    assert " delivered " in task and "PLANNER → EXECUTER: plan" in task  # hop by hop
+
+    status = n.sh("poli status")
+    assert re.search(rf"^{done_id}\tdone\t.*\tAdd a --json flag", status, re.MULTILINE), status
+    assert re.search(r"^PLANNER\tready\t", status, re.MULTILINE), status
+    assert n.tasks()[done_id]["state"] == "done"
+    watch = in_terminal(n, "poli status --watch")
+    try:
+        read_until(watch, done_id, "poli status --watch to show the task")
+    finally:
+        watch.sendintr()
+        watch.terminate(force=True)
+
+    attach = in_terminal(n, "poli attach")
+    try:
+        sessions = retry_until(n.clients, 60, what="poli attach to attach a terminal")
+        assert sessions[0].startswith("poli-proj-"), sessions
+    finally:
+        attach.terminate(force=True)
+
+    # A task that asks: poli task exits 3 and names the answer command.
+    asked = n.sh('poli task "Add a greeting file; ask me which greeting first"', code=3)
+    question = re.search(r"^(T[\w-]+) asks: Which greeting", asked, re.MULTILINE)
+    assert question is not None, asked
+    waiting = question[1]
+    assert f"{waiting} asks: Which greeting should hello.txt hold?\n" in asked
+    assert f"answer with: poli answer {waiting} '…'" in asked
+    answered = n.sh('poli answer TASK "yes, use the v2 API"'.replace("TASK", waiting))
+    assert answered.strip() == f"answered {waiting}"
+    routed = n.sh("poli route --until-idle")
+    assert f"{waiting} done" in routed, routed
+    assert n.tasks()[waiting]["state"] == "done"
+
+    n.sh('poli task "Ask me anything"', code=3)
+    newest = next(i for i, task in n.tasks().items() if task["state"] == "waiting_user")
+    aborted = n.sh("poli abort")
+    assert aborted.strip() == f"aborted {newest}"
+    assert n.tasks()[newest]["state"] == "aborted"
+
+    # The tmux server dies with both agents; up --resume brings them back.
+    n.kill_server()
+    resumed = n.sh("poli up --resume")
+    assert "up: session 'poli-proj-" in resumed, resumed
+    assert re.search(r"^EXECUTER\tready\t", n.sh("poli status"), re.MULTILINE)
+
+    everything = n.sh("poli status --all")
+    assert everything.startswith("# sessions on socket poli\n"), everything
+    assert str(n.project) in everything
+    assert "EXECUTER ready, PLANNER ready" in everything
+
+    down = n.sh("poli down")
+    assert down.strip() == "down: PLANNER, EXECUTER"
+    assert n.sh("poli status --all").strip() == "no politerm sessions on socket 'poli'"
+
+
+def test_next_steps_after_the_pipeline_and_epic_demos(newcomer: Newcomer) -> None:
+    n = newcomer
+    run = n.sh(NEXT_STEPS[0], timeout=300)
+    assert re.search(r"^run \S+: done$", run, re.MULTILINE), run
+    assert "gate approved (--auto-approve)" in run
+    handoff = (n.project / ".handoff.md").read_text()
+    assert handoff.count("Notes from step ") >= 4, handoff  # each step appended its notes
+    assert n.sh(NEXT_STEPS[1]).strip() == "E1-1"
+    dry = n.sh(NEXT_STEPS[2])
+    assert re.match(r"agent codex: codex\b", dry), dry
+    assert f"each session runs that in a headless PTY, in {n.project}" in dry
+    assert "=== E1-1 (priority 2): Add a --verbose flag" in dry
+
+
+def test_shell_completion_installs(newcomer: Newcomer) -> None:
+    out = newcomer.sh(COMPLETION)
+    path = pathlib.Path(os.environ["XDG_DATA_HOME"]) / "bash-completion" / "completions" / "poli"
+    assert out.startswith(f"wrote {path}"), out
+    assert "_POLI_COMPLETE" in path.read_text()
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_demo(newcomer: Newcomer, name: str) -> None:
+    out = newcomer.sh(f"poli demo {name}")
+    assert out.startswith(f"demo {name}: starting in a scratch directory of its own"), out
+    assert "cleaned up: its scratch directory and tmux server (if any) are gone" in out
+    assert out.rstrip().endswith(f"demo {name}: done"), out
+    assert list(newcomer.tmp.iterdir()) == []  # removed everything

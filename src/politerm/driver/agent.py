@@ -53,9 +53,10 @@ from politerm.driver.receipts import (
     mark_pane,
     parse_option,
 )
-from politerm.driver.receiptwatch import PromptCheck, cross_check_delivery
+from politerm.driver.receiptwatch import AgentChecks, PromptCheck, cross_check_delivery
 from politerm.driver.reports import ReportStream
 from politerm.driver.tokens import Budget, TokenMeter
+from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.errors import (
     ControlModeError,
     HookError,
@@ -156,6 +157,8 @@ class AgentDriver:
         #: Seconds one source (hook or screen) may lag the other before it counts as drift.
         self.hook_grace = HOOK_GRACE
         self._drift_seen: set[str] = set()
+        #: Its transcript was waited for once and never found: do not wait again.
+        self.transcript_missing = False
 
     def __repr__(self) -> str:
         return f"AgentDriver({self.name}, {self.term.name}, {self.state.value})"
@@ -487,12 +490,7 @@ class AgentDriver:
         STRANDED attempt left in the box instead. The tracker's ready latch ends here.
         """
         self.tracker.input_sent()
-        rc = await self.hook_receipts()
-        check = None
-        if rc is not None:
-            self.delivery_mark = rc.mark()
-            if rc.reports(HookKind.PROMPT):
-                check = PromptCheck(rc, self.delivery_mark, text)
+        check = await self._agent_checks(text)
         await self._hook("before-paste")
         # The empty-box check reads the screen already looked at, when nothing was printed
         # since (one tmux round trip less on the way to the agent).
@@ -520,6 +518,21 @@ class AgentDriver:
             result = await cross_check_delivery(self, result, check, grace=self.hook_grace)
         await self._hook("after-confirm")
         return result
+
+    async def _agent_checks(self, text: str | bytes) -> AgentChecks | None:
+        """What the agent itself will say about this prompt: hook receipt, transcript."""
+        rc = await self.hook_receipts()
+        hook = None
+        if rc is not None:
+            self.delivery_mark = rc.mark()
+            if rc.reports(HookKind.PROMPT):
+                hook = PromptCheck(rc, self.delivery_mark, text)
+        spec = self.profile.transcript
+        transcript = None
+        if spec is not None and spec.format in ("claude", "codex") and self.cwd is not None:
+            plain = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+            transcript = TranscriptCheck(spec, self.cwd, self.env, plain)
+        return AgentChecks(hook, transcript) if hook or transcript else None
 
     async def clear_input(self) -> bool:
         """Empty the input box (e.g. a dead-lettered prompt left there); True when empty."""

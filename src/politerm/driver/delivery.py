@@ -8,10 +8,10 @@ show the text left the input area or the agent became busy; otherwise the submit
 pressed again with backoff. The outcome is one of :class:`Outcome`, returned with the
 screen lines that decided it.
 
-Where the agent reports its own prompt event (a hook receipt, :mod:`politerm.driver.receipts`),
-a :class:`ReceiptCheck` is consulted beside the screen: the receipt confirms the delivery
-(and no submit key is pressed again), and :attr:`DeliveryResult.sources` says which sources
-confirmed it.
+Where the agent reports its own prompt event (a hook receipt, :mod:`politerm.driver.receipts`)
+or writes the prompt to its transcript, a :class:`ReceiptCheck` is consulted beside the
+screen: the receipt confirms the delivery (and no submit key is pressed again), and
+:attr:`DeliveryResult.sources` says which sources confirmed it.
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ class DeliveryResult:
 class ReceiptCheck(t.Protocol):
     """The agent's own confirmation of a prompt, consulted while the screen is watched."""
 
-    def confirmed(self) -> str | None:
-        """What confirmed the prompt (one line of evidence), or None while nothing has."""
+    def confirmed(self) -> tuple[Source, str] | None:
+        """Which source confirmed the prompt and one line of evidence; None while none has."""
 
     def event(self) -> asyncio.Event:
         """Set when a receipt may have arrived."""
@@ -300,26 +300,26 @@ async def _confirm(
             return DeliveryResult(
                 Outcome.BLOCKED, reading.evidence, submits, True, now - start, reading.rule
             )
-        hook = receipt.confirmed() if receipt is not None else None
+        agent = receipt.confirmed() if receipt is not None else None
         if reading.state is AgentState.BUSY:
             return DeliveryResult(
                 Outcome.DELIVERED,
-                (hook, *reading.evidence) if hook else reading.evidence,
+                (agent[1], *reading.evidence) if agent else reading.evidence,
                 submits,
                 True,
                 now - start,
                 reading.rule,
-                (Source.HOOK, Source.SCREEN) if hook else (Source.SCREEN,),
+                (agent[0], Source.SCREEN) if agent else (Source.SCREEN,),
             )
-        if hook:
+        if agent:
             return DeliveryResult(
                 Outcome.DELIVERED,
-                (hook, *snap.tail(3)),
+                (agent[1], *snap.tail(3)),
                 submits,
                 True,
                 now - start,
                 "prompt receipt",
-                (Source.HOOK,),
+                (agent[0],),
             )
         if (
             has_input

@@ -97,6 +97,18 @@ def plans(quick: bool) -> list[tuple[str, ChaosPlan]]:
             ),
         ),
         (
+            "crashes + kill -9 + server kills + agent faults",
+            plan(
+                10,
+                30,
+                wave=3,
+                router_kills=size(4),
+                server_kills=size(2),
+                planner=_faulty("claude", crash_at="after_submit", crash_share=0.1, crash_max=2),
+                executer=_faulty("codex", crash_at="mid_reply", crash_share=0.1, crash_max=2),
+            ),
+        ),
+        (
             "text left in the input box",
             plan(
                 8,
@@ -115,11 +127,17 @@ def run_one(plan: ChaosPlan) -> ChaosResult:
     _runs += 1
     socket = f"poli-chaos-{os.getpid()}-{_runs}"
     root = pathlib.Path(tempfile.mkdtemp(prefix="poli-bench-faults-"))
+    keep = False
     try:
-        return ChaosRun(root / "chaos", socket, plan).run()
+        result = ChaosRun(root / "chaos", socket, plan).run()
+        keep = not result.verdict.ok
+        if keep:  # the agents' logs are the evidence of each finding
+            result.notes.append(f"agents' logs kept in {root / 'chaos'}")
+        return result
     finally:
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
-        shutil.rmtree(root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def main(quick: bool = False) -> list[Row]:

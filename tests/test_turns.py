@@ -152,7 +152,8 @@ def _ended(loop: Loop, task_id: str) -> bool:
 async def test_a_stopping_router_finishes_the_delivery_under_way(
     server: libtmux.Server, project: pathlib.Path
 ) -> None:
-    write_project(project, _socket(server))
+    # A slow answer: the stopping router's last look finds the turn still unanswered.
+    write_project(project, _socket(server), planner=_planner_ok().replace("0.3", "30.0"))
     async with started(project) as loop:
         router = await _router(loop)
         pasting = asyncio.Event()

@@ -344,3 +344,41 @@ async def test_work_for_a_dead_agent_fails_resumably_then_runs_after_resume(
         await _resume_and_route(loop, [task.id])
         _done(loop, task.id)
         assert _lives(loop, "EXECUTER", PLAN_HEAD) == [[], [True]]
+
+
+# --- an answer on screen when the router stops, then the server dies before any router ---
+
+
+async def test_answer_on_screen_at_a_stop_is_read_before_the_router_exits(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    write_project(root, _socket(server))
+    async with started(root) as loop:
+        router = await _router(loop)
+        planner = router.agents["PLANNER"]
+        delivered = 0
+
+        async def answered_then_ctrl_c() -> None:
+            nonlocal delivered
+            delivered += 1
+            if delivered != 2:  # the task, then the EXECUTER's result
+                return
+
+            async def final_on_screen() -> bool:
+                return len(loop.replies("PLANNER")) == 2
+
+            await aretry_until(final_on_screen, 60, what="the PLANNER to print its final block")
+            router.stop()  # the user's Ctrl-C before the PLANNER's loop read the answer
+
+        planner.on("after-confirm", answered_then_ctrl_c)
+        submit(loop.store, loop.config, "make hello", task_id="T-last")
+        async with asyncio.timeout(TASK):
+            await router.run()
+        assert delivered == 2, "the fault did not strike"
+        _done(loop, "T-last")
+        # The server dies before any other router looked: nothing is left to send again.
+        tmux = await asyncio.create_subprocess_exec("tmux", "-L", _socket(server), "kill-server")
+        await tmux.wait()
+        await _resume_and_route(loop, ["T-last"])
+        assert _lives(loop, "PLANNER", "EXECUTER replied:") == [[True], []]

@@ -174,8 +174,8 @@ class Rendering(_Model):
     drops_html_tags
         ``<PLAN>``-like tags vanish (aider's pretty markdown).
     chrome
-        Regexes for the lines the CLI draws below its replies (input box borders, footer,
-        status bar); :func:`politerm.agents.chrome.reply_tail` skips them.
+        Regexes for the lines the CLI draws below its replies (input box, footer, status
+        bar); see :mod:`politerm.agents.chrome`.
     """
 
     reply_prefix: str = ""
@@ -199,19 +199,20 @@ class TranscriptSpec(_Model):
     Attributes
     ----------
     format
-        ``claude`` (Claude Code JSONL), ``codex`` (Codex rollout JSONL) or ``aider``
-        (``.aider.chat.history.md``).
+        ``claude`` (Claude Code JSONL), ``codex`` (Codex rollout JSONL), ``aider``
+        (``.aider.chat.history.md``), ``gemini`` (chat JSONL), ``opencode`` (its database).
     locate
-        ``file``: ``path`` relative to the agent's working directory; ``claude-projects``:
-        the newest session log of the working directory under ``$CLAUDE_CONFIG_DIR``
-        (default ``~/.claude``); ``codex-sessions``: the newest rollout under ``$CODEX_HOME``
-        (default ``~/.codex``).
+        ``file`` (``path``, relative to the working directory), or where the CLI keeps it:
+        ``claude-projects``, ``codex-sessions``, ``gemini-projects``, ``opencode-data``
+        (see :func:`politerm.driver.transcripts.locate_transcript`).
     path
         For ``locate = "file"``.
     """
 
-    format: t.Literal["claude", "codex", "aider"]
-    locate: t.Literal["file", "claude-projects", "codex-sessions"] = "file"
+    format: t.Literal["claude", "codex", "aider", "gemini", "opencode"]
+    locate: t.Literal[
+        "file", "claude-projects", "codex-sessions", "gemini-projects", "opencode-data"
+    ] = "file"
     path: str | None = None
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
-from politerm.driver.transcripts import locate_transcript
-from politerm.protocol import BlockParser, TranscriptTail, cross_check
+from politerm.driver.transcripts import Tail, locate_transcript, open_tail
+from politerm.protocol import BlockParser, cross_check
 from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
@@ -83,7 +83,7 @@ class BlockReader:
     rejected: list[Rejected] = dataclasses.field(default_factory=list)
     _checked: set[BlockKey] = dataclasses.field(default_factory=set)
     _left_open: set[tuple[int, str]] = dataclasses.field(default_factory=set)
-    _tail: TranscriptTail | None = None
+    _tail: Tail | None = None
 
     def __post_init__(self) -> None:
         self.parser = BlockParser(detect_echo=True, message_dir=self.cwd)
@@ -175,7 +175,7 @@ class BlockReader:
             path = locate_transcript(spec, self.cwd, self.env)
             if path is None:
                 return []
-            self._tail = TranscriptTail(path, spec.format)
+            self._tail = open_tail(spec, path, self.cwd)
         self.tparser.expect_nonce(nonce)
         fresh = []
         for block in self._tail.feed(self.tparser):

@@ -48,6 +48,17 @@ RESUME_MSG = "resume-message:"
 AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
 
 
+@dataclasses.dataclass(frozen=True)
+class Begun:
+    """A delivery written to the store (DELIVERING, its turn open) and not typed yet."""
+
+    msg: Message
+    nonce: str
+    text: str
+    stranded: bool = False
+    follow_up: bool = False
+
+
 @dataclasses.dataclass
 class LoopState:
     """What one agent's routing loop keeps between steps (the store holds the rest)."""
@@ -60,6 +71,10 @@ class LoopState:
     # block once, so they are kept here); the turn's nonce they belong to.
     held: list[Block] = dataclasses.field(default_factory=list)
     held_nonce: str | None = None
+    # A delivery a block's commit began for this agent, for its own loop to type.
+    handoff: Begun | None = None
+    # When this loop last saw a turn open (monotonic), for the transcript's catch-up.
+    turn_seen: float = 0.0
 
 
 class RouterBase:

@@ -179,7 +179,9 @@ def test_use_section_loop_commands(newcomer: Newcomer) -> None:
     assert n.tasks()[done_id]["state"] == "done"
     watch = in_terminal(n, "poli status --watch")
     try:
-        read_until(watch, done_id, "poli status --watch to show the task")
+        # Agent names, not the task id: a live table in a terminal may fold a long cell.
+        seen = read_until(watch, "EXECUTER", "poli status --watch to show the agents")
+        assert "PLANNER" in seen, seen
     finally:
         watch.sendintr()
         watch.terminate(force=True)

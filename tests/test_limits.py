@@ -295,7 +295,7 @@ async def test_turn_tokens_add_up_per_agent_task_and_run(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:
     from politerm.driver.tokens import stored_tokens
-    from politerm.protocol.usage import claude_usage
+    from politerm.protocol.usage import claude_usage, usage_total
     from politerm.status import collect
 
     store = RunStore.open(tmp_path / "runs.sqlite3")
@@ -321,7 +321,7 @@ async def test_turn_tokens_add_up_per_agent_task_and_run(
             )
         assert one.ok and two.ok, (one.error, two.error)
         lines = (tmp_path / ".fake-transcript.jsonl").read_text().splitlines()
-        expected = claude_usage(lines)
+        expected = usage_total(claude_usage(lines))
         assert expected.total > 0
         assert stored_tokens(store, "agent:AGENT") == expected
         assert stored_tokens(store, "run") == expected

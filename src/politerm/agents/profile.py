@@ -364,7 +364,7 @@ class AgentProfile(_Model):
                     dialog=dialog.name,
                 )
         # The lowest question, and none answered below it (see politerm.agents.question).
-        question = open_question(self, snap.lines, snap.cursor_y)
+        question = open_question(self, snap.lines)
         if question is not None:
             return StateReading(
                 AgentState.WAITING_APPROVAL, (question.line,), input_text, rule=question.rule
@@ -424,7 +424,7 @@ class AgentProfile(_Model):
         """
         if self.detect(snap).state is not AgentState.WAITING_APPROVAL:
             return None
-        return read_request(self, snap.lines, snap.cursor_y)
+        return read_request(self, snap.lines)
 
     def progress_key(self, snap: Snapshot) -> tuple[str, ...]:
         """The screen minus what moves without progress (spinners, timers, busy lines).

@@ -92,6 +92,13 @@ CHECK_CASES = [
         ("process(es) stopped",),
     ),
     CheckCase("fake-plain", "fake-plain", None),
+    # Asks to run a tool: the driver's policy denies it (a check runs no tools).
+    CheckCase(
+        "fake-claude-approval", "fake-claude",
+        "[[rules]]\nmatch = 'say hello'\napproval = \"Bash(echo hi > out.txt)\"\n"
+        "deny_reply = 'ECHO: say hello'\nreply = 'ran it'\n", "claude",
+        ("ok: approval: denied with", "state: waiting_approval ["),
+    ),
 ]  # fmt: skip
 
 

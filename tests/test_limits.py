@@ -98,6 +98,41 @@ def test_a_cli_retrying_by_itself_is_busy_not_limited() -> None:
     prof = load_profile("claude")
     lines = ("  ⎿  API Error: 429 rate_limit_error · Retrying in 3s", "", "  esc to interrupt")
     assert prof.detect(Snapshot(lines)).state is AgentState.BUSY
+    status = (
+        "   ⬝⬝⬝⬝⬝■■■ Rate limit reached for requests on mock-model. Please try again in 120s. "
+        "[retrying in 1m 58s attempt #1]"
+    )
+    assert load_profile("opencode").detect(Snapshot((*OPENCODE_BOX, status))).state is (
+        AgentState.BUSY
+    )
+
+
+# opencode 1.18.33 after it gave up on a 429 (recorded): the error ends the session view,
+# far above the input box.
+OPENCODE_BOX = (
+    "  ┃",
+    "  ┃  Build · Mock Model Mock LLM",
+    "  ╹▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀",
+)
+OPENCODE_GAVE_UP = (
+    "  ┃",
+    "  ┃  Say hi LIMITME",
+    "  ┃",
+    "  ┃",
+    "  ┃  Rate limit reached for requests on mock-model. Please try again in 3s.",
+    "  ┃",
+    "     ▣  Build · Mock Model",
+    *([""] * 30),
+    *OPENCODE_BOX,
+    "   /work/proj                                      tab agents  ctrl+p commands",
+)
+
+
+def test_opencode_error_far_above_the_input_box_reads_limited() -> None:
+    prof = load_profile("opencode")
+    reading = prof.detect(Snapshot(OPENCODE_GAVE_UP))
+    assert reading.state is AgentState.LIMITED, reading
+    assert reading.reset_at is not None
 
 
 def test_clock_reset_names_the_next_such_time_in_its_zone() -> None:

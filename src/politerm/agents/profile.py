@@ -17,7 +17,7 @@ import typing as t
 import platformdirs
 import pydantic
 
-from politerm.agents.limits import reset_time
+from politerm.agents.limits import limit_region, reset_time
 
 # These lived here first; callers still import them from this module.
 from politerm.agents.question import ApprovalRequest as ApprovalRequest  # noqa: PLC0414
@@ -84,7 +84,8 @@ class Detectors(_Model):
         Messages after which the agent cannot go on by itself, not even later (state STUCK).
     limited, limit_reset
         Usage/rate-limit messages (state LIMITED until the reset), and regexes whose
-        ``reset`` group says when it resets (:func:`politerm.agents.limits.parse_reset`).
+        ``reset`` group says when it resets (:func:`politerm.agents.limits.parse_reset`),
+        searched in the last ``limit_region_lines`` lines (default: the region).
     input_line
         Regex with a ``text`` group matching the input line; searched bottom-up.
     input_placeholder
@@ -118,6 +119,7 @@ class Detectors(_Model):
     stuck: list[str] = []
     limited: list[str] = []
     limit_reset: list[str] = []
+    limit_region_lines: int | None = pydantic.Field(default=None, ge=0)
     input_line: str | None = None
     input_placeholder: list[str] = []
     input_at_cursor: bool = False
@@ -322,17 +324,18 @@ class AgentProfile(_Model):
                 return text
         return "" if anchored else None
 
-    def region(self, snap: Snapshot) -> str:
-        """The screen text the detectors search: the last ``region_lines`` lines.
+    def region(self, snap: Snapshot, size: int | None = None) -> str:
+        """The screen text the detectors search: the last ``region_lines`` (or ``size``) lines.
 
         The blank rows under a full-screen dialog drawn at the top are not counted.
         """
         lines = list(snap.lines)
-        if self.detectors.region_lines:
+        size = self.detectors.region_lines if size is None else size
+        if size:
             end = len(lines)
             while end and not lines[end - 1].strip():
                 end -= 1
-            lines = lines[max(0, end - self.detectors.region_lines) : end]
+            lines = lines[max(0, end - size) : end]
         return "\n".join(ln.rstrip() for ln in lines)
 
     def detect(self, snap: Snapshot, *, limited: bool = True) -> StateReading:
@@ -361,7 +364,7 @@ class AgentProfile(_Model):
                     dialog=dialog.name,
                 )
         # The lowest question, and none answered below it (see politerm.agents.question).
-        question = open_question(self, snap.lines, snap.cursor_y)
+        question = open_question(self, snap.lines)
         if question is not None:
             return StateReading(
                 AgentState.WAITING_APPROVAL, (question.line,), input_text, rule=question.rule
@@ -382,9 +385,10 @@ class AgentProfile(_Model):
             (AgentState.ERROR, "error"),
             (AgentState.READY, "ready"),
         ):
-            reading = self._search(text, state, key, input_text) if key else None
+            where = limit_region(self, snap) if key == "limited" else text
+            reading = self._search(where, state, key, input_text) if key else None
             if reading is not None and state is AgentState.LIMITED:
-                return dataclasses.replace(reading, reset_at=reset_time(self, text))
+                return dataclasses.replace(reading, reset_at=reset_time(self, where))
             if reading is not None:
                 return reading
         if input_text == "":
@@ -420,7 +424,7 @@ class AgentProfile(_Model):
         """
         if self.detect(snap).state is not AgentState.WAITING_APPROVAL:
             return None
-        return read_request(self, snap.lines, snap.cursor_y)
+        return read_request(self, snap.lines)
 
     def progress_key(self, snap: Snapshot) -> tuple[str, ...]:
         """The screen minus what moves without progress (spinners, timers, busy lines).

@@ -18,7 +18,8 @@ import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
-from politerm.driver import AgentDriver, Budget, LimitPolicy
+from politerm.driver import AgentDriver
+from politerm.driver.limits import driver_settings
 from politerm.engine.templates import Templates
 from politerm.errors import StoreError
 from politerm.protocol.contract import Contract, nonce_required
@@ -130,8 +131,7 @@ class RouterBase:
             policy=self.policy,
             cwd=cwd,
             env=env,
-            limits=LimitPolicy(**self.config.limits.model_dump()),
-            budget=Budget(**self.config.budget.model_dump()),
+            **driver_settings(self.config),
         )
 
     def wake(self, name: str) -> None:

@@ -194,3 +194,28 @@ def test_opencode_profile_recovers_a_block_the_screen_lost(tmp_path: pathlib.Pat
 def test_profiles_name_their_transcripts(name: str) -> None:
     spec = load_profile(name).transcript
     assert spec is not None and spec.format == name
+
+
+def test_reader_follows_a_newer_gemini_chat(tmp_path: pathlib.Path) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    chats = tmp_path / ".gemini" / "tmp" / "work" / "chats"
+    chats.mkdir(parents=True)
+    (chats.parent / ".project_root").write_text(str(workdir))
+    first = chats / "session-2026-11-23T14-00-aaaaaaaa.jsonl"
+    first.write_text('{"id":"m0","type":"gemini","content":"Starting up."}\n')
+    os.utime(first, (1, 1))
+    reader = BlockReader(
+        "AGENT",
+        load_profile("gemini"),
+        t.cast("Terminal", None),  # scan() reads the lines it is given, never the terminal
+        cwd=workdir,
+        env={"HOME": str(tmp_path)},
+    )
+    assert reader.scan([], None) == ([], [])
+    # Gemini CLI starts another log (a prompt queued during its start-up).
+    shutil.copy(
+        FIXTURES / "gemini-session.jsonl", chats / "session-2026-11-23T14-28-d5c3a499.jsonl"
+    )
+    blocks, _ = reader.scan([], None)
+    assert [(b.type, b.id) for b in blocks] == [("plan", "T1"), ("done", "T2")]

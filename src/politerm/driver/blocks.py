@@ -171,11 +171,13 @@ class BlockReader:
         spec = self.profile.transcript
         if spec is None or self.cwd is None:
             return []
-        if self._tail is None:
-            path = locate_transcript(spec, self.cwd, self.env)
-            if path is None:
-                return []
+        # Looked up each time: a CLI may start a new log (Gemini CLI when a prompt was
+        # queued during its start-up, Claude Code after /clear); blocks seen stay seen.
+        path = locate_transcript(spec, self.cwd, self.env)
+        if path is not None and (self._tail is None or self._tail.path != path):
             self._tail = open_tail(spec, path, self.cwd)
+        if self._tail is None:
+            return []
         self.tparser.expect_nonce(nonce)
         fresh = []
         for block in self._tail.feed(self.tparser):

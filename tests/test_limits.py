@@ -458,3 +458,26 @@ async def test_overview_shows_a_limited_agent_and_its_tokens(
 
             agent = await aretry_until(row, 60, what="A1 shown limited in the overview")
             assert agent["tokens"] == 1234
+
+
+async def test_router_fails_a_task_whose_turn_goes_over_its_token_budget(
+    server: t.Any, tmp_path: pathlib.Path
+) -> None:
+    from politerm.driver.tokens import stored_tokens
+    from politerm.engine.loop import run_task
+    from politerm.store.models import TaskState
+    from tests.loophelpers import started, write_project
+
+    path = write_project(tmp_path, str(server.socket_name), extra="[budget]\nturn_tokens = 50\n")
+    # The planner keeps a transcript with usage: its plan turn costs well over 50 tokens.
+    text = path.read_text().replace(
+        'planner.jsonl"]', 'planner.jsonl", "--transcript", ".fake-transcript.jsonl"]', 1
+    )
+    path.write_text(text)
+    async with started(tmp_path) as loop:
+        task = await run_task(loop.config, loop.store, "too dear", task_id="B1", timeout=120)
+        assert task.state is TaskState.FAILED, task
+        assert task.error is not None and "budget of 50 tokens" in task.error
+        budget = [e for e in loop.store.list_events(task_id="B1") if e.kind == "budget"]
+        assert len(budget) == 1 and "PLANNER: the turn used" in budget[0].detail
+        assert stored_tokens(loop.store, "task:B1").total > 50

@@ -9,11 +9,11 @@ counts add up in the run store (free-form meta keys, so no schema change):
 - ``tokens:task:<id>``: every turn of that task, whichever agent ran it;
 - ``tokens:run``: everything in this store.
 
-A ``tokens`` event records each turn's usage when it ends. With a :class:`Budget`, the
-first cap a turn goes over is reported by :meth:`TokenMeter.over_budget`; the caller
-ends the turn with a ``budget`` event (``run_turn`` returns OVER_BUDGET, the router fails
-the task). An agent without a transcript, or with a format no reader knows, counts
-nothing, and its status shows ``-``.
+A ``tokens`` event records each turn's usage when it ends (none for a turn that read
+none). With a :class:`Budget`, the first cap a turn goes over is reported by
+:meth:`TokenMeter.over_budget`; the caller ends the turn with a ``budget`` event
+(``run_turn`` returns OVER_BUDGET, the router fails the task). An agent without a
+transcript, or with a format no reader knows, counts nothing, and its status shows ``-``.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class TokenMeter:
             return Usage()
         self.poll()
         self.open = False
-        if self.store is not None and self.works:
+        if self.store is not None and self.turn:
             with contextlib.suppress(StoreError):
                 self.store.add_event(
                     "tokens",

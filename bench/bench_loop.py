@@ -73,8 +73,8 @@ class Sizes:
 
 QUICK = Sizes(tasks=10)
 FULL = Sizes(tasks=30)
-TARGET_P50_MS = 30.0
-TARGET_P99_MS = 150.0
+TARGET_P50_MS = 8.0
+TARGET_P99_MS = 20.0
 MODE = "claude"  # fake-claude has submit_delay = 0 for both agents
 TASK_TIMEOUT = 30.0
 

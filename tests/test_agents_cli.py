@@ -92,6 +92,13 @@ CHECK_CASES = [
         ("process(es) stopped",),
     ),
     CheckCase("fake-plain", "fake-plain", None),
+    # Asks to run a tool: the driver's policy denies it (a check runs no tools).
+    CheckCase(
+        "fake-claude-approval", "fake-claude",
+        "[[rules]]\nmatch = 'say hello'\napproval = \"Bash(echo hi > out.txt)\"\n"
+        "deny_reply = 'ECHO: say hello'\nreply = 'ran it'\n", "claude",
+        ("ok: approval: denied with", "state: waiting_approval ["),
+    ),
 ]  # fmt: skip
 
 
@@ -161,7 +168,7 @@ def test_approve_answers_a_pending_question(tmp_path: pathlib.Path) -> None:
         assert status["approvals"] == [
             {
                 "agent": "EXECUTER", "tool": "", "command": "echo hi > out.txt",
-                "what": "echo hi > out.txt", "asked": 1.0, "answer": None,
+                "question": "", "what": "echo hi > out.txt", "asked": 1.0, "answer": None,
                 "evidence": list(evidence),
             }
         ]  # fmt: skip

@@ -7,6 +7,7 @@ approval box can be taller than the screen; it is then read from the pane's hist
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import re
 import shlex
@@ -105,11 +106,25 @@ def test_pattern_of_an_answered_command_does_not_answer_the_next_question(name: 
 
 
 def test_a_question_answered_with_enter_alone_is_not_open() -> None:
-    # "[Yes]: " with nothing typed looks open; the cursor has moved on below it.
-    snap = screen("aider-open-output-question.txt", cursor_below=True)
+    # "[Yes]: " with nothing typed looks open; what aider printed below it says otherwise.
+    lines = [*lines_of("aider-open-second-command.txt"), "", "Running echo second-out; sleep 1"]
+    snap = Snapshot((*lines, "second-out"), cursor_y=len(lines))
     profile = load_profile("aider")
     assert profile.approval_request(snap) is None
     assert profile.detect(snap).state is not AgentState.WAITING_APPROVAL
+
+
+def test_open_question_under_a_line_the_terminal_wrapped() -> None:
+    # aider drew "Asking." after a run of spaces wider than the pane; the joined capture
+    # (-J) holds one line where the screen has two rows, so the cursor's row is one past
+    # the question's index. The question is still the open one.
+    snap = screen("aider-open-after-wrapped-line.txt", cursor_below=True)
+    profile = load_profile("aider")
+    assert profile.detect(snap).state is AgentState.WAITING_APPROVAL
+    request = profile.approval_request(snap)
+    assert request is not None
+    assert request.command == "echo denied > no.txt"
+    assert request.question == "Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]:"
 
 
 class TallCase(t.NamedTuple):
@@ -138,7 +153,7 @@ def test_tall_claude_box_is_read_with_its_history(case: TallCase) -> None:
     assert on_screen.command == ""
     lines = lines_of(case.history)
     assert lines[-len(snap.lines) :] == list(snap.lines)
-    request = read_request(profile, lines, len(lines) - 1)
+    request = read_request(profile, lines)
     assert request is not None
     assert request.complete
     assert (request.tool, request.command) == (case.tool, case.command)
@@ -191,6 +206,11 @@ async def test_approver_reads_a_tall_box_from_the_pane_history(
     approver = Approver("EXECUTER", load_profile("claude"), pane, policy, store)
     snap = await pane.snapshot()
     assert snap.history_size > 0, "the box's top must be in the history"
+    # A screen that no longer matches the pane (it moved between the reads) is looked at
+    # again later, never decided on a box read in part.
+    moved = dataclasses.replace(snap, lines=(*snap.lines[:-1], "a line drawn since"))
+    assert await approver.look(moved) == "none"
+    assert not store.list_events()
     assert await approver.look(snap) == "answered"
     (event,) = [e for e in store.list_events() if e.kind == "approval"]
     assert event.data is not None

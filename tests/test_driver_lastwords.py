@@ -15,7 +15,7 @@ import typing as t
 import pytest
 
 from politerm.agents import load_profile
-from politerm.agents.chrome import is_chrome, reply_tail
+from politerm.agents.chrome import chrome_top, is_chrome, reply_tail
 from politerm.driver import AgentDriver, Expect, TmuxPlace, TurnOutcome
 from politerm.store import RunStore
 
@@ -54,6 +54,21 @@ def test_reply_tail_skips_the_input_box_and_footer(case: TailCase) -> None:
     assert len(tail) == 4
     assert tail[-1] == case.last
     assert not any(is_chrome(profile, ln) for ln in tail)
+
+
+@pytest.mark.parametrize("case", TAIL_CASES, ids=[c.test_id for c in TAIL_CASES])
+def test_chrome_top_is_just_below_the_last_reply_line(case: TailCase) -> None:
+    profile = load_profile(case.profile)
+    lines = (SCREENS / case.file).read_text("utf-8").splitlines()
+    top = chrome_top(profile, lines)
+    assert lines[top - 1].strip() == case.last
+    assert all(not ln.strip() or is_chrome(profile, ln) for ln in lines[top:])
+
+
+def test_chrome_top_leaves_other_profiles_at_the_bottom() -> None:
+    # No chrome patterns: only the input line and blanks count, as before.
+    lines = (SCREENS / "claude-01-plan.txt").read_text("utf-8").splitlines()
+    assert chrome_top(load_profile("claude"), lines) >= len(lines) - 3
 
 
 def test_reply_tail_without_chrome_is_the_screen_tail() -> None:

@@ -179,3 +179,33 @@ async def test_screen_says_turn_over_but_no_stop_event_is_drift(
     want = f"turn-end: hook says no stop event within {GRACE:g}s; screen says ready"
     assert result.drift == (want,)
     await driver.kill()
+
+
+async def test_transcript_confirms_a_delivery_without_a_prompt_hook(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # Hooks that report no prompt event (as Codex's notify): the transcript is the agent's word.
+    transcript = tmp_path / ".fake-transcript.jsonl"
+    channel = create_channel(tmp_path / "hooks", "AGENT")
+    driver = await AgentDriver.start(
+        "AGENT",
+        load_profile("fake-claude"),
+        argv=[*scenario(tmp_path, DONE_RULE.format(extra="")), "--transcript", str(transcript)],
+        tmux=TmuxPlace(tmux_session, tmux_server, "t", "agent"),
+        cwd=tmp_path,
+        ready_timeout=READY,
+        receipts=Receipts.open("codex", channel, from_start=True),
+    )
+    driver.hook_grace = GRACE
+    result = await driver.run_turn(prompt("T5"), Expect.block("done"), timeout=TURN)
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    assert result.delivery is not None
+    # Which of the two saw it first depends on timing; both must have.
+    assert set(result.delivery.sources) == {"screen", "transcript"}, result.delivery
+    assert f"claude transcript {transcript.name} holds the prompt" in result.delivery.evidence
+    # No stop receipt ever comes (nothing plays Codex's notify here): drift after the grace.
+    assert result.ended_by == "screen"
+    assert result.drift == (
+        f"turn-end: hook says no stop event within {GRACE:g}s; screen says ready",
+    )
+    await driver.kill()

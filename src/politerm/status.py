@@ -58,6 +58,7 @@ def collect(
                 "agent": p.agent,
                 "tool": p.tool,
                 "command": p.command,
+                "question": p.question,
                 "what": p.what,
                 "asked": p.asked,
                 "answer": p.answer.value if p.answer else None,

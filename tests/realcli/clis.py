@@ -1,13 +1,12 @@
 """How each real CLI is run offline against the mock model server (see docs/realcli.md).
 
 The recipes are :mod:`politerm.canary.recipes` (the canary runs the newest releases the
-same way); this module adds what only the tests change: the dialogs a CLI shows when its
-seeding is left out, and gemini's line numbers switched off.
+same way); this module adds what only the tests need: the dialogs a CLI shows when its seeding
+is left out.
 """
 
 from __future__ import annotations
 
-import json
 import typing as t
 
 from politerm.canary.recipes import AIDER_MODEL, API, Options, Spec
@@ -38,13 +37,9 @@ def prepare(
     options: Options | None = None,
     profile_name: str | None = None,
 ) -> Spec:
-    """Seed ``home`` for ``cli`` and return how to launch it in ``workdir``."""
-    spec = _prepare(cli, binary, llm, home, workdir, options, profile_name)
-    if cli == "gemini":
-        # Code blocks are drawn with line numbers ("   1 [[POLI:MSG …") by default,
-        # which the block parser does not strip; the primer asks for a code block.
-        path = home / ".gemini" / "settings.json"
-        settings = json.loads(path.read_text())
-        settings["ui"] = {"showLineNumbers": False}
-        path.write_text(json.dumps(settings))
-    return spec
+    """Seed ``home`` for ``cli`` and return how to launch it in ``workdir``.
+
+    Every CLI keeps its default display settings (Gemini's code-block line numbers
+    included): what users see is what the tests read.
+    """
+    return _prepare(cli, binary, llm, home, workdir, options, profile_name)

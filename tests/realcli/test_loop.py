@@ -95,6 +95,8 @@ async def test_loop_writes_a_file(
         timeout=300,
     )
     assert task.state is TaskState.DONE, (task.error, events)
+    # The agents' own hook receipts and their screens never disagreed.
+    assert not [e for e in events if e.startswith("drift")], events
     assert task.report is not None and "result.txt was written" in task.report, task.report
     target = r.agent("EXECUTER").spec.workdir / "result.txt"
     await r.agent("EXECUTER").wait(exists(target), "the executer to write result.txt", REPLY)

@@ -28,7 +28,7 @@ if t.TYPE_CHECKING:
 
     from politerm.testing.mockllm import MockLLM
     from tests.realcli.conftest import RigFactory
-    from tests.realcli.helpers import Agent
+    from tests.realcli.helpers import Agent, Rig
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
 
@@ -55,6 +55,14 @@ async def _channel(agent: Agent) -> pathlib.Path:
     return path
 
 
+def _driver(r: Rig, agent: Agent) -> AgentDriver:
+    """A driver attached to the agent's pane, as a router attaches one (cwd, env)."""
+    return AgentDriver.attach(
+        "AGENT", agent.profile, agent.pane, store=r.store, cwd=agent.spec.workdir,
+        env=agent.spec.env,
+    )  # fmt: skip
+
+
 def _receipts(path: pathlib.Path) -> list[dict[str, t.Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -67,14 +75,15 @@ async def test_hook_confirms_delivery_and_ends_the_turn(
     r = await rig({"AGENT": AgentSpec(cli)})
     agent = r.agent("AGENT")
     path = await _channel(agent)
-    driver = AgentDriver.attach("AGENT", agent.profile, agent.pane, store=r.store)
+    driver = _driver(r, agent)
 
     result = await driver.run_turn(_prompt, Expect.block("plan"), timeout=REPLY)
 
     assert result.outcome is TurnOutcome.ANSWERED, result.error
     assert result.block is not None and result.block.id == "R1"
     assert result.delivery is not None
-    assert result.delivery.sources == ("hook", "screen"), result.delivery
+    # The transcript is looked at once, not waited for, when the hook already confirmed.
+    assert result.delivery.sources[:2] == ("hook", "screen"), result.delivery
     assert result.ended_by == "hook+screen", result
     assert result.drift == (), result.drift
     kinds = [r["kind"] for r in _receipts(path)]
@@ -90,13 +99,15 @@ async def test_codex_notify_ends_the_turn(rig: RigFactory, llm: MockLLM) -> None
     r = await rig({"AGENT": AgentSpec("codex")})
     agent = r.agent("AGENT")
     path = await _channel(agent)
-    driver = AgentDriver.attach("AGENT", agent.profile, agent.pane, store=r.store)
+    driver = _driver(r, agent)
 
     result = await driver.run_turn(_prompt, Expect.block("plan"), timeout=REPLY)
 
     assert result.outcome is TurnOutcome.ANSWERED, result.error
-    # Codex has no prompt event without a trusted hooks file: the screen confirms delivery.
-    assert result.delivery is not None and result.delivery.sources == ("screen",)
+    # Codex has no prompt event without a trusted hooks file: the screen confirms the
+    # delivery, and its rollout (the transcript) holding the prompt is the agent's word.
+    assert result.delivery is not None
+    assert set(result.delivery.sources) == {"screen", "transcript"}, result.delivery
     assert result.ended_by == "hook+screen", result
     stops = [r for r in _receipts(path) if r["kind"] == "stop"]
     assert stops and stops[-1]["event"] == "agent-turn-complete", stops
@@ -111,7 +122,7 @@ async def test_approval_is_pending_when_its_notification_says_so(
     r = await rig({"AGENT": AgentSpec(cli)})
     agent = r.agent("AGENT")
     path = await _channel(agent)
-    driver = AgentDriver.attach("AGENT", agent.profile, agent.pane, store=r.store)
+    driver = _driver(r, agent)
 
     result = await driver.deliver("Run the tool please. RECEIPT-TOOL")
     assert result.submitted and Source.HOOK in result.sources, result

@@ -4,12 +4,11 @@
 process group killed on timeout). :func:`check_agent` starts an agent in a scratch pane of
 its own private tmux server, reports every state it reads with the evidence, answers the
 start-up dialogs, sends a one-line prompt, confirms delivery and a reply, and stops the
-agent with its whole process tree.
+agent with its whole process tree — all through the agent driver, like every workflow.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -20,20 +19,18 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import typing as t
 
 import psutil
 
 from politerm.agents.state import AgentState
-from politerm.agents.tracker import StateTracker
 
 if t.TYPE_CHECKING:
     from collections.abc import Sequence
 
     from politerm.agents.profile import AgentProfile
-    from politerm.terminal import Snapshot
-    from politerm.tmux.pane import Pane
+    from politerm.agents.state import StateReading
+    from politerm.driver import AgentDriver, Observation
 
 Say = t.Callable[[str], None]
 
@@ -129,93 +126,34 @@ class CheckReport:
         return bool(self.steps) and all(s.ok for s in self.steps)
 
 
-class _Watcher:
-    """Reads the pane, tracks the state, reports each change with its evidence."""
+class _Reporter:
+    """Reports each state the driver reads (when it changes) with its evidence."""
 
-    def __init__(self, profile: AgentProfile, pane: Pane, report: CheckReport, say: Say) -> None:
-        self.profile = profile
-        self.pane = pane
+    def __init__(self, report: CheckReport, say: Say) -> None:
         self.report = report
         self.say = say
-        self.tracker = StateTracker(profile)
-        self.snap: Snapshot | None = None
-        self._last: tuple[AgentState, str | None] | None = None
+        self.last: StateReading | None = None
+        self._key: tuple[AgentState, str | None] | None = None
 
-    async def look(self) -> AgentState:
-        event = self.pane.output_event()
-        self.snap = await self.pane.snapshot()
-        reading = self.tracker.update(self.snap)
+    def reading(self, reading: StateReading) -> None:
+        self.last = reading
         key = (reading.state, reading.dialog)
-        if key != self._last:
-            self._last = key
-            evidence = tuple(" ".join(e.split())[:120] for e in reading.evidence)
-            self.report.states.append((reading.state, reading.rule, evidence))
-            what = reading.state.value + (f" ({reading.dialog})" if reading.dialog else "")
-            self.say(f"state: {what} [{reading.rule}] {' | '.join(evidence)}")
-        self._event = event
-        return reading.state
+        if key == self._key:
+            return
+        self._key = key
+        evidence = tuple(" ".join(e.split())[:120] for e in reading.evidence)
+        self.report.states.append((reading.state, reading.rule, evidence))
+        what = reading.state.value + (f" ({reading.dialog})" if reading.dialog else "")
+        self.say(f"state: {what} [{reading.rule}] {' | '.join(evidence)}")
 
-    async def wait(self, seconds: float) -> None:
-        """Sleep until the pane's next output, at most ``seconds``."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, seconds)):
-                await self._event.wait()
+    def dialog(self, name: str, keys: tuple[str, ...]) -> None:
+        _step(self.report, self.say, f"dialog {name}", True, f"answered with {'+'.join(keys)}")
 
 
 def _step(report: CheckReport, say: Say, name: str, ok: bool, detail: str) -> bool:
     report.steps.append(Step(name, ok, detail))
     say(f"{'ok' if ok else 'FAIL'}: {name}: {detail}")
     return ok
-
-
-async def _deny(w: _Watcher, report: CheckReport, say: Say) -> None:
-    """Deny a tool-permission question: a check runs no tools."""
-    keys = w.profile.approval.deny
-    await w.pane.send_keys(*keys)
-    _step(report, say, "approval", True, f"denied with {'+'.join(keys)} (a check runs no tools)")
-    await w.pane.wait_output(1.0)
-
-
-async def _until_ready(w: _Watcher, report: CheckReport, say: Say, timeout: float) -> bool:
-    """Wait for READY, answering dialogs (each at most 3 times) and denying approvals."""
-    deadline = time.monotonic() + timeout
-    answered: dict[str, int] = {}
-    while True:
-        state = await w.look()
-        reading = w.tracker.reading
-        if state is AgentState.READY:
-            return True
-        if state is AgentState.EXITED:
-            return _step(report, say, "ready", False, "exited: " + " | ".join(reading.evidence))
-        if state is AgentState.DIALOG and reading.dialog:
-            dialog = next(d for d in w.profile.dialogs if d.name == reading.dialog)
-            count = answered.get(dialog.name, 0)
-            if count < 3:
-                answered[dialog.name] = count + 1
-                await w.pane.send_keys(*dialog.keys)
-                _step(
-                    report,
-                    say,
-                    f"dialog {dialog.name}",
-                    True,
-                    f"answered with {'+'.join(dialog.keys)}",
-                )
-                await w.pane.wait_output(1.0)
-                continue
-        if state is AgentState.WAITING_APPROVAL:
-            await _deny(w, report, say)
-            continue
-        now = time.monotonic()
-        if now >= deadline:
-            screen = " | ".join(w.snap.tail(4)) if w.snap else ""
-            return _step(
-                report,
-                say,
-                "ready",
-                False,
-                f"not ready after {timeout:g}s ({state.value}): {screen}",
-            )
-        await w.wait(min(0.5, deadline - now))
 
 
 def _reply_lines(profile: AgentProfile, before: Sequence[str], after: Sequence[str]) -> list[str]:
@@ -246,6 +184,10 @@ async def check_agent(
 ) -> CheckReport:
     """Start ``profile``'s agent in a scratch pane and drive it once, reporting every step.
 
+    The agent is driven by an :class:`~politerm.driver.AgentDriver` like in every workflow
+    (start, dialogs, ready, confirmed delivery, approvals — denied: a check runs no tools —
+    and the kill of its process tree); the check only reports what it sees.
+
     Parameters
     ----------
     argv
@@ -258,8 +200,9 @@ async def check_agent(
         Add the profile's unattended (skip-permission) arguments and environment.
     """
     # A diagnostic on top of the whole stack: imported here, not at the agents layer's top.
-    from politerm.driver.delivery import deliver
-    from politerm.tmux.pane import new_window
+    from politerm.agents.approval import ApprovalPolicy
+    from politerm.driver import AgentDriver, TmuxPlace
+    from politerm.errors import AgentError
     from politerm.tmux.server import TmuxServer
 
     say = say or (lambda _line: None)
@@ -268,45 +211,59 @@ async def check_agent(
     if not command:
         _step(report, say, "start", False, f"profile {profile.name} has no command; pass one")
         return report
+    seen = _Reporter(report, say)
     with tempfile.TemporaryDirectory(prefix="poli-check-") as scratch:
         workdir = cwd if cwd is not None else scratch
         server = TmuxServer(
             f"poli-check-{os.getpid()}-{secrets.token_hex(3)}",
             config_dir=pathlib.Path(scratch) / ".tmux",
         )
-        pane: Pane | None = None
+        driver: AgentDriver | None = None
         try:
             await server.ensure_session("check", window_name="idle")
             client = await server.connect("check")
-            pane = await new_window(
-                client,
-                server,
-                session="check",
-                name=profile.name,
-                argv=command,
-                cwd=workdir,
-                env=profile.launch_env(unsafe=unsafe),
-            )
-            _step(report, say, "start", True, f"{' '.join(command)} in pane {pane.pane_id}")
-            w = _Watcher(profile, pane, report, say)
-            if not await _until_ready(w, report, say, ready_timeout):
+            try:
+                driver = await AgentDriver.start(
+                    profile.name,
+                    profile,
+                    argv=command,
+                    tmux=TmuxPlace(client, server, "check", profile.name),
+                    cwd=workdir,
+                    env=profile.launch_env(unsafe=unsafe),
+                    setting="--command",
+                    ready_timeout=None,
+                    policy=ApprovalPolicy.of("deny"),
+                )
+            except AgentError as exc:
+                _step(report, say, "start", False, str(exc))
                 return report
-            _step(report, say, "ready", True, w.tracker.reading.rule)
-            assert w.snap is not None
-            before = w.snap.lines
-            w.tracker.input_sent()
-            result = await deliver(pane, prompt, profile)
-            ok = result.outcome.value == "delivered"
+            _step(report, say, "start", True, f"{' '.join(command)} in pane {driver.term.name}")
+            try:
+                reading = await driver.wait_ready(
+                    ready_timeout, on_reading=seen.reading, on_dialog=seen.dialog
+                )
+            except AgentError as exc:
+                last = seen.last
+                if last is not None and last.state is AgentState.EXITED:
+                    detail = "exited: " + " | ".join(last.evidence)
+                else:
+                    detail = str(exc)
+                _step(report, say, "ready", False, detail)
+                return report
+            _step(report, say, "ready", True, reading.rule)
+            snap = await driver.snapshot()
+            before = snap.lines if snap is not None else ()
+            result = await driver.deliver(prompt)
             detail = (
                 f"{result.outcome.value} after {result.submits} submit(s) in "
                 f"{result.elapsed * 1000:.0f} ms [{result.rule}] " + " | ".join(result.evidence[:3])
             )
-            if not _step(report, say, "delivery", ok, detail):
+            if not _step(report, say, "delivery", result.ok, detail):
                 return report
-            await _until_reply(w, report, say, before, reply_timeout)
+            await _until_reply(driver, seen, before, reply_timeout)
         finally:
-            if pane is not None:
-                await _stop(pane, report, say)
+            if driver is not None:
+                await _stop(driver, report, say)
             with contextlib.suppress(Exception):
                 await server.kill_server()
             await server.close()
@@ -314,47 +271,48 @@ async def check_agent(
 
 
 async def _until_reply(
-    w: _Watcher, report: CheckReport, say: Say, before: Sequence[str], timeout: float
+    driver: AgentDriver, seen: _Reporter, before: Sequence[str], timeout: float
 ) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        state = await w.look()
-        if state is AgentState.WAITING_APPROVAL:
-            await _deny(w, report, say)
-            continue
-        if state is AgentState.EXITED:
-            return _step(
-                report, say, "reply", False, "exited: " + " | ".join(w.tracker.reading.evidence)
-            )
-        assert w.snap is not None
-        if state is AgentState.READY:
-            lines = _reply_lines(w.profile, before, w.snap.lines)
-            if lines:
-                return _step(report, say, "reply", True, " | ".join(lines[-3:])[:240])
-        now = time.monotonic()
-        if now >= deadline:
-            screen = " | ".join(w.snap.tail(4))
-            return _step(
-                report,
-                say,
-                "reply",
-                False,
-                f"no reply within {timeout:g}s ({state.value}): {screen}",
-            )
-        await w.wait(min(0.5, deadline - now))
+    from politerm.errors import AgentExited, AgentTimeout
+
+    report, say = seen.report, seen.say
+
+    def replied(obs: Observation) -> list[str] | None:
+        seen.reading(obs.reading)
+        if obs.approval == "answered":
+            keys = "+".join(driver.profile.approval.deny)
+            _step(report, say, "approval", True, f"denied with {keys} (a check runs no tools)")
+        if obs.state is not AgentState.READY:
+            return None
+        return _reply_lines(driver.profile, before, obs.snap.lines) or None
+
+    try:
+        lines = await driver.watch(replied, timeout=timeout, what="reply")
+    except AgentExited:
+        last = seen.last
+        evidence = " | ".join(last.evidence) if last is not None else ""
+        return _step(report, say, "reply", False, "exited: " + evidence)
+    except AgentTimeout:
+        screen = " | ".join(ln.strip() for ln in driver.last_screen if ln.strip())[-240:]
+        state = seen.last.state.value if seen.last is not None else "unknown"
+        return _step(
+            report, say, "reply", False, f"no reply within {timeout:g}s ({state}): {screen}"
+        )
+    return _step(report, say, "reply", True, " | ".join(lines[-3:])[:240])
 
 
-async def _stop(pane: Pane, report: CheckReport, say: Say) -> None:
-    """Kill the agent's pane and whole process tree, and check that every process is gone."""
+async def _stop(driver: AgentDriver, report: CheckReport, say: Say) -> None:
+    """Kill the agent's whole process tree (the driver's kill) and check every process is gone."""
     from politerm._internal.proctree import process_tree
 
     pids: list[int] = []
+    pane = driver.pane
     with contextlib.suppress(Exception):
-        info = await pane.info()
-        if info.pid and not info.dead:
+        info = await pane.info() if pane is not None else None
+        if info is not None and info.pid and not info.dead:
             pids = [p.pid for p in process_tree(info.pid)]
     try:
-        await pane.kill()
+        await driver.kill()
     except Exception as exc:  # noqa: BLE001  # reported as a failed step, never raised
         _step(report, say, "stop", False, str(exc))
         return

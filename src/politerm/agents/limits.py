@@ -171,10 +171,15 @@ def reset_time(profile: AgentProfile, text: str, now: float | None = None) -> fl
     return when.timestamp() if when is not None else None
 
 
+def limit_region(profile: AgentProfile, snap: Snapshot) -> str:
+    """The screen text the ``limited`` detectors search (``limit_region_lines``)."""
+    return profile.region(snap, profile.detectors.limit_region_lines)
+
+
 def limit_lines(profile: AgentProfile, snap: Snapshot) -> int:
-    """How many lines of the detector region show a limit message."""
+    """How many lines of the limit region show a limit message."""
     rxs = [re.compile(p) for p in profile.detectors.limited]
     if not rxs:
         return 0
-    lines = profile.region(snap).splitlines()
+    lines = limit_region(profile, snap).splitlines()
     return sum(1 for ln in lines if any(rx.search(ln) for rx in rxs))

@@ -17,7 +17,7 @@ import typing as t
 import platformdirs
 import pydantic
 
-from politerm.agents.limits import reset_time
+from politerm.agents.limits import limit_region, reset_time
 
 # These lived here first; callers still import them from this module.
 from politerm.agents.question import ApprovalRequest as ApprovalRequest  # noqa: PLC0414
@@ -84,7 +84,8 @@ class Detectors(_Model):
         Messages after which the agent cannot go on by itself, not even later (state STUCK).
     limited, limit_reset
         Usage/rate-limit messages (state LIMITED until the reset), and regexes whose
-        ``reset`` group says when it resets (:func:`politerm.agents.limits.parse_reset`).
+        ``reset`` group says when it resets (:func:`politerm.agents.limits.parse_reset`),
+        searched in the last ``limit_region_lines`` lines (default: the region).
     input_line
         Regex with a ``text`` group matching the input line; searched bottom-up.
     input_placeholder
@@ -118,6 +119,7 @@ class Detectors(_Model):
     stuck: list[str] = []
     limited: list[str] = []
     limit_reset: list[str] = []
+    limit_region_lines: int | None = pydantic.Field(default=None, ge=0)
     input_line: str | None = None
     input_placeholder: list[str] = []
     input_at_cursor: bool = False
@@ -174,8 +176,8 @@ class Rendering(_Model):
     drops_html_tags
         ``<PLAN>``-like tags vanish (aider's pretty markdown).
     chrome
-        Regexes for the lines the CLI draws below its replies (input box borders, footer,
-        status bar); :func:`politerm.agents.chrome.reply_tail` skips them.
+        Regexes for the lines the CLI draws below its replies (input box, footer, status
+        bar); see :mod:`politerm.agents.chrome`.
     """
 
     reply_prefix: str = ""
@@ -199,19 +201,20 @@ class TranscriptSpec(_Model):
     Attributes
     ----------
     format
-        ``claude`` (Claude Code JSONL), ``codex`` (Codex rollout JSONL) or ``aider``
-        (``.aider.chat.history.md``).
+        ``claude`` (Claude Code JSONL), ``codex`` (Codex rollout JSONL), ``aider``
+        (``.aider.chat.history.md``), ``gemini`` (chat JSONL), ``opencode`` (its database).
     locate
-        ``file``: ``path`` relative to the agent's working directory; ``claude-projects``:
-        the newest session log of the working directory under ``$CLAUDE_CONFIG_DIR``
-        (default ``~/.claude``); ``codex-sessions``: the newest rollout under ``$CODEX_HOME``
-        (default ``~/.codex``).
+        ``file`` (``path``, relative to the working directory), or where the CLI keeps it:
+        ``claude-projects``, ``codex-sessions``, ``gemini-projects``, ``opencode-data``
+        (see :func:`politerm.driver.transcripts.locate_transcript`).
     path
         For ``locate = "file"``.
     """
 
-    format: t.Literal["claude", "codex", "aider"]
-    locate: t.Literal["file", "claude-projects", "codex-sessions"] = "file"
+    format: t.Literal["claude", "codex", "aider", "gemini", "opencode"]
+    locate: t.Literal[
+        "file", "claude-projects", "codex-sessions", "gemini-projects", "opencode-data"
+    ] = "file"
     path: str | None = None
 
 
@@ -321,17 +324,18 @@ class AgentProfile(_Model):
                 return text
         return "" if anchored else None
 
-    def region(self, snap: Snapshot) -> str:
-        """The screen text the detectors search: the last ``region_lines`` lines.
+    def region(self, snap: Snapshot, size: int | None = None) -> str:
+        """The screen text the detectors search: the last ``region_lines`` (or ``size``) lines.
 
         The blank rows under a full-screen dialog drawn at the top are not counted.
         """
         lines = list(snap.lines)
-        if self.detectors.region_lines:
+        size = self.detectors.region_lines if size is None else size
+        if size:
             end = len(lines)
             while end and not lines[end - 1].strip():
                 end -= 1
-            lines = lines[max(0, end - self.detectors.region_lines) : end]
+            lines = lines[max(0, end - size) : end]
         return "\n".join(ln.rstrip() for ln in lines)
 
     def detect(self, snap: Snapshot, *, limited: bool = True) -> StateReading:
@@ -360,7 +364,7 @@ class AgentProfile(_Model):
                     dialog=dialog.name,
                 )
         # The lowest question, and none answered below it (see politerm.agents.question).
-        question = open_question(self, snap.lines, snap.cursor_y)
+        question = open_question(self, snap.lines)
         if question is not None:
             return StateReading(
                 AgentState.WAITING_APPROVAL, (question.line,), input_text, rule=question.rule
@@ -381,9 +385,10 @@ class AgentProfile(_Model):
             (AgentState.ERROR, "error"),
             (AgentState.READY, "ready"),
         ):
-            reading = self._search(text, state, key, input_text) if key else None
+            where = limit_region(self, snap) if key == "limited" else text
+            reading = self._search(where, state, key, input_text) if key else None
             if reading is not None and state is AgentState.LIMITED:
-                return dataclasses.replace(reading, reset_at=reset_time(self, text))
+                return dataclasses.replace(reading, reset_at=reset_time(self, where))
             if reading is not None:
                 return reading
         if input_text == "":
@@ -419,7 +424,7 @@ class AgentProfile(_Model):
         """
         if self.detect(snap).state is not AgentState.WAITING_APPROVAL:
             return None
-        return read_request(self, snap.lines, snap.cursor_y)
+        return read_request(self, snap.lines)
 
     def progress_key(self, snap: Snapshot) -> tuple[str, ...]:
         """The screen minus what moves without progress (spinners, timers, busy lines).

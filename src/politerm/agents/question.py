@@ -5,8 +5,8 @@ A line REPL (aider) leaves every answered question on screen (``… [Yes]: y``) 
 next one below it ("Add command output to the chat?" right after "Run shell command?"), so:
 
 - the open question is the lowest line the approval detectors match in the detector
-  region, and for a profile whose input sits at the cursor it must be on the cursor's line
-  (anything below it means it was answered);
+  region, and for a line REPL (input at the cursor) nothing may follow it: anything below
+  it ("Running …") means it was answered, even with Enter alone;
 - with ``approval.box_top`` set, the command is read only from the question's own box: from
   the nearest line above the question that matches ``box_top`` down to the end of the
   screen. The command of an answered question above never stands in for the open one.
@@ -134,20 +134,21 @@ def find_open_question(
     lines: Sequence[str],
     *,
     region_lines: int = 0,
-    cursor_y: int | None = None,
+    last_line: bool = False,
 ) -> OpenQuestion | None:
     r"""The lowest question the ``patterns`` match in the last ``region_lines`` lines.
 
-    With ``cursor_y`` (a profile whose input sits at the cursor) the question must span the
-    cursor's line; otherwise it was answered and nothing is open.
+    With ``last_line`` (a line REPL, which asks at the bottom) the question must end on the
+    last non-blank line; otherwise it was answered and nothing is open. (Not the cursor's
+    row: a joined capture, ``-J``, numbers lines differently from the screen's rows.)
 
     Examples
     --------
     >>> pats = [r"\(Y\)es/\(N\)o.*\[(?:Yes|No)\]: *$"]
     >>> screen = ["echo hi", "Run? (Y)es/(N)o [Yes]: y", "hi", "Add output? (Y)es/(N)o [Yes]: "]
-    >>> find_open_question(pats, screen, cursor_y=3).line
+    >>> find_open_question(pats, screen, last_line=True).line
     'Add output? (Y)es/(N)o [Yes]:'
-    >>> find_open_question(pats, screen, cursor_y=4) is None
+    >>> find_open_question(pats, [*screen, "Running x"], last_line=True) is None
     True
     """
     end = _trimmed_end(lines)
@@ -163,21 +164,19 @@ def find_open_question(
     m, rx = best
     first = start + text.count("\n", 0, m.start())
     last = start + text.count("\n", 0, max(m.start(), m.end() - 1))
-    if cursor_y is not None and not first <= cursor_y <= last:
+    if last_line and last != end - 1:
         return None
     return OpenQuestion(first, lines[first].strip(), f"approval: {rx.pattern}")
 
 
-def open_question(
-    profile: AgentProfile, lines: Sequence[str], cursor_y: int
-) -> OpenQuestion | None:
+def open_question(profile: AgentProfile, lines: Sequence[str]) -> OpenQuestion | None:
     """:func:`find_open_question` with the profile's detectors."""
     d = profile.detectors
     return find_open_question(
         d.approval,
         lines,
         region_lines=d.region_lines,
-        cursor_y=cursor_y if d.input_at_cursor else None,
+        last_line=d.input_at_cursor,
     )
 
 
@@ -198,15 +197,12 @@ def box_of(box_top: str, lines: Sequence[str], index: int) -> int | None:
     return None
 
 
-def read_request(
-    profile: AgentProfile, lines: Sequence[str], cursor_y: int
-) -> ApprovalRequest | None:
+def read_request(profile: AgentProfile, lines: Sequence[str]) -> ApprovalRequest | None:
     """What the open question in ``lines`` asks to run; None when no question is open.
 
-    ``lines`` is the screen, or the history followed by the screen (``cursor_y`` counted
-    in the same lines).
+    ``lines`` is the screen, or the history followed by the screen.
     """
-    q = open_question(profile, lines, cursor_y)
+    q = open_question(profile, lines)
     if q is None:
         return None
     spec = profile.approval

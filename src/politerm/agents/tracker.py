@@ -136,6 +136,21 @@ class StateTracker:
             )
         return raw
 
+    def next_change(self) -> float | None:
+        """When a look with no new output could change the verdict (``clock`` time).
+
+        Silence alone turns an unreadable screen READY (``quiescence``) and a working
+        agent STUCK (``stuck_after``); None when neither can happen, so only the agent's
+        output (or a person, or the store) can change what a look would say.
+        """
+        prof = self.profile
+        times = []
+        if self.state is AgentState.UNKNOWN and not self.latched and prof.quiescence:
+            times.append(self._screen_at + prof.quiescence)
+        if self.state not in _WAITING and self.state is not AgentState.STUCK and prof.stuck_after:
+            times.append(self._progress_at + prof.stuck_after)
+        return min(times, default=None)
+
     def _set(self, reading: StateReading, now: float) -> None:
         if reading.state is not self.state:
             self.since = now

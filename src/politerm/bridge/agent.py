@@ -25,6 +25,7 @@ from politerm.bridge.edits import file_state
 from politerm.bridge.executor import Handoff, Outcome
 from politerm.bridge.models import TaskResult
 from politerm.driver import AgentDriver, Expect, TurnOutcome
+from politerm.driver.limits import driver_settings
 from politerm.errors import AgentError, BridgeError, EditError
 from politerm.protocol.report import ReportStatus
 from politerm.store.bridge import StepState
@@ -192,6 +193,7 @@ class AgentExecutor:
             ready_timeout=READY_TIMEOUT,
             store=handoff.journal.store,
             policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
+            **driver_settings(self.config),
         )
         return self.driver
 

@@ -39,6 +39,9 @@ CHECKS = ("ready", "deliver", "block", "approval", "two turns")
 # The profile each CLI runs under in the canary, and the arguments it adds.
 PROFILES = {"aider": "aider"}
 EXTRA_ARGS = {"aider": ["--edit-format", "diff"]}
+# aider runs an approved command itself: the model never sees its result, so the tool
+# turn has no answer and the check is the question and the file alone.
+NO_TOOL_RESULT = frozenset({"aider"})
 
 
 @dataclasses.dataclass
@@ -99,7 +102,9 @@ def _screen(driver: AgentDriver) -> tuple[str, ...]:
     return (*lines[-10:], said)
 
 
-async def _turn(driver: AgentDriver, step: str, timeout: float) -> TurnResult:
+async def _turn(
+    driver: AgentDriver, step: str, timeout: float, *, idle_after: float | None = None
+) -> TurnResult:
     from politerm.driver import Expect
 
     return await driver.run_turn(
@@ -107,6 +112,7 @@ async def _turn(driver: AgentDriver, step: str, timeout: float) -> TurnResult:
         Expect.block("done", block_id=step),
         timeout=timeout,
         nudge=None,
+        idle_after=idle_after,
     )
 
 
@@ -191,13 +197,15 @@ async def _scenarios(
         return
     if not record("block", first.ok, first.error or "block read back", _screen(driver)):
         return
-    tool = await _turn(driver, "TOOL", timeout)
+    no_result = driver.name in NO_TOOL_RESULT
+    tool = await _turn(driver, "TOOL", timeout, idle_after=5.0 if no_result else None)
     made = (workdir / "canary.txt").is_file()
     answered = driver.approver.answered
-    ok = tool.ok and made and answered > 0
+    ok = (tool.ok or no_result) and made and answered > 0
+    asked = f"{answered} question(s) approved" if answered else "no approval question was asked"
     why = (
-        f"{answered} question(s) approved; canary.txt {'written' if made else 'missing'}; "
-        f"turn {tool.outcome.value}{': ' + tool.error if tool.error else ''}"
+        f"{asked}; canary.txt {'written' if made else 'missing'}; "
+        f"turn {tool.outcome.value}{': ' + tool.error if tool.error and not ok else ''}"
     )
     # A broken approval detector leaves the turns usable: the last check still runs.
     record("approval", ok, why[:300], _screen(driver))

@@ -176,6 +176,7 @@ def prepare(
             "share": "disabled",
         }
         _write(home / ".config" / "opencode" / "opencode.json", json.dumps(config))
+        # The one display setting changed from the default; the opencode profile says why.
         _write(home / ".local" / "state" / "opencode" / "kv.json", json.dumps({"sidebar": "hide"}))
     elif cli == "aider":
         env |= {

@@ -7,16 +7,13 @@ Layer: above ``agents/``, ``protocol/``, ``terminal``, ``tmux/`` and ``pty/``; b
 
 from __future__ import annotations
 
-from politerm.driver.agent import (
-    AgentDriver,
-    Observation,
-    TmuxPlace,
-    check_program,
-)
+from politerm.driver.agent import AgentDriver
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.limits import Limiter, LimitPolicy
+from politerm.driver.looking import Observation, watch
+from politerm.driver.place import TmuxPlace, check_program
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import Drift, Receipts, Source
 from politerm.driver.reports import ReportStream
@@ -48,4 +45,5 @@ __all__ = [
     "run_turn",
     "turn_start",
     "wait_ready",
+    "watch",
 ]

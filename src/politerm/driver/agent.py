@@ -25,12 +25,11 @@ Named hooks (:meth:`~AgentDriver.on`) let tests put a fault at an exact moment o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import pathlib
-import shutil
 import time
 import typing as t
 
@@ -42,6 +41,8 @@ from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.limits import Limiter, LimitPolicy
+from politerm.driver.looking import Observation
+from politerm.driver.place import TmuxPlace, check_program
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import (
     HOOK_GRACE,
@@ -52,11 +53,11 @@ from politerm.driver.receipts import (
     mark_pane,
     parse_option,
 )
-from politerm.driver.receiptwatch import PromptCheck, cross_check_delivery
+from politerm.driver.receiptwatch import AgentChecks, PromptCheck, cross_check_delivery
 from politerm.driver.reports import ReportStream
 from politerm.driver.tokens import Budget, TokenMeter
+from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.errors import (
-    AgentNotFound,
     ControlModeError,
     HookError,
     PaneNotFound,
@@ -76,64 +77,14 @@ if t.TYPE_CHECKING:
     from politerm.protocol.block import Block
     from politerm.store import RunStore
     from politerm.terminal import Snapshot
-    from politerm.tmux.control import ControlClient
-    from politerm.tmux.server import TmuxServer
 
 log = logging.getLogger(__name__)
 
 AgentTerm = Pane | PtyTerminal
+T = t.TypeVar("T")
 Hook = t.Callable[[], "Awaitable[None]"]
 #: Moments of a delivery a hook may be attached to (:meth:`AgentDriver.on`).
 HOOK_POINTS = frozenset({"before-paste", "after-confirm"})
-
-
-@dataclasses.dataclass(frozen=True)
-class TmuxPlace:
-    """Where :meth:`AgentDriver.start` opens a tmux window: session, window name, size."""
-
-    client: ControlClient
-    server: TmuxServer
-    session: str
-    window: str
-    size: tuple[int, int] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Observation:
-    """One look at the agent: the screen, the tracked state, what the approver did."""
-
-    snap: Snapshot
-    reading: StateReading
-    approval: str = "none"
-    hook_approval: HookEvent | None = None
-    """The agent's own notification that a permission question is open (its hooks)."""
-
-    @property
-    def state(self) -> AgentState:
-        """The tracked state."""
-        return self.reading.state
-
-
-def check_program(argv: Sequence[str], env: Mapping[str, str] | None, *, setting: str) -> None:
-    """Raise :class:`AgentNotFound` unless ``argv[0]`` can be run.
-
-    ``setting`` names the configuration key that chooses the program, for the message.
-
-    Examples
-    --------
-    >>> check_program(["sh"], None, setting="agents.X.command")
-    >>> check_program(["no-such-agent-cli"], None, setting="agents.PLANNER.command")
-    Traceback (most recent call last):
-    ...
-    politerm.errors.AgentNotFound: cannot start 'no-such-agent-cli': not on PATH; install it or set agents.PLANNER.command
-    """  # noqa: E501
-    if not argv:
-        msg = f"no command to start: set {setting}"
-        raise AgentNotFound(msg)
-    path = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
-    if shutil.which(argv[0], path=path) is None:
-        msg = f"cannot start {argv[0]!r}: not on PATH; install it or set {setting}"
-        raise AgentNotFound(msg)
 
 
 class AgentDriver:
@@ -196,6 +147,8 @@ class AgentDriver:
         self.dead = False
         self._stuck_reported = False
         self._hooks: dict[str, list[Hook]] = {}
+        # The last screen looked at, and the output event taken just before looking.
+        self._look: tuple[Snapshot, asyncio.Event] | None = None
         self.receipts = receipts
         self._receipts_looked = receipts is not None
         #: Receipts after this position belong to the last prompt delivered.
@@ -204,6 +157,8 @@ class AgentDriver:
         #: Seconds one source (hook or screen) may lag the other before it counts as drift.
         self.hook_grace = HOOK_GRACE
         self._drift_seen: set[str] = set()
+        #: Its transcript was waited for once and never found: do not wait again.
+        self.transcript_missing = False
 
     def __repr__(self) -> str:
         return f"AgentDriver({self.name}, {self.term.name}, {self.state.value})"
@@ -332,10 +287,29 @@ class AgentDriver:
 
     async def snapshot(self) -> Snapshot | None:
         """The screen now; None when the terminal is gone."""
+        event = self.term.output_event()
         try:
-            return await self.term.snapshot()
+            snap = await self.term.snapshot()
         except PaneNotFound:
+            self._look = None
             return None
+        self._look = (snap, event)
+        return snap
+
+    def fresh_snapshot(self) -> Snapshot | None:
+        """The last screen looked at, if the program printed nothing since; else None.
+
+        The output event is taken before each look, so output that reached tmux after the
+        capture has set it: an unset event means the screen is still the one captured.
+        """
+        if self._look is None:
+            return None
+        snap, event = self._look
+        return None if event.is_set() or not snap.alive else snap
+
+    async def look(self) -> Snapshot | None:
+        """:meth:`fresh_snapshot`, or a new snapshot when the screen may have changed."""
+        return self.fresh_snapshot() or await self.snapshot()
 
     async def observe(self, *, task_id: str | None = None) -> Observation:
         """Look once: track the state, answer an approval question by policy, record it.
@@ -431,7 +405,10 @@ class AgentDriver:
         with contextlib.suppress(StoreError):
             agent = self.store.get_agent(self.name)
             if agent is not None and agent.state != reading.state.value:
-                self.store.set_agent_state(self.name, reading.state.value)
+                # A display row that the next look rewrites: not worth an fsync on the
+                # way from a block to the next agent (the next durable commit covers it).
+                with self.store.batch(durable=False):
+                    self.store.set_agent_state(self.name, reading.state.value)
 
     def record(self, kind: str, task_id: str | None, detail: str) -> None:
         """Add an event about this agent to the store (when it has one)."""
@@ -442,9 +419,17 @@ class AgentDriver:
             self.store.add_event(kind, task_id=task_id, agent=self.name, detail=detail)
 
     async def wait_ready(
-        self, timeout: float, *, say: Callable[[str], None] | None = None
+        self,
+        timeout: float,
+        *,
+        say: Callable[[str], None] | None = None,
+        on_reading: Callable[[StateReading], None] | None = None,
+        on_dialog: Callable[[str, tuple[str, ...]], None] | None = None,
     ) -> StateReading:
         """Wait (bounded) until the agent is ready, answering start-up dialogs.
+
+        ``on_reading`` sees each reading taken, ``on_dialog`` each dialog answered (see
+        :func:`politerm.driver.ready.wait_ready`).
 
         Raises
         ------
@@ -453,7 +438,13 @@ class AgentDriver:
         """
         try:
             reading = await wait_ready(
-                self.term, self.profile, timeout=timeout, name=self.name, say=say
+                self.term,
+                self.profile,
+                timeout=timeout,
+                name=self.name,
+                say=say,
+                on_reading=on_reading,
+                on_dialog=on_dialog,
             )
         except PaneNotFound as exc:
             from politerm.errors import AgentExited
@@ -473,6 +464,22 @@ class AgentDriver:
                     self.store.set_agent_state(self.name, AgentState.READY.value)
         return reading
 
+    async def watch(
+        self,
+        until: Callable[[Observation], T | None],
+        *,
+        timeout: float,
+        what: str,
+        task_id: str | None = None,
+    ) -> T:
+        """Look on each output (bounded) until ``until(observation)`` is not None.
+
+        See :func:`politerm.driver.looking.watch`.
+        """
+        from politerm.driver.looking import watch
+
+        return await watch(self, until, timeout=timeout, what=what, task_id=task_id)
+
     # --- typing ---------------------------------------------------------------------------
 
     async def deliver(self, text: str | bytes, *, already_pasted: bool = False) -> DeliveryResult:
@@ -483,16 +490,20 @@ class AgentDriver:
         STRANDED attempt left in the box instead. The tracker's ready latch ends here.
         """
         self.tracker.input_sent()
-        rc = await self.hook_receipts()
-        check = None
-        if rc is not None:
-            self.delivery_mark = rc.mark()
-            if rc.reports(HookKind.PROMPT):
-                check = PromptCheck(rc, self.delivery_mark, text)
+        check = await self._agent_checks(text)
         await self._hook("before-paste")
+        # The empty-box check reads the screen already looked at, when nothing was printed
+        # since (one tmux round trip less on the way to the agent).
+        snap = self.fresh_snapshot()
+        self._look = None
         try:
             result = await deliver(
-                self.term, text, self.profile, already_pasted=already_pasted, receipt=check
+                self.term,
+                text,
+                self.profile,
+                already_pasted=already_pasted,
+                snap=snap,
+                receipt=check,
             )
         except ControlModeError as exc:
             # The connection dropped mid-delivery: nothing is known to be submitted.
@@ -508,13 +519,30 @@ class AgentDriver:
         await self._hook("after-confirm")
         return result
 
+    async def _agent_checks(self, text: str | bytes) -> AgentChecks | None:
+        """What the agent itself will say about this prompt: hook receipt, transcript."""
+        rc = await self.hook_receipts()
+        hook = None
+        if rc is not None:
+            self.delivery_mark = rc.mark()
+            if rc.reports(HookKind.PROMPT):
+                hook = PromptCheck(rc, self.delivery_mark, text)
+        spec = self.profile.transcript
+        transcript = None
+        if spec is not None and spec.format in ("claude", "codex") and self.cwd is not None:
+            plain = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+            transcript = TranscriptCheck(spec, self.cwd, self.env, plain)
+        return AgentChecks(hook, transcript) if hook or transcript else None
+
     async def clear_input(self) -> bool:
         """Empty the input box (e.g. a dead-lettered prompt left there); True when empty."""
+        self._look = None
         snap = await clear_input(self.term, self.profile)
         return snap is not None and not self.profile.input_text(snap)
 
     async def press(self, *keys: str) -> None:
         """Press named keys (an interrupt, a menu answer)."""
+        self._look = None
         await self.term.send_keys(*keys)
 
     # --- reading --------------------------------------------------------------------------

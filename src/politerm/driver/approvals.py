@@ -94,7 +94,10 @@ class Approver:
         if request is None:
             return "none"
         if not request.complete:
-            request = await self._with_history(snap, request)
+            whole = await self._with_history(snap, request)
+            if whole is None:
+                return "none"
+            request = whole
         what = describe(request)
         verdict = self.policy.decide(request)
         decision, by, reason = verdict.decision, "policy", verdict.reason
@@ -160,23 +163,29 @@ class Approver:
         )
         return "answered"
 
-    async def _with_history(self, snap: Snapshot, request: ApprovalRequest) -> ApprovalRequest:
+    async def _with_history(
+        self, snap: Snapshot, request: ApprovalRequest
+    ) -> ApprovalRequest | None:
         """Read a question whose box starts above the screen again, with the history.
 
-        Only a terminal that keeps history (a tmux pane) can; the box is read once per
-        screen, since it does not change while the question waits.
+        A terminal that keeps history (a tmux pane, a PTY) can; the box is read once per
+        screen, since it does not change while the question waits. None: the screen moved
+        between the two reads, look again (a box read in part is never decided on a race).
         """
         if self._box is not None and self._box[0] == snap.lines:
             return self._box[1]
         capture = getattr(self.term, "capture_history", None)
         found = request
         if capture is not None:
-            lines = await capture()
+            lines: list[str] = await capture()
             offset = len(lines) - len(snap.lines)
-            if offset >= 0 and tuple(lines[offset:]) == snap.lines:
-                again = read_request(self.profile, lines, snap.cursor_y + offset)
-                if again is not None and again.question == request.question:
-                    found = again
+            # The screen's first line may be the tail of a line wrapped out of history,
+            # which the joined history capture holds as part of that line.
+            if offset < 0 or tuple(lines[offset + 1 :]) != snap.lines[1:]:
+                return None
+            again = read_request(self.profile, lines)
+            if again is not None and again.question == request.question:
+                found = again
         self._box = (snap.lines, found)
         return found
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
-from politerm.driver.transcripts import locate_transcript
-from politerm.protocol import BlockParser, TranscriptTail, cross_check
+from politerm.driver.transcripts import Tail, locate_transcript, open_tail
+from politerm.protocol import BlockParser, cross_check
 from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
@@ -83,7 +83,7 @@ class BlockReader:
     rejected: list[Rejected] = dataclasses.field(default_factory=list)
     _checked: set[BlockKey] = dataclasses.field(default_factory=set)
     _left_open: set[tuple[int, str]] = dataclasses.field(default_factory=set)
-    _tail: TranscriptTail | None = None
+    _tail: Tail | None = None
 
     def __post_init__(self) -> None:
         self.parser = BlockParser(detect_echo=True, message_dir=self.cwd)
@@ -171,11 +171,13 @@ class BlockReader:
         spec = self.profile.transcript
         if spec is None or self.cwd is None:
             return []
+        # Looked up each time: a CLI may start a new log (Gemini CLI when a prompt was
+        # queued during its start-up, Claude Code after /clear); blocks seen stay seen.
+        path = locate_transcript(spec, self.cwd, self.env)
+        if path is not None and (self._tail is None or self._tail.path != path):
+            self._tail = open_tail(spec, path, self.cwd)
         if self._tail is None:
-            path = locate_transcript(spec, self.cwd, self.env)
-            if path is None:
-                return []
-            self._tail = TranscriptTail(path, spec.format)
+            return []
         self.tparser.expect_nonce(nonce)
         fresh = []
         for block in self._tail.feed(self.tparser):

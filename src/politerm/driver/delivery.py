@@ -8,10 +8,10 @@ show the text left the input area or the agent became busy; otherwise the submit
 pressed again with backoff. The outcome is one of :class:`Outcome`, returned with the
 screen lines that decided it.
 
-Where the agent reports its own prompt event (a hook receipt, :mod:`politerm.driver.receipts`),
-a :class:`ReceiptCheck` is consulted beside the screen: the receipt confirms the delivery
-(and no submit key is pressed again), and :attr:`DeliveryResult.sources` says which sources
-confirmed it.
+Where the agent reports its own prompt event (a hook receipt, :mod:`politerm.driver.receipts`)
+or writes the prompt to its transcript, a :class:`ReceiptCheck` is consulted beside the
+screen: the receipt confirms the delivery (and no submit key is pressed again), and
+:attr:`DeliveryResult.sources` says which sources confirmed it.
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ class DeliveryResult:
 class ReceiptCheck(t.Protocol):
     """The agent's own confirmation of a prompt, consulted while the screen is watched."""
 
-    def confirmed(self) -> str | None:
-        """What confirmed the prompt (one line of evidence), or None while nothing has."""
+    def confirmed(self) -> tuple[Source, str] | None:
+        """Which source confirmed the prompt and one line of evidence; None while none has."""
 
     def event(self) -> asyncio.Event:
         """Set when a receipt may have arrived."""
@@ -126,6 +126,7 @@ async def deliver(
     *,
     paste_timeout: float | None = None,
     already_pasted: bool = False,
+    snap: Snapshot | None = None,
     receipt: ReceiptCheck | None = None,
 ) -> DeliveryResult:
     """Paste ``text`` into ``term``, press the profile's submit key, and confirm it.
@@ -144,6 +145,9 @@ async def deliver(
     already_pasted
         The text is still in the input box from an earlier, STRANDED attempt: only press
         the submit key again (pasting it twice would double it).
+    snap
+        The screen now, when the caller has just captured it and the program printed
+        nothing since; otherwise it is captured here.
     receipt
         The agent's own prompt receipt, where its hooks report one: it confirms the
         delivery as the screen does.
@@ -166,7 +170,8 @@ async def deliver(
     def elapsed() -> float:
         return time.monotonic() - start
 
-    snap = await _snapshot(term)
+    fresh = snap is not None
+    snap = snap or await _snapshot(term)
     if snap is None:
         return _gone(elapsed(), 0, submitted=False)
     before = profile.detect(snap)
@@ -176,7 +181,8 @@ async def deliver(
         )
     if _blocking(before):
         return DeliveryResult(Outcome.BLOCKED, before.evidence, 0, False, elapsed(), before.rule)
-    await term.prepare_input()
+    if not fresh or snap.in_mode:
+        await term.prepare_input()
     if not already_pasted and profile.input_text(snap):
         cleared = await clear_input(term, profile)
         if cleared is None:
@@ -294,26 +300,26 @@ async def _confirm(
             return DeliveryResult(
                 Outcome.BLOCKED, reading.evidence, submits, True, now - start, reading.rule
             )
-        hook = receipt.confirmed() if receipt is not None else None
+        agent = receipt.confirmed() if receipt is not None else None
         if reading.state is AgentState.BUSY:
             return DeliveryResult(
                 Outcome.DELIVERED,
-                (hook, *reading.evidence) if hook else reading.evidence,
+                (agent[1], *reading.evidence) if agent else reading.evidence,
                 submits,
                 True,
                 now - start,
                 reading.rule,
-                (Source.HOOK, Source.SCREEN) if hook else (Source.SCREEN,),
+                (agent[0], Source.SCREEN) if agent else (Source.SCREEN,),
             )
-        if hook:
+        if agent:
             return DeliveryResult(
                 Outcome.DELIVERED,
-                (hook, *snap.tail(3)),
+                (agent[1], *snap.tail(3)),
                 submits,
                 True,
                 now - start,
                 "prompt receipt",
-                (Source.HOOK,),
+                (agent[0],),
             )
         if (
             has_input

@@ -16,7 +16,8 @@ import typing as t
 from politerm.agents.state import AgentState
 
 if t.TYPE_CHECKING:
-    from politerm.driver.agent import AgentDriver, Observation
+    from politerm.driver.agent import AgentDriver
+    from politerm.driver.looking import Observation
 
 # A look while nothing is printed: the state can change without output (a quiet exit).
 _BACKSTOP = 2.0

@@ -26,6 +26,7 @@ from politerm.agents.state import AgentState
 
 if t.TYPE_CHECKING:
     from politerm.agents.state import StateReading
+    from politerm.config import Config
     from politerm.driver.agent import AgentDriver
 
 
@@ -49,6 +50,16 @@ class LimitPolicy:
     wait: float = 300.0
     margin: float = 5.0
     max_resumes: int = 5
+
+
+def driver_settings(config: Config) -> dict[str, t.Any]:
+    """The ``limits`` and ``budget`` arguments of an agent driver, from the configuration."""
+    from politerm.driver.tokens import Budget
+
+    return {
+        "limits": LimitPolicy(**config.limits.model_dump()),
+        "budget": Budget(**config.budget.model_dump()),
+    }
 
 
 @dataclasses.dataclass

@@ -28,11 +28,14 @@ async def wait_ready(
     timeout: float,
     name: str = "agent",
     say: Callable[[str], None] | None = None,
+    on_reading: Callable[[StateReading], None] | None = None,
+    on_dialog: Callable[[str, tuple[str, ...]], None] | None = None,
 ) -> StateReading:
     """Wait until the agent is ready for a prompt, answering start-up dialogs by its profile.
 
     A profile with no ready or input-line detector counts a screen that stays unchanged for
-    its ``quiescence`` as ready.
+    its ``quiescence`` as ready. ``on_reading`` sees every reading taken (a diagnostic
+    reports them), ``on_dialog`` every dialog answered (its name and the keys pressed).
 
     Raises
     ------
@@ -50,6 +53,8 @@ async def wait_ready(
         event = term.output_event()
         snap = await term.snapshot()
         reading = profile.detect(snap)
+        if on_reading is not None:
+            on_reading(reading)
         now = time.monotonic()
         if reading.state is AgentState.EXITED:
             msg = f"agent {name} exited while starting: {' | '.join(reading.evidence)}"
@@ -62,6 +67,8 @@ async def wait_ready(
                 await term.send_keys(*dialog.keys)
                 if say is not None:
                     say(f"{name}: answered the {dialog.name} dialog with {'+'.join(dialog.keys)}")
+                if on_dialog is not None:
+                    on_dialog(dialog.name, tuple(dialog.keys))
                 await wait_event(event, 1.0)
                 continue
         if reading.state is AgentState.READY:
@@ -69,7 +76,10 @@ async def wait_ready(
         if snap.lines != last_lines:
             last_lines, last_change = snap.lines, now
         elif quiet and profile.quiescence and now - last_change >= profile.quiescence:
-            return StateReading(AgentState.READY, tuple(snap.tail(1)), rule="quiet")
+            reading = StateReading(AgentState.READY, tuple(snap.tail(1)), rule="quiet")
+            if on_reading is not None:
+                on_reading(reading)
+            return reading
         if now >= deadline:
             screen = " | ".join(snap.tail(6))
             msg = (

@@ -9,6 +9,7 @@ wins (a prompt the agent says it accepted is not typed again).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import typing as t
@@ -21,10 +22,9 @@ from politerm.errors import PaneNotFound
 from politerm.redact import TAG_RE
 
 if t.TYPE_CHECKING:
-    import asyncio
-
     from politerm.driver.agent import AgentDriver
     from politerm.driver.receipts import Receipts
+    from politerm.driver.transcriptcheck import TranscriptCheck
     from politerm.terminal import Snapshot
 
 
@@ -48,16 +48,41 @@ class PromptCheck:
         self.mark = mark
         self.text = _plain(text)
 
-    def confirmed(self) -> str | None:
-        """``"<cli> hook <event> accepted the prompt"`` once its receipt is in."""
+    def confirmed(self) -> tuple[Source, str] | None:
+        """``(HOOK, "<cli> hook <event> accepted the prompt")`` once its receipt is in."""
         e = self.receipts.prompt_receipt(self.mark, self.text)
         if e is None:
             return None
-        return f"{e.cli} hook {e.event} accepted the prompt ({e.prompt_len} chars)"
+        return Source.HOOK, f"{e.cli} hook {e.event} accepted the prompt ({e.prompt_len} chars)"
 
     def event(self) -> asyncio.Event:
         """Set when the channel is written."""
         return self.receipts.event()
+
+
+class AgentChecks:
+    """The agent's own confirmations of one prompt: its hook, then its transcript."""
+
+    def __init__(self, hook: PromptCheck | None, transcript: TranscriptCheck | None) -> None:
+        self.hook = hook
+        self.transcript = transcript
+        self._idle: asyncio.Event | None = None
+
+    def confirmed(self) -> tuple[Source, str] | None:
+        """The first source that holds the prompt, with its evidence."""
+        for check in (self.hook, self.transcript):
+            found = check.confirmed() if check is not None else None
+            if found is not None:
+                return found
+        return None
+
+    def event(self) -> asyncio.Event:
+        """The hook channel's event (a transcript is looked at on the screen's events)."""
+        if self.hook is not None:
+            return self.hook.event()
+        if self._idle is None:
+            self._idle = asyncio.Event()
+        return self._idle
 
 
 def screen_agrees(driver: AgentDriver, snap: Snapshot) -> str | None:
@@ -91,51 +116,98 @@ async def _wait(
 
 
 async def cross_check_delivery(
-    driver: AgentDriver, result: DeliveryResult, check: PromptCheck, *, grace: float = HOOK_GRACE
+    driver: AgentDriver, result: DeliveryResult, checks: AgentChecks, *, grace: float = HOOK_GRACE
 ) -> DeliveryResult:
-    """Let the source that did not decide ``result`` agree, or record drift."""
-    rc = check.receipts
+    """Let the source that did not decide ``result`` agree, or record drift.
+
+    The hook and the screen must agree within ``grace``; the transcript is only added to
+    the sources when it already holds the prompt (it may be written later, or not at all).
+    """
     submitted = result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)
     if not submitted:
-        hook = check.confirmed()
-        if hook is None or result.outcome is Outcome.AGENT_EXITED:
+        agent = checks.confirmed()
+        if agent is None or result.outcome is Outcome.AGENT_EXITED:
             return result
         # The screen says not submitted; the agent says it took the prompt. No retry.
-        driver.drift(
-            Drift("delivery", hook, f"{result.outcome.value}: {result.rule}"),
-        )
+        driver.drift(Drift("delivery", agent[1], f"{result.outcome.value}: {result.rule}"))
         return dataclasses.replace(
             result,
             outcome=Outcome.DELIVERED,
-            evidence=(hook, *result.evidence),
+            evidence=(agent[1], *result.evidence),
             submitted=True,
             rule="prompt receipt",
-            sources=(Source.HOOK,),
+            sources=(agent[0],),
         )
-    if Source.HOOK in result.sources and Source.SCREEN in result.sources:
-        return result
-    if Source.HOOK in result.sources:
+    if Source.SCREEN not in result.sources:
+        result = await _screen_agrees(driver, result, grace)
+    elif checks.hook is not None and Source.HOOK not in result.sources:
+        result = await _hook_agrees(driver, result, checks.hook, grace)
+    if checks.transcript is not None and Source.TRANSCRIPT not in result.sources:
+        # An agent with hooks but no prompt event (Codex): the transcript is its word, so
+        # wait for it (once only, if it never appears); elsewhere it is one look.
+        waits = checks.hook is None and driver.receipts is not None
+        waits = waits and not driver.transcript_missing
+        result = await _transcript_agrees(
+            driver, result, checks.transcript, grace if waits else 0.0
+        )
+        if waits and Source.TRANSCRIPT not in result.sources and not checks.transcript.located():
+            driver.transcript_missing = True
+    return result
 
-        async def look() -> str | None:
-            try:
-                snap = await driver.term.snapshot()
-            except PaneNotFound:
-                return "pane gone"
-            return screen_agrees(driver, snap)
 
-        seen = await _wait(look, lambda: [driver.term.output_event()], grace)
-        if seen is None:
-            tail = " | ".join(ln.strip() for ln in driver.last_screen[-3:] if ln.strip())
+async def _transcript_agrees(
+    driver: AgentDriver, result: DeliveryResult, check: TranscriptCheck, grace: float
+) -> DeliveryResult:
+    async def look() -> str | None:
+        found = check.confirmed()
+        return None if found is None else found[1]
+
+    seen = await _wait(look, lambda: [driver.term.output_event()], grace)
+    if seen is None:
+        if grace > 0:
             driver.drift(
-                Drift("delivery", result.evidence[0], f"not submitted after {grace:g}s: {tail}")
+                Drift(
+                    "delivery",
+                    f"the transcript does not hold the prompt after {grace:g}s",
+                    f"submitted ({result.rule})",
+                )
             )
-            return result
-        return dataclasses.replace(result, sources=(Source.HOOK, Source.SCREEN))
+        return result
+    return dataclasses.replace(
+        result, evidence=(*result.evidence, seen), sources=(*result.sources, Source.TRANSCRIPT)
+    )
+
+
+async def _screen_agrees(
+    driver: AgentDriver, result: DeliveryResult, grace: float
+) -> DeliveryResult:
+    async def look() -> str | None:
+        try:
+            snap = await driver.term.snapshot()
+        except PaneNotFound:
+            return "pane gone"
+        return screen_agrees(driver, snap)
+
+    seen = await _wait(look, lambda: [driver.term.output_event()], grace)
+    if seen is None:
+        tail = " | ".join(ln.strip() for ln in driver.last_screen[-3:] if ln.strip())
+        driver.drift(
+            Drift("delivery", result.evidence[0], f"not submitted after {grace:g}s: {tail}")
+        )
+        return result
+    return dataclasses.replace(result, sources=(*result.sources, Source.SCREEN))
+
+
+async def _hook_agrees(
+    driver: AgentDriver, result: DeliveryResult, check: PromptCheck, grace: float
+) -> DeliveryResult:
+    rc = check.receipts
     if rc.silent:
         return result
 
     async def receipt() -> str | None:
-        return check.confirmed()
+        found = check.confirmed()
+        return None if found is None else found[1]
 
     hook = await _wait(receipt, lambda: [rc.event()], grace)
     if hook is None:
@@ -151,5 +223,5 @@ async def cross_check_delivery(
         )
         return result
     return dataclasses.replace(
-        result, evidence=(hook, *result.evidence), sources=(Source.HOOK, Source.SCREEN)
+        result, evidence=(hook, *result.evidence), sources=(Source.HOOK, *result.sources)
     )

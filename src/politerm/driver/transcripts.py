@@ -6,18 +6,34 @@ import os
 import pathlib
 import typing as t
 
-from politerm.protocol.transcript import latest_claude_session, latest_codex_rollout
+from politerm.protocol.opencode_db import OpencodeTail, opencode_db
+from politerm.protocol.transcript import (
+    TranscriptTail,
+    latest_claude_session,
+    latest_codex_rollout,
+    latest_gemini_session,
+)
 
 if t.TYPE_CHECKING:
     from collections.abc import Mapping
 
     from politerm.agents.profile import TranscriptSpec
 
+#: What reads a transcript: a file tail, or opencode's database.
+Tail = TranscriptTail | OpencodeTail
+
 
 def locate_transcript(
     spec: TranscriptSpec, cwd: pathlib.Path, env: Mapping[str, str] | None = None
 ) -> pathlib.Path | None:
     """The transcript file the agent writes now, or None while there is none.
+
+    By ``spec.locate``: ``file``, ``spec.path`` under ``cwd``; ``claude-projects``, the
+    newest session log of ``cwd`` under ``$CLAUDE_CONFIG_DIR`` (default ``~/.claude``);
+    ``codex-sessions``, the newest rollout under ``$CODEX_HOME`` (default ``~/.codex``);
+    ``gemini-projects``, the newest chat of ``cwd`` under ``$GEMINI_CLI_HOME/.gemini``
+    (default ``~/.gemini``); ``opencode-data``, ``$XDG_DATA_HOME/opencode/opencode.db``
+    (default ``~/.local/share``).
 
     ``env`` is the agent's environment (where ``CLAUDE_CONFIG_DIR``/``CODEX_HOME`` may be
     set); the process environment fills in the rest.
@@ -29,8 +45,21 @@ def locate_transcript(
             return None
         path = cwd / spec.path
         return path if path.is_file() else None
+    if spec.locate == "gemini-projects":
+        base = pathlib.Path(environ.get("GEMINI_CLI_HOME") or str(home))
+        return latest_gemini_session(cwd.resolve(), base / ".gemini")
+    if spec.locate == "opencode-data":
+        data = environ.get("XDG_DATA_HOME") or str(home / ".local" / "share")
+        return opencode_db(pathlib.Path(data))
     if spec.locate == "claude-projects":
         config_dir = pathlib.Path(environ.get("CLAUDE_CONFIG_DIR", str(home / ".claude")))
         return latest_claude_session(cwd, config_dir)
     codex_home = pathlib.Path(environ.get("CODEX_HOME", str(home / ".codex")))
     return latest_codex_rollout(codex_home)
+
+
+def open_tail(spec: TranscriptSpec, path: pathlib.Path, cwd: pathlib.Path) -> Tail:
+    """A reader of the transcript at ``path`` (found by :func:`locate_transcript`)."""
+    if spec.format == "opencode":
+        return OpencodeTail(path, cwd.resolve())
+    return TranscriptTail(path, spec.format)

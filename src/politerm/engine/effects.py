@@ -29,7 +29,7 @@ from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Observation
     from politerm.protocol.block import Block
-    from politerm.store.models import Task, Turn
+    from politerm.store.models import Message, Task, Turn
     from politerm.terminal import Snapshot
 
 # An agent idle this long after a prompt, with no block, has answered without one.
@@ -67,6 +67,9 @@ class BlockEffects(RouterBase):
         )
         blocks, loop.held = [*loop.held, *fresh], []
         for block in blocks:
+            ending = self._ends_turn(block) and obs.state not in _NOT_IDLE
+            # The recipient's screen, when it is free to take the forwarded prompt at once.
+            ready = await self._recipient_ready(driver.name, block) if ending else None
             current = self.store.current_turn(driver.name)
             if current is None or current.nonce != turn.nonce:
                 return
@@ -74,8 +77,12 @@ class BlockEffects(RouterBase):
                 self._hold(driver, current, block, obs)
                 loop.held.append(block)
                 continue
-            with self.store.batch():
-                self._apply_block(driver.name, current, block)
+            # With a recipient ready, its prompt goes DELIVERING in this same commit, made
+            # without waiting for the disk: its delivery's outcome commit is durable.
+            with self.store.batch(durable=ready is None):
+                handed = self._apply_block(driver.name, current, block, ready=ready)
+            if ready is not None and not handed:
+                self.store.sync()
 
     def _turn_prompt(self, turn: Turn) -> str | None:
         msg = self.store.get_message(turn.message_id) if turn.message_id else None
@@ -157,7 +164,44 @@ class BlockEffects(RouterBase):
             back = self.store.get_meta(f"{_APPROVAL_RETURN}{task.id}") or TaskState.PLANNING.value
             self.store.update_task(task.id, state=TaskState(back), clear=("question",))
 
-    def _apply_block(self, name: str, turn: Turn, block: Block) -> None:
+    async def _recipient_ready(self, name: str, block: Block) -> Snapshot | None:
+        """The screen of the agent ``block`` is forwarded to, if it can take it right now.
+
+        Ready: idle (as last looked at), no turn of its own, nothing left over to settle
+        or clear, no delivery already handed to it, and the router not stopping. The
+        screen is reused when nothing was printed since it was taken.
+        """
+        target = self._agent_named(block.to)
+        if target is None or target == name or block.to.upper() in USER_TARGETS:
+            return None
+        if self._stop.is_set():
+            return None  # no loop is left to type it (a stopping router's last look)
+        driver, loop = self.agents[target], self.loops[target]
+        if (
+            driver.dead
+            or driver.state is not AgentState.READY
+            or not loop.settled
+            or loop.handoff is not None
+            or loop.turn_nonce is not None
+            or target in self._clear_later
+        ):
+            return None
+        snap = await driver.look()
+        if snap is None or driver.profile.detect(snap).state is not AgentState.READY:
+            return None
+        return snap
+
+    def _hand_off(self, target: str, msg: Message, snap: Snapshot) -> bool:
+        """Begin delivering ``msg`` inside the current batch; the recipient's loop types it.
+
+        Overridden by the router's sending part; False: nothing was begun.
+        """
+        return False
+
+    def _apply_block(
+        self, name: str, turn: Turn, block: Block, *, ready: Snapshot | None = None
+    ) -> bool:
+        """Apply one block's effects (inside a batch); True when a delivery was begun."""
         key = block.dedupe_key
         if block.type == "status" and status_task(block.id, turn.task_id):
             # A status block with its own id (<task>-status-N): the turn's task's progress.
@@ -174,7 +218,7 @@ class BlockEffects(RouterBase):
                     detail=f"{name} → {block.to}: status ({block.id})",
                     data={"type": block.type, "to": block.to, "body": block.body},
                 )
-            return
+            return False
         task = self.store.get_task(block.id)
         if task is None or (turn.task_id is not None and block.id != turn.task_id):
             why = "unknown task id" if task is None else f"belongs to task {turn.task_id}"
@@ -186,7 +230,7 @@ class BlockEffects(RouterBase):
             self.store.add_event(
                 "rejected", task_id=turn.task_id, agent=name, detail=f"block id {block.id}: {why}"
             )
-            return
+            return False
         first = self.store.record_block(
             agent=name, task_id=task.id, type=block.type, msg_id=block.id, nonce=block.nonce,
             dedupe_key=key, header=block.header, body=block.body, accepted=True, reason=None,
@@ -201,16 +245,16 @@ class BlockEffects(RouterBase):
             )
         if task.state not in ACTIVE:
             self._end_turn(name, turn)
-            return
+            return False
         if block.type == "status":
-            return  # recorded and shown, never forwarded; the turn goes on
+            return False  # recorded and shown, never forwarded; the turn goes on
         if block.type == "question":
             self.store.update_task(task.id, state=TaskState.WAITING_USER, question=block.body)
             self.store.clear_expectation(task.id)
             self.store.set_meta(f"asker:{task.id}", name)
             self._ack_turn(turn)
             self._end_turn(name, turn)
-            return
+            return False
         target = self._agent_named(block.to)
         if block.type in FINAL_TYPES and (target is None or block.to.upper() in USER_TARGETS):
             self.store.update_task(task.id, state=TaskState.DONE, report=block.body)
@@ -218,7 +262,7 @@ class BlockEffects(RouterBase):
             self.store.add_event("done", task_id=task.id, agent=name, detail=block.body)
             self._ack_turn(turn)
             self._end_turn(name, turn)
-            return
+            return False
         if target is None or target == name:
             self.store.add_event(
                 "rejected",
@@ -226,13 +270,13 @@ class BlockEffects(RouterBase):
                 agent=name,
                 detail=f"block to {block.to!r}: no such agent",
             )
-            return
+            return False
         kind = block.type if block.type in ("plan", "result") else "message"
         if kind == "plan":
             rounds = sum(1 for m in self.store.list_messages(task_id=task.id) if m.type == "plan")
             if rounds >= task.max_rounds and self.store.find_message(f"{key}:{target}") is None:
                 self._finish_round_limit(name, turn, task)
-                return
+                return False
         fwd = self.store.add_message(
             task_id=task.id,
             sender=name,
@@ -255,7 +299,13 @@ class BlockEffects(RouterBase):
             )
         self._ack_turn(turn)
         self._end_turn(name, turn)
+        handed = False
+        if ready is not None and fwd is not None and self.store.current_turn(target) is None:
+            first_in_line = self.store.next_queued(target)
+            if first_in_line is not None and first_in_line.id == fwd.id:
+                handed = self._hand_off(target, fwd, ready)
         self.wake(target)
+        return handed
 
     def _expect(self, task_id: str, sender: str, typ: str) -> None:
         # The deadline is set again when the prompt is confirmed (deadlines start there).

@@ -18,7 +18,8 @@ import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
-from politerm.driver import AgentDriver, Budget, LimitPolicy
+from politerm.driver import AgentDriver
+from politerm.driver.limits import driver_settings
 from politerm.engine.templates import Templates
 from politerm.errors import StoreError
 from politerm.protocol.contract import Contract, nonce_required
@@ -48,6 +49,17 @@ RESUME_MSG = "resume-message:"
 AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
 
 
+@dataclasses.dataclass(frozen=True)
+class Begun:
+    """A delivery written to the store (DELIVERING, its turn open) and not typed yet."""
+
+    msg: Message
+    nonce: str
+    text: str
+    stranded: bool = False
+    follow_up: bool = False
+
+
 @dataclasses.dataclass
 class LoopState:
     """What one agent's routing loop keeps between steps (the store holds the rest)."""
@@ -60,6 +72,10 @@ class LoopState:
     # block once, so they are kept here); the turn's nonce they belong to.
     held: list[Block] = dataclasses.field(default_factory=list)
     held_nonce: str | None = None
+    # A delivery a block's commit began for this agent, for its own loop to type.
+    handoff: Begun | None = None
+    # When this loop last saw a turn open (monotonic), for the transcript's catch-up.
+    turn_seen: float = 0.0
 
 
 class RouterBase:
@@ -115,8 +131,7 @@ class RouterBase:
             policy=self.policy,
             cwd=cwd,
             env=env,
-            limits=LimitPolicy(**self.config.limits.model_dump()),
-            budget=Budget(**self.config.budget.model_dump()),
+            **driver_settings(self.config),
         )
 
     def wake(self, name: str) -> None:

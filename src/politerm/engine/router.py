@@ -64,8 +64,14 @@ __all__ = [
 ]
 
 # Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
-IDLE_BACKSTOP = 10.0
+# An idle agent's loop wakes on its output, pane death, copy mode, store work for it, or
+# when silence alone would change its state (StateTracker.next_change); the idle bound only
+# covers a notification lost in a tmux reconnect, and keeps every wait bounded.
+IDLE_BACKSTOP = 300.0
 TURN_BACKSTOP = 2.0
+# After a turn, an agent with a transcript is looked at this often for this long: the
+# transcript's copy of the answer (cross-checked) is a file write, which wakes no one.
+TRANSCRIPT_GRACE = 30.0
 # Full store scan (new tasks, deadlines, expiry) on every commit (store notification), and at
 # least this often while a task is in flight (deadlines are time, not events).
 SCAN_EVERY = 1.0
@@ -173,7 +179,8 @@ class Router(Sending):
 
     async def _agent_loop(self, driver: AgentDriver) -> None:
         loop = self.loops[driver.name]
-        while not self._stop.is_set() and not driver.dead:
+        # A delivery handed to this loop is typed even when the router is stopping.
+        while not driver.dead and (not self._stop.is_set() or loop.handoff is not None):
             output = driver.term.output_event()
             loop.wake.clear()
             try:
@@ -197,8 +204,10 @@ class Router(Sending):
                 log.exception("agent %s: routing step failed; retrying", driver.name)
                 self.store.add_event("error", agent=driver.name, detail="routing step failed")
                 await asyncio.sleep(0.5)
-            if self._stop.is_set():
+            if self._stop.is_set() and loop.handoff is None:
                 return
+            if loop.handoff is not None:
+                continue
             waiters = [
                 asyncio.create_task(output.wait()),
                 asyncio.create_task(loop.wake.wait()),
@@ -230,15 +239,28 @@ class Router(Sending):
         due = driver.limiter.due_in()
         if due is not None:
             return max(0.5, min(due, IDLE_BACKSTOP))  # the resume at the limit's reset
-        if self.loops[driver.name].turn_nonce is None:
-            return IDLE_BACKSTOP
-        if driver.state is AgentState.READY:
-            return 0.5  # an answer without a block shows as silence
-        return TURN_BACKSTOP
+        loop = self.loops[driver.name]
+        if loop.turn_nonce is not None:
+            if driver.state is AgentState.READY:
+                return 0.5  # an answer without a block shows as silence
+            return TURN_BACKSTOP
+        now = time.monotonic()
+        bound = IDLE_BACKSTOP
+        if driver.profile.transcript is not None and now - loop.turn_seen < TRANSCRIPT_GRACE:
+            bound = TURN_BACKSTOP
+        change = driver.tracker.next_change()
+        if change is not None:
+            bound = min(bound, max(0.05, change - now))
+        return bound
 
     async def _step(self, driver: AgentDriver) -> None:
         name = driver.name
         loop = self.loops[name]
+        if loop.handoff is not None:
+            # Begun in the commit of the block that forwarded it: type it now.
+            begun, loop.handoff = loop.handoff, None
+            await self._send_handoff(driver, begun)
+            return
         turn = self.store.current_turn(name)
         obs = await driver.observe(task_id=turn.task_id if turn else None)
         if obs.state is AgentState.EXITED:
@@ -263,6 +285,7 @@ class Router(Sending):
         loop.turn_nonce = turn.nonce if turn else None
         if turn is not None:
             loop.last_nonce = turn.nonce
+            loop.turn_seen = time.monotonic()
             self._approval_task_state(driver, turn, obs)
             if await self._over_budget(driver, turn):
                 return

@@ -15,7 +15,7 @@ import typing as t
 from politerm.agents.state import AgentState
 from politerm.driver import Outcome
 from politerm.engine.deadlines import Deadlines
-from politerm.engine.routebase import ACTIVE, FOLLOW_UPS
+from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, Begun
 from politerm.protocol.primer import new_nonce
 from politerm.store.models import MessageState, TurnEnd, TurnState
 
@@ -31,10 +31,23 @@ class Sending(Deadlines):
     async def _deliver(
         self, driver: AgentDriver, msg: Message, turn: Turn | None, snap: Snapshot
     ) -> None:
+        # The intent is committed without waiting for the disk: the outcome's commit right
+        # after the delivery is durable and takes it along (see RunStore.batch).
+        with self.store.batch(durable=False):
+            begun = self._begin(driver, msg, turn, snap)
+        await self._send(driver, begun)
+
+    def _begin(
+        self, driver: AgentDriver, msg: Message, turn: Turn | None, snap: Snapshot
+    ) -> Begun | None:
+        """Mark ``msg`` DELIVERING (and open its turn); call inside a store batch.
+
+        None when its task ended meanwhile (the message is dead-lettered instead).
+        """
         task = self.store.get_task(msg.task_id) if msg.task_id else None
         if task is not None and task.state not in ACTIVE:
             self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
-            return
+            return None
         follow_up = msg.type in FOLLOW_UPS and turn is not None
         # A STRANDED attempt left the text (with its nonce) in the input box: submit that,
         # do not paste it again.
@@ -49,27 +62,73 @@ class Sending(Deadlines):
         else:
             nonce = turn.nonce if follow_up and turn is not None else new_nonce()
         text = msg.text if msg.text and msg.turn_nonce == nonce else self._render(msg, nonce)
-        with self.store.batch():
-            msg = self.store.transition(
-                msg.id,
-                MessageState.DELIVERING,
-                expect={MessageState.QUEUED, MessageState.RETRIED},
-                turn_nonce=nonce,
-                text=text,
-            )
-            if not follow_up:
-                self.store.start_turn(
-                    driver.name,
-                    nonce=nonce,
-                    task_id=msg.task_id,
-                    message_id=msg.id,
-                    start_line=driver.turn_start(snap),
-                )
+        msg = self.store.transition(
+            msg.id,
+            MessageState.DELIVERING,
+            expect={MessageState.QUEUED, MessageState.RETRIED},
+            turn_nonce=nonce,
+            text=text,
+        )
         if not follow_up:
+            self.store.start_turn(
+                driver.name,
+                nonce=nonce,
+                task_id=msg.task_id,
+                message_id=msg.id,
+                start_line=driver.turn_start(snap),
+            )
             self.loops[driver.name].turn_nonce = nonce
             driver.blocks.new_turn()
-        result = await driver.deliver(text, already_pasted=stranded)
-        self._settled(driver, msg, nonce, result, follow_up=follow_up)
+        return Begun(msg, nonce, text, stranded=stranded, follow_up=follow_up)
+
+    async def _send(self, driver: AgentDriver, begun: Begun | None) -> None:
+        """Type a begun delivery and record its outcome (durably, on every path)."""
+        try:
+            if begun is not None:
+                result = await driver.deliver(begun.text, already_pasted=begun.stranded)
+                self._settled(driver, begun.msg, begun.nonce, result, follow_up=begun.follow_up)
+        finally:
+            self.store.sync()
+
+    def _hand_off(self, target: str, msg: Message, snap: Snapshot) -> bool:
+        driver, loop = self.agents[target], self.loops[target]
+        if (
+            driver.dead
+            or loop.handoff is not None
+            or not loop.settled
+            or target in self._clear_later
+        ):
+            return False
+        loop.handoff = self._begin(driver, msg, None, snap)
+        return loop.handoff is not None
+
+    async def _send_handoff(self, driver: AgentDriver, begun: Begun) -> None:
+        """Deliver what a block's commit began for this agent (see BlockEffects).
+
+        Between that commit and now its task may have ended (an abort, a failure): then
+        nothing is typed and the message goes DEAD.
+        """
+        msg = self.store.get_message(begun.msg.id)
+        turn = self.store.current_turn(driver.name)
+        task = self.store.get_task(begun.msg.task_id) if begun.msg.task_id else None
+        if msg is None or msg.state is not MessageState.DELIVERING:
+            return
+        if (
+            turn is None
+            or turn.nonce != begun.nonce
+            or (task is not None and task.state not in ACTIVE)
+        ):
+            with self.store.batch():
+                self.store.transition(
+                    msg.id,
+                    MessageState.DEAD,
+                    expect=MessageState.DELIVERING,
+                    error="its task ended before the prompt was typed",
+                )
+                if turn is not None and turn.nonce == begun.nonce:
+                    self.store.end_turn(driver.name, turn.nonce, TurnEnd.TASK_ENDED)
+            return
+        await self._send(driver, begun)
 
     def _settled(
         self,

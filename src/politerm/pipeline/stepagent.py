@@ -21,6 +21,7 @@ from politerm._internal.vault import redact_and_keep
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Outcome
+from politerm.driver.limits import driver_settings
 from politerm.driver.receipts import launch_with_hooks, mark_pane
 from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
 from politerm.pipeline import worktrees
@@ -106,6 +107,7 @@ class StepAgent:
             policy=self.policy,
             approval_key=approval_key(run.record.run_id, step.num),
             cwd=None if cwd is None else pathlib.Path(cwd),
+            **driver_settings(run.config),
         )
 
     async def attempt(self, step: Step, *, parallel: bool) -> str | None:

@@ -11,6 +11,10 @@ from there cannot have been wrapped, re-indented or stripped of its tags. Three 
   ``content[]`` items of ``"type": "output_text"``.
 * aider: ``.aider.chat.history.md``; user lines start with ``#### ``, aider's own notes
   are blockquoted (``> ``), the rest is the assistant's text.
+* Gemini CLI: ``~/.gemini/tmp/<project>/chats/session-*.jsonl``; a line with ``"type":
+  "gemini"`` is the model's message (``content``: a string or ``[{"text": ...}]``). A
+  message is written again, whole, when it changes (tokens, tool calls): by its ``id``.
+* opencode: rows of its SQLite database, read by :mod:`politerm.protocol.opencode_db`.
 
 Readers are tolerant (unknown or broken lines are skipped) and :class:`TranscriptTail`
 reads incrementally from a remembered byte offset.
@@ -38,6 +42,8 @@ class TranscriptFormat(str, enum.Enum):
     CLAUDE = "claude"
     CODEX = "codex"
     AIDER = "aider"
+    GEMINI = "gemini"
+    OPENCODE = "opencode"
 
 
 def _load(line: str) -> dict[str, t.Any] | None:
@@ -116,6 +122,30 @@ def codex_texts(line: str) -> list[str]:
     return _texts(item.get("content"), ("output_text", "text"))
 
 
+def gemini_message(line: str) -> tuple[str, str] | None:
+    """``(id, text)`` of one Gemini CLI chat line holding a model message, else None.
+
+    Examples
+    --------
+    >>> gemini_message('{"id":"m1","type":"gemini","content":"Here.","tokens":{"total":9}}')
+    ('m1', 'Here.')
+    >>> gemini_message('{"id":"m2","type":"gemini","content":[{"text":"a"},{"text":"b"}]}')
+    ('m2', 'ab')
+    >>> gemini_message('{"id":"u1","type":"user","content":[{"text":"[[POLI:MSG {}]]"}]}')
+    >>> gemini_message('{"$set":{"lastUpdated":"2026-11-23T13:57:20.287Z"}}')
+    """
+    obj = _load(line)
+    if obj is None or obj.get("type") != "gemini" or not isinstance(obj.get("id"), str):
+        return None
+    content = obj.get("content")
+    if isinstance(content, list):
+        # Parts of one message are pieces of one text, not separate paragraphs.
+        return obj["id"], "".join(
+            _texts([{"type": "text", **c} for c in content if isinstance(c, dict)], ("text",))
+        )
+    return (obj["id"], content) if isinstance(content, str) else None
+
+
 _AIDER_USER = re.compile(r"^#### ")
 _AIDER_NOTE = re.compile(r"^> |^>$")
 _AIDER_SESSION = re.compile(r"^# aider chat started at ")
@@ -143,7 +173,19 @@ def aider_assistant_lines(lines: t.Iterable[str]) -> list[str]:
     return out
 
 
-def _extract(fmt: TranscriptFormat, lines: t.Sequence[str]) -> list[str]:
+def _extract(
+    fmt: TranscriptFormat, lines: t.Sequence[str], emitted: dict[str, str] | None = None
+) -> list[str]:
+    if fmt is TranscriptFormat.GEMINI:
+        # Each version of a message once: a rewrite with the same text adds nothing.
+        seen = {} if emitted is None else emitted
+        out = []
+        for line in lines:
+            found = gemini_message(line)
+            if found is not None and found[1] and seen.get(found[0]) != found[1]:
+                seen[found[0]] = found[1]
+                out.append(found[1])
+        return out
     if fmt is TranscriptFormat.AIDER:
         kept = aider_assistant_lines(lines)
         return ["\n".join(kept) + "\n"] if kept else []
@@ -184,8 +226,12 @@ class TranscriptTail:
     def __init__(self, path: pathlib.Path, fmt: TranscriptFormat | str, offset: int = 0) -> None:
         self.path = pathlib.Path(path)
         self.format = TranscriptFormat(fmt)
+        if self.format is TranscriptFormat.OPENCODE:
+            msg = "opencode keeps a database, not a file: use politerm.protocol.opencode_db"
+            raise ValueError(msg)
         #: Byte offset just after the last complete line consumed.
         self.offset = offset
+        self._emitted: dict[str, str] = {}
 
     def skip_to_end(self) -> None:
         """Start after what the file holds now (e.g. before sending a new prompt)."""
@@ -210,7 +256,7 @@ class TranscriptTail:
         A last line without its newline is left for next time: a JSONL writer may be in
         the middle of it. A file that shrank (rotated, truncated) is read from the start.
         """
-        return _extract(self.format, self.read_lines())
+        return _extract(self.format, self.read_lines(), self._emitted)
 
     def read_lines(self) -> list[str]:
         """The complete raw lines appended since the last call (see :meth:`read_new`)."""
@@ -280,6 +326,36 @@ def latest_claude_session(workdir: pathlib.Path, config_dir: pathlib.Path) -> pa
 def latest_codex_rollout(codex_home: pathlib.Path) -> pathlib.Path | None:
     """The newest ``sessions/YYYY/MM/DD/rollout-*.jsonl`` under ``codex_home``."""
     return newest((codex_home / "sessions").glob("*/*/*/rollout-*.jsonl"))
+
+
+def gemini_project_dir(workdir: pathlib.Path, gemini_dir: pathlib.Path) -> pathlib.Path | None:
+    """Gemini CLI's temporary folder for ``workdir`` under ``gemini_dir`` (``~/.gemini``).
+
+    Gemini CLI names it with a short id it records in ``projects.json`` (path → id), and
+    writes the path into the folder's ``.project_root``; either finds it.
+    """
+    root = str(workdir)
+    tmp = gemini_dir / "tmp"
+    try:
+        registry = json.loads((gemini_dir / "projects.json").read_text("utf-8"))
+        short = registry.get("projects", {}).get(root)
+    except (OSError, ValueError, AttributeError):
+        short = None
+    if isinstance(short, str) and short and (tmp / short).is_dir():
+        return tmp / short
+    for marker in tmp.glob("*/.project_root"):
+        try:
+            if marker.read_text("utf-8").strip() == root:
+                return marker.parent
+        except OSError:
+            continue
+    return None
+
+
+def latest_gemini_session(workdir: pathlib.Path, gemini_dir: pathlib.Path) -> pathlib.Path | None:
+    """The newest ``chats/session-*.jsonl`` Gemini CLI keeps for ``workdir``."""
+    folder = gemini_project_dir(workdir, gemini_dir)
+    return None if folder is None else newest((folder / "chats").glob("session-*.jsonl"))
 
 
 @dataclasses.dataclass(frozen=True)

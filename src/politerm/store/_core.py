@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 import sqlite3
 import threading
@@ -122,6 +123,8 @@ class StoreCore:
         self._audit = _BatchedAudit(AuditLog(audit_path_for(path)), self._redact_json)
         self._closed = False
         self._batch_depth = 0
+        # Committed but not yet forced to disk (a batch(durable=False)); see sync().
+        self._unsynced = False
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -257,13 +260,23 @@ class StoreCore:
             yield t.cast("sqlite3.Connection", _Redacting(self._conn, self.redact))
 
     @contextlib.contextmanager
-    def batch(self) -> t.Iterator[None]:
+    def batch(self, *, durable: bool = True) -> t.Iterator[None]:
         """Make every write inside one transaction: all of them commit, or none.
 
         The router writes one block's effects (forwarded message, task state, expectation,
         acknowledgement, end of turn) as one batch: one commit, one fsync, and after a
         ``kill -9`` either all of them are there or none. Audit lines are written after the
-        commit; nested batches join the outer one.
+        commit; nested batches join the outer one (whose ``durable`` counts).
+
+        Parameters
+        ----------
+        durable
+            False commits without waiting for the disk (``synchronous = NORMAL`` for this
+            commit only): the commit is visible to every process and survives a killed
+            process at once, and survives power loss from the next durable commit or
+            :meth:`sync` on. For a record of intent whose confirmation follows within
+            moments (a prompt marked DELIVERING, then DELIVERED): the fsync moves off the
+            path to the agent. The caller must make sure one of those follows.
         """
         with self._lock:
             self._check_open()
@@ -275,8 +288,12 @@ class StoreCore:
                     self._batch_depth -= 1
                 return
             try:
+                if not durable:
+                    # Only settable outside a transaction; FULL comes back after the commit.
+                    self._conn.execute("PRAGMA synchronous = NORMAL")
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
+                self._restore_sync(durable)
                 msg = f"run store {self._path}: cannot start a write: {e}"
                 raise StoreError(msg) from e
             self._batch_depth = 1
@@ -294,7 +311,40 @@ class StoreCore:
                 raise
             finally:
                 self._batch_depth = 0
+                self._restore_sync(durable)
+            # A durable commit syncs the whole WAL, earlier undurable commits with it.
+            self._unsynced = not durable
             self._audit.release()
+
+    def _restore_sync(self, durable: bool) -> None:
+        if not durable:
+            self._conn.execute("PRAGMA synchronous = FULL")
+
+    def sync(self) -> None:
+        """Force the commits made with ``batch(durable=False)`` to disk (no-op if none).
+
+        Raises
+        ------
+        StoreError
+            The write-ahead log could not be synced.
+        """
+        with self._lock:
+            if not self._unsynced:
+                return
+            self._check_open()
+            wal = self._path.with_name(f"{self._path.name}-wal")
+            try:
+                fd = os.open(wal, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except FileNotFoundError:
+                pass  # checkpointed and removed: its content is in the synced database
+            except OSError as e:
+                msg = f"run store {self._path}: cannot sync {wal.name}: {e}"
+                raise StoreError(msg) from e
+            self._unsynced = False
 
     def _check_open(self) -> None:
         if self._closed:

@@ -5,8 +5,9 @@ A run store is written by several processes (the router, ``poli task``, ``poli a
 control window, ``poli route``'s event printer, the router's tick, a dashboard — sleep on a
 :class:`StoreWatch` instead of re-querying on a timer:
 
-- the store's directory is watched for writes to the database file and its WAL
-  (``watchfiles``: inotify on Linux), which every commit touches;
+- the store's directory is watched for writes to the database file and its WAL, which
+  every commit touches: with inotify on the event loop itself on Linux
+  (:mod:`politerm._internal.inotify`), else with ``watchfiles``;
 - :class:`StoreWatch` turns those into a change counter and an :class:`asyncio.Event` per
   generation, so any number of asyncio waiters wake on one file-system notification;
 - :func:`changed_since` tells a reader whether *another* connection committed
@@ -23,9 +24,9 @@ Typical use::
                 print(event)
             await watch.wait(timeout=30)
 
-Idle cost: one thread per :class:`StoreWatch` that sleeps in the file-system watcher and
-wakes ``1000 / step_ms`` times a second for a few microseconds; no store query runs until a
-file changes.
+Idle cost: none on Linux — nothing wakes until a store file is written. Elsewhere (or
+past the inotify watch limit), one ``watchfiles`` thread that wakes ``1000 / step_ms``
+times a second for a few microseconds. No store query runs until a file changes.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import logging
 import pathlib
 import typing as t
 
+from politerm._internal.inotify import watch_dir
 from politerm.errors import StoreError
 
 if t.TYPE_CHECKING:
@@ -43,6 +45,7 @@ if t.TYPE_CHECKING:
 
     import anyio
 
+    from politerm._internal.inotify import DirWatch
     from politerm.store.models import Event
     from politerm.store.runstore import RunStore
 
@@ -56,7 +59,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 STEP_MS: t.Final = 50
-"""How long the watcher waits for more writes before it reports a burst (milliseconds)."""
+"""How long the watcher gathers a burst of writes before it reports it (milliseconds)."""
 
 DEBOUNCE_MS: t.Final = 200
 """Upper bound on grouping a continuous stream of writes into one notification."""
@@ -82,8 +85,10 @@ class StoreWatch:
     path
         The store file (its directory must exist; the file need not yet).
     step_ms, debounce_ms
-        Passed to :func:`watchfiles.awatch`: a burst of writes is reported ``step_ms`` after
-        it stops, and at least every ``debounce_ms`` while it goes on.
+        A burst of writes is reported once, ``step_ms`` after its first write (so a
+        stream of commits wakes readers at most ``1000 / step_ms`` times a second). The
+        ``watchfiles`` fallback reports ``step_ms`` after a burst stops, and at least every
+        ``debounce_ms`` while it goes on.
 
     Notes
     -----
@@ -107,6 +112,8 @@ class StoreWatch:
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._stop: anyio.Event | None = None
+        self._inotify: DirWatch | None = None
+        self._gathering: asyncio.TimerHandle | None = None
         self.changes = 0
         """How many bursts of writes were seen since :meth:`start`."""
 
@@ -119,8 +126,8 @@ class StoreWatch:
 
     @property
     def running(self) -> bool:
-        """Whether the watcher thread is running."""
-        return self._task is not None and not self._task.done()
+        """Whether the watcher is running."""
+        return self._inotify is not None or (self._task is not None and not self._task.done())
 
     async def start(self) -> None:
         """Start watching (returns once the watcher is installed).
@@ -135,6 +142,13 @@ class StoreWatch:
         if not self.path.parent.is_dir():
             msg = f"cannot watch run store {self.path}: no directory {self.path.parent}"
             raise StoreError(msg)
+        try:
+            self._inotify = watch_dir(self.path.parent, self._names, self._written)
+        except FileNotFoundError:
+            msg = f"cannot watch run store {self.path}: no directory {self.path.parent}"
+            raise StoreError(msg) from None
+        if self._inotify is not None:
+            return  # installed before returning: no commit after this can be missed
         self._ready.clear()
         self._task = asyncio.create_task(self._run(), name=f"store-watch {self.path.name}")
         # awatch installs its watcher in a worker thread before the first step; give it one
@@ -142,7 +156,13 @@ class StoreWatch:
         await asyncio.sleep(self.step_ms / 1000)
 
     async def close(self) -> None:
-        """Stop the watcher thread (waits for it: at most one ``step_ms``)."""
+        """Stop the watcher (a ``watchfiles`` thread is waited for: at most one ``step_ms``)."""
+        if self._inotify is not None:
+            self._inotify.close()
+            self._inotify = None
+        if self._gathering is not None:
+            self._gathering.cancel()
+            self._gathering = None
         task, self._task = self._task, None
         if task is None:
             return
@@ -183,6 +203,16 @@ class StoreWatch:
         except TimeoutError:
             return False
         return True
+
+    def _written(self) -> None:
+        # The first write of a burst starts the gathering; the rest of it joins in.
+        if self._gathering is None:
+            loop = asyncio.get_running_loop()
+            self._gathering = loop.call_later(self.step_ms / 1000, self._gathered)
+
+    def _gathered(self) -> None:
+        self._gathering = None
+        self._notify()
 
     def _notify(self) -> None:
         self.changes += 1

@@ -139,6 +139,12 @@ class PaneInfo:
         return self.history_size + self.cursor_y
 
 
+def _info_of(pane_id: str, lines: list[str]) -> PaneInfo:
+    if not lines or not lines[0].startswith("%"):
+        raise PaneNotFound(pane_id, "no pane info")
+    return _parse_info(lines[0])
+
+
 def _parse_info(line: str) -> PaneInfo:
     f = line.split("\t")
     return PaneInfo(
@@ -199,9 +205,7 @@ class Pane:
             When the pane is gone.
         """
         lines = await self.client.cmd("display-message", "-p", "-t", self.pane_id, _INFO_FORMAT)
-        if not lines or not lines[0].startswith("%"):
-            raise PaneNotFound(self.pane_id, "no pane info")
-        return _parse_info(lines[0])
+        return _info_of(self.pane_id, lines)
 
     async def is_alive(self) -> bool:
         """False when the pane is gone or its program has exited."""
@@ -276,8 +280,12 @@ class Pane:
 
     async def snapshot(self) -> Snapshot:
         """The screen, cursor and liveness now (the :class:`Terminal` view of the pane)."""
-        info = await self.info()
-        lines = await self.capture()
+        # Both questions in one round trip (tmux answers them in the order written).
+        info_out, lines = await self.client.cmds(
+            ["display-message", "-p", "-t", self.pane_id, _INFO_FORMAT],
+            ["capture-pane", "-p", "-J", "-t", self.pane_id],
+        )
+        info = _info_of(self.pane_id, info_out)
         return Snapshot(
             lines=tuple(lines),
             cursor_x=info.cursor_x,

@@ -106,6 +106,7 @@ def _approval(p: PendingApproval) -> dict[str, t.Any]:
         "agent": p.agent,
         "tool": p.tool,
         "command": p.command,
+        "question": p.question,
         "what": p.what,
         "asked": p.asked,
         "answer": p.answer.value if p.answer else None,

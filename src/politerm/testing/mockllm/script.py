@@ -116,6 +116,8 @@ class Script:
     def __init__(self, rules: t.Iterable[Rule] = ()) -> None:
         self.rules: list[Rule] = list(rules)
         self._uses: dict[int, int] = {}
+        #: The limits have reset: rules with ``limit`` no longer answer.
+        self.lifted = False
 
     def add(self, *rules: Rule) -> None:
         """Append rules (checked after the ones already there)."""
@@ -139,6 +141,8 @@ class Script:
             if tool_result:
                 return Answer(fill(rule.after, m), rule=rule.label)
             if rule.times and self._uses.get(i, 0) >= rule.times:
+                continue
+            if rule.limit is not None and self.lifted:
                 continue
             self._uses[i] = self._uses.get(i, 0) + 1
             return Answer(

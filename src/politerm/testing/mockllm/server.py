@@ -123,6 +123,11 @@ class MockLLM:
         with self._lock:
             self.script.add(*rules)
 
+    def lift_limits(self) -> None:
+        """The API's limits reset: rules with ``limit`` stop answering from now on."""
+        with self._lock:
+            self.script.lifted = True
+
     def requests(self, *, side: bool | None = False, api: str | None = None) -> list[Request]:
         """The requests seen so far (main ones by default; ``side=None`` for all)."""
         with self._lock:

@@ -1,0 +1,49 @@
+"""Where and what an agent is started with: the tmux place, and the program's PATH check."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import typing as t
+
+from politerm.errors import AgentNotFound
+
+if t.TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from politerm.tmux.control import ControlClient
+    from politerm.tmux.server import TmuxServer
+
+
+@dataclasses.dataclass(frozen=True)
+class TmuxPlace:
+    """Where :meth:`AgentDriver.start` opens a tmux window: session, window name, size."""
+
+    client: ControlClient
+    server: TmuxServer
+    session: str
+    window: str
+    size: tuple[int, int] | None = None
+
+
+def check_program(argv: Sequence[str], env: Mapping[str, str] | None, *, setting: str) -> None:
+    """Raise :class:`AgentNotFound` unless ``argv[0]`` can be run.
+
+    ``setting`` names the configuration key that chooses the program, for the message.
+
+    Examples
+    --------
+    >>> check_program(["sh"], None, setting="agents.X.command")
+    >>> check_program(["no-such-agent-cli"], None, setting="agents.PLANNER.command")
+    Traceback (most recent call last):
+    ...
+    politerm.errors.AgentNotFound: cannot start 'no-such-agent-cli': not on PATH; install it or set agents.PLANNER.command
+    """  # noqa: E501
+    if not argv:
+        msg = f"no command to start: set {setting}"
+        raise AgentNotFound(msg)
+    path = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
+    if shutil.which(argv[0], path=path) is None:
+        msg = f"cannot start {argv[0]!r}: not on PATH; install it or set {setting}"
+        raise AgentNotFound(msg)

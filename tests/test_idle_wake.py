@@ -1,0 +1,170 @@
+"""Idle costs nothing: no watcher thread, no timer, no agent loop waking without a reason.
+
+The store watch sleeps on inotify in the event loop (a ``watchfiles`` thread only where
+inotify cannot be had); an idle agent's routing loop sleeps until its pane prints, dies,
+the store gives it work, or silence alone would change its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import typing as t
+
+import pytest
+
+from politerm.agents import AgentState, load_profile
+from politerm.agents.profile import AgentProfile, Detectors
+from politerm.agents.tracker import StateTracker
+from politerm.config import Config, StoreConfig, TmuxConfig
+from politerm.engine.router import IDLE_BACKSTOP, Router
+from politerm.store import RunStore
+from politerm.store import watch as watch_mod
+from politerm.store.watch import StoreWatch
+from politerm.terminal import Snapshot
+from politerm.testing.retry import aretry_until
+from politerm.tmux import new_window
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    from politerm.tmux import ControlClient, TmuxServer
+
+FAKE = [sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "plain"]
+
+
+def _commit_from_another_process(path: pathlib.Path) -> None:
+    code = (
+        "import sys, pathlib\n"
+        "from politerm.store import RunStore\n"
+        "with RunStore.open(pathlib.Path(sys.argv[1])) as s:\n"
+        "    s.add_event('note', detail='x')\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=60)
+
+
+# --- the store watch --------------------------------------------------------------------
+
+
+async def test_the_store_watch_runs_without_a_thread_and_wakes_on_a_commit(
+    tmp_path: pathlib.Path,
+) -> None:
+    if not sys.platform.startswith("linux"):
+        pytest.fail("this test checks the inotify watcher, which exists on Linux only")
+    path = tmp_path / "runs.sqlite3"
+    RunStore.open(path).close()
+    before = set(threading.enumerate())
+    async with StoreWatch(path) as watch:
+        assert watch.running
+        # Threads of earlier tests may end meanwhile; none may start for the watch.
+        started = set(threading.enumerate()) - before
+        assert not started, f"an idle store watch must not need a thread: {started}"
+        changed = watch.event()
+        await asyncio.to_thread(_commit_from_another_process, path)
+        assert await watch.wait(30, event=changed), "no store notification within 30 s"
+    assert not watch.running
+
+
+async def test_a_burst_of_commits_is_one_notification(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    with RunStore.open(path) as store:
+        # A long gathering window makes the burst certain to fall inside it.
+        async with StoreWatch(path, step_ms=2000) as watch:
+            changed = watch.event()
+            for i in range(5):
+                store.set_meta("k", str(i))
+            assert await watch.wait(30, event=changed)
+            assert watch.changes == 1
+
+
+async def test_without_inotify_the_watchfiles_fallback_still_wakes(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A platform without inotify (or past its watch limit): watch_dir says so with None.
+    monkeypatch.setattr(watch_mod, "watch_dir", lambda *_a: None)
+    path = tmp_path / "runs.sqlite3"
+    RunStore.open(path).close()
+    async with StoreWatch(path) as watch:
+        assert watch._inotify is None and watch.running
+        changed = watch.event()
+        await asyncio.to_thread(_commit_from_another_process, path)
+        assert await watch.wait(30, event=changed), "no store notification within 30 s"
+
+
+# --- the tracker: when silence alone changes a verdict ----------------------------------
+
+
+class Case(t.NamedTuple):
+    test_id: str
+    profile: AgentProfile
+    screen: str
+    expect: float | None
+
+
+_DET = Detectors(ready=["^> ?$"], busy=["working"])
+
+
+def _prof(*, stuck_after: float = 0.0, quiescence: float = 0.0) -> AgentProfile:
+    return AgentProfile(name="x", detectors=_DET, stuck_after=stuck_after, quiescence=quiescence)
+
+
+CASES = [
+    Case("ready-never-by-silence", _prof(stuck_after=60), "> ", None),
+    Case("busy-goes-stuck", _prof(stuck_after=60), "working", 160.0),
+    Case("busy-no-stuck-limit", _prof(), "working", None),
+    Case("unreadable-goes-quiet", _prof(quiescence=2.0), "??", 102.0),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.test_id for c in CASES])
+def test_next_change_says_when_silence_alone_changes_the_state(case: Case) -> None:
+    tracker = StateTracker(case.profile)
+    tracker.update(Snapshot((case.screen,)), now=100.0)
+    assert tracker.next_change() == case.expect
+
+
+# --- the router: an idle agent's loop sleeps until something happens --------------------
+
+
+async def test_an_idle_agent_loop_sleeps_until_an_event(
+    tmux_session: ControlClient, tmux_server: TmuxServer, tmp_path: pathlib.Path
+) -> None:
+    pane = await new_window(tmux_session, tmux_server, session="t", name="A", argv=FAKE)
+    store = RunStore.open(tmp_path / "runs.sqlite3")
+    config = Config(
+        tmux=TmuxConfig(socket=tmux_server.socket_name, session="t"),
+        store=StoreConfig(path=store.path),
+    )
+    router = Router(config, store, {"A": (load_profile("fake-plain"), pane)})
+    steps = [0]
+    step = router._step
+
+    async def counted(driver: t.Any) -> None:
+        steps[0] += 1
+        await step(driver)
+
+    router._step = counted  # type: ignore[method-assign]
+    routing = asyncio.create_task(router.run())
+    try:
+        driver = router.agents["A"]
+
+        async def ready() -> bool:
+            return driver.state is AgentState.READY
+
+        await aretry_until(ready, 60, what="the fake agent to be ready")
+        assert IDLE_BACKSTOP >= 300
+        assert router._sleep_for(driver) == IDLE_BACKSTOP
+        # Output still wakes it at once.
+        before = steps[0]
+        await pane.send_keys("x")
+
+        async def woken() -> bool:
+            return steps[0] > before
+
+        await aretry_until(woken, 60, what="the agent loop to wake on output")
+    finally:
+        router.stop()
+        await routing
+        store.close()

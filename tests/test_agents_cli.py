@@ -168,7 +168,7 @@ def test_approve_answers_a_pending_question(tmp_path: pathlib.Path) -> None:
         assert status["approvals"] == [
             {
                 "agent": "EXECUTER", "tool": "", "command": "echo hi > out.txt",
-                "what": "echo hi > out.txt", "asked": 1.0, "answer": None,
+                "question": "", "what": "echo hi > out.txt", "asked": 1.0, "answer": None,
                 "evidence": list(evidence),
             }
         ]  # fmt: skip

@@ -295,7 +295,7 @@ async def test_turn_tokens_add_up_per_agent_task_and_run(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:
     from politerm.driver.tokens import stored_tokens
-    from politerm.protocol.usage import claude_usage
+    from politerm.protocol.usage import claude_usage, usage_total
     from politerm.status import collect
 
     store = RunStore.open(tmp_path / "runs.sqlite3")
@@ -321,7 +321,7 @@ async def test_turn_tokens_add_up_per_agent_task_and_run(
             )
         assert one.ok and two.ok, (one.error, two.error)
         lines = (tmp_path / ".fake-transcript.jsonl").read_text().splitlines()
-        expected = claude_usage(lines)
+        expected = usage_total(claude_usage(lines))
         assert expected.total > 0
         assert stored_tokens(store, "agent:AGENT") == expected
         assert stored_tokens(store, "run") == expected
@@ -408,3 +408,76 @@ async def test_router_task_waits_out_a_limit_longer_than_its_step_timeout(
             assert kind in kinds, kinds
         assert "timeout" not in kinds and "nudge" not in kinds, kinds
         assert loop.prompts("EXECUTER")[-1] == "continue"
+
+
+# --- what the views show --------------------------------------------------------------------
+
+
+def _agent_pane(socket: str, root: pathlib.Path, line: str) -> str:
+    """A session "ours" of the project whose one pane (agent A1) shows ``line``."""
+    import subprocess
+
+    tmux = ["tmux", "-L", socket]
+    pane = subprocess.run(
+        [*tmux, "new-session", "-d", "-P", "-F", "#{pane_id}", "-s", "ours",
+         f"echo '{line}'; sleep 600"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    subprocess.run([*tmux, "set-option", "-p", "-t", pane, "@poli_agent", "A1"], check=True)
+    subprocess.run([*tmux, "set-option", "-t", "ours", "@poli_project", str(root)], check=True)
+    return pane
+
+
+async def test_overview_shows_a_limited_agent_and_its_tokens(
+    server: t.Any, tmp_path: pathlib.Path
+) -> None:
+    from politerm.config import load_config
+    from politerm.driver.tokens import add_tokens
+    from politerm.protocol.usage import Usage
+    from politerm.testing.retry import aretry_until
+    from politerm.ui.live import LiveState
+
+    socket = str(server.socket_name)
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "poli.toml").write_text(f'[tmux]\nsocket = "{socket}"\n\n[store]\npath = "r.sqlite3"\n')
+    pane = _agent_pane(socket, root, "Claude usage limit reached. Please try again in 2 hours.")
+    config = load_config(root, env={})
+    with RunStore.open(config.store.resolved_path()) as store:
+        store.upsert_agent(
+            "A1", session="ours", pane_id=pane, command="claude", cwd=str(root),
+            profile="claude", resume_command=None,
+        )  # fmt: skip
+        store.set_agent_state("A1", AgentState.LIMITED.value)
+        add_tokens(store, ["agent:A1", "run"], Usage(1000, 234))
+        async with LiveState(config, store, project=root) as live:
+
+            async def row() -> dict[str, t.Any] | None:
+                rows = [a for a in live.overview["agents"] if a["name"] == "A1"]
+                return rows[0] if rows and rows[0]["state"] == "limited" else None
+
+            agent = await aretry_until(row, 60, what="A1 shown limited in the overview")
+            assert agent["tokens"] == 1234
+
+
+async def test_router_fails_a_task_whose_turn_goes_over_its_token_budget(
+    server: t.Any, tmp_path: pathlib.Path
+) -> None:
+    from politerm.driver.tokens import stored_tokens
+    from politerm.engine.loop import run_task
+    from politerm.store.models import TaskState
+    from tests.loophelpers import started, write_project
+
+    path = write_project(tmp_path, str(server.socket_name), extra="[budget]\nturn_tokens = 50\n")
+    # The planner keeps a transcript with usage: its plan turn costs well over 50 tokens.
+    text = path.read_text().replace(
+        'planner.jsonl"]', 'planner.jsonl", "--transcript", ".fake-transcript.jsonl"]', 1
+    )
+    path.write_text(text)
+    async with started(tmp_path) as loop:
+        task = await run_task(loop.config, loop.store, "too dear", task_id="B1", timeout=120)
+        assert task.state is TaskState.FAILED, task
+        assert task.error is not None and "budget of 50 tokens" in task.error
+        budget = [e for e in loop.store.list_events(task_id="B1") if e.kind == "budget"]
+        assert len(budget) == 1 and "PLANNER: the turn used" in budget[0].detail
+        assert stored_tokens(loop.store, "task:B1").total > 50

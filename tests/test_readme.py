@@ -171,6 +171,7 @@ def test_use_section_loop_commands(newcomer: Newcomer) -> None:
     done_id = final[1]
     assert "hello.txt was created" in final[2]
     assert " delivered " in task and "PLANNER → EXECUTER: plan" in task  # hop by hop
+    assert (n.project / "hello.txt").is_file()  # as the README says the fake executer does
 
     status = n.sh("poli status")
     assert re.search(rf"^{done_id}\tdone\t.*\tAdd a --json flag", status, re.MULTILINE), status
@@ -178,7 +179,9 @@ def test_use_section_loop_commands(newcomer: Newcomer) -> None:
     assert n.tasks()[done_id]["state"] == "done"
     watch = in_terminal(n, "poli status --watch")
     try:
-        read_until(watch, done_id, "poli status --watch to show the task")
+        # Agent names, not the task id: a live table in a terminal may fold a long cell.
+        seen = read_until(watch, "EXECUTER", "poli status --watch to show the agents")
+        assert "PLANNER" in seen, seen
     finally:
         watch.sendintr()
         watch.terminate(force=True)

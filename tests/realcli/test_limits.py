@@ -17,6 +17,7 @@ import pytest
 
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Expect, LimitPolicy, TurnOutcome
+from politerm.driver.tokens import stored_tokens
 from politerm.testing.mockllm import Rule
 from politerm.testing.retry import aretry_until
 from tests.realcli.clis import API
@@ -73,7 +74,15 @@ async def test_limit_resolves_into_a_resumed_turn(
     agent = r.agent("AGENT")
     # No time on screen: the policy's wait stands in for the reset.
     policy = LimitPolicy(resume="continue", wait=3.0, margin=0.0)
-    driver = AgentDriver.attach("AGENT", agent.profile, agent.pane, store=r.store, limits=policy)
+    driver = AgentDriver.attach(
+        "AGENT",
+        agent.profile,
+        agent.pane,
+        store=r.store,
+        limits=policy,
+        cwd=agent.spec.workdir,
+        env=agent.spec.env,
+    )
 
     async def lift_when_limited() -> None:
         # The API's limit resets once the agent waits for it (a CLI retrying by itself
@@ -105,6 +114,10 @@ async def test_limit_resolves_into_a_resumed_turn(
     assert "limited" in events and "limit-resumed" in events, events
     said = "the screen says" if case.on_screen else "no time shown"
     assert said in events["limited"], events["limited"]
+    # The turn's tokens, read from the CLI's own transcript (the mock reports usage).
+    if case.cli != "opencode":  # its record is a database with no usage reader yet
+        used = stored_tokens(r.store, "agent:AGENT")
+        assert used.total > 0 and "tokens" in events, (used, events)
     main = [m.user_text for m in llm.requests(api=API[case.cli])]
     # Claude Code sends the failed prompt again with "continue" under it; aider adds its
     # own reminders after it.

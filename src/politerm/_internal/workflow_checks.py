@@ -107,13 +107,14 @@ def pipeline_cli_rows(ctx: DoctorContext) -> Iterable[CheckResult]:
             fix = "correct the CLI column of those pipelines"
             rows.append(CheckResult(check, Status.FAIL, f"{exc}; used by {by}", fix))
             continue
-        status, detail = _probe(argv[0], ctx) if argv else (Status.FAIL, "profile has no command")
+        program = argv[0] if argv else cli
+        status, detail = _probe(program, ctx) if argv else (Status.FAIL, "profile has no command")
         if status is Status.OK:
             rows.append(CheckResult(check, status, f"{detail}; used by {by}"))
             continue
         own = any(source in _OWN_SOURCES for _, source in used)
         if status is Status.FAIL and not own:
             status = Status.WARN
-        fix = f"install {argv[0]}, or run with `poli run PIPELINE --cli OTHER` (--cli fake to try)"
+        fix = f"install {program}, or run with `poli run PIPELINE --cli OTHER` (--cli fake to try)"
         rows.append(CheckResult(check, status, f"{detail}; used by {by}", fix))
     return rows

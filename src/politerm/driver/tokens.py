@@ -9,11 +9,11 @@ counts add up in the run store (free-form meta keys, so no schema change):
 - ``tokens:task:<id>``: every turn of that task, whichever agent ran it;
 - ``tokens:run``: everything in this store.
 
-A ``tokens`` event records each turn's usage when it ends. With a :class:`Budget`, the
-first cap a turn goes over is reported by :meth:`TokenMeter.over_budget`; the caller
-ends the turn with a ``budget`` event (``run_turn`` returns OVER_BUDGET, the router fails
-the task). An agent without a transcript, or with a format no reader knows, counts
-nothing, and its status shows ``-``.
+A ``tokens`` event records each turn's usage when it ends (none for a turn that read
+none). With a :class:`Budget`, the first cap a turn goes over is reported by
+:meth:`TokenMeter.over_budget`; the caller ends the turn with a ``budget`` event
+(``run_turn`` returns OVER_BUDGET, the router fails the task). An agent without a
+transcript, or with a format no reader knows, counts nothing, and its status shows ``-``.
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ class TokenMeter:
         self.open = False
         self._tail: TranscriptTail | None = None
         self._from_start = False
+        self._seen: dict[str, Usage] = {}
 
     @property
     def works(self) -> bool:
@@ -113,6 +114,7 @@ class TokenMeter:
         if self.open and task_id == self.task_id:
             return
         self.turn, self.task_id, self.open = Usage(), task_id, True
+        self._seen = {}
         self._tail = self._locate()
         if self._tail is not None:
             self._tail.skip_to_end()
@@ -136,9 +138,17 @@ class TokenMeter:
             if not self._from_start:
                 self._tail.skip_to_end()
         try:
-            new = self.reader(self._tail.read_lines())
+            entries = self.reader(self._tail.read_lines())
         except OSError:
             return Usage()
+        new = Usage()
+        for key, usage in entries:
+            if key is None:
+                new += usage
+            else:
+                # A message written again counts its growth only.
+                new += usage - self._seen.get(key, Usage())
+                self._seen[key] = usage
         if new:
             self.turn += new
             keys = [f"agent:{self.name}", "run"]
@@ -179,7 +189,7 @@ class TokenMeter:
             return Usage()
         self.poll()
         self.open = False
-        if self.store is not None and self.works:
+        if self.store is not None and self.turn:
             with contextlib.suppress(StoreError):
                 self.store.add_event(
                     "tokens",

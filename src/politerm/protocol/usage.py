@@ -1,11 +1,13 @@
 """Token usage as the agent CLIs record it in their own transcripts.
 
-A :class:`UsageReader` turns the lines a transcript gained into the tokens they record.
-One is registered per transcript format (``claude``, ``codex``, ``aider`` here); a new
-transcript reader plugs its usage in with :func:`register_usage_reader`::
+A :class:`UsageReader` turns the lines a transcript gained into the tokens they record:
+``(key, Usage)`` entries, where the key names a model message that may be written again
+(its newest usage counts, once) and None is a count of its own. One reader is registered
+per transcript format (``claude``, ``codex``, ``aider``, ``gemini`` here); another format
+plugs its usage in with :func:`register_usage_reader`::
 
-    def gemini_usage(lines: Sequence[str]) -> Usage: ...
-    register_usage_reader("gemini", gemini_usage)
+    def opencode_usage(lines: Sequence[str]) -> list[tuple[str | None, Usage]]: ...
+    register_usage_reader("opencode", opencode_usage)
 
 What each CLI writes:
 
@@ -15,6 +17,8 @@ What each CLI writes:
 * Codex: ``event_msg`` lines of type ``token_count`` carry ``info.last_token_usage`` (the
   request just made); ``cached_input_tokens`` is part of ``input_tokens``.
 * aider: a note ``> Tokens: 2.3k sent, 45 received.`` after each reply (rounded by aider).
+* Gemini CLI: ``"type": "gemini"`` lines carry ``tokens`` (``input``, ``output``,
+  ``cached``, ``thoughts``, ``tool``); a message is written again, whole, by its ``id``.
 """
 
 from __future__ import annotations
@@ -52,6 +56,13 @@ class Usage:
             self.input + other.input, self.output + other.output, self.cached + other.cached
         )
 
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(
+            max(0, self.input - other.input),
+            max(0, self.output - other.output),
+            max(0, self.cached - other.cached),
+        )
+
     def __bool__(self) -> bool:
         return bool(self.input or self.output)
 
@@ -60,12 +71,33 @@ class Usage:
         return f"{self.total:,} tokens ({self.input:,} in, {self.output:,} out)"
 
 
+Entries = list[tuple[str | None, Usage]]
+
+
 class UsageReader(t.Protocol):
     """Reads the tokens recorded in lines a transcript gained (whole lines only)."""
 
-    def __call__(self, lines: Sequence[str], /) -> Usage:
-        """The tokens ``lines`` record."""
+    def __call__(self, lines: Sequence[str], /) -> Entries:
+        """The ``(message key or None, usage)`` entries ``lines`` record."""
         ...
+
+
+def usage_total(entries: Entries) -> Usage:
+    """The tokens of ``entries``, each keyed message counted once (its last entry).
+
+    Examples
+    --------
+    >>> usage_total([("m1", Usage(5, 1)), ("m1", Usage(5, 3)), (None, Usage(2, 2))])
+    Usage(input=7, output=5, cached=0)
+    """
+    keyed: dict[str, Usage] = {}
+    total = Usage()
+    for key, usage in entries:
+        if key is None:
+            total += usage
+        else:
+            keyed[key] = usage
+    return sum(keyed.values(), total)
 
 
 _READERS: dict[str, UsageReader] = {}
@@ -93,18 +125,18 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-def claude_usage(lines: Sequence[str]) -> Usage:
-    """Tokens in Claude Code JSONL lines, each model message counted once.
+def claude_usage(lines: Sequence[str]) -> Entries:
+    """Tokens in Claude Code JSONL lines, keyed by model message.
 
     Examples
     --------
     >>> line = ('{"type":"assistant","message":{"id":"m1","usage":{"input_tokens":3,'
     ...         '"cache_read_input_tokens":100,"output_tokens":7}}}')
-    >>> claude_usage([line, line])
+    >>> usage_total(claude_usage([line, line]))
     Usage(input=103, output=7, cached=100)
     """
-    seen: dict[str, Usage] = {}
-    for n, line in enumerate(lines):
+    out: Entries = []
+    for line in lines:
         rec = _json(line)
         if rec is None or rec.get("type") != "assistant":
             continue
@@ -114,12 +146,12 @@ def claude_usage(lines: Sequence[str]) -> Usage:
             continue
         cached = _int(usage.get("cache_read_input_tokens"))
         fresh = _int(usage.get("input_tokens")) + _int(usage.get("cache_creation_input_tokens"))
-        key = str(msg.get("id") or f"line{n}") if isinstance(msg, dict) else f"line{n}"
-        seen[key] = Usage(fresh + cached, _int(usage.get("output_tokens")), cached)
-    return sum(seen.values(), Usage())
+        key = str(msg["id"]) if isinstance(msg, dict) and msg.get("id") else None
+        out.append((key, Usage(fresh + cached, _int(usage.get("output_tokens")), cached)))
+    return out
 
 
-def codex_usage(lines: Sequence[str]) -> Usage:
+def codex_usage(lines: Sequence[str]) -> Entries:
     """Tokens in Codex rollout lines (the ``token_count`` events).
 
     Examples
@@ -127,9 +159,9 @@ def codex_usage(lines: Sequence[str]) -> Usage:
     >>> codex_usage(['{"type":"event_msg","payload":{"type":"token_count","info":'
     ...              '{"last_token_usage":{"input_tokens":50,"cached_input_tokens":20,'
     ...              '"output_tokens":5}}}}'])
-    Usage(input=50, output=5, cached=20)
+    [(None, Usage(input=50, output=5, cached=20))]
     """
-    total = Usage()
+    out: Entries = []
     for line in lines:
         rec = _json(line)
         payload = rec.get("payload") if rec is not None else None
@@ -138,12 +170,13 @@ def codex_usage(lines: Sequence[str]) -> Usage:
         info = payload.get("info")
         last = info.get("last_token_usage") if isinstance(info, dict) else None
         if isinstance(last, dict):
-            total += Usage(
+            usage = Usage(
                 _int(last.get("input_tokens")),
                 _int(last.get("output_tokens")),
                 _int(last.get("cached_input_tokens")),
             )
-    return total
+            out.append((None, usage))
+    return out
 
 
 _AIDER = re.compile(
@@ -158,22 +191,45 @@ def _count(number: str, suffix: str) -> int:
     return round(value * {"k": 1_000, "m": 1_000_000}.get(suffix.lower(), 1))
 
 
-def aider_usage(lines: Sequence[str]) -> Usage:
+def aider_usage(lines: Sequence[str]) -> Entries:
     """Tokens in ``.aider.chat.history.md`` lines (aider's own rounded counts).
 
     Examples
     --------
     >>> aider_usage(["> Tokens: 2.3k sent, 45 received. Cost: $0.01 message."])
-    Usage(input=2300, output=45, cached=0)
+    [(None, Usage(input=2300, output=45, cached=0))]
     """
-    total = Usage()
+    out: Entries = []
     for line in lines:
         m = _AIDER.search(line)
         if m:
-            total += Usage(_count(m["sent"], m["sk"]), _count(m["recv"], m["rk"]))
-    return total
+            out.append((None, Usage(_count(m["sent"], m["sk"]), _count(m["recv"], m["rk"]))))
+    return out
+
+
+def gemini_usage(lines: Sequence[str]) -> Entries:
+    """Tokens in Gemini CLI chat lines, keyed by message (rewritten as it grows).
+
+    Examples
+    --------
+    >>> line = '{"id":"m1","type":"gemini","tokens":{"input":90,"output":6,"cached":40}}'
+    >>> gemini_usage([line])
+    [('m1', Usage(input=90, output=6, cached=40))]
+    """
+    out: Entries = []
+    for line in lines:
+        rec = _json(line)
+        if rec is None or rec.get("type") != "gemini" or not isinstance(rec.get("id"), str):
+            continue
+        tokens = rec.get("tokens")
+        if isinstance(tokens, dict):
+            output = _int(tokens.get("output")) + _int(tokens.get("thoughts"))
+            usage = Usage(_int(tokens.get("input")), output, _int(tokens.get("cached")))
+            out.append((rec["id"], usage))
+    return out
 
 
 register_usage_reader("claude", claude_usage)
 register_usage_reader("codex", codex_usage)
 register_usage_reader("aider", aider_usage)
+register_usage_reader("gemini", gemini_usage)

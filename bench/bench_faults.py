@@ -127,11 +127,11 @@ def run_one(plan: ChaosPlan) -> ChaosResult:
     _runs += 1
     socket = f"poli-chaos-{os.getpid()}-{_runs}"
     root = pathlib.Path(tempfile.mkdtemp(prefix="poli-bench-faults-"))
-    keep = False
+    keep = True  # the agents' logs are the evidence of each finding (or of a broken run)
     try:
         result = ChaosRun(root / "chaos", socket, plan).run()
         keep = not result.verdict.ok
-        if keep:  # the agents' logs are the evidence of each finding
+        if keep:
             result.notes.append(f"agents' logs kept in {root / 'chaos'}")
         return result
     finally:

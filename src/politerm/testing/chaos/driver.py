@@ -132,7 +132,9 @@ class ChaosRun:
             msg = f"`poli {' '.join(args)}` did not finish within {timeout:g}s"
             raise ChaosError(msg) from None
         if code != 0:
-            msg = f"`poli {' '.join(args)}` exited {code}; output in {self.root}"
+            out = self.root / f"poli-{self._outputs:03d}-{args[0]}.out"
+            tail = out.read_text("utf-8", "replace").strip().splitlines()[-3:]
+            msg = f"`poli {' '.join(args)}` exited {code}: {' | '.join(tail)}"
             raise ChaosError(msg)
 
     def _kill_server(self) -> None:

@@ -21,6 +21,7 @@ import pytest
 from politerm.agents import load_profile
 from politerm.driver import AgentDriver
 from politerm.engine.loop import submit
+from politerm.redact import Redactor
 from politerm.store import RunStore
 from politerm.store.models import MessageState, TaskState
 from politerm.testing.retry import aretry_until
@@ -86,6 +87,18 @@ def test_a_failed_undurable_batch_rolls_back_and_restores_full(tmp_path: pathlib
             raise RuntimeError(msg)
         assert store.get_meta("k") is None
         assert _synchronous(store) == 2
+
+
+def test_a_long_text_written_twice_is_redacted_the_same_and_a_new_pattern_counts(
+    tmp_path: pathlib.Path,
+) -> None:
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        text = "x" * 300 + " token CODENAME-42 " + "y" * 300
+        first = store.redact(text)
+        assert first == store.redact(text) == text  # nothing secret yet, remembered
+        store.set_redaction(Redactor([r"CODENAME-\d+"]))
+        again = store.redact(text)
+        assert "CODENAME-42" not in again and "[REDACTED" in again
 
 
 # --- the driver: the empty-box check reuses a fresh look --------------------------------

@@ -20,7 +20,9 @@ import pytest
 from politerm.agents import load_profile
 from politerm.agents.profile import TranscriptSpec
 from politerm.driver.blocks import BlockReader
-from politerm.driver.transcripts import locate_transcript, open_tail
+from politerm.driver.receipts import Receipts
+from politerm.driver.transcripts import hooked_home, locate_transcript, open_tail
+from politerm.hooks.channel import HookChannel
 from politerm.protocol import BlockParser
 from politerm.protocol.opencode_db import OpencodeTail
 from politerm.protocol.transcript import TranscriptTail, read_transcript
@@ -219,3 +221,22 @@ def test_reader_follows_a_newer_gemini_chat(tmp_path: pathlib.Path) -> None:
     )
     blocks, _ = reader.scan([], None)
     assert [(b.type, b.id) for b in blocks] == [("plan", "T1"), ("done", "T2")]
+
+
+def test_gemini_chat_is_looked_for_in_the_hooks_session_home(tmp_path: pathlib.Path) -> None:
+    channel = tmp_path / "AGENT.hooks.jsonl"
+    channel.write_text("")
+    env = {"HOME": "/home/dev"}
+    hooked_home(GEMINI, env, Receipts("gemini", HookChannel(channel)))
+    assert env["GEMINI_CLI_HOME"] == str(tmp_path / "AGENT.hooks.gemini-home")
+    # Set already, another CLI's receipts, no receipts, another transcript: left alone.
+    hooked_home(GEMINI, env, Receipts("gemini", HookChannel(tmp_path / "B.hooks.jsonl")))
+    assert env["GEMINI_CLI_HOME"] == str(tmp_path / "AGENT.hooks.gemini-home")
+    for spec, rc in [
+        (GEMINI, Receipts("claude", HookChannel(channel))),
+        (GEMINI, None),
+        (OPENCODE, Receipts("gemini", HookChannel(channel))),
+    ]:
+        other: dict[str, str] = {}
+        hooked_home(spec, other, rc)
+        assert other == {}

@@ -57,6 +57,7 @@ from politerm.driver.receiptwatch import AgentChecks, PromptCheck, cross_check_d
 from politerm.driver.reports import ReportStream
 from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.transcriptcheck import TranscriptCheck
+from politerm.driver.transcripts import hooked_home
 from politerm.errors import (
     ControlModeError,
     HookError,
@@ -564,6 +565,7 @@ class AgentDriver:
         self, snap: Snapshot, start_line: int, nonce: str | None, *, task_id: str | None = None
     ) -> list[Block]:
         """The turn's blocks seen now (screen, then transcript); see :class:`BlockReader`."""
+        hooked_home(self.profile.transcript, self.blocks.env, await self.hook_receipts())
         return await self.blocks.read(snap, start_line, nonce, task_id=task_id)
 
     def reports(

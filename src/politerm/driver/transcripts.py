@@ -6,6 +6,7 @@ import os
 import pathlib
 import typing as t
 
+from politerm.hooks.install import gemini_home_path
 from politerm.protocol.opencode_db import OpencodeTail, opencode_db
 from politerm.protocol.transcript import (
     TranscriptTail,
@@ -18,6 +19,7 @@ if t.TYPE_CHECKING:
     from collections.abc import Mapping
 
     from politerm.agents.profile import TranscriptSpec
+    from politerm.driver.receipts import Receipts
 
 #: What reads a transcript: a file tail, or opencode's database.
 Tail = TranscriptTail | OpencodeTail
@@ -63,3 +65,18 @@ def open_tail(spec: TranscriptSpec, path: pathlib.Path, cwd: pathlib.Path) -> Ta
     if spec.format == "opencode":
         return OpencodeTail(path, cwd.resolve())
     return TranscriptTail(path, spec.format)
+
+
+def hooked_home(
+    spec: TranscriptSpec | None, env: dict[str, str], receipts: Receipts | None
+) -> None:
+    """Put Gemini CLI's session ``GEMINI_CLI_HOME`` into ``env`` when its hooks moved it.
+
+    With politerm's hooks installed Gemini CLI runs with a session home beside the hook
+    channel (:func:`politerm.hooks.install.gemini_home_path`); a driver attached to it has
+    the configured environment only, so its chat log is looked for there.
+    """
+    if spec is None or spec.locate != "gemini-projects" or "GEMINI_CLI_HOME" in env:
+        return
+    if receipts is not None and receipts.cli == "gemini":
+        env["GEMINI_CLI_HOME"] = str(gemini_home_path(receipts.channel.path))

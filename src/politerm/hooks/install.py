@@ -143,6 +143,17 @@ def merge_settings(user: dict[str, t.Any], ours: dict[str, t.Any]) -> dict[str, 
     return out
 
 
+def gemini_home_path(channel: pathlib.Path) -> pathlib.Path:
+    """Where :func:`gemini_home` puts the session home of the agent writing ``channel``.
+
+    Examples
+    --------
+    >>> gemini_home_path(pathlib.Path("/run/s/AGENT.hooks.jsonl")).name
+    'AGENT.hooks.gemini-home'
+    """
+    return channel.with_name(channel.name.removesuffix(".jsonl") + ".gemini-home")
+
+
 def gemini_home(
     channel: pathlib.Path, env: t.Mapping[str, str], settings: dict[str, t.Any]
 ) -> pathlib.Path:
@@ -153,7 +164,7 @@ def gemini_home(
     """
     user_home = pathlib.Path(env.get(GEMINI_HOME_ENV) or env.get("HOME") or pathlib.Path.home())
     source = user_home / ".gemini"
-    home = channel.with_name(channel.name.removesuffix(".jsonl") + ".gemini-home")
+    home = gemini_home_path(channel)
     target = home / ".gemini"
     private_dir(target)
     user: dict[str, t.Any] = {}

@@ -26,6 +26,11 @@ if t.TYPE_CHECKING:
     import types
 
 
+# Texts at least this long have their redaction remembered (up to this many of them).
+_CACHE_FROM = 256
+_CACHE_SIZE = 64
+
+
 class _Redacting:
     """A connection whose writes have every secret in their text parameters redacted.
 
@@ -119,6 +124,7 @@ class StoreCore:
         self._clock = clock
         self._lock = threading.RLock()
         self._redactor = Redactor()
+        self._redacted: dict[str, tuple[str, dict[str, str]]] = {}
         self._keep: t.Callable[[dict[str, str]], None] | None = vault.keep
         self._audit = _BatchedAudit(AuditLog(audit_path_for(path)), self._redact_json)
         self._closed = False
@@ -210,6 +216,7 @@ class StoreCore:
         """
         self._redactor = redactor
         self._keep = keep
+        self._redacted.clear()
 
     def redact(self, text: str) -> str:
         """``text`` as the store keeps it: every secret replaced by a tagged marker."""
@@ -223,7 +230,18 @@ class StoreCore:
                     red = self._redact_json(value)
                     # Unchanged JSON keeps its exact text (a body is delivered as written).
                     return text if red == value else json.dumps(red, ensure_ascii=False)
-        out, found = self._redactor.tagged(text)
+        if len(text) < _CACHE_FROM:
+            out, found = self._redactor.tagged(text)
+        else:
+            # One prompt is written several times in a row (its row, the audit line, the
+            # event): scanned once.
+            hit = self._redacted.get(text)
+            if hit is None:
+                hit = self._redactor.tagged(text)
+                if len(self._redacted) >= _CACHE_SIZE:
+                    self._redacted.clear()
+                self._redacted[text] = hit
+            out, found = hit
         if found and self._keep is not None:
             self._keep(found)
         return out

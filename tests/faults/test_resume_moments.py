@@ -366,7 +366,9 @@ async def test_answer_on_screen_at_a_stop_is_read_before_the_router_exits(
                 return
 
             async def final_on_screen() -> bool:
-                return len(loop.replies("PLANNER")) == 2
+                snap = await planner.snapshot()
+                shown = snap is not None and any("All done" in ln for ln in snap.lines)
+                return shown and len(loop.replies("PLANNER")) == 2
 
             await aretry_until(final_on_screen, 60, what="the PLANNER to print its final block")
             router.stop()  # the user's Ctrl-C before the PLANNER's loop read the answer

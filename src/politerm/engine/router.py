@@ -24,6 +24,7 @@ import logging
 import time
 import typing as t
 
+from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
 from politerm.engine.routebase import (
     ACTIVE,
@@ -169,11 +170,23 @@ class Router(Sending):
                 continue
             try:
                 async with asyncio.timeout(LAST_LOOK):
-                    obs = await driver.observe(task_id=turn.task_id)
-                    if obs.state is not AgentState.EXITED:
-                        await self._scan_turn(driver, turn, obs)
+                    await self._look_until_applied(driver, turn)
             except (TimeoutError, PolitermError) as exc:
                 log.warning("agent %s: no last look at its turn: %s", driver.name, exc)
+
+    async def _look_until_applied(self, driver: AgentDriver, turn: Turn) -> None:
+        # A block that ends the turn waits until the agent is idle (its spinner may still
+        # show for a moment after the answer): look again on its next output.
+        while True:
+            output = driver.term.output_event()
+            obs = await driver.observe(task_id=turn.task_id)
+            if obs.state is AgentState.EXITED:
+                return
+            await self._scan_turn(driver, turn, obs)
+            current = self.store.current_turn(driver.name)
+            if not self.loops[driver.name].held or current is None or current.nonce != turn.nonce:
+                return
+            await wait_event(output, 0.25)
 
     # --- the loops ------------------------------------------------------------------------
 

@@ -248,6 +248,9 @@ class AgentProfile(_Model):
     bracketed_paste: bool = True
     keep_lf: bool = True
     quiescence: float = pydantic.Field(default=0.0, ge=0)
+    # After a start-up dialog was answered, ready must hold this long (a CLI that restarts
+    # itself may draw its input box for a moment before the next dialog).
+    dialog_settle: float = pydantic.Field(default=0.0, ge=0, le=60)
     stuck_after: float = pydantic.Field(default=0.0, ge=0)
     dialogs: list[Dialog] = []
     detectors: Detectors = Detectors()

@@ -49,6 +49,7 @@ async def wait_ready(
     quiet = not profile.detectors.ready and profile.detectors.input_line is None
     last_lines: tuple[str, ...] | None = None
     last_change = time.monotonic()
+    ready_since: float | None = None
     while True:
         event = term.output_event()
         snap = await term.snapshot()
@@ -69,10 +70,21 @@ async def wait_ready(
                     say(f"{name}: answered the {dialog.name} dialog with {'+'.join(dialog.keys)}")
                 if on_dialog is not None:
                     on_dialog(dialog.name, tuple(dialog.keys))
+                ready_since = None
                 await wait_event(event, 1.0)
                 continue
         if reading.state is AgentState.READY:
-            return reading
+            settle = profile.dialog_settle if answered else 0.0
+            ready_since = now if ready_since is None else ready_since
+            if now - ready_since >= settle:
+                return reading
+            # Ready, but a dialog was just answered: look again when the screen changes or
+            # the settle time is up, whichever comes first.
+            await wait_event(event, min(ready_since + settle - now, max(deadline - now, 0)))
+            if time.monotonic() >= deadline:
+                return reading
+            continue
+        ready_since = None
         if snap.lines != last_lines:
             last_lines, last_change = snap.lines, now
         elif quiet and profile.quiescence and now - last_change >= profile.quiescence:

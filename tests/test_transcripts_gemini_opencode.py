@@ -240,3 +240,36 @@ def test_gemini_chat_is_looked_for_in_the_hooks_session_home(tmp_path: pathlib.P
         other: dict[str, str] = {}
         hooked_home(spec, other, rc)
         assert other == {}
+
+
+def test_opencode_tokens_counted_from_its_step_finish_parts(tmp_path: pathlib.Path) -> None:
+    from politerm.driver.tokens import TokenMeter, stored_tokens
+    from politerm.protocol.usage import Usage
+    from politerm.store import RunStore
+
+    data_home = tmp_path / "data"
+    _opencode_db(data_home)
+    env = {"XDG_DATA_HOME": str(data_home)}
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        meter = TokenMeter("OC", load_profile("opencode"), cwd=PROJECT, env=env, store=store)
+        assert meter.works
+        meter.start_turn("T1")  # the reply already there is an earlier turn's
+        assert meter.poll() == Usage()
+        path = data_home / "opencode" / "opencode.db"
+        with sqlite3.connect(path) as db:
+            session, message = db.execute(
+                'SELECT session_id, id FROM message WHERE data LIKE \'%"role":"assistant"%\''
+            ).fetchone()
+            step = {
+                "type": "step-finish",
+                "tokens": {"input": 12, "output": 30, "reasoning": 8, "cache": {"read": 100}},
+            }
+            db.execute(
+                "INSERT INTO part VALUES ('prt_step2', ?, ?, 9e12, 9e12, ?)",
+                (message, session, json.dumps(step)),
+            )
+        assert meter.poll() == Usage(112, 38, 100)
+        assert meter.poll() == Usage()  # each part once
+        assert meter.end_turn() == Usage(112, 38, 100)
+        assert stored_tokens(store, "task:T1") == Usage(112, 38, 100)
+        assert any(e.kind == "tokens" for e in store.list_events())

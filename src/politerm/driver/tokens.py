@@ -22,9 +22,8 @@ import contextlib
 import dataclasses
 import typing as t
 
-from politerm.driver.transcripts import locate_transcript
+from politerm.driver.transcripts import Tail, locate_transcript, open_tail
 from politerm.errors import StoreError
-from politerm.protocol.transcript import TranscriptTail
 from politerm.protocol.usage import Usage, usage_reader
 
 if t.TYPE_CHECKING:
@@ -100,7 +99,7 @@ class TokenMeter:
         self.turn = Usage()
         self.task_id: str | None = None
         self.open = False
-        self._tail: TranscriptTail | None = None
+        self._tail: Tail | None = None
         self._from_start = False
         self._seen: dict[str, Usage] = {}
 
@@ -121,11 +120,11 @@ class TokenMeter:
         # A transcript that does not exist yet is this session's: counted from its start.
         self._from_start = self._tail is None
 
-    def _locate(self) -> TranscriptTail | None:
+    def _locate(self) -> Tail | None:
         if not self.works or self.spec is None or self.cwd is None:
             return None
         path = locate_transcript(self.spec, self.cwd, self.env)
-        return TranscriptTail(path, self.spec.format) if path is not None else None
+        return open_tail(self.spec, path, self.cwd) if path is not None else None
 
     def poll(self) -> Usage:
         """Read what the transcript gained; add it to the turn, task and run counts."""

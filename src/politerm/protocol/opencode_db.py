@@ -7,7 +7,8 @@ opencode (1.18) keeps its sessions in ``$XDG_DATA_HOME/opencode/opencode.db`` (d
   sub-agent's session, which is not the agent we route for;
 * ``message``: ``data`` is JSON with the ``role`` (``user`` or ``assistant``);
 * ``part``: ``data`` is JSON; ``type: "text"`` parts hold the text, rewritten while it
-  streams, with ``time.end`` set once the part is complete.
+  streams, with ``time.end`` set once the part is complete; a ``step-finish`` part closes
+  each model request with its ``tokens``.
 
 So a part is read once, when it has ended. The database is opened read-only for each
 read (the TUI writes it in WAL mode) and any error reading it counts as "nothing new", as
@@ -117,6 +118,25 @@ class OpencodeTail:
                 continue
             self._read.add(part_id)
             out.append(text)
+        return out
+
+    def read_lines(self) -> list[str]:
+        """The step-finish parts (their token counts) that appeared since the last call.
+
+        One JSON line each, with the part's ``id``, for
+        :func:`politerm.protocol.usage.opencode_usage`.
+        """
+        out = []
+        for part_id, part, _message in self._rows():
+            if part_id in self._read or '"step-finish"' not in part:
+                continue
+            try:
+                data = json.loads(part)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and data.get("type") == "step-finish":
+                self._read.add(part_id)
+                out.append(json.dumps({**data, "id": part_id}))
         return out
 
     def feed(self, parser: BlockParser) -> list[Block]:

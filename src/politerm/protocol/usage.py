@@ -3,11 +3,11 @@
 A :class:`UsageReader` turns the lines a transcript gained into the tokens they record:
 ``(key, Usage)`` entries, where the key names a model message that may be written again
 (its newest usage counts, once) and None is a count of its own. One reader is registered
-per transcript format (``claude``, ``codex``, ``aider``, ``gemini`` here); another format
-plugs its usage in with :func:`register_usage_reader`::
+per transcript format (``claude``, ``codex``, ``aider``, ``gemini``, ``opencode`` here);
+another format plugs its usage in with :func:`register_usage_reader`::
 
-    def opencode_usage(lines: Sequence[str]) -> list[tuple[str | None, Usage]]: ...
-    register_usage_reader("opencode", opencode_usage)
+    def my_usage(lines: Sequence[str]) -> list[tuple[str | None, Usage]]: ...
+    register_usage_reader("mine", my_usage)
 
 What each CLI writes:
 
@@ -19,6 +19,9 @@ What each CLI writes:
 * aider: a note ``> Tokens: 2.3k sent, 45 received.`` after each reply (rounded by aider).
 * Gemini CLI: ``"type": "gemini"`` lines carry ``tokens`` (``input``, ``output``,
   ``cached``, ``thoughts``, ``tool``); a message is written again, whole, by its ``id``.
+* opencode: its database's ``step-finish`` parts carry ``tokens`` (``input``, ``output``,
+  ``reasoning``, ``cache.read``, ``cache.write``); the database tail hands them over as one
+  JSON line each (:meth:`politerm.protocol.opencode_db.OpencodeTail.read_lines`).
 """
 
 from __future__ import annotations
@@ -229,7 +232,42 @@ def gemini_usage(lines: Sequence[str]) -> Entries:
     return out
 
 
+def opencode_usage(lines: Sequence[str]) -> Entries:
+    """Tokens of opencode's ``step-finish`` parts (one per model request), keyed by part.
+
+    opencode counts cache reads and writes apart from ``input``, and reasoning apart from
+    ``output``; here they are part of them, as for the other CLIs.
+
+    Examples
+    --------
+    >>> opencode_usage(['{"id":"p1","type":"step-finish","tokens":{"input":10,"output":700,'
+    ...                 '"reasoning":33,"cache":{"write":5,"read":200}}}'])
+    [('p1', Usage(input=215, output=733, cached=200))]
+    """
+    out: Entries = []
+    for line in lines:
+        rec = _json(line)
+        if rec is None or rec.get("type") != "step-finish":
+            continue
+        tokens = rec.get("tokens")
+        if not isinstance(tokens, dict):
+            continue
+        cache = tokens.get("cache")
+        if not isinstance(cache, dict):
+            cache = {}
+        read, write = _int(cache.get("read")), _int(cache.get("write"))
+        usage = Usage(
+            _int(tokens.get("input")) + read + write,
+            _int(tokens.get("output")) + _int(tokens.get("reasoning")),
+            read,
+        )
+        key = rec.get("id")
+        out.append((key if isinstance(key, str) else None, usage))
+    return out
+
+
 register_usage_reader("claude", claude_usage)
 register_usage_reader("codex", codex_usage)
 register_usage_reader("aider", aider_usage)
 register_usage_reader("gemini", gemini_usage)
+register_usage_reader("opencode", opencode_usage)

@@ -19,6 +19,8 @@ if t.TYPE_CHECKING:
 _RECHECK = 0.5
 # A dialog that comes back after this many answers is not one our keys can answer.
 _MAX_ANSWERS = 3
+# The same dialog still on screen this soon after its answer is not answered again yet.
+_REANSWER = 2.0
 
 
 async def wait_ready(
@@ -50,6 +52,7 @@ async def wait_ready(
     last_lines: tuple[str, ...] | None = None
     last_change = time.monotonic()
     ready_since: float | None = None
+    last: tuple[str, float] | None = None  # the dialog answered last, and when
     while True:
         event = term.output_event()
         snap = await term.snapshot()
@@ -61,11 +64,17 @@ async def wait_ready(
             msg = f"agent {name} exited while starting: {' | '.join(reading.evidence)}"
             raise AgentExited(msg)
         if reading.state is AgentState.DIALOG and reading.dialog:
+            if last is not None and last[0] == reading.dialog and now - last[1] < _REANSWER:
+                # Just answered: the screen may not have caught up yet. Answering again now
+                # would press the keys into whatever comes next (the next dialog).
+                await wait_event(event, last[1] + _REANSWER - now)
+                continue
             count = answered.get(reading.dialog, 0)
             dialog = next(d for d in profile.dialogs if d.name == reading.dialog)
             if count < _MAX_ANSWERS:
                 answered[reading.dialog] = count + 1
                 await term.send_keys(*dialog.keys)
+                last = (reading.dialog, time.monotonic())
                 if say is not None:
                     say(f"{name}: answered the {dialog.name} dialog with {'+'.join(dialog.keys)}")
                 if on_dialog is not None:

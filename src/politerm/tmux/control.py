@@ -92,6 +92,7 @@ class ControlClient:
         self._closing = False
         self._dead_reason: str | None = None
         self._panes: dict[str, _PaneFeed] = {}
+        self._dead_seen: dict[str, str] = {}  # pane id -> last #{pane_dead} tmux reported
         self._listeners: list[NotificationCallback] = []
         self._reconnect_task: asyncio.Task[None] | None = None
         self.connections = 0
@@ -437,10 +438,15 @@ class ControlClient:
         if note.name == "exit":
             self.exit_reason = " ".join(note.args) or "exit"
         elif note.name == "subscription-changed" and note.args[:1] == (_DEAD_SUB,):
-            for arg in note.args[1:]:
-                if arg.startswith("%"):
-                    self._wake(arg)
-                    break
+            pane = next((a for a in note.args[1:] if a.startswith("%")), None)
+            dead = note.args[-1] if note.args else ""
+            if pane is not None:
+                before = self._dead_seen.get(pane)
+                self._dead_seen[pane] = dead
+                # tmux reports every pane once when it first sees it (alive: "0"): only a
+                # change, or a first report of a dead pane, is news for its watcher.
+                if before != dead and (before is not None or dead == "1"):
+                    self._wake(pane)
         elif note.name == "pane-mode-changed" and note.args:
             # A person scrolling (copy mode) or leaving it: the pane's watcher looks again.
             self._wake(note.args[0])

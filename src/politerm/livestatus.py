@@ -46,6 +46,9 @@ _STRUCTURAL = frozenset({"window-close", "unlinked-window-close", "exit", "sessi
 WATCH_BACKSTOP = 30.0
 """Longest ``watch`` sleeps with no event at all (covers a lost notification)."""
 
+READ_BOUND = 10.0
+"""Longest ``watch`` waits for the panes' live states before it tries again."""
+
 RETRY_READ = 1.0
 """How long ``watch`` waits before reading again after a failed read."""
 
@@ -296,12 +299,16 @@ async def watch(
             pane_changed = live.event() if live is not None else asyncio.Event()
             try:
                 recent = [*recent, *cursor.read()][-events:]
-                states = await live.states(store.list_agents()) if live is not None else None
+                states = None
+                if live is not None:
+                    # Bounded: a tmux command that never answers must not freeze the view.
+                    async with asyncio.timeout(READ_BOUND):
+                        states = await live.states(store.list_agents())
                 data = collect(store, events=0, live=states)
-            except (PolitermError, sqlite3.Error, OSError) as exc:
+            except (PolitermError, sqlite3.Error, OSError, TimeoutError) as exc:
                 # A pane vanishing mid-read or a store busy with a writer must not end the
                 # view: say so and read again shortly.
-                log.warning("status: could not read (%s); trying again", exc)
+                log.warning("status: could not read (%s); trying again", exc or "no answer in time")
                 await wait_any(stop, timeout=RETRY_READ)
                 continue
             data["events"] = [_event_row(e) for e in recent]

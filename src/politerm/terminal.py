@@ -18,7 +18,9 @@ class Snapshot:
     """A rendered screen at one moment, with the cursor and the program's liveness.
 
     ``title`` is the terminal title the program set (tmux ``#{pane_title}``), ``""`` when
-    the backend cannot tell.
+    the backend cannot tell. ``rows`` is the screen's height in rows (0 when unknown):
+    tmux joins wrapped rows into one line (``capture-pane -J``), so ``len(lines) == rows``
+    says no row of this screen is wrapped.
     """
 
     lines: tuple[str, ...]
@@ -30,6 +32,7 @@ class Snapshot:
     in_mode: bool = False
     alternate_screen: bool = False
     title: str = ""
+    rows: int = 0
 
     def tail(self, n: int = 8) -> list[str]:
         """The last ``n`` non-blank lines, for error messages and evidence."""

@@ -147,6 +147,8 @@ class AgentDriver:
         self.last_screen: tuple[str, ...] = ()
         self.dead = False
         self._stuck_reported = False
+        # The state the agent's store row should show, until record_row() writes it.
+        self._row_due: str | None = None
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
         self._look: tuple[Snapshot, asyncio.Event] | None = None
@@ -312,12 +314,13 @@ class AgentDriver:
         """:meth:`fresh_snapshot`, or a new snapshot when the screen may have changed."""
         return self.fresh_snapshot() or await self.snapshot()
 
-    async def observe(self, *, task_id: str | None = None) -> Observation:
+    async def observe(self, *, task_id: str | None = None, defer_row: bool = False) -> Observation:
         """Look once: track the state, answer an approval question by policy, record it.
 
         A STUCK agent is reported once as a ``stuck`` event; a LIMITED one is resumed at the
         reset (:class:`~politerm.driver.limits.Limiter`); the agent's row in the store (if it
-        has one) follows its state.
+        has one) follows its state — at once, or with ``defer_row`` at the caller's
+        :meth:`record_row` (which may join a commit the caller makes anyway).
         """
         snap = await self.snapshot()
         if snap is None:
@@ -339,6 +342,8 @@ class AgentDriver:
             # A redraw frame (UNKNOWN) is not an answer; a definite other state is.
             self.approver.gone(task_id=task_id)
         self._record(reading, task_id)
+        if not defer_row:
+            self.record_row()
         return Observation(snap, reading, approval, hook_approval)
 
     async def _hook_approval(self, reading: StateReading) -> HookEvent | None:
@@ -394,22 +399,24 @@ class AgentDriver:
     def _record(self, reading: StateReading, task_id: str | None) -> None:
         if reading.state is AgentState.STUCK and not self._stuck_reported:
             self._stuck_reported = True
-            self._event(
-                "stuck",
-                task_id,
-                f"{self.name} is stuck ({reading.rule}): " + " | ".join(reading.evidence),
-            )
+            why = f"{self.name} is stuck ({reading.rule}): " + " | ".join(reading.evidence)
+            self._event("stuck", task_id, why)
         elif reading.state is not AgentState.STUCK:
             self._stuck_reported = False
-        if self.store is None:
+        self._row_due = reading.state.value
+
+    def record_row(self) -> None:
+        """Bring the agent's row in the store up to the last look (no-op if it is)."""
+        state, self._row_due = self._row_due, None
+        if state is None or self.store is None:
             return
         with contextlib.suppress(StoreError):
             agent = self.store.get_agent(self.name)
-            if agent is not None and agent.state != reading.state.value:
+            if agent is not None and agent.state != state:
                 # A display row that the next look rewrites: not worth an fsync on the
                 # way from a block to the next agent (the next durable commit covers it).
                 with self.store.batch(durable=False):
-                    self.store.set_agent_state(self.name, reading.state.value)
+                    self.store.set_agent_state(self.name, state)
 
     def record(self, kind: str, task_id: str | None, detail: str) -> None:
         """Add an event about this agent to the store (when it has one)."""

@@ -80,6 +80,7 @@ class BlockEffects(RouterBase):
             # With a recipient ready, its prompt goes DELIVERING in this same commit, made
             # without waiting for the disk: its delivery's outcome commit is durable.
             with self.store.batch(durable=ready is None):
+                driver.record_row()
                 handed = self._apply_block(driver.name, current, block, ready=ready)
             if ready is not None and not handed:
                 self.store.sync()

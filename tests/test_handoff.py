@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
 import sys
 import typing as t
 
 import pytest
 
-from politerm.agents import load_profile
+from politerm.agents import AgentState, load_profile
 from politerm.driver import AgentDriver
 from politerm.driver.blocks import BlockReader, on_screen
 from politerm.engine.loop import submit
@@ -28,6 +29,7 @@ from politerm.store.models import MessageState, TaskState
 from politerm.testing.retry import aretry_until
 from politerm.tmux import new_window
 from tests.loophelpers import started, write_project
+from tests.test_profiles import screen
 from tests.test_turns import _router, _socket
 
 if t.TYPE_CHECKING:
@@ -144,6 +146,19 @@ async def test_the_last_look_is_reused_only_until_the_program_prints(
     result = await driver.deliver("hello there")
     assert result.ok, result
     assert driver.fresh_snapshot() is None  # typing invalidates the last look
+
+
+def test_a_snapshot_read_again_gives_the_reading_of_that_very_snapshot() -> None:
+    claude, aider = load_profile("claude"), load_profile("aider")
+    busy, idle = screen("claude-03-busy.txt"), screen("claude-00-ready.txt")
+    first = claude.detect(busy)
+    assert first.state is AgentState.BUSY
+    assert claude.detect(busy) is first  # the same look, read twice: read once
+    assert claude.detect(idle).state is AgentState.READY
+    assert claude.detect(busy) == claude._detect(busy, limited=True)  # a new reading
+    assert aider.detect(idle) == aider._detect(idle, limited=True)  # another profile
+    assert claude.detect(busy, limited=False) == claude._detect(busy, limited=False)
+    assert claude.detect(dataclasses.replace(busy, alive=False)).state is AgentState.EXITED
 
 
 # --- the turn's window: read off the snapshot when its rows are its lines ---------------

@@ -274,7 +274,7 @@ class BlockEffects(RouterBase):
             return False
         kind = block.type if block.type in ("plan", "result") else "message"
         if kind == "plan":
-            rounds = sum(1 for m in self.store.list_messages(task_id=task.id) if m.type == "plan")
+            rounds = self.store.count_messages(task.id, "plan")
             if rounds >= task.max_rounds and self.store.find_message(f"{key}:{target}") is None:
                 self._finish_round_limit(name, turn, task)
                 return False
@@ -290,7 +290,7 @@ class BlockEffects(RouterBase):
             dedupe_key=f"{key}:{target}",
             ttl=self.config.routing.message_ttl,
         )
-        rounds = sum(1 for m in self.store.list_messages(task_id=task.id) if m.type == "plan")
+        rounds = self.store.count_messages(task.id, "plan")
         state = TaskState.EXECUTING if target == EXECUTER else TaskState.PLANNING
         self.store.update_task(task.id, state=state, round=rounds, clear=("question",))
         self._expect(task.id, target, "result" if kind == "plan" else "plan")

@@ -132,6 +132,37 @@ async def test_codex_notify_ends_the_turn(rig: RigFactory, llm: MockLLM) -> None
     assert "RECEIPT-PLAN" in stops[-1]["prompt"]["tail"]
 
 
+@pytest.mark.parametrize("profile", ["aider", "aider-raw"])
+async def test_aider_notification_ends_the_turn(
+    profile: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(RULE)
+    r = await rig({"AGENT": AgentSpec("aider", profile=profile)})
+    agent = r.agent("AGENT")
+    path = await _channel(agent)
+    driver = _driver(r, agent)
+
+    result = await driver.run_turn(_prompt, Expect.block("plan"), timeout=REPLY)
+
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    assert result.block is not None and result.block.id == "R1"
+    # aider has no prompt event: the screen alone confirms the delivery.
+    assert result.delivery is not None and result.delivery.sources == ("screen",)
+    # Its notification command ran when it waited for input again: that ended the turn.
+    # aider runs it first thing on its way back to the prompt, before it draws the prompt;
+    # on a cold first run the prompt was once drawn more than the grace later, and the
+    # turn ended on the notification alone, with that lag recorded as turn-end drift.
+    assert result.ended_by in ("hook+screen", "hook"), result
+    if result.ended_by == "hook":
+        (drift,) = result.drift
+        assert drift.startswith("turn-end: hook says aider hook waiting (stop)"), drift
+    else:
+        assert result.drift == (), result.drift
+    stops = [e for e in _receipts(path) if e["kind"] == "stop"]
+    assert [e["event"] for e in stops] == ["waiting"], stops
+    assert [e.detail for e in r.store.list_events() if e.kind == "drift"] == list(result.drift)
+
+
 @pytest.mark.parametrize("cli", ["claude", "gemini", "opencode"])
 async def test_approval_is_pending_when_its_notification_says_so(
     cli: str, rig: RigFactory, llm: MockLLM

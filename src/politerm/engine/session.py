@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import fcntl
 import importlib.resources
+import logging
 import os
 import pathlib
 import shlex
@@ -17,8 +18,8 @@ from politerm.agents.state import AgentState, StateReading
 from politerm.driver import check_program, deliver, wait_ready
 from politerm.driver.receipts import launch_with_hooks, mark_pane
 from politerm.engine.resume import resume_work
-from politerm.errors import RoutingError, SessionNotFound
-from politerm.hooks.channel import hooks_dir_for
+from politerm.errors import HookError, RoutingError, SessionNotFound
+from politerm.hooks.channel import hooks_dir_for, remove_hooks_dir
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.tmux.pane import find_agent_pane, new_window
@@ -30,6 +31,8 @@ if t.TYPE_CHECKING:
     from politerm.tmux.pane import Pane
 
 Agents = dict[str, tuple[AgentProfile, "Pane"]]
+
+log = logging.getLogger(__name__)
 
 
 def agent_profile(cfg: AgentConfig) -> AgentProfile:
@@ -270,10 +273,20 @@ class Session:
         return agents
 
     async def down(self) -> list[str]:
-        """Kill every agent's process tree and the session; return what was stopped."""
+        """Kill every agent's process tree and the session; return what was stopped.
+
+        The session is over: its hooks directory (the agents' receipts and their CLIs'
+        session settings, kept while it lived for a resume to read) is removed too.
+        """
+        stopped = await self._stop_all() if await self.is_up() else []
+        try:
+            remove_hooks_dir(hooks_dir_for(self.config))
+        except HookError as exc:
+            log.warning("poli down: %s", exc)
+        return stopped
+
+    async def _stop_all(self) -> list[str]:
         stopped: list[str] = []
-        if not await self.is_up():
-            return stopped
         client = await self.server.connect(self.name)
         for name in self.config.agents:
             pane = await find_agent_pane(client, self.server, name)

@@ -33,9 +33,22 @@ if t.TYPE_CHECKING:
 
 
 async def _sh(client: ControlClient, srv: TmuxServer, name: str = "w", *argv: str) -> Pane:
-    return await new_window(
+    pane = await new_window(
         client, srv, session="t", name=name, argv=list(argv) or ["sh"], agent=name
     )
+    if not argv:
+        await _prompted(pane)
+    return pane
+
+
+async def _prompted(pane: Pane) -> None:
+    """Wait for the shell's first prompt: text typed ahead of it is echoed before the prompt,
+    and the command's output then lands on the prompt's line (a slow machine's race)."""
+
+    async def shown() -> bool:
+        return any(ln.strip() for ln in await pane.capture())
+
+    await aretry_until(shown, 60, what=f"the shell prompt in {pane.pane_id}")
 
 
 async def test_command_reply_and_error(tmux_session: ControlClient) -> None:
@@ -243,6 +256,7 @@ async def test_split_pane_with_size_cwd_env(
     info = await left.info()
     assert (info.width, info.height) == (160, 40)
     right = await split_pane(left, argv=["sh"], cwd=tmp_path, env={"POLI_X": "42"}, agent="RIGHT")
+    await _prompted(right)
     await right.paste(b'echo "$POLI_X:$(pwd)"\n')
     want = f"42:{tmp_path}"
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import fcntl
 import importlib.resources
+import logging
 import os
 import pathlib
 import shlex
@@ -19,8 +20,8 @@ from politerm.driver.receipts import launch_with_hooks, mark_pane
 from politerm.driver.records import AgentRecords
 from politerm.engine.resume import resume_work
 from politerm.engine.router import Router
-from politerm.errors import RoutingError, SessionNotFound
-from politerm.hooks.channel import channel_path, hooks_dir_for
+from politerm.errors import HookError, RoutingError, SessionNotFound
+from politerm.hooks.channel import channel_path, hooks_dir_for, remove_hooks_dir
 from politerm.hooks.install import GEMINI_HOME_ENV, gemini_home_path, hook_cli
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
@@ -33,6 +34,8 @@ if t.TYPE_CHECKING:
     from politerm.tmux.pane import Pane
 
 Agents = dict[str, tuple[AgentProfile, "Pane"]]
+
+log = logging.getLogger(__name__)
 
 
 def agent_profile(cfg: AgentConfig) -> AgentProfile:
@@ -292,10 +295,20 @@ class Session:
         return agents
 
     async def down(self) -> list[str]:
-        """Kill every agent's process tree and the session; return what was stopped."""
+        """Kill every agent's process tree and the session; return what was stopped.
+
+        The session is over: its hooks directory (the agents' receipts and their CLIs'
+        session settings, kept while it lived for a resume to read) is removed too.
+        """
+        stopped = await self._stop_all() if await self.is_up() else []
+        try:
+            remove_hooks_dir(hooks_dir_for(self.config))
+        except HookError as exc:
+            log.warning("poli down: %s", exc)
+        return stopped
+
+    async def _stop_all(self) -> list[str]:
         stopped: list[str] = []
-        if not await self.is_up():
-            return stopped
         client = await self.server.connect(self.name)
         for name in self.config.agents:
             pane = await find_agent_pane(client, self.server, name)

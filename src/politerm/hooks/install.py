@@ -58,12 +58,30 @@ def hook_cli(profile_name: str, argv: t.Sequence[str]) -> str | None:
     ('claude', 'gemini')
     >>> hook_cli("aider-raw", ["aider"]), hook_cli("fake-claude", ["python"]) is None
     ('aider', True)
+    >>> hook_cli("generic", ["env", "-u", "TMUX", "/x/codex"])
+    'codex'
     """
     for name in (profile_name, profile_name.split("-", 1)[0]):
         if name in HOOK_CLIS:
             return name
-    program = argv[0].rsplit("/", 1)[-1] if argv else ""
+    program = program_name(argv)
     return program if program in HOOK_CLIS else None
+
+
+def program_name(argv: t.Sequence[str]) -> str:
+    """The name of the program ``argv`` runs, past an ``env`` that only changes variables.
+
+    Examples
+    --------
+    >>> program_name(["env", "-u", "TMUX", "A=1", "/x/bin/codex", "-a"]), program_name([])
+    ('codex', '')
+    """
+    rest = list(argv)
+    if rest and rest[0].rsplit("/", 1)[-1] == "env":
+        rest = rest[1:]
+        while rest and (rest[0] in ("-u", "--unset") or "=" in rest[0] or rest[0] == "-i"):
+            rest = rest[2:] if rest[0] in ("-u", "--unset") else rest[1:]
+    return rest[0].rsplit("/", 1)[-1] if rest else ""
 
 
 def emit_argv(channel: pathlib.Path, cli: str, event: str) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pathlib
 import typing as t
 
 import pytest
@@ -35,8 +36,6 @@ from tests.loophelpers import PLANNER_OK, started, write_project
 from tests.test_receipts_drift import Mirror
 
 if t.TYPE_CHECKING:
-    import pathlib
-
     import libtmux
 
     from tests.loophelpers import Loop
@@ -72,11 +71,26 @@ async def _answered(loop: Loop, agent: str, head: str, text: str) -> None:
 
 
 async def _kill_server(server: libtmux.Server) -> None:
+    """``tmux kill-server``, then wait until the server process is gone.
+
+    A ``new-session`` sent while the old server is still exiting fails with "server exited
+    unexpectedly": the resume must find no server at all.
+    """
+    [pid] = server.cmd("display-message", "-p", "#{pid}").stdout
     tmux = await asyncio.create_subprocess_exec(
         "tmux", "-L", _socket(server), "kill-server",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     await tmux.wait()
+    status = pathlib.Path(f"/proc/{pid}/status")
+
+    async def gone() -> bool:
+        try:
+            return "\nState:\tZ" in status.read_text()  # exited, not reaped yet
+        except OSError:
+            return True
+
+    await aretry_until(gone, 60, what=f"the tmux server (pid {pid}) to exit")
 
 
 async def _result_answered_after_the_last_look(loop: Loop) -> None:

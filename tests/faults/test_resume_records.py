@@ -17,7 +17,7 @@ import typing as t
 
 import pytest
 
-from politerm.engine.loop import submit
+from politerm.engine.loop import route, submit
 from politerm.hooks.channel import create_channel, hooks_dir_for
 from politerm.store.models import MessageState, TaskState, TurnState
 from politerm.testing.chaos.project import TRANSCRIPT
@@ -219,3 +219,31 @@ async def test_delivering_with_a_kept_prompt_receipt_is_delivered_by_hook_at_res
         # The EXECUTER answered the plan once; the restarted one never got it again.
         assert _lives(loop, "EXECUTER", PLAN_HEAD) == [[True], []]
         assert _lives(loop, "PLANNER", RESULT_HEAD) == [[], [True]]
+
+
+# --- the same answer; the agent killed, and a router fails the task before the resume ----
+
+
+async def test_answer_of_an_agent_a_router_saw_die_is_read_from_its_transcript(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    write_project(root, _socket(server), planner=SLOW_PLANNER, transcripts=True)
+    async with started(root) as loop:
+        await _result_answered_after_the_last_look(loop)
+        router = await _router(loop)
+        await _kill_process(router.agents["PLANNER"])
+
+        def failed() -> bool:
+            task = loop.store.get_task("T-late")
+            return task is not None and task.state is TaskState.FAILED
+
+        # This router reads the dead pane, not the answer: the task fails, resumably.
+        async with asyncio.timeout(TASK):
+            await route(loop.config, loop.store, until=failed)
+        task = loop.store.get_task("T-late")
+        assert task is not None and "poli up --resume" in (task.error or ""), task
+        assert loop.store.current_turn("PLANNER") is None
+        await _resume_and_route(loop, ["T-late"])
+        assert FINAL_REPORT in _report(loop, "T-late")
+        assert _lives(loop, "PLANNER", RESULT_HEAD) == [[True], []]

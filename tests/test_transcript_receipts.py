@@ -76,7 +76,7 @@ def test_gemini_chat_confirms_the_prompt_and_says_when_its_turn_is_over(
             "gemini",
             True,
             "gemini transcript: model message 2cc8824b-7aca-4bb6-b7a4-66fdb4d8dd3b complete",
-        ),  # noqa: E501
+        ),
         ("gemini+tools", True, None),
         ("tool-result", True, None),
         ("gemini", True, over),

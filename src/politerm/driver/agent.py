@@ -330,7 +330,8 @@ class AgentDriver:
         self.last_screen = snap.lines
         hook_approval = await self._hook_approval(reading)
         approval = "none"
-        if reading.state is AgentState.LIMITED or self.limiter.active or self.limiter.given_up:
+        lim = self.limiter
+        if reading.state is AgentState.LIMITED or lim.active or lim.given_up or not lim.adopted:
             reading = await self.limiter.look(self, reading, task_id)
             self.tracker.force(reading)
         if reading.state is AgentState.EXITED:

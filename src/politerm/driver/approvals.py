@@ -128,6 +128,7 @@ class Approver:
                         "command": request.command,
                         "question": request.question,
                         "complete": request.complete,
+                        "doubt": request.doubt,
                         "evidence": list(request.evidence),
                     },
                 )
@@ -157,6 +158,7 @@ class Approver:
                 "command": request.command,
                 "question": request.question,
                 "complete": request.complete,
+                "doubt": request.doubt,
                 "keys": list(keys),
                 "evidence": list(request.evidence),
             },
@@ -183,7 +185,7 @@ class Approver:
             # which the joined history capture holds as part of that line.
             if offset < 0 or tuple(lines[offset + 1 :]) != snap.lines[1:]:
                 return None
-            again = read_request(self.profile, lines)
+            again = read_request(self.profile, lines, trailing_spaces=snap.trailing_spaces)
             if again is not None and again.question == request.question:
                 found = again
         self._box = (snap.lines, found)

@@ -62,6 +62,8 @@ class Approver:
     store: RunStore | None = None
     asked: bool = False
     answered: int = 0
+    last: ApprovalRequest | None = None
+    """The question last answered, as read (from the history when its box was tall)."""
     _screen: tuple[str, ...] | None = None
     _at: float = 0.0
     _local: PendingApproval | None = None
@@ -142,6 +144,7 @@ class Approver:
         await self.term.send_keys(*keys)
         self._screen, self._at = snap.lines, now
         self.answered += 1
+        self.last = request
         if self.asked or by == "user":
             self._clear_pending()
             self.asked = False

@@ -174,8 +174,8 @@ def test_install_claude_codex_aider(tmp_path: pathlib.Path) -> None:
     assert json.loads(argv[2].removeprefix("notify="))[-3:] == [str(channel), "codex", "notify"]
     argv, _ = install_hooks("aider", ["aider"], {}, channel)
     assert argv[1:3] == ["--notifications", "--notifications-command"]
-    with pytest.raises(HookError, match="no hooks in 'opencode'"):
-        install_hooks("opencode", ["opencode"], {}, channel)
+    with pytest.raises(HookError, match="no hooks in 'goose'"):
+        install_hooks("goose", ["goose"], {}, channel)
     assert not (tmp_path / ".claude").exists()  # the user's own config is never touched
 
 

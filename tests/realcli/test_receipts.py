@@ -4,7 +4,9 @@
 attaches to the pane finds the channel through ``@poli_hooks``. A prompt is then confirmed
 by the agent's own prompt event (and the screen agrees), and the turn ends on its stop
 event, and a permission question is announced by its notification. Codex reports only the
-end of a turn (its ``notify``).
+end of a turn (its ``notify``). opencode reports through a plugin politerm adds to its
+``plugin`` list for the session (its ``chat.message`` hook, ``session.idle`` and
+``permission.asked``/``replied`` events).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from politerm.driver import AgentDriver, Expect, Source, TurnOutcome
 from politerm.driver.receipts import PANE_OPTION, parse_option
 from politerm.hooks.events import HookEvent, HookKind
 from politerm.testing.mockllm import Rule
+from tests.realcli.clis import Options
 from tests.realcli.helpers import REPLY, AgentSpec, exists
 
 if t.TYPE_CHECKING:
@@ -67,7 +70,7 @@ def _receipts(path: pathlib.Path) -> list[dict[str, t.Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("cli", ["claude", "gemini"])
+@pytest.mark.parametrize("cli", ["claude", "gemini", "opencode"])
 async def test_hook_confirms_delivery_and_ends_the_turn(
     cli: str, rig: RigFactory, llm: MockLLM
 ) -> None:
@@ -92,6 +95,21 @@ async def test_hook_confirms_delivery_and_ends_the_turn(
     prompt = next(r for r in _receipts(path) if r["kind"] == "prompt")
     assert "RECEIPT-PLAN" in prompt["prompt"]["tail"], prompt
     assert [e.detail for e in r.store.list_events() if e.kind == "drift"] == []
+    if cli == "opencode":
+        _opencode_plugin_is_the_sessions_own(agent, path)
+
+
+def _opencode_plugin_is_the_sessions_own(agent: Agent, channel: pathlib.Path) -> None:
+    """The plugin lives beside the channel (0600); the user's opencode config is untouched."""
+    plugin = channel.with_name(channel.name.removesuffix(".jsonl") + ".opencode-plugin.js")
+    assert stat.S_IMODE(plugin.stat().st_mode) == 0o600
+    events = [r["event"] for r in _receipts(channel)]
+    assert events[0] == "plugin.loaded", events
+    rest = tuple(e for e in events if e != "plugin.loaded")
+    assert rest[:2] == ("chat.message", "session.idle"), events
+    user = agent.spec.home / ".config" / "opencode"
+    assert "plugin" not in json.loads((user / "opencode.json").read_text())
+    assert not (user / "plugin").exists() and not (user / "plugins").exists()
 
 
 async def test_codex_notify_ends_the_turn(rig: RigFactory, llm: MockLLM) -> None:
@@ -114,12 +132,44 @@ async def test_codex_notify_ends_the_turn(rig: RigFactory, llm: MockLLM) -> None
     assert "RECEIPT-PLAN" in stops[-1]["prompt"]["tail"]
 
 
-@pytest.mark.parametrize("cli", ["claude", "gemini"])
+@pytest.mark.parametrize("profile", ["aider", "aider-raw"])
+async def test_aider_notification_ends_the_turn(
+    profile: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(RULE)
+    r = await rig({"AGENT": AgentSpec("aider", profile=profile)})
+    agent = r.agent("AGENT")
+    path = await _channel(agent)
+    driver = _driver(r, agent)
+
+    result = await driver.run_turn(_prompt, Expect.block("plan"), timeout=REPLY)
+
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    assert result.block is not None and result.block.id == "R1"
+    # aider has no prompt event: the screen alone confirms the delivery.
+    assert result.delivery is not None and result.delivery.sources == ("screen",)
+    # Its notification command ran when it waited for input again: that ended the turn.
+    # aider runs it first thing on its way back to the prompt, before it draws the prompt;
+    # on a cold first run the prompt was once drawn more than the grace later, and the
+    # turn ended on the notification alone, with that lag recorded as turn-end drift.
+    assert result.ended_by in ("hook+screen", "hook"), result
+    if result.ended_by == "hook":
+        (drift,) = result.drift
+        assert drift.startswith("turn-end: hook says aider hook waiting (stop)"), drift
+    else:
+        assert result.drift == (), result.drift
+    stops = [e for e in _receipts(path) if e["kind"] == "stop"]
+    assert [e["event"] for e in stops] == ["waiting"], stops
+    assert [e.detail for e in r.store.list_events() if e.kind == "drift"] == list(result.drift)
+
+
+@pytest.mark.parametrize("cli", ["claude", "gemini", "opencode"])
 async def test_approval_is_pending_when_its_notification_says_so(
     cli: str, rig: RigFactory, llm: MockLLM
 ) -> None:
     llm.add(Rule(r"RECEIPT-TOOL", "Writing it.", command="echo by-hook > hook.txt", after="Done."))
-    r = await rig({"AGENT": AgentSpec(cli)})
+    # opencode asks before a shell command only when its permissions say so.
+    r = await rig({"AGENT": AgentSpec(cli, Options(ask=cli == "opencode"))})
     agent = r.agent("AGENT")
     path = await _channel(agent)
     driver = _driver(r, agent)

@@ -198,10 +198,10 @@ class AgentDriver:
         ready_timeout
             Bound on the wait for the ready prompt; None does not wait.
         hooks, hooks_dir
-            Install the CLI's receipt hooks (claude, gemini, codex, aider), reporting to a
-            channel in ``hooks_dir`` (the session's private hooks directory; default a fresh
-            private temporary one). A channel that cannot be made leaves the screen alone
-            to decide, with a warning.
+            Install the CLI's receipt hooks (claude, gemini, codex, aider, opencode),
+            reporting to a channel in ``hooks_dir`` (the session's private hooks directory;
+            default a fresh private temporary one). A channel that cannot be made leaves
+            the screen alone to decide, with a warning.
         kwargs
             Passed to the constructor (store, policy, approval_key).
 

@@ -48,6 +48,7 @@ _REPORTS: t.Final[dict[str, frozenset[HookKind]]] = {
     "gemini": frozenset({HookKind.PROMPT, HookKind.STOP, HookKind.APPROVAL}),
     "codex": frozenset({HookKind.STOP}),
     "aider": frozenset({HookKind.STOP}),
+    "opencode": frozenset({HookKind.PROMPT, HookKind.STOP, HookKind.APPROVAL}),
 }
 
 

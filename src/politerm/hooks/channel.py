@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import pathlib
+import shutil
 import stat
 import typing as t
 
@@ -47,6 +48,36 @@ def hooks_dir_for(config: Config) -> pathlib.Path:
     """
     store = config.store.resolved_path()
     return store.parent / "hooks" / f"{config.tmux.socket}-{config.tmux.session}"
+
+
+def remove_hooks_dir(directory: pathlib.Path) -> bool:
+    """Remove a session's hooks directory once the session is over; True if it was there.
+
+    Its receipts and the CLIs' session settings are kept while the session lives (a resume
+    reads them) and go with it. Only a real directory of this user is removed, never what
+    a symlink points to (a Gemini session home links the user's own files).
+
+    Raises
+    ------
+    HookError
+        It is not a directory of this user, or a part of it cannot be removed.
+    """
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        msg = f"hooks directory {directory}: {exc.strerror or exc}"
+        raise HookError(msg) from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        msg = f"hooks directory {directory} is not a directory of this user: left alone"
+        raise HookError(msg)
+    try:
+        shutil.rmtree(directory)
+    except OSError as exc:
+        msg = f"cannot remove the hooks directory {directory}: {exc.strerror or exc}"
+        raise HookError(msg) from None
+    return True
 
 
 def channel_path(directory: pathlib.Path, agent: str) -> pathlib.Path:

@@ -61,7 +61,8 @@ _KINDS: t.Final[dict[tuple[str, str], HookKind]] = {
     ("aider", "waiting"): HookKind.STOP,
     ("opencode", "session.idle"): HookKind.STOP,
     ("opencode", "permission.asked"): HookKind.APPROVAL,
-    ("opencode", "permission.updated"): HookKind.APPROVAL,
+    ("opencode", "permission.replied"): HookKind.TOOL,
+    ("opencode", "plugin.loaded"): HookKind.SESSION,
     ("opencode", "chat.message"): HookKind.PROMPT,
 }
 # Notification types that mean "a permission question is open".

@@ -20,8 +20,10 @@ codex       ``-c notify=[…]`` (its only hook without a trust       agent-turn-
             step; the JSON arrives as the last argument)
 aider       ``--notifications --notifications-command …``           waiting for input (the end
                                                                    of a reply, or a question)
-opencode    no command hook: its plugins are JavaScript modules    none (the screen only)
-            loaded by its own runtime; politerm installs none
+opencode    a JavaScript plugin beside the channel, added to the   chat.message, session.idle,
+            agent's ``plugin`` list through                        permission.asked,
+            ``OPENCODE_CONFIG_CONTENT`` (merged with the user's    permission.replied (and
+            own, if set); it runs the same hook command            plugin.loaded)
 ==========  =====================================================  ===========================
 
 The hook command is ``<python> -I -m politerm.hooks.emit <channel> <cli> <event>``
@@ -30,6 +32,7 @@ The hook command is ``<python> -I -m politerm.hooks.emit <channel> <cli> <event>
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import pathlib
 import shlex
@@ -39,12 +42,13 @@ import typing as t
 from politerm._internal.private import private_dir, write_private
 from politerm.errors import HookError
 
-HOOK_CLIS: t.Final = frozenset({"claude", "gemini", "codex", "aider"})
+HOOK_CLIS: t.Final = frozenset({"claude", "gemini", "codex", "aider", "opencode"})
 """CLIs politerm installs receipt hooks in."""
 
 CLAUDE_EVENTS: t.Final = ("SessionStart", "UserPromptSubmit", "Notification", "PostToolUse", "Stop")
 GEMINI_EVENTS: t.Final = ("SessionStart", "BeforeAgent", "Notification", "AfterTool", "AfterAgent")
 GEMINI_HOME_ENV: t.Final = "GEMINI_CLI_HOME"
+OPENCODE_CONFIG_ENV: t.Final = "OPENCODE_CONFIG_CONTENT"
 HOOK_TIMEOUT: t.Final = 10
 """Seconds a CLI lets the hook command run before it gives up on it."""
 
@@ -58,12 +62,30 @@ def hook_cli(profile_name: str, argv: t.Sequence[str]) -> str | None:
     ('claude', 'gemini')
     >>> hook_cli("aider-raw", ["aider"]), hook_cli("fake-claude", ["python"]) is None
     ('aider', True)
+    >>> hook_cli("generic", ["env", "-u", "TMUX", "/x/codex"])
+    'codex'
     """
     for name in (profile_name, profile_name.split("-", 1)[0]):
         if name in HOOK_CLIS:
             return name
-    program = argv[0].rsplit("/", 1)[-1] if argv else ""
+    program = program_name(argv)
     return program if program in HOOK_CLIS else None
+
+
+def program_name(argv: t.Sequence[str]) -> str:
+    """The name of the program ``argv`` runs, past an ``env`` that only changes variables.
+
+    Examples
+    --------
+    >>> program_name(["env", "-u", "TMUX", "A=1", "/x/bin/codex", "-a"]), program_name([])
+    ('codex', '')
+    """
+    rest = list(argv)
+    if rest and rest[0].rsplit("/", 1)[-1] == "env":
+        rest = rest[1:]
+        while rest and (rest[0] in ("-u", "--unset") or "=" in rest[0] or rest[0] == "-i"):
+            rest = rest[2:] if rest[0] in ("-u", "--unset") else rest[1:]
+    return rest[0].rsplit("/", 1)[-1] if rest else ""
 
 
 def emit_argv(channel: pathlib.Path, cli: str, event: str) -> list[str]:
@@ -186,6 +208,52 @@ def gemini_home(
     return home
 
 
+def opencode_plugin(channel: pathlib.Path) -> str:
+    """The plugin module that reports ``channel``'s agent's opencode events.
+
+    Examples
+    --------
+    >>> src = opencode_plugin(pathlib.Path("/r/A.hooks.jsonl"))
+    >>> '"/r/A.hooks.jsonl", "opencode"]' in src, "__POLI_" in src
+    (True, False)
+    """
+    template = importlib.resources.files("politerm.hooks") / "opencode_plugin.js"
+    emit = json.dumps(emit_argv(channel, "opencode", "")[:-1])
+    return (
+        template.read_text(encoding="utf-8")
+        .replace("__POLI_EMIT__", emit)
+        .replace("__POLI_BOUND_MS__", str(HOOK_TIMEOUT * 1000))
+    )
+
+
+def opencode_config(user: str | None, plugin: pathlib.Path) -> str:
+    """``OPENCODE_CONFIG_CONTENT`` with ``plugin`` added to the user's own (if any).
+
+    Examples
+    --------
+    >>> opencode_config(None, pathlib.Path("/r/p.js"))
+    '{"plugin": ["file:///r/p.js"]}'
+    >>> opencode_config('{"plugin": ["x"], "model": "m"}', pathlib.Path("/r/p.js"))
+    '{"plugin": ["x", "file:///r/p.js"], "model": "m"}'
+
+    Raises
+    ------
+    HookError
+        The user's own value is not a JSON object (it is left alone, without hooks).
+    """
+    data: t.Any = {}
+    if user and user.strip():
+        try:
+            data = json.loads(user)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or not isinstance(data.get("plugin", []), list):
+            msg = f"{OPENCODE_CONFIG_ENV} is set and is not a JSON object politerm can add to"
+            raise HookError(msg)
+    data["plugin"] = [*data.get("plugin", []), plugin.as_uri()]
+    return json.dumps(data)
+
+
 def install_hooks(
     cli: str,
     argv: t.Sequence[str],
@@ -212,6 +280,10 @@ def install_hooks(
             out_env[GEMINI_HOME_ENV] = str(gemini_home(channel, out_env, gemini_settings(channel)))
         elif cli == "codex":
             out_argv += ["-c", f"notify={json.dumps(emit_argv(channel, 'codex', 'notify'))}"]
+        elif cli == "opencode":
+            plugin = channel.with_name(f"{stem}.opencode-plugin.js")
+            write_private(plugin, opencode_plugin(channel))
+            out_env[OPENCODE_CONFIG_ENV] = opencode_config(out_env.get(OPENCODE_CONFIG_ENV), plugin)
         elif cli == "aider":
             out_argv += [
                 "--notifications",

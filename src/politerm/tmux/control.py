@@ -87,6 +87,7 @@ class ControlClient:
         self._pending: collections.deque[_Pending] = collections.deque()
         self._write_lock = asyncio.Lock()
         self._connected = asyncio.Event()
+        self._attached = asyncio.Event()  # tmux said %session-changed: the attach is done
         # Set together with _dead_reason, so waiters for a reconnect learn it will not come.
         self._dead = asyncio.Event()
         self._closing = False
@@ -175,12 +176,16 @@ class ControlClient:
             env=env,
             limit=1 << 24,
         )
+        self._attached.clear()
         self._reader = asyncio.create_task(self._read_loop(self._proc), name="tmux-control-reader")
-        # The round trip of a first command proves the attach worked.
+        # The round trip of a first command proves commands flow; it may run before the
+        # attach itself (tmux reads our stdin before the attach command), and then a
+        # client-scoped command fails with "no current client": wait for the attach too.
         try:
             async with asyncio.timeout(timeout):
                 fut = await self._send_now("display-message -p '#{session_name}'")
                 await fut
+                await self._await_attach(self._reader)
         except TimeoutError as exc:
             await self._kill_proc()
             msg = (
@@ -214,6 +219,14 @@ class ControlClient:
         with contextlib.suppress(TmuxCommandError, ControlModeError):
             await (await self._send_now(f"refresh-client -B '{_DEAD_SUB}:%*:#{{pane_dead}}'"))
         log.debug("control client attached to %s/%s", self.socket_name, self.session)
+
+    async def _await_attach(self, reader: asyncio.Task[None]) -> None:
+        attached = asyncio.ensure_future(self._attached.wait())
+        await asyncio.wait([attached, reader], return_when=asyncio.FIRST_COMPLETED)
+        attached.cancel()
+        if not self._attached.is_set():
+            msg = "tmux control mode ended before the attach"
+            raise ControlModeError(msg)
 
     async def close(self) -> None:
         """Detach and stop; pending commands fail with :class:`ControlModeError`."""
@@ -435,7 +448,9 @@ class ControlClient:
     def _on_notification(self, line: bytes) -> None:
         parts = line.decode("utf-8", errors="replace").split(" ")
         note = Notification(parts[0][1:], tuple(parts[1:]))
-        if note.name == "exit":
+        if note.name == "session-changed":
+            self._attached.set()
+        elif note.name == "exit":
             self.exit_reason = " ".join(note.args) or "exit"
         elif note.name == "subscription-changed" and note.args[:1] == (_DEAD_SUB,):
             pane = next((a for a in note.args[1:] if a.startswith("%")), None)

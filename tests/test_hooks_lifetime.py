@@ -1,0 +1,112 @@
+"""A session's hook channels live as long as the session: kept for a resume, gone at down.
+
+The agent is the fake agent started through a program named ``codex`` (a link), so that
+``poli up`` installs Codex's ``notify`` hook for it as for the real CLI; the fake agent
+ignores the extra arguments its wrapper is given.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+import typing as t
+
+from politerm._internal.proctree import process_tree
+from politerm.config import load_config
+from politerm.engine.session import Session
+from politerm.hooks.channel import channel_path, hooks_dir_for
+from politerm.store import RunStore
+from politerm.tmux.pane import find_agent_pane
+from tests.loophelpers import Loop
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    import libtmux
+
+SCENARIO = 'mode = "codex"\nthink_time = 0.1\n'
+
+
+def open_project(root: pathlib.Path, socket: str) -> Loop:
+    """A project whose one agent's program is called ``codex`` (it runs the fake agent)."""
+    root.mkdir(parents=True)
+    (root / "work").mkdir()
+    (root / "agent.toml").write_text(SCENARIO)
+    wrapper = root / "bin" / "codex"
+    wrapper.parent.mkdir()
+    fake = [
+        sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "codex",
+        "--scenario", str(root / "agent.toml"), "--log", str(root / "agent.jsonl"),
+    ]  # fmt: skip
+    # The hook's own arguments ("-c notify=[...]") are not the fake agent's: dropped.
+    wrapper.write_text("#!/bin/sh\nexec " + " ".join(json.dumps(a) for a in fake) + "\n")
+    wrapper.chmod(0o755)
+    (root / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{socket}"\nsession = "t"\n\n[store]\npath = "runs.sqlite3"\n\n'
+        "[timeouts]\nready = 60\n\n"
+        f"[agents.AGENT]\ncommand = [{json.dumps(str(wrapper))}]\n"
+        'profile = "fake-codex"\ncwd = "work"\nprimer = false\n'
+    )
+    config = load_config(root, env={})
+    # Only AGENT (the built-in PLANNER/EXECUTER defaults are other fake agents).
+    config = config.model_copy(update={"agents": {"AGENT": config.agents["AGENT"]}})
+    store = RunStore.open(config.store.resolved_path())
+    return Loop(root, config, store, Session(config, store))
+
+
+async def test_hooks_dir_is_kept_while_the_session_lives_and_removed_at_down(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    root = tmp_path / "proj"
+    loop = open_project(root, server.socket_name)
+    hooks = hooks_dir_for(loop.config)
+    channel = channel_path(hooks, "AGENT")
+    try:
+        agents = await loop.session.up()
+        assert stat.S_IMODE(hooks.stat().st_mode) == 0o700
+        assert stat.S_IMODE(channel.stat().st_mode) == 0o600
+        command = loop.store.get_agent("AGENT")
+        assert command is not None and "notify=" in command.command, command
+
+        # The agent dies; the session lives on, and so do its receipts (a resume reads them).
+        _profile, pane = agents["AGENT"]
+        for proc in process_tree((await pane.info()).pid):
+            proc.kill()
+        client = await loop.session.server.connect(loop.session.name)
+        found = await find_agent_pane(client, loop.session.server, "AGENT")
+        assert found is not None
+        assert await loop.session.is_up()
+        assert channel.is_file()
+
+        # `poli up --resume` starts it again in the same session: the channel is the same.
+        await loop.session.up(resume=True)
+        assert channel.is_file() and stat.S_IMODE(channel.stat().st_mode) == 0o600
+
+        assert await loop.session.down() == ["AGENT"]
+        assert not hooks.exists(), sorted(p.name for p in hooks.iterdir())
+        assert hooks.parent.is_dir()  # only this session's directory goes
+    finally:
+        await loop.session.down()
+        await loop.session.server.close()
+        loop.store.close()
+
+
+async def test_down_of_a_session_whose_server_died_still_removes_its_hooks_dir(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    root = tmp_path / "proj"
+    loop = open_project(root, server.socket_name)
+    hooks = hooks_dir_for(loop.config)
+    try:
+        await loop.session.up()
+        assert channel_path(hooks, "AGENT").is_file()
+        server.kill()
+        assert not await loop.session.is_up()
+        assert await loop.session.down() == []
+        assert not hooks.exists()
+    finally:
+        await loop.session.server.close()
+        loop.store.close()

@@ -253,6 +253,8 @@ class AgentProfile(_Model):
     dialog_settle: float = pydantic.Field(default=0.0, ge=0, le=60)
     stuck_after: float = pydantic.Field(default=0.0, ge=0)
     dialogs: list[Dialog] = []
+    # A menu the CLI opens under its limit message: closed with its keys at the reset.
+    limit_dialog: Dialog | None = None
     detectors: Detectors = Detectors()
     approval: ApprovalSpec = ApprovalSpec()
     render: Rendering = Rendering()

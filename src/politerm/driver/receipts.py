@@ -69,7 +69,7 @@ class Drift:
     what
         Which question (``delivery``, ``turn-end``, ``approval``).
     hook
-        What the hook said (or that it said nothing).
+        What the hook (or the transcript) said, or that it said nothing.
     screen
         What the screen showed.
     """
@@ -77,9 +77,11 @@ class Drift:
     what: str
     hook: str
     screen: str
+    source: str = "hook"
+    """Who disagreed with the screen: the agent's ``hook``, or its ``transcript``."""
 
     def __str__(self) -> str:
-        return f"{self.what}: hook says {self.hook}; screen says {self.screen}"
+        return f"{self.what}: {self.source} says {self.hook}; screen says {self.screen}"
 
 
 class Receipts:

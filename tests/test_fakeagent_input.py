@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
-import time
 import typing as t
 
 import pytest
@@ -42,16 +41,14 @@ def test_multiline_paste_logged_exact_and_echoed(server: Server, workdir: pathli
     assert record["n"] == 1
 
 
-def test_one_mib_paste_is_fast_and_exact(server: Server, workdir: pathlib.Path) -> None:
+def test_one_mib_paste_arrives_exact(server: Server, workdir: pathlib.Path) -> None:
+    # How fast: bench/bench_paste.py (tests assert no timings).
     agent = FakePane(server, workdir, "claude")
     agent.wait_ready()
     line = b"0123456789 abcdefghijklmnopqrstuvwxyz \xc3\xa9\xe2\x9c\x93 ~!@#$%^&*()\n"
     data = (line * (1024 * 1024 // len(line) + 1))[: 1024 * 1024]
-    started = time.monotonic()
     agent.paste(data)
-    agent.wait_event("paste", 10)
-    took = time.monotonic() - started
-    assert took < 3.0, f"1 MiB paste took {took:.2f}s"
+    agent.wait_event("paste", 60)
     lines = data.count(b"\n")
     agent.wait_screen(f"[Pasted text #1 +{lines} lines]")
     agent.keys("Enter")
@@ -205,13 +202,11 @@ def test_key_decoder(case: DecodeCase, chunk: int) -> None:
     assert got == case.expected
 
 
-def test_key_decoder_one_mib_paste_is_linear() -> None:
+def test_key_decoder_reassembles_a_one_mib_paste_fed_in_chunks() -> None:
     data = b"\x1b[200~" + bytes(range(256)).replace(b"\x1b", b"") * 4200 + b"\x1b[201~"
     decoder = KeyDecoder()
-    started = time.monotonic()
     events = []
     for i in range(0, len(data), 4095):
         events += decoder.feed(data[i : i + 4095])
-    assert time.monotonic() - started < 0.5
     (paste,) = events
     assert paste.data == data[6:-6]

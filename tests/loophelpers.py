@@ -82,8 +82,12 @@ def write_project(
     extra: str = "",
     planner_mode: str = "claude",
     executer_mode: str = "codex",
+    transcripts: bool = False,
 ) -> pathlib.Path:
-    """Write scenarios and a poli.toml for a loop on ``socket``; return the config path."""
+    """Write scenarios and a poli.toml for a loop on ``socket``; return the config path.
+
+    With ``transcripts`` each fake agent keeps its transcript where its profile looks.
+    """
     root.mkdir(parents=True, exist_ok=True)
     for name, text in (("planner", planner), ("executer", executer)):
         (root / f"{name}.toml").write_text(text)
@@ -93,6 +97,7 @@ def write_project(
         argv = [
             sys.executable, "-m", "politerm.testing.fakeagent", "--mode", mode,
             "--scenario", str(root / f"{name}.toml"), "--log", str(root / f"{name}.jsonl"),
+            *(["--transcript", ".fake-transcript.jsonl"] if transcripts else []),
         ]  # fmt: skip
         return (
             f"[agents.{name.upper()}]\n"

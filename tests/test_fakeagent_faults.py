@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import typing as t
 
 import pytest
@@ -116,7 +117,10 @@ def test_crash_mid_reply_draws_half_a_reply(
 ) -> None:
     head = 'think_time = 0.1\ndefault_reply = "line one\\nline two\\nline three\\nline four"\n'
     scenario = _scenario(tmp_path, 'crash_at = "mid_reply"\ncrash_share = 1.0\n', head)
-    agent = FakePane(server, workdir, "claude", scenario=scenario)
+    transcript = tmp_path / "transcript.jsonl"
+    agent = FakePane(
+        server, workdir, "claude", scenario=scenario, extra=["--transcript", str(transcript)]
+    )
     agent.wait_ready()
     agent.paste(b"talk")
     agent.wait_screen("talk")
@@ -126,6 +130,9 @@ def test_crash_mid_reply_draws_half_a_reply(
     assert "line one" in screen and "line four" not in screen
     assert agent.events("reply") == []
     assert prompts(agent.log) == [b"talk"]
+    # The reply never completed: the transcript holds the prompt and no answer.
+    kinds = [json.loads(line)["type"] for line in transcript.read_text().splitlines()]
+    assert kinds == ["user"]
 
 
 def test_freeze_holds_input_until_it_ends(

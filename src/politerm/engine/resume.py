@@ -13,6 +13,14 @@ evidence of anything the new one saw. So before any router routes to it:
   (QUEUED, RETRIED or DELIVERING: that one is sent instead), or it was delivered to an
   agent that is still the same process (the copy would be a duplicate).
 
+Before any of that, the dead agent's own records are read
+(:class:`~politerm.driver.records.AgentRecords`, located before it was restarted): a
+prompt found DELIVERING that its hook or transcript shows it took is DELIVERED (by that
+source), and an answer its transcript holds for a prompt (a block with the prompt's nonce)
+is applied as the router would have applied it on screen, routed on once; that prompt is
+not sent again. An answer printed after the last router stopped reading, and then lost
+with the screen, is not lost.
+
 Each step is written before anything is typed, so a resume interrupted halfway and run
 again sends nothing twice.
 """
@@ -22,13 +30,19 @@ from __future__ import annotations
 import time
 import typing as t
 
+from politerm.driver.delivery import DeliveryResult, Outcome
 from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, PLANNER, RESUME_META, RESUME_MSG
-from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
+from politerm.store.models import MessageState, TaskState, Turn, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from politerm.config import Config
+    from politerm.driver.receipts import Source
+    from politerm.driver.records import AgentRecords
+    from politerm.engine.sending import Sending
     from politerm.store import RunStore
-    from politerm.store.models import Task
+    from politerm.store.models import Message, Task
 
 # A copy of a lost prompt is not needed while one of these is still to be sent or settled.
 _ON_ITS_WAY = frozenset({MessageState.QUEUED, MessageState.RETRIED, MessageState.DELIVERING})
@@ -41,6 +55,9 @@ def resume_work(
     config: Config,
     restarted: t.Collection[str],
     say: t.Callable[[str], None] = lambda _msg: None,
+    *,
+    records: Mapping[str, AgentRecords] | None = None,
+    router: Sending | None = None,
 ) -> None:
     """Put back in flight what died with the agents in ``restarted`` (or the tmux server).
 
@@ -54,10 +71,17 @@ def resume_work(
         The agents this resume started anew (their previous process is gone).
     say
         Progress lines for the user.
+    records
+        The restarted agents' own records, located before they were restarted.
+    router
+        Applies an answer found in a record as the router applies one read on screen
+        (a router over the session's agents that is not running).
     """
+    kept = _Kept(records or {}, router, say)
     for name in restarted:
+        kept.settle_open_turn(store, name)
         with store.batch():
-            _forget_lost_delivery(store, name)
+            _forget_lost_delivery(store, name, kept)
     for task in store.list_tasks():
         previous = store.get_meta(f"{RESUME_META}{task.id}")
         with store.batch():
@@ -67,10 +91,86 @@ def resume_work(
             elif task.state not in ACTIVE:
                 continue
             for name in config.agents:
-                _resend_once(store, task.id, name, restarted=name in restarted, say=say)
+                _resend_once(store, task.id, name, restarted=name in restarted, kept=kept)
 
 
-def _forget_lost_delivery(store: RunStore, name: str) -> None:
+class _Kept:
+    """What the dead agents' own records settle: deliveries they took, answers they wrote."""
+
+    def __init__(
+        self,
+        records: Mapping[str, AgentRecords],
+        router: Sending | None,
+        say: t.Callable[[str], None],
+    ) -> None:
+        self.records = records if router is not None else {}
+        self.router = router
+        self.say = say
+
+    def settle_open_turn(self, store: RunStore, name: str) -> None:
+        """Settle ``name``'s open turn from its records: taken, then answered."""
+        rec = self.records.get(name)
+        turn = store.current_turn(name)
+        if rec is None or turn is None or turn.message_id is None:
+            return
+        msg = store.get_message(turn.message_id)
+        if msg is None or msg.task_id is None:
+            return
+        if msg.state is MessageState.DELIVERING:
+            taken = self.taken(name, msg)
+            if taken is None:
+                return  # no record of it: the new process gets it (see below)
+            self._delivered(name, msg, turn.nonce, taken)
+            turn = store.current_turn(name)
+            if turn is None:
+                return
+        self.answered(store, name, turn)
+
+    def taken(self, name: str, msg: Message) -> tuple[Source, str] | None:
+        """Which of ``name``'s records shows it took ``msg`` (DELIVERING), if one does."""
+        rec = self.records.get(name)
+        if rec is None or not msg.text:
+            return None
+        return rec.submitted(msg.text, msg.turn_nonce)
+
+    def _delivered(self, name: str, msg: Message, nonce: str, taken: tuple[Source, str]) -> None:
+        assert self.router is not None
+        source, evidence = taken
+        result = DeliveryResult(
+            Outcome.DELIVERED, (evidence,), 0, True, 0.0, "the agent's own record",
+            sources=(source,),
+        )  # fmt: skip
+        driver = self.router.agents[name]
+        self.router._settled(driver, msg, nonce, result, follow_up=False, recovered=True)
+        self.say(f"{name}: the {msg.type} message was taken ({evidence})")
+
+    def answered(self, store: RunStore, name: str, turn: Turn) -> bool:
+        """Apply the answer ``name``'s transcript holds for ``turn``; True if it ended it."""
+        rec, router = self.records.get(name), self.router
+        if rec is None or router is None:
+            return False
+        blocks = rec.answer(turn.nonce)
+        if not blocks:
+            return False
+        ended = False
+        for block in blocks:
+            with store.batch():
+                router._apply_block(name, turn, block)
+            store.add_event(
+                "recovered",
+                task_id=turn.task_id,
+                agent=name,
+                detail=f"{block.type} block read back from {name}'s transcript "
+                f"({rec.transcript}); its prompt is not sent again",
+            )
+            self.say(f"task {turn.task_id}: {name}'s {block.type} block read from its transcript")
+            if block.type != "status":
+                ended = True
+                break
+        return ended
+
+
+def _forget_lost_delivery(store: RunStore, name: str, kept: _Kept) -> None:
     """End the open turn of a restarted agent; remember its prompt to be sent again."""
     turn = store.current_turn(name)
     if turn is not None:
@@ -88,6 +188,22 @@ def _forget_lost_delivery(store: RunStore, name: str) -> None:
     for msg in store.in_flight(name):
         if msg.type in FOLLOW_UPS:
             store.transition(msg.id, MessageState.DEAD, error="its agent was restarted")
+        elif (taken := kept.taken(name, msg)) is not None:
+            # The dead process took it: over, and its answer (or one copy) takes its place.
+            store.transition(
+                msg.id, MessageState.DELIVERED, expect=MessageState.DELIVERING,
+                evidence=taken[1],
+            )  # fmt: skip
+            store.transition(msg.id, MessageState.ACKNOWLEDGED)
+            store.add_event(
+                "recovered",
+                task_id=msg.task_id,
+                agent=name,
+                detail=f"{msg.type} message was taken by {name} before it died "
+                f"(confirmed by {taken[0]}: {taken[1]})",
+            )
+            if msg.task_id is not None:
+                store.set_meta(f"{RESUME_MSG}{msg.task_id}:{name}", str(msg.id))
         else:
             # The new process has an empty box and never saw it: send it like a new one.
             store.transition(
@@ -120,9 +236,7 @@ def _reopen(store: RunStore, config: Config, task: Task, state: TaskState) -> No
     store.add_event("resumed", task_id=task.id, detail=f"back to {state.value}")
 
 
-def _resend_once(
-    store: RunStore, task_id: str, name: str, *, restarted: bool, say: t.Callable[[str], None]
-) -> None:
+def _resend_once(store: RunStore, task_id: str, name: str, *, restarted: bool, kept: _Kept) -> None:
     """Queue one copy of the prompt ``name`` lost for ``task_id``, if it needs one."""
     key = f"{RESUME_MSG}{task_id}:{name}"
     raw = store.get_meta(key)
@@ -132,6 +246,11 @@ def _resend_once(
     msg = store.get_message(int(raw))
     if msg is None:
         return
+    if restarted and msg.turn_nonce and msg.state in _REACHED:
+        # Its turn ended when the agent died; the answer may have been written all the same.
+        gone = Turn(name, msg.turn_nonce, task_id, msg.id, 0, time.time())
+        if kept.answered(store, name, gone):
+            return
     root = msg.dedupe_key.split(":resume")[0]
     copies = [
         m
@@ -156,7 +275,7 @@ def _resend_once(
     store.add_event(
         "requeued", task_id=task_id, agent=name, detail=f"{msg.type} message sent again"
     )
-    say(f"task {task_id}: the {msg.type} message to {name} is sent again")
+    kept.say(f"task {task_id}: the {msg.type} message to {name} is sent again")
 
 
 __all__ = ["resume_work"]

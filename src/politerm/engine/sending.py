@@ -14,6 +14,7 @@ import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.driver import Outcome
+from politerm.driver.records import records_of
 from politerm.engine.deadlines import Deadlines
 from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, Begun
 from politerm.protocol.primer import new_nonce
@@ -276,6 +277,13 @@ class Sending(Deadlines):
                     Outcome.DELIVERED, tuple(lines[-3:]), 0, True, 0.0, "its nonce is on screen"
                 )
         text = msg.text or self._render(msg, msg.turn_nonce or new_nonce())
+        # The agent's own record (its prompt hook, its transcript) outlives its screen.
+        taken = (await records_of(driver)).submitted(text, msg.turn_nonce)
+        if taken is not None:
+            return DeliveryResult(
+                Outcome.DELIVERED, (taken[1],), 0, True, 0.0, "the agent's own record",
+                sources=(taken[0],),
+            )  # fmt: skip
         if reading.input_text and _ours(driver, reading.input_text, text):
             # Our paste sits in the input box: submit it and confirm, never paste twice.
             return await driver.deliver(text, already_pasted=True)

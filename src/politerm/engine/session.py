@@ -17,9 +17,12 @@ from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
 from politerm.driver import check_program, deliver, wait_ready
 from politerm.driver.receipts import launch_with_hooks, mark_pane
+from politerm.driver.records import AgentRecords
 from politerm.engine.resume import resume_work
+from politerm.engine.router import Router
 from politerm.errors import HookError, RoutingError, SessionNotFound
-from politerm.hooks.channel import hooks_dir_for, remove_hooks_dir
+from politerm.hooks.channel import channel_path, hooks_dir_for, remove_hooks_dir
+from politerm.hooks.install import GEMINI_HOME_ENV, gemini_home_path, hook_cli
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.tmux.pane import find_agent_pane, new_window
@@ -44,6 +47,19 @@ def agent_profile(cfg: AgentConfig) -> AgentProfile:
         )
         profile = profile.model_copy(update={"detectors": detectors})
     return profile
+
+
+def kept_records(config: Config, name: str, profile: AgentProfile) -> AgentRecords:
+    """Where agent ``name`` of this session keeps its own records (hook channel, transcript)."""
+    acfg = config.agents[name]
+    channel: pathlib.Path | None = channel_path(hooks_dir_for(config), name)
+    if channel is None or not channel.is_file():
+        channel = None
+    env = {**profile.env, **acfg.env}
+    if channel is not None and hook_cli(profile.name, acfg.argv()) == "gemini":
+        env.setdefault(GEMINI_HOME_ENV, str(gemini_home_path(channel)))
+    cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
+    return AgentRecords.find(name, profile.transcript, cwd, env, channel)
 
 
 def builtin_primer(name: str, contract: str = "politerm") -> str:
@@ -166,6 +182,7 @@ class Session:
         agents: Agents = {}
         restarted: list[str] = []  # ran before: started again with their resume arguments
         respawned: list[str] = []  # a new process where one ran in this session before
+        records: dict[str, AgentRecords] = {}  # what the dead ones wrote down themselves
         for name, acfg in self.config.agents.items():
             profile = agent_profile(acfg)
             pane = await find_agent_pane(client, self.server, name)
@@ -176,6 +193,8 @@ class Session:
                 continue
             if pane is not None or self.store.get_agent(name) is not None:
                 respawned.append(name)
+                # Located now: the new process may begin a new transcript of its own.
+                records[name] = kept_records(self.config, name, profile)
             argv = acfg.argv()
             # An agent that ran before gets its resume arguments, to keep its context.
             if resume and self.store.get_agent(name) is not None:
@@ -245,7 +264,10 @@ class Session:
                 )
             )
         if resume:
-            resume_work(self.store, self.config, respawned, say)
+            # A router that does not run: it applies an answer found in a record as it
+            # would apply one read on screen.
+            router = Router(self.config, self.store, agents)
+            resume_work(self.store, self.config, respawned, say, records=records, router=router)
         return agents
 
     async def attach(self) -> Agents:

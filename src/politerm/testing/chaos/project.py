@@ -17,6 +17,7 @@ if t.TYPE_CHECKING:
     import pathlib
 
 AGENTS = ("PLANNER", "EXECUTER")
+TRANSCRIPT = ".fake-transcript.jsonl"  # in the agent's directory, where its profile looks
 _IDS = r"(?=.*?TASK_ID=(?P<id>[^\s()]+))(?=.*?\(nonce=(?P<nonce>[0-9a-f]+)\))"
 
 
@@ -82,7 +83,8 @@ def write_project(
 ) -> pathlib.Path:
     """Write both scenarios and ``poli.toml`` under ``root``; return the config path.
 
-    Each agent logs to ``root/<role>.jsonl`` (lower case): the run's ground truth.
+    Each agent logs to ``root/<role>.jsonl`` (lower case): the run's ground truth. Each
+    also keeps a transcript in its directory (``root/<role>/``:data:`TRANSCRIPT`).
     """
     root.mkdir(parents=True, exist_ok=True)
     parts = [
@@ -98,6 +100,8 @@ def write_project(
         argv = [
             sys.executable, "-m", "politerm.testing.fakeagent", "--mode", spec.mode,
             "--scenario", str(scenario), "--log", str(root / f"{name}.jsonl"), "--name", role,
+            # its own transcript: what a resume reads back when the screen died with it
+            "--transcript", TRANSCRIPT,
         ]  # fmt: skip
         parts.append(
             f"[agents.{role}]\ncommand = {json.dumps(argv)}\n"

@@ -518,6 +518,8 @@ class FakeAgent:
         if rows and self.faults.crash(CrashAt.MID_REPLY, turn.n):
             self.display.commit(rows[: max(1, len(rows) // 2)])
             self.display.render(self._view())
+            # A reply cut off mid-way never completes: its transcript entry is not written.
+            del self.unlogged_replies[-1:]
             raise _Exit(3, "crash", crash=True)
         self.display.commit([*rows, *self.screen.done(elapsed, turn.n)])
         self.log.write("reply", n=turn.n, rule=turn.rule_index, seconds=elapsed)

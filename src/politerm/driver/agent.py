@@ -59,6 +59,7 @@ from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.driver.transcripts import hooked_home
 from politerm.errors import (
+    AgentExited,
     ControlModeError,
     HookError,
     PaneNotFound,
@@ -147,8 +148,7 @@ class AgentDriver:
         self.last_screen: tuple[str, ...] = ()
         self.dead = False
         self._stuck_reported = False
-        # The state the agent's store row should show, until record_row() writes it.
-        self._row_due: str | None = None
+        self._row_due: str | None = None  # the state for the store row, until record_row()
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
         self._look: tuple[Snapshot, asyncio.Event] | None = None
@@ -320,9 +320,8 @@ class AgentDriver:
         """Look once: track the state, answer an approval question by policy, record it.
 
         A STUCK agent is reported once as a ``stuck`` event; a LIMITED one is resumed at the
-        reset (:class:`~politerm.driver.limits.Limiter`); the agent's row in the store (if it
-        has one) follows its state — at once, or with ``defer_row`` at the caller's
-        :meth:`record_row` (which may join a commit the caller makes anyway).
+        reset (:class:`~politerm.driver.limits.Limiter`); the agent's store row (if it has
+        one) follows its state: at once, or (``defer_row``) at the caller's :meth:`record_row`.
         """
         snap = await self.snapshot()
         if snap is None:
@@ -416,8 +415,7 @@ class AgentDriver:
         with contextlib.suppress(StoreError):
             agent = self.store.get_agent(self.name)
             if agent is not None and agent.state != state:
-                # A display row that the next look rewrites: not worth an fsync on the
-                # way from a block to the next agent (the next durable commit covers it).
+                # A display row the next look rewrites: no fsync on the way to an agent.
                 with self.store.batch(durable=False):
                     self.store.set_agent_state(self.name, state)
 
@@ -458,8 +456,6 @@ class AgentDriver:
                 on_dialog=on_dialog,
             )
         except PaneNotFound as exc:
-            from politerm.errors import AgentExited
-
             msg = f"agent {self.name} exited while starting: {exc}"
             raise AgentExited(msg) from None
         snap = await self.snapshot()

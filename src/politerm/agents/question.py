@@ -263,7 +263,10 @@ def read_request(
     groups = found.groupdict()
     command = command_text(groups.get("command") or "")
     tool = (groups.get("tool") or "").strip()
-    evidence = tuple(dict.fromkeys((q.line, command.split("\n")[0]))) if command else (q.line,)
+    # The screen line the command starts on (its first non-blank one) backs the reading.
+    below = text[text.rfind("\n", 0, found.start("command")) + 1 :].split("\n")
+    first = next((ln.strip() for ln in below if ln.strip()), "")
+    evidence = tuple(dict.fromkeys((q.line, first)))
     body = lines[start + 1 : q.index] if spec.box_top is not None else ()
     doubt = _doubt(spec, q.line, body, command, trailing_spaces=trailing_spaces)
     if doubt:

@@ -14,7 +14,9 @@ import sys
 import typing as t
 
 from politerm._internal.proctree import process_tree
+from politerm.agents import load_profile
 from politerm.config import load_config
+from politerm.driver import AgentDriver
 from politerm.engine.session import Session
 from politerm.hooks.channel import channel_path, create_channel, hooks_dir_for, remove_hooks_dir
 from politerm.hooks.install import GEMINI_HOME_ENV, install_hooks
@@ -141,3 +143,26 @@ def test_what_gemini_made_in_its_session_home_goes_back_to_the_user(
     assert (user / "settings.json").read_text() == '{"ui": {"theme": "x"}}'
     assert (user / "projects.json").read_text() == '{"mine": 1}'
     assert (user / "tmp" / "old").is_dir()
+
+
+async def test_a_temporary_hooks_dir_goes_with_its_agent(tmp_path: pathlib.Path) -> None:
+    # `poli agents check`, the canary, the bridge and the manager start an agent outside
+    # any session: its channel is in a private temporary directory of its own.
+    root = tmp_path / "proj"
+    loop = open_project(root, "unused")
+    driver = await AgentDriver.start(
+        "AGENT",
+        load_profile("fake-codex"),
+        argv=[str(root / "bin" / "codex")],
+        cwd=root / "work",
+        ready_timeout=60,
+    )
+    try:
+        assert driver.receipts is not None
+        temp = driver.receipts.channel.path.parent
+        assert temp.name.startswith("poli-hooks-") and stat.S_IMODE(temp.stat().st_mode) == 0o700
+        assert driver.receipts.channel.path.is_file()
+    finally:
+        await driver.kill()
+        loop.store.close()
+    assert not temp.exists()

@@ -424,12 +424,13 @@ class AgentProfile(_Model):
         """What the open tool-permission question on screen asks to run, if one is open.
 
         The command is ``""`` when the profile has no ``approval.command`` regex or it does
-        not match; ``complete`` is False when the question's box starts above the screen
-        (read it with the history: :func:`politerm.agents.question.read_request`).
+        not match; ``complete`` is False when it cannot be read in full with certainty, as
+        when the question's box starts above the screen (read it with the history:
+        :func:`politerm.agents.question.read_request`).
         """
         if self.detect(snap).state is not AgentState.WAITING_APPROVAL:
             return None
-        return read_request(self, snap.lines)
+        return read_request(self, snap.lines, trailing_spaces=snap.trailing_spaces)
 
     def progress_key(self, snap: Snapshot) -> tuple[str, ...]:
         """The screen minus what moves without progress (spinners, timers, busy lines).

@@ -235,7 +235,7 @@ async def test_epic_session_waits_out_a_limit_longer_than_its_timeout(
 ) -> None:
     from politerm.store.epics import EpicStore, SessionStatus
     from politerm.testing.fakeagent import prompts
-    from tests.test_epic import Project, add_items
+    from tests.epic_helpers import Project, add_items
 
     # The fake agent in plain mode, reading the fake's limit message as LIMITED.
     agents = pathlib.Path(os.environ["XDG_CONFIG_HOME"]) / "politerm" / "agents"

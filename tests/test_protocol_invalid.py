@@ -9,6 +9,7 @@ import pytest
 
 from politerm.errors import BlockRejected, ProtocolError
 from politerm.protocol import BlockParser, parse_blocks, parse_header
+from politerm.protocol.header import validate_header
 from tests.protocol_helpers import PLAIN
 
 # --- partial, malformed, invalid --------------------------------------------------------
@@ -102,3 +103,23 @@ def test_rejections_are_logged(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="politerm.protocol.parser"):
         parse_blocks('[[POLI:MSG {"to":"E","type":"plan"}]]\nx\n[[/POLI:MSG]]')
     assert "header misses required key 'id'" in caplog.text
+
+
+@pytest.mark.parametrize("order", ["good-first", "bad-first"])
+def test_a_header_checked_again_gets_the_same_verdict_by_value_and_type(order: str) -> None:
+    # The schema check of a flat header is remembered: 1 and True (equal in Python) must
+    # not share a verdict, nor a header and the same header with a wrong-typed value.
+    good = {"to": "EXECUTER", "type": "plan", "id": "T1"}
+    cases = [(good, None), ({**good, "id": 1}, "header key 'id'"), ({**good, "to": True}, "'to'")]
+    if order == "bad-first":
+        cases.reverse()
+    for _ in range(2):
+        for header, reason in cases:
+            if reason is None:
+                validate_header(header)
+                continue
+            with pytest.raises(BlockRejected, match=reason):
+                validate_header(header)
+    nested = {**good, "extra": {"deep": [1]}}  # not flat: checked each time, same verdict
+    validate_header(nested)
+    validate_header(nested)

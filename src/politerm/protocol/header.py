@@ -246,16 +246,14 @@ def validate_header(header: t.Mapping[str, t.Any], *, nonce: str | None = None) 
     ...
     politerm.errors.BlockRejected: nonce 'ab12' is not this turn's nonce 'cd34'
     """
-    errors = sorted(_validator().iter_errors(dict(header)), key=lambda e: list(e.path))
-    if errors:
-        err = errors[0]
-        if err.validator == "required":
-            missing = [k for k in t.cast("list[str]", err.validator_value) if k not in header]
-            msg = f"header misses required key {missing[0]!r}"
-            raise BlockRejected(msg)
-        where = ".".join(str(p) for p in err.path) or "(root)"
-        msg = f"header key {where!r}: {err.message}"
-        raise BlockRejected(msg)
+    flat = all(type(v) in _FLAT for v in header.values())
+    # A header is checked on every look while its block is on screen: a flat one (every
+    # header politerm asks for) is checked against the schema once.
+    problem = _flat_problem(tuple((k, type(v), v) for k, v in header.items())) if flat else None
+    if problem is None and not flat:
+        problem = _schema_problem(header)
+    if problem:
+        raise BlockRejected(problem)
     if nonce is not None:
         got = header.get("nonce")
         if got is None:
@@ -264,6 +262,28 @@ def validate_header(header: t.Mapping[str, t.Any], *, nonce: str | None = None) 
         if str(got).lower() != nonce.lower():
             msg = f"nonce {got!r} is not this turn's nonce {nonce!r}"
             raise BlockRejected(msg)
+
+
+_FLAT = (str, int, float, bool, type(None))
+
+
+@functools.lru_cache(maxsize=512)
+def _flat_problem(items: tuple[tuple[str, type, t.Any], ...]) -> str:
+    """:func:`_schema_problem` of a header whose values are all scalars (by value and type)."""
+    return _schema_problem({k: v for k, _, v in items})
+
+
+def _schema_problem(header: t.Mapping[str, t.Any]) -> str:
+    """Why ``header`` does not fit the schema, as one line; "" when it does."""
+    errors = sorted(_validator().iter_errors(dict(header)), key=lambda e: list(e.path))
+    if not errors:
+        return ""
+    err = errors[0]
+    if err.validator == "required":
+        missing = [k for k in t.cast("list[str]", err.validator_value) if k not in header]
+        return f"header misses required key {missing[0]!r}"
+    where = ".".join(str(p) for p in err.path) or "(root)"
+    return f"header key {where!r}: {err.message}"
 
 
 def parse_header(lines: str | t.Sequence[str], *, nonce: str | None = None) -> dict[str, t.Any]:

@@ -88,8 +88,7 @@ class _BatchedAudit:
 
     def release(self) -> None:
         held, self._held = self._held or [], None
-        for kind, fields in held:
-            self._log.append(kind, **fields)
+        self._log.append_many(held)  # a batch's lines in one write
 
     def close(self) -> None:
         self._log.close()

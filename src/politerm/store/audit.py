@@ -68,12 +68,19 @@ class AuditLog:
         A failure to write is logged, not raised: the caller's transaction has already
         committed, and reporting it as failed would invite a second, duplicate attempt.
         """
-        line = encode_record(kind, fields, ts=time.time())
+        self.append_many([(kind, fields)])
+
+    def append_many(self, records: t.Sequence[tuple[str, t.Mapping[str, t.Any]]]) -> None:
+        """Append several records (kind, fields) with one ``write()``, in order."""
+        if not records:
+            return
+        now = time.time()
+        line = b"".join(encode_record(kind, fields, ts=now) for kind, fields in records)
         with self._lock:
             try:
                 if self._fd is None:
                     # O_APPEND: concurrent writers (router and CLI) each land whole lines at
-                    # the end; a single write() of one line is not interleaved with another.
+                    # the end; a single write() of lines is not interleaved with another.
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
                 os.write(self._fd, line)
             except OSError as e:

@@ -159,6 +159,9 @@ def test_a_snapshot_read_again_gives_the_reading_of_that_very_snapshot() -> None
     assert aider.detect(idle) == aider._detect(idle, limited=True)  # another profile
     assert claude.detect(busy, limited=False) == claude._detect(busy, limited=False)
     assert claude.detect(dataclasses.replace(busy, alive=False)).state is AgentState.EXITED
+    looks = [dataclasses.replace(idle, cursor_x=n) for n in range(40)]  # more than are kept
+    assert [claude.detect(s).state for s in looks] == [AgentState.READY] * 40
+    assert claude.detect(looks[-1]) is claude.detect(looks[-1])
 
 
 # --- the turn's window: read off the snapshot when its rows are its lines ---------------

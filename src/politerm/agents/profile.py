@@ -352,13 +352,16 @@ class AgentProfile(_Model):
         reads the screen as if no limit message showed (one already dealt with).
         """
         # One look is read by the tracker, then by whoever acts on it (a handoff reads
-        # the recipient's screen twice more): the last reading is kept for that snapshot.
-        last = _LAST.entry
-        if last is not None and last[0] is self and last[1] is snap and last[2] == limited:
-            return last[3]
+        # the recipient's screen twice more): the last few readings are kept, by snapshot.
+        key = (id(self), id(snap), limited)
+        hit = _READINGS.get(key)
+        if hit is not None and hit[0] is self and hit[1] is snap:
+            return hit[2]
         reading = self._detect(snap, limited=limited)
         if reading.state is not AgentState.LIMITED:  # its reset time is read against now
-            _LAST.entry = (self, snap, limited, reading)
+            _READINGS[key] = (self, snap, reading)  # held: their ids stay theirs
+            if len(_READINGS) > _READINGS_KEPT:
+                _READINGS.pop(next(iter(_READINGS), key), None)
         return reading
 
     def _detect(self, snap: Snapshot, *, limited: bool) -> StateReading:
@@ -489,13 +492,9 @@ class AgentProfile(_Model):
 _DIGITS = re.compile(r"\d+")
 
 
-class _LastReading:
-    """The last reading detected: (profile, snapshot, limited, reading), by identity."""
-
-    entry: tuple[AgentProfile, Snapshot, bool, StateReading] | None = None
-
-
-_LAST = _LastReading()
+#: The last readings detected, by (profile, snapshot, limited) identity, oldest first.
+_READINGS: dict[tuple[int, int, bool], tuple[AgentProfile, Snapshot, StateReading]] = {}
+_READINGS_KEPT = 16
 
 
 def _line_at(text: str, pos: int) -> str:

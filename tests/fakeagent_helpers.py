@@ -8,6 +8,8 @@ import shlex
 import sys
 import typing as t
 
+import pytest
+
 from politerm.testing.fakeagent import read_log
 from politerm.testing.retry import retry_until
 
@@ -180,3 +182,16 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def write_scenario(tmp_path: pathlib.Path, body: str, name: str = "scenario.toml") -> pathlib.Path:
+    path = tmp_path / name
+    path.write_text(body, "utf-8")
+    return path
+
+
+@pytest.fixture(name="workdir")
+def workdir_fixture(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path

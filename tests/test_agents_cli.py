@@ -97,7 +97,10 @@ CHECK_CASES = [
         "fake-claude-approval", "fake-claude",
         "[[rules]]\nmatch = 'say hello'\napproval = \"Bash(echo hi > out.txt)\"\n"
         "deny_reply = 'ECHO: say hello'\nreply = 'ran it'\n", "claude",
-        ("ok: approval: denied with", "state: waiting_approval ["),
+        (
+            "ok: approval: denied Bash(echo hi > out.txt) (read in full) with Escape",
+            "state: waiting_approval [",
+        ),
     ),
 ]  # fmt: skip
 

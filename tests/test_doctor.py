@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import typing as t
 from pathlib import Path
 
@@ -136,17 +135,16 @@ def test_socket_dir_with_wrong_mode(env: dict[str, str], tmp_path: Path) -> None
 
 @needs_tmux
 def test_hanging_agent_fails_within_the_timeout(env: dict[str, str], tmp_path: Path) -> None:
-    hang = write_script(tmp_path / "hangs", "sleep 60")
+    # The probe hangs for 10 minutes: doctor answering within poli_doctor's 60 s bound at
+    # all proves it gave up on it at its own timeout.
+    hang = write_script(tmp_path / "hangs", "sleep 600")
     env["PLANNER_CMD"] = str(hang)
     env["POLI_DOCTOR_TIMEOUT"] = "1"
-    started = time.monotonic()
     result = poli_doctor(env, "--json", cwd=tmp_path)
-    elapsed = time.monotonic() - started
     assert result.returncode == 1
     row = rows_of(result)["agent PLANNER"]
     assert row["status"] == "FAIL"
-    assert "hangs" in row["detail"]
-    assert elapsed < 20, f"doctor took {elapsed:.1f}s despite a 1s probe timeout"
+    assert "hangs (no answer within 1s)" in row["detail"]
 
 
 @needs_tmux

@@ -11,7 +11,7 @@ import typing as t
 from politerm.agents.approval import get_pending, pending_keys
 from politerm.store.epics import SessionStatus
 from politerm.testing.retry import aretry_until
-from tests.test_epic import Project, add_items
+from tests.epic_helpers import Project, add_items
 
 if t.TYPE_CHECKING:
     import pytest

@@ -8,21 +8,23 @@ ignores the extra arguments its wrapper is given.
 from __future__ import annotations
 
 import json
+import pathlib
 import stat
 import sys
 import typing as t
 
 from politerm._internal.proctree import process_tree
+from politerm.agents import load_profile
 from politerm.config import load_config
+from politerm.driver import AgentDriver
 from politerm.engine.session import Session
-from politerm.hooks.channel import channel_path, hooks_dir_for
+from politerm.hooks.channel import channel_path, create_channel, hooks_dir_for, remove_hooks_dir
+from politerm.hooks.install import GEMINI_HOME_ENV, install_hooks
 from politerm.store import RunStore
 from politerm.tmux.pane import find_agent_pane
 from tests.loophelpers import Loop
 
 if t.TYPE_CHECKING:
-    import pathlib
-
     import libtmux
 
 SCENARIO = 'mode = "codex"\nthink_time = 0.1\n'
@@ -110,3 +112,57 @@ async def test_down_of_a_session_whose_server_died_still_removes_its_hooks_dir(
     finally:
         await loop.session.server.close()
         loop.store.close()
+
+
+def test_what_gemini_made_in_its_session_home_goes_back_to_the_user(
+    tmp_path: pathlib.Path,
+) -> None:
+    user = tmp_path / "home" / ".gemini"
+    (user / "tmp" / "old").mkdir(parents=True)
+    (user / "settings.json").write_text('{"ui": {"theme": "x"}}')
+    (user / "projects.json").write_text('{"mine": 1}')
+    hooks = tmp_path / "hooks"
+    channel = create_channel(hooks, "A")
+    _, env = install_hooks("gemini", ["gemini"], {"HOME": str(tmp_path / "home")}, channel)
+    ours = pathlib.Path(env[GEMINI_HOME_ENV]) / ".gemini"
+    # Gemini CLI at work: a chat under tmp (a link to the user's), a new history folder,
+    # its registry rewritten where the user had one (through the link) ...
+    (ours / "tmp" / "proj" / "chats").mkdir(parents=True)
+    (ours / "tmp" / "proj" / "chats" / "session-1.jsonl").write_text("{}\n")
+    (ours / "history" / "proj").mkdir(parents=True)
+    (ours / "history" / "proj" / "h.txt").write_text("prompt\n")
+    (ours / "installation_id").write_text("abc")
+
+    assert remove_hooks_dir(hooks)
+
+    assert not hooks.exists()
+    assert (user / "tmp" / "proj" / "chats" / "session-1.jsonl").read_text() == "{}\n"
+    assert (user / "history" / "proj" / "h.txt").read_text() == "prompt\n"
+    assert (user / "installation_id").read_text() == "abc"
+    # The user's own files are as they were: the session's settings copy is not theirs.
+    assert (user / "settings.json").read_text() == '{"ui": {"theme": "x"}}'
+    assert (user / "projects.json").read_text() == '{"mine": 1}'
+    assert (user / "tmp" / "old").is_dir()
+
+
+async def test_a_temporary_hooks_dir_goes_with_its_agent(tmp_path: pathlib.Path) -> None:
+    # `poli agents check`, the canary, the bridge and the manager start an agent outside
+    # any session: its channel is in a private temporary directory of its own.
+    root = tmp_path / "proj"
+    loop = open_project(root, "unused")
+    driver = await AgentDriver.start(
+        "AGENT",
+        load_profile("fake-codex"),
+        argv=[str(root / "bin" / "codex")],
+        cwd=root / "work",
+        ready_timeout=60,
+    )
+    try:
+        assert driver.receipts is not None
+        temp = driver.receipts.channel.path.parent
+        assert temp.name.startswith("poli-hooks-") and stat.S_IMODE(temp.stat().st_mode) == 0o700
+        assert driver.receipts.channel.path.is_file()
+    finally:
+        await driver.kill()
+        loop.store.close()
+    assert not temp.exists()

@@ -81,6 +81,8 @@ class LiveAgents:
         self._all_dirty = True
         self._panes: dict[str, str] = {}  # pane id -> agent name
         self._event = asyncio.Event()
+        #: Agent name → when its limit resets, as its screen says (LIMITED agents only).
+        self.resets: dict[str, float] = {}
 
     def event(self) -> asyncio.Event:
         """An event set at the next change of any watched agent pane."""
@@ -188,11 +190,15 @@ class LiveAgents:
             return EXITED
         if not snap.alive:
             return EXITED
-        state = profile.detect(snap).state
+        reading = profile.detect(snap)
+        state = reading.state
         if state is AgentState.LIMITED and agent.state != state.value:
             # A limit message the driver already answered stays on screen a while; only the
             # driver (which saw what came after it) says whether it still holds.
             state = profile.detect(snap, limited=False).state
+        self.resets.pop(agent.name, None)
+        if state is AgentState.LIMITED and reading.reset_at is not None:
+            self.resets[agent.name] = reading.reset_at
         return state.value
 
 
@@ -304,7 +310,8 @@ async def watch(
                     # Bounded: a tmux command that never answers must not freeze the view.
                     async with asyncio.timeout(READ_BOUND):
                         states = await live.states(store.list_agents())
-                data = collect(store, events=0, live=states)
+                resets = live.resets if live is not None else None
+                data = collect(store, events=0, live=states, resets=resets)
             except (PolitermError, sqlite3.Error, OSError, TimeoutError) as exc:
                 # A pane vanishing mid-read or a store busy with a writer must not end the
                 # view: say so and read again shortly.

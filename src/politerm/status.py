@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
 import typing as t
 
 from politerm._internal.sanitize import escape_controls
 from politerm.agents.approval import list_pending
+from politerm.agents.limits import reset_in_words
+from politerm.agents.state import AgentState
 from politerm.driver.tokens import stored_tokens
+from politerm.store.limits import open_limits
 from politerm.store.models import MessageState
 
 if t.TYPE_CHECKING:
@@ -19,16 +23,34 @@ _OPEN = (MessageState.QUEUED, MessageState.RETRIED, MessageState.DELIVERING, Mes
 
 
 def collect(
-    store: RunStore, *, events: int = 15, live: t.Mapping[str, str] | None = None
+    store: RunStore,
+    *,
+    events: int = 15,
+    live: t.Mapping[str, str] | None = None,
+    resets: t.Mapping[str, float] | None = None,
 ) -> dict[str, t.Any]:
     """Everything ``poli status`` shows, as plain data (``--json`` prints it as is).
 
     ``live`` maps agent names to their live state (see :class:`politerm.livestatus.LiveAgents`);
-    without it the state last stored is shown.
+    without it the state last stored is shown. A LIMITED agent's ``limit`` says when its
+    limit resets: as its driver keeps it in the store, else as ``resets`` (read from its
+    screen) says.
     """
     agents = store.list_agents()
     turns = {tn.agent: tn for tn in store.list_turns()}
     live = live or {}
+    limits = open_limits(store)
+    resets = resets or {}
+
+    def limit(name: str, state: str) -> dict[str, t.Any] | None:
+        if state != AgentState.LIMITED.value:
+            return None
+        held = limits.get(name)
+        if held is not None:
+            return {"resets_at": held.until, "since": held.since, "shown": held.shown}
+        if name in resets:
+            return {"resets_at": resets[name], "since": None, "shown": True}
+        return {"resets_at": None, "since": None, "shown": False}
 
     def working_on(name: str) -> str | None:
         turn = turns.get(name)
@@ -45,6 +67,7 @@ def collect(
                 "name": a.name,
                 "state": live.get(a.name, a.state),
                 "stored_state": a.state,
+                "limit": limit(a.name, live.get(a.name, a.state)),
                 "pane": a.pane_id,
                 "profile": a.profile,
                 "command": a.command,
@@ -107,6 +130,28 @@ def collect(
     }
 
 
+def _state(agent: dict[str, t.Any], now: float | None = None) -> str:
+    """The state column: a LIMITED agent's with when its limit resets.
+
+    Examples
+    --------
+    >>> _state({"state": "ready"})
+    'ready'
+    >>> _state({"state": "limited", "limit": {"resets_at": None}})
+    'limited (reset time not known)'
+    >>> _state({"state": "limited", "limit": {"resets_at": 1090.0}}, now=1000.0).endswith(
+    ...     "(in 90s)")
+    True
+    """
+    lim = agent.get("limit")
+    if agent["state"] != AgentState.LIMITED.value or not lim:
+        return str(agent["state"])
+    if lim.get("resets_at") is None:
+        return "limited (reset time not known)"
+    at = float(lim["resets_at"])
+    return f"limited · resets {reset_in_words(at, time.time() if now is None else now)}"
+
+
 def _count(value: int | None) -> str:
     return f"{value:,}" if value is not None else "-"
 
@@ -143,7 +188,7 @@ def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableT
     for a in data["agents"]:
         agents.add_row(
             a["name"],
-            a["state"],
+            _state(a),
             a["pane"],
             a["profile"],
             _count(a.get("tokens")),

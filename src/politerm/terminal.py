@@ -18,7 +18,9 @@ class Snapshot:
     """A rendered screen at one moment, with the cursor and the program's liveness.
 
     ``title`` is the terminal title the program set (tmux ``#{pane_title}``), ``""`` when
-    the backend cannot tell.
+    the backend cannot tell. ``trailing_spaces``: the lines keep the spaces the program
+    wrote at their ends (a tmux capture); False when every line is right-stripped (a PTY's
+    rendered screen), so a line of spaces cannot be told from an empty one.
     """
 
     lines: tuple[str, ...]
@@ -30,6 +32,7 @@ class Snapshot:
     in_mode: bool = False
     alternate_screen: bool = False
     title: str = ""
+    trailing_spaces: bool = True
 
     def tail(self, n: int = 8) -> list[str]:
         """The last ``n`` non-blank lines, for error messages and evidence."""

@@ -54,6 +54,7 @@ class AgentSpec:
     options: Options = dataclasses.field(default_factory=Options)
     args: tuple[str, ...] = ()
     profile: str | None = None
+    hooks: bool = True
 
 
 @dataclasses.dataclass
@@ -254,6 +255,7 @@ def write_rig(
             f"[agents.{name}]\ncommand = {json.dumps(argv)}\n"
             f"profile = {_toml_str(spec.profile)}\n"
             f"cwd = {_toml_str(str(spec.workdir))}\nprimer = false\n"
+            f"hooks = {json.dumps(a.hooks)}\n"
             f"[agents.{name}.env]\n"
             + "".join(f"{k} = {_toml_str(v)}\n" for k, v in spec.env.items())
             + "\n"

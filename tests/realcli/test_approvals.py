@@ -4,9 +4,10 @@ aider (pretty and ``--no-pretty``, diff edit format) runs as an executer whose r
 two shell commands with output, so four questions come in a row: "Run shell command?",
 "Add command output to the chat?", and the same again for the second command. Each is
 answered by the run's policy (ask, approve, or deny plus patterns) as the question actually
-open, never by the command of the question answered above it. Claude Code asks to run a
-150-line heredoc whose box is taller than the screen; a pattern over the whole command
-approves it.
+open, never by the command of the question answered above it. A command with a blank line
+inside is read whole, so a pattern over its last part alone does not approve it. Claude
+Code asks to run a 150-line heredoc whose box is taller than the screen; a pattern over the
+whole command approves it.
 """
 
 from __future__ import annotations
@@ -23,17 +24,23 @@ from politerm.agents.approval import (
     answer_pending,
     get_pending,
 )
+from politerm.agents.check import check_agent
+from politerm.agents.profile import load_profile
 from politerm.driver import AgentDriver
 from politerm.driver.turn import Expect
 from politerm.testing.mockllm import Rule
 from politerm.testing.retry import aretry_until
+from tests.realcli.clis import prepare
 from tests.realcli.helpers import REPLY, AgentSpec
 
 if t.TYPE_CHECKING:
+    import pathlib
+
     from politerm.store import RunStore
     from politerm.testing.mockllm import MockLLM
     from tests.realcli.conftest import RigFactory
     from tests.realcli.helpers import Agent, Rig
+    from tests.realcli.install import Installed
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(420)]
 
@@ -147,6 +154,57 @@ async def test_aider_executer_two_commands_in_a_row(
     assert not [d for d in details if "Add command output" in d and "echo" in d], details
 
 
+# A command with a blank line inside (aider prints it padded, then "Run shell commands?"),
+# then a second command. A pattern over the part below the blank line alone never
+# approves it: the whole command is read, or it is not approved by pattern.
+HEAD = "echo head-out | tee head.txt"
+TAIL = "echo tail-out | tee tail.txt; sleep 1"
+BLANK = f"{HEAD}\n\n{TAIL}"
+BLANK_REPLY = f"Running both.\n\n```bash\n{BLANK}\n```\n\n```bash\n{SECOND}\n```\n\n{RESULT}"
+RUNS = "Run shell commands? (Y)es/(N)o/(S)kip all/(D)on't ask again [Yes]:"
+TAIL_PATTERN = r"^echo tail-out "  # tried first: it matches only the part below the blank line
+WHOLE_PATTERN = r"\Aecho head-out \| tee head\.txt\n\necho tail-out \| tee tail\.txt; sleep 1\Z"
+SECOND_PATTERN = r"^echo second-out "
+
+
+@pytest.mark.parametrize("patterns", ["whole", "tail"])
+@pytest.mark.parametrize("profile", ["aider", "aider-raw"])
+async def test_aider_command_with_a_blank_line_is_read_whole_for_patterns(
+    profile: str, patterns: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(rule("APPROVALS-BLANK", BLANK_REPLY))
+    r = await rig({"EXECUTER": AgentSpec("aider", profile=profile, args=("--edit-format", "diff"))})
+    agent = r.agent("EXECUTER")
+    allowed = [TAIL_PATTERN, *([WHOLE_PATTERN] if patterns == "whole" else []), SECOND_PATTERN]
+    driver = driver_for(r, agent, ApprovalPolicy.of("deny", allowed))
+    result = await driver.run_turn(prompt("APPROVALS-BLANK"), Expect.block("result"), timeout=240)
+    assert result.ok, (result.error, result.screen)
+    work = agent.spec.workdir
+    ran = patterns == "whole"
+    assert (work / "head.txt").is_file() is ran and (work / "tail.txt").is_file() is ran
+    assert (work / "second.txt").read_text().strip() == "second-out"
+
+    decisions = approvals(r.store)
+    first, *rest = decisions
+    assert (first["question"], first["command"], first["complete"]) == (RUNS, BLANK, True)
+    if ran:
+        assert first["decision"] == "approve", first
+        assert first["reason"] == f"pattern {WHOLE_PATTERN!r} matches the command"
+        assert [d["question"] for d in rest] == [OUTPUT, RUN, OUTPUT], decisions
+        assert [d["decision"] for d in rest] == ["deny", "approve", "deny"], decisions
+    else:
+        assert first["decision"] == "deny", first
+        assert first["reason"] == f"policy 'deny': no approval pattern matches {BLANK!r}"
+        assert [d["question"] for d in rest] == [RUN, OUTPUT], decisions
+        assert [d["decision"] for d in rest] == ["approve", "deny"], decisions
+    second = next(d for d in rest if d["question"] == RUN)
+    assert (second["command"], second["reason"]) == (
+        SECOND,
+        f"pattern {SECOND_PATTERN!r} matches the command",
+    )
+    assert all(d["complete"] for d in decisions), decisions
+
+
 async def test_claude_approves_a_150_line_heredoc_by_pattern(rig: RigFactory, llm: MockLLM) -> None:
     llm.add(rule("APPROVALS-BIG", "Writing the file.", command=HEREDOC, after=RESULT))
     r = await rig({"EXECUTER": AgentSpec("claude")})
@@ -188,3 +246,32 @@ async def test_claude_long_command_shows_in_status_while_asked(
     result = await turn
     assert result.ok, (result.error, result.screen)
     assert len((agent.spec.workdir / "big.txt").read_text().splitlines()) == 150
+
+
+async def test_agents_check_reads_claudes_tall_box_from_history(
+    installed: Installed, llm: MockLLM, tmp_path: pathlib.Path
+) -> None:
+    # `poli agents check` looks through the driver: the approver reads the 150-line box
+    # from the pane's history and the check names the whole command it denied.
+    llm.add(rule("CHECK-TALL", "Writing the file.", command=HEREDOC, after="Not written."))
+    spec = prepare("claude", installed.bins["claude"], llm, tmp_path / "home", tmp_path / "work")
+    said: list[str] = []
+    report = await check_agent(
+        load_profile("claude"),
+        argv=spec.argv,
+        cwd=spec.workdir,
+        env=spec.env,
+        prompt="Please run it. CHECK-TALL (nonce=0)",
+        ready_timeout=120,
+        reply_timeout=240,
+        say=said.append,
+    )
+    steps = {s.name: s for s in report.steps}
+    assert "approval" in steps, said
+    assert steps["approval"].ok
+    assert steps["approval"].detail == (
+        "denied Bash(cat > big.txt <<'EOF' … +151 lines) (read in full) with Escape "
+        "(a check runs no tools)"
+    ), said
+    assert not (spec.workdir / "big.txt").exists()
+    assert report.ok, said

@@ -132,6 +132,34 @@ async def test_codex_notify_ends_the_turn(rig: RigFactory, llm: MockLLM) -> None
     assert "RECEIPT-PLAN" in stops[-1]["prompt"]["tail"]
 
 
+@pytest.mark.parametrize("cli", ["gemini", "opencode"])
+async def test_transcript_ends_the_turn_where_no_hook_says_so(
+    cli: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(RULE)
+    r = await rig({"AGENT": AgentSpec(cli, hooks=False)})
+    agent = r.agent("AGENT")
+    assert await agent.pane.get_option(PANE_OPTION) in (None, "")
+    driver = _driver(r, agent)
+
+    result = await driver.run_turn(_prompt, Expect.block("plan"), timeout=REPLY)
+
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    assert result.block is not None and result.block.id == "R1"
+    assert driver.receipts is None
+    # The CLI's own record holds the prompt: with no hooks, it is the agent's word.
+    assert result.delivery is not None
+    assert set(result.delivery.sources) == {"screen", "transcript"}, result.delivery
+    assert f"{cli} transcript " in " ".join(result.delivery.evidence), result.delivery
+    check = driver.transcript_check
+    assert check is not None and check.confirmed() is not None
+    # Its record says the turn is over, and the screen agrees.
+    assert result.ended_by == "transcript+screen", result
+    assert result.drift == (), result.drift
+    assert (check.turn_over() or "").startswith(f"{cli} transcript: "), check.turn_over()
+    assert [e.detail for e in r.store.list_events() if e.kind == "drift"] == []
+
+
 @pytest.mark.parametrize("profile", ["aider", "aider-raw"])
 async def test_aider_notification_ends_the_turn(
     profile: str, rig: RigFactory, llm: MockLLM

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import typing as t
 
 from politerm.config import load_config
 from politerm.store import RunStore
 from politerm.testing.retry import aretry_until
-from politerm.ui.live import LiveState
+from politerm.ui.live import HOLD_BACK, LiveState
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -30,26 +31,26 @@ sleep 600
 """
 
 
-def _agent_session(socket: str, root: pathlib.Path) -> None:
+def _project(socket: str, tmp_path: pathlib.Path, script: str) -> pathlib.Path:
+    """A project whose agent A1 runs ``script`` in a session of its own."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "poli.toml").write_text(f'[tmux]\nsocket = "{socket}"\n\n[store]\npath = "r.sqlite3"\n')
+    (root / "leak.sh").write_text(script)
     tmux = ["tmux", "-L", socket]
     subprocess.run(
         [*tmux, "new-session", "-d", "-s", "ours", "-c", str(root), "sh leak.sh"], check=True
     )
     subprocess.run([*tmux, "set-option", "-p", "-t", "ours", "@poli_agent", "A1"], check=True)
     subprocess.run([*tmux, "set-option", "-t", "ours", "@poli_project", str(root)], check=True)
+    return root
 
 
 async def test_a_secret_split_across_output_chunks_never_reaches_the_mirror(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
     assert server.socket_name is not None
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "poli.toml").write_text(
-        f'[tmux]\nsocket = "{server.socket_name}"\n\n[store]\npath = "r.sqlite3"\n'
-    )
-    (root / "leak.sh").write_text(SCRIPT)
-    _agent_session(server.socket_name, root)
+    root = _project(server.socket_name, tmp_path, SCRIPT)
     config = load_config(root, env={})
     chunks: list[bytes] = []
     with RunStore.open(config.store.resolved_path()) as store:
@@ -70,3 +71,36 @@ async def test_a_secret_split_across_output_chunks_never_reaches_the_mirror(
         assert secret not in shown, f"{secret[:12]}… reached the mirror: {shown!r}"
     assert "key [REDACTED:github-token] ok" in shown
     assert "[REDACTED:private-key]" in shown
+
+
+async def test_a_stopped_mirror_sends_nothing_more_not_even_its_held_back_tail(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    # The start of a token with no line end: the redactor holds it back for a moment.
+    script = f"while [ ! -e go ]; do sleep 0.05; done\nprintf 'key {TOKEN[:12]}'\nsleep 600\n"
+    root = _project(server.socket_name, tmp_path, script)
+    config = load_config(root, env={})
+    chunks: list[bytes] = []
+    seen = asyncio.Event()
+    with RunStore.open(config.store.resolved_path()) as store:
+        async with LiveState(config, store, project=root) as live:
+            mirror = await live.mirror("A1", chunks.append)
+            entry = live.pane("A1")
+            assert entry is not None
+            client = await live.client_for(entry)
+
+            def stop_at_once(_pane: str, _data: bytes) -> None:
+                # Called right after the mirror got the chunk, before its hold-back ends.
+                mirror.stop()
+                seen.set()
+
+            unsubscribe = client.subscribe(entry.pane_id, stop_at_once)
+            try:
+                (root / "go").touch()
+                async with asyncio.timeout(60):
+                    await seen.wait()
+                await asyncio.sleep(HOLD_BACK * 10)
+            finally:
+                unsubscribe()
+    assert chunks == [], f"a stopped mirror still sent {chunks!r}"

@@ -87,6 +87,7 @@ class ApprovalPolicy:
                 why = "deny all"
             elif not request.command or not request.complete:
                 why = f"no command read in full for {describe(request)!r}"
+                why += f" ({request.doubt})" if request.doubt else ""
             else:
                 why = f"no approval pattern matches {request.command!r}"
             return Verdict(Decision.DENY, f"policy 'deny': {why}")

@@ -180,6 +180,7 @@ async def check_agent(
     ready_timeout: float = 60.0,
     reply_timeout: float = 120.0,
     unsafe: bool = False,
+    env: t.Mapping[str, str] | None = None,
     say: Say | None = None,
 ) -> CheckReport:
     """Start ``profile``'s agent in a scratch pane and drive it once, reporting every step.
@@ -198,6 +199,8 @@ async def check_agent(
         The one-line prompt to send.
     unsafe
         Add the profile's unattended (skip-permission) arguments and environment.
+    env
+        More environment for the agent, over the profile's.
     """
     # A diagnostic on top of the whole stack: imported here, not at the agents layer's top.
     from politerm.agents.approval import ApprovalPolicy
@@ -229,7 +232,7 @@ async def check_agent(
                     argv=command,
                     tmux=TmuxPlace(client, server, "check", profile.name),
                     cwd=workdir,
-                    env=profile.launch_env(unsafe=unsafe),
+                    env={**profile.launch_env(unsafe=unsafe), **(env or {})},
                     setting="--command",
                     ready_timeout=None,
                     policy=ApprovalPolicy.of("deny"),
@@ -280,8 +283,7 @@ async def _until_reply(
     def replied(obs: Observation) -> list[str] | None:
         seen.reading(obs.reading)
         if obs.approval == "answered":
-            keys = "+".join(driver.profile.approval.deny)
-            _step(report, say, "approval", True, f"denied with {keys} (a check runs no tools)")
+            _step(report, say, "approval", True, _denied(driver))
         if obs.state is not AgentState.READY:
             return None
         return _reply_lines(driver.profile, before, obs.snap.lines) or None
@@ -299,6 +301,22 @@ async def _until_reply(
             report, say, "reply", False, f"no reply within {timeout:g}s ({state}): {screen}"
         )
     return _step(report, say, "reply", True, " | ".join(lines[-3:])[:240])
+
+
+def _denied(driver: AgentDriver) -> str:
+    """What the driver's approver just denied, read as it reads every question.
+
+    A box taller than the screen was read with the terminal's history by the approver
+    (:class:`~politerm.driver.approvals.Approver`); the check has no reader of its own.
+    """
+    from politerm.agents.approval import describe
+
+    keys = "+".join(driver.profile.approval.deny)
+    request = driver.approver.last
+    if request is None:
+        return f"denied with {keys} (a check runs no tools)"
+    how = "read in full" if request.complete else f"not read in full: {request.doubt}"
+    return f"denied {describe(request)} ({how}) with {keys} (a check runs no tools)"
 
 
 async def _stop(driver: AgentDriver, report: CheckReport, say: Say) -> None:

@@ -253,6 +253,8 @@ class AgentProfile(_Model):
     dialog_settle: float = pydantic.Field(default=0.0, ge=0, le=60)
     stuck_after: float = pydantic.Field(default=0.0, ge=0)
     dialogs: list[Dialog] = []
+    # A menu the CLI opens under its limit message: closed with its keys at the reset.
+    limit_dialog: Dialog | None = None
     detectors: Detectors = Detectors()
     approval: ApprovalSpec = ApprovalSpec()
     render: Rendering = Rendering()
@@ -422,12 +424,13 @@ class AgentProfile(_Model):
         """What the open tool-permission question on screen asks to run, if one is open.
 
         The command is ``""`` when the profile has no ``approval.command`` regex or it does
-        not match; ``complete`` is False when the question's box starts above the screen
-        (read it with the history: :func:`politerm.agents.question.read_request`).
+        not match; ``complete`` is False when it cannot be read in full with certainty, as
+        when the question's box starts above the screen (read it with the history:
+        :func:`politerm.agents.question.read_request`).
         """
         if self.detect(snap).state is not AgentState.WAITING_APPROVAL:
             return None
-        return read_request(self, snap.lines)
+        return read_request(self, snap.lines, trailing_spaces=snap.trailing_spaces)
 
     def progress_key(self, snap: Snapshot) -> tuple[str, ...]:
         """The screen minus what moves without progress (spinners, timers, busy lines).

@@ -8,8 +8,17 @@ next one below it ("Add command output to the chat?" right after "Run shell comm
   region, and for a line REPL (input at the cursor) nothing may follow it: anything below
   it ("Running …") means it was answered, even with Enter alone;
 - with ``approval.box_top`` set, the command is read only from the question's own box: from
-  the nearest line above the question that matches ``box_top`` down to the end of the
-  screen. The command of an answered question above never stands in for the open one.
+  the nearest line above the question that matches ``box_top`` down to the question, whose
+  line the ``command`` regex must end on. The command of an answered question above, or a
+  question printed by a command's output, never stands in for the open one.
+
+aider prints its command between an empty line and the question, and a command may hold
+blank lines of its own. It pads a multi-line command's lines with spaces to one length, so
+on a terminal that keeps trailing spaces (a tmux pane) an inner blank line is a line of
+spaces and the empty line above is the box's top (``approval.padded``). What cannot be read
+with certainty — lines of unequal length, a terminal that drops trailing spaces, fewer or
+more lines to run than the question says (``asks_one``/``asks_many``) — is incomplete, and
+a pattern never approves it.
 
 A TUI draws the question in a box that may be taller than the detector region and the
 screen (Claude Code's "Bash command" box around a 150-line heredoc). When the box's top is
@@ -45,9 +54,20 @@ class ApprovalSpec(pydantic.BaseModel):
         ``tool`` group names the tool. The lowest match wins.
     box_top
         Regex for the first line of the question's box. The command is then read only
-        from that line to the end of the screen (never from an answered question above),
-        and from the terminal's history when the box is taller than the screen. Without
-        it the command is searched in the detector region.
+        from that line down to the question (never from an answered question above), and
+        from the terminal's history when the box is taller than the screen; the
+        ``command`` regex is matched from that line and must end on the question's line.
+        Without it the command is searched in the detector region.
+    padded
+        The CLI pads the lines of a multi-line command with spaces to one length (aider):
+        ``box_top`` is then matched with each line's trailing spaces kept (``^$`` is an
+        empty line, never a blank line of the command), and a command of several lines is
+        read with certainty only from a terminal that keeps trailing spaces, with its lines
+        of one length.
+    asks_one, asks_many
+        Regexes on the open question saying that it runs one line, or several (a blank
+        line or a ``#`` comment is not run): a command read with another count of lines to
+        run was not read whole.
     """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
@@ -56,6 +76,9 @@ class ApprovalSpec(pydantic.BaseModel):
     deny: list[str] = ["Escape"]
     command: str | list[str] | None = None
     box_top: str | None = None
+    padded: bool = False
+    asks_one: str | None = None
+    asks_many: str | None = None
 
     @property
     def commands(self) -> list[str]:
@@ -70,8 +93,10 @@ class ApprovalSpec(pydantic.BaseModel):
         if any("(?P<command>" not in c for c in self.commands):
             msg = "approval.command: needs a (?P<command>...) group"
             raise ValueError(msg)
-        if self.box_top is not None:
-            _check_regexes([self.box_top], "approval.box_top")
+        for key in ("box_top", "asks_one", "asks_many"):
+            value = getattr(self, key)
+            if value is not None:
+                _check_regexes([value], f"approval.{key}")
         return self
 
 
@@ -97,8 +122,11 @@ class ApprovalRequest:
     question
         The open question's line (``Run shell command? (Y)es/(N)o … [Yes]:``).
     complete
-        False when the question's box starts above the lines read (its top scrolled
-        away), so the command could not be read in full.
+        False when the command could not be read in full with certainty (the top of the
+        question's box scrolled away, or the lines read may be only its tail); the command
+        is then ``""``.
+    doubt
+        Why it is incomplete.
     """
 
     tool: str
@@ -106,6 +134,7 @@ class ApprovalRequest:
     evidence: tuple[str, ...]
     question: str = ""
     complete: bool = True
+    doubt: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,56 +209,115 @@ def open_question(profile: AgentProfile, lines: Sequence[str]) -> OpenQuestion |
     )
 
 
-def box_of(box_top: str, lines: Sequence[str], index: int) -> int | None:
+def box_of(box_top: str, lines: Sequence[str], index: int, *, raw: bool = False) -> int | None:
     """The index of the nearest line at or above ``index`` matching ``box_top``, if any.
+
+    Each line is matched without its trailing spaces, or as it is with ``raw``.
 
     Examples
     --------
     >>> box_of(r"^$", ["Running x", "", "echo hi", "Run shell command?"], 3)
     1
+    >>> box_of(r"^$", ["", "echo a", "      ", "echo b", "Run shell commands?"], 4, raw=True)
+    0
     >>> box_of(r"^ Bash command$", ["   line 9", " Do you want to proceed?"], 1) is None
     True
     """
     (rx,) = _compiled((box_top,))
     for i in range(index, -1, -1):
-        if rx.search(lines[i].rstrip()):
+        if rx.search(lines[i] if raw else lines[i].rstrip()):
             return i
     return None
 
 
-def read_request(profile: AgentProfile, lines: Sequence[str]) -> ApprovalRequest | None:
+def read_request(
+    profile: AgentProfile, lines: Sequence[str], *, trailing_spaces: bool = True
+) -> ApprovalRequest | None:
     """What the open question in ``lines`` asks to run; None when no question is open.
 
-    ``lines`` is the screen, or the history followed by the screen.
+    ``lines`` is the screen, or the history followed by the screen; ``trailing_spaces``
+    says whether they keep the spaces the program wrote at their ends (a tmux capture
+    does; a PTY's rendered screen is right-stripped).
     """
     q = open_question(profile, lines)
     if q is None:
         return None
     spec = profile.approval
+    start = 0
     if spec.box_top is not None:
-        top = box_of(spec.box_top, lines, q.index)
+        top = box_of(spec.box_top, lines, q.index, raw=spec.padded)
         if top is None:
-            return ApprovalRequest("", "", (q.line,), q.line, complete=False)
-        scope = lines[top : _trimmed_end(lines)]
+            doubt = "the top of the question's box is not among the lines read"
+            return ApprovalRequest("", "", (q.line,), q.line, complete=False, doubt=doubt)
+        start, end = top, q.index + 1
     else:
         end = _trimmed_end(lines)
         region = profile.detectors.region_lines
-        scope = lines[max(0, end - region) if region else 0 : end]
-    text = "\n".join(ln.rstrip() for ln in scope)
-    found: re.Match[str] | None = None
-    for rx in _compiled(tuple(spec.commands)):
-        for m in rx.finditer(text):
-            if found is None or m.start() > found.start():
-                found = m
-    if found is None:
+        start = max(0, end - region) if region else 0
+    text = "\n".join(ln.rstrip() for ln in lines[start:end])
+    found = _command_match(spec, text, box=spec.box_top is not None)
+    # In a box, the command belongs to the open question only when the match ends on it.
+    if found is None or (
+        spec.box_top is not None and start + text.count("\n", 0, found.end()) != q.index
+    ):
         return ApprovalRequest("", "", (q.line,), q.line)
     groups = found.groupdict()
     command = command_text(groups.get("command") or "")
     tool = (groups.get("tool") or "").strip()
-    at = text.rfind("\n", 0, found.start("command")) + 1
-    first = text[at : text.find("\n", at) if "\n" in text[at:] else len(text)].strip()
+    # The screen line the command starts on (its first non-blank one) backs the reading.
+    below = text[text.rfind("\n", 0, found.start("command")) + 1 :].split("\n")
+    first = next((ln.strip() for ln in below if ln.strip()), "")
     evidence = tuple(dict.fromkeys((q.line, first)))
+    body = lines[start + 1 : q.index] if spec.box_top is not None else ()
+    doubt = _doubt(spec, q.line, body, command, trailing_spaces=trailing_spaces)
+    if doubt:
+        return ApprovalRequest(tool, "", evidence, q.line, complete=False, doubt=doubt)
     return ApprovalRequest(tool, command, evidence, q.line)
+
+
+def _command_match(spec: ApprovalSpec, text: str, *, box: bool) -> re.Match[str] | None:
+    """The ``command`` regex's match: from a box's top line, else the lowest one."""
+    found: re.Match[str] | None = None
+    for rx in _compiled(tuple(spec.commands)):
+        if box:
+            # Anchored at the top: a question-like line inside the box (printed by the
+            # command, or part of it) cannot start a shorter match below it.
+            if (m := rx.match(text)) is not None:
+                return m
+            continue
+        for m in rx.finditer(text):
+            if found is None or m.start() > found.start():
+                found = m
+    return found
+
+
+def _runnable(command: str) -> int:
+    return sum(1 for ln in command.split("\n") if ln.strip() and not ln.strip().startswith("#"))
+
+
+def _doubt(
+    spec: ApprovalSpec,
+    question: str,
+    body: Sequence[str],
+    command: str,
+    *,
+    trailing_spaces: bool,
+) -> str:
+    """Why the command read between a box's top and its question may not be all of it."""
+    if spec.padded and len(body) > 1:
+        if not trailing_spaces:
+            return (
+                "the terminal drops trailing spaces, so a blank line inside the command "
+                "looks like the empty line above it"
+            )
+        if len({len(ln) for ln in body}) > 1:
+            return "its lines are not padded to one length, so it may start above them"
+    lines = _runnable(command)
+    if spec.asks_one is not None and re.search(spec.asks_one, question) and lines != 1:
+        return f"the question runs one line, {lines} read"
+    if spec.asks_many is not None and re.search(spec.asks_many, question) and lines < 2:
+        return f"the question runs several lines, {lines} read"
+    return ""
 
 
 def command_text(raw: str) -> str:

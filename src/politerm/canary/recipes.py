@@ -53,10 +53,14 @@ class Options:
     ask
         Make the CLI ask before running a shell command where it would not by default
         (Codex asks only for escalated commands: the mock's rule decides that).
+    subscription
+        Claude Code only: sign in as a subscriber (``CLAUDE_CODE_OAUTH_TOKEN``) instead of
+        with an API key, so it reads the plan's usage-limit headers.
     """
 
     dialogs: bool = False
     ask: bool = False
+    subscription: bool = False
 
 
 def _write(path: pathlib.Path, text: str) -> None:
@@ -114,12 +118,13 @@ def prepare(
         env |= {
             "CLAUDE_CONFIG_DIR": str(cfg),
             "ANTHROPIC_BASE_URL": llm.url,
-            "ANTHROPIC_API_KEY": llm.token,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",
             "DISABLE_ERROR_REPORTING": "1",
         }
+        key = "CLAUDE_CODE_OAUTH_TOKEN" if opts.subscription else "ANTHROPIC_API_KEY"
+        env[key] = llm.token
         state: dict[str, t.Any] = {"hasCompletedOnboarding": True, "theme": "dark"}
         if not opts.dialogs:
             state["customApiKeyResponses"] = {"approved": [llm.token[-20:]], "rejected": []}

@@ -100,7 +100,7 @@ def command(
         raise ConfigError(msg)
     with RunStore.open(store_path) if store_path else open_store(config) as store:
         if as_json:
-            data = collect(store, live=asyncio.run(_live_once(store, server)))
+            data = collect(store, **asyncio.run(_live_once(store, server)))
             if with_runs:
                 data["pipelines"] = _pipelines(here, None)
             click.echo(json.dumps(data, indent=2, default=str))
@@ -116,7 +116,7 @@ def command(
             return Group(*parts)
 
         if not watch:
-            show(view(collect(store, live=asyncio.run(_live_once(store, server)))))
+            show(view(collect(store, **asyncio.run(_live_once(store, server)))))
             return
         console = Console(highlight=False)
         from rich.live import Live
@@ -162,10 +162,12 @@ def _show_all(server: TmuxServer, *, as_json: bool) -> None:
     show(table)
 
 
-async def _live_once(store: RunStore, server: TmuxServer) -> dict[str, str]:
+async def _live_once(store: RunStore, server: TmuxServer) -> dict[str, t.Any]:
+    """``collect``'s ``live`` and ``resets`` arguments, read from the agents' panes."""
     live = LiveAgents(server)
     try:
-        return await live.states(store.list_agents())
+        states = await live.states(store.list_agents())
+        return {"live": states, "resets": live.resets}
     finally:
         await live.close()
         await server.close()

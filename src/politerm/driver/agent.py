@@ -160,6 +160,8 @@ class AgentDriver:
         self._drift_seen: set[str] = set()
         #: Its transcript was waited for once and never found: do not wait again.
         self.transcript_missing = False
+        #: The last prompt's transcript check (its turn's end, where the records say it).
+        self.transcript_check: TranscriptCheck | None = None
 
     def __repr__(self) -> str:
         return f"AgentDriver({self.name}, {self.term.name}, {self.state.value})"
@@ -328,7 +330,8 @@ class AgentDriver:
         self.last_screen = snap.lines
         hook_approval = await self._hook_approval(reading)
         approval = "none"
-        if reading.state is AgentState.LIMITED or self.limiter.active or self.limiter.given_up:
+        lim = self.limiter
+        if reading.state is AgentState.LIMITED or lim.active or lim.given_up or not lim.adopted:
             reading = await self.limiter.look(self, reading, task_id)
             self.tracker.force(reading)
         if reading.state is AgentState.EXITED:
@@ -528,11 +531,12 @@ class AgentDriver:
             self.delivery_mark = rc.mark()
             if rc.reports(HookKind.PROMPT):
                 hook = PromptCheck(rc, self.delivery_mark, text)
-        spec = self.profile.transcript
-        transcript = None
-        if spec is not None and spec.format in ("claude", "codex") and self.cwd is not None:
+        spec, transcript, env = self.profile.transcript, None, dict(self.env)
+        hooked_home(spec, env, rc)  # Gemini's chat log is in the home its hooks gave it
+        if spec is not None and spec.format != "aider" and self.cwd is not None:
             plain = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-            transcript = TranscriptCheck(spec, self.cwd, self.env, plain)
+            transcript = TranscriptCheck(spec, self.cwd, env, plain)
+        self.transcript_check = transcript
         return AgentChecks(hook, transcript) if hook or transcript else None
 
     async def clear_input(self) -> bool:

@@ -62,6 +62,8 @@ class Approver:
     store: RunStore | None = None
     asked: bool = False
     answered: int = 0
+    last: ApprovalRequest | None = None
+    """The question last answered, as read (from the history when its box was tall)."""
     _screen: tuple[str, ...] | None = None
     _at: float = 0.0
     _local: PendingApproval | None = None
@@ -128,6 +130,7 @@ class Approver:
                         "command": request.command,
                         "question": request.question,
                         "complete": request.complete,
+                        "doubt": request.doubt,
                         "evidence": list(request.evidence),
                     },
                 )
@@ -141,6 +144,7 @@ class Approver:
         await self.term.send_keys(*keys)
         self._screen, self._at = snap.lines, now
         self.answered += 1
+        self.last = request
         if self.asked or by == "user":
             self._clear_pending()
             self.asked = False
@@ -157,6 +161,7 @@ class Approver:
                 "command": request.command,
                 "question": request.question,
                 "complete": request.complete,
+                "doubt": request.doubt,
                 "keys": list(keys),
                 "evidence": list(request.evidence),
             },
@@ -183,7 +188,7 @@ class Approver:
             # which the joined history capture holds as part of that line.
             if offset < 0 or tuple(lines[offset + 1 :]) != snap.lines[1:]:
                 return None
-            again = read_request(self.profile, lines)
+            again = read_request(self.profile, lines, trailing_spaces=snap.trailing_spaces)
             if again is not None and again.question == request.question:
                 found = again
         self._box = (snap.lines, found)

@@ -24,7 +24,7 @@ import tempfile
 import typing as t
 
 from politerm.errors import HookError
-from politerm.hooks.channel import HookChannel, check_private, create_channel
+from politerm.hooks.channel import HookChannel, check_private, create_channel, remove_hooks_dir
 from politerm.hooks.events import HookEvent, HookKind
 from politerm.hooks.install import hook_cli, install_hooks
 
@@ -69,7 +69,7 @@ class Drift:
     what
         Which question (``delivery``, ``turn-end``, ``approval``).
     hook
-        What the hook said (or that it said nothing).
+        What the hook (or the transcript) said, or that it said nothing.
     screen
         What the screen showed.
     """
@@ -77,9 +77,11 @@ class Drift:
     what: str
     hook: str
     screen: str
+    source: str = "hook"
+    """Who disagreed with the screen: the agent's ``hook``, or its ``transcript``."""
 
     def __str__(self) -> str:
-        return f"{self.what}: hook says {self.hook}; screen says {self.screen}"
+        return f"{self.what}: {self.source} says {self.hook}; screen says {self.screen}"
 
 
 class Receipts:
@@ -99,6 +101,9 @@ class Receipts:
         self.events: list[HookEvent] = []
         #: Set once a grace period passed without any receipt: the hooks do not run.
         self.silent = False
+        #: A private temporary hooks directory made for this agent alone (no session keeps
+        #: it): removed by :meth:`close`.
+        self.owned_dir: pathlib.Path | None = None
 
     def __repr__(self) -> str:
         return f"Receipts({self.cli}, {self.channel.path}, {len(self.events)} read)"
@@ -172,8 +177,14 @@ class Receipts:
         return self.channel.errors
 
     async def close(self) -> None:
-        """Stop watching the channel."""
+        """Stop watching the channel; a temporary hooks directory of its own goes too."""
         await self.channel.close()
+        if self.owned_dir is not None:
+            try:
+                remove_hooks_dir(self.owned_dir)
+            except HookError as exc:
+                log.warning("%s", exc)
+            self.owned_dir = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +195,8 @@ class HookSetup:
     env: dict[str, str]
     cli: str | None = None
     channel: pathlib.Path | None = None
+    temporary: bool = False
+    """The channel's directory was made for this agent alone (no session directory)."""
 
     @property
     def option(self) -> str | None:
@@ -194,7 +207,9 @@ class HookSetup:
         """A reader of the channel from its start (None when no hooks were installed)."""
         if self.cli is None or self.channel is None:
             return None
-        return Receipts.open(self.cli, self.channel, from_start=True)
+        rc = Receipts.open(self.cli, self.channel, from_start=True)
+        rc.owned_dir = self.channel.parent if self.temporary else None
+        return rc
 
 
 def prepare_hooks(
@@ -220,7 +235,7 @@ def prepare_hooks(
     where = directory or pathlib.Path(tempfile.mkdtemp(prefix="poli-hooks-"))
     channel = create_channel(where, name)
     out_argv, out_env = install_hooks(cli, argv, env, channel)
-    return HookSetup(out_argv, out_env, cli, channel)
+    return HookSetup(out_argv, out_env, cli, channel, temporary=directory is None)
 
 
 def launch_with_hooks(

@@ -143,10 +143,12 @@ async def cross_check_delivery(
     elif checks.hook is not None and Source.HOOK not in result.sources:
         result = await _hook_agrees(driver, result, checks.hook, grace)
     if checks.transcript is not None and Source.TRANSCRIPT not in result.sources:
-        # An agent with hooks but no prompt event (Codex): the transcript is its word, so
-        # wait for it (once only, if it never appears); elsewhere it is one look.
-        waits = checks.hook is None and driver.receipts is not None
-        waits = waits and not driver.transcript_missing
+        # An agent with hooks but no prompt event (Codex), or with no hooks and a record
+        # that also tells its turn's end (Gemini CLI, opencode): the transcript is its word,
+        # so wait for it (once only, if it never appears); elsewhere it is one look.
+        own_word = driver.receipts is not None
+        own_word = own_word or checks.transcript.spec.format in checks.transcript.TURN_FORMATS
+        waits = checks.hook is None and own_word and not driver.transcript_missing
         result = await _transcript_agrees(
             driver, result, checks.transcript, grace if waits else 0.0
         )

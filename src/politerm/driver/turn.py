@@ -8,7 +8,9 @@ approve``) on the way. It ends on every path with a :class:`TurnResult`:
   agent is idle again with no open question (a question after the block keeps it open).
   Where the agent's hooks report its stop event, the turn ends on that event and the screen
   cross-checks it: :attr:`TurnResult.ended_by` names the sources, and a disagreement that
-  outlasts :data:`~politerm.driver.receipts.HOOK_GRACE` is recorded as drift;
+  outlasts :data:`~politerm.driver.receipts.HOOK_GRACE` is recorded as drift. Where no hook
+  reports it, a transcript whose records say when a turn is over (Gemini CLI's, opencode's)
+  plays that part;
 - IDLE: the agent sat ready without answering for the profile's ``idle_after``, was nudged
   ``idle_nudges`` times, and still did not answer;
 - TIMEOUT: the bound ran out (counted from confirmed delivery, without the time the agent
@@ -118,7 +120,8 @@ class TurnResult:
     error: str = ""
     screen: tuple[str, ...] = ()
     ended_by: str = ""
-    """Which sources ended the turn: ``hook``, ``screen`` or ``hook+screen``."""
+    """Which sources ended the turn: ``hook``, ``transcript``, ``screen``, ``hook+screen``
+    or ``transcript+screen``."""
     drift: tuple[str, ...] = ()
     """Disagreements between the agent's hooks and its screen during the turn."""
     limited_for: float = 0.0
@@ -319,18 +322,29 @@ class _Turn:
                 continue
             await wait_any(*events, timeout=max(0.0, min(backstop, deadline - now)))
 
+    def _stop(self) -> tuple[str | None, str | None]:
+        """Who can say the turn ended (``hook``, ``transcript`` or None), and what it says now."""
+        d = self.driver
+        rc = d.receipts
+        if rc is not None and rc.reports(HookKind.STOP) and not rc.silent:
+            stop = rc.stop_since(d.delivery_mark)
+            return "hook", None if stop is None else stop.describe()
+        check = d.transcript_check
+        if check is not None and check.spec.format in check.TURN_FORMATS:
+            return "transcript", check.turn_over()
+        return None, None
+
     def _ended(self, settled: bool, rule: str, state: AgentState, now: float) -> TurnResult | None:
         """The answered turn's end, from the agent's stop event and the screen; None: not yet."""
         d = self.driver
-        rc = d.receipts
-        if rc is None or not rc.reports(HookKind.STOP) or rc.silent:
+        source, stop = self._stop()
+        if source is None:
             if settled:
                 self.ended_by = "screen"
                 return self.result(TurnOutcome.ANSWERED)
             return None
-        stop = rc.stop_since(d.delivery_mark)
         if stop is not None and settled:
-            self.ended_by = "hook+screen"
+            self.ended_by = f"{source}+screen"
             return self.result(TurnOutcome.ANSWERED)
         blocked = state in (AgentState.WAITING_APPROVAL, AgentState.DIALOG)
         if (stop is None) == (not settled) or blocked:
@@ -340,17 +354,13 @@ class _Turn:
         if now - self.disagree_since < d.hook_grace:
             return None
         if stop is not None:
-            d.drift(
-                Drift("turn-end", stop.describe(), f"still {state.value} ({rule})"),
-                task_id=self.task_id,
-            )
-            self.ended_by = "hook"
+            drift = Drift("turn-end", stop, f"still {state.value} ({rule})", source)
+            self.ended_by = source
         else:
-            d.drift(
-                Drift("turn-end", f"no stop event within {d.hook_grace:g}s", f"{state.value}"),
-                task_id=self.task_id,
-            )
+            said = "no stop event" if source == "hook" else "no turn end in it"
+            drift = Drift("turn-end", f"{said} within {d.hook_grace:g}s", state.value, source)
             self.ended_by = "screen"
+        d.drift(drift, task_id=self.task_id)
         return self.result(TurnOutcome.ANSWERED)
 
     async def _look_for_answer(self, snap: t.Any) -> None:

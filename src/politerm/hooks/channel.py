@@ -26,6 +26,7 @@ import typing as t
 from politerm._internal.private import FILE_MODE, private_dir
 from politerm.errors import HookError, HookLineError
 from politerm.hooks.events import HookEvent, parse_line
+from politerm.hooks.install import return_gemini_state
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -55,7 +56,9 @@ def remove_hooks_dir(directory: pathlib.Path) -> bool:
 
     Its receipts and the CLIs' session settings are kept while the session lives (a resume
     reads them) and go with it. Only a real directory of this user is removed, never what
-    a symlink points to (a Gemini session home links the user's own files).
+    a symlink points to (a Gemini session home links the user's own files); what Gemini CLI
+    made in a session home is moved to the user's ``.gemini`` first
+    (:func:`~politerm.hooks.install.return_gemini_state`).
 
     Raises
     ------
@@ -73,6 +76,9 @@ def remove_hooks_dir(directory: pathlib.Path) -> bool:
         msg = f"hooks directory {directory} is not a directory of this user: left alone"
         raise HookError(msg)
     try:
+        # Gemini CLI's chats and history made in a session home are the user's to keep.
+        for home in sorted(directory.glob("*.gemini-home")):
+            return_gemini_state(home)
         shutil.rmtree(directory)
     except OSError as exc:
         msg = f"cannot remove the hooks directory {directory}: {exc.strerror or exc}"

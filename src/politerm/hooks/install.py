@@ -36,6 +36,7 @@ import importlib.resources
 import json
 import pathlib
 import shlex
+import shutil
 import sys
 import typing as t
 
@@ -48,6 +49,8 @@ HOOK_CLIS: t.Final = frozenset({"claude", "gemini", "codex", "aider", "opencode"
 CLAUDE_EVENTS: t.Final = ("SessionStart", "UserPromptSubmit", "Notification", "PostToolUse", "Stop")
 GEMINI_EVENTS: t.Final = ("SessionStart", "BeforeAgent", "Notification", "AfterTool", "AfterAgent")
 GEMINI_HOME_ENV: t.Final = "GEMINI_CLI_HOME"
+GEMINI_USER_LINK: t.Final = ".poli-user-gemini"
+"""In a Gemini session home: a link to the user's own ``.gemini`` (where its state goes back)."""
 OPENCODE_CONFIG_ENV: t.Final = "OPENCODE_CONFIG_CONTENT"
 HOOK_TIMEOUT: t.Final = 10
 """Seconds a CLI lets the hook command run before it gives up on it."""
@@ -205,7 +208,42 @@ def gemini_home(
                 continue
             link.symlink_to(entry)
     write_private(target / "settings.json", json.dumps(merge_settings(user, settings), indent=1))
+    if not (home / GEMINI_USER_LINK).is_symlink():
+        (home / GEMINI_USER_LINK).symlink_to(source)
     return home
+
+
+def return_gemini_state(home: pathlib.Path) -> list[str]:
+    """Move what Gemini CLI made in session home ``home`` into the user's own ``.gemini``.
+
+    Gemini CLI keeps its chats (``tmp/<project>/chats``), its project registry and its
+    history in its home. An entry the user's ``.gemini`` did not have when the session
+    began is no link, so it was made in the session home, and would go with the session's
+    hooks directory: it is moved over first (merged into a folder the user has by now; a
+    file the user has is kept). Returns the names moved.
+    """
+    link = home / GEMINI_USER_LINK
+    ours = home / ".gemini"
+    if not link.is_symlink() or not ours.is_dir():
+        return []
+    dest = link.readlink()
+    moved = []
+    for entry in sorted(ours.iterdir()):
+        if entry.is_symlink() or entry.name == "settings.json":
+            continue
+        private_dir(dest)
+        _merge_into(entry, dest / entry.name)
+        moved.append(entry.name)
+    return moved
+
+
+def _merge_into(src: pathlib.Path, dst: pathlib.Path) -> None:
+    if not dst.exists() and not dst.is_symlink():
+        shutil.move(src, dst)
+    elif src.is_dir() and not src.is_symlink() and dst.is_dir() and not dst.is_symlink():
+        for child in src.iterdir():
+            if not child.is_symlink():
+                _merge_into(child, dst / child.name)
 
 
 def opencode_plugin(channel: pathlib.Path) -> str:

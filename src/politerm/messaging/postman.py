@@ -12,7 +12,10 @@ questions by policy. The postman adds what messaging needs on top:
   attempt goes back to QUEUED until ``max_attempts``, then DEAD with the evidence;
 - a READONLY request turns the receiver's approval policy to deny-writes for its turn;
 - a receiver that exits makes its messages dead letters, with the reason;
-- TTL: queued or unanswered messages past their time become EXPIRED;
+- TTL: queued or unanswered messages past their time become EXPIRED; the clock stands
+  still while the receiver waits for a usage limit to reset (its driver keeps the limit
+  in the store, :mod:`politerm.store.limits`), and the receiver is kept looked at so that
+  its driver sends the resume at the reset;
 - after a ``kill -9``, DELIVERING messages are settled from the receiver's screen before
   anything new is sent: still in the input box → submitted; on screen or the receiver is
   busy → DELIVERED; otherwise never arrived → QUEUED again (so no request runs twice);
@@ -36,11 +39,12 @@ import typing as t
 from politerm.agents.approval import ApprovalMode, ApprovalPolicy
 from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
-from politerm.driver import AgentDriver, Outcome
+from politerm.driver import AgentDriver, LimitPolicy, Outcome
 from politerm.driver.idle import wait_idle
 from politerm.errors import MessagingError, PolitermError, UnsafeMessagePath
 from politerm.messaging.daemon import PostmanLock
 from politerm.messaging.protocol import find_response_lines, marker_line
+from politerm.store.limits import stored_limit
 from politerm.store.mail import Mail, MailKind, MailState
 from politerm.tmux.pane import Pane
 from politerm.tmux.server import TmuxServer
@@ -136,7 +140,10 @@ class Postman:
         else:
             profile = load_profile(agent.profile if agent else "generic")
         pane = Pane(await self.server.connect(session), pane_id, self.server)
-        driver = AgentDriver.attach(name, profile, pane, store=self.m.store, policy=self.policy)
+        limits = LimitPolicy(**self.m.config.limits.model_dump())
+        driver = AgentDriver.attach(
+            name, profile, pane, store=self.m.store, policy=self.policy, limits=limits
+        )
         self.drivers[pane_id] = driver
         return driver
 
@@ -242,8 +249,7 @@ class Postman:
                         recipient, f"receiver {recipient} ({mail.recipient_pane}) is gone"
                     )
                     return
-                budget = max(0.0, min(_LANE_LOOK, mail.expires - time.time()))
-                obs = await wait_idle(driver, budget)
+                obs = await wait_idle(driver, self._time_left(mail))
                 if obs.state is AgentState.EXITED:
                     tail = " | ".join(obs.snap.tail(3))
                     self._dead_letters(recipient, f"receiver {recipient} exited: {tail}")
@@ -294,11 +300,35 @@ class Postman:
             driver.approver.policy = base
 
     async def _watch_turn(self, driver: AgentDriver, mail: Mail) -> None:
-        """Follow the receiver's turn to its end (approvals by the request's policy)."""
-        obs = await wait_idle(driver, max(0.0, mail.expires - time.time()), settle=self.settle)
-        if obs.state is AgentState.EXITED:
-            tail = " | ".join(obs.snap.tail(3))
-            self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited: {tail}")
+        """Follow the receiver's turn to its end (approvals by the request's policy).
+
+        A receiver waiting for a limit to reset is watched on (its driver resumes it at the
+        reset), however long that takes: the message's time to live stands still meanwhile.
+        """
+        while True:
+            left = self._time_left(mail)
+            obs = await wait_idle(driver, left, settle=self.settle)
+            if obs.state is AgentState.EXITED:
+                tail = " | ".join(obs.snap.tail(3))
+                self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited: {tail}")
+                return
+            now = self.m.mailbox.get(mail.id)
+            if obs.state is AgentState.READY or now is None or now.state.is_final:
+                return
+            if not self._paused(now) and now.expires <= time.time():
+                return  # its time ran out: the main loop expires it
+            mail = now
+
+    def _paused(self, mail: Mail) -> bool:
+        """Whether the receiver waits for a usage limit to reset (its clock stands still)."""
+        return stored_limit(self.m.store, mail.recipient) is not None
+
+    def _time_left(self, mail: Mail) -> float:
+        """How long a lane may wait on ``mail``'s receiver before it looks at the queue again."""
+        fresh = self.m.mailbox.get(mail.id) or mail
+        if self._paused(fresh):
+            return _LANE_LOOK
+        return max(0.0, min(_LANE_LOOK, fresh.expires - time.time()))
 
     # --- recovery -------------------------------------------------------------------------
 

@@ -145,3 +145,69 @@ class OpencodeTail:
         for text in self.read_new():
             blocks.extend(parser.feed(text if text.endswith("\n") else text + "\n"))
         return blocks
+
+
+_SINCE = (
+    "SELECT m.id, p.data, m.data FROM message m LEFT JOIN part p ON p.message_id = m.id "
+    "WHERE m.session_id = ? AND m.time_created >= ? ORDER BY m.time_created, m.id, "
+    "p.time_created, p.id"
+)
+
+
+def _since(path: pathlib.Path, workdir: pathlib.Path, since_ms: int) -> list[tuple[str, str, str]]:
+    """``(message id, part data, message data)`` of the messages made since ``since_ms``."""
+    if not path.is_file():
+        return []
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=2.0)) as db:
+            row = db.execute(_SESSION, (str(workdir),)).fetchone()
+            if row is None:
+                return []
+            rows = db.execute(_SINCE, (row[0], since_ms))
+            return [(str(m), p or "{}", str(d)) for m, p, d in rows]
+    except sqlite3.Error:
+        return []
+
+
+def _obj(data: str) -> dict[str, t.Any]:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def user_prompts(path: pathlib.Path, workdir: pathlib.Path, since_ms: int) -> list[str]:
+    """The text of each user message of ``workdir``'s session created since ``since_ms``.
+
+    Text parts opencode added itself (``synthetic``) are left out.
+    """
+    texts: dict[str, list[str]] = {}
+    for message_id, part_data, message_data in _since(path, workdir, since_ms):
+        message, part = _obj(message_data), _obj(part_data)
+        if message.get("role") != "user" or part.get("type") != "text":
+            continue
+        if part.get("synthetic") is True or not isinstance(part.get("text"), str):
+            continue
+        texts.setdefault(message_id, []).append(part["text"])
+    return ["\n".join(parts) for parts in texts.values()]
+
+
+def turn_over(path: pathlib.Path, workdir: pathlib.Path, since_ms: int) -> str | None:
+    """How the session's turn ended, if its last message since ``since_ms`` ends it.
+
+    It does when the last message is the assistant's, complete (``time.completed``), and
+    not one that asked for tools (``finish: "tool-calls"``, after which opencode runs them
+    and asks the model again).
+    """
+    last: dict[str, t.Any] = {}
+    for _id, _part, message_data in _since(path, workdir, since_ms):
+        last = _obj(message_data)
+    when = last.get("time")
+    if last.get("role") != "assistant" or not isinstance(when, dict):
+        return None
+    finish = last.get("finish")
+    if when.get("completed") is None or finish in (None, "tool-calls", "unknown"):
+        return None
+    return f"assistant message complete (finish: {finish})"

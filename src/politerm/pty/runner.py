@@ -213,6 +213,7 @@ class PtyTerminal:
             history_size=len(self.screen.history.top),
             alternate_screen=self.alternate_screen,
             title=str(self.screen.title or ""),
+            trailing_spaces=False,
         )
 
     async def capture_history(self) -> list[str]:

@@ -16,6 +16,7 @@ import typing as t
 
 from politerm.errors import MessageNotFound, StoreError
 from politerm.store._tables import StoreTables
+from politerm.store.limits import PAUSED_SQL
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -152,6 +153,8 @@ _COLUMNS: t.Final = (
     "expires",
 )
 _STAMPS: t.Final = frozenset({"delivered", "started", "responded"})
+# A recipient with an open usage limit: its messages' clocks stand still.
+_PAUSED: t.Final = PAUSED_SQL.format(col="mail.recipient")
 
 
 class Mailbox(StoreTables):
@@ -368,21 +371,25 @@ class Mailbox(StoreTables):
         return mail
 
     def due_to_expire(self, now: float | None = None) -> list[Mail]:
-        """Queued or delivered messages whose time to live has passed."""
+        """Queued or delivered messages whose time to live has passed.
+
+        Not those to a recipient waiting for a usage limit to reset: their clock stands
+        still meanwhile (see :mod:`politerm.store.limits`).
+        """
         now = self._now() if now is None else now
         with self.store._reading() as c:
             rows = c.execute(
                 "SELECT * FROM mail WHERE state IN (?, ?) AND expires <= ?"
-                " ORDER BY expires, created, id",
+                f" AND NOT {_PAUSED} ORDER BY expires, created, id",
                 (MailState.QUEUED.value, MailState.DELIVERED.value, now),
             ).fetchall()
         return [_mail(r) for r in rows]
 
     def next_expiry(self) -> float | None:
-        """When the next queued or delivered message expires, if any."""
+        """When the next queued or delivered message expires, if any (limits aside)."""
         with self.store._reading() as c:
             row = c.execute(
-                "SELECT MIN(expires) FROM mail WHERE state IN (?, ?)",
+                f"SELECT MIN(expires) FROM mail WHERE state IN (?, ?) AND NOT {_PAUSED}",
                 (MailState.QUEUED.value, MailState.DELIVERED.value),
             ).fetchone()
         return None if row[0] is None else float(row[0])

@@ -8,6 +8,7 @@ import typing as t
 from politerm.errors import StoreError
 from politerm.store._core import StoreCore
 from politerm.store._rows import _json, _message, _states
+from politerm.store.limits import PAUSED_SQL
 from politerm.store.models import Message
 from politerm.store.turns import SENDABLE_STATES, MessageState, message_step
 
@@ -269,6 +270,9 @@ class MessageRows(StoreCore):
     def expire_messages(self, now: float) -> list[Message]:
         """Mark QUEUED/RETRIED messages whose deadline has passed as DEAD ("ttl expired").
 
+        A message to an agent waiting for a usage limit to reset does not expire meanwhile
+        (see :mod:`politerm.store.limits`).
+
         Parameters
         ----------
         now
@@ -284,6 +288,7 @@ class MessageRows(StoreCore):
             rows = c.execute(
                 "UPDATE messages SET state = ?, last_error = 'ttl expired', updated = ?"
                 " WHERE state IN (?, ?) AND deadline IS NOT NULL AND deadline <= ?"
+                f" AND NOT {PAUSED_SQL.format(col='messages.recipient')}"
                 " RETURNING *",
                 (MessageState.DEAD.value, self._clock(), *sendable, now),
             ).fetchall()

@@ -213,10 +213,23 @@ class LiveState:
         if entry is None:
             raise PaneNotFound(name, "no agent or pane of that name on the private server")
         client = await self.client_for(entry)
-        out = self._redacting(sink) if redact else sink
-        mirror = await start_mirror(client, self.server, entry.pane_id, out)
-        if redact:
-            mirror.initial = self.redact_bytes(mirror.initial)
+        if not redact:
+            return await start_mirror(client, self.server, entry.pane_id, sink)
+        out, cancel = self._redacting(sink)
+        try:
+            mirror = await start_mirror(client, self.server, entry.pane_id, out)
+        except BaseException:
+            cancel()
+            raise
+        mirror.initial = self.redact_bytes(mirror.initial)
+        unsubscribe = mirror.stop
+
+        def stop() -> None:
+            # The held-back tail's flush must not reach a sink its owner has closed.
+            unsubscribe()
+            cancel()
+
+        mirror.stop = stop
         return mirror
 
     def redact_bytes(self, data: bytes) -> bytes:
@@ -227,15 +240,22 @@ class LiveState:
             return data
         return clean.encode("utf-8", errors="surrogateescape")
 
-    def _redacting(self, sink: Sink) -> Sink:
+    def _redacting(self, sink: Sink) -> tuple[Sink, Callable[[], None]]:
         # A secret can be cut in two by tmux's %output chunking: the stream redactor holds
         # the unfinished last line back until the next chunk or a short pause completes it.
         stream = ChunkRedactor(self.redactor)
         flush_at: asyncio.TimerHandle | None = None
+        stopped = False
 
         def emit(text: str) -> None:
-            if text:
+            if text and not stopped:
                 sink(text.encode("utf-8", errors="surrogateescape"))
+
+        def cancel() -> None:
+            nonlocal stopped
+            stopped = True
+            if flush_at is not None:
+                flush_at.cancel()
 
         def flush() -> None:
             nonlocal flush_at
@@ -245,7 +265,7 @@ class LiveState:
         def out(data: bytes) -> None:
             nonlocal flush_at
             emit(stream.feed(data.decode("utf-8", errors="surrogateescape")))
-            if stream.pending and flush_at is None:
+            if stream.pending and flush_at is None and not stopped:
                 flush_at = asyncio.get_running_loop().call_later(HOLD_BACK, flush)
 
-        return out
+        return out, cancel

@@ -37,6 +37,21 @@ def _rfc3339(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _gemini_daily_quota() -> Json:
+    metric = "generativelanguage.googleapis.com/generate_content_free_tier_requests"
+    return {
+        "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+        "violations": [
+            {
+                "quotaMetric": metric,
+                "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+                "quotaDimensions": {"location": "global", "model": "mock-model"},
+                "quotaValue": "50",
+            }
+        ],
+    }
+
+
 def limit_answer(
     api: str, reset_in: float, kind: Kind = "rate", now: float | None = None
 ) -> LimitAnswer:
@@ -67,6 +82,8 @@ def limit_answer(
             headers |= {
                 "anthropic-ratelimit-unified-status": "rejected",
                 "anthropic-ratelimit-unified-reset": str(int(reset_at)),
+                # Which of the plan's windows ran out: Claude Code names it on screen.
+                "anthropic-ratelimit-unified-representative-claim": "five_hour",
             }
         message = "This request would exceed your account's rate limit. Please try again later."
         return LimitAnswer(
@@ -99,15 +116,19 @@ def limit_answer(
             }
         return LimitAnswer(429, {"error": error}, headers)
     if api == "gemini":
+        details: list[Json] = [
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{secs}s"}
+        ]
+        if kind == "usage":
+            # A per-day quota: Gemini CLI takes it as terminal (no retry of its own).
+            details.insert(0, _gemini_daily_quota())
         body = {
             "error": {
                 "code": 429,
                 "message": "You exceeded your current quota, please check your plan and "
                 f"billing details. Please retry in {secs}s.",
                 "status": "RESOURCE_EXHAUSTED",
-                "details": [
-                    {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{secs}s"}
-                ],
+                "details": details,
             }
         }
         return LimitAnswer(429, body, retry)

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
 import sys
 import typing as t
 
 import pytest
 
-from politerm.agents import load_profile
+from politerm.agents import AgentState, load_profile
 from politerm.driver import AgentDriver
+from politerm.driver.blocks import BlockReader, on_screen
 from politerm.engine.loop import submit
 from politerm.redact import Redactor
 from politerm.store import RunStore
@@ -27,6 +29,7 @@ from politerm.store.models import MessageState, TaskState
 from politerm.testing.retry import aretry_until
 from politerm.tmux import new_window
 from tests.loophelpers import started, write_project
+from tests.test_profiles import screen
 from tests.test_turns import _router, _socket
 
 if t.TYPE_CHECKING:
@@ -34,6 +37,7 @@ if t.TYPE_CHECKING:
 
     import libtmux
 
+    from politerm.terminal import Snapshot
     from politerm.tmux import ControlClient, TmuxServer
 
 TASK = 90.0  # bound on one task in these tests
@@ -101,6 +105,23 @@ def test_a_long_text_written_twice_is_redacted_the_same_and_a_new_pattern_counts
         assert "CODENAME-42" not in again and "[REDACTED" in again
 
 
+def test_a_remembered_redaction_still_hands_its_secret_to_the_vault(
+    tmp_path: pathlib.Path,
+) -> None:
+    kept: list[dict[str, str]] = []
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        store.set_redaction(Redactor(), kept.append)
+        short = "pwd=hunter2"
+        json_text = '{"a": ["password=swordfish"], "b": "PLANNER"}'
+        for _ in range(2):
+            assert store.redact(short).startswith("[REDACTED:password#")
+            red = store.redact(json_text)
+            assert "swordfish" not in red and '"b": "PLANNER"' in red
+            assert store.redact("PLANNER") == "PLANNER"
+        secrets = [v for found in kept for v in found.values()]
+        assert secrets == ["pwd=hunter2", "password=swordfish"] * 2
+
+
 # --- the driver: the empty-box check reuses a fresh look --------------------------------
 
 
@@ -125,6 +146,53 @@ async def test_the_last_look_is_reused_only_until_the_program_prints(
     result = await driver.deliver("hello there")
     assert result.ok, result
     assert driver.fresh_snapshot() is None  # typing invalidates the last look
+
+
+def test_a_snapshot_read_again_gives_the_reading_of_that_very_snapshot() -> None:
+    claude, aider = load_profile("claude"), load_profile("aider")
+    busy, idle = screen("claude-03-busy.txt"), screen("claude-00-ready.txt")
+    first = claude.detect(busy)
+    assert first.state is AgentState.BUSY
+    assert claude.detect(busy) is first  # the same look, read twice: read once
+    assert claude.detect(idle).state is AgentState.READY
+    assert claude.detect(busy) == claude._detect(busy, limited=True)  # a new reading
+    assert aider.detect(idle) == aider._detect(idle, limited=True)  # another profile
+    assert claude.detect(busy, limited=False) == claude._detect(busy, limited=False)
+    assert claude.detect(dataclasses.replace(busy, alive=False)).state is AgentState.EXITED
+
+
+# --- the turn's window: read off the snapshot when its rows are its lines ---------------
+
+
+@pytest.mark.parametrize(
+    ("script", "rows_are_lines"),
+    [
+        ("printf 'a\\nb\\nc\\n'", True),  # every window on the screen is read off it
+        ("printf 'a\\n%050d\\nc\\n' 0", False),  # a wrapped row: captured by row numbers
+        ("seq 1 30", True),  # windows starting in the history are captured
+    ],
+    ids=["plain", "wrapped", "history"],
+)
+async def test_a_turn_window_read_off_the_snapshot_is_the_window_tmux_captures(
+    tmux_session: ControlClient, tmux_server: TmuxServer, script: str, rows_are_lines: bool
+) -> None:
+    argv = ["sh", "-c", f"{script}; echo END; exec sleep 600"]
+    pane = await new_window(
+        tmux_session, tmux_server, session="t", name="W", argv=argv, size=(20, 10)
+    )
+    reader = BlockReader("W", load_profile("fake-plain"), pane)
+
+    async def settled() -> Snapshot | None:
+        snap = await pane.snapshot()
+        return snap if any(ln.startswith("END") for ln in snap.lines) else None
+
+    snap = await aretry_until(settled, 60, interval=0.05, what="the script's output")
+    read_off = 0
+    for start in range(max(0, snap.history_size - 3), snap.history_size + snap.rows):
+        captured = await pane.capture(start=start - snap.history_size, end="-")
+        assert await reader.lines(snap, start) == captured, f"window from row {start}"
+        read_off += on_screen(snap, start) is not None
+    assert read_off == (snap.rows if rows_are_lines else 0)
 
 
 # --- the router: the forwarded prompt goes DELIVERING in its block's commit -------------

@@ -9,6 +9,7 @@ real tmux panes.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import os
@@ -199,3 +200,64 @@ async def test_status_shows_when_a_limited_agent_resets(
         table = _poli(tmp_path, "status").stdout
         clock = dt.datetime.fromtimestamp(until).strftime("%H:%M:%S")
         assert f"limited · resets {clock} (in " in table, table
+
+
+# --- a pipeline step: its timeout stands still while the agent is LIMITED -------------------
+
+
+def test_pipeline_step_waits_out_a_limit_longer_than_its_timeout(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    from politerm.testing.fakeagent.eventlog import decode_text
+    from tests.test_pipeline_run import events, finish, make_project, output, start, state
+
+    # A 15 s step whose agent meets a limit that resets in 40 s.
+    root = make_project(
+        tmp_path, server, "1 | developer | - | auto | - | 0.25 | Build it FAKE:limit=40\n"
+    )
+    with (root / "poli.toml").open("a") as cfg:
+        cfg.write("\n[limits]\nmargin = 0\n")
+    proc = start(root)
+    assert finish(proc, root, seconds=180) == 0, output(root)
+    assert state(root)["step_1"] == "done", (state(root), output(root))
+    prompts = [decode_text(e["text"]) for e in events(root, 1) if e["event"] == "prompt"]
+    assert len(prompts) == 2 and prompts[1] == b"continue", prompts
+    with RunStore.open(root / "runs.sqlite3") as store:
+        kinds = [e.kind for e in store.list_events()]
+    assert "limited" in kinds and "limit-resumed" in kinds, kinds
+
+
+# --- an epic session: its timeout stands still while the agent is LIMITED -------------------
+
+
+async def test_epic_session_waits_out_a_limit_longer_than_its_timeout(
+    tmp_path: pathlib.Path,
+) -> None:
+    from politerm.store.epics import EpicStore, SessionStatus
+    from politerm.testing.fakeagent import prompts
+    from tests.epic_helpers import Project, add_items
+
+    # The fake agent in plain mode, reading the fake's limit message as LIMITED.
+    agents = pathlib.Path(os.environ["XDG_CONFIG_HOME"]) / "politerm" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "fake-plain-limits.toml").write_text(
+        "extends = \"fake-plain\"\n[detectors]\nlimited = ['usage limit reached']\n"
+        "limit_reset = ['try again in (?P<reset>\\d+ seconds)']\n"
+    )
+    project = Project(tmp_path / "repo")
+    text = (project.root / "poli.toml").read_text()
+    text = text.replace('agent = "fake-plain"', 'agent = "fake-plain-limits"')
+    text = text.replace("fake-plain = [", "fake-plain-limits = [")
+    # A 12 s session whose agent meets a limit that resets in 20 s.
+    text = text.replace("session_timeout = 30", "session_timeout = 12")
+    (project.root / "poli.toml").write_text(text + "[limits]\nmargin = 0\n")
+    add_items(project, ("E-1", "Work while LIMITED", ()))
+    async with asyncio.timeout(120):
+        await project.go(summary=False)
+    with project.store() as store:
+        [record] = [r for r in EpicStore(store).list_records() if r.kind == "session"]
+        kinds = [e.kind for e in store.list_events()]
+    assert record.status == SessionStatus.SUCCESS.value, (record.status, record.error)
+    assert "limited" in kinds and "limit-resumed" in kinds, kinds
+    said = prompts(project.log)
+    assert len(said) == 2 and said[1] == b"continue", said

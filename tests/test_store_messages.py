@@ -181,6 +181,8 @@ def test_list_messages_filters(store: RunStore) -> None:
     assert store.list_messages(state=MessageState.QUEUED) == [m1, m2]
     assert store.list_messages(state={MessageState.PARSED, MessageState.DEAD}) == [m3]
     assert store.list_messages(task_id="t1", state=MessageState.QUEUED) == [m1]
+    assert store.count_messages("t1", "task") == 2  # in any state
+    assert store.count_messages("t1", "plan") == store.count_messages("t2", "task") == 0
 
 
 def test_expire_messages(store: RunStore, clock: FakeClock) -> None:

@@ -52,6 +52,23 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     ),
 )
 
+#: For each built-in pattern, strings one of which any match contains (in ``casefold()``
+#: form): a text without any of them is not searched with it. No hint of a case-blind
+#: pattern holds an "i", the one letter ``re.IGNORECASE`` matches that ``casefold()`` does
+#: not produce (from "ı").
+_HINTS: dict[str, tuple[str, ...]] = {
+    "private-key": ("-----begin",),
+    "anthropic-key": ("sk-ant-",),
+    "openai-key": ("sk-",),
+    "google-key": ("aiza",),
+    "github-token": ("gh",),
+    "aws-access-key": ("akia", "asia"),
+    "aws-secret-key": ("aws",),
+    "slack-token": ("xox",),
+    "jwt": ("eyj",),
+    "password": ("pass", "pwd", "secret", "key", "token"),
+}
+
 _PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 #: A private key block longer than this many lines is cut off and redacted as it is.
@@ -100,11 +117,29 @@ class Redactor:
                 msg = f"redact pattern {p!r} is not a valid regular expression: {exc}"
                 raise ValueError(msg) from None
         self.patterns = tuple(pats)
+        self._hints = tuple(
+            _HINTS.get(kind) if i < len(BUILTIN_PATTERNS) else None
+            for i, (kind, _) in enumerate(pats)
+        )
+
+    def _candidates(self, text: str) -> list[tuple[str, re.Pattern[str]]]:
+        """The patterns that may match ``text`` (each run over it costs a full scan)."""
+        folded = text.casefold()
+        out = []
+        for pat, hints in zip(self.patterns, self._hints, strict=True):
+            if hints is None:
+                out.append(pat)
+                continue
+            for hint in hints:
+                if hint in folded:
+                    out.append(pat)
+                    break
+        return out
 
     def scan(self, text: str) -> RedactResult:
         """Redact ``text`` and count the replacements."""
         count = 0
-        for kind, rx in self.patterns:
+        for kind, rx in self._candidates(text):
             text, n = rx.subn(_marker(kind), text)
             count += n
         return RedactResult(text, count)
@@ -130,7 +165,7 @@ class Redactor:
         True
         """
         found: dict[str, str] = {}
-        for kind, rx in self.patterns:
+        for kind, rx in self._candidates(text):
 
             def one(match: re.Match[str], kind: str = kind) -> str:
                 tag = secret_tag(match.group(0))

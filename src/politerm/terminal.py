@@ -20,7 +20,9 @@ class Snapshot:
     ``title`` is the terminal title the program set (tmux ``#{pane_title}``), ``""`` when
     the backend cannot tell. ``trailing_spaces``: the lines keep the spaces the program
     wrote at their ends (a tmux capture); False when every line is right-stripped (a PTY's
-    rendered screen), so a line of spaces cannot be told from an empty one.
+    rendered screen), so a line of spaces cannot be told from an empty one. ``rows`` is
+    the screen's height in rows (0 when unknown): tmux joins wrapped rows into one line
+    (``capture-pane -J``), so ``len(lines) == rows`` says no row of this screen is wrapped.
     """
 
     lines: tuple[str, ...]
@@ -33,6 +35,7 @@ class Snapshot:
     alternate_screen: bool = False
     title: str = ""
     trailing_spaces: bool = True
+    rows: int = 0
 
     def tail(self, n: int = 8) -> list[str]:
         """The last ``n`` non-blank lines, for error messages and evidence."""

@@ -3,8 +3,9 @@
 The mock model server answers the turn's prompt with the API's own limit error (its body
 and reset headers, :mod:`politerm.testing.mockllm.limits`), as many times as the CLI asks
 before it gives up and shows the limit on screen. The driver reads LIMITED, waits for the
-reset (the one on screen, else the policy's ``wait``), delivers "continue", and the mock's
-answer to that is the block that ends the turn.
+reset (the one on screen, else the policy's ``wait``), closes the CLI's limit menu where it
+opens one (the profile's ``limit_dialog``), delivers "continue", and the mock's answer to that
+is the block that ends the turn. The turn's tokens are read from the CLI's own transcript.
 """
 
 from __future__ import annotations
@@ -141,6 +142,10 @@ async def test_limit_resolves_into_a_resumed_turn(
     # The turn's tokens, read from the CLI's own transcript (the mock reports usage).
     used = stored_tokens(r.store, "agent:AGENT")
     assert used.total > 0 and "tokens" in events, (used, events)
+    if case.cli == "opencode":
+        # From its database's step-finish parts: exactly what the mock reported for the
+        # one answered request (10 prompt tokens, one per 4 characters of the answer).
+        assert (used.input, used.output) == (10, len(DONE) // 4), used
     main = [m.user_text for m in llm.requests(api=API[case.cli])]
     # Claude Code sends the failed prompt again with "continue" under it; aider adds its
     # own reminders after it.

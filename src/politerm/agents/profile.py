@@ -351,6 +351,17 @@ class AgentProfile(_Model):
         question. The pane title decides only when the screen does not. ``limited=False``
         reads the screen as if no limit message showed (one already dealt with).
         """
+        # One look is read by the tracker, then by whoever acts on it (a handoff reads
+        # the recipient's screen twice more): the last reading is kept for that snapshot.
+        last = _LAST.entry
+        if last is not None and last[0] is self and last[1] is snap and last[2] == limited:
+            return last[3]
+        reading = self._detect(snap, limited=limited)
+        if reading.state is not AgentState.LIMITED:  # its reset time is read against now
+            _LAST.entry = (self, snap, limited, reading)
+        return reading
+
+    def _detect(self, snap: Snapshot, *, limited: bool) -> StateReading:
         if not snap.alive:
             status = "?" if snap.exit_status is None else str(snap.exit_status)
             return StateReading(
@@ -476,6 +487,15 @@ class AgentProfile(_Model):
 
 
 _DIGITS = re.compile(r"\d+")
+
+
+class _LastReading:
+    """The last reading detected: (profile, snapshot, limited, reading), by identity."""
+
+    entry: tuple[AgentProfile, Snapshot, bool, StateReading] | None = None
+
+
+_LAST = _LastReading()
 
 
 def _line_at(text: str, pos: int) -> str:

@@ -54,9 +54,10 @@ class ApprovalSpec(pydantic.BaseModel):
         ``tool`` group names the tool. The lowest match wins.
     box_top
         Regex for the first line of the question's box. The command is then read only
-        from that line to the end of the screen (never from an answered question above),
-        and from the terminal's history when the box is taller than the screen. Without
-        it the command is searched in the detector region.
+        from that line down to the question (never from an answered question above), and
+        from the terminal's history when the box is taller than the screen; the
+        ``command`` regex is matched from that line and must end on the question's line.
+        Without it the command is searched in the detector region.
     padded
         The CLI pads the lines of a multi-line command with spaces to one length (aider):
         ``box_top`` is then matched with each line's trailing spaces kept (``^$`` is an
@@ -263,7 +264,10 @@ def read_request(
     groups = found.groupdict()
     command = command_text(groups.get("command") or "")
     tool = (groups.get("tool") or "").strip()
-    evidence = tuple(dict.fromkeys((q.line, command.split("\n")[0]))) if command else (q.line,)
+    # The screen line the command starts on (its first non-blank one) backs the reading.
+    below = text[text.rfind("\n", 0, found.start("command")) + 1 :].split("\n")
+    first = next((ln.strip() for ln in below if ln.strip()), "")
+    evidence = tuple(dict.fromkeys((q.line, first)))
     body = lines[start + 1 : q.index] if spec.box_top is not None else ()
     doubt = _doubt(spec, q.line, body, command, trailing_spaces=trailing_spaces)
     if doubt:

@@ -59,6 +59,7 @@ from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.driver.transcripts import hooked_home
 from politerm.errors import (
+    AgentExited,
     ControlModeError,
     HookError,
     PaneNotFound,
@@ -147,6 +148,7 @@ class AgentDriver:
         self.last_screen: tuple[str, ...] = ()
         self.dead = False
         self._stuck_reported = False
+        self._row_due: str | None = None  # the state for the store row, until record_row()
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
         self._look: tuple[Snapshot, asyncio.Event] | None = None
@@ -314,12 +316,12 @@ class AgentDriver:
         """:meth:`fresh_snapshot`, or a new snapshot when the screen may have changed."""
         return self.fresh_snapshot() or await self.snapshot()
 
-    async def observe(self, *, task_id: str | None = None) -> Observation:
+    async def observe(self, *, task_id: str | None = None, defer_row: bool = False) -> Observation:
         """Look once: track the state, answer an approval question by policy, record it.
 
         A STUCK agent is reported once as a ``stuck`` event; a LIMITED one is resumed at the
-        reset (:class:`~politerm.driver.limits.Limiter`); the agent's row in the store (if it
-        has one) follows its state.
+        reset (:class:`~politerm.driver.limits.Limiter`); the agent's store row (if it has
+        one) follows its state: at once, or (``defer_row``) at the caller's :meth:`record_row`.
         """
         snap = await self.snapshot()
         if snap is None:
@@ -342,6 +344,8 @@ class AgentDriver:
             # A redraw frame (UNKNOWN) is not an answer; a definite other state is.
             self.approver.gone(task_id=task_id)
         self._record(reading, task_id)
+        if not defer_row:
+            self.record_row()
         return Observation(snap, reading, approval, hook_approval)
 
     async def _hook_approval(self, reading: StateReading) -> HookEvent | None:
@@ -397,22 +401,23 @@ class AgentDriver:
     def _record(self, reading: StateReading, task_id: str | None) -> None:
         if reading.state is AgentState.STUCK and not self._stuck_reported:
             self._stuck_reported = True
-            self._event(
-                "stuck",
-                task_id,
-                f"{self.name} is stuck ({reading.rule}): " + " | ".join(reading.evidence),
-            )
+            why = f"{self.name} is stuck ({reading.rule}): " + " | ".join(reading.evidence)
+            self._event("stuck", task_id, why)
         elif reading.state is not AgentState.STUCK:
             self._stuck_reported = False
-        if self.store is None:
+        self._row_due = reading.state.value
+
+    def record_row(self) -> None:
+        """Bring the agent's row in the store up to the last look (no-op if it is)."""
+        state, self._row_due = self._row_due, None
+        if state is None or self.store is None:
             return
         with contextlib.suppress(StoreError):
             agent = self.store.get_agent(self.name)
-            if agent is not None and agent.state != reading.state.value:
-                # A display row that the next look rewrites: not worth an fsync on the
-                # way from a block to the next agent (the next durable commit covers it).
+            if agent is not None and agent.state != state:
+                # A display row the next look rewrites: no fsync on the way to an agent.
                 with self.store.batch(durable=False):
-                    self.store.set_agent_state(self.name, reading.state.value)
+                    self.store.set_agent_state(self.name, state)
 
     def record(self, kind: str, task_id: str | None, detail: str) -> None:
         """Add an event about this agent to the store (when it has one)."""
@@ -451,8 +456,6 @@ class AgentDriver:
                 on_dialog=on_dialog,
             )
         except PaneNotFound as exc:
-            from politerm.errors import AgentExited
-
             msg = f"agent {self.name} exited while starting: {exc}"
             raise AgentExited(msg) from None
         snap = await self.snapshot()

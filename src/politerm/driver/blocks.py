@@ -46,6 +46,29 @@ def turn_start(snap: Snapshot) -> int:
     return -1 if snap.alternate_screen else snap.history_size + snap.cursor_y
 
 
+def on_screen(snap: Snapshot, start_line: int) -> list[str] | None:
+    """The window from pane row ``start_line`` on, read off ``snap`` when rows are lines.
+
+    That is when the window starts on the screen and no row of the screen is wrapped (then
+    tmux's joined capture has one line per row, and row ``n`` of the screen is line ``n``);
+    otherwise None, and the window must be captured by its row numbers.
+
+    Examples
+    --------
+    >>> from politerm.terminal import Snapshot
+    >>> on_screen(Snapshot(("a", "b", "c"), history_size=40, rows=3), 41)
+    ['b', 'c']
+    >>> on_screen(Snapshot(("a", "b c"), history_size=40, rows=3), 41) is None  # wrapped
+    True
+    >>> on_screen(Snapshot(("a", "b", "c"), history_size=40, rows=3), 39) is None  # history
+    True
+    """
+    row = start_line - snap.history_size
+    if not snap.rows or len(snap.lines) != snap.rows or not 0 <= row < snap.rows:
+        return None
+    return list(snap.lines[row:])
+
+
 @dataclasses.dataclass(frozen=True)
 class Rejected:
     """A candidate block of this turn that was not accepted, and why."""
@@ -97,6 +120,9 @@ class BlockReader:
         """The turn's window: the lines from ``start_line`` to the end of the screen."""
         if snap.alternate_screen or start_line < 0 or not isinstance(self.term, Pane):
             return list(snap.lines)
+        window = on_screen(snap, start_line)
+        if window is not None:
+            return window
         # Ask tmux for the range by its own row numbers (see the module docstring).
         return await self.term.capture(start=start_line - snap.history_size, end="-")
 

@@ -40,24 +40,31 @@ def locate_transcript(
     ``env`` is the agent's environment (where ``CLAUDE_CONFIG_DIR``/``CODEX_HOME`` may be
     set); the process environment fills in the rest.
     """
-    environ = {**os.environ, **(env or {})}
-    home = pathlib.Path(environ.get("HOME", str(pathlib.Path.home())))
     if spec.locate == "file":
         if not spec.path:
             return None
         path = cwd / spec.path
         return path if path.is_file() else None
+    env = env or {}
+    home = pathlib.Path(_getenv(env, "HOME", str(pathlib.Path.home())))
     if spec.locate == "gemini-projects":
-        base = pathlib.Path(environ.get("GEMINI_CLI_HOME") or str(home))
+        base = pathlib.Path(_getenv(env, "GEMINI_CLI_HOME", "") or str(home))
         return latest_gemini_session(cwd.resolve(), base / ".gemini")
     if spec.locate == "opencode-data":
-        data = environ.get("XDG_DATA_HOME") or str(home / ".local" / "share")
+        data = _getenv(env, "XDG_DATA_HOME", "") or str(home / ".local" / "share")
         return opencode_db(pathlib.Path(data))
     if spec.locate == "claude-projects":
-        config_dir = pathlib.Path(environ.get("CLAUDE_CONFIG_DIR", str(home / ".claude")))
+        config_dir = pathlib.Path(_getenv(env, "CLAUDE_CONFIG_DIR", str(home / ".claude")))
         return latest_claude_session(cwd, config_dir)
-    codex_home = pathlib.Path(environ.get("CODEX_HOME", str(home / ".codex")))
+    codex_home = pathlib.Path(_getenv(env, "CODEX_HOME", str(home / ".codex")))
     return latest_codex_rollout(codex_home)
+
+
+def _getenv(env: Mapping[str, str], key: str, default: str) -> str:
+    """``{**os.environ, **env}.get(key, default)``, without copying the whole environment."""
+    if key in env:
+        return env[key]
+    return os.environ.get(key, default)
 
 
 def open_tail(spec: TranscriptSpec, path: pathlib.Path, cwd: pathlib.Path) -> Tail:

@@ -80,6 +80,7 @@ class BlockEffects(RouterBase):
             # With a recipient ready, its prompt goes DELIVERING in this same commit, made
             # without waiting for the disk: its delivery's outcome commit is durable.
             with self.store.batch(durable=ready is None):
+                driver.record_row()
                 handed = self._apply_block(driver.name, current, block, ready=ready)
             if ready is not None and not handed:
                 self.store.sync()
@@ -273,7 +274,7 @@ class BlockEffects(RouterBase):
             return False
         kind = block.type if block.type in ("plan", "result") else "message"
         if kind == "plan":
-            rounds = sum(1 for m in self.store.list_messages(task_id=task.id) if m.type == "plan")
+            rounds = self.store.count_messages(task.id, "plan")
             if rounds >= task.max_rounds and self.store.find_message(f"{key}:{target}") is None:
                 self._finish_round_limit(name, turn, task)
                 return False
@@ -289,7 +290,7 @@ class BlockEffects(RouterBase):
             dedupe_key=f"{key}:{target}",
             ttl=self.config.routing.message_ttl,
         )
-        rounds = sum(1 for m in self.store.list_messages(task_id=task.id) if m.type == "plan")
+        rounds = self.store.count_messages(task.id, "plan")
         state = TaskState.EXECUTING if target == EXECUTER else TaskState.PLANNING
         self.store.update_task(task.id, state=state, round=rounds, clear=("question",))
         self._expect(task.id, target, "result" if kind == "plan" else "plan")

@@ -169,8 +169,9 @@ class RouterBase:
         if loop is not None and loop.turn_nonce == turn.nonce:
             loop.turn_nonce = None
         # Follow-ups for a turn that is over are moot.
-        for m in self.store.list_messages(recipient=name, task_id=turn.task_id):
-            if m.type in FOLLOW_UPS and m.state in (MessageState.QUEUED, MessageState.RETRIED):
+        waiting = (MessageState.QUEUED, MessageState.RETRIED)
+        for m in self.store.list_messages(recipient=name, task_id=turn.task_id, state=waiting):
+            if m.type in FOLLOW_UPS:
                 self.store.transition(m.id, MessageState.DEAD, error="turn already over")
 
     def _end_task_turns(self, task_id: str, reason: TurnEnd, *, resumable: bool = False) -> None:

@@ -48,7 +48,7 @@ from politerm.store.models import TaskState, TurnEnd, TurnState
 from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
-    from politerm.driver import AgentDriver
+    from politerm.driver import AgentDriver, Observation
     from politerm.store.models import Turn
 
 log = logging.getLogger(__name__)
@@ -275,7 +275,17 @@ class Router(Sending):
             await self._send_handoff(driver, begun)
             return
         turn = self.store.current_turn(name)
-        obs = await driver.observe(task_id=turn.task_id if turn else None)
+        # The state row the look brings joins this step's own commit (a block's effects,
+        # a delivery begun), or is written when the step ends.
+        obs = await driver.observe(task_id=turn.task_id if turn else None, defer_row=True)
+        try:
+            await self._after_look(driver, turn, obs)
+        finally:
+            driver.record_row()
+
+    async def _after_look(self, driver: AgentDriver, turn: Turn | None, obs: Observation) -> None:
+        name = driver.name
+        loop = self.loops[name]
         if obs.state is AgentState.EXITED:
             self._agent_died(name, obs.reading.evidence)
             return

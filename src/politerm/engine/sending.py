@@ -35,6 +35,7 @@ class Sending(Deadlines):
         # The intent is committed without waiting for the disk: the outcome's commit right
         # after the delivery is durable and takes it along (see RunStore.batch).
         with self.store.batch(durable=False):
+            driver.record_row()
             begun = self._begin(driver, msg, turn, snap)
         await self._send(driver, begun)
 

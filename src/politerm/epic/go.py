@@ -24,6 +24,7 @@ import uuid
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.profile import load_profile
+from politerm.driver.limits import LimitPolicy
 from politerm.driver.receipts import HookSetup, launch_with_hooks
 from politerm.epic.items import pick_source
 from politerm.epic.prompt import item_prompt, operator_note
@@ -428,6 +429,7 @@ class EpicRunner:
                 self.config.routing.approval, self.config.routing.approval_patterns
             ),
             receipts=self._hooks.receipts(),
+            limits=LimitPolicy(**self.config.limits.model_dump()),
         )
         if not live:
             return await run

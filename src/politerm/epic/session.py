@@ -20,6 +20,7 @@ import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Outcome
+from politerm.driver.limits import LimitPolicy, PausedDeadline
 from politerm.errors import AgentExited, AgentTimeout, PaneNotFound, ReportError, TmuxError
 from politerm.protocol.parser import clean_line
 from politerm.protocol.report import Report, ReportParser, ReportStatus
@@ -274,6 +275,7 @@ async def run_session(
     policy: ApprovalPolicy | None = None,
     approval_key: str | None = None,
     receipts: Receipts | None = None,
+    limits: LimitPolicy | None = None,
 ) -> SessionOutcome:
     """Run one session on an already started ``term``; the agent is stopped at the end.
 
@@ -306,6 +308,9 @@ async def run_session(
     store, policy, approval_key
         Where approval questions and events go, the approval policy, and the name ``poli
         approve`` answers this session's questions by (default ``epic.<session id>``).
+    limits
+        What to do when the agent hits a usage limit (``[limits]``); the session's
+        ``timeout`` stands still while it waits for the reset.
 
     Returns
     -------
@@ -319,7 +324,9 @@ async def run_session(
     if not isinstance(base, (Pane, PtyTerminal)):
         msg = f"an epic session runs on a tmux pane or a PTY, not {type(term).__name__}"
         raise TypeError(msg)
-    driver = AgentDriver.attach(key, profile, base, store=store, policy=policy, receipts=receipts)
+    driver = AgentDriver.attach(
+        key, profile, base, store=store, policy=policy, receipts=receipts, limits=limits
+    )
     parser = ReportParser(session_id)
     signals: list[Report | ReportError] = []
     wake = asyncio.Event()
@@ -366,7 +373,8 @@ async def run_session(
                 error=f"prompt not delivered ({result.outcome.value}: {result.rule}): {detail}",
             )
         say("working")
-        deadline = time.monotonic() + timeout
+        # Waiting for a usage limit to reset does not count against the session.
+        clock = PausedDeadline(time.monotonic() + timeout)
         grace_deadline: float | None = None
         idle = _Idle(profile.idle_after, profile.idle_nudges)
         while True:
@@ -413,6 +421,7 @@ async def run_session(
             # agent sitting ready without its report is nudged, then the session fails.
             obs = await driver.observe()
             now = time.monotonic()
+            deadline = clock.look(obs.state, now)
             if grace_deadline is None and not signals:
                 verdict = idle.look(obs.state is AgentState.READY, now)
                 if verdict == "nudge":

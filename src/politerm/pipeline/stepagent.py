@@ -21,7 +21,7 @@ from politerm._internal.vault import redact_and_keep
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Outcome
-from politerm.driver.limits import driver_settings
+from politerm.driver.limits import PausedDeadline, driver_settings
 from politerm.driver.receipts import launch_with_hooks, mark_pane
 from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
 from politerm.pipeline import worktrees
@@ -236,6 +236,8 @@ class StepAgent:
         rec = self.run.record.step(step.num)
         want = step_id(step.num)
         done: Block | None = None
+        # Waiting for a usage limit to reset does not count against the step.
+        clock = PausedDeadline(deadline)
         while True:
             event = driver.term.output_event()
             try:
@@ -257,6 +259,7 @@ class StepAgent:
                 tail = " | ".join(snap.tail(4))
                 return f"the agent exited (exit status {status}) without a done block: {tail}"
             now = time.monotonic()
+            deadline = clock.look(obs.state, now)
             if now >= deadline:
                 await self.stop_agent(driver)
                 minutes = self.run.pipeline.timeout_of(step) / 60

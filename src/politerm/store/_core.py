@@ -26,9 +26,9 @@ if t.TYPE_CHECKING:
     import types
 
 
-# Texts at least this long have their redaction remembered (up to this many of them).
-_CACHE_FROM = 256
-_CACHE_SIZE = 64
+# Redactions remembered: at most this many texts, of at most this many characters in all.
+_CACHE_SIZE = 2048
+_CACHE_CHARS = 4 << 20
 
 
 class _Redacting:
@@ -125,6 +125,7 @@ class StoreCore:
         self._lock = threading.RLock()
         self._redactor = Redactor()
         self._redacted: dict[str, tuple[str, dict[str, str]]] = {}
+        self._cached_chars = 0
         self._keep: t.Callable[[dict[str, str]], None] | None = vault.keep
         self._audit = _BatchedAudit(AuditLog(audit_path_for(path)), self._redact_json)
         self._closed = False
@@ -217,9 +218,27 @@ class StoreCore:
         self._redactor = redactor
         self._keep = keep
         self._redacted.clear()
+        self._cached_chars = 0
 
     def redact(self, text: str) -> str:
         """``text`` as the store keeps it: every secret replaced by a tagged marker."""
+        # One write redacts the same short values (agent names, states, nonces) and the
+        # same prompt (its row, the audit line, the event) again and again: each distinct
+        # text is scanned once.
+        hit = self._redacted.get(text)
+        if hit is None:
+            hit = self._redact_new(text)
+            if len(self._redacted) >= _CACHE_SIZE or self._cached_chars > _CACHE_CHARS:
+                self._redacted.clear()
+                self._cached_chars = 0
+            self._redacted[text] = hit
+            self._cached_chars += len(text)
+        out, found = hit
+        if found and self._keep is not None:
+            self._keep(found)
+        return out
+
+    def _redact_new(self, text: str) -> tuple[str, dict[str, str]]:
         if text.startswith(("{", "[")):
             try:
                 value = json.loads(text)
@@ -227,24 +246,23 @@ class StoreCore:
                 pass
             else:
                 if isinstance(value, dict | list):
-                    red = self._redact_json(value)
+                    found: dict[str, str] = {}
+                    red = self._redact_value(value, found)
                     # Unchanged JSON keeps its exact text (a body is delivered as written).
-                    return text if red == value else json.dumps(red, ensure_ascii=False)
-        if len(text) < _CACHE_FROM:
-            out, found = self._redactor.tagged(text)
-        else:
-            # One prompt is written several times in a row (its row, the audit line, the
-            # event): scanned once.
-            hit = self._redacted.get(text)
-            if hit is None:
-                hit = self._redactor.tagged(text)
-                if len(self._redacted) >= _CACHE_SIZE:
-                    self._redacted.clear()
-                self._redacted[text] = hit
-            out, found = hit
-        if found and self._keep is not None:
-            self._keep(found)
-        return out
+                    out = text if red == value else json.dumps(red, ensure_ascii=False)
+                    return out, found
+        return self._redactor.tagged(text)
+
+    def _redact_value(self, value: t.Any, found: dict[str, str]) -> t.Any:
+        if isinstance(value, str):
+            out, more = self._redact_new(value)
+            found.update(more)
+            return out
+        if isinstance(value, dict):
+            return {k: self._redact_value(v, found) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._redact_value(v, found) for v in value]
+        return value
 
     def _redact_json(self, value: t.Any) -> t.Any:
         if isinstance(value, str):

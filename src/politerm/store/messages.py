@@ -255,6 +255,14 @@ class MessageRows(StoreCore):
             rows = c.execute(sql + " ORDER BY id", args).fetchall()
         return [_message(r) for r in rows]
 
+    def count_messages(self, task_id: str, type: str) -> int:
+        """How many messages of ``type`` the task has (in any state)."""
+        with self._reading() as c:
+            row = c.execute(
+                "SELECT COUNT(*) FROM messages WHERE task_id = ? AND type = ?", (task_id, type)
+            ).fetchone()
+        return int(row[0])
+
     def get_message(self, message_id: int) -> Message | None:
         """Return the message with row id ``message_id``, or None."""
         with self._reading() as c:

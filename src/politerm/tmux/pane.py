@@ -296,6 +296,7 @@ class Pane:
             in_mode=info.in_mode,
             alternate_screen=info.alternate_on,
             title=info.title,
+            rows=info.height,
         )
 
     async def prepare_input(self) -> None:

@@ -43,6 +43,7 @@ Scenario format (TOML; JSON when the file ends in ``.json``)::
     approval = "Bash(echo hi > out.txt)"     # ask first: 1/y/p/Enter approve, 3/n/Esc deny
     deny_reply = "Okay, not running it."     # reply when denied (default: none)
     defaults = { nonce = "none" }   # values for optional groups that did not match
+    recall = false                  # start from earlier prompts' groups ("continue")
     write_file = { path = "out.txt", content = "hi\n" }  # after approval, relative to cwd
                                     # (append = true adds to the file instead)
     action = "reply"                # or "crash" (exit 3), "hang" (busy forever), "exit"

@@ -107,6 +107,8 @@ class FakeAgent:
         transcript: Transcript | None = None,
     ) -> None:
         self.scenario = scenario
+        # Every prompt's matched groups, for rules with ``recall``.
+        self.recalled: dict[str, str] = {}
         self.mode = mode
         self.screen: Screen = SCREENS[mode]()
         self.display = Display(self.screen, fd_out, alt=alt_screen and self.screen.alt_screen)
@@ -408,7 +410,7 @@ class FakeAgent:
     def _start_turn(self, data: bytes, display: str, n: int) -> None:
         text = data.decode("utf-8", "surrogateescape")
         self.transcript.user(text)
-        index, rule, groups = self.scenario.pick(text)
+        index, rule, groups = self.scenario.pick(text, self.recalled)
         if rule.action is Action.CRASH:
             self.log.write("crash", n=n, rule=index)
             raise _Exit(3, "crash", crash=True)

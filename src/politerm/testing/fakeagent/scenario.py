@@ -77,6 +77,9 @@ class Rule(_Model):
     action: Action = Action.REPLY
     status_lines: list[str] | None = None
     defaults: dict[str, str] = pydantic.Field(default_factory=dict)
+    # Fill the placeholders this match lacks from earlier prompts' groups (a "continue"
+    # sent after a usage limit answers the task the first prompt named).
+    recall: bool = False
 
     @pydantic.field_validator("match")
     @classmethod
@@ -140,24 +143,32 @@ class Scenario(_Model):
     rules: list[Rule] = pydantic.Field(default_factory=list)
     faults: Faults = pydantic.Field(default_factory=Faults)
 
-    def pick(self, prompt: str) -> tuple[int, Rule, dict[str, str]]:
+    def pick(
+        self, prompt: str, memory: dict[str, str] | None = None
+    ) -> tuple[int, Rule, dict[str, str]]:
         r"""Return ``(index, rule, groups)`` of the first matching rule.
 
-        Index ``-1`` is the implicit default rule (``default_reply``).
+        Index ``-1`` is the implicit default rule (``default_reply``). ``memory`` keeps
+        every match's groups; a rule with ``recall`` starts from them.
 
         Examples
         --------
-        >>> s = Scenario(rules=[Rule(match=r"id=(?P<id>\w+)", reply="got {id}")])
-        >>> s.pick("x id=T7")[0], s.pick("x id=T7")[2]
+        >>> s = Scenario(rules=[Rule(match=r"id=(?P<id>\w+)", reply="got {id}"),
+        ...                     Rule(match="^again$", recall=True)])
+        >>> seen: dict[str, str] = {}
+        >>> s.pick("x id=T7", seen)[0], s.pick("x id=T7", seen)[2]
         (0, {'id': 'T7'})
-        >>> s.pick("nothing")[0]
-        -1
+        >>> s.pick("again", seen)[2], s.pick("nothing")[0]
+        ({'id': 'T7'}, -1)
         """
         for index, rule in enumerate(self.rules):
             m = rule.search(prompt)
             if m:
-                groups = dict(rule.defaults)
+                groups = dict(memory or {}) if rule.recall else {}
+                groups.update(rule.defaults)
                 groups.update({k: v for k, v in m.groupdict().items() if v is not None})
+                if memory is not None:
+                    memory.update(groups)
                 return index, rule, groups
         return -1, Rule(reply=self.default_reply), {}
 

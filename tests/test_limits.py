@@ -338,6 +338,43 @@ async def test_turn_tokens_add_up_per_agent_task_and_run(
         store.close()
 
 
+async def test_an_answer_written_before_the_confirmation_is_counted(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # A quick agent answers (and its transcript records the usage) before the delivery is
+    # confirmed: the turn counts from before the paste, not from the confirmation.
+    from politerm.driver.tokens import stored_tokens
+    from politerm.protocol.usage import claude_usage, usage_total
+    from politerm.testing.retry import aretry_until
+
+    store = RunStore.open(tmp_path / "runs.sqlite3")
+    driver = await _start(
+        tmux_server, tmux_session, tmp_path, DONE_SCENARIO.format(), store=store, transcript=True
+    )
+    transcript = tmp_path / ".fake-transcript.jsonl"
+
+    async def answered_first() -> None:
+        async def written() -> bool:
+            lines = transcript.read_text().splitlines() if transcript.exists() else []
+            return usage_total(claude_usage(lines)).total > 0
+
+        await aretry_until(written, 60, what="the answer's usage in the agent's transcript")
+
+    driver.on("after-confirm", answered_first)
+    try:
+        async with asyncio.timeout(120):
+            res = await driver.run_turn(
+                lambda n: f"DO T1 nonce={n}", Expect.block("done"), timeout=60, task_id="T1"
+            )
+        assert res.ok, res.error
+        expected = usage_total(claude_usage(transcript.read_text().splitlines()))
+        assert expected.total > 0
+        assert stored_tokens(store, "task:T1") == expected
+    finally:
+        await driver.kill()
+        store.close()
+
+
 async def test_turn_over_its_token_budget_ends_with_a_budget_event(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:

@@ -11,7 +11,8 @@ import typing as t
 
 import psutil
 
-from politerm.pipeline.state import read_question, read_state_file
+from politerm.hooks.channel import create_channel
+from politerm.pipeline.state import read_question, read_state_file, steps_dir
 from politerm.store import RunStore
 from politerm.testing.fakeagent import read_log
 from politerm.testing.retry import retry_until
@@ -159,9 +160,14 @@ def test_full_pipeline_gates_parallel_handoff_and_retry(
     assert refused.returncode == 1
     assert f"run {RUN} has already ended (done)" in refused.stderr
     assert f"poli down --run-id {RUN}" in refused.stderr
+    # Its steps' hook channels (the fake agents have no hooks: one made as a step's would
+    # be) are kept while the session is, and go with it.
+    hooks = steps_dir(root, RUN) / "hooks"
+    create_channel(hooks, "step-1")
     down = poli(root, "down", "--run-id", RUN, "--project", str(root))
     assert down.returncode == 0, down.stderr
     assert session not in server.cmd("list-sessions", "-F", "#{session_name}").stdout
+    assert not hooks.exists() and steps_dir(root, RUN).is_dir()
     again = poli(root, "down", "--run-id", RUN, "--project", str(root))
     assert again.returncode == 1 and "no session left" in again.stderr
 

@@ -130,16 +130,16 @@ def collect(
     }
 
 
-def _state(agent: dict[str, t.Any], now: float | None = None) -> str:
-    """The state column: a LIMITED agent's with when its limit resets.
+def state_words(agent: dict[str, t.Any], now: float | None = None) -> str:
+    """An agent's state as shown: a LIMITED agent's with when its limit resets.
 
     Examples
     --------
-    >>> _state({"state": "ready"})
+    >>> state_words({"state": "ready"})
     'ready'
-    >>> _state({"state": "limited", "limit": {"resets_at": None}})
+    >>> state_words({"state": "limited", "limit": {"resets_at": None}})
     'limited (reset time not known)'
-    >>> _state({"state": "limited", "limit": {"resets_at": 1090.0}}, now=1000.0).endswith(
+    >>> state_words({"state": "limited", "limit": {"resets_at": 1090.0}}, now=1000.0).endswith(
     ...     "(in 90s)")
     True
     """
@@ -188,7 +188,7 @@ def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableT
     for a in data["agents"]:
         agents.add_row(
             a["name"],
-            _state(a),
+            state_words(a),
             a["pane"],
             a["profile"],
             _count(a.get("tokens")),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import pathlib
 import subprocess
 import sys
+import time
 import typing as t
 
 from textual.widgets import DataTable
@@ -13,6 +15,7 @@ from textual.widgets import DataTable
 from politerm.config import load_config
 from politerm.pipeline.state import RunRecord, RunState, read_question
 from politerm.store import RunStore
+from politerm.store.limits import begin_limit
 from politerm.store.models import TaskState
 from politerm.testing.retry import aretry_until, retry_until
 from politerm.ui.dash import DashApp, attach_argv
@@ -241,3 +244,28 @@ def test_dash_mirror_snapshot(
             await pilot.pause()
 
         assert snap_compare(app, terminal_size=(100, 24), run_before=ready)
+
+
+async def test_dash_shows_when_a_limited_agent_resets(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    ask_project(root, _socket(server))
+    async with started(root) as loop:
+        now = time.time()
+        begin_limit(loop.store, "PLANNER", since=now, until=now + 7200, shown=True)
+        loop.store.set_agent_state("PLANNER", "limited")
+        with RunStore.open(loop.store.path) as store:
+            app = DashApp(loop.config, store, project=root)
+            async with app.run_test(size=(200, 60)) as pilot:
+
+                def planner_state() -> str:
+                    return next((r[1] for r in _rows(app, "agents") if r[0] == "PLANNER"), "")
+
+                await _until(
+                    pilot,
+                    lambda: planner_state().startswith("limited · resets "),
+                    "the PLANNER's reset time in the agents table",
+                )
+                at = datetime.datetime.fromtimestamp(now + 7200).strftime("%H:%M:%S")
+                assert at in planner_state(), planner_state()

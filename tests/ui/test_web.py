@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import time
 import typing as t
 
 import httpx
 import pytest
 import websockets
 
+from politerm.store.limits import begin_limit
 from politerm.testing.retry import retry_until
 from tests.loophelpers import started
 from tests.ui.uihelpers import (
@@ -171,3 +174,28 @@ async def test_approving_from_the_page_answers_the_agent(
                 )  # fmt: skip
             assert again.status_code == 409
             assert "EXECUTER" in again.json()["error"]
+
+
+async def test_overview_page_shows_when_a_limited_agent_resets(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    ask_project(root, _socket(server))
+    async with started(root) as loop, browser() as b:
+        now = time.time()
+        begin_limit(loop.store, "PLANNER", since=now, until=now + 7200, shown=True)
+        loop.store.set_agent_state("PLANNER", "limited")
+        at = datetime.datetime.fromtimestamp(now + 7200).strftime("%H:%M:%S")
+        with web(root) as url:
+            base, token = base_and_token(url)
+            page = await b.new_page()
+            await page.goto(f"{base}/?token={token}")
+            cell = page.locator("#agents td.state-limited")
+            await cell.wait_for(state="visible", timeout=60_000)
+            assert (await cell.inner_text()).startswith(f"limited · resets {at}")
+            await page.goto(f"{base}/agent/PLANNER?token={token}")
+            await page.wait_for_function(
+                "(at) => document.getElementById('agent-state').textContent.includes(at)",
+                arg=at,
+                timeout=60_000,
+            )

@@ -499,8 +499,7 @@ class AgentDriver:
         self.tracker.input_sent()
         check = await self._agent_checks(text)
         await self._hook("before-paste")
-        # The empty-box check reads the screen already looked at, when nothing was printed
-        # since (one tmux round trip less on the way to the agent).
+        # The empty-box check reads the screen already looked at, if nothing printed since.
         snap = self.fresh_snapshot()
         self._look = None
         try:
@@ -527,7 +526,8 @@ class AgentDriver:
         return result
 
     async def _agent_checks(self, text: str | bytes) -> AgentChecks | None:
-        """What the agent itself will say about this prompt: hook receipt, transcript."""
+        """What the agent itself will say about this prompt: hook receipt, transcript, tokens."""
+        self.meter.mark()
         rc = await self.hook_receipts()
         hook = None
         if rc is not None:

@@ -119,7 +119,7 @@ class AgentRecords:
         if (
             self.spec is not None
             and self.transcript is not None
-            and self.spec.format in ("claude", "codex")
+            and self.spec.format in ("claude", "codex", "gemini")
         ):
             texts: list[str] = []
             try:

@@ -101,6 +101,7 @@ class TokenMeter:
         self.open = False
         self._tail: Tail | None = None
         self._from_start = False
+        self._marked: tuple[Tail | None] | None = None  # the transcript's end before a paste
         self._seen: dict[str, Usage] = {}
 
     @property
@@ -108,15 +109,35 @@ class TokenMeter:
         """The agent keeps a transcript whose tokens can be read."""
         return self.reader is not None and self.cwd is not None
 
+    def mark(self) -> None:
+        """A prompt is about to be pasted: its turn counts what the transcript gains from now.
+
+        Taken before the paste, because a quick agent may answer (and write its usage)
+        before the delivery is confirmed. A turn still open keeps its own place.
+        """
+        if self.open or not self.works:
+            return
+        tail = self._locate()
+        if tail is not None:
+            tail.skip_to_end()
+        self._marked = (tail,)
+
     def start_turn(self, task_id: str | None) -> None:
-        """A prompt was confirmed: count from the transcript's end (a nudge keeps the turn)."""
+        """A prompt was confirmed: count from the mark before its paste, else from now.
+
+        A nudge for the open turn's task keeps the turn.
+        """
         if self.open and task_id == self.task_id:
             return
         self.turn, self.task_id, self.open = Usage(), task_id, True
         self._seen = {}
-        self._tail = self._locate()
-        if self._tail is not None:
-            self._tail.skip_to_end()
+        if self._marked is not None:
+            (self._tail,) = self._marked
+        else:
+            self._tail = self._locate()
+            if self._tail is not None:
+                self._tail.skip_to_end()
+        self._marked = None
         # A transcript that does not exist yet is this session's: counted from its start.
         self._from_start = self._tail is None
 

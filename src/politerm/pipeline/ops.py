@@ -20,7 +20,8 @@ import psutil
 from politerm._internal.proctree import process_tree
 from politerm.config import load_config
 from politerm.engine.session import make_server
-from politerm.errors import PipelineError, TmuxError
+from politerm.errors import HookError, PipelineError, TmuxError
+from politerm.hooks.channel import remove_hooks_dir
 from politerm.pipeline import worktrees
 from politerm.pipeline.agents import find_pipeline
 from politerm.pipeline.model import FINISHED_RUN, RunStatus
@@ -218,6 +219,7 @@ async def close_run(*, project: pathlib.Path, run_id: str | None = None) -> RunS
         if not await _kill_session(config, rec):
             msg = f"run {rid} ({rec.status.value}) has no session left to close"
             raise PipelineError(msg)
+        _remove_hooks(state)
         state.event("pipeline.closed", f"session {rec.session} closed")
         return state
     finally:
@@ -235,9 +237,18 @@ async def _close_if_finished(
             say(f"session {rec.session} kept; close it with `poli down --run-id {rec.run_id}`")
         return
     if await _kill_session(config, rec):
+        _remove_hooks(state)
         state.event("pipeline.closed", f"session {rec.session} closed")
         if say is not None:
             say(f"session {rec.session} closed")
+
+
+def _remove_hooks(state: RunState) -> None:
+    """The finished run's session is closed: its steps' hook channels go with it."""
+    try:
+        remove_hooks_dir(state.steps_dir / "hooks")
+    except HookError as exc:
+        state.event("pipeline.hooks", f"hooks directory left: {exc}")
 
 
 async def _session_up(config: Config, rec: RunRecord) -> bool:

@@ -16,7 +16,7 @@ import typing as t
 from politerm.agents.approval import PendingApproval, get_pending
 from politerm.errors import PolitermError
 from politerm.redact import Redactor
-from politerm.status import collect
+from politerm.status import collect, state_words
 from politerm.store.epics import EpicStore
 
 if t.TYPE_CHECKING:
@@ -60,10 +60,14 @@ def _agents(status: dict[str, t.Any], panes: t.Sequence[PaneEntry]) -> list[dict
     for a in status["agents"]:
         pane = by_pane.get(a["pane"] or "")
         seen.add(a["pane"] or "")
+        state = "exited" if pane is not None and pane.dead else a["state"]
         rows.append(
             {
                 "name": a["name"],
-                "state": "exited" if pane is not None and pane.dead else a["state"],
+                "state": state,
+                # What the views print: a LIMITED agent's says when its limit resets.
+                "state_words": state_words({**a, "state": state}),
+                "limit": a.get("limit"),
                 "pane": a["pane"],
                 "session": pane.session if pane else None,
                 "profile": a["profile"],
@@ -80,6 +84,8 @@ def _agents(status: dict[str, t.Any], panes: t.Sequence[PaneEntry]) -> list[dict
             {
                 "name": p.agent,
                 "state": "exited" if p.dead else "running",
+                "state_words": "exited" if p.dead else "running",
+                "limit": None,
                 "pane": p.pane_id,
                 "session": p.session,
                 "profile": p.command,

@@ -242,7 +242,7 @@ class DashApp(App[None]):
                 (
                     a["pane"] or a["name"],
                     (
-                        a["name"], Text(a["state"], style=_STATE_STYLE.get(a["state"], "")),
+                        a["name"], Text(a["state_words"], style=_STATE_STYLE.get(a["state"], "")),
                         a["session"] or "-", a["pane"] or "-", _when(a["last_activity"]),
                         a["tokens"] if a["tokens"] is not None else "-", a["turn"] or "-",
                     ),

@@ -164,7 +164,7 @@ function render(data) {
   if (PAGE === "agent") {
     document.getElementById("agent-name").textContent = name;
     const state = document.getElementById("agent-state");
-    state.textContent = current ? current.state : "";
+    state.textContent = current ? current.state_words || current.state : "";
     state.className = current ? "state-" + current.state : "";
     approvalRows((data.approvals || []).filter((p) => p.agent === name));
     return;
@@ -176,7 +176,7 @@ function render(data) {
   approvalRows(data.approvals || []);
   table("agents", ["agent", "state", "session", "pane", "profile", "last activity", "tokens", "working on"],
     data.agents || [], (a) => {
-      const state = el("td", a.state, "state-" + a.state);
+      const state = el("td", a.state_words || a.state, "state-" + a.state);
       return [agentLink(a), state, a.session || "-", a.pane || "-", a.profile || "-",
         when(a.last_activity), a.tokens ?? "-", a.turn || "-"];
     });

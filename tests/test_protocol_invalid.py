@@ -109,8 +109,12 @@ def test_rejections_are_logged(caplog: pytest.LogCaptureFixture) -> None:
 def test_a_header_checked_again_gets_the_same_verdict_by_value_and_type(order: str) -> None:
     # The schema check of a flat header is remembered: 1 and True (equal in Python) must
     # not share a verdict, nor a header and the same header with a wrong-typed value.
-    good = {"to": "EXECUTER", "type": "plan", "id": "T1"}
-    cases = [(good, None), ({**good, "id": 1}, "header key 'id'"), ({**good, "to": True}, "'to'")]
+    good: dict[str, t.Any] = {"to": "EXECUTER", "type": "plan", "id": "T1"}
+    cases: list[tuple[dict[str, t.Any], str | None]] = [
+        (good, None),
+        ({**good, "id": 1}, "header key 'id'"),
+        ({**good, "to": True}, "'to'"),
+    ]
     if order == "bad-first":
         cases.reverse()
     for _ in range(2):

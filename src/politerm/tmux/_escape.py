@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 _SAFE_BARE = re.compile(r"^[A-Za-z0-9_@%.,:=/+\-]+$")
@@ -79,4 +80,10 @@ def command_line(args: tuple[str, ...] | list[str]) -> str:
     if not args:
         msg = "empty tmux command"
         raise ValueError(msg)
+    return _joined(tuple(args))
+
+
+@functools.lru_cache(maxsize=512)
+def _joined(args: tuple[str, ...]) -> str:
+    # The same few commands (a pane's look, its keys) go out again and again.
     return " ".join(quote(a) for a in args)

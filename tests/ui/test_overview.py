@@ -171,7 +171,8 @@ async def test_sessions_of_every_workflow_are_told_apart(
                 assert row["name"] == str(root / ".poli" / "bridge" / "task_queue.json")
             finally:
                 bridge.terminate()
-                await asyncio.to_thread(bridge.wait, 30)
+                _, err = await asyncio.to_thread(bridge.communicate, None, 30)
+            assert bridge.returncode == 0, err
 
             async def stopped() -> bool:
                 return not [s for s in live.overview["sessions"] if s["kind"] == "bridge"]

@@ -57,7 +57,9 @@ async def _status(page: Page, start: str) -> None:
     )
 
 
-async def test_read_only_buttons_are_disabled_and_xterm_comes_from_the_monitor(tmp_path: pathlib.Path) -> None:
+async def test_read_only_buttons_are_disabled_and_xterm_comes_from_the_monitor(
+    tmp_path: pathlib.Path,
+) -> None:
     root = tmp_path / "proj"
     path = _waiting_project(root)
     async with browser() as b:
@@ -112,7 +114,8 @@ async def test_deny_answer_gate_and_abort_from_the_page(tmp_path: pathlib.Path) 
                 await _status(page, "step 1: answered y")
                 assert (read_question(store, "r1") or {}).get("answer") == "y"
 
-                abort = page.locator("#tasks tr", has_text="T-x").locator("button", has_text="abort")
+                row = page.locator("#tasks tr", has_text="T-x")
+                abort = row.locator("button", has_text="abort")
                 await abort.click()
                 await _status(page, "aborted task T-x")
                 task = store.get_task("T-x")

@@ -175,6 +175,7 @@ def serve(
     with _exclusive(queue), _announced(store, queue, executor.name):
         asyncio.run(main())
     say("bridge stopped")
+    return [(tid, status.value) for tid, status in bridge.finalized]
 
 
 @contextlib.contextmanager
@@ -190,7 +191,6 @@ def _announced(store: RunStore, queue: TaskQueue, executor: str) -> Iterator[Non
         with contextlib.suppress(StoreError):
             store.set_meta(key, "")
             store.add_event("bridge.stopped", detail=f"bridge {os.getpid()} stopped")
-    return [(tid, status.value) for tid, status in bridge.finalized]
 
 
 def start_daemon(argv: t.Sequence[str], queue: TaskQueue) -> int:

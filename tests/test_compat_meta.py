@@ -154,6 +154,29 @@ def test_agents_where_meta_keeps_them_and_where_it_looked(tmp_path: pathlib.Path
     assert poli(root, "pipeline", "validate", ".poli/pipelines/x.pipeline").returncode == 0
 
 
+def test_a_meta_checkout_beside_the_project(tmp_path: pathlib.Path) -> None:
+    # META kept apart from the project (~/src/META): agents/ beside that repository's root.
+    meta = tmp_path / "src" / "META"
+    shutil.copytree(FIXTURE, meta)
+    app = tmp_path / "app"
+    app.mkdir()
+    feature = str(meta / "workflows" / "pipelines" / "feature.pipeline")
+    out = poli(app, "pipeline", "validate", feature)
+    assert out.returncode == 0, out.stdout + out.stderr
+    shown = json.loads(poli(app, "pipeline", "show", feature, "--json").stdout)
+    assert [s["agent"] for s in shown["steps"]][-2:] == ["reviewer", "base"]
+    plan = poli(app, "run", feature, "--task", "Add search", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "You are the reviewer agent of this project." in plan.stdout
+    assert f"handoff: writes {app / '.meta' / 'handoff.md'} with the task" in plan.stdout
+    assert "on failure: retry:3" in plan.stdout
+    (meta / "agents" / "base.md").unlink()  # not a built-in agent
+    missing = poli(app, "pipeline", "validate", feature)
+    assert missing.returncode == 1
+    assert "missing agent definition base.md" in missing.stdout
+    assert str(meta / "agents") in missing.stdout
+
+
 def test_agent_search_order(tmp_path: pathlib.Path) -> None:
     repo = tmp_path / "META"
     pipeline = repo / "workflows" / "pipelines" / "f.pipeline"

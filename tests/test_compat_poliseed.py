@@ -173,10 +173,11 @@ async def test_status_blocks_with_their_own_ids_are_recorded(
 async def test_timeout_names_the_rejected_blocks(
     server: libtmux.Server, project: pathlib.Path
 ) -> None:
+    # A wrong nonce, and no nonce on a block of another task: neither is accepted.
     wrong = (
         'Here.\n\n[[POLI:MSG {"to":"PLANNER","type":"result","id":"{id}","nonce":"0badc0"}]]'
         "\n<RESULT>\nstale\n</RESULT>\n[[/POLI:MSG]]\n"
-    )
+    ) + _nonceless("PLANNER", "result", "RESULT", "not this task's", block_id="T-other")
     executer = EXECUTER_HEAD + f"[[rules]]\nmatch = '(?s)\\A{IDS}'\nreply = '''{wrong}'''\n"
     write_project(project, _socket(server), planner=PLANNER_OK, executer=executer,
                   exec_timeout=2)  # fmt: skip
@@ -187,3 +188,6 @@ async def test_timeout_names_the_rejected_blocks(
         assert "EXECUTER sent no result block" in task.error
         assert "rejected blocks: line " in task.error
         assert "nonce '0badc0' is not this turn's nonce" in task.error
+        assert "header has no nonce" in task.error
+        events = loop.store.list_events(task_id=task.id, limit=200)
+        assert not [e for e in events if e.kind == "warning" and "without a nonce" in e.detail]

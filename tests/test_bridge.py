@@ -206,7 +206,12 @@ def test_daemon_wakes_on_submit_and_stops_on_request(tmp_path: pathlib.Path) -> 
     up = poli(tmp_path, "bridge", "start", "--daemon", "--queue", "bq/task_queue.json")
     assert up.returncode == 0, up.stderr
     pid = int(up.stdout.split()[1])
+    pidfile = tmp_path / "bq" / "bridge.pid"
     try:
+        # In the background: `poli bridge start --daemon` has returned, its bridge serves on.
+        assert pidfile.read_text() == f"{pid}\n"
+        assert pidfile.stat().st_mode & 0o777 == 0o600
+        assert os.getsid(pid) == pid  # its own session: detached from the caller's terminal
         again = poli(tmp_path, "bridge", "start", "--daemon", "--queue", "bq/task_queue.json")
         assert again.returncode == 1
         assert f"a bridge already serves {tmp_path / 'bq' / 'task_queue.json'}" in again.stderr
@@ -221,7 +226,7 @@ def test_daemon_wakes_on_submit_and_stops_on_request(tmp_path: pathlib.Path) -> 
         down = poli(tmp_path, "bridge", "stop", "--queue", "bq/task_queue.json")
     assert down.returncode == 0, down.stderr
     assert down.stdout.strip() == f"bridge {pid} stopped"
-    assert not (tmp_path / "bq" / "bridge.pid").exists()
+    assert not pidfile.exists()
     log = (tmp_path / "bq" / "bridge.log").read_text()
     assert "serving" in log
     assert "bridge stopped" in log
@@ -365,6 +370,11 @@ INVALID: list[Invalid] = [
         "no line contains the marker 'zz'",
     ),
     Invalid(
+        "not-utf8",
+        {"file_path": "latin1.txt", "action": "append_content", "content": "x"},
+        "latin1.txt: not valid UTF-8 (byte 0xe9 at offset 3)",
+    ),
+    Invalid(
         "no-workdir",
         {
             "commands_to_execute": [
@@ -380,6 +390,7 @@ def test_each_invalid_task_fails_alone_with_one_line_and_its_error_json(
     tmp_path: pathlib.Path, store: RunStore
 ) -> None:
     (tmp_path / "f.txt").write_bytes(b"a\nb\n")
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9\n")
     bridge = make_bridge(tmp_path, store)
     good = {"file_path": "f.txt", "action": "append_content", "content": "c\n"}
     bridge.queue.submit(
@@ -393,6 +404,7 @@ def test_each_invalid_task_fails_alone_with_one_line_and_its_error_json(
     assert bridge.queue.read() == []
     assert (tmp_path / "f.txt").read_bytes() == b"a\nb\nc\n"
     assert not (tmp_path / "nope.txt").exists()
+    assert (tmp_path / "latin1.txt").read_bytes() == b"caf\xe9\n"
     for case in INVALID:
         folder = archived(tmp_path, "failed", case.task_id)
         error = json.loads((folder / "error.json").read_text())

@@ -88,6 +88,20 @@ def test_validate_show_and_dry_run_from_a_meta_checkout(project: pathlib.Path) -
     assert "-- step 1: base on claude, timeout 5 min" in text
 
 
+def test_the_handoff_dir_setting_names_the_same_files_in_prompts_and_merge(
+    project: pathlib.Path,
+) -> None:
+    (project / "poli.toml").write_text('[pipeline]\nhandoff_dir = "notes"\n')
+    feature = "META/workflows/pipelines/feature.pipeline"
+    text = poli(project, "run", feature, "--task", "t", "--dry-run").stdout
+    assert f"handoff: writes {project / 'notes' / 'handoff.md'} with the task" in text
+    assert "HANDOFF_FILE=notes/handoff.md" in text
+    assert "HANDOFF_FILE=notes/handoff-step-3.md" in text
+    assert "HANDOFF_FILE=notes/handoff-step-4.md" in text
+    assert "-- sync: merge notes/handoff-step-*.md files into notes/handoff.md" in text
+    assert "HANDOFF_FILE=.meta/" not in text
+
+
 def test_meta_run_flags_in_a_dry_run(project: pathlib.Path) -> None:
     feature = "META/workflows/pipelines/feature.pipeline"
 

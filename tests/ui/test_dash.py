@@ -12,6 +12,7 @@ import typing as t
 
 from textual.widgets import DataTable
 
+from politerm.agents.approval import Decision, PendingApproval, get_pending, set_pending
 from politerm.config import load_config
 from politerm.pipeline.state import RunRecord, RunState, read_question
 from politerm.store import RunStore
@@ -163,6 +164,8 @@ async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_tas
         run.save()
         run.ask(1, "gate", "Step 1 is done. Continue to step 2?")
         _fill_the_other_tables(writer, root)
+        asks = ("Bash command", "rm -rf build", "Do you want to proceed?")
+        set_pending(writer, PendingApproval("EXECUTER", "Bash", "rm -rf build", asks, 5.0))
     with RunStore.open(config.store.resolved_path()) as store:
         app = DashApp(config, store, project=root)
         async with app.run_test(size=(200, 60)) as pilot:
@@ -177,6 +180,24 @@ async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_tas
             assert _rows(app, "pipelines") == [
                 ["r1", "1", "?", "pending", "?", "Step 1 is done. Continue to step 2?"]
             ]
+            # deny: the dialog shows the exact command and the question on the agent's screen
+            await _until(pilot, lambda: bool(_rows(app, "approvals")), "the approval row")
+            await pilot.press("d")
+            await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "deny dialog")
+            assert isinstance(app.screen, ConfirmScreen)
+            assert app.screen.title_text == "deny this?"
+            assert app.screen.question == (
+                "EXECUTER wants to run: Bash(rm -rf build)\n\n" + "\n".join(asks)
+            )
+            await pilot.press("y")
+            await _until(
+                pilot,
+                lambda: (p := get_pending(store, "EXECUTER")) is not None
+                and p.answer is Decision.DENY,
+                "the question denied",
+            )
+            assert app.messages_shown[-1] == "denied: EXECUTER Bash(rm -rf build)"
+
             await pilot.press("n")
             await _until(pilot, lambda: isinstance(app.screen, AskScreen), "the answer dialog")
             assert isinstance(app.screen, AskScreen) and app.screen.question == "Which colour?"

@@ -192,8 +192,9 @@ async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_tas
             await pilot.press("y")
             await _until(
                 pilot,
-                lambda: (p := get_pending(store, "EXECUTER")) is not None
-                and p.answer is Decision.DENY,
+                lambda: (
+                    (p := get_pending(store, "EXECUTER")) is not None and p.answer is Decision.DENY
+                ),
                 "the question denied",
             )
             assert app.messages_shown[-1] == "denied: EXECUTER Bash(rm -rf build)"

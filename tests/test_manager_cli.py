@@ -295,3 +295,32 @@ async def test_console_opens_without_a_key_and_the_goal_says_what_is_missing(
         manager.store.store.close()
     assert project.state.value == "error_brain"
     assert project.error is not None and "no API key for the gemini brain" in project.error
+
+
+def test_ctrl_c_pauses_a_one_shot_goal_and_a_stopped_task_resumes_to_exit_4(
+    tmp_path: pathlib.Path,
+) -> None:
+    with MockLLM([Rule(r".*", "Write server.py")], sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        added = poli(work, env, "manager", "project", "add", "web", str(tmp_path / "proj"))
+        assert added.returncode == 0, added.stderr
+        proc = subprocess.Popen(
+            [*POLI, "manager", "goal", "--project", "web", "Start the server", "--json"],
+            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        retry_until(
+            lambda: project_state(tmp_path)["state"] == "waiting_dev_report", BOUND,
+            what="the manager waiting for the dev report",
+        )  # fmt: skip
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: the step stops, the task waits for input
+        out, err = proc.communicate(timeout=BOUND)
+        stopped = poli(work, env, "manager", "stop", "--project", "web")
+        resumed = poli(work, env, "manager", "resume", "--project", "web", "--json")
+    assert proc.returncode == 3, err
+    paused = json.loads(out)
+    assert (paused["state"], paused["task_status"]) == ("paused_waiting_user_input", "paused")
+    assert "interrupted" in paused["question"]
+    assert "Traceback" not in err
+    assert stopped.returncode == 0 and stopped.stdout.strip() == "web: project_selected"
+    assert resumed.returncode == 4, resumed.stderr
+    assert json.loads(resumed.stdout)["task_status"] == "stopped"

@@ -97,6 +97,18 @@ class Console:
         except WaitTimeout:
             pytest.fail(f"{text!r} never showed; the screen:\n{await self.screen()}")
 
+    async def wait_for_input_line(self, text: str) -> None:
+        """Wait until the prompt being edited (the last one on screen) reads ``text``."""
+
+        async def look() -> bool:
+            lines = [ln.rstrip() for ln in (await self.screen()).splitlines() if ln.strip()]
+            return bool(lines) and lines[-1] == text
+
+        try:
+            await aretry_until(look, BOUND, what=f"the input line {text!r}")
+        except WaitTimeout:
+            pytest.fail(f"the input line never read {text!r}; the screen:\n{await self.screen()}")
+
 
 async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
     rules = [
@@ -111,6 +123,8 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
         c = Console(term)
         try:
             await c.wait_for("manager (no project)>")
+            await c.type("help")
+            await c.wait_for("Ctrl-C stops the current step; Ctrl-D quits.")
             await c.type(f"project add web {tmp_path / 'proj'} --goal 'A web server'")
             await c.wait_for("project web added")
             await term.write(b"project sel\t")  # completion of commands and project names
@@ -119,6 +133,8 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
             await c.wait_for("project select web")
             await term.write(b"\r")
             await c.wait_for("manager (web)>")
+            await c.type("project list")
+            await c.wait_for(f"* {'web':<16} {'project_selected':<26} file  {tmp_path / 'proj'}")
             await c.type("goal Start the server")
             await c.wait_for("QUESTION: Which port should the server use?")
             await c.type("input 8080")
@@ -131,6 +147,12 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
             await c.wait_for("state   paused_waiting_user_input")
             await c.type("stop")
             await c.wait_for("stopped; state project_selected")
+            # history: ↑ recalls earlier lines, newest first (a repeated line is kept once):
+            # stop, status, input 8080, goal …
+            await term.write(b"\x1b[A" * 4)
+            await c.wait_for_input_line("manager (web)> goal Start the server")
+            await term.write(b"\x15")  # Ctrl-U: clear the recalled line
+            await c.wait_for_input_line("manager (web)>")
             await c.type("quit")
             code = await term.wait_exit(BOUND)
         finally:

@@ -346,3 +346,34 @@ def test_ctrl_c_pauses_a_one_shot_goal_and_a_stopped_task_resumes_to_exit_4(
     assert stopped.returncode == 0 and stopped.stdout.strip() == "web: project_selected"
     assert resumed.returncode == 4, resumed.stderr
     assert json.loads(resumed.stdout)["task_status"] == "stopped"
+
+
+async def test_the_api_key_of_any_shape_never_reaches_disk_or_output(
+    tmp_path: pathlib.Path,
+) -> None:
+    key = "zq" + "5e1f" * 10  # no known key shape: only the manager's own knowledge hides it
+    rules = [Rule(r".*", f"NEED_USER_INPUT: Is {key} the key to deploy with?")]
+    with MockLLM(rules, token=key, sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
+            ManagerStore(store).add_project("web", tmp_path / "proj", channel="file")
+        asked = poli(work, env, "manager", "goal", "--project", "web", "Deploy", "--json")
+        typed = await asyncio.to_thread(
+            subprocess.run, [*POLI, "manager"], cwd=work, env=env,
+            input=f"input yes, {key} is it\nstop\nquit\n",
+            capture_output=True, text=True, timeout=BOUND, check=False,
+        )  # fmt: skip
+        general = poli(work, env, "status", "--json")
+    assert asked.returncode == 3, asked.stderr
+    assert "[REDACTED" in json.loads(asked.stdout)["question"]
+    assert typed.returncode == 0, typed.stderr
+    # what the console printed, less the echo of the typed lines themselves
+    said = [ln for ln in typed.stdout.splitlines() if "manager (web)> " not in ln]
+    assert "[REDACTED" in typed.stdout and key not in "\n".join(said) + typed.stderr
+    for out in (asked, general):
+        assert key not in out.stdout + out.stderr
+    state = tmp_path / "state"
+    assert (state / "manager_history").is_file()
+    for f in state.rglob("*"):
+        if f.is_file():
+            assert key.encode() not in f.read_bytes(), f

@@ -147,6 +147,7 @@ async def test_history_and_events_are_recorded_per_step(tmp_path: pathlib.Path) 
 async def test_summarization_after_n_turns_feeds_the_next_prompt(
     tmp_path: pathlib.Path, budget: str
 ) -> None:
+    limits: dict[str, t.Any]
     if budget == "turn-count":
         limits, pad = {"summarize_after_turns": 3}, "0"
     else:  # many turns allowed, but one long report (~150 tokens) passes 100 tokens

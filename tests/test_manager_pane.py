@@ -1,7 +1,7 @@
 """The pane channel on the bundled fake agent in a private tmux server: a goal reaching
 TASK_COMPLETE through three dev turns, fenced reports per step id, a restarted manager that
-finds the report already on the agent's screen, a dev agent that exits, and the brain as an
-agent TUI."""
+finds the report already on the agent's screen, a dev agent that exits or is stuck, approvals,
+timeouts, and the brain as an agent TUI."""
 
 from __future__ import annotations
 
@@ -182,6 +182,29 @@ async def test_a_dev_agent_that_exits_is_the_dev_agent_error_state(
             await rig.close()
     assert project.state is S.ERROR_DEV_AGENT
     assert project.error is not None and "DEV-proj" in project.error
+
+
+async def test_a_stuck_dev_agent_is_the_dev_agent_error_state(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    stuck = (
+        'mode = "claude"\nthink_time = 0.1\n[[rules]]\nmatch = "STEP_ID"\n'
+        'reply = "  \u23bf  Credit balance is too low"\n'
+    )
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.dev(stuck)
+        try:
+            rig.manager.start("proj", "Make hello.py")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+            events = [e for e in rig.run_store.list_events() if e.kind == "stuck"]
+        finally:
+            await rig.close()
+    assert project.state is S.ERROR_DEV_AGENT
+    assert project.error is not None and "stuck" in project.error
+    assert "Credit balance is too low" in project.error
+    assert [e.agent for e in events] == ["DEV-proj"]
 
 
 async def test_an_agent_tui_as_the_brain(tmp_path: pathlib.Path, tmux_server: TmuxServer) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import typing as t
 
+from politerm.bridge.models import SCHEMA_MODELS, json_schemas
+
 if t.TYPE_CHECKING:
     import pathlib
 
@@ -29,7 +31,8 @@ def poli(
 
 def test_schema_prints_every_model_and_one_by_name(tmp_path: pathlib.Path) -> None:
     everything = json.loads(poli(tmp_path, "bridge", "schema").stdout)
-    assert {"QueueFile", "Task", "FileModificationInstruction"} <= set(everything)
+    assert everything == json_schemas()
+    assert set(everything) == {m.__name__ for m in SCHEMA_MODELS}
     task = json.loads(poli(tmp_path, "bridge", "schema", "Task").stdout)
     assert task == everything["Task"]
     bad = poli(tmp_path, "bridge", "schema", "Nope")

@@ -47,8 +47,11 @@ async def test_goal_reaches_task_complete_through_three_dev_turns_on_the_file_ch
     assert "## Project overview" in prompts[0] and "README.md (first 2 lines)" in prompts[0]
     assert all("## Project overview" not in p for p in prompts[1:])
     assert "A tiny hello project" in prompts[0] and "Make hello.py print hi" in prompts[0]
-    for step in (1, 2, 3):
-        assert f"## Latest dev report\nReport for step {step}" in prompts[step]
+    # each report whole (it is written in two parts): never taken half-written
+    planned = ["Create hello.py printing hi", "Add a test for hello.py", "Run the tests"]
+    for step, instruction in enumerate(planned, start=1):
+        report = f"Report for step {step}: {instruction}\nAll good."
+        assert f"## Latest dev report\n{report}\n\nDecide" in prompts[step]
     # reports are moved to processed/, timestamped with their step; instructions atomic
     processed = sorted(p.name for p in (rig.root / "dev_logs" / "processed").iterdir())
     task = project.task_id

@@ -320,6 +320,39 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
     assert sent[-1].startswith("If you have finished the step with STEP_ID=")
 
 
+async def test_ctrl_c_interrupts_the_dev_agent_and_pauses_the_task(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    from politerm.testing.fakeagent.eventlog import read_log
+    from politerm.testing.retry import aretry_until
+
+    slow = 'mode = "claude"\nthink_time = 60\nstrip_fences = false\n'
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.dev(slow)
+        try:
+            rig.manager.start("proj", "Make hello.py")
+            turn = asyncio.create_task(rig.manager.run("proj"))
+
+            async def delivered() -> bool:
+                return any(e.kind == "manager.dev_delivered" for e in rig.run_store.list_events())
+
+            await aretry_until(delivered, BOUND, what="the step's delivery recorded")
+            turn.cancel()  # what the console does on Ctrl-C, before it interrupts the step
+            with contextlib.suppress(asyncio.CancelledError):
+                await turn
+            project = await rig.manager.interrupt("proj")
+
+            async def interrupted() -> bool:
+                return any(e["event"] == "interrupt" for e in read_log(tmp_path / "dev"))
+
+            await aretry_until(interrupted, BOUND, what="the dev agent's interrupt logged")
+        finally:
+            await rig.close()
+    assert project.state is S.PAUSED_WAITING_USER_INPUT and project.task_status == "paused"
+    assert project.question is not None and "interrupted" in project.question
+
+
 async def test_a_step_without_report_in_time_is_a_system_error_turn(
     tmp_path: pathlib.Path, tmux_server: TmuxServer
 ) -> None:

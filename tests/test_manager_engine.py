@@ -49,8 +49,8 @@ async def test_goal_reaches_task_complete_through_three_dev_turns_on_the_file_ch
     assert "A tiny hello project" in prompts[0] and "Make hello.py print hi" in prompts[0]
     # each report whole (it is written in two parts): never taken half-written
     planned = ["Create hello.py printing hi", "Add a test for hello.py", "Run the tests"]
-    for step, instruction in enumerate(planned, start=1):
-        report = f"Report for step {step}: {instruction}\nAll good."
+    for step, first in enumerate(planned, start=1):
+        report = f"Report for step {step}: {first}\nAll good."
         assert f"## Latest dev report\n{report}\n\nDecide" in prompts[step]
     # reports are moved to processed/, timestamped with their step; instructions atomic
     processed = sorted(p.name for p in (rig.root / "dev_logs" / "processed").iterdir())

@@ -258,6 +258,7 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
         Rule(r"## Current task\nBreak", "SYSTEM_ERROR: the repository is read-only"),
         Rule(r"\[Human, step 0\]\n9090", "TASK_COMPLETE using 9090"),
         Rule(r"## Current task\nAsk me", "NEED_USER_INPUT: Which port?"),
+        Rule(r"## Current task\nCheck", "TASK_COMPLETE nothing to do"),
     ]
     with MockLLM(rules, sides=False) as llm:
         work, env = setup(tmp_path, llm)
@@ -266,6 +267,7 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
         asked = poli(work, env, "manager", "goal", "--project", "web", "Ask me", "--json")
         answered = poli(work, env, "manager", "input", "--project", "web", "9090", "--json")
         broken = poli(work, env, "manager", "goal", "--project", "web", "Break", "--json")
+        done = poli(work, env, "manager", "goal", "--project", "web", "Check", "--json")
         status = json.loads(poli(work, env, "manager", "status", "--json").stdout)
         general = poli(work, env, "status", "--json")
         missing = poli(work, env, "manager", "goal", "--project", "nope", "x")
@@ -277,8 +279,11 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
     assert json.loads(answered.stdout)["result"] == "using 9090"
     assert broken.returncode == 1
     assert json.loads(broken.stdout)["state"] == "error_system"
+    assert json.loads(broken.stdout)["error"] == "the repository is read-only"
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"] == "nothing to do"
     assert status["selected"] == "web"
-    assert status["projects"][0]["error"] == "the repository is read-only"
+    assert status["projects"][0]["state"] == "task_complete"
     # every transition is an event of the run store, so plain `poli status` shows them
     moves = [e["detail"] for e in json.loads(general.stdout)["events"]]
     assert "web: calling_brain → error_system: the repository is read-only" in moves

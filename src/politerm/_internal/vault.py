@@ -131,6 +131,42 @@ def tmux_fetcher(client: _Client) -> Callable[[str], Awaitable[str | None]]:
     return fetch
 
 
+def socket_fetcher(timeout: float = 10.0) -> Callable[[str], Awaitable[str | None]] | None:
+    """A ``fetch`` reading ``poli-vault-<tag>`` from each known tmux server, if any is known.
+
+    For a terminal with no control connection (an epic session's headless PTY): the secret
+    was kept by another ``poli`` process (``poli work add``) in the session's tmux server.
+    """
+    with _lock:
+        sockets = dict(_sockets)
+    if not sockets:
+        return None
+
+    async def fetch(tag: str) -> str | None:
+        import asyncio
+
+        for socket, tmux in sockets.items():
+            proc = await asyncio.create_subprocess_exec(
+                tmux, "-L", socket, "show-buffer", "-b", BUFFER_PREFIX + tag,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+                continue  # a server that does not answer holds nothing we can use
+            if proc.returncode == 0:
+                value = out.decode("utf-8", "replace")
+                with _lock:
+                    _memory[tag] = value
+                return value
+        return None
+
+    return fetch
+
+
 def redact_and_keep(text: str) -> str:
     """``text`` with its secrets replaced by tagged markers, the secrets kept (see :func:`keep`).
 

@@ -191,7 +191,7 @@ def status(ctx: click.Context, name: str | None, as_json: bool) -> None:
         click.echo(json.dumps(out, indent=2))
         return
     if not projects:
-        click.echo("no manager projects; poli manager project add NAME PATH")
+        click.echo("no manager projects; add one with `poli manager project add NAME PATH`")
     for project in projects:
         click.echo("\n".join(status_lines(project)))
 

@@ -152,6 +152,7 @@ def test_demo_finishes_prints_its_summary_and_cleans_up(tmp_path: pathlib.Path, 
         assert text in out.stdout, out.stdout
     assert out.stdout.endswith(
         "\ncleaned up: its scratch directory and tmux server (if any) are gone\n"
+        f"to look around in them, run it again with: poli demo {name} --keep\n"
         f"demo {name}: done\n"
     ), out.stdout
     assert _leftovers(tmp_path) == []

@@ -501,3 +501,52 @@ def test_a_queue_in_the_originals_spelling_runs_as_written(
         ("say", "exited", None),
         ("quiet", "timed_out", "activity"),
     ]
+
+
+def test_an_original_queue_caught_mid_flight_waits_for_its_agent_then_finalizes(
+    tmp_path: pathlib.Path, store: RunStore
+) -> None:
+    bridge = make_bridge(tmp_path, store)
+    # Prepared by the original bridge (its agent_action_details, no executor of ours), one
+    # task already marked started by its agent with the original's processing_by_agent.
+    prepared = {
+        "tool_to_call": "edit_file",
+        "target_file": "notes.txt",
+        "instructions": "append a line",
+        "content_to_append": "more",
+    }
+    queue = {
+        "tasks": [
+            {
+                "task_id": name,
+                "status": status,
+                "instruction_details": {
+                    "files_to_modify": [
+                        {"file_path": "notes.txt", "action": "append_content", "content": "more"}
+                    ]
+                },
+                "agent_action_details": prepared,
+            }
+            for name, status in (
+                ("inflight", "pending_agent_action"),
+                ("started", "processing_by_agent"),
+            )
+        ]
+    }
+    bridge.queue.path.parent.mkdir(parents=True)
+    bridge.queue.path.write_text(json.dumps(queue))
+    assert not asyncio.run(bridge.step())  # handed to someone else: never handed again
+    assert report_task(bridge.queue, "inflight", "processing_by_agent")
+    assert not report_task(bridge.queue, "inflight", "processing_by_agent")
+    assert not asyncio.run(bridge.step())
+    assert [x["status"] for x in bridge.queue.read()] == ["processing_by_agent"] * 2
+    report_task(bridge.queue, "inflight", "completed_by_agent", message="appended")
+    report_task(bridge.queue, "started", "failed_by_agent", error="no such file")
+    asyncio.run(bridge.drain())
+    assert dict(bridge.finalized) == {"inflight": "completed", "started": "failed"}
+    assert bridge.queue.read() == []
+    done = json.loads((archived(tmp_path, "processed", "inflight") / "task.json").read_text())
+    assert done["agent_action_details"] == prepared  # kept as the original wrote it
+    assert done["result"]["message"] == "appended"
+    err = json.loads((archived(tmp_path, "failed", "started") / "error.json").read_text())
+    assert (err["stage"], err["error"]) == ("execution", "no such file")

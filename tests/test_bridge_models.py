@@ -256,3 +256,40 @@ def test_the_originals_spellings_are_read_and_top_level_values_win() -> None:
     ).outputs_to_capture == [CaptureStream.STDERR]
     with pytest.raises(BridgeTaskInvalid, match="file_modifications: Input should be a valid list"):
         parse_task({"task_id": "o", "instruction_details": {"file_modifications": "f.txt"}})
+
+
+def test_the_schema_admits_a_queue_in_the_originals_spelling() -> None:
+    original = {
+        "tasks": [
+            {
+                "task_id": "t1",
+                "status": "processing_by_agent",
+                "notes": "",
+                "history": [],
+                "instruction_details": {
+                    "instruction": "build",
+                    "files_to_modify": [
+                        {
+                            "file_path": "f",
+                            "action": "insert_before_line",
+                            "line_marker": "m",
+                            "content_to_insert": "x",
+                        }
+                    ],
+                    "commands_to_execute": [
+                        {
+                            "command_id": "b",
+                            "command": "make",
+                            "rth_timeout_config": {"total_timeout": 300},
+                            "outputs_to_capture": {"stdout_file": "o.txt", "status_file": "s"},
+                        }
+                    ],
+                },
+                "agent_action_details": {"tool_to_call": "edit_file", "target_file": "f"},
+            }
+        ]
+    }
+    jsonschema.validate(original, json_schemas()["QueueFile"])
+    [task] = original["tasks"]
+    assert parse_task(task).status is TaskStatus.PROCESSING_BY_AGENT
+    assert TaskStatus.PROCESSING_BY_AGENT.is_handed

@@ -141,6 +141,24 @@ def test_interactive_steps_stay_in_their_tui(project: pathlib.Path) -> None:
     assert "politerm.pipeline._headless" in text.split("-- step 2:", 1)[1]
 
 
+def test_cli_interactive_steps_keep_their_cli(project: pathlib.Path) -> None:
+    # META's claude-interactive / codex-interactive: a person's step on that CLI, even under
+    # --cli (as META's select_cli keeps them).
+    pair = project / "META/workflows/pipelines/pair.pipeline"
+    pair.write_text(
+        "name: pair\ntimeout_min: 5\n"
+        "1 | base | codex-interactive | auto | - | - | Pair on the design.\n"
+        "2 | base | - | auto | - | - | Write it down.\n"
+    )
+    text = poli(project, "run", str(pair), "--task", "t", "--dry-run", "--cli", "claude").stdout
+    assert "-- step 1: base on codex (interactive: a person marks it done)" in text
+    assert "-- step 2: base on claude, timeout" in text
+    pair.write_text(pair.read_text().replace("codex-interactive", "codx-interactive"))
+    bad = poli(project, "pipeline", "validate", str(pair))
+    assert bad.returncode == 1
+    assert "unknown CLI 'codx-interactive' (did you mean 'codex'?)" in bad.stdout
+
+
 def test_agents_where_meta_keeps_them_and_where_it_looked(tmp_path: pathlib.Path) -> None:
     root = tmp_path / "p"
     (root / ".poli" / "pipelines").mkdir(parents=True)

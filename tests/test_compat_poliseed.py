@@ -56,12 +56,10 @@ def seed_project(root: pathlib.Path, socket: str) -> dict[str, str]:
     variables (its config/poli.env). Returns the environment to run ``poli`` in.
     """
     root.mkdir(parents=True)
-    # The contract is the one line; the ready prompts only tell the generic profile when
-    # these plain REPLs wait for input.
-    ready = "".join(
-        f"[agents.{n.upper()}]\nready_regex = '^(?:{n}> ?)+$'\n\n" for n in ("planner", "executer")
-    )
-    (root / "poli.toml").write_text(f'[routing]\ncontract = "poliseed"\n\n{ready}')
+    # The one line of configuration; nothing else is in poli.toml (so the generic profile
+    # tells ready from busy by the screen settling: slower than a ready_regex, as a user
+    # would first run it).
+    (root / "poli.toml").write_text('[routing]\ncontract = "poliseed"\n')
     env = {**os.environ, "COLUMNS": "200"}
     for name in ("planner", "executer"):
         (root / name).mkdir()

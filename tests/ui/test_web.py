@@ -44,7 +44,8 @@ async def test_every_request_and_websocket_needs_the_token(
         with web(root) as url:
             base, token = base_and_token(url)
             async with httpx.AsyncClient() as client:
-                for path in ("/", "/api/overview", "/agent/PLANNER", "/events", "/static/poli.js"):
+                for path in ("/", "/api/overview", "/agent/PLANNER", "/events", "/static/poli.js",
+                             "/xterm/@xterm/xterm/lib/xterm.js"):  # fmt: skip
                     refused = await client.get(base + path)
                     assert refused.status_code == 401, path
                     wrong = await client.get(base + path, params={"token": token + "x"})
@@ -61,9 +62,10 @@ async def test_every_request_and_websocket_needs_the_token(
                 assert act.status_code == 403
                 assert "read-only" in act.json()["error"]
             ws_base = base.replace("http://", "ws://")
-            with pytest.raises(websockets.InvalidStatus):
-                async with websockets.connect(ws_base + "/ws/overview"):
-                    pass
+            for ws_path in ("/ws/overview", "/ws/pane/PLANNER", f"/ws/pane/PLANNER?token={token}x"):
+                with pytest.raises(websockets.InvalidStatus):
+                    async with websockets.connect(ws_base + ws_path):
+                        pass
             async with websockets.connect(f"{ws_base}/ws/overview?token={token}") as ws:
                 data = json.loads(await asyncio.wait_for(ws.recv(), 10))
                 assert "agents" in data

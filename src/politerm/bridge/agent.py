@@ -291,8 +291,13 @@ class AgentExecutor:
         return outcome
 
 
+_REPORTED: t.Final = frozenset(
+    s.value for s in (TaskStatus.COMPLETED_BY_AGENT, TaskStatus.FAILED_BY_AGENT)
+)
+
+
 def _reported_in_queue(handoff: Handoff) -> Callable[[], bool]:
-    """True once the task left ``pending_agent_action`` in the queue (``poli bridge report``).
+    """True once the queue holds the agent's report (``poli bridge report``): done or failed.
 
     The queue is read only when its file was replaced (every write renames a new file into
     place, so its inode changes), not on every look at the agent.
@@ -313,7 +318,7 @@ def _reported_in_queue(handoff: Handoff) -> Callable[[], bool]:
             return False
         seen[:] = [stamp]
         raw = find(queue.read(), handoff.task.task_id)
-        return raw is not None and raw.get("status") != TaskStatus.PENDING_AGENT_ACTION.value
+        return raw is not None and raw.get("status") in _REPORTED
 
     return check
 

@@ -36,6 +36,7 @@ class TaskStatus(str, enum.Enum):
 
     PENDING = "pending"
     PENDING_AGENT_ACTION = "pending_agent_action"
+    PROCESSING_BY_AGENT = "processing_by_agent"
     COMPLETED_BY_AGENT = "completed_by_agent"
     FAILED_BY_AGENT = "failed_by_agent"
     COMPLETED = "completed"
@@ -52,6 +53,17 @@ class TaskStatus(str, enum.Enum):
         """
         return self in (TaskStatus.COMPLETED, TaskStatus.FAILED)
 
+    @property
+    def is_handed(self) -> bool:
+        """Handed to an executor that has not reported yet (never handed over again).
+
+        Examples
+        --------
+        >>> TaskStatus.PROCESSING_BY_AGENT.is_handed, TaskStatus.PENDING.is_handed
+        (True, False)
+        """
+        return self in (TaskStatus.PENDING_AGENT_ACTION, TaskStatus.PROCESSING_BY_AGENT)
+
 
 TRANSITIONS: t.Final[t.Mapping[TaskStatus, frozenset[TaskStatus]]] = {
     # pending -> failed: the task is invalid and never reaches an executor.
@@ -59,6 +71,15 @@ TRANSITIONS: t.Final[t.Mapping[TaskStatus, frozenset[TaskStatus]]] = {
     # pending_agent_action -> failed: the executor was lost (e.g. its process died) and the
     # evidence says the work may be half done; running it again could do it twice.
     TaskStatus.PENDING_AGENT_ACTION: frozenset(
+        {
+            TaskStatus.PROCESSING_BY_AGENT,
+            TaskStatus.COMPLETED_BY_AGENT,
+            TaskStatus.FAILED_BY_AGENT,
+            TaskStatus.FAILED,
+        }
+    ),
+    # processing_by_agent (optional, as in the original): the agent says it has started.
+    TaskStatus.PROCESSING_BY_AGENT: frozenset(
         {TaskStatus.COMPLETED_BY_AGENT, TaskStatus.FAILED_BY_AGENT, TaskStatus.FAILED}
     ),
     # completed_by_agent -> failed: the bridge's verification disagrees with the agent.
@@ -193,6 +214,24 @@ class FileModificationInstruction(_Model):
 TIMEOUT_KEYS: t.Final = ("launch_timeout", "activity_timeout", "total_timeout")
 
 
+def _or_file_names(schema: dict[str, t.Any]) -> None:
+    """The schema of ``outputs_to_capture`` also admits the original's object of file names."""
+    listed = {k: schema.pop(k) for k in ("type", "items") if k in schema}
+    names = {
+        "type": "object",
+        "properties": {f"{k}_file": {"type": "string"} for k in ("stdout", "stderr", "status")},
+    }
+    schema["anyOf"] = [listed, names]
+
+
+def _command_or_alias(schema: dict[str, t.Any]) -> None:
+    """The schema of a command needs ``command_string`` or its alias ``command``."""
+    props = schema["properties"]
+    props["command"] = {**props["command_string"], "description": "alias of command_string"}
+    schema["required"] = [r for r in schema["required"] if r != "command_string"]
+    schema["anyOf"] = [{"required": ["command_string"]}, {"required": ["command"]}]
+
+
 class CommandExecutionInstruction(_Model):
     """One command to run with the bridge's runner (see :mod:`politerm.bridge.runner`).
 
@@ -211,6 +250,8 @@ class CommandExecutionInstruction(_Model):
     ('make', 30.0, 300.0, ['stdout'])
     """
 
+    model_config = ConfigDict(json_schema_extra=_command_or_alias)
+
     command_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     command_string: str = Field(
         min_length=1,
@@ -226,7 +267,8 @@ class CommandExecutionInstruction(_Model):
     )
     total_timeout: float = Field(default=3600.0, gt=0, description="seconds it may run at all")
     outputs_to_capture: list[CaptureStream] = Field(
-        default_factory=lambda: [CaptureStream.STDOUT, CaptureStream.STDERR]
+        default_factory=lambda: [CaptureStream.STDOUT, CaptureStream.STDERR],
+        json_schema_extra=_or_file_names,
     )
     env: dict[str, str] = Field(default_factory=dict)
     continue_on_failure: bool = False
@@ -311,7 +353,12 @@ class InstructionDetails(_Model):
 
 
 class AgentActionDetails(_Model):
-    """What the bridge prepared for the executor: the tool to call and its parameters."""
+    """What the bridge prepared for the executor: the tool to call and its parameters.
+
+    A task the original bridge prepared (``target_file``, ``code_edit``, ``commands_list``,
+    … beside ``tool_to_call``) reads too: its keys are kept, it names no executor (so this
+    bridge leaves it to the agent it was handed to) and has no hashes to verify.
+    """
 
     tool_to_call: Tool
     file_modifications: list[FileModificationInstruction] = Field(default_factory=list)
@@ -323,9 +370,11 @@ class AgentActionDetails(_Model):
     original_sha256: dict[str, str | None] = Field(
         default_factory=dict, description="file path -> sha256 before the edits (None: absent)"
     )
-    executor: str = Field(description="'builtin' or 'agent:NAME'")
+    executor: str = Field(
+        default="", description="'builtin' or 'agent:NAME' ('': prepared by another bridge)"
+    )
     handed_at: float | None = None
-    work_dir: str = Field(description="where the task's logs and command outputs go")
+    work_dir: str = Field(default="", description="where the task's logs and command outputs go")
 
 
 class CommandResult(_Model):

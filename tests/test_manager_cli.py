@@ -208,6 +208,47 @@ async def test_repl_offers_to_resume_a_task_left_running(tmp_path: pathlib.Path)
     assert [r.user_text.count("(none yet)") for r in llm.requests()] == [1, 0]
 
 
+async def test_repl_resume_declined_or_taken_and_a_running_task_stopped(
+    tmp_path: pathlib.Path,
+) -> None:
+    from politerm.manager.states import ManagerState as S
+
+    with MockLLM([], sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
+            m = ManagerStore(store)
+            for name in ("a", "b"):  # both left by a manager that died waiting for the dev
+                root = tmp_path / name
+                root.mkdir()
+                m.add_project(name, root, channel="file")
+                m.transition(name, S.LOADING_PROJECT)
+                m.transition(name, S.PROJECT_SELECTED)
+                m.start_task(name, f"Task of {name}")
+                m.transition(name, S.WAITING_DEV_REPORT, step=1, last_instruction="Write it")
+        script = "n\ny\nstatus\nstop\nquit\n"  # decline a's, resume b's, stop it running
+        done = await asyncio.to_thread(
+            subprocess.run, [*POLI, "manager"], cwd=work, env=env, input=script,
+            capture_output=True, text=True, timeout=BOUND, check=False,
+        )  # fmt: skip
+        with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
+            a, b = (ManagerStore(store).project(n) for n in ("a", "b"))
+        assert llm.requests() == []
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "Project a has a task under way (waiting_dev_report, step 1): Task of a" in out
+    assert "[a] task stopped" in out
+    assert "[b] resuming from waiting_dev_report" in out
+    assert "state   waiting_dev_report (running here)" in out
+    assert "[b] stopped; state project_selected" in out
+    for p in (a, b):
+        assert (p.state.value, p.task_status, p.resumable) == ("project_selected", "stopped", False)
+    assert (
+        (tmp_path / "b" / "dev_instructions" / "next_step.txt")
+        .read_text()
+        .startswith(f"# Step 1 of task {b.task_id}\n\nWrite it\n")
+    )
+
+
 # --- one-shot commands and kill -9 ------------------------------------------------------
 
 

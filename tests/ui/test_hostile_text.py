@@ -31,6 +31,8 @@ if t.TYPE_CHECKING:
     import libtmux
     from textual.pilot import Pilot
 
+    from politerm.config import Config
+
 TOKEN = "ghp_" + "Zy9xW8vU7tS6rQ5pO4nM3lK2jI1hG0fE9dC8"
 HOSTILE = (
     "clip \x1b]52;c;aGk=\x07 title \x1b]0;pwned\x07 clear \x1b[2J c1 \x9b31m "
@@ -60,6 +62,17 @@ def _strings(value: t.Any) -> t.Iterator[str]:
             yield from _strings(v)
 
 
+def _project(server: libtmux.Server, tmp_path: pathlib.Path) -> tuple[pathlib.Path, Config]:
+    """A project on the test's tmux server whose store holds the hostile texts."""
+    assert server.socket_name is not None
+    root = tmp_path / "proj"
+    write_project(root, server.socket_name)
+    config = load_config(root, env={})
+    with RunStore.open(config.store.resolved_path()) as store:
+        _fill(store, root)
+    return root, config
+
+
 def _fill(store: RunStore, root: pathlib.Path) -> None:
     store.create_task("T-hostile", f"request {HOSTILE}", max_rounds=2)
     store.update_task("T-hostile", state=TaskState.WAITING_USER, question=f"question {HOSTILE}")
@@ -78,11 +91,7 @@ def _inert(text: str, where: str) -> None:
 async def test_the_web_page_and_its_overview_show_agent_text_inert(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
-    assert server.socket_name is not None
-    root = tmp_path / "proj"
-    write_project(root, server.socket_name)
-    with RunStore.open(load_config(root, env={}).store.resolved_path()) as store:
-        _fill(store, root)
+    root, _ = _project(server, tmp_path)
     with web(root) as url:
         base, token = base_and_token(url)
         overview = await asyncio.to_thread(_get_json, f"{base}/api/overview?token={token}")
@@ -108,12 +117,8 @@ async def test_the_dashboard_shows_agent_text_inert(
 ) -> None:
     from textual.widgets import DataTable, Static
 
-    assert server.socket_name is not None
-    root = tmp_path / "proj"
-    write_project(root, server.socket_name)
-    config = load_config(root, env={})
+    root, config = _project(server, tmp_path)
     with RunStore.open(config.store.resolved_path()) as store:
-        _fill(store, root)
         app = DashApp(config, store, project=root)
         async with app.run_test(size=(240, 70)) as pilot:
 

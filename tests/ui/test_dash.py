@@ -10,7 +10,7 @@ import sys
 import time
 import typing as t
 
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from politerm.agents.approval import Decision, PendingApproval, get_pending, set_pending
 from politerm.config import load_config
@@ -198,6 +198,16 @@ async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_tas
                 "the question denied",
             )
             assert app.messages_shown[-1] == "denied: EXECUTER Bash(rm -rf build)"
+            # the event log at the bottom says who answered what
+            await _until(
+                pilot,
+                lambda: (
+                    "ui-action" in str(app.query_one("#events", Static).content)
+                    and "dash: deny Bash(rm -rf build)"
+                    in str(app.query_one("#events", Static).content)
+                ),
+                "the deny in the event log",
+            )
 
             await pilot.press("n")
             await _until(pilot, lambda: isinstance(app.screen, AskScreen), "the answer dialog")

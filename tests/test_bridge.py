@@ -206,7 +206,12 @@ def test_daemon_wakes_on_submit_and_stops_on_request(tmp_path: pathlib.Path) -> 
     up = poli(tmp_path, "bridge", "start", "--daemon", "--queue", "bq/task_queue.json")
     assert up.returncode == 0, up.stderr
     pid = int(up.stdout.split()[1])
+    pidfile = tmp_path / "bq" / "bridge.pid"
     try:
+        # In the background: `poli bridge start --daemon` has returned, its bridge serves on.
+        assert pidfile.read_text() == f"{pid}\n"
+        assert pidfile.stat().st_mode & 0o777 == 0o600
+        assert os.getsid(pid) == pid  # its own session: detached from the caller's terminal
         again = poli(tmp_path, "bridge", "start", "--daemon", "--queue", "bq/task_queue.json")
         assert again.returncode == 1
         assert f"a bridge already serves {tmp_path / 'bq' / 'task_queue.json'}" in again.stderr
@@ -221,7 +226,7 @@ def test_daemon_wakes_on_submit_and_stops_on_request(tmp_path: pathlib.Path) -> 
         down = poli(tmp_path, "bridge", "stop", "--queue", "bq/task_queue.json")
     assert down.returncode == 0, down.stderr
     assert down.stdout.strip() == f"bridge {pid} stopped"
-    assert not (tmp_path / "bq" / "bridge.pid").exists()
+    assert not pidfile.exists()
     log = (tmp_path / "bq" / "bridge.log").read_text()
     assert "serving" in log
     assert "bridge stopped" in log
@@ -308,3 +313,240 @@ def test_the_bridge_wakes_on_a_queue_change_not_on_a_timer(
     asyncio.run(scenario())
     assert dict(bridge.finalized) == {"evt": "completed"}
     assert (tmp_path / "evt.txt").read_text() == "hi\n"
+
+
+class Invalid(t.NamedTuple):
+    task_id: str
+    details: dict[str, t.Any]
+    error: str
+
+
+INVALID: list[Invalid] = [
+    Invalid("empty", {}, "task empty: instruction_details: empty instructions"),
+    Invalid(
+        "unknown-action",
+        {"file_path": "f.txt", "action": "frobnicate", "content": "x"},
+        "task unknown-action: instruction_details.file_modifications.0.action: "
+        "unknown value 'frobnicate'",
+    ),
+    Invalid(
+        "missing-file",
+        {
+            "file_path": "nope.txt",
+            "action": "insert_after_line",
+            "line_marker": "a",
+            "content": "x",
+        },
+        "insert_after_line into a file that does not exist",
+    ),
+    Invalid(
+        "no-marker",
+        {"file_path": "f.txt", "action": "insert_before_line", "content": "x"},
+        "insert_before_line needs a non-empty line_marker",
+    ),
+    Invalid(
+        "reversed-range",
+        {
+            "file_path": "f.txt",
+            "action": "delete_lines",
+            "start_line_number": 3,
+            "end_line_number": 1,
+        },
+        "bad line range 3-1",
+    ),
+    Invalid(
+        "range-past-end",
+        {
+            "file_path": "f.txt",
+            "action": "delete_lines",
+            "start_line_number": 1,
+            "end_line_number": 9,
+        },
+        "bad line range 1-9: the file has 2 line(s)",
+    ),
+    Invalid(
+        "marker-absent",
+        {"file_path": "f.txt", "action": "insert_after_line", "line_marker": "zz", "content": "x"},
+        "no line contains the marker 'zz'",
+    ),
+    Invalid(
+        "not-utf8",
+        {"file_path": "latin1.txt", "action": "append_content", "content": "x"},
+        "latin1.txt: not valid UTF-8 (byte 0xe9 at offset 3)",
+    ),
+    Invalid(
+        "no-workdir",
+        {
+            "commands_to_execute": [
+                {"command_id": "c", "command": "true", "working_directory": "gone"}
+            ]
+        },
+        "command c: working_directory gone does not exist",
+    ),
+]
+
+
+def test_each_invalid_task_fails_alone_with_one_line_and_its_error_json(
+    tmp_path: pathlib.Path, store: RunStore
+) -> None:
+    (tmp_path / "f.txt").write_bytes(b"a\nb\n")
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9\n")
+    bridge = make_bridge(tmp_path, store)
+    good = {"file_path": "f.txt", "action": "append_content", "content": "c\n"}
+    bridge.queue.submit(
+        [
+            *({"task_id": c.task_id, "instruction_details": c.details} for c in INVALID),
+            {"task_id": "good", "instruction_details": good},
+        ]
+    )
+    asyncio.run(bridge.drain())  # never raises: bad tasks are data, not crashes
+    assert dict(bridge.finalized) == {**{c.task_id: "failed" for c in INVALID}, "good": "completed"}
+    assert bridge.queue.read() == []
+    assert (tmp_path / "f.txt").read_bytes() == b"a\nb\nc\n"
+    assert not (tmp_path / "nope.txt").exists()
+    assert (tmp_path / "latin1.txt").read_bytes() == b"caf\xe9\n"
+    for case in INVALID:
+        folder = archived(tmp_path, "failed", case.task_id)
+        error = json.loads((folder / "error.json").read_text())
+        assert error["task_id"] == case.task_id
+        assert error["stage"] == "validation"
+        assert error["status"] == "failed"
+        assert error["error"].startswith(f"task {case.task_id}: "), error
+        assert case.error in error["error"], error
+        assert "\n" not in error["error"]
+        saved = json.loads((folder / "task.json").read_text())
+        assert saved["status"] == "failed"
+        assert saved["error"] == error["error"]
+        assert "agent_action_details" not in saved  # never handed to an executor
+        assert f"invalid: {error['error']}" in (folder / "task.log").read_text()
+
+
+def test_a_queue_in_the_originals_spelling_runs_as_written(
+    tmp_path: pathlib.Path, store: RunStore
+) -> None:
+    (tmp_path / "conf.ini").write_bytes(b"[a]\r\nx=1\r\n# END\r\n")
+    bridge = make_bridge(tmp_path, store)
+    # Written the way the original bridge's requesters wrote tasks: a files_to_modify list,
+    # content_to_insert, instruction, command, rth_timeout_config and outputs_to_capture as
+    # file names; plus annotations politerm does not know (kept).
+    original = {
+        "tasks": [
+            {
+                "task_id": "orig-edit",
+                "status": "pending",
+                "notes": "from the meta-agent",
+                "history": [],
+                "instruction_details": {
+                    "instruction": "add y before the end marker",
+                    "files_to_modify": [
+                        {
+                            "file_path": "conf.ini",
+                            "action": "insert_before_line",
+                            "line_marker": "# END",
+                            "content_to_insert": "y=2",
+                        }
+                    ],
+                },
+            },
+            {
+                "task_id": "orig-cmd",
+                "status": "pending",
+                "instruction_details": {
+                    "instruction": "run two commands",
+                    "commands_to_execute": [
+                        {
+                            "command_id": "say",
+                            "command": "echo out; echo err >&2",
+                            "working_directory": ".",
+                            "rth_timeout_config": {"total_timeout": 60, "launch_timeout": 30},
+                            "outputs_to_capture": {
+                                "stdout_file": "say_out.txt",
+                                "status_file": "say_status.json",
+                            },
+                        },
+                        {
+                            "command_id": "quiet",
+                            "command_string": "echo up; exec sleep 60",
+                            "rth_timeout_config": {"activity_timeout": 1},
+                        },
+                    ],
+                },
+            },
+        ]
+    }
+    bridge.queue.path.parent.mkdir(parents=True)
+    bridge.queue.path.write_text(json.dumps(original))
+    asyncio.run(bridge.drain())
+    assert dict(bridge.finalized) == {"orig-edit": "completed", "orig-cmd": "failed"}
+    assert (tmp_path / "conf.ini").read_bytes() == b"[a]\r\nx=1\r\ny=2\r\n# END\r\n"
+    edit = json.loads((archived(tmp_path, "processed", "orig-edit") / "task.json").read_text())
+    assert edit["notes"] == "from the meta-agent"
+    assert edit["instruction_details"]["instruction"] == "add y before the end marker"
+    cmd = archived(tmp_path, "failed", "orig-cmd")
+    saved = json.loads((cmd / "task.json").read_text())
+    [say, quiet] = saved["agent_action_details"]["commands_to_execute"]
+    assert (say["command_string"], say["total_timeout"], say["launch_timeout"]) == (
+        "echo out; echo err >&2",
+        60.0,
+        30.0,
+    )
+    assert say["outputs_to_capture"] == ["stdout"]
+    assert quiet["activity_timeout"] == 1.0
+    assert (cmd / "commands" / "say.stdout.log").read_text() == "out\n"
+    assert not (cmd / "commands" / "say.stderr.log").exists()  # not asked for
+    assert not (tmp_path / "say_out.txt").exists()  # the files are politerm's own
+    assert [
+        (c["command_id"], c["state"], c["timeout_fired"]) for c in saved["result"]["commands"]
+    ] == [
+        ("say", "exited", None),
+        ("quiet", "timed_out", "activity"),
+    ]
+
+
+def test_an_original_queue_caught_mid_flight_waits_for_its_agent_then_finalizes(
+    tmp_path: pathlib.Path, store: RunStore
+) -> None:
+    bridge = make_bridge(tmp_path, store)
+    # Prepared by the original bridge (its agent_action_details, no executor of ours), one
+    # task already marked started by its agent with the original's processing_by_agent.
+    prepared = {
+        "tool_to_call": "edit_file",
+        "target_file": "notes.txt",
+        "instructions": "append a line",
+        "content_to_append": "more",
+    }
+    queue = {
+        "tasks": [
+            {
+                "task_id": name,
+                "status": status,
+                "instruction_details": {
+                    "files_to_modify": [
+                        {"file_path": "notes.txt", "action": "append_content", "content": "more"}
+                    ]
+                },
+                "agent_action_details": prepared,
+            }
+            for name, status in (
+                ("inflight", "pending_agent_action"),
+                ("started", "processing_by_agent"),
+            )
+        ]
+    }
+    bridge.queue.path.parent.mkdir(parents=True)
+    bridge.queue.path.write_text(json.dumps(queue))
+    assert not asyncio.run(bridge.step())  # handed to someone else: never handed again
+    assert report_task(bridge.queue, "inflight", "processing_by_agent")
+    assert not report_task(bridge.queue, "inflight", "processing_by_agent")
+    assert not asyncio.run(bridge.step())
+    assert [x["status"] for x in bridge.queue.read()] == ["processing_by_agent"] * 2
+    report_task(bridge.queue, "inflight", "completed_by_agent", message="appended")
+    report_task(bridge.queue, "started", "failed_by_agent", error="no such file")
+    asyncio.run(bridge.drain())
+    assert dict(bridge.finalized) == {"inflight": "completed", "started": "failed"}
+    assert bridge.queue.read() == []
+    done = json.loads((archived(tmp_path, "processed", "inflight") / "task.json").read_text())
+    assert done["agent_action_details"] == prepared  # kept as the original wrote it
+    assert done["result"]["message"] == "appended"
+    err = json.loads((archived(tmp_path, "failed", "started") / "error.json").read_text())
+    assert (err["stage"], err["error"]) == ("execution", "no such file")

@@ -14,9 +14,11 @@ from politerm.bridge.agent import AgentExecutor
 from politerm.bridge.bridge import Bridge
 from politerm.bridge.queue import TaskQueue
 from politerm.config import load_config
+from politerm.driver import TurnOutcome
 from politerm.store import RunStore
 from politerm.store.bridge import BridgeJournal
 from politerm.testing.fakeagent import prompts
+from politerm.testing.retry import aretry_until
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -265,3 +267,67 @@ def test_cli_serves_the_queue_with_an_agent(
     )
     assert bad.returncode == 1
     assert bad.stderr.strip() == "poli: --executor 'robot': expected 'builtin' or 'agent:NAME'"
+
+
+# The agent records its report with `poli bridge report` and prints no block at all.
+CLI_SCENARIO = """
+[[rules]]
+match = '(?s)BRIDGE TASK (?P<id>good) '
+reply = "Appended the line and reported it with poli bridge report."
+think_time = 3.0
+[rules.write_file]
+path = "f.txt"
+content = "a\\nb\\nc\\n"
+"""
+
+
+def test_agent_reporting_with_poli_bridge_report_ends_its_turn_without_a_block(
+    tmp_path: pathlib.Path,
+) -> None:
+    config = write_project(tmp_path, CLI_SCENARIO)
+
+    async def agent_runs_report() -> None:
+        # What the agent's shell tool does mid-turn: the prompt is in, then the report.
+        async def prompted() -> bool:
+            return bool((tmp_path / "agent").exists() and prompts(tmp_path / "agent"))
+
+        await aretry_until(prompted, 60, what="the task's prompt at the agent")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "politerm",
+            "bridge",
+            "report",
+            "good",
+            "--queue",
+            "bq/task_queue.json",
+            "--status",
+            "completed_by_agent",
+            "--message",
+            "appended c via the CLI",
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        assert out.decode() == "good completed_by_agent\n"
+
+    async def scenario(bridge: Bridge) -> None:
+        await asyncio.gather(run(bridge), agent_runs_report())
+
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        bridge = make_bridge(tmp_path, store, config)
+        bridge.queue.submit([TASKS[0]])
+        asyncio.run(scenario(bridge))
+    assert dict(bridge.finalized) == {"good": "completed"}
+    assert (tmp_path / "f.txt").read_text() == "a\nb\nc\n"
+    # One prompt: the agent was neither nudged for a block nor given the task twice.
+    assert len(prompts(tmp_path / "agent")) == 1
+    folder = archived(tmp_path, "processed", "good")
+    saved = json.loads((folder / "task.json").read_text())
+    assert saved["result"]["message"] == "appended c via the CLI"
+    assert "reported_at" in saved
+    assert (
+        f"agent EDITOR answered: {TurnOutcome.ANSWERED.value}" in (folder / "task.log").read_text()
+    )

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import typing as t
+
+from politerm.bridge.models import SCHEMA_MODELS, json_schemas
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -29,7 +32,8 @@ def poli(
 
 def test_schema_prints_every_model_and_one_by_name(tmp_path: pathlib.Path) -> None:
     everything = json.loads(poli(tmp_path, "bridge", "schema").stdout)
-    assert {"QueueFile", "Task", "FileModificationInstruction"} <= set(everything)
+    assert everything == json_schemas()
+    assert set(everything) == {m.__name__ for m in SCHEMA_MODELS}
     task = json.loads(poli(tmp_path, "bridge", "schema", "Task").stdout)
     assert task == everything["Task"]
     bad = poli(tmp_path, "bridge", "schema", "Nope")
@@ -155,3 +159,28 @@ def test_the_default_queue_is_the_projects(tmp_path: pathlib.Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (project / ".poli" / "bridge" / "task_queue.json").is_file()
     assert not (project / "sub" / ".poli").exists()
+
+
+def test_the_queue_path_from_the_environment_and_the_option(tmp_path: pathlib.Path) -> None:
+    elsewhere = tmp_path / "shared" / "q.json"
+    env = {**os.environ, "POLI_BRIDGE_QUEUE": str(elsewhere)}
+
+    def submit(task_id: str, *args: str) -> None:
+        task = {"task_id": task_id, "instruction_details": {"description": "x"}}
+        done = subprocess.run(
+            [sys.executable, "-m", "politerm", "bridge", "submit", "-", *args],
+            cwd=tmp_path,
+            input=json.dumps(task),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+
+    submit("from-env")
+    submit("from-option", *Q)  # --queue wins over the environment
+    assert [x["task_id"] for x in json.loads(elsewhere.read_text())["tasks"]] == ["from-env"]
+    queue = tmp_path / "bq" / "task_queue.json"
+    assert [x["task_id"] for x in json.loads(queue.read_text())["tasks"]] == ["from-option"]

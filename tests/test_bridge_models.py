@@ -10,6 +10,9 @@ import pytest
 
 from politerm.bridge.models import (
     TRANSITIONS,
+    CaptureStream,
+    CommandExecutionInstruction,
+    FileAction,
     Task,
     TaskStatus,
     check_transition,
@@ -162,14 +165,23 @@ def test_every_transition_in_the_table_is_accepted_and_every_other_refused() -> 
 
 def test_schemas_cover_every_model_and_validate_a_real_queue() -> None:
     schemas = json_schemas()
-    assert set(schemas) >= {
+    assert set(schemas) == {
         "Task",
         "InstructionDetails",
         "FileModificationInstruction",
         "CommandExecutionInstruction",
         "AgentActionDetails",
         "QueueFile",
+        "TaskResult",
     }
+    # The status and action enums are in the schemas, every value of them.
+    defs = schemas["QueueFile"]["$defs"]
+    assert defs["TaskStatus"]["enum"] == [s.value for s in TaskStatus]
+    assert defs["FileAction"]["enum"] == [a.value for a in FileAction]
+    assert defs["Tool"]["enum"] == ["edit_file", "execute_commands_sequentially"]
+    assert defs["CaptureStream"]["enum"] == ["stdout", "stderr"]
+    assert schemas["Task"]["$defs"]["TaskStatus"] == defs["TaskStatus"]
+    assert set(schemas["AgentActionDetails"]["$defs"]) >= {"Tool", "FileAction"}
     queue = {
         "tasks": [
             {
@@ -203,3 +215,81 @@ def test_a_task_round_trips_through_json() -> None:
     )
     again = Task.model_validate_json(task.model_dump_json())
     assert again == task
+
+
+def test_the_originals_spellings_are_read_and_top_level_values_win() -> None:
+    task = parse_task(
+        {
+            "task_id": "o",
+            "instruction_details": {
+                "instruction": "why",
+                "file_path": "a.txt",
+                "action": "insert_after_line",
+                "line_marker": "m",
+                "content_to_insert": "flat",
+                "files_to_modify": [
+                    {"file_path": "b.txt", "action": "append_content", "content_to_insert": "z"}
+                ],
+                "commands_to_execute": [
+                    {
+                        "command_id": "c",
+                        "command": "make",
+                        "activity_timeout": 5,
+                        "rth_timeout_config": {"activity_timeout": 99, "total_timeout": 7},
+                        "outputs_to_capture": {"status_file": "s.json"},
+                    }
+                ],
+            },
+        }
+    )
+    ins = task.instruction_details
+    assert ins.description == "why"
+    assert [(m.file_path, m.content) for m in ins.file_modifications] == [
+        ("a.txt", "flat"),
+        ("b.txt", "z"),
+    ]
+    [cmd] = ins.commands_to_execute
+    assert (cmd.activity_timeout, cmd.total_timeout, cmd.launch_timeout) == (5.0, 7.0, 30.0)
+    assert [o.value for o in cmd.outputs_to_capture] == ["stdout", "stderr"]
+    assert CommandExecutionInstruction.model_validate(
+        {"command_id": "c", "command": "x", "outputs_to_capture": {"stderr_file": "e"}}
+    ).outputs_to_capture == [CaptureStream.STDERR]
+    with pytest.raises(BridgeTaskInvalid, match="file_modifications: Input should be a valid list"):
+        parse_task({"task_id": "o", "instruction_details": {"file_modifications": "f.txt"}})
+
+
+def test_the_schema_admits_a_queue_in_the_originals_spelling() -> None:
+    original = {
+        "tasks": [
+            {
+                "task_id": "t1",
+                "status": "processing_by_agent",
+                "notes": "",
+                "history": [],
+                "instruction_details": {
+                    "instruction": "build",
+                    "files_to_modify": [
+                        {
+                            "file_path": "f",
+                            "action": "insert_before_line",
+                            "line_marker": "m",
+                            "content_to_insert": "x",
+                        }
+                    ],
+                    "commands_to_execute": [
+                        {
+                            "command_id": "b",
+                            "command": "make",
+                            "rth_timeout_config": {"total_timeout": 300},
+                            "outputs_to_capture": {"stdout_file": "o.txt", "status_file": "s"},
+                        }
+                    ],
+                },
+                "agent_action_details": {"tool_to_call": "edit_file", "target_file": "f"},
+            }
+        ]
+    }
+    jsonschema.validate(original, json_schemas()["QueueFile"])
+    [task] = original["tasks"]
+    assert parse_task(task).status is TaskStatus.PROCESSING_BY_AGENT
+    assert TaskStatus.PROCESSING_BY_AGENT.is_handed

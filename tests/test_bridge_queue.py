@@ -124,11 +124,15 @@ def test_report_moves_only_a_handed_over_task_and_is_idempotent(tmp_path: pathli
         tasks[0]["status"] = "pending_agent_action"
     with pytest.raises(BridgeTaskInvalid, match="not 'completed'"):
         report_task(q, "t", "completed")
+    assert report_task(q, "t", "processing_by_agent")  # the original's optional "started"
+    assert not report_task(q, "t", "processing_by_agent")
     with pytest.raises(BridgeTaskInvalid, match="task nope: not in"):
         report_task(q, "nope", "failed_by_agent")
     secret = "sk-ant-api03-" + "x" * 40
     assert report_task(q, "t", "failed_by_agent", message="tried", error=f"bad {secret}")
     assert not report_task(q, "t", "failed_by_agent")
+    with pytest.raises(BridgeTaskInvalid, match="from failed_by_agent to processing_by_agent"):
+        report_task(q, "t", "processing_by_agent")
     raw = find(q.read(), "t")
     assert raw is not None
     assert raw["status"] == "failed_by_agent"

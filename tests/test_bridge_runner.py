@@ -79,6 +79,7 @@ def test_silent_after_output_fires_the_activity_timeout(tmp_path: pathlib.Path) 
     assert st.exit_code is None
     assert st.signal is not None
     assert "started" in st.last_output
+    assert read_status(tmp_path / "out" / "c1.status.json") == st  # the file says it too
     assert_all_gone(pids_in(tmp_path / "pid"))
 
 
@@ -98,6 +99,7 @@ def test_no_first_output_fires_the_launch_timeout(tmp_path: pathlib.Path) -> Non
     st = run_command(spec(tmp_path, "echo $$ > pid; read x < fifo; echo got", launch_timeout=1.0))
     assert st.timeout_fired is TimeoutKind.LAUNCH
     assert st.first_output_at is None
+    assert read_status(tmp_path / "out" / "c1.status.json") == st
     assert_all_gone(pids_in(tmp_path / "pid"))
 
 
@@ -124,6 +126,7 @@ def test_chatty_but_too_long_fires_the_total_timeout(tmp_path: pathlib.Path) -> 
     )
     assert st.timeout_fired is TimeoutKind.TOTAL
     assert st.describe() == "c1: timed_out (total timeout)"
+    assert read_status(tmp_path / "out" / "c1.status.json") == st
 
 
 def test_children_and_grandchildren_die_on_timeout(tmp_path: pathlib.Path) -> None:

@@ -88,6 +88,20 @@ def test_validate_show_and_dry_run_from_a_meta_checkout(project: pathlib.Path) -
     assert "-- step 1: base on claude, timeout 5 min" in text
 
 
+def test_the_handoff_dir_setting_names_the_same_files_in_prompts_and_merge(
+    project: pathlib.Path,
+) -> None:
+    (project / "poli.toml").write_text('[pipeline]\nhandoff_dir = "notes"\n')
+    feature = "META/workflows/pipelines/feature.pipeline"
+    text = poli(project, "run", feature, "--task", "t", "--dry-run").stdout
+    assert f"handoff: writes {project / 'notes' / 'handoff.md'} with the task" in text
+    assert "HANDOFF_FILE=notes/handoff.md" in text
+    assert "HANDOFF_FILE=notes/handoff-step-3.md" in text
+    assert "HANDOFF_FILE=notes/handoff-step-4.md" in text
+    assert "-- sync: merge notes/handoff-step-*.md files into notes/handoff.md" in text
+    assert "HANDOFF_FILE=.meta/" not in text
+
+
 def test_meta_run_flags_in_a_dry_run(project: pathlib.Path) -> None:
     feature = "META/workflows/pipelines/feature.pipeline"
 
@@ -127,6 +141,24 @@ def test_interactive_steps_stay_in_their_tui(project: pathlib.Path) -> None:
     assert "politerm.pipeline._headless" in text.split("-- step 2:", 1)[1]
 
 
+def test_cli_interactive_steps_keep_their_cli(project: pathlib.Path) -> None:
+    # META's claude-interactive / codex-interactive: a person's step on that CLI, even under
+    # --cli (as META's select_cli keeps them).
+    pair = project / "META/workflows/pipelines/pair.pipeline"
+    pair.write_text(
+        "name: pair\ntimeout_min: 5\n"
+        "1 | base | codex-interactive | auto | - | - | Pair on the design.\n"
+        "2 | base | - | auto | - | - | Write it down.\n"
+    )
+    text = poli(project, "run", str(pair), "--task", "t", "--dry-run", "--cli", "claude").stdout
+    assert "-- step 1: base on codex (interactive: a person marks it done)" in text
+    assert "-- step 2: base on claude, timeout" in text
+    pair.write_text(pair.read_text().replace("codex-interactive", "codx-interactive"))
+    bad = poli(project, "pipeline", "validate", str(pair))
+    assert bad.returncode == 1
+    assert "unknown CLI 'codx-interactive' (did you mean 'codex'?)" in bad.stdout
+
+
 def test_agents_where_meta_keeps_them_and_where_it_looked(tmp_path: pathlib.Path) -> None:
     root = tmp_path / "p"
     (root / ".poli" / "pipelines").mkdir(parents=True)
@@ -152,6 +184,29 @@ def test_agents_where_meta_keeps_them_and_where_it_looked(tmp_path: pathlib.Path
     (root / "META" / "agents").mkdir(parents=True)
     shutil.copy(mine / "scout.md", root / "META" / "agents" / "scout.md")
     assert poli(root, "pipeline", "validate", ".poli/pipelines/x.pipeline").returncode == 0
+
+
+def test_a_meta_checkout_beside_the_project(tmp_path: pathlib.Path) -> None:
+    # META kept apart from the project (~/src/META): agents/ beside that repository's root.
+    meta = tmp_path / "src" / "META"
+    shutil.copytree(FIXTURE, meta)
+    app = tmp_path / "app"
+    app.mkdir()
+    feature = str(meta / "workflows" / "pipelines" / "feature.pipeline")
+    out = poli(app, "pipeline", "validate", feature)
+    assert out.returncode == 0, out.stdout + out.stderr
+    shown = json.loads(poli(app, "pipeline", "show", feature, "--json").stdout)
+    assert [s["agent"] for s in shown["steps"]][-2:] == ["reviewer", "base"]
+    plan = poli(app, "run", feature, "--task", "Add search", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "You are the reviewer agent of this project." in plan.stdout
+    assert f"handoff: writes {app / '.meta' / 'handoff.md'} with the task" in plan.stdout
+    assert "on failure: retry:3" in plan.stdout
+    (meta / "agents" / "base.md").unlink()  # not a built-in agent
+    missing = poli(app, "pipeline", "validate", feature)
+    assert missing.returncode == 1
+    assert "missing agent definition base.md" in missing.stdout
+    assert str(meta / "agents") in missing.stdout
 
 
 def test_agent_search_order(tmp_path: pathlib.Path) -> None:

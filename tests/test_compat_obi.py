@@ -1,5 +1,6 @@
 """Taking over an obi setup: ``poli config import-obi`` and ``poli import`` of obi's results
-log, through the real CLI (fixtures written in obi's formats under tests/fixtures/obi)."""
+log, through the real CLI (fixtures written in obi's formats under tests/fixtures/obi), and
+sessions that end with obi's fence and legacy footer, run end to end on the fake agent."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import sys
 
 from politerm.compat.obi import ledger_records
 from politerm.config import load_config
+from politerm.store.epics import EpicStore
+from tests.epic_helpers import Project, add_items
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "obi"
 
@@ -153,3 +156,22 @@ def test_an_imported_results_log_leaves_no_secret_on_disk(tmp_path: pathlib.Path
     for path in tmp_path.rglob("*"):
         if path.is_file() and path.name != "leaky.log":
             assert secret.encode() not in path.read_bytes(), path
+
+
+async def test_obis_footer_with_values_on_following_lines_records_no_drift(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Each agent prints an obi: fence, then the footer as obi's prompt asks for it: values on
+    # the lines after their keys (COMMIT_MSG's multi-line body, STATUS, ESCALATION).
+    project = Project(tmp_path / "repo")
+    add_items(project, ("o-1", "OBI FOOTER please", ()), ("o-2", "OBI ESCALATES please", ()))
+    result, _ = await project.go(summary=False)
+    by_item = {r.item_id: r for r in result.records}
+    done, helped = by_item["o-1"], by_item["o-2"]
+    assert (done.status, done.error, done.drift) == ("success", None, ())
+    assert done.commit_body == "Changed the code for o-1.\n\nRan the tests."
+    assert (helped.status, helped.error, helped.drift) == ("needs_help", None, ())
+    assert helped.escalation == "Which table owns refunds?"
+    with project.store() as store:
+        states = {i.id: i.state for i in EpicStore(store).list_items("E")}
+    assert states == {"o-1": "done", "o-2": "needs_help"}

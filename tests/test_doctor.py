@@ -253,6 +253,49 @@ def test_bad_config_is_a_fail_row(env: dict[str, str], tmp_path: Path) -> None:
 
 
 @needs_tmux
+@pytest.mark.parametrize(
+    ("files", "want"),
+    [
+        (
+            {"poli.toml": '[agents.PLANNER]\ncommand = "claude"\nprofile = "nosuch"\n'},
+            "agents.PLANNER.profile: no agent profile 'nosuch'",
+        ),
+        ({"poli.toml": '[templates]\nplan = "gone.txt"\n'}, "templates.plan: cannot read"),
+        (
+            {"poli.toml": '[templates]\nplan = "t.txt"\n', "t.txt": "{nosuchfield}\n"},
+            "templates.plan: unknown field",
+        ),
+        ({"poli.toml/": ""}, "poli.toml: is a directory, not a config file"),
+    ],
+    ids=["unknown-profile", "missing-template", "broken-template", "config-is-a-directory"],
+)
+def test_profiles_and_templates_are_checked_before_any_agent_starts(
+    env: dict[str, str], tmp_path: Path, files: dict[str, str], want: str
+) -> None:
+    for name, text in files.items():
+        if name.endswith("/"):
+            (tmp_path / name).mkdir()
+        else:
+            (tmp_path / name).write_text(text)
+    result = poli_doctor(env, "--json", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = json.loads(result.stdout)
+    failed = [r["detail"] for r in rows if r["status"] == "FAIL"]
+    assert any(want in d for d in failed), failed
+    # A broken poli.toml is named by every check that reads it, never "check crashed".
+    assert not [d for d in failed if "crashed" in d], failed
+    config = subprocess.run(
+        [sys.executable, "-m", "politerm", "config"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert config.returncode == 1 and want in config.stderr, config.stderr
+    assert config.stderr.count("\n") == 1 and "Traceback" not in config.stderr
+    # Nothing was started: the session's tmux server is not running.
+    tmux_dir = Path(env["TMUX_TMPDIR"])
+    assert not [p for p in tmux_dir.rglob("*") if p.is_socket()]
+
+
+@needs_tmux
 def test_explicit_config_option(env: dict[str, str], tmp_path: Path) -> None:
     config = tmp_path / "other.toml"
     config.write_text('[tmux]\nsocket = "elsewhere"\n')

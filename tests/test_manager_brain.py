@@ -120,3 +120,28 @@ def test_key_comes_from_the_environment_or_config() -> None:
     with pytest.raises(BrainAuthError, match="set ANTHROPIC_API_KEY"):
         resolve_key(BrainSettings(provider="anthropic"), {})
     assert "from-config" not in repr(own)
+
+
+@pytest.mark.parametrize(
+    ("provider", "module"),
+    [("gemini", "google.genai"), ("anthropic", "anthropic"), ("openai", "openai")],
+)
+def test_a_missing_sdk_names_its_extra_and_the_base_install_has_none(
+    provider: str, module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pathlib
+    import sys
+    import tomllib
+
+    from politerm.manager.brain import api_brain
+    from politerm.manager.settings import DEFAULT_KEY_ENV
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if the extra was not installed
+    env = {DEFAULT_KEY_ENV[provider][0]: "k"}
+    with pytest.raises(BrainError, match=rf"needs its SDK: pip install 'politerm\[{provider}\]'"):
+        api_brain(BrainSettings(provider=provider), Redactor(), env)  # type: ignore[arg-type]
+    pyproject = pathlib.Path(__file__).parents[1] / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text())["project"]
+    package = module.split(".")[-1].replace("genai", "google-genai")
+    assert not [d for d in project["dependencies"] if d.startswith(package)]
+    assert any(d.startswith(package) for d in project["optional-dependencies"][provider])

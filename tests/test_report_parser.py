@@ -52,6 +52,14 @@ CASES = [
         "Fix z",
     ),
     Case(
+        "hash-kept-outside-status",
+        f"```poli:{SID}\nstatus: needs_help  # or success\ncommit_msg: Fix #123\n"
+        "escalation: see #124  # why\n```\n",
+        ReportStatus.NEEDS_HELP,
+        "Fix #123",
+        escalation="see #124  # why",
+    ),
+    Case(
         "obi-prefix",
         f"```obi:{SID}\nstatus: success\ncommit_msg: Old prompt\ndetails: |\n  body\n```\n",
         ReportStatus.SUCCESS,
@@ -313,3 +321,10 @@ def test_report_is_signalled_at_the_closing_fence() -> None:
     assert [type(s) for s in signals] == [Report]
     # A redraw of the same report is not a second report.
     assert parser.feed(f"```poli:{SID}\nstatus: success\ncommit_msg: x\n```\n") == []
+
+
+def test_unknown_fields_of_a_poli_fence_are_kept() -> None:
+    text = f"```poli:{SID}\nstatus: success\ncommit_msg: x\nMood: happy\n```\n"
+    report, _ = run([text])
+    assert isinstance(report, Report), report
+    assert report.extra == {"mood": "happy"}

@@ -20,7 +20,7 @@ import typing as t
 from pathlib import Path
 
 from politerm.config import ENV_VARS, Config, load_config, parse_seconds
-from politerm.errors import ConfigError, TmuxNotFound
+from politerm.errors import ConfigError, PolitermError, TmuxNotFound
 from politerm.tmux.binary import (
     INSTALL_HINT,
     MIN_TMUX_VERSION,
@@ -547,6 +547,8 @@ def run_checks(
         name = getattr(check, "__name__", "check").removeprefix("check_").replace("_", " ")
         try:
             rows.extend(check(ctx))
+        except PolitermError as exc:  # bad input the check read (a broken poli.toml): say it
+            rows.append(CheckResult(name, Status.FAIL, str(exc), "correct what the detail names"))
         except Exception as exc:  # noqa: BLE001  # a broken check must not hide the rest
             rows.append(CheckResult(name, Status.FAIL, f"check crashed: {exc!r}", "report a bug"))
     return rows

@@ -10,8 +10,9 @@ import sys
 import time
 import typing as t
 
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
+from politerm.agents.approval import Decision, PendingApproval, get_pending, set_pending
 from politerm.config import load_config
 from politerm.pipeline.state import RunRecord, RunState, read_question
 from politerm.store import RunStore
@@ -141,7 +142,9 @@ async def test_dash_approves_the_exact_question_and_the_agent_goes_on(
                 )
 
 
-async def test_dash_answers_a_question_a_gate_and_aborts_a_task(tmp_path: pathlib.Path) -> None:
+async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_task(
+    tmp_path: pathlib.Path,
+) -> None:
     root = tmp_path / "proj"
     root.mkdir()
     (root / "poli.toml").write_text(
@@ -160,10 +163,52 @@ async def test_dash_answers_a_question_a_gate_and_aborts_a_task(tmp_path: pathli
         run = RunState(writer, record)
         run.save()
         run.ask(1, "gate", "Step 1 is done. Continue to step 2?")
+        _fill_the_other_tables(writer, root)
+        asks = ("Bash command", "rm -rf build", "Do you want to proceed?")
+        set_pending(writer, PendingApproval("EXECUTER", "Bash", "rm -rf build", asks, 5.0))
     with RunStore.open(config.store.resolved_path()) as store:
         app = DashApp(config, store, project=root)
         async with app.run_test(size=(200, 60)) as pilot:
             await _until(pilot, lambda: len(_rows(app, "tasks")) == 2, "two tasks")
+            [agent] = _rows(app, "agents")
+            assert (agent[0], agent[5]) == ("PLANNER", "1234"), agent
+            assert [r[:3] for r in _rows(app, "work")] == [
+                ["epic run", "go-1", "e1"], ["item", "e1-1", "e1"]
+            ]  # fmt: skip
+            assert [r[:3] for r in _rows(app, "mail")] == [["m-1", "request", "A1 → W1"]]
+            assert [r[:3] for r in _rows(app, "manager")] == [["webapp", "idle", "dev"]]
+            assert _rows(app, "pipelines") == [
+                ["r1", "1", "?", "pending", "?", "Step 1 is done. Continue to step 2?"]
+            ]
+            # deny: the dialog shows the exact command and the question on the agent's screen
+            await _until(pilot, lambda: bool(_rows(app, "approvals")), "the approval row")
+            await pilot.press("d")
+            await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "deny dialog")
+            assert isinstance(app.screen, ConfirmScreen)
+            assert app.screen.title_text == "deny this?"
+            assert app.screen.question == (
+                "EXECUTER wants to run: Bash(rm -rf build)\n\n" + "\n".join(asks)
+            )
+            await pilot.press("y")
+            await _until(
+                pilot,
+                lambda: (
+                    (p := get_pending(store, "EXECUTER")) is not None and p.answer is Decision.DENY
+                ),
+                "the question denied",
+            )
+            assert app.messages_shown[-1] == "denied: EXECUTER Bash(rm -rf build)"
+            # the event log at the bottom says who answered what
+            await _until(
+                pilot,
+                lambda: (
+                    "ui-action" in str(app.query_one("#events", Static).content)
+                    and "dash: deny Bash(rm -rf build)"
+                    in str(app.query_one("#events", Static).content)
+                ),
+                "the deny in the event log",
+            )
+
             await pilot.press("n")
             await _until(pilot, lambda: isinstance(app.screen, AskScreen), "the answer dialog")
             assert isinstance(app.screen, AskScreen) and app.screen.question == "Which colour?"
@@ -173,6 +218,13 @@ async def test_dash_answers_a_question_a_gate_and_aborts_a_task(tmp_path: pathli
             assert task is not None and task.state is TaskState.PLANNING
             [msg] = [m for m in store.list_messages(task_id="T-q") if m.type == "answer"]
             assert msg.body == "blue" and msg.recipient == "PLANNER"
+            # the answer waits for the planner: a message not yet delivered
+            await _until(
+                pilot,
+                lambda: [r[1:4] for r in _rows(app, "messages")] == [["T-q", "USER → PLANNER",
+                                                                      "answer"]],
+                f"the answer among the messages {_rows(app, 'messages')}",
+            )  # fmt: skip
 
             await _until(pilot, lambda: bool(_rows(app, "pipelines")), "the pipeline run")
             await pilot.press("g")
@@ -198,6 +250,32 @@ async def test_dash_answers_a_question_a_gate_and_aborts_a_task(tmp_path: pathli
             # a second answer to the same question is stale
             await pilot.press("n")
             assert app.messages_shown[-1] == "no task is waiting for an answer"
+
+
+def _fill_the_other_tables(store: RunStore, root: pathlib.Path) -> None:
+    """An agent with tokens, an epic run and its item, mail between agents, a manager project."""
+    from politerm.driver.tokens import add_tokens
+    from politerm.protocol.usage import Usage
+    from politerm.store.epics import EpicStore
+    from politerm.store.mail import Capability, Mailbox, MailKind
+    from politerm.store.manager import ManagerStore
+
+    store.upsert_agent(
+        "PLANNER", session="t", pane_id="%99", command="fake", cwd=str(root),
+        profile="fake-claude", resume_command=None,
+    )  # fmt: skip
+    add_tokens(store, ["agent:PLANNER", "run"], Usage(1000, 234))
+    epics = EpicStore(store)
+    epics.ensure_epic("e1")
+    epics.add_item("e1", "first item", item_id="e1-1")
+    epics.create_run("go-1", epic="e1", repo_root=str(root), source="bd", agent="claude",
+                     config_hash="x")  # fmt: skip
+    Mailbox(store).add(
+        id="m-1", kind=MailKind.REQUEST, session="t", sender="A1", sender_pane="%0",
+        recipient="W1", recipient_pane="%9", capability=Capability.READONLY,
+        body_path="m-1.txt", size=3, sha256="0" * 64, ttl=600, max_attempts=3,
+    )  # fmt: skip
+    ManagerStore(store).add_project("webapp", root, goal="ship it", agent="dev")
 
 
 def test_dash_mirror_snapshot(

@@ -153,3 +153,78 @@ async def test_poli_notify_sends_what_another_process_records(tmp_path: pathlib.
     notice = json.loads(body)
     assert notice["kind"] == "gate" and notice["title"] == "poli: gate waiting (step-2)"
     assert notice["link"] == "http://127.0.0.1:9/"
+
+
+async def test_every_kind_the_workflows_record_is_told_and_the_chosen_kinds_only(
+    tmp_path: pathlib.Path,
+) -> None:
+    from politerm.pipeline.state import RunRecord, RunState
+
+    async with Receiver() as rx:
+        config = NotifyConfig(
+            desktop=False, webhook=f"http://127.0.0.1:{rx.port}/hook", min_interval=3600,
+            burst=50, events=["approval", "question", "gate", "done", "failed", "stuck",
+                              "limited"],
+        )  # fmt: skip
+        with RunStore.open(tmp_path / "runs.sqlite3") as store:
+            record = RunRecord(
+                run_id="r1", pipeline="feature", pipeline_name="feature", project=str(tmp_path),
+                task="build it", session="poli-p-r1", socket="none", cli="fake",
+            )  # fmt: skip
+            record.step(2)
+            run = RunState(store, record)
+            notifier = Notifier(config, store, link="http://127.0.0.1:8765/")
+            notifier.skip_past()
+            # Each event as the workflow that records it writes it.
+            store.add_event("approval-asked", agent="EXECUTER", detail="EXECUTER asks to run ls")
+            store.add_event(
+                "block", task_id="T1", agent="PLANNER", detail="PLANNER → USER: question",
+                data={"type": "question", "to": "USER", "body": "Which colour?"},
+            )  # fmt: skip
+            store.add_event("block", task_id="T1", agent="PLANNER", data={"type": "plan"})
+            run.ask(2, "gate", "Step 2 is done. Continue to step 3?")
+            store.add_event("done", task_id="T1", agent="EXECUTER", detail="made hello")
+            store.add_event("failed", task_id="T2", detail="round limit reached")
+            run.event("pipeline.done", "pipeline feature finished (run r1)")
+            run.event("pipeline.failed", "pipeline stopped: step 2 failed", step=2)
+            store.add_event("stuck", agent="PLANNER", detail="PLANNER is stuck (spinner)")
+            store.add_event("limited", agent="PLANNER", detail="PLANNER hit a limit")
+            store.add_event("tokens", agent="PLANNER", detail="1,234 tokens")
+            sent = await notifier.check()
+            expected = ["approval", "question", "gate", "done", "failed", "done", "failed",
+                        "stuck", "limited"]  # fmt: skip
+            assert [n.kind for n in sent] == expected
+            await rx.wait_for(len(expected))
+            hooks = [json.loads(body) for _, _, body in rx.posts]
+            assert [h["kind"] for h in hooks] == expected
+            assert all(h["link"] == "http://127.0.0.1:8765/" for h in hooks)
+            assert hooks[1]["body"] == "Which colour?"
+            assert hooks[2]["title"] == "poli: gate waiting (step-2)"
+            assert hooks[2]["body"] == "Step 2 is done. Continue to step 3?"
+            assert hooks[7]["title"] == "poli: agent STUCK (PLANNER)"
+            assert hooks[8]["title"] == "poli: agent LIMITED (PLANNER)"
+            # [notify] events chooses: without "done", a task done is not told
+            quiet = Notifier(config.model_copy(update={"events": ["failed"]}), store)
+            quiet.skip_past()
+            store.add_event("done", task_id="T3", agent="EXECUTER", detail="done")
+            store.add_event("failed", task_id="T4", detail="exited")
+            assert [n.kind for n in await quiet.check()] == ["failed"]
+
+
+async def test_poli_web_notifies_with_a_link_to_its_page(tmp_path: pathlib.Path) -> None:
+    from tests.ui.uihelpers import base_and_token, web
+
+    async with Receiver() as rx:
+        (tmp_path / "poli.toml").write_text(
+            '[tmux]\nsocket = "poli-web-none"\n\n[store]\npath = "runs.sqlite3"\n\n'
+            f'[notify]\ndesktop = false\nwebhook = "http://127.0.0.1:{rx.port}/hook"\n'
+        )
+        with web(tmp_path) as url:
+            base, token = base_and_token(url)
+            with RunStore.open(tmp_path / "runs.sqlite3") as store:
+                store.add_event("stuck", agent="PLANNER", detail="PLANNER is stuck")
+                await rx.wait_for(1)
+    [(_, _, body)] = rx.posts
+    notice = json.loads(body)
+    assert notice["kind"] == "stuck" and notice["link"] == base + "/"
+    assert token not in body.decode()

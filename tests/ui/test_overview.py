@@ -11,6 +11,7 @@ import pytest
 from politerm.agents.approval import Decision, PendingApproval, get_pending, set_pending
 from politerm.config import load_config
 from politerm.errors import StaleAction, UiError
+from politerm.pipeline.state import session_name
 from politerm.store import RunStore
 from politerm.store.mail import Capability, Mailbox, MailKind
 from politerm.store.manager import ManagerStore
@@ -46,14 +47,15 @@ async def test_sessions_of_other_projects_are_not_shown_and_store_changes_arrive
     root = _project(tmp_path / "proj", server.socket_name)
     _session(server.socket_name, "ours", "A1", str(root.resolve()))
     _session(server.socket_name, "theirs", "B1", "/somewhere/else")
-    _session(server.socket_name, "poli-proj-run1", "step-1", None)
+    run = session_name(root, "20260101T120000Z-ab12")  # what a pipeline run names its session
+    _session(server.socket_name, run, "step-1", None)
     config = load_config(root, env={})
     with RunStore.open(config.store.resolved_path()) as store:
         live = LiveState(config, store, project=root)
         async with live:
             names = {s["name"]: s for s in live.overview["sessions"]}
-            assert set(names) == {"ours", "poli-proj-run1"}
-            assert names["poli-proj-run1"]["kind"] == "pipeline"
+            assert set(names) == {"ours", run}
+            assert names[run]["kind"] == "pipeline"
             assert {a["name"] for a in live.overview["agents"]} == {"A1", "step-1"}
             # another process answers into the store: the overview follows, unasked
             with RunStore.open(store.path) as other:
@@ -84,7 +86,7 @@ async def test_sessions_of_other_projects_are_not_shown_and_store_changes_arrive
             [event] = [e for e in live.overview["events"] if e["kind"] == "stuck"]
             assert "hunter2secret" not in event["detail"]
             # a pane that goes away disappears on tmux's notification, not on a timer
-            kill = ["tmux", "-L", server.socket_name, "kill-session", "-t", "poli-proj-run1"]
+            kill = ["tmux", "-L", server.socket_name, "kill-session", "-t", run]
             await asyncio.to_thread(subprocess.run, kill, check=True)
 
             async def gone() -> bool:
@@ -120,3 +122,59 @@ def test_actions_refuse_stale_questions(tmp_path: pathlib.Path) -> None:
             actions.gate(tmp_path / "p", "r1", 1, "maybe", by="test")
         with pytest.raises(StaleAction, match="not waiting at a gate"):
             actions.gate(tmp_path / "p", "r1", 1, "y", by="test")
+
+
+async def test_sessions_of_every_workflow_are_told_apart(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    from politerm.epic.go import TMUX_SESSION
+    from politerm.manager.pane import session_name as manager_session
+    from politerm.pipeline.state import new_run_id
+    from politerm.store.epics import EpicStore
+    from tests.ui.uihelpers import poli
+
+    assert server.socket_name is not None
+    root = _project(tmp_path / "proj", server.socket_name)
+    config = load_config(root, env={})
+    loop = config.tmux.session
+    assert loop.startswith("poli-proj-")  # the loop's own name looks like a run's: poli-a-b
+    # Each workflow's tmux session, named by the workflow's own naming function.
+    named = {
+        loop: "loop",
+        manager_session(config, "webapp"): "manager",
+        session_name(root, new_run_id()): "pipeline",
+        TMUX_SESSION: "epic",
+    }
+    for i, name in enumerate(named):
+        _session(server.socket_name, name, f"A{i}", str(root.resolve()))
+    with RunStore.open(config.store.resolved_path()) as store:
+        epics = EpicStore(store)
+        epics.ensure_epic("e1")
+        epics.create_run("go-1", epic="e1", repo_root=str(root), source="bd", agent="claude",
+                         config_hash="x")  # fmt: skip
+        async with LiveState(config, store, project=root) as live:
+
+            def kinds() -> dict[str, str]:
+                return {s["name"]: s["kind"] for s in live.overview["sessions"]}
+
+            assert {n: kinds().get(n) for n in named} == named
+            assert kinds()["epic run go-1"] == "epic"
+            # a bridge serving the project's queue, in another process
+            bridge = poli(root, "bridge", "start")
+            try:
+
+                async def serving() -> list[dict[str, t.Any]]:
+                    return [s for s in live.overview["sessions"] if s["kind"] == "bridge"]
+
+                [row] = await aretry_until(serving, 60, what="the bridge among the sessions")
+                assert row["where"] == f"pid {bridge.pid}"
+                assert row["name"] == str(root / ".poli" / "bridge" / "task_queue.json")
+            finally:
+                bridge.terminate()
+                _, err = await asyncio.to_thread(bridge.communicate, None, 30)
+            assert bridge.returncode == 0, err
+
+            async def stopped() -> bool:
+                return not [s for s in live.overview["sessions"] if s["kind"] == "bridge"]
+
+            await aretry_until(stopped, 60, what="the stopped bridge to leave the sessions")

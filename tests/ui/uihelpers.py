@@ -44,9 +44,11 @@ def ask_project(root: pathlib.Path, socket: str) -> pathlib.Path:
     )  # fmt: skip
 
 
-def poli(root: pathlib.Path, *args: str) -> subprocess.Popen[str]:
-    """``poli ARGS`` as a real process in the project directory."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def poli(
+    root: pathlib.Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``poli ARGS`` as a real process in the project directory (``env`` added to ours)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "politerm", *args],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -54,9 +56,9 @@ def poli(root: pathlib.Path, *args: str) -> subprocess.Popen[str]:
 
 
 @contextlib.contextmanager
-def web(root: pathlib.Path, *args: str) -> t.Iterator[str]:
+def web(root: pathlib.Path, *args: str, env: dict[str, str] | None = None) -> t.Iterator[str]:
     """``poli web ARGS`` running; yields the URL with the token it printed."""
-    proc = poli(root, "web", *args)
+    proc = poli(root, "web", *args, env=env)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # the first line is the address (or poli exited)

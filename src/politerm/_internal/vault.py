@@ -67,6 +67,14 @@ def keep(found: dict[str, str]) -> None:
             )
 
 
+def served(socket_name: str, tmux: str = "tmux") -> bool:
+    """Whether the tmux server on ``socket_name`` runs (so secrets kept there outlive us)."""
+    proc = subprocess.run(
+        [tmux, "-L", socket_name, "list-sessions"], capture_output=True, timeout=10, check=False
+    )
+    return proc.returncode == 0
+
+
 def lookup(tag: str) -> str | None:
     """The secret of ``tag`` held in this process's memory."""
     with _lock:
@@ -127,6 +135,42 @@ def tmux_fetcher(client: _Client) -> Callable[[str], Awaitable[str | None]]:
         with _lock:
             _memory[tag] = value
         return value
+
+    return fetch
+
+
+def socket_fetcher(timeout: float = 10.0) -> Callable[[str], Awaitable[str | None]] | None:
+    """A ``fetch`` reading ``poli-vault-<tag>`` from each known tmux server, if any is known.
+
+    For a terminal with no control connection (an epic session's headless PTY): the secret
+    was kept by another ``poli`` process (``poli work add``) in the session's tmux server.
+    """
+    with _lock:
+        sockets = dict(_sockets)
+    if not sockets:
+        return None
+
+    async def fetch(tag: str) -> str | None:
+        import asyncio
+
+        for socket, tmux in sockets.items():
+            proc = await asyncio.create_subprocess_exec(
+                tmux, "-L", socket, "show-buffer", "-b", BUFFER_PREFIX + tag,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+                continue  # a server that does not answer holds nothing we can use
+            if proc.returncode == 0:
+                value = out.decode("utf-8", "replace")
+                with _lock:
+                    _memory[tag] = value
+                return value
+        return None
 
     return fetch
 

@@ -84,7 +84,7 @@ def pipeline_cli_rows(ctx: DoctorContext) -> Iterable[CheckResult]:
     from politerm.agents.profile import load_profile
     from politerm.errors import PolitermError
     from politerm.pipeline.launch import DEFAULT_CLI, FAKE
-    from politerm.pipeline.parser import INTERACTIVE, load_pipeline
+    from politerm.pipeline.parser import interactive_cli, load_pipeline
 
     project = (ctx.project_dir or Path.cwd()).resolve()
     users: dict[str, list[tuple[str, str]]] = {}  # cli -> (pipeline, source)
@@ -94,7 +94,7 @@ def pipeline_cli_rows(ctx: DoctorContext) -> Iterable[CheckResult]:
         except PolitermError:
             continue  # the pipelines check reports it
         for step in pipe.steps:
-            cli = DEFAULT_CLI if step.cli in (None, INTERACTIVE) else step.cli
+            cli = interactive_cli(step.cli)[1] or DEFAULT_CLI
             if cli != FAKE and (pipe.name, source) not in users.setdefault(cli, []):
                 users[cli].append((pipe.name, source))
     rows: list[CheckResult] = []

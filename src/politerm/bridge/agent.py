@@ -4,8 +4,9 @@ The prepared action is delivered to the agent as one prompt through the agent dr
 (:meth:`~politerm.driver.AgentDriver.run_turn`: confirmed delivery, approvals by policy,
 nudges, a bounded wait). The agent answers with a tagged block for the task — ``done`` or
 ``failed``, with the turn's nonce — or reports with ``poli bridge report`` (then the queue
-already holds its report and the bridge keeps it). The bridge verifies the files afterwards
-either way.
+holds its report: the turn counts as answered as soon as the queue says so, ends when the
+agent is idle again, and the bridge keeps that report). The bridge verifies the files
+afterwards either way.
 
 The agent turn is one journalled step. A bridge killed during the turn never delivers the
 task again: after a restart the step is settled from evidence — the agent's report in the
@@ -23,7 +24,8 @@ from politerm.agents import load_profile
 from politerm.agents.approval import ApprovalPolicy
 from politerm.bridge.edits import file_state
 from politerm.bridge.executor import Handoff, Outcome
-from politerm.bridge.models import TaskResult
+from politerm.bridge.models import TaskResult, TaskStatus
+from politerm.bridge.queue import TaskQueue, find
 from politerm.driver import AgentDriver, Expect, TurnOutcome
 from politerm.driver.limits import driver_settings
 from politerm.errors import AgentError, BridgeError, EditError
@@ -31,6 +33,8 @@ from politerm.protocol.report import ReportStatus
 from politerm.store.bridge import StepState
 
 if t.TYPE_CHECKING:
+    from collections.abc import Callable
+
     from politerm.config import Config
     from politerm.driver import TurnResult
 
@@ -227,8 +231,9 @@ class AgentExecutor:
             nonce=nonce,
             timeout=self.turn_timeout,
             task_id=f"bridge:{tid}",
+            answered_elsewhere=_reported_in_queue(handoff),
         )
-        outcome = self._outcome(result)
+        outcome = _queue_report(handoff) if result.elsewhere else self._outcome(result)
         state = StepState.DONE if outcome.ok else StepState.FAILED
         journal.finish(
             tid, STEP, state, {"message": outcome.result.message, "error": outcome.error}
@@ -284,3 +289,48 @@ class AgentExecutor:
         )
         handoff.files.log("settled after a restart: " + ("done" if outcome.ok else "failed"))
         return outcome
+
+
+_REPORTED: t.Final = frozenset(
+    s.value for s in (TaskStatus.COMPLETED_BY_AGENT, TaskStatus.FAILED_BY_AGENT)
+)
+
+
+def _reported_in_queue(handoff: Handoff) -> Callable[[], bool]:
+    """True once the queue holds the agent's report (``poli bridge report``): done or failed.
+
+    The queue is read only when its file was replaced (every write renames a new file into
+    place, so its inode changes), not on every look at the agent.
+    """
+    path = handoff.queue_path
+    if path is None:
+        return lambda: False
+    queue = TaskQueue(path)
+    seen: list[tuple[int, int]] = []
+
+    def check() -> bool:
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        stamp = (st.st_ino, st.st_mtime_ns)
+        if seen and seen[-1] == stamp:
+            return False
+        seen[:] = [stamp]
+        raw = find(queue.read(), handoff.task.task_id)
+        return raw is not None and raw.get("status") in _REPORTED
+
+    return check
+
+
+def _queue_report(handoff: Handoff) -> Outcome:
+    """The outcome the agent recorded in the queue itself."""
+    path = handoff.queue_path
+    raw = (find(TaskQueue(path).read(), handoff.task.task_id) if path else None) or {}
+    result = raw.get("result")
+    message = str(result.get("message", "")) if isinstance(result, dict) else ""
+    status = raw.get("status")
+    if status == TaskStatus.COMPLETED_BY_AGENT.value:
+        return Outcome(True, TaskResult(message=message))
+    error = raw.get("error") or f"the agent reported {status}"
+    return Outcome(False, TaskResult(message=message), str(error))

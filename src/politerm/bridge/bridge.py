@@ -8,7 +8,7 @@ One pass (:meth:`Bridge.step`) looks at the queue and acts on the first task tha
     edited file has now and must have after. The same locked write marks it
     ``pending_agent_action`` and records the hand-over (executor, time), so a task is handed
     over at most once.
-``pending_agent_action``
+``pending_agent_action`` / ``processing_by_agent`` (the agent said it started)
     handed to this bridge's executor earlier and not finished: a bridge that was killed
     settles it from the step journal (see :mod:`politerm.bridge.executor`), never hands it
     over again. Tasks of another executor are left for it.
@@ -145,7 +145,7 @@ class Bridge:
                 if self._prepare(task_id):
                     await self._execute(task_id)
                 return True
-            if status == TaskStatus.PENDING_AGENT_ACTION.value:
+            if status in _HANDED:
                 if self._ours(raw):
                     self.log("resuming a task handed over before a restart", task_id)
                     await self._execute(task_id)
@@ -216,7 +216,7 @@ class Bridge:
 
     async def _execute(self, task_id: str) -> None:
         raw = find(self.queue.read(), task_id)
-        if raw is None or raw.get("status") != TaskStatus.PENDING_AGENT_ACTION.value:
+        if raw is None or raw.get("status") not in _HANDED:
             return
         try:
             task = parse_task(raw)
@@ -240,7 +240,7 @@ class Bridge:
         with self.queue.update() as tasks:
             raw = find(tasks, task_id)
             # Someone may have reported meanwhile (``poli bridge report``): theirs stands.
-            if raw is not None and raw.get("status") == TaskStatus.PENDING_AGENT_ACTION.value:
+            if raw is not None and raw.get("status") in _HANDED:
                 raw.update(
                     status=new.value,
                     result=self.redactor.redact_json(outcome.result.model_dump(mode="json")),
@@ -309,6 +309,8 @@ class Bridge:
                 raw.update(status=TaskStatus.FAILED.value, error=error)
         self.log(error, task_id or None)
 
+
+_HANDED: t.Final = frozenset(s.value for s in TaskStatus if s.is_handed)
 
 _TO_FINALIZE: t.Final = frozenset(
     s.value

@@ -4,7 +4,8 @@ One bridge serves a queue at a time: it holds an ``flock`` on ``bridge.lock`` be
 queue for its whole life, and writes its pid to ``bridge.pid``. ``poli bridge stop`` sends
 SIGTERM and waits (bounded) for the process to end; the bridge finishes the step it is in
 the middle of only as far as the journal needs — a command's detached runner keeps going
-and the next bridge adopts it.
+and the next bridge adopts it. While it serves, the run store's ``bridge:<queue>`` key names
+its pid (the dashboard and the web monitor list it among the project's sessions).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import pathlib
 import signal
@@ -23,7 +25,7 @@ from politerm.bridge._watch import pid_alive, wait_until
 from politerm.bridge.bridge import Bridge
 from politerm.bridge.executor import BuiltinExecutor, Executor
 from politerm.bridge.queue import TaskQueue, atomic_write
-from politerm.errors import BridgeError
+from politerm.errors import BridgeError, StoreError
 from politerm.redact import Redactor
 from politerm.store.bridge import BridgeJournal
 from politerm.store.db import create_private_file, ensure_private_dir
@@ -170,10 +172,25 @@ def serve(
                 loop.remove_signal_handler(sig)
             await executor.close()
 
-    with _exclusive(queue):
+    with _exclusive(queue), _announced(store, queue, executor.name):
         asyncio.run(main())
     say("bridge stopped")
     return [(tid, status.value) for tid, status in bridge.finalized]
+
+
+@contextlib.contextmanager
+def _announced(store: RunStore, queue: TaskQueue, executor: str) -> Iterator[None]:
+    """While serving, say so in the store: the dashboard and web monitor list the bridge."""
+    key = f"bridge:{queue.path}"
+    info = {"pid": os.getpid(), "queue": str(queue.path), "executor": executor}
+    store.set_meta(key, json.dumps(info))
+    store.add_event("bridge.started", detail=f"bridge {os.getpid()} serving {queue.path}")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(StoreError):
+            store.set_meta(key, "")
+            store.add_event("bridge.stopped", detail=f"bridge {os.getpid()} stopped")
 
 
 def start_daemon(argv: t.Sequence[str], queue: TaskQueue) -> int:

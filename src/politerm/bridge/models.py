@@ -2,9 +2,12 @@
 
 The shape follows the original Cursor bridge's ``task_queue.json``: each task has a
 ``task_id``, a ``status``, ``instruction_details`` (what the requester wants) and, once the
-bridge prepared it, ``agent_action_details`` (what the executor must do). The original put a
-single file modification flat into ``instruction_details`` (``file_path``, ``action``, …);
-that form is accepted and folded into ``file_modifications``.
+bridge prepared it, ``agent_action_details`` (what the executor must do). The original's
+spellings are read too: a single file modification flat in ``instruction_details``
+(``file_path``, ``action``, …), the list as ``files_to_modify``, ``instruction`` for the
+description, ``content_to_insert`` for ``content``, ``command`` for ``command_string``,
+the timeouts nested in ``rth_timeout_config`` and ``outputs_to_capture`` as an object of
+file names.
 
 The lifecycle is data: :data:`TRANSITIONS` lists every allowed move and
 :func:`check_transition` is the one place that accepts or rejects one.
@@ -33,6 +36,7 @@ class TaskStatus(str, enum.Enum):
 
     PENDING = "pending"
     PENDING_AGENT_ACTION = "pending_agent_action"
+    PROCESSING_BY_AGENT = "processing_by_agent"
     COMPLETED_BY_AGENT = "completed_by_agent"
     FAILED_BY_AGENT = "failed_by_agent"
     COMPLETED = "completed"
@@ -49,6 +53,17 @@ class TaskStatus(str, enum.Enum):
         """
         return self in (TaskStatus.COMPLETED, TaskStatus.FAILED)
 
+    @property
+    def is_handed(self) -> bool:
+        """Handed to an executor that has not reported yet (never handed over again).
+
+        Examples
+        --------
+        >>> TaskStatus.PROCESSING_BY_AGENT.is_handed, TaskStatus.PENDING.is_handed
+        (True, False)
+        """
+        return self in (TaskStatus.PENDING_AGENT_ACTION, TaskStatus.PROCESSING_BY_AGENT)
+
 
 TRANSITIONS: t.Final[t.Mapping[TaskStatus, frozenset[TaskStatus]]] = {
     # pending -> failed: the task is invalid and never reaches an executor.
@@ -56,6 +71,15 @@ TRANSITIONS: t.Final[t.Mapping[TaskStatus, frozenset[TaskStatus]]] = {
     # pending_agent_action -> failed: the executor was lost (e.g. its process died) and the
     # evidence says the work may be half done; running it again could do it twice.
     TaskStatus.PENDING_AGENT_ACTION: frozenset(
+        {
+            TaskStatus.PROCESSING_BY_AGENT,
+            TaskStatus.COMPLETED_BY_AGENT,
+            TaskStatus.FAILED_BY_AGENT,
+            TaskStatus.FAILED,
+        }
+    ),
+    # processing_by_agent (optional, as in the original): the agent says it has started.
+    TaskStatus.PROCESSING_BY_AGENT: frozenset(
         {TaskStatus.COMPLETED_BY_AGENT, TaskStatus.FAILED_BY_AGENT, TaskStatus.FAILED}
     ),
     # completed_by_agent -> failed: the bridge's verification disagrees with the agent.
@@ -132,7 +156,11 @@ class FileModificationInstruction(_Model):
 
     file_path: str = Field(min_length=1, description="the file to change")
     action: FileAction
-    content: str | None = Field(default=None, description="text to write or insert")
+    content: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("content", "content_to_insert"),
+        description="text to write or insert ('content_to_insert' is accepted as an alias)",
+    )
     line_marker: str | None = Field(default=None, description="a substring of the target line")
     marker_occurrence: int | t.Literal["all"] = Field(
         default=1, description="which matching line (1-based) or 'all'"
@@ -183,8 +211,46 @@ class FileModificationInstruction(_Model):
         return self.replacement_content if self.replacement_content is not None else self.content
 
 
+TIMEOUT_KEYS: t.Final = ("launch_timeout", "activity_timeout", "total_timeout")
+
+
+def _or_file_names(schema: dict[str, t.Any]) -> None:
+    """The schema of ``outputs_to_capture`` also admits the original's object of file names."""
+    listed = {k: schema.pop(k) for k in ("type", "items") if k in schema}
+    names = {
+        "type": "object",
+        "properties": {f"{k}_file": {"type": "string"} for k in ("stdout", "stderr", "status")},
+    }
+    schema["anyOf"] = [listed, names]
+
+
+def _command_or_alias(schema: dict[str, t.Any]) -> None:
+    """The schema of a command needs ``command_string`` or its alias ``command``."""
+    props = schema["properties"]
+    props["command"] = {**props["command_string"], "description": "alias of command_string"}
+    schema["required"] = [r for r in schema["required"] if r != "command_string"]
+    schema["anyOf"] = [{"required": ["command_string"]}, {"required": ["command"]}]
+
+
 class CommandExecutionInstruction(_Model):
-    """One command to run with the bridge's runner (see :mod:`politerm.bridge.runner`)."""
+    """One command to run with the bridge's runner (see :mod:`politerm.bridge.runner`).
+
+    The original's ``rth_timeout_config`` object of timeouts is read (a timeout given at the
+    top level wins), and so is ``outputs_to_capture`` as an object of file names
+    (``stdout_file``, ``stderr_file``, ``status_file``): the streams it names are captured,
+    both when it names neither. The files themselves are always politerm's own, beside the
+    task (``commands/<command_id>.stdout.log``, …), so a task cannot write outside them.
+
+    Examples
+    --------
+    >>> c = CommandExecutionInstruction.model_validate({"command_id": "b", "command": "make",
+    ...     "rth_timeout_config": {"total_timeout": 300, "launch_timeout": 30},
+    ...     "outputs_to_capture": {"stdout_file": "out.txt", "status_file": "s.json"}})
+    >>> c.command_string, c.launch_timeout, c.total_timeout, [o.value for o in c.outputs_to_capture]
+    ('make', 30.0, 300.0, ['stdout'])
+    """
+
+    model_config = ConfigDict(json_schema_extra=_command_or_alias)
 
     command_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     command_string: str = Field(
@@ -201,28 +267,76 @@ class CommandExecutionInstruction(_Model):
     )
     total_timeout: float = Field(default=3600.0, gt=0, description="seconds it may run at all")
     outputs_to_capture: list[CaptureStream] = Field(
-        default_factory=lambda: [CaptureStream.STDOUT, CaptureStream.STDERR]
+        default_factory=lambda: [CaptureStream.STDOUT, CaptureStream.STDERR],
+        json_schema_extra=_or_file_names,
     )
     env: dict[str, str] = Field(default_factory=dict)
     continue_on_failure: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_original_spellings(cls, data: t.Any) -> t.Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        nested = data.get("rth_timeout_config")
+        if isinstance(nested, dict):
+            data.pop("rth_timeout_config")
+            for key in TIMEOUT_KEYS:
+                if key in nested and key not in data:
+                    data[key] = nested[key]
+        outputs = data.get("outputs_to_capture")
+        if isinstance(outputs, dict):
+            named = [s.value for s in CaptureStream if f"{s.value}_file" in outputs]
+            data["outputs_to_capture"] = named or [s.value for s in CaptureStream]
+        return data
+
+
+_MODIFICATION_KEYS: t.Final = frozenset(
+    {*FileModificationInstruction.model_fields, "content_to_insert"}
+)
+
 
 class InstructionDetails(_Model):
-    """What the requester wants: file modifications and/or commands, in that order."""
+    """What the requester wants: file modifications and/or commands, in that order.
 
-    description: str = ""
-    file_modifications: list[FileModificationInstruction] = Field(default_factory=list)
+    Examples
+    --------
+    >>> d = InstructionDetails.model_validate({"instruction": "append a line",
+    ...     "files_to_modify": [{"file_path": "f", "action": "insert_after_line",
+    ...                          "line_marker": "m", "content_to_insert": "x"}]})
+    >>> d.description, d.file_modifications[0].content
+    ('append a line', 'x')
+    """
+
+    description: str = Field(
+        default="",
+        validation_alias=AliasChoices("description", "instruction"),
+        description="what the task is for ('instruction' is accepted as an alias)",
+    )
+    file_modifications: list[FileModificationInstruction] = Field(
+        default_factory=list,
+        description="applied in order ('files_to_modify' is accepted too)",
+    )
     commands_to_execute: list[CommandExecutionInstruction] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
-    def _fold_flat_modification(cls, data: t.Any) -> t.Any:
-        if isinstance(data, dict) and ("file_path" in data or "action" in data):
-            data = dict(data)
-            flat = {
-                k: data.pop(k) for k in list(data) if k in FileModificationInstruction.model_fields
-            }
-            data["file_modifications"] = [flat, *data.get("file_modifications", [])]
+    def _fold_original_forms(cls, data: t.Any) -> t.Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        mods = data.get("file_modifications", [])
+        if not isinstance(mods, list):
+            return data  # not a list: let validation say so
+        mods = list(mods)
+        listed = data.pop("files_to_modify", None)
+        if listed is not None:
+            mods += listed if isinstance(listed, list) else [listed]
+        if "file_path" in data or "action" in data:
+            mods.insert(0, {k: data.pop(k) for k in list(data) if k in _MODIFICATION_KEYS})
+        if mods:
+            data["file_modifications"] = mods
         return data
 
     @model_validator(mode="after")
@@ -239,7 +353,12 @@ class InstructionDetails(_Model):
 
 
 class AgentActionDetails(_Model):
-    """What the bridge prepared for the executor: the tool to call and its parameters."""
+    """What the bridge prepared for the executor: the tool to call and its parameters.
+
+    A task the original bridge prepared (``target_file``, ``code_edit``, ``commands_list``,
+    … beside ``tool_to_call``) reads too: its keys are kept, it names no executor (so this
+    bridge leaves it to the agent it was handed to) and has no hashes to verify.
+    """
 
     tool_to_call: Tool
     file_modifications: list[FileModificationInstruction] = Field(default_factory=list)
@@ -251,9 +370,11 @@ class AgentActionDetails(_Model):
     original_sha256: dict[str, str | None] = Field(
         default_factory=dict, description="file path -> sha256 before the edits (None: absent)"
     )
-    executor: str = Field(description="'builtin' or 'agent:NAME'")
+    executor: str = Field(
+        default="", description="'builtin' or 'agent:NAME' ('': prepared by another bridge)"
+    )
     handed_at: float | None = None
-    work_dir: str = Field(description="where the task's logs and command outputs go")
+    work_dir: str = Field(default="", description="where the task's logs and command outputs go")
 
 
 class CommandResult(_Model):

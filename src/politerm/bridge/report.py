@@ -14,6 +14,13 @@ if t.TYPE_CHECKING:
     from politerm.bridge.queue import TaskQueue
 
 
+_REPORTABLE: t.Final = (
+    TaskStatus.PROCESSING_BY_AGENT,
+    TaskStatus.COMPLETED_BY_AGENT,
+    TaskStatus.FAILED_BY_AGENT,
+)
+
+
 def report_task(
     queue: TaskQueue,
     task_id: str,
@@ -23,7 +30,10 @@ def report_task(
     error: str | None = None,
     redactor: Redactor | None = None,
 ) -> bool:
-    """Move a ``pending_agent_action`` task to ``completed_by_agent`` or ``failed_by_agent``.
+    """Move a handed-over task to ``completed_by_agent`` or ``failed_by_agent``.
+
+    ``processing_by_agent`` (the original's optional "started" status) may be reported
+    first; it changes nothing but the status.
 
     Returns
     -------
@@ -42,8 +52,11 @@ def report_task(
         new = TaskStatus(status)
     except ValueError:
         new = None
-    if new not in (TaskStatus.COMPLETED_BY_AGENT, TaskStatus.FAILED_BY_AGENT):
-        msg = f"task {task_id}: report completed_by_agent or failed_by_agent, not {status!r}"
+    if new not in _REPORTABLE:
+        msg = (
+            f"task {task_id}: report processing_by_agent, completed_by_agent or "
+            f"failed_by_agent, not {status!r}"
+        )
         raise BridgeTaskInvalid(msg)
     with queue.update() as tasks:
         raw = find(tasks, task_id)
@@ -59,7 +72,11 @@ def report_task(
             return False
         check_transition(task_id, old, new)
         result = dict(raw.get("result") or {})
-        result["message"] = redactor.redact(message)
+        if message or new is not TaskStatus.PROCESSING_BY_AGENT:
+            result["message"] = redactor.redact(message)
+        if new is TaskStatus.PROCESSING_BY_AGENT:
+            raw.update(status=new.value, result=result, updated_at=time.time())
+            return True
         raw.update(
             status=new.value,
             result=result,

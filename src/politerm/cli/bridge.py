@@ -214,9 +214,9 @@ def show(task_id: str, queue_opt: pathlib.Path | None, config_path: pathlib.Path
 @click.argument("task_id")
 @click.option(
     "--status",
-    type=click.Choice(["completed_by_agent", "failed_by_agent"]),
+    type=click.Choice(["processing_by_agent", "completed_by_agent", "failed_by_agent"]),
     required=True,
-    help="How the task went.",
+    help="How the task went (processing_by_agent: started, optional).",
 )
 @click.option("--message", default="", help="What was done.")
 @click.option("--error", "error_text", default=None, help="Why it failed.")

@@ -160,7 +160,7 @@ async def deliver(
     if isinstance(text, str) and vault.needs_reveal(text):
         # The store keeps secrets as markers; the agent gets the original text.
         client = getattr(term, "client", None)
-        fetch = vault.tmux_fetcher(client) if client is not None else None
+        fetch = vault.tmux_fetcher(client) if client is not None else vault.socket_fetcher()
         text, missing = await vault.reveal_text(text, fetch)
         if missing:
             log.warning("%d secret(s) no longer held by any vault: sent redacted", len(missing))

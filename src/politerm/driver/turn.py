@@ -4,8 +4,10 @@
 answer it expects arrives, answering approval questions by policy (or waiting for ``poli
 approve``) on the way. It ends on every path with a :class:`TurnResult`:
 
-- ANSWERED: the expected block (with the turn's nonce) or the fenced report arrived and the
-  agent is idle again with no open question (a question after the block keeps it open).
+- ANSWERED: the expected block (with the turn's nonce) or the fenced report arrived — or
+  ``answered_elsewhere`` says the agent answered by another channel (a command it ran) —
+  and the agent is idle again with no open question (a question after the block keeps it
+  open).
   Where the agent's hooks report its stop event, the turn ends on that event and the screen
   cross-checks it: :attr:`TurnResult.ended_by` names the sources, and a disagreement that
   outlasts :data:`~politerm.driver.receipts.HOOK_GRACE` is recorded as drift. Where no hook
@@ -125,6 +127,8 @@ class TurnResult:
     drift: tuple[str, ...] = ()
     """Disagreements between the agent's hooks and its screen during the turn."""
     limited_for: float = 0.0
+    elsewhere: bool = False
+    """The turn was answered by another channel (``answered_elsewhere``), not on screen."""
 
     @property
     def ok(self) -> bool:
@@ -149,6 +153,7 @@ async def run_turn(
     nudges: int | None = None,
     idle_after: float | None = None,
     on_text: Callable[[str], None] | None = None,
+    answered_elsewhere: Callable[[], bool] | None = None,
 ) -> TurnResult:
     """Deliver ``prompt`` to ``driver``'s agent and watch until ``expect`` is met.
 
@@ -170,6 +175,10 @@ async def run_turn(
         nudges.
     on_text
         Sees the agent's decoded output as it arrives (report turns; transcripts).
+    answered_elsewhere
+        Asked on every look at the agent: True once the agent answered by another channel
+        (e.g. a command that records its report); the turn then ends like an answered one,
+        when the agent is idle again, and is never nudged.
 
     Returns
     -------
@@ -193,6 +202,7 @@ async def run_turn(
             nudge,
             driver.profile.idle_nudges if nudges is None else nudges,
             driver.profile.idle_after if idle_after is None else idle_after,
+            answered_elsewhere,
         ).run(text, timeout)
     finally:
         driver.meter.end_turn()
@@ -211,6 +221,8 @@ class _Turn:
     nudge: str | None
     max_nudges: int
     idle_after: float
+    answered_elsewhere: Callable[[], bool] | None = None
+    elsewhere: bool = False
     nudges: int = 0
     delivery: DeliveryResult | None = None
     answer: tuple[Block, ...] = ()
@@ -234,6 +246,7 @@ class _Turn:
             self.ended_by,
             tuple(str(d) for d in self.driver.drifts[self.drift_from :]),
             self.limited_for,
+            self.elsewhere,
         )
 
     async def run(self, text: str, timeout: float) -> TurnResult:
@@ -282,7 +295,7 @@ class _Turn:
                 deadline += now - limited_at
                 self.limited_for += now - limited_at
                 limited_at = None
-            answered = bool(self.answer) or self.report is not None
+            answered = bool(self.answer) or self.report is not None or self.elsewhere
             # Done only when idle with no open question (one after the block keeps it open).
             settled = obs.hook_approval is None and (
                 state is AgentState.READY
@@ -364,13 +377,18 @@ class _Turn:
         return self.result(TurnOutcome.ANSWERED)
 
     async def _look_for_answer(self, snap: t.Any) -> None:
+        answered = self.answer or self.report is not None or self.elsewhere
+        if not answered and self.answered_elsewhere is not None and self.answered_elsewhere():
+            self.elsewhere = True
+            self.answered_at = time.monotonic()
+            return
         if self.reports is not None:
             for signal in self.reports.signals:
                 if not isinstance(signal, ReportError) and self.report is None:
                     self.report = signal
                     self.answered_at = time.monotonic()
             return
-        if self.answer:
+        if self.answer or self.elsewhere:
             return
         for block in await self.driver.read_blocks(
             snap, self.start, self.nonce, task_id=self.task_id
@@ -386,7 +404,7 @@ class _Turn:
             for signal in self.reports.signals:
                 if not isinstance(signal, ReportError):
                     self.report = signal
-        if self.report is not None or self.answer:
+        if self.report is not None or self.answer or self.elsewhere:
             return self.result(TurnOutcome.ANSWERED)
         screen = " | ".join(ln.strip() for ln in self.driver.last_screen if ln.strip())
         return self.result(

@@ -14,7 +14,7 @@ from politerm.agents.profile import load_profile, user_profile_dir
 from politerm.errors import PipelineError, ProfileError
 from politerm.pipeline.agents import AgentSearch, role_text
 from politerm.pipeline.handoff import CLASSIC, Layout
-from politerm.pipeline.parser import INTERACTIVE
+from politerm.pipeline.parser import interactive_cli
 from politerm.protocol.primer import render_primer
 
 if t.TYPE_CHECKING:
@@ -47,9 +47,10 @@ DONE_TYPE = "done"
 def step_cli(step: Step, run_cli: str, *, override: bool = False) -> str:
     """The CLI a step runs on.
 
-    ``--cli fake`` wins; an ``interactive`` step opens the run's CLI; a ``--cli`` given on
-    the command line (``override``) replaces every step's column, as ``meta run --cli`` does;
-    otherwise the step's column, then the default.
+    ``--cli fake`` wins; a ``claude-interactive`` step keeps its CLI and an ``interactive``
+    step opens the run's CLI; a ``--cli`` given on the command line (``override``) replaces
+    every other step's column, as ``meta run --cli`` does; otherwise the step's column, then
+    the default.
 
     Examples
     --------
@@ -59,10 +60,16 @@ def step_cli(step: Step, run_cli: str, *, override: bool = False) -> str:
     ('codex', 'fake', 'gemini')
     >>> step_cli(Step(2, "dev", "interactive", Gate.AUTO, None, None, "go"), "codex")
     'codex'
+    >>> step_cli(Step(3, "dev", "claude-interactive", Gate.AUTO, None, None, "go"), "codex",
+    ...          override=True)
+    'claude'
     """
     if run_cli == FAKE:
         return FAKE
-    if override or step.cli == INTERACTIVE:
+    interactive, named = interactive_cli(step.cli)
+    if interactive and named is not None:
+        return named
+    if override or interactive:
         return run_cli
     return step.cli or run_cli
 
@@ -122,7 +129,7 @@ def launch(
         A headless run on a CLI without a headless mode, or an unknown CLI.
     """
     cli = step_cli(step, run_cli, override=override)
-    interactive = step.cli == INTERACTIVE
+    interactive = interactive_cli(step.cli)[0]
     headless = headless and not interactive
     tag = f"step-{step.num}.a{attempt}"
     if cli == FAKE:

@@ -20,7 +20,8 @@ The format is line based::
   A module may number its rows as META's modules do: ``N`` is its first step, ``N+1`` the
   next, and so on.
 * CLI ``interactive`` marks a human-driven step: the agent is opened with the prompt and the
-  run waits until a person marks the step done.
+  run waits until a person marks the step done. ``claude-interactive`` (any ``<cli>-``) is
+  such a step on that CLI, as in META.
 * ``#`` comments and blank lines anywhere.
 
 Every problem becomes a :class:`~politerm.errors.PipelineSyntaxError` (``file:line:
@@ -53,6 +54,24 @@ _MAX_INCLUDE_DEPTH = 8
 _RELATIVE = re.compile(r"^N(?:\s*\+\s*(?P<k>\d+))?$")
 #: The CLI value of a human-driven step (META's ``interactive``).
 INTERACTIVE = "interactive"
+_ON_CLI = f"-{INTERACTIVE}"
+
+
+def interactive_cli(value: str | None) -> tuple[bool, str | None]:
+    """Whether a CLI column is a human-driven step, and the CLI it names (if any).
+
+    Examples
+    --------
+    >>> interactive_cli("interactive"), interactive_cli("codex-interactive")
+    ((True, None), (True, 'codex'))
+    >>> interactive_cli("codex"), interactive_cli(None)
+    ((False, 'codex'), (False, None))
+    """
+    if value == INTERACTIVE:
+        return True, None
+    if value is not None and value.endswith(_ON_CLI) and len(value) > len(_ON_CLI):
+        return True, value.removesuffix(_ON_CLI)
+    return False, value
 
 
 def split_columns(line: str) -> list[str]:
@@ -129,14 +148,10 @@ def _row(
         ctx.problem(path, lineno, f"missing agent definition {agent}.md for agent {agent!r}{where}")
         ok = False
     cli_value: str | None = None if cli == "-" else cli
-    if (
-        cli_value is not None
-        and cli_value != INTERACTIVE
-        and ctx.known_clis is not None
-        and cli_value not in ctx.known_clis
-    ):
+    named = interactive_cli(cli_value)[1]
+    if named is not None and ctx.known_clis is not None and named not in ctx.known_clis:
         known = ", ".join(sorted(ctx.known_clis))
-        hint = _suggest(cli_value, ctx.known_clis)
+        hint = _suggest(named, ctx.known_clis)
         ctx.problem(path, lineno, f"unknown CLI {cli!r}{hint}; known: {known}")
         ok = False
     try:

@@ -249,7 +249,7 @@ class EpicStore(StoreTables):
     def ensure_epic(self, name: str, *, title: str = "", prompt: str = "") -> Epic:
         """Create the epic unless it exists (then only non-empty title/prompt update it)."""
         check_id(name, "epic")
-        title, prompt = self.redactor.redact(title), self.redactor.redact(prompt)
+        title, prompt = self._kept(title), self._kept(prompt)
         now = self._now()
         with self.store._writing() as c:
             c.execute(
@@ -293,7 +293,7 @@ class EpicStore(StoreTables):
             msg = f"priority must be 0 (highest) to 4, got {priority}"
             raise WorkItemError(msg)
         self.ensure_epic(epic)
-        title, body = self.redactor.redact(title), self.redactor.redact(body)
+        title, body = self._kept(title), self._kept(body)
         now = self._now()
         with self.store._writing() as c:
             if item_id is None:

@@ -216,7 +216,7 @@ class ManagerStore(StoreTables):
         except ValueError:
             msg = f"project {name!r}: channel must be 'pane' or 'file', got {channel!r}"
             raise ManagerProjectError(msg) from None
-        goal = self.redactor.redact(goal)
+        goal = self._kept(goal)
         now = self._now()
         with self.store._writing() as c:
             if c.execute("SELECT 1 FROM manager_projects WHERE name = ?", (name,)).fetchone():
@@ -278,9 +278,7 @@ class ManagerStore(StoreTables):
         if unknown:
             msg = f"unknown project fields: {', '.join(sorted(unknown))}"
             raise ManagerProjectError(msg)
-        values = {
-            k: (self.redactor.redact(v) if isinstance(v, str) else v) for k, v in fields.items()
-        }
+        values = {k: (self._kept(v) if isinstance(v, str) else v) for k, v in fields.items()}
         values = {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in values.items()}
         values["updated"] = self._now()
         sets = ", ".join(f"{k} = ?" for k in values)
@@ -350,7 +348,7 @@ class ManagerStore(StoreTables):
 
         ``fields`` are written to the project in the same transaction.
         """
-        text = self.redactor.redact(text)
+        text = self._kept(text)
         with self.store._writing() as c:
             p = c.execute(
                 "SELECT task_id, step FROM manager_projects WHERE name = ?", (name,)
@@ -388,7 +386,7 @@ class ManagerStore(StoreTables):
 
     def fold_summary(self, name: str, summary: str, turn_ids: t.Sequence[int]) -> Project:
         """Replace the context summary and mark ``turn_ids`` as summarized, in one transaction."""
-        summary = self.redactor.redact(summary)
+        summary = self._kept(summary)
         with self.store._writing() as c:
             c.executemany(
                 "UPDATE manager_turns SET summarized = 1 WHERE project = ? AND id = ?",

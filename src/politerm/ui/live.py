@@ -161,7 +161,11 @@ class LiveState:
         self.panes = await list_panes(self.server, self._project_key)
         await self._attach_sessions()
         self.overview = collect_overview(
-            self.store, self.panes, project=self.project, redactor=self.redactor
+            self.store,
+            self.panes,
+            project=self.project,
+            loop_session=self.config.tmux.session,
+            redactor=self.redactor,
         )
         self.refreshes += 1
         for listener in list(self._listeners):

@@ -159,7 +159,9 @@ class Notifier:
             return None
         who = event.agent or event.task_id or ""
         title = f"poli: {_TITLES[kind]}" + (f" ({who})" if who else "")
-        body = printable(self.redactor.redact(" ".join(event.detail.split())))[:500]
+        # A question block's event says only who asked; the question is its body.
+        text = str(event.data.get("body") or event.detail) if kind == "question" else event.detail
+        body = printable(self.redactor.redact(" ".join(text.split())))[:500]
         return Notice(kind, title, body, event.agent, event.task_id, event.id, self.link)
 
     # --- following the store ---------------------------------------------------------------

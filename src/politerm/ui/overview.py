@@ -1,7 +1,8 @@
 """What the dashboard and the web monitor show, as plain JSON-able data.
 
 One function reads the project's run store (agents, approvals, tasks, messages, events, epic
-runs, work items), its pipeline runs and the private server's panes (every session's agents),
+runs, work items, bridges), its pipeline runs and the private server's panes (every session's
+agents; :mod:`politerm.ui.sessions` says which workflow each session belongs to),
 so both views show the same thing and tests can assert on it without a screen. Everything is
 redacted before it leaves this module.
 """
@@ -18,6 +19,7 @@ from politerm.errors import PolitermError
 from politerm.redact import Redactor
 from politerm.status import collect, state_words
 from politerm.store.epics import EpicStore
+from politerm.ui.sessions import bridge_sessions, epic_sessions, tmux_sessions
 
 if t.TYPE_CHECKING:
     from politerm.store import RunStore
@@ -120,36 +122,6 @@ def _approval(p: PendingApproval) -> dict[str, t.Any]:
     }
 
 
-def _sessions(panes: t.Sequence[PaneEntry]) -> list[dict[str, t.Any]]:
-    sessions: dict[str, dict[str, t.Any]] = {}
-    for p in panes:
-        s = sessions.setdefault(
-            p.session, {"name": p.session, "kind": _kind(p.session), "agents": [], "panes": 0}
-        )
-        s["panes"] += 1
-        if p.agent:
-            s["agents"].append(p.agent)
-    return list(sessions.values())
-
-
-def _kind(session: str) -> str:
-    """What started a session, from the name each workflow gives its sessions.
-
-    Examples
-    --------
-    >>> _kind("poli-myproj-20260101-1200-ab12"), _kind("poli"), _kind("poli-mgr-web")
-    ('pipeline', 'loop', 'manager')
-    """
-    if "-mgr-" in session or "manager" in session:
-        return "manager"
-    for word in ("bridge", "epic", "messaging"):
-        if word in session:
-            return word
-    if session.startswith("poli-") and session.count("-") >= 2:
-        return "pipeline"
-    return "loop"
-
-
 def _epics(store: RunStore) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
     epics = EpicStore(store)
     runs = [
@@ -215,6 +187,7 @@ def collect_overview(
     panes: t.Sequence[PaneEntry] = (),
     *,
     project: pathlib.Path | None = None,
+    loop_session: str | None = None,
     redactor: Redactor | None = None,
     events: int = 50,
 ) -> dict[str, t.Any]:
@@ -228,6 +201,8 @@ def collect_overview(
         The private server's panes (:func:`politerm.ui.panes.list_panes`).
     project
         The project directory, for its pipeline runs.
+    loop_session
+        The loop's tmux session (``[tmux] session``), told apart from the others by name.
     redactor
         Applied to every string; the built-in patterns when omitted.
     events
@@ -238,16 +213,19 @@ def collect_overview(
     # "epic.<session>"...): list them all, not only the loop's agents'.
     status["approvals"] = [_approval(p) for p in _all_pending(store)]
     runs, items = _epics(store)
+    pipelines = _pipelines(project)
+    recorded = {r["session"] for r in pipelines if r.get("session")}
+    sessions = tmux_sessions(panes, loop=loop_session, pipelines=recorded)
     data = {
         "project": str(project) if project else None,
-        "sessions": _sessions(panes),
+        "sessions": sessions + epic_sessions(runs) + bridge_sessions(store),
         "agents": _agents(status, panes),
         "approvals": status["approvals"],
         "tasks": status["tasks"],
         "messages": status["messages"],
         "mail": _mail(store),
         "managers": _managers(store),
-        "pipelines": _pipelines(project),
+        "pipelines": pipelines,
         "epic_runs": runs,
         "work_items": items,
         "events": status["events"],

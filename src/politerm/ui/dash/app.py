@@ -188,7 +188,7 @@ class DashApp(App[None]):
             "approvals": ("agent", "wants to run", "question on screen", "answer"),
             "tasks": ("task", "state", "round", "request", "question / error / report"),
             "messages": ("id", "task", "from → to", "type", "state", "attempts", "error"),
-            "sessions": ("session", "kind", "panes", "agents"),
+            "sessions": ("session", "kind", "where", "panes", "agents"),
             "pipelines": ("run", "step", "agent", "status", "gate", "question"),
             "work": ("kind", "id", "epic", "title / agent", "state"),
             "mail": ("id", "kind", "from → to", "state", "attempts", "reason"),
@@ -276,7 +276,7 @@ class DashApp(App[None]):
         self._fill(
             "sessions",
             [
-                (s["name"], (s["name"], s["kind"], s["panes"], ", ".join(s["agents"])))
+                (s["name"], (s["name"], s["kind"], s["where"], s["panes"], ", ".join(s["agents"])))
                 for s in data.get("sessions", [])
             ],
         )

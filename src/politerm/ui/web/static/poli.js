@@ -180,8 +180,8 @@ function render(data) {
       return [agentLink(a), state, a.session || "-", a.pane || "-", a.profile || "-",
         when(a.last_activity), a.tokens ?? "-", a.turn || "-"];
     });
-  table("sessions", ["session", "kind", "panes", "agents"], data.sessions || [], (s) => [
-    s.name, s.kind, s.panes, s.agents.join(", "),
+  table("sessions", ["session", "kind", "where", "panes", "agents"], data.sessions || [], (s) => [
+    s.name, s.kind, s.where, s.panes, s.agents.join(", "),
   ]);
   table("tasks", ["task", "state", "round", "request", "question / error / report", ""],
     data.tasks || [], (tk) => [tk.id, tk.state, tk.round, tk.request,

@@ -1,0 +1,108 @@
+"""The web mirror is full fidelity: colours, attributes, cursor and the alternate screen,
+from the first screen (a capture with ``-e``) and from the live ``%output`` bytes after it."""
+
+from __future__ import annotations
+
+import subprocess
+import typing as t
+
+import pytest
+
+from politerm.testing.retry import retry_until
+from tests.ui.uihelpers import base_and_token, browser, web
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    import libtmux
+    from playwright.async_api import Page
+
+# Red text on the normal screen, then the alternate screen with green text and the cursor
+# parked at row 5, column 10; on "go", bold blue text arrives live; on "leave", back to the
+# normal screen (which the mirror painted from ``capture-pane -a`` underneath).
+SCRIPT = r"""
+printf '\033[31mRED-NORMAL\033[0m\r\n'
+printf '\033[?1049h\033[H\033[2J\033[3;1H\033[32mGREEN-ALT\033[0m\033[5;10H'
+touch drawn
+while [ ! -e go ]; do sleep 0.05; done
+printf '\033[1;34mBLUE-LIVE\033[0m'
+while [ ! -e leave ]; do sleep 0.05; done
+printf '\033[?1049l'
+sleep 600
+"""
+
+# The cell where ``text`` starts on the active buffer: its colour, bold, and the cursor.
+CELL = """(text) => {
+    const b = window.poliTerm.buffer.active;
+    for (let y = 0; y < b.length; y++) {
+        const line = b.getLine(y);
+        const x = line ? line.translateToString().indexOf(text) : -1;
+        if (x >= 0) {
+            const c = line.getCell(x);
+            return {type: b.type, y: y - b.viewportY, fg: c.getFgColor(),
+                    palette: c.isFgPalette() !== 0, bold: c.isBold() !== 0,
+                    cursor: [b.cursorX, b.cursorY]};
+        }
+    }
+    return null;
+}"""
+
+
+async def _cell(page: Page, text: str) -> dict[str, t.Any]:
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        await page.wait_for_function(f"(t) => ({CELL})(t) !== null", arg=text, timeout=15_000)
+    except PlaywrightTimeout:
+        shown = await page.evaluate("() => window.poliTerm?.buffer.active.type")
+        pytest.fail(f"{text!r} did not show in xterm.js's {shown} buffer within 15 s")
+    return t.cast("dict[str, t.Any]", await page.evaluate(CELL, text))
+
+
+def _agent_session(socket: str, root: pathlib.Path) -> None:
+    """Session ``ours`` of ``root`` running draw.sh in a pane tagged as agent A1."""
+    tmux = ["tmux", "-L", socket]
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "ours", "-x", "80", "-y", "24", "-c", str(root),
+         "sh draw.sh"],
+        check=True,
+    )  # fmt: skip
+    subprocess.run([*tmux, "set-option", "-p", "-t", "ours", "@poli_agent", "A1"], check=True)
+    subprocess.run([*tmux, "set-option", "-t", "ours", "@poli_project", str(root)], check=True)
+
+
+async def test_colours_cursor_and_alternate_screen_reach_xterm(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{server.socket_name}"\n\n[store]\npath = "r.sqlite3"\n\n'
+        "[notify]\ndesktop = false\n"
+    )
+    (root / "draw.sh").write_text(SCRIPT)
+    _agent_session(server.socket_name, root)
+    retry_until(lambda: (root / "drawn").exists(), 30, what="the script's alternate screen")
+    async with browser() as b:
+        with web(root) as url:
+            base, token = base_and_token(url)
+            page = await b.new_page(viewport={"width": 1200, "height": 800})
+            await page.goto(f"{base}/agent/A1?token={token}")
+            # the first screen, painted from the capture: alternate screen, green, cursor
+            green = await _cell(page, "GREEN-ALT")
+            assert green["type"] == "alternate", green
+            assert (green["y"], green["palette"], green["fg"]) == (2, True, 2), green
+            assert green["cursor"] == [9, 4], green
+            # the normal screen underneath is not on the alternate one
+            assert await page.evaluate(CELL, "RED-NORMAL") is None
+            # then the live bytes: bold blue where the cursor was
+            (root / "go").touch()
+            blue = await _cell(page, "BLUE-LIVE")
+            assert (blue["type"], blue["y"]) == ("alternate", 4), blue
+            assert (blue["palette"], blue["fg"], blue["bold"]) == (True, 4, True), blue
+            assert blue["cursor"] == [18, 4], blue
+            (root / "leave").touch()
+            red = await _cell(page, "RED-NORMAL")
+            assert (red["type"], red["y"]) == ("normal", 0), red
+            assert (red["palette"], red["fg"]) == (True, 1), red

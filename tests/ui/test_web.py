@@ -89,6 +89,31 @@ async def test_binding_beyond_loopback_needs_a_chosen_token(tmp_path: pathlib.Pa
         assert "Traceback" not in err and "internal error" not in err
 
 
+async def test_xterm_js_is_found_where_poli_web_assets_says_or_the_error_says_how(
+    tmp_path: pathlib.Path,
+) -> None:
+    from politerm.ui.web.assets import node_modules
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = poli(tmp_path, "web", env={"POLI_WEB_ASSETS": str(empty)})
+    _, err = await asyncio.to_thread(proc.communicate, None, 30)
+    assert proc.returncode == 1, err
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"poli: xterm.js is not installed (looked in {empty}/node_modules)")
+    assert "npm install --prefix DIR @xterm/xterm @xterm/addon-fit" in line
+    # an install elsewhere (as the setup script makes it, from the npm registry) is served
+    installed = node_modules().parent
+    with web(tmp_path, env={"POLI_WEB_ASSETS": str(installed)}) as url:
+        base, token = base_and_token(url)
+        async with httpx.AsyncClient() as client:
+            got = await client.get(
+                base + "/xterm/@xterm/xterm/lib/xterm.js", params={"token": token}
+            )
+    assert got.status_code == 200
+    assert got.content == (installed / "node_modules/@xterm/xterm/lib/xterm.js").read_bytes()
+
+
 async def test_mirror_shows_what_the_agent_prints_within_a_second(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:

@@ -18,6 +18,7 @@ import platformdirs
 import pydantic
 
 from politerm.agents._linememo import progress_of
+from politerm.agents.bundled import own_python
 from politerm.agents.limits import limit_region, reset_time
 
 # These lived here first; callers still import them from this module.
@@ -509,8 +510,8 @@ def _profile_files() -> dict[str, pathlib.Path]:
 
 def _read_toml(path: pathlib.Path) -> dict[str, t.Any]:
     try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         msg = f"{path}: invalid TOML: {exc}"
         raise ProfileError(msg) from None
     except OSError as exc:
@@ -558,8 +559,8 @@ def load_profile(name: str) -> AgentProfile:
         Unknown name, bad TOML, or a bad value; the message names the file and key.
     """
     files = _profile_files()
-    data = _raw_profile(name, files, ())
-    data.setdefault("name", name)
+    data = {"name": name, **_raw_profile(name, files, ())}
+    data["command"] = own_python(list(data.get("command", [])))
     try:
         return AgentProfile.model_validate(data)
     except pydantic.ValidationError as exc:

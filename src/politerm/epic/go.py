@@ -23,6 +23,7 @@ import typing as t
 import uuid
 
 from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.agents.profile import load_profile
 from politerm.driver.limits import LimitPolicy
 from politerm.driver.receipts import HookSetup, launch_with_hooks
@@ -190,6 +191,8 @@ class EpicRunner:
         self.agent = options.agent or config.epic.agent
         self.profile: AgentProfile = load_profile(self.agent)
         argv = config.epic.commands.get(self.agent) or list(self.profile.command)
+        if FAKE_AGENT_MODULE in argv and "--scenario" not in argv:
+            argv = [*argv, "--scenario", "epic-items"]  # it answers each item with a report
         if not argv:
             msg = f"agent profile {self.agent!r} has no command; set [epic.commands] {self.agent}"
             raise EpicError(msg)
@@ -252,6 +255,9 @@ class EpicRunner:
         opts = self.options
         epic = opts.epic
         finished: set[str] = set()
+        # Read the source before a run exists: a source that cannot be read starts nothing.
+        title, description = source.epic_info(epic)
+        source.ready(epic)
         if opts.resume:
             run = self.epics.get_run(opts.resume)
             if run is None:
@@ -278,7 +284,6 @@ class EpicRunner:
             )
             self.say(f"run {run_id}: epic {epic}, agent {self.agent}, items from {source.name}")
         result = GoResult(run_id=run_id)
-        title, description = source.epic_info(epic)
         tried: set[str] = set()
         while True:
             ready = [i for i in source.ready(epic) if i.id not in finished and i.id not in tried]

@@ -5,7 +5,8 @@ time ``ROOT/dev_instructions/next_step.txt`` holds a new step, write
 ``ROOT/dev_logs/cursor_step_output.txt`` = ``Report for step N: <first instruction line>``, in
 two parts (so a half-written report is on disk for a moment), ending with END_OF_REPORT
 (``--quiet``: without it, the manager must wait for the file to be quiet). ``--skip N`` never
-answers step N; ``--delay`` waits before answering. Exits after ``--lifetime`` seconds.
+answers step N; ``--delay`` waits before answering; ``--pad N`` adds N characters of details.
+Exits after ``--lifetime`` seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import watchfiles
 STEP_RE = re.compile(r"^# Step (\d+)(?: of task (\S+))?\n\n(.*?)\n", re.DOTALL)
 
 
-def answer(root: pathlib.Path, step: int, first: str, quiet: bool, delay: float) -> None:
+def answer(root: pathlib.Path, step: int, first: str, quiet: bool, delay: float, pad: int) -> None:
     time.sleep(delay)
     out = root / "dev_logs" / "cursor_step_output.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -29,7 +30,8 @@ def answer(root: pathlib.Path, step: int, first: str, quiet: bool, delay: float)
         fh.write(f"Report for step {step}: ")
         fh.flush()
         time.sleep(0.3)
-        fh.write(f"{first}\nAll good.\n" + ("" if quiet else "END_OF_REPORT\n"))
+        details = f"Details: {'x' * pad}\n" if pad else ""
+        fh.write(f"{first}\nAll good.\n{details}" + ("" if quiet else "END_OF_REPORT\n"))
 
 
 def main() -> None:
@@ -39,6 +41,7 @@ def main() -> None:
     ap.add_argument("--skip", type=int, action="append", default=[])
     ap.add_argument("--delay", type=float, default=0.0)
     ap.add_argument("--lifetime", type=float, default=120.0)
+    ap.add_argument("--pad", type=int, default=0)
     args = ap.parse_args()
     inbox = args.root / "dev_instructions"
     inbox.mkdir(parents=True, exist_ok=True)
@@ -59,7 +62,7 @@ def main() -> None:
         if key in done or step in args.skip:
             continue
         done.add(key)
-        answer(args.root, step, m.group(3).strip(), args.quiet, args.delay)
+        answer(args.root, step, m.group(3).strip(), args.quiet, args.delay, args.pad)
     stop.set()
 
 

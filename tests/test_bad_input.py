@@ -19,6 +19,9 @@ DIR = b"<dir>"
 BINARY = b"\x00\x01\x02binary\xff\xfe\n"
 BAD_UTF8 = b"title: ok\n\xff\xfe not utf-8\n"
 PIPE_HEAD = b"name: p\ntimeout_min: 5\n"
+PIPE = PIPE_HEAD + b"\n1 | developer | - | auto | - | - | Do it\n"
+BD_CONFIG = b'[epic]\nsource = "bd"\nbd = "./bd"\n'
+BD_NOT_UTF8 = b"#!/bin/sh\nprintf '\\377\\376'\n"  # an executable: a bd that prints bytes
 RECORD_HEAD = b'{"id": "s1", "kind": "session", "epic": "E", '
 
 
@@ -28,6 +31,7 @@ class Case(t.NamedTuple):
     files: dict[str, bytes]
     expect: str  # a piece of the error line that says what / where
     env: dict[str, str] = {}  # noqa: RUF012  # NamedTuple default, never mutated
+    stdin: bytes = b""
 
 
 CASES = [
@@ -139,6 +143,71 @@ CASES = [
         "cannot depend on itself",
     ),
     Case("export-into-directory", ("export", "--jsonl", "--output", "d"), {"d": DIR}, "d"),
+    Case("import-stdin-binary", ("import", "-"), {}, "UTF-8", stdin=BINARY),
+    Case(
+        "bridge-submit-stdin-binary",
+        ("bridge", "submit", "-"),
+        {},
+        "<stdin>: not JSON",
+        stdin=BINARY,
+    ),
+    Case(
+        "bridge-submit-file-binary",
+        ("bridge", "submit", "t.json"),
+        {"t.json": BINARY},
+        "t.json: not JSON",
+    ),
+    Case("bridge-submit-directory", ("bridge", "submit", "d"), {"d": DIR}, "d"),
+    Case(
+        "manager-goal-not-utf8",
+        ("manager", "goal", "--project", "web", "go \udcff"),
+        {},
+        "not valid UTF-8",
+    ),
+    Case("send-text-not-utf8", ("send", "--to", "PLANNER", "\udcff"), {}, "not valid UTF-8"),
+    Case("reply-not-utf8", ("reply", "--to", "m1", "\udcff"), {}, "not valid UTF-8"),
+    Case(
+        "go-bd-prints-not-utf8",
+        ("go", "E", "--yes"),
+        {"poli.toml": BD_CONFIG, "bd": BD_NOT_UTF8},
+        "`bd ready --parent E` printed text that is not valid UTF-8",
+    ),
+    Case(
+        "resume-state-not-utf8",
+        ("resume",),
+        {".poli/state.R1": BINARY},
+        ".poli/state.R1: not a pipeline state file",
+    ),
+    Case(
+        "status-state-not-utf8",
+        ("status",),
+        {".poli/state.R1": BINARY},
+        ".poli/state.R1: not a pipeline state file",
+    ),
+]
+
+# Every command reads the project's poli.toml (here a directory) before it does anything
+# else; a command added to `poli` must be added here (the last test checks that).
+DIR_CONFIG = {"poli.toml": DIR, ".poli/pipelines/p.pipeline": PIPE, "r.jsonl": b""}
+EVERY_COMMAND: dict[str, tuple[str, ...]] = {
+    "abort": (), "answer": ("T1", "x"),
+    "approve": ("PLANNER",), "attach": (), "bridge": ("list",), "config": (), "dash": (),
+    "doctor": (), "down": (), "export": (), "gate": ("y",),
+    "go": ("E", "--yes"), "import": ("r.jsonl",), "inbox": (), "list": (), "log": (),
+    "manager": ("status",), "mcp": (), "msg": ("list",), "notify": (), "panes": (),
+    "pipeline": ("show", "p"), "reply": ("x",), "resume": ("--run-id", "R1"), "route": (),
+    "run": ("p", "--task", "x"), "send": ("--to", "PLANNER", "x"), "status": (),
+    "summarize": ("E",), "task": ("x",), "up": (), "web": (), "work": ("list",),
+}  # fmt: skip
+#: Commands that read no poli.toml, and why.
+NO_PROJECT_INPUT = {
+    "completion": "prints the completion script of a shell",
+    "demo": "runs in a scratch directory of its own, on the bundled fake agents",
+    "agents": "reads only agent profiles: see the agents-profile-not-utf8 case",
+}
+CASES += [
+    Case(f"every-command-{name}", (name, *args), DIR_CONFIG, "poli.toml: is a directory")
+    for name, args in EVERY_COMMAND.items()
 ]
 
 
@@ -147,16 +216,19 @@ def _run(tmp_path: pathlib.Path, case: Case) -> subprocess.CompletedProcess[byte
     project.mkdir()
     for name, data in case.files.items():
         path = project / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         if data == DIR:
             path.mkdir()
         else:
             path.write_bytes(data)
+            if data.startswith(b"#!"):
+                path.chmod(0o700)
     env = {**os.environ, **case.env}
     env.pop("POLI_DEBUG", None)
     # The arguments may hold lone surrogates: bytes that are not UTF-8, as a shell passes them.
     argv = [os.fsencode(a) for a in (sys.executable, "-m", "politerm", *case.args)]
     return subprocess.run(
-        argv, cwd=project, env=env, capture_output=True, timeout=60, check=False, stdin=None
+        argv, cwd=project, env=env, capture_output=True, timeout=60, check=False, input=case.stdin
     )
 
 
@@ -169,6 +241,10 @@ def test_bad_input_is_one_line_never_a_traceback(tmp_path: pathlib.Path, case: C
     assert proc.returncode != 0, f"exit 0 for {case.args}: {out[-400:]}"
     assert proc.returncode != 70, f"internal error for {case.args}: {err}"
     lines = [ln for ln in err.splitlines() if ln.strip()]
+    if not lines and case.args[0] == "doctor":
+        # The doctor's report is its output: the config row says what is wrong.
+        assert f"FAIL\t{case.expect}" in out or case.expect in out, out
+        return
     if not lines and case.args[:2] == ("pipeline", "validate"):
         # A validator's report is its output: one `file:line: problem` line per problem.
         lines = [ln for ln in out.splitlines() if ln.strip()]
@@ -202,3 +278,11 @@ def test_poli_debug_shows_the_traceback_of_an_os_error(tmp_path: pathlib.Path) -
     )
     assert debug.returncode != 0
     assert b"Traceback" in debug.stderr
+
+
+def test_the_corpus_walks_every_command() -> None:
+    """A command `poli` gains is walked with a broken poli.toml, or says why it reads none."""
+    from politerm.cli import _COMMANDS
+
+    assert set(EVERY_COMMAND) | set(NO_PROJECT_INPUT) == set(_COMMANDS)
+    assert not set(EVERY_COMMAND) & set(NO_PROJECT_INPUT)

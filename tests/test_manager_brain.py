@@ -23,7 +23,13 @@ from politerm.testing.mockllm import MockLLM, Rule
 PROVIDERS = sorted(API_BRAINS)
 
 
-def brain(llm: MockLLM, provider: str, key: str | None = None, **kw: t.Any) -> ApiBrain:
+def brain(
+    llm: MockLLM,
+    provider: str,
+    key: str | None = None,
+    sleep: t.Callable[[float], t.Awaitable[None]] = asyncio.sleep,
+    **kw: t.Any,
+) -> ApiBrain:
     settings = BrainSettings(
         provider=provider,  # type: ignore[arg-type]
         base_url=llm.url,
@@ -31,7 +37,7 @@ def brain(llm: MockLLM, provider: str, key: str | None = None, **kw: t.Any) -> A
         backoff=0.01,
         **{"max_retries": 2, "call_timeout": 10.0, **kw},
     )
-    return API_BRAINS[provider](settings, key or llm.token, Redactor())
+    return API_BRAINS[provider](settings, key or llm.token, Redactor(), sleep=sleep)
 
 
 async def ask(b: ApiBrain, prompt: str) -> str:
@@ -58,11 +64,18 @@ async def test_429_and_5xx_are_retried_with_backoff(provider: str) -> None:
         Rule("go", status=503, times=1),
         Rule("go", "Step one."),
     ]
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # the real sleep, watched
+        waits.append(seconds)
+        await asyncio.sleep(seconds)
+
     with MockLLM(rules, sides=False) as llm:
-        b = brain(llm, provider)
+        b = brain(llm, provider, sleep=sleep)
         assert await ask(b, "go") == "Step one."
         assert (b.calls, b.retries) == (3, 2)
         assert len(llm.requests()) == 3
+    assert waits == [0.01, 0.02]  # the backoff doubles
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -120,3 +133,28 @@ def test_key_comes_from_the_environment_or_config() -> None:
     with pytest.raises(BrainAuthError, match="set ANTHROPIC_API_KEY"):
         resolve_key(BrainSettings(provider="anthropic"), {})
     assert "from-config" not in repr(own)
+
+
+@pytest.mark.parametrize(
+    ("provider", "module"),
+    [("gemini", "google.genai"), ("anthropic", "anthropic"), ("openai", "openai")],
+)
+def test_a_missing_sdk_names_its_extra_and_the_base_install_has_none(
+    provider: str, module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pathlib
+    import sys
+    import tomllib
+
+    from politerm.manager.brain import api_brain
+    from politerm.manager.settings import DEFAULT_KEY_ENV
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if the extra was not installed
+    env = {DEFAULT_KEY_ENV[provider][0]: "k"}
+    with pytest.raises(BrainError, match=rf"needs its SDK: pip install 'politerm\[{provider}\]'"):
+        api_brain(BrainSettings(provider=provider), Redactor(), env)  # type: ignore[arg-type]
+    pyproject = pathlib.Path(__file__).parents[1] / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text())["project"]
+    package = module.split(".")[-1].replace("genai", "google-genai")
+    assert not [d for d in project["dependencies"] if d.startswith(package)]
+    assert any(d.startswith(package) for d in project["optional-dependencies"][provider])

@@ -67,6 +67,12 @@ def poli(work: pathlib.Path, env: dict[str, str], *args: str) -> subprocess.Comp
     )
 
 
+def add_web(tmp_path: pathlib.Path) -> None:
+    """Register project ``web`` in the store (what ``poli manager project add`` does)."""
+    with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
+        ManagerStore(store).add_project("web", tmp_path / "proj", channel="file")
+
+
 def project_state(tmp_path: pathlib.Path) -> dict[str, t.Any]:
     with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
         return ManagerStore(store).project("web").to_json()
@@ -97,6 +103,18 @@ class Console:
         except WaitTimeout:
             pytest.fail(f"{text!r} never showed; the screen:\n{await self.screen()}")
 
+    async def wait_for_input_line(self, text: str) -> None:
+        """Wait until the prompt being edited (the last one on screen) reads ``text``."""
+
+        async def look() -> bool:
+            lines = [ln.rstrip() for ln in (await self.screen()).splitlines() if ln.strip()]
+            return bool(lines) and lines[-1] == text
+
+        try:
+            await aretry_until(look, BOUND, what=f"the input line {text!r}")
+        except WaitTimeout:
+            pytest.fail(f"the input line never read {text!r}; the screen:\n{await self.screen()}")
+
 
 async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
     rules = [
@@ -111,6 +129,8 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
         c = Console(term)
         try:
             await c.wait_for("manager (no project)>")
+            await c.type("help")
+            await c.wait_for("Ctrl-C stops the current step; Ctrl-D quits.")
             await c.type(f"project add web {tmp_path / 'proj'} --goal 'A web server'")
             await c.wait_for("project web added")
             await term.write(b"project sel\t")  # completion of commands and project names
@@ -119,6 +139,8 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
             await c.wait_for("project select web")
             await term.write(b"\r")
             await c.wait_for("manager (web)>")
+            await c.type("project list")
+            await c.wait_for(f"* {'web':<16} {'project_selected':<26} file  {tmp_path / 'proj'}")
             await c.type("goal Start the server")
             await c.wait_for("QUESTION: Which port should the server use?")
             await c.type("input 8080")
@@ -131,6 +153,12 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
             await c.wait_for("state   paused_waiting_user_input")
             await c.type("stop")
             await c.wait_for("stopped; state project_selected")
+            # history: ↑ recalls earlier lines, newest first (a repeated line is kept once):
+            # stop, status, input 8080, goal …
+            await term.write(b"\x1b[A" * 4)
+            await c.wait_for_input_line("manager (web)> goal Start the server")
+            await term.write(b"\x15")  # Ctrl-U: clear the recalled line
+            await c.wait_for_input_line("manager (web)>")
             await c.type("quit")
             code = await term.wait_exit(BOUND)
         finally:
@@ -186,6 +214,47 @@ async def test_repl_offers_to_resume_a_task_left_running(tmp_path: pathlib.Path)
     assert [r.user_text.count("(none yet)") for r in llm.requests()] == [1, 0]
 
 
+async def test_repl_resume_declined_or_taken_and_a_running_task_stopped(
+    tmp_path: pathlib.Path,
+) -> None:
+    from politerm.manager.states import ManagerState as S
+
+    with MockLLM([], sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
+            m = ManagerStore(store)
+            for name in ("a", "b"):  # both left by a manager that died waiting for the dev
+                root = tmp_path / name
+                root.mkdir()
+                m.add_project(name, root, channel="file")
+                m.transition(name, S.LOADING_PROJECT)
+                m.transition(name, S.PROJECT_SELECTED)
+                m.start_task(name, f"Task of {name}")
+                m.transition(name, S.WAITING_DEV_REPORT, step=1, last_instruction="Write it")
+        script = "n\ny\nstatus\nstop\nquit\n"  # decline a's, resume b's, stop it running
+        done = await asyncio.to_thread(
+            subprocess.run, [*POLI, "manager"], cwd=work, env=env, input=script,
+            capture_output=True, text=True, timeout=BOUND, check=False,
+        )  # fmt: skip
+        with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
+            a, b = (ManagerStore(store).project(n) for n in ("a", "b"))
+        assert llm.requests() == []
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "Project a has a task under way (waiting_dev_report, step 1): Task of a" in out
+    assert "[a] task stopped" in out
+    assert "[b] resuming from waiting_dev_report" in out
+    assert "state   waiting_dev_report (running here)" in out
+    assert "[b] stopped; state project_selected" in out
+    for p in (a, b):
+        assert (p.state.value, p.task_status, p.resumable) == ("project_selected", "stopped", False)
+    assert (
+        (tmp_path / "b" / "dev_instructions" / "next_step.txt")
+        .read_text()
+        .startswith(f"# Step 1 of task {b.task_id}\n\nWrite it\n")
+    )
+
+
 # --- one-shot commands and kill -9 ------------------------------------------------------
 
 
@@ -236,14 +305,15 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
         Rule(r"## Current task\nBreak", "SYSTEM_ERROR: the repository is read-only"),
         Rule(r"\[Human, step 0\]\n9090", "TASK_COMPLETE using 9090"),
         Rule(r"## Current task\nAsk me", "NEED_USER_INPUT: Which port?"),
+        Rule(r"## Current task\nCheck", "TASK_COMPLETE nothing to do"),
     ]
     with MockLLM(rules, sides=False) as llm:
         work, env = setup(tmp_path, llm)
-        added = poli(work, env, "manager", "project", "add", "web", str(tmp_path / "proj"))
-        assert added.returncode == 0, added.stderr
+        add_web(tmp_path)
         asked = poli(work, env, "manager", "goal", "--project", "web", "Ask me", "--json")
         answered = poli(work, env, "manager", "input", "--project", "web", "9090", "--json")
         broken = poli(work, env, "manager", "goal", "--project", "web", "Break", "--json")
+        done = poli(work, env, "manager", "goal", "--project", "web", "Check", "--json")
         status = json.loads(poli(work, env, "manager", "status", "--json").stdout)
         general = poli(work, env, "status", "--json")
         missing = poli(work, env, "manager", "goal", "--project", "nope", "x")
@@ -255,8 +325,11 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
     assert json.loads(answered.stdout)["result"] == "using 9090"
     assert broken.returncode == 1
     assert json.loads(broken.stdout)["state"] == "error_system"
+    assert json.loads(broken.stdout)["error"] == "the repository is read-only"
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"] == "nothing to do"
     assert status["selected"] == "web"
-    assert status["projects"][0]["error"] == "the repository is read-only"
+    assert status["projects"][0]["state"] == "task_complete"
     # every transition is an event of the run store, so plain `poli status` shows them
     moves = [e["detail"] for e in json.loads(general.stdout)["events"]]
     assert "web: calling_brain → error_system: the repository is read-only" in moves
@@ -295,3 +368,61 @@ async def test_console_opens_without_a_key_and_the_goal_says_what_is_missing(
         manager.store.store.close()
     assert project.state.value == "error_brain"
     assert project.error is not None and "no API key for the gemini brain" in project.error
+
+
+def test_ctrl_c_pauses_a_one_shot_goal_and_a_stopped_task_resumes_to_exit_4(
+    tmp_path: pathlib.Path,
+) -> None:
+    with MockLLM([Rule(r".*", "Write server.py")], sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        add_web(tmp_path)
+        proc = subprocess.Popen(
+            [*POLI, "manager", "goal", "--project", "web", "Start the server", "--json"],
+            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        retry_until(
+            lambda: project_state(tmp_path)["state"] == "waiting_dev_report", BOUND,
+            what="the manager waiting for the dev report",
+        )  # fmt: skip
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: the step stops, the task waits for input
+        out, err = proc.communicate(timeout=BOUND)
+        stopped = poli(work, env, "manager", "stop", "--project", "web")
+        resumed = poli(work, env, "manager", "resume", "--project", "web", "--json")
+    assert proc.returncode == 3, err
+    paused = json.loads(out)
+    assert (paused["state"], paused["task_status"]) == ("paused_waiting_user_input", "paused")
+    assert "interrupted" in paused["question"]
+    assert "Traceback" not in err
+    assert stopped.returncode == 0 and stopped.stdout.strip() == "web: project_selected"
+    assert resumed.returncode == 4, resumed.stderr
+    assert json.loads(resumed.stdout)["task_status"] == "stopped"
+
+
+async def test_the_api_key_of_any_shape_never_reaches_disk_or_output(
+    tmp_path: pathlib.Path,
+) -> None:
+    key = "zq" + "5e1f" * 10  # no known key shape: only the manager's own knowledge hides it
+    rules = [Rule(r".*", f"NEED_USER_INPUT: Is {key} the key to deploy with?")]
+    with MockLLM(rules, token=key, sides=False) as llm:
+        work, env = setup(tmp_path, llm)
+        add_web(tmp_path)
+        asked = poli(work, env, "manager", "goal", "--project", "web", "Deploy", "--json")
+        typed = await asyncio.to_thread(
+            subprocess.run, [*POLI, "manager"], cwd=work, env=env,
+            input=f"input yes, {key} is it\nstop\nquit\n",
+            capture_output=True, text=True, timeout=BOUND, check=False,
+        )  # fmt: skip
+        general = poli(work, env, "status", "--json")
+    assert asked.returncode == 3, asked.stderr
+    assert "[REDACTED" in json.loads(asked.stdout)["question"]
+    assert typed.returncode == 0, typed.stderr
+    # what the console printed, less the echo of the typed lines themselves
+    said = [ln for ln in typed.stdout.splitlines() if "manager (web)> " not in ln]
+    assert "[REDACTED" in typed.stdout and key not in "\n".join(said) + typed.stderr
+    for out in (asked, general):
+        assert key not in out.stdout + out.stderr
+    state = tmp_path / "state"
+    assert (state / "manager_history").is_file()
+    for f in state.rglob("*"):
+        if f.is_file():
+            assert key.encode() not in f.read_bytes(), f

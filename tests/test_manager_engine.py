@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import re
+import shutil
 import stat
 import typing as t
 
 import pytest
 
-from politerm.errors import DevStepTimeout
+from politerm.errors import DevStepTimeout, ManagerError
 from politerm.manager.states import ManagerState
+from politerm.store import RunStore
+from politerm.store.manager import ManagerStore
 from politerm.testing.mockllm import MockLLM, Rule
 from tests.manager_helpers import THREE_STEPS, Rig, ide
 
@@ -43,12 +47,17 @@ async def test_goal_reaches_task_complete_through_three_dev_turns_on_the_file_ch
     assert "## Project overview" in prompts[0] and "README.md (first 2 lines)" in prompts[0]
     assert all("## Project overview" not in p for p in prompts[1:])
     assert "A tiny hello project" in prompts[0] and "Make hello.py print hi" in prompts[0]
-    for step in (1, 2, 3):
-        assert f"## Latest dev report\nReport for step {step}" in prompts[step]
+    # each report whole (it is written in two parts): never taken half-written
+    planned = ["Create hello.py printing hi", "Add a test for hello.py", "Run the tests"]
+    for step, first in enumerate(planned, start=1):
+        report = f"Report for step {step}: {first}\nAll good."
+        assert f"## Latest dev report\n{report}\n\nDecide" in prompts[step]
     # reports are moved to processed/, timestamped with their step; instructions atomic
     processed = sorted(p.name for p in (rig.root / "dev_logs" / "processed").iterdir())
     task = project.task_id
     assert [n.rsplit("_", 1)[1] for n in processed] == [f"{task}-s{i}.txt" for i in (1, 2, 3)]
+    stamped = re.compile(rf"cursor_step_output_\d{{8}}T\d{{6}}_{task}-s\d\.txt")
+    assert all(stamped.fullmatch(n) for n in processed), processed
     assert not (rig.root / "dev_logs" / "cursor_step_output.txt").exists()
     instruction = rig.root / "dev_instructions" / "next_step.txt"
     assert instruction.read_text().startswith(f"# Step 3 of task {task}\n\nRun the tests\n")
@@ -89,6 +98,32 @@ async def test_a_report_moved_before_a_crash_is_found_again(tmp_path: pathlib.Pa
         await bounded(channel.report("T2", 2, 1.0))  # another task's step 2 is not it
 
 
+async def test_a_project_whose_directory_is_gone_is_the_project_error_state(
+    tmp_path: pathlib.Path,
+) -> None:
+    with MockLLM([Rule(".*", "TASK_COMPLETE nothing to do")], sides=False) as llm:
+        rig = Rig(tmp_path, llm)
+        shutil.rmtree(rig.root)
+        with pytest.raises(ManagerError, match=r"project 'proj': .*proj is not a directory"):
+            rig.manager.start("proj", "Anything")
+        failed = rig.store.project("proj")
+        asked = len(llm.requests())
+        rig.root.mkdir()  # back again: the project loads and the task runs
+        project = await bounded(rig.goal("Anything"))
+        moves = [
+            (e.data["from"], e.data["to"])
+            for e in rig.run_store.list_events(limit=500)
+            if e.kind == "manager.state"
+        ]
+        rig.close()
+    assert failed.state is S.ERROR_PROJECT and asked == 0
+    assert moves[:4] == [
+        ("idle", "loading_project"), ("loading_project", "error_project"),
+        ("error_project", "loading_project"), ("loading_project", "project_selected"),
+    ]  # fmt: skip
+    assert project.state is S.TASK_COMPLETE
+
+
 async def test_history_and_events_are_recorded_per_step(tmp_path: pathlib.Path) -> None:
     with MockLLM(THREE_STEPS, sides=False) as llm:
         rig = Rig(tmp_path, llm)
@@ -111,14 +146,26 @@ async def test_history_and_events_are_recorded_per_step(tmp_path: pathlib.Path) 
     assert all(e.task_id == turns[0].task_id for e in events[2:])
 
 
-async def test_summarization_after_n_turns_feeds_the_next_prompt(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("budget", ["turn-count", "token-budget"])
+async def test_summarization_after_n_turns_feeds_the_next_prompt(
+    tmp_path: pathlib.Path, budget: str
+) -> None:
+    limits: dict[str, t.Any]
+    if budget == "turn-count":
+        limits, pad = {"summarize_after_turns": 3}, "0"
+    else:  # many turns allowed, but one long report (~150 tokens) passes 100 tokens
+        limits, pad = {"summarize_after_turns": 100, "summarize_tokens": 100}, "600"
     with MockLLM(THREE_STEPS, sides=False) as llm:
-        rig = Rig(tmp_path, llm, summarize_after_turns=3, keep_recent_turns=1)
-        with ide(rig.root):
+        rig = Rig(tmp_path, llm, keep_recent_turns=1, **limits)
+        with ide(rig.root, "--pad", pad):
             project = await bounded(rig.goal("Make hello.py print hi"))
         prompts = rig.prompts()
-        turns = rig.store.turns("proj")
         rig.close()
+    # the summary, its counter and the folded turns are in the store, for the next process
+    with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
+        again = ManagerStore(store)
+        project = again.project("proj")
+        turns = again.turns("proj")
     assert project.state is S.TASK_COMPLETE, project.error
     summary_calls = [i for i, p in enumerate(prompts) if p.startswith("## Earlier summary")]
     assert summary_calls, prompts
@@ -128,7 +175,7 @@ async def test_summarization_after_n_turns_feeds_the_next_prompt(tmp_path: pathl
     assert "SUMMARY-XYZ: hello.py created and tested" in prompts[first + 1]
     assert "## Context summary\nSUMMARY-XYZ" in prompts[first + 1]
     assert "[Manager → Dev, step 1]" not in prompts[first + 1]
-    assert project.summaries == len(summary_calls)
+    assert project.summaries == len(summary_calls) and project.turn_count == 7
     assert project.summary.startswith("SUMMARY-XYZ")
     assert "Task 'Make hello.py print hi' completed" in project.summary
     assert any(t.summarized for t in turns) and not turns[-1].summarized

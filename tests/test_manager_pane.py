@@ -1,7 +1,7 @@
 """The pane channel on the bundled fake agent in a private tmux server: a goal reaching
 TASK_COMPLETE through three dev turns, fenced reports per step id, a restarted manager that
-finds the report already on the agent's screen, a dev agent that exits, and the brain as an
-agent TUI."""
+finds the report already on the agent's screen, a dev agent that exits or is stuck, approvals,
+timeouts, and the brain as an agent TUI."""
 
 from __future__ import annotations
 
@@ -184,6 +184,29 @@ async def test_a_dev_agent_that_exits_is_the_dev_agent_error_state(
     assert project.error is not None and "DEV-proj" in project.error
 
 
+async def test_a_stuck_dev_agent_is_the_dev_agent_error_state(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    stuck = (
+        'mode = "claude"\nthink_time = 0.1\n[[rules]]\nmatch = "STEP_ID"\n'
+        'reply = "  \u23bf  Credit balance is too low"\n'
+    )
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.dev(stuck)
+        try:
+            rig.manager.start("proj", "Make hello.py")
+            async with asyncio.timeout(BOUND):
+                project = await rig.manager.run("proj")
+            events = [e for e in rig.run_store.list_events() if e.kind == "stuck"]
+        finally:
+            await rig.close()
+    assert project.state is S.ERROR_DEV_AGENT
+    assert project.error is not None and "stuck" in project.error
+    assert "Credit balance is too low" in project.error
+    assert [e.agent for e in events] == ["DEV-proj"]
+
+
 async def test_an_agent_tui_as_the_brain(tmp_path: pathlib.Path, tmux_server: TmuxServer) -> None:
     brain_scenario = """
 mode = "claude"
@@ -295,6 +318,39 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
     assert sent[0].startswith("Create hello.py\n")
     assert [s.startswith("Create hello.py") for s in sent].count(True) == 1
     assert sent[-1].startswith("If you have finished the step with STEP_ID=")
+
+
+async def test_ctrl_c_interrupts_the_dev_agent_and_pauses_the_task(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    from politerm.testing.fakeagent.eventlog import read_log
+    from politerm.testing.retry import aretry_until
+
+    slow = 'mode = "claude"\nthink_time = 60\nstrip_fences = false\n'
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        rig.dev(slow)
+        try:
+            rig.manager.start("proj", "Make hello.py")
+            turn = asyncio.create_task(rig.manager.run("proj"))
+
+            async def delivered() -> bool:
+                return any(e.kind == "manager.dev_delivered" for e in rig.run_store.list_events())
+
+            await aretry_until(delivered, BOUND, what="the step's delivery recorded")
+            turn.cancel()  # what the console does on Ctrl-C, before it interrupts the step
+            with contextlib.suppress(asyncio.CancelledError):
+                await turn
+            project = await rig.manager.interrupt("proj")
+
+            async def interrupted() -> bool:
+                return any(e["event"] == "interrupt" for e in read_log(tmp_path / "dev"))
+
+            await aretry_until(interrupted, BOUND, what="the dev agent's interrupt logged")
+        finally:
+            await rig.close()
+    assert project.state is S.PAUSED_WAITING_USER_INPUT and project.task_status == "paused"
+    assert project.question is not None and "interrupted" in project.question
 
 
 async def test_a_step_without_report_in_time_is_a_system_error_turn(

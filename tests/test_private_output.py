@@ -15,11 +15,14 @@ import subprocess
 import sys
 import typing as t
 
+from politerm.testing.retry import retry_until
 from tests.loophelpers import EXECUTER_OK, IDS, PLAN, PLANNER_HEAD, rule, write_project
 
 if t.TYPE_CHECKING:
     import libtmux
 
+# OSC 0 / OSC 2 (title) and ESC k (tmux window name) in the request itself.
+RETITLE = "\x1b]0;req-pwned\x07\x1b]2;req-pwned\x07\x1bkreq-pwned\x1b\\"
 HOSTILE = "Report: \x1b]52;c;aGk=\x07 then \x1b]0;pwned\x07 and \x1b[2J and \x9b31m done"
 FINAL_FILE = (
     "Done.\n\n```\n"
@@ -66,12 +69,29 @@ def test_agent_text_is_escaped_and_files_are_private(
     write_project(root, server.socket_name, planner=PLANNER, executer=EXECUTER_OK)
     assert _poli(root, "up").returncode == 0
     try:
-        task = _poli(root, "task", "make hello", "--id", "T-esc", "--timeout", "60")
+        task = _poli(root, "task", f"make hello {RETITLE}", "--id", "T-esc", "--timeout", "60")
         assert task.returncode == 0, task.stderr
         status = _poli(root, "status")
         nocolor = _poli(root, "--no-color", "status")
+        # The control window (poli status --watch) shows the request escaped: neither its
+        # title nor any window's name is what the request (or an agent) asked for.
+        tmux = ["tmux", "-L", server.socket_name]
+        control = [*tmux, "capture-pane", "-p", "-t", "=t:control"]
+
+        def shown() -> bool:
+            out = subprocess.run(control, capture_output=True, text=True, check=True)
+            return "make hello" in out.stdout  # the request, drawn by poli status --watch
+
+        retry_until(shown, 30, what="the request in the control window")
+        windows = subprocess.run(
+            [*tmux, "list-windows", "-t", "=t", "-F", "#{window_name}\t#{pane_title}"],
+            capture_output=True, text=True, check=True,
+        ).stdout.splitlines()  # fmt: skip
     finally:
         _poli(root, "down")
+    names = [w.split("\t")[0] for w in windows]
+    assert names[0] == "control" and not [n for n in names if "pwned" in n], windows
+    assert "pwned" not in windows[0].split("\t")[1], windows
     for out in (task, status, nocolor):
         assert _raw_controls(out.stdout + out.stderr) == [], out.stdout[-1500:]
     assert b"\\x1b]52;c;aGk=\\x07" in task.stdout, task.stdout[-1500:]

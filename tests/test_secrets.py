@@ -209,6 +209,7 @@ def test_sample_secrets_through_every_workflow_reach_the_agents_and_no_disk_or_o
         (inputs / "body.txt").write_text(f"Use {ANTHROPIC} and {AWS_ID} with {AWS_SECRET}\n{PEM}\n")
         run("work", "add", "E", f"Rotate {GITHUB}", "--id", "E-1",
             "--body-file", str(inputs / "body.txt"))  # fmt: skip
+        assert "warning" not in outputs[-1], outputs[-1]  # the server holds the originals
         run("go", "E", "--yes", "--no-interactive", "--no-summary")
         epic_prompt = _logged_prompts(root / "epic.jsonl")
         for secret in (GITHUB, ANTHROPIC, AWS_ID, AWS_SECRET, PEM):
@@ -296,3 +297,16 @@ def test_handoff_files_are_private_and_redacted(tmp_path: pathlib.Path) -> None:
     assert "[REDACTED:github-token" in text and "[REDACTED:anthropic-key" in text
     assert not [s for s in SECRETS if s in text]
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_work_item_with_a_secret_and_no_server_to_hold_it_says_so(
+    tmp_path: pathlib.Path,
+) -> None:
+    (tmp_path / "poli.toml").write_text('[tmux]\nsocket = "poli-test-none-running"\n')
+    added = _poli(tmp_path, "work", "add", "E", f"Rotate {GITHUB}", "--id", "E-1")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout == "E-1\n"
+    assert added.stderr.startswith("poli: warning: E-1 holds secrets, stored redacted;")
+    assert len(added.stderr.splitlines()) == 1
+    shown = _poli(tmp_path, "work", "show", "E-1")
+    assert "[REDACTED:github-token#" in shown.stdout and GITHUB not in shown.stdout

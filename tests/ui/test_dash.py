@@ -10,9 +10,11 @@ import sys
 import time
 import typing as t
 
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
+from politerm.agents.approval import Decision, PendingApproval, get_pending, set_pending
 from politerm.config import load_config
+from politerm.driver.tokens import stored_tokens
 from politerm.pipeline.state import RunRecord, RunState, read_question
 from politerm.store import RunStore
 from politerm.store.limits import begin_limit
@@ -97,11 +99,11 @@ async def test_dash_lists_the_session_mirrors_live_and_filters(
                 assert shown == "attach: " + " ".join(attach_argv(_socket(server), entry.pane_id))
 
 
-async def test_dash_approves_the_exact_question_and_the_agent_goes_on(
+async def test_dash_approves_the_exact_question_the_agent_goes_on_and_its_tokens_show(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
     root = tmp_path / "proj"
-    ask_project(root, _socket(server))
+    ask_project(root, _socket(server), transcripts=True)  # the agents' tokens count
     async with started(root) as loop:
         with RunStore.open(loop.store.path) as store:
             app = DashApp(loop.config, store, project=root)
@@ -139,6 +141,15 @@ async def test_dash_approves_the_exact_question_and_the_agent_goes_on(
                     lambda: any(r[0] == "T-dash" and r[1] == "done" for r in _rows(app, "tasks")),
                     "the task shown done",
                 )
+                counted = stored_tokens(store, "agent:PLANNER").total
+                assert counted > 0
+                await _until(
+                    pilot,
+                    lambda: (
+                        ["PLANNER", str(counted)] in [[r[0], r[5]] for r in _rows(app, "agents")]
+                    ),
+                    f"the planner's {counted} tokens in the agents table",
+                )
 
 
 async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_task(
@@ -163,6 +174,8 @@ async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_tas
         run.save()
         run.ask(1, "gate", "Step 1 is done. Continue to step 2?")
         _fill_the_other_tables(writer, root)
+        asks = ("Bash command", "rm -rf build", "Do you want to proceed?")
+        set_pending(writer, PendingApproval("EXECUTER", "Bash", "rm -rf build", asks, 5.0))
     with RunStore.open(config.store.resolved_path()) as store:
         app = DashApp(config, store, project=root)
         async with app.run_test(size=(200, 60)) as pilot:
@@ -177,6 +190,35 @@ async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_tas
             assert _rows(app, "pipelines") == [
                 ["r1", "1", "?", "pending", "?", "Step 1 is done. Continue to step 2?"]
             ]
+            # deny: the dialog shows the exact command and the question on the agent's screen
+            await _until(pilot, lambda: bool(_rows(app, "approvals")), "the approval row")
+            await pilot.press("d")
+            await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "deny dialog")
+            assert isinstance(app.screen, ConfirmScreen)
+            assert app.screen.title_text == "deny this?"
+            assert app.screen.question == (
+                "EXECUTER wants to run: Bash(rm -rf build)\n\n" + "\n".join(asks)
+            )
+            await pilot.press("y")
+            await _until(
+                pilot,
+                lambda: (
+                    (p := get_pending(store, "EXECUTER")) is not None and p.answer is Decision.DENY
+                ),
+                "the question denied",
+            )
+            assert app.messages_shown[-1] == "denied: EXECUTER Bash(rm -rf build)"
+            # the event log at the bottom says who answered what
+            await _until(
+                pilot,
+                lambda: (
+                    "ui-action" in str(app.query_one("#events", Static).content)
+                    and "dash: deny Bash(rm -rf build)"
+                    in str(app.query_one("#events", Static).content)
+                ),
+                "the deny in the event log",
+            )
+
             await pilot.press("n")
             await _until(pilot, lambda: isinstance(app.screen, AskScreen), "the answer dialog")
             assert isinstance(app.screen, AskScreen) and app.screen.question == "Which colour?"

@@ -44,7 +44,8 @@ async def test_every_request_and_websocket_needs_the_token(
         with web(root) as url:
             base, token = base_and_token(url)
             async with httpx.AsyncClient() as client:
-                for path in ("/", "/api/overview", "/agent/PLANNER", "/events", "/static/poli.js"):
+                for path in ("/", "/api/overview", "/agent/PLANNER", "/events", "/static/poli.js",
+                             "/xterm/@xterm/xterm/lib/xterm.js"):  # fmt: skip
                     refused = await client.get(base + path)
                     assert refused.status_code == 401, path
                     wrong = await client.get(base + path, params={"token": token + "x"})
@@ -61,9 +62,10 @@ async def test_every_request_and_websocket_needs_the_token(
                 assert act.status_code == 403
                 assert "read-only" in act.json()["error"]
             ws_base = base.replace("http://", "ws://")
-            with pytest.raises(websockets.InvalidStatus):
-                async with websockets.connect(ws_base + "/ws/overview"):
-                    pass
+            for ws_path in ("/ws/overview", "/ws/pane/PLANNER", f"/ws/pane/PLANNER?token={token}x"):
+                with pytest.raises(websockets.InvalidStatus):
+                    async with websockets.connect(ws_base + ws_path):
+                        pass
             async with websockets.connect(f"{ws_base}/ws/overview?token={token}") as ws:
                 data = json.loads(await asyncio.wait_for(ws.recv(), 10))
                 assert "agents" in data
@@ -85,6 +87,31 @@ async def test_binding_beyond_loopback_needs_a_chosen_token(tmp_path: pathlib.Pa
         last = err.strip().splitlines()[-1]
         assert proc.returncode != 0 and last.startswith(said), (args, err)
         assert "Traceback" not in err and "internal error" not in err
+
+
+async def test_xterm_js_is_found_where_poli_web_assets_says_or_the_error_says_how(
+    tmp_path: pathlib.Path,
+) -> None:
+    from politerm.ui.web.assets import node_modules
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = poli(tmp_path, "web", env={"POLI_WEB_ASSETS": str(empty)})
+    _, err = await asyncio.to_thread(proc.communicate, None, 30)
+    assert proc.returncode == 1, err
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"poli: xterm.js is not installed (looked in {empty}/node_modules)")
+    assert "npm install --prefix DIR @xterm/xterm @xterm/addon-fit" in line
+    # an install elsewhere (as the setup script makes it, from the npm registry) is served
+    installed = node_modules().parent
+    with web(tmp_path, env={"POLI_WEB_ASSETS": str(installed)}) as url:
+        base, token = base_and_token(url)
+        async with httpx.AsyncClient() as client:
+            got = await client.get(
+                base + "/xterm/@xterm/xterm/lib/xterm.js", params={"token": token}
+            )
+    assert got.status_code == 200
+    assert got.content == (installed / "node_modules/@xterm/xterm/lib/xterm.js").read_bytes()
 
 
 async def test_mirror_shows_what_the_agent_prints_within_a_second(

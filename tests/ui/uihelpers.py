@@ -36,17 +36,22 @@ APPROVAL_RULE = (
 EXECUTER_ASKS = EXECUTER_HEAD + rule(r"\AYou received a PLANNER plan block:", RESULT, APPROVAL_RULE)
 
 
-def ask_project(root: pathlib.Path, socket: str) -> pathlib.Path:
-    """A loop whose EXECUTER asks to run ``echo hi > out.txt``; approvals wait for a person."""
+def ask_project(root: pathlib.Path, socket: str, *, transcripts: bool = False) -> pathlib.Path:
+    """A loop whose EXECUTER asks to run ``echo hi > out.txt``; approvals wait for a person.
+
+    With ``transcripts`` the fake agents keep transcripts with usage (their tokens count).
+    """
     return write_project(
-        root, socket, planner=PLANNER_OK, executer=EXECUTER_ASKS,
+        root, socket, planner=PLANNER_OK, executer=EXECUTER_ASKS, transcripts=transcripts,
         extra='[routing]\napproval = "ask"\n\n[notify]\ndesktop = false\n',
     )  # fmt: skip
 
 
-def poli(root: pathlib.Path, *args: str) -> subprocess.Popen[str]:
-    """``poli ARGS`` as a real process in the project directory."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def poli(
+    root: pathlib.Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``poli ARGS`` as a real process in the project directory (``env`` added to ours)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "politerm", *args],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -54,9 +59,9 @@ def poli(root: pathlib.Path, *args: str) -> subprocess.Popen[str]:
 
 
 @contextlib.contextmanager
-def web(root: pathlib.Path, *args: str) -> t.Iterator[str]:
+def web(root: pathlib.Path, *args: str, env: dict[str, str] | None = None) -> t.Iterator[str]:
     """``poli web ARGS`` running; yields the URL with the token it printed."""
-    proc = poli(root, "web", *args)
+    proc = poli(root, "web", *args, env=env)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # the first line is the address (or poli exited)

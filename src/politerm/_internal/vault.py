@@ -67,6 +67,14 @@ def keep(found: dict[str, str]) -> None:
             )
 
 
+def served(socket_name: str, tmux: str = "tmux") -> bool:
+    """Whether the tmux server on ``socket_name`` runs (so secrets kept there outlive us)."""
+    proc = subprocess.run(
+        [tmux, "-L", socket_name, "list-sessions"], capture_output=True, timeout=10, check=False
+    )
+    return proc.returncode == 0
+
+
 def lookup(tag: str) -> str | None:
     """The secret of ``tag`` held in this process's memory."""
     with _lock:

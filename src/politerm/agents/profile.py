@@ -516,8 +516,8 @@ def _profile_files() -> dict[str, pathlib.Path]:
 
 def _read_toml(path: pathlib.Path) -> dict[str, t.Any]:
     try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         msg = f"{path}: invalid TOML: {exc}"
         raise ProfileError(msg) from None
     except OSError as exc:

@@ -1,8 +1,8 @@
 """``poli manager``: the dev manager's console, and its one-shot commands for scripts.
 
 Exit codes of ``goal``, ``input`` and ``resume``: 0 the task is complete, 3 the manager asks a
-question (answer with ``poli manager input``), 4 the task was stopped, 1 it failed (the error
-state says what failed).
+question (answer with ``poli manager input``; Ctrl-C stops the current step and asks what
+now), 4 the task was stopped, 1 it failed (the error state says what failed).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _drive(
     begin: t.Callable[[Manager], object],
     as_json: bool,
 ) -> None:
-    from politerm.manager.app import ProjectLock, build_manager
+    from politerm.manager.app import ProjectLock, build_manager, run_interruptible
     from politerm.redact import install_log_redaction
 
     manager = build_manager(config, on_event=_printer(as_json))
@@ -61,7 +61,7 @@ def _drive(
 
     async def go() -> Project:
         try:
-            return await manager.run(name)
+            return await run_interruptible(manager, name)
         finally:
             await manager.aclose()
 

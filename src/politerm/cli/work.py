@@ -49,13 +49,22 @@ def add(
         body = read_utf8(body_file)
     if item_id is not None:
         check_id(item_id, kind="work item id")
-    with epic_store(load(config_path)) as es:
+    config = load(config_path)
+    with epic_store(config) as es:
         if epic_title:
             es.ensure_epic(epic, title=epic_title)
         item = es.add_item(
             epic, title, body=body, priority=priority, depends_on=depends_on, item_id=item_id
         )
     click.echo(item.id)
+    from politerm._internal import vault
+
+    if vault.needs_reveal(item.title + item.body) and not vault.served(config.tmux.socket):
+        click.echo(
+            f"poli: warning: {item.id} holds secrets, stored redacted; its agent gets them only "
+            "if the session's tmux server runs until `poli go` (start it with `poli up`)",
+            err=True,
+        )
 
 
 @command.command("list")

@@ -252,6 +252,9 @@ class EpicRunner:
         opts = self.options
         epic = opts.epic
         finished: set[str] = set()
+        # Read the source before a run exists: a source that cannot be read starts nothing.
+        title, description = source.epic_info(epic)
+        source.ready(epic)
         if opts.resume:
             run = self.epics.get_run(opts.resume)
             if run is None:
@@ -278,7 +281,6 @@ class EpicRunner:
             )
             self.say(f"run {run_id}: epic {epic}, agent {self.agent}, items from {source.name}")
         result = GoResult(run_id=run_id)
-        title, description = source.epic_info(epic)
         tried: set[str] = set()
         while True:
             ready = [i for i in source.ready(epic) if i.id not in finished and i.id not in tried]

@@ -124,7 +124,6 @@ class BdSource:
                 argv,
                 cwd=self.cwd,
                 capture_output=True,
-                text=True,
                 timeout=BD_TIMEOUT,
                 check=False,
             )
@@ -135,12 +134,17 @@ class BdSource:
             msg = f"`bd {' '.join(args)}` did not finish within {BD_TIMEOUT:g}s"
             raise BdError(msg) from None
         if proc.returncode != 0:
-            detail = (proc.stderr or proc.stdout).strip().splitlines()
+            detail = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
             msg = (
                 f"`bd {' '.join(args)}` failed ({proc.returncode}): {detail[-1] if detail else ''}"
             )
             raise BdError(msg)
-        out = proc.stdout.strip()
+        try:
+            stdout = proc.stdout.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            msg = f"`bd {' '.join(args)}` printed text that is not valid UTF-8 (byte {exc.start})"
+            raise BdError(msg) from None
+        out = stdout.strip()
         if not out:
             return None
         try:

@@ -8,10 +8,12 @@ kernel drops it when its process dies, so a ``kill -9`` never leaves a stale loc
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
 import re
+import signal
 import typing as t
 
 from politerm.errors import BrainError, ManagerError
@@ -109,6 +111,26 @@ def build_manager(
     return Manager(
         store, config.manager, brain, channel_factory(config, store.store), on_event=on_event
     )
+
+
+async def run_interruptible(manager: Manager, name: str) -> Project:
+    """Drive ``name``'s task to its end, a question or a failure, as ``poli manager goal`` does.
+
+    Ctrl-C (SIGINT) stops the current step, as in the console: the dev agent gets its
+    interrupt key and the task pauses for ``input`` (so the caller exits with "a question").
+    """
+    loop = asyncio.get_running_loop()
+    runner = asyncio.ensure_future(manager.run(name))
+    loop.add_signal_handler(signal.SIGINT, runner.cancel)
+    try:
+        return await runner
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # we were cancelled ourselves, not the step by Ctrl-C
+        return await manager.interrupt(name)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 class _Unusable:

@@ -186,9 +186,18 @@ def read_state_file(path: pathlib.Path) -> dict[str, str]:
     >>> _ = p.write_text("run_id=x\nstep_1=done\n")
     >>> read_state_file(p)
     {'run_id': 'x', 'step_1': 'done'}
+    >>> _ = p.write_bytes(b"run_id=\xff")
+    >>> read_state_file(p)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    politerm.errors.PipelineError: ...state.x: not a pipeline state file (not valid UTF-8 at byte 7)
     """
     out: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"{path}: not a pipeline state file (not valid UTF-8 at byte {exc.start})"
+        raise PipelineError(msg) from None
+    for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep:
             out[key.strip()] = value.strip()

@@ -1,8 +1,8 @@
 """Where the web monitor finds xterm.js: installed from the npm registry, never committed.
 
 ``scripts/_setup.sh`` runs ``npm install --prefix .cache/web @xterm/xterm @xterm/addon-fit``
-in the checkout; ``POLI_WEB_ASSETS`` names another ``node_modules`` parent (an installed
-politerm has no checkout). The pages then load xterm.js from this server, so they work
+in the checkout; ``POLI_WEB_ASSETS`` names another ``node_modules`` parent instead (an
+installed politerm has no checkout). The pages then load xterm.js from this server, so they work
 offline.
 """
 
@@ -22,13 +22,12 @@ FILES = (
 
 
 def _candidates() -> list[pathlib.Path]:
-    out = []
     env = os.environ.get("POLI_WEB_ASSETS")
     if env:
-        out.append(pathlib.Path(env).expanduser())
+        # Chosen explicitly: a wrong setting is reported, not hidden by the checkout's copy.
+        return [pathlib.Path(env).expanduser()]
     # src/politerm/ui/web/assets.py -> the checkout root
-    out.append(pathlib.Path(__file__).resolve().parents[4] / ".cache" / "web")
-    return out
+    return [pathlib.Path(__file__).resolve().parents[4] / ".cache" / "web"]
 
 
 def node_modules() -> pathlib.Path:

@@ -17,6 +17,7 @@ import typing as t
 import platformdirs
 import pydantic
 
+from politerm.agents.bundled import own_python
 from politerm.agents.limits import limit_region, reset_time
 
 # These lived here first; callers still import them from this module.
@@ -565,8 +566,8 @@ def load_profile(name: str) -> AgentProfile:
         Unknown name, bad TOML, or a bad value; the message names the file and key.
     """
     files = _profile_files()
-    data = _raw_profile(name, files, ())
-    data.setdefault("name", name)
+    data = {"name": name, **_raw_profile(name, files, ())}
+    data["command"] = own_python(list(data.get("command", [])))
     try:
         return AgentProfile.model_validate(data)
     except pydantic.ValidationError as exc:

@@ -123,11 +123,13 @@ async def test_a_refusing_channel_is_reported_not_raised(tmp_path: pathlib.Path)
     assert "secret" not in notifier.errors[0]
 
 
-async def test_poli_notify_sends_what_another_process_records(tmp_path: pathlib.Path) -> None:
-    async with Receiver() as rx:
+async def test_poli_notify_sends_what_another_process_records(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Receiver() as rx, desktop(monkeypatch) as bus:
         (tmp_path / "poli.toml").write_text(
             '[store]\npath = "runs.sqlite3"\n\n'
-            f'[notify]\ndesktop = false\nwebhook = "http://127.0.0.1:{rx.port}/hook"\n'
+            f'[notify]\ndesktop = true\nwebhook = "http://127.0.0.1:{rx.port}/hook"\n'
         )
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "politerm", "notify", "--link", "http://127.0.0.1:9/",
@@ -148,6 +150,11 @@ async def test_poli_notify_sends_what_another_process_records(tmp_path: pathlib.
     notice = json.loads(body)
     assert notice["kind"] == "gate" and notice["title"] == "poli: gate waiting (step-2)"
     assert notice["link"] == "http://127.0.0.1:9/"
+    [shown] = bus.received
+    assert (shown.app_name, shown.summary, shown.urgency) == (
+        "politerm", "poli: gate waiting (step-2)", "critical",
+    )  # fmt: skip
+    assert shown.body == "Step 2 done. Continue?\nhttp://127.0.0.1:9/"
 
 
 async def test_every_kind_the_workflows_record_is_told_and_the_chosen_kinds_only(

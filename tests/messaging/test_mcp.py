@@ -105,10 +105,20 @@ async def test_every_tool_over_stdio(cfg: pathlib.Path, tmp_path: pathlib.Path) 
             task = await call(w1, "handoff", note="plan the release", to="planner")
             assert task["state"] == "pending"
 
+        # a dead letter is in its sender's inbox, with the reason
+        lost = await call(orch, "send_message", to="W1", text="are you there?")
+        m = open_messenger(config_of(cfg))
+        try:
+            m.mailbox.transition(lost["id"], MailState.DEAD, reason="receiver W1 exited")
+        finally:
+            m.store.close()
+
         own = await call(orch, "read_inbox")
         answered = next(i for i in own if i["id"] == msg_id)
         assert answered["state"] == "responded"
         assert answered["response"] == "42 lines"
+        dead = next(i for i in own if i["id"] == lost["id"])
+        assert (dead["state"], dead["reason"]) == ("dead", "receiver W1 exited")
 
         bad = await orch.call_tool("send_message", {"to": "NOPE", "text": "x"})
         assert isinstance(bad, CallToolResult)

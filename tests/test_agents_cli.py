@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
@@ -22,9 +23,8 @@ FAKE = [sys.executable, "-m", "politerm.testing.fakeagent"]
 def poli(
     *args: str, timeout: float = 90, cwd: pathlib.Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    # The fake profiles run "python": make it this interpreter.
-    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}"}
-    env["COLUMNS"] = "250"  # rich tables wrap at 80 columns without a terminal
+    # Piped, with no COLUMNS: tables are whole tab-separated rows, never wrapped.
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     return subprocess.run(
         [sys.executable, "-m", "politerm", *args],
         capture_output=True,
@@ -55,8 +55,15 @@ def test_agents_lists_profiles_programs_and_versions() -> None:
     for name in ("claude", "codex", "gemini", "opencode", "aider", "aider-raw", "shell", "generic"):
         assert name in infos
     fake = infos["fake-claude"]
-    assert fake["program"] == "python" and fake["path"]
+    # A bundled profile's `python` is poli's own interpreter (a pipx venv's, say).
+    assert fake["program"] == sys.executable and fake["path"]
     assert fake["version"].startswith("politerm fakeagent ")
+    assert infos["fake"]["program"] == sys.executable  # the name every workflow takes
+    # One list everywhere: what `poli agents` lists is what a bad name is told is known.
+    refused = poli("go", "E", "--agent", "nosuch", "--dry-run")
+    known = re.search(r"\(known: (.+)\)", refused.stderr)
+    assert known is not None, refused.stderr
+    assert known[1].split(", ") == sorted(infos)
     assert infos["nowhere"]["path"] is None
     assert infos["nowhere"]["error"] == "not found on PATH"
     # A version run that hangs is bounded and says so.

@@ -1,10 +1,16 @@
-"""`poli demo NAME`: every workflow's demo runs on a clean HOME and leaves nothing behind."""
+"""`poli demo NAME`: every workflow's demo runs on a clean HOME and leaves nothing behind.
+
+Each demo is run as the README's line ``poli demo NAME`` is typed (``sh -c``, the venv's
+``bin/`` first on PATH), its output piped and COLUMNS unset; tests/test_readme.py counts
+these runs as driving those README lines.
+"""
 
 from __future__ import annotations
 
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,9 +31,14 @@ class Case(t.NamedTuple):
 
 CASES = [
     Case(
-        "loop-default",
-        (),
-        ("demo loop: done", "task T", ": done", "executer/hello.txt: Hello, world!"),
+        "loop",
+        ("loop",),
+        (
+            "task T",
+            # A hop's event line is whole when piped, however long (no wrap at 80 columns).
+            " delivered    [EXECUTER] PLANNER → EXECUTER: plan (1 submit, ",
+            "executer/hello.txt: Hello, world!",
+        ),
     ),
     Case(
         "pipeline",
@@ -88,8 +99,8 @@ CASES = [
 
 
 def test_every_demo_has_a_case() -> None:
-    named = {c.argv[0] if c.argv else "loop" for c in CASES}
-    assert named == set(NAMES)
+    assert [c.argv[0] for c in CASES] == [c.test_id for c in CASES]
+    assert {c.test_id for c in CASES} == set(NAMES)
     kept = set(IN_TMUX) | {c.test_id for c in KEPT_WITHOUT_TMUX}
     assert kept == set(NAMES)
 
@@ -99,9 +110,9 @@ def _env(tmp_path: pathlib.Path) -> dict[str, str]:
     scratch.mkdir(exist_ok=True)
     sockets.mkdir(exist_ok=True)
     bindir = str(pathlib.Path(sys.executable).parent)  # where `poli` itself is
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "POLI_DEBUG")}
     return {
-        **os.environ,
-        "COLUMNS": "200",
+        **env,
         "TMPDIR": str(scratch),
         "TMUX_TMPDIR": str(sockets),
         "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -109,8 +120,9 @@ def _env(tmp_path: pathlib.Path) -> dict[str, str]:
 
 
 def _demo(tmp_path: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``poli demo ARGS`` as typed in a shell."""
     return subprocess.run(
-        [sys.executable, "-m", "politerm", "demo", *args],
+        ["sh", "-c", shlex.join(["poli", "demo", *args])],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -132,9 +144,17 @@ def _leftovers(tmp_path: pathlib.Path) -> list[str]:
 def test_demo_finishes_prints_its_summary_and_cleans_up(tmp_path: pathlib.Path, case: Case) -> None:
     out = _demo(tmp_path, *case.argv)
     assert out.returncode == 0, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr
+    assert out.stderr == "", out.stderr  # nothing but what it says it did
+    name = case.argv[0]
+    assert out.stdout.startswith(f"demo {name}: starting in a scratch directory of its own\n")
     for text in case.expect:
         assert text in out.stdout, out.stdout
-    assert "cleaned up: its scratch directory and tmux server (if any) are gone" in out.stdout
+    assert out.stdout.endswith(
+        "\ncleaned up: its scratch directory and tmux server (if any) are gone\n"
+        f"to look around in them, run it again with: poli demo {name} --keep\n"
+        f"demo {name}: done\n"
+    ), out.stdout
     assert _leftovers(tmp_path) == []
     # Nothing written where the demo was started.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "sockets", "tmp"]
@@ -199,8 +219,10 @@ def test_kept_demo_without_panes_prints_look_and_teardown_commands_that_work(
 def test_kept_demo_prints_attach_and_teardown_commands_that_work(
     tmp_path: pathlib.Path, name: str
 ) -> None:
-    out = _demo(tmp_path, name, "--keep")
+    # The loop is the default demo: `poli demo --keep` runs it.
+    out = _demo(tmp_path, *([] if name == "loop" else [name]), "--keep")
     assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith(f"demo {name}: starting"), out.stdout
     look = re.search(r"^  look:\s+(.+)$", out.stdout, re.MULTILINE)
     down = re.search(r"^  tear down:\s+(.+)$", out.stdout, re.MULTILINE)
     assert look is not None and down is not None, out.stdout
@@ -221,5 +243,5 @@ def test_kept_demo_prints_attach_and_teardown_commands_that_work(
         ["sh", "-c", down[1]], capture_output=True, text=True, env=env, timeout=60, check=False
     )
     assert teardown.returncode == 0, teardown.stdout + teardown.stderr
-    assert "down:" in teardown.stdout
+    assert "down:" in teardown.stdout and "nothing was running" not in teardown.stdout
     assert _leftovers(tmp_path) == []

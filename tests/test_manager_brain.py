@@ -23,7 +23,13 @@ from politerm.testing.mockllm import MockLLM, Rule
 PROVIDERS = sorted(API_BRAINS)
 
 
-def brain(llm: MockLLM, provider: str, key: str | None = None, **kw: t.Any) -> ApiBrain:
+def brain(
+    llm: MockLLM,
+    provider: str,
+    key: str | None = None,
+    sleep: t.Callable[[float], t.Awaitable[None]] = asyncio.sleep,
+    **kw: t.Any,
+) -> ApiBrain:
     settings = BrainSettings(
         provider=provider,  # type: ignore[arg-type]
         base_url=llm.url,
@@ -31,7 +37,7 @@ def brain(llm: MockLLM, provider: str, key: str | None = None, **kw: t.Any) -> A
         backoff=0.01,
         **{"max_retries": 2, "call_timeout": 10.0, **kw},
     )
-    return API_BRAINS[provider](settings, key or llm.token, Redactor())
+    return API_BRAINS[provider](settings, key or llm.token, Redactor(), sleep=sleep)
 
 
 async def ask(b: ApiBrain, prompt: str) -> str:
@@ -58,11 +64,18 @@ async def test_429_and_5xx_are_retried_with_backoff(provider: str) -> None:
         Rule("go", status=503, times=1),
         Rule("go", "Step one."),
     ]
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # the real sleep, watched
+        waits.append(seconds)
+        await asyncio.sleep(seconds)
+
     with MockLLM(rules, sides=False) as llm:
-        b = brain(llm, provider)
+        b = brain(llm, provider, sleep=sleep)
         assert await ask(b, "go") == "Step one."
         assert (b.calls, b.retries) == (3, 2)
         assert len(llm.requests()) == 3
+    assert waits == [0.01, 0.02]  # the backoff doubles
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -67,6 +67,12 @@ def poli(work: pathlib.Path, env: dict[str, str], *args: str) -> subprocess.Comp
     )
 
 
+def add_web(tmp_path: pathlib.Path) -> None:
+    """Register project ``web`` in the store (what ``poli manager project add`` does)."""
+    with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
+        ManagerStore(store).add_project("web", tmp_path / "proj", channel="file")
+
+
 def project_state(tmp_path: pathlib.Path) -> dict[str, t.Any]:
     with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
         return ManagerStore(store).project("web").to_json()
@@ -303,8 +309,7 @@ def test_goal_exit_codes_and_status_json(tmp_path: pathlib.Path) -> None:
     ]
     with MockLLM(rules, sides=False) as llm:
         work, env = setup(tmp_path, llm)
-        added = poli(work, env, "manager", "project", "add", "web", str(tmp_path / "proj"))
-        assert added.returncode == 0, added.stderr
+        add_web(tmp_path)
         asked = poli(work, env, "manager", "goal", "--project", "web", "Ask me", "--json")
         answered = poli(work, env, "manager", "input", "--project", "web", "9090", "--json")
         broken = poli(work, env, "manager", "goal", "--project", "web", "Break", "--json")
@@ -370,8 +375,7 @@ def test_ctrl_c_pauses_a_one_shot_goal_and_a_stopped_task_resumes_to_exit_4(
 ) -> None:
     with MockLLM([Rule(r".*", "Write server.py")], sides=False) as llm:
         work, env = setup(tmp_path, llm)
-        added = poli(work, env, "manager", "project", "add", "web", str(tmp_path / "proj"))
-        assert added.returncode == 0, added.stderr
+        add_web(tmp_path)
         proc = subprocess.Popen(
             [*POLI, "manager", "goal", "--project", "web", "Start the server", "--json"],
             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -401,8 +405,7 @@ async def test_the_api_key_of_any_shape_never_reaches_disk_or_output(
     rules = [Rule(r".*", f"NEED_USER_INPUT: Is {key} the key to deploy with?")]
     with MockLLM(rules, token=key, sides=False) as llm:
         work, env = setup(tmp_path, llm)
-        with RunStore.open(tmp_path / "state" / "runs.sqlite3") as store:
-            ManagerStore(store).add_project("web", tmp_path / "proj", channel="file")
+        add_web(tmp_path)
         asked = poli(work, env, "manager", "goal", "--project", "web", "Deploy", "--json")
         typed = await asyncio.to_thread(
             subprocess.run, [*POLI, "manager"], cwd=work, env=env,

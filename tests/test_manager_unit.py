@@ -4,6 +4,7 @@ replies, prompts and the overview, projects and turns persisted (redacted, priva
 from __future__ import annotations
 
 import pathlib
+import re
 import stat
 import typing as t
 
@@ -274,3 +275,56 @@ def test_one_project_is_driven_by_one_manager_at_a_time(tmp_path: pathlib.Path) 
     with ProjectLock(store, "shop"):
         pass  # released with its holder
     assert st.S_IMODE((store.parent / "manager-shop.lock").stat().st_mode) == 0o600
+
+
+# --- the docs ---------------------------------------------------------------------------
+
+DOC = pathlib.Path(__file__).parents[1] / "docs" / "manager.md"
+
+
+def test_the_docs_table_names_every_manager_key_with_its_default() -> None:
+    from politerm.manager.settings import BrainSettings, ManagerConfig
+
+    text = DOC.read_text()
+    table = text.split("Every key of `[manager]`", 1)[1].split("\n\n", 2)[1]
+    documented: dict[str, str] = {}
+    for row in table.splitlines()[2:]:
+        keys, default = (cell.strip() for cell in row.strip("|").split("|")[:2])
+        names = re.findall(r"`([a-z_.]+)`", keys)
+        values = [v.strip(" `") for v in default.split(",")] if default else []
+        for i, name in enumerate(names):
+            documented[name] = values[i] if len(values) == len(names) else ""
+    fields = {f"brain.{k}": v for k, v in BrainSettings.model_fields.items()}
+    fields |= {k: v for k, v in ManagerConfig.model_fields.items() if k != "brain"}
+    assert set(documented) == set(fields)
+    for name, shown in documented.items():
+        default = fields[name].default
+        if isinstance(default, int | float) and not isinstance(default, bool):
+            assert float(shown) == default, name
+        elif isinstance(default, str) and default and shown not in ("", "provider's"):
+            assert shown == default, name
+
+
+def test_every_scripted_command_in_the_docs_parses() -> None:
+    import shlex
+
+    from click.testing import CliRunner
+
+    from politerm.cli import cli
+
+    block = DOC.read_text().split("### 3. Or script it", 1)[1].split("```")[1]
+    lines = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.startswith("poli ")]
+    assert len(lines) == 6
+    for line in lines:
+        # --help is eager: it ends the command once every documented option was accepted
+        done = CliRunner().invoke(cli, [*shlex.split(line)[1:], "--help"])
+        assert done.exit_code == 0, f"{line}: {done.output}"
+
+
+def test_the_docs_list_every_console_command() -> None:
+    from politerm.manager.repl import COMMANDS, HELP
+
+    rows = re.findall(r"^\| `([a-z]+)", DOC.read_text(), re.MULTILINE)
+    assert set(COMMANDS) <= set(rows)
+    for sub in ("add", "list", "select"):
+        assert f"| `project {sub}" in DOC.read_text() and f"project {sub}" in HELP

@@ -120,6 +120,7 @@ def test_full_pipeline_gates_parallel_handoff_and_retry(
         assert gate.stdout.strip() == "step 2: answered y"
         q = wait_question(root, 5, "gate")
         assert "Approve? [y/n/r/s]" in q["question"]
+        assert ".." not in q["question"], q["question"]  # the report's full stop is not doubled
         session = f"poli-proj-{RUN}"
 
         def control_asks() -> bool:

@@ -5,6 +5,8 @@ The lines are read from README.md's code blocks and run through ``sh -c`` with t
 directories, a private TMPDIR and a private tmux socket directory. Each must succeed and
 print what the README promises. A README line that no test here drives fails
 :func:`test_every_readme_command_is_driven`, so the README cannot promise more than is tried.
+The ``poli demo NAME`` lines are typed the same way by tests/test_demos.py, which checks what
+each demo says and that it leaves nothing behind (run once there, not twice).
 (``./scripts/demo`` and ``./scripts/test`` are CI itself and are not re-run here.)
 """
 
@@ -23,7 +25,9 @@ import typing as t
 import ptyprocess
 import pytest
 
+from politerm.demos import NAMES
 from politerm.testing.retry import retry_until
+from tests import test_demos
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 DEMOS = ("loop", "pipeline", "epic", "manager", "bridge", "messaging")
@@ -46,6 +50,7 @@ NEXT_STEPS = (
     'poli run feature --project . --task "Add a --verbose flag" --cli fake --auto-approve',
     'poli work add E1 "Add a --verbose flag"',
     "poli go E1 --dry-run",
+    "poli go E1 --agent fake --yes",
 )
 COMPLETION = "poli completion bash --install"
 DRIVEN = {*USE, *NEXT_STEPS, COMPLETION, *(f"poli demo {name}" for name in DEMOS)}
@@ -61,6 +66,24 @@ def readme_commands() -> set[str]:
 
 def test_every_readme_command_is_driven() -> None:
     assert readme_commands() == DRIVEN
+    # The demo lines, as typed, are test_demos.py's cases: every demo, each by its name.
+    assert set(DEMOS) == set(NAMES) == {c.argv[0] for c in test_demos.CASES}
+
+
+def test_the_first_screen_says_how_to_run_poli_after_setup() -> None:
+    """The first 24 lines: the two commands, then how to run ``poli`` (venv, pipx, uv)."""
+    screen = "\n".join(README.read_text(encoding="utf-8").splitlines()[:24])
+    for text in (
+        "./scripts/demo",
+        "./scripts/test",
+        "source .venv/bin/activate",
+        ".venv/bin/poli doctor",
+        "`pipx install .`",
+        "`uv tool install .`",
+        "`poli --help`",
+        "`poli COMMAND -h`",
+    ):
+        assert text in screen, text
 
 
 class Newcomer:
@@ -80,10 +103,10 @@ class Newcomer:
             "XDG_CACHE_HOME": str(self.home / ".cache"),
             "TMPDIR": str(self.tmp),
             "TMUX_TMPDIR": str(self.sockets),
-            "COLUMNS": "200",
             "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         }
-        self.env.pop("POLI_DEBUG", None)
+        for name in ("POLI_DEBUG", "COLUMNS", "LINES"):  # output is piped: no width from here
+            self.env.pop(name, None)
         self.socket = self.sockets / f"tmux-{os.getuid()}" / "poli"
 
     def sh(self, line: str, *, code: int = 0, timeout: float = 120) -> str:
@@ -240,6 +263,12 @@ def test_next_steps_after_the_pipeline_and_epic_demos(newcomer: Newcomer) -> Non
     assert re.match(r"agent codex: codex\b", dry), dry
     assert f"each session runs that in a headless PTY, in {n.project}" in dry
     assert "=== E1-1 (priority 2): Add a --verbose flag" in dry
+    # The same item on the bundled fake agent (the `python` of its profile is poli's own).
+    fake = n.sh(NEXT_STEPS[3]) + n.sh("poli log --epic E1")
+    assert re.search(r"^\S+\s+\S+\s+\w+ E1/E1-1\s+success\s+Do E1-1: Add a --verbose flag$", fake,
+                     re.MULTILINE), fake  # fmt: skip
+    assert re.search(r"^\S+\s+\S+\s+\w+ E1/summary\s+success\s", fake, re.MULTILINE), fake
+    assert "drift" not in fake  # Claude's end-of-turn line is no part of the legacy footer
 
 
 def test_shell_completion_installs(newcomer: Newcomer) -> None:
@@ -247,12 +276,3 @@ def test_shell_completion_installs(newcomer: Newcomer) -> None:
     path = pathlib.Path(os.environ["XDG_DATA_HOME"]) / "bash-completion" / "completions" / "poli"
     assert out.startswith(f"wrote {path}"), out
     assert "_POLI_COMPLETE" in path.read_text()
-
-
-@pytest.mark.parametrize("name", DEMOS)
-def test_demo(newcomer: Newcomer, name: str) -> None:
-    out = newcomer.sh(f"poli demo {name}")
-    assert out.startswith(f"demo {name}: starting in a scratch directory of its own"), out
-    assert "cleaned up: its scratch directory and tmux server (if any) are gone" in out
-    assert out.rstrip().endswith(f"demo {name}: done"), out
-    assert list(newcomer.tmp.iterdir()) == []  # removed everything

@@ -105,3 +105,16 @@ async def test_a_live_servers_socket_is_never_removed(own_server: TmuxServer) ->
     assert own_server.socket_path().exists()
     await asyncio.sleep(0)
     assert os.path.exists(own_server.socket_path())  # noqa: PTH110
+
+
+async def test_connecting_from_many_tasks_at_once_starts_one_control_client(
+    own_server: TmuxServer,
+) -> None:
+    # A postman's lanes attach to the same session together; a second client would be lost
+    # (never closed) when the first is stored over it.
+    await own_server.ensure_session("t")
+    clients = await asyncio.gather(*(own_server.connect("t") for _ in range(4)))
+    assert all(c is clients[0] for c in clients)
+    rc, out, _ = await own_server.run("list-clients", "-F", "#{client_control_mode}")
+    assert rc == 0
+    assert out.split() == ["1"]

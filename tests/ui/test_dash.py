@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static
 
 from politerm.agents.approval import Decision, PendingApproval, get_pending, set_pending
 from politerm.config import load_config
+from politerm.driver.tokens import stored_tokens
 from politerm.pipeline.state import RunRecord, RunState, read_question
 from politerm.store import RunStore
 from politerm.store.limits import begin_limit
@@ -98,11 +99,11 @@ async def test_dash_lists_the_session_mirrors_live_and_filters(
                 assert shown == "attach: " + " ".join(attach_argv(_socket(server), entry.pane_id))
 
 
-async def test_dash_approves_the_exact_question_and_the_agent_goes_on(
+async def test_dash_approves_the_exact_question_the_agent_goes_on_and_its_tokens_show(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
     root = tmp_path / "proj"
-    ask_project(root, _socket(server))
+    ask_project(root, _socket(server), transcripts=True)  # the agents' tokens count
     async with started(root) as loop:
         with RunStore.open(loop.store.path) as store:
             app = DashApp(loop.config, store, project=root)
@@ -139,6 +140,15 @@ async def test_dash_approves_the_exact_question_and_the_agent_goes_on(
                     pilot,
                     lambda: any(r[0] == "T-dash" and r[1] == "done" for r in _rows(app, "tasks")),
                     "the task shown done",
+                )
+                counted = stored_tokens(store, "agent:PLANNER").total
+                assert counted > 0
+                await _until(
+                    pilot,
+                    lambda: (
+                        ["PLANNER", str(counted)] in [[r[0], r[5]] for r in _rows(app, "agents")]
+                    ),
+                    f"the planner's {counted} tokens in the agents table",
                 )
 
 

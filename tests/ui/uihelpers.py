@@ -36,10 +36,13 @@ APPROVAL_RULE = (
 EXECUTER_ASKS = EXECUTER_HEAD + rule(r"\AYou received a PLANNER plan block:", RESULT, APPROVAL_RULE)
 
 
-def ask_project(root: pathlib.Path, socket: str) -> pathlib.Path:
-    """A loop whose EXECUTER asks to run ``echo hi > out.txt``; approvals wait for a person."""
+def ask_project(root: pathlib.Path, socket: str, *, transcripts: bool = False) -> pathlib.Path:
+    """A loop whose EXECUTER asks to run ``echo hi > out.txt``; approvals wait for a person.
+
+    With ``transcripts`` the fake agents keep transcripts with usage (their tokens count).
+    """
     return write_project(
-        root, socket, planner=PLANNER_OK, executer=EXECUTER_ASKS,
+        root, socket, planner=PLANNER_OK, executer=EXECUTER_ASKS, transcripts=transcripts,
         extra='[routing]\napproval = "ask"\n\n[notify]\ndesktop = false\n',
     )  # fmt: skip
 

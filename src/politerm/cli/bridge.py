@@ -173,12 +173,13 @@ def _row(raw: dict[str, t.Any]) -> dict[str, t.Any]:
 def list_(queue_opt: pathlib.Path | None, as_json: bool, config_path: pathlib.Path | None) -> None:
     """The tasks in the queue and where each stands."""
     redactor = _redactor(config_path)
-    rows = [redactor.redact_json(_row(raw)) for raw in _queue(queue_opt).read()]
+    queue = _queue(queue_opt)
+    rows = [redactor.redact_json(_row(raw)) for raw in queue.read()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("queue is empty")
+        click.echo(f"queue is empty; add tasks with `poli bridge submit FILE` ({queue.path})")
         return
     for r in rows:
         extra = f"  {r['tool']} via {r['executor']}" if r["tool"] else ""

@@ -28,7 +28,8 @@ def command(name: str, keep: bool) -> None:
         click.echo(line)
     click.echo("")
     for line in outcome.look or [
-        "cleaned up: its scratch directory and tmux server (if any) are gone"
+        "cleaned up: its scratch directory and tmux server (if any) are gone",
+        f"to look around in them, run it again with: poli demo {name} --keep",
     ]:
         click.echo(line)
     if not outcome.ok:

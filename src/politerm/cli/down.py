@@ -37,13 +37,15 @@ def command(run_id: str | None, config_path: pathlib.Path | None) -> None:
     config = load(config_path)
     with open_store(config) as store:
 
-        async def main() -> list[str]:
+        async def main() -> tuple[str | None, list[str]]:
             session = Session(config, store)
             try:
-                return await session.down()
+                up = session.name if await session.is_up() else None
+                return up, await session.down()
             finally:
                 await session.server.close()
 
-        stopped = asyncio.run(main())
-    names = ", ".join(stopped) or "nothing was running"
-    click.echo(f"down: {names}")
+        was_up, stopped = asyncio.run(main())
+    # A session of other agents (a kept demo's, a manager's dev agent) is closed all the same.
+    closed = f"session {was_up!r} closed" if was_up else "nothing was running"
+    click.echo(f"down: {', '.join(stopped) or closed}")

@@ -25,6 +25,7 @@ def command(agent: str | None, as_json: bool, config_path: pathlib.Path | None) 
             echo_json([mail.to_json() for mail in mails])
             return
         if not mails:
-            click.echo(f"no messages for {who}")
+            hint = "`poli msg list` shows every message" if agent else "none between agents yet"
+            click.echo(f'no messages for {who}; {hint} (send one: `poli send --to AGENT "…"`)')
         for mail in mails:
             click.echo(mail_line(mail))

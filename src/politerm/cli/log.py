@@ -34,7 +34,7 @@ def command(
             click.echo(json.dumps(data, indent=2, ensure_ascii=False))
             return
     if not records:
-        click.echo("no session records")
+        click.echo("no session records; `poli go EPIC` records one per session")
         return
     for r in records:
         what = r.item_id or r.kind

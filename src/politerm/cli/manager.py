@@ -191,7 +191,7 @@ def status(ctx: click.Context, name: str | None, as_json: bool) -> None:
         click.echo(json.dumps(out, indent=2))
         return
     if not projects:
-        click.echo("no manager projects; poli manager project add NAME PATH")
+        click.echo("no manager projects; add one with `poli manager project add NAME PATH`")
     for project in projects:
         click.echo("\n".join(status_lines(project)))
 
@@ -245,5 +245,7 @@ def project_list(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([p.to_json() for p in projects], indent=2))
         return
+    if not projects:
+        click.echo("no manager projects; add one with `poli manager project add NAME PATH`")
     for p in projects:
         click.echo(f"{p.name:<16} {p.state.value:<26} {p.channel:<5} {p.path}")

@@ -56,6 +56,9 @@ def list_(states: tuple[str, ...], as_json: bool, config_path: pathlib.Path | No
         if as_json:
             echo_json([mail.to_json() for mail in mails])
             return
+        if not mails:
+            which = f" in state {'/'.join(states)}" if states else ""
+            click.echo(f'no messages{which}; an agent sends one with `poli send --to AGENT "…"`')
         for mail in mails:
             click.echo(mail_line(mail))
 

@@ -34,6 +34,9 @@ def command(program: str | None, as_json: bool, config_path: pathlib.Path | None
     if as_json:
         echo_json([p.to_json() for p in panes])
         return
+    if not panes:
+        which = f" running {program}" if program is not None else ""
+        click.echo(f"no panes{which} on socket {config.tmux.socket!r}; start agents with `poli up`")
     for p in panes:
         state = "dead" if p.dead else "live"
         click.echo(

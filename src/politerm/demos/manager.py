@@ -1,4 +1,4 @@
-"""``poli demo manager``: a goal planned step by step by a brain, done by a fake dev agent."""
+"""``poli demo manager``: a goal planned step by step by a fake brain agent, done by a fake dev."""
 
 from __future__ import annotations
 
@@ -7,76 +7,71 @@ import json
 import sys
 import typing as t
 
+from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.config import load_config
 from politerm.demos._scratch import Outcome, Say, Scratch
-from politerm.manager.brain import API_BRAINS
+from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.engine import Manager
 from politerm.manager.pane import PaneChannel, session_name
-from politerm.manager.settings import BrainSettings
 from politerm.manager.states import ManagerState
 from politerm.redact import Redactor
 from politerm.store import RunStore
 from politerm.store.manager import ManagerStore
-from politerm.testing.mockllm import MockLLM, Rule
+from politerm.tmux.server import TmuxServer
 
 if t.TYPE_CHECKING:
     from politerm.store.manager import Project
 
 GOAL = "Make hello.py with a test"
-#: The brain's script: each plan answers the latest dev report it is shown.
-BRAIN = [
-    Rule(r"## Latest dev report\n\(none yet\)", "Create hello.py"),
-    Rule(r"## Latest dev report\nstatus: success\nDid: Create hello.py", "Add a test"),
-    Rule(r"## Latest dev report\nstatus: success\nDid: Add a test", "Run the tests"),
-    Rule(r"## Latest dev report\nstatus: success\nDid: Run the tests", "TASK_COMPLETE all done"),
-]
+
+
+def _fake(scenario: str) -> list[str]:
+    return [sys.executable, "-m", FAKE_AGENT_MODULE, "--mode", "claude", "--scenario", scenario]
 
 
 async def run(*, say: Say, keep: bool = False) -> Outcome:
     """Give the manager a goal and run it to TASK_COMPLETE.
 
-    Its brain is the loopback mock model server (through the Gemini SDK), planning three
-    steps that the fake dev agent does in a pane of the demo's tmux server.
+    Its brain is a fake agent in a pane (``[manager.brain] provider = "agent"``: no model,
+    no SDK, no key) that plans three steps, one per dev report it reads; the fake dev
+    agent does each in a pane of the demo's tmux server.
     """
     scratch = Scratch.make("manager")
     (scratch.root / "proj").mkdir(mode=0o700)
-    dev = [sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "claude"]
-    dev += ["--scenario", "manager-dev"]
     scratch.write_config(
         '[manager]\ndev_agent = "fake-claude"\nstep_timeout = 60\n'
-        f"dev_command = {json.dumps(dev)}\n"
+        f"dev_command = {json.dumps(_fake('manager-dev'))}\n\n"
+        '[manager.brain]\nprovider = "agent"\nagent = "fake-claude"\ncall_timeout = 60\n'
+        f"command = {json.dumps(_fake('manager-brain'))}\n"
     )
     channels: list[PaneChannel] = []
     try:
-        with MockLLM(BRAIN, sides=False) as llm:
-            config = load_config(scratch.root, env={})
-            brain = BrainSettings(
-                provider="gemini", base_url=llm.url, model="mock-model", call_timeout=30.0
+        config = load_config(scratch.root, env={})
+        with RunStore.open(config.store.resolved_path()) as store:
+            mstore = ManagerStore(store, Redactor())
+            brain = AgentBrain(config, store)
+
+            def channel(project: Project) -> PaneChannel:
+                ch = PaneChannel(config, project, store)
+                channels.append(ch)
+                return ch
+
+            manager = Manager(
+                mstore, config.manager, brain, channel, on_event=lambda _p, line: say(line)
             )
-            manager_config = config.manager.model_copy(update={"brain": brain})
-            config = config.model_copy(update={"manager": manager_config})
-            with RunStore.open(config.store.resolved_path()) as store:
-                mstore = ManagerStore(store, Redactor())
-
-                def channel(project: Project) -> PaneChannel:
-                    ch = PaneChannel(config, project, store)
-                    channels.append(ch)
-                    return ch
-
-                manager = Manager(
-                    mstore,
-                    manager_config,
-                    API_BRAINS["gemini"](brain, llm.token, Redactor()),
-                    channel,
-                    on_event=lambda _p, line: say(line),
-                )
-                mstore.add_project("demo", scratch.root / "proj", goal=GOAL, channel="pane")
-                manager.start("demo", GOAL)
+            mstore.add_project("demo", scratch.root / "proj", goal=GOAL, channel="pane")
+            manager.start("demo", GOAL)
+            try:
                 async with asyncio.timeout(120):
                     project = await manager.run("demo")
-                turns = [tt for tt in mstore.turns("demo") if tt.role == "dev"]
-                for ch in channels:
-                    await (ch.aclose() if keep else ch.kill())
+            finally:
+                # Only the dev agent's session is kept: `poli down` then ends the server.
+                await brain.kill()
+                brain_session = session_name(config, "brain")
+                await TmuxServer(scratch.socket).run("kill-session", "-t", f"={brain_session}")
+            turns = [tt for tt in mstore.turns("demo") if tt.role == "dev"]
+            for ch in channels:
+                await (ch.aclose() if keep else ch.kill())
         if keep:
             # Point the kept project's poli.toml at the dev agent's own session.
             scratch.session = session_name(config, "demo")

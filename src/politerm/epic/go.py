@@ -23,6 +23,7 @@ import typing as t
 import uuid
 
 from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.agents.profile import load_profile
 from politerm.driver.limits import LimitPolicy
 from politerm.driver.receipts import HookSetup, launch_with_hooks
@@ -190,6 +191,8 @@ class EpicRunner:
         self.agent = options.agent or config.epic.agent
         self.profile: AgentProfile = load_profile(self.agent)
         argv = config.epic.commands.get(self.agent) or list(self.profile.command)
+        if FAKE_AGENT_MODULE in argv and "--scenario" not in argv:
+            argv = [*argv, "--scenario", "epic-items"]  # it answers each item with a report
         if not argv:
             msg = f"agent profile {self.agent!r} has no command; set [epic.commands] {self.agent}"
             raise EpicError(msg)

@@ -122,6 +122,12 @@ class AgentBrain:
         msg = f"{self.label}: {result.outcome.value}: {result.error}"
         raise BrainError(msg)
 
+    async def kill(self) -> None:
+        """End the brain agent's process tree (if it was started), then close as :meth:`aclose`."""
+        if self._driver is not None:
+            await self._driver.kill()
+        await self.aclose()
+
     async def aclose(self) -> None:
         """Leave the agent running (the next manager attaches to it); close tmux clients."""
         self._driver = None

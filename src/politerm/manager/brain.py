@@ -83,6 +83,17 @@ def resolve_key(settings: BrainSettings, env: Mapping[str, str] | None = None) -
     raise BrainAuthError(msg)
 
 
+def backoff_delay(first: float, retry: int) -> float:
+    """Seconds to wait before retry number ``retry`` (1, 2, …): doubling, at most 30 s.
+
+    Examples
+    --------
+    >>> [backoff_delay(1.0, n) for n in (1, 2, 3, 6)]
+    [1.0, 2.0, 4.0, 30.0]
+    """
+    return min(_MAX_DELAY, first * 2.0 ** (retry - 1))
+
+
 def _status(exc: BaseException) -> int | None:
     for attr in ("status_code", "code"):
         value = getattr(exc, attr, None)
@@ -166,8 +177,7 @@ class ApiBrain:
         for attempt in range(attempts):
             if attempt:
                 self.retries += 1
-                delay = min(_MAX_DELAY, self.settings.backoff * 2 ** (attempt - 1))
-                await self._sleep(delay)
+                await self._sleep(backoff_delay(self.settings.backoff, attempt))
             self.calls += 1
             try:
                 async with asyncio.timeout(self.settings.call_timeout):

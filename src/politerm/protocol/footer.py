@@ -26,8 +26,9 @@ if t.TYPE_CHECKING:
 KEYS: tuple[str, ...] = ("STATUS", "COMMIT_MSG", "ESCALATION")
 
 _KEY = re.compile(r"^\**(?P<key>STATUS|COMMIT_MSG|ESCALATION)\**:\**[ \t]*(?P<value>.*?)\s*$")
-# A value continued on following lines ends at a fence or at the TUI's box and input line.
-_STOP = re.compile(r"^\s*(?:`{3}|[╭╰│─━]|[❯›>](?:\s|$))")
+# A value continued on following lines ends at a fence, at the TUI's box and input line, or
+# at Claude's end-of-turn line ("✻ Brewed for 3s").
+_STOP = re.compile(r"^\s*(?:`{3}|[╭╰│─━✻]|[❯›>](?:\s|$))")
 #: Lines kept for one value; more is a runaway stream, not a footer.
 MAX_LINES = 200
 
@@ -56,6 +57,11 @@ class FooterReader:
     ...     _ = f.line(line)
     >>> f.values()
     {'STATUS': 'success', 'COMMIT_MSG': 'Add x\n\nbody', 'ESCALATION': ''}
+    >>> g = FooterReader()
+    >>> for line in ["COMMIT_MSG: Add x", "", "✻ Brewed for 0s"]:
+    ...     _ = g.line(line)
+    >>> g.values()
+    {'COMMIT_MSG': 'Add x'}
     """
 
     def __init__(self) -> None:

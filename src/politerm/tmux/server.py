@@ -90,6 +90,7 @@ class TmuxServer:
         self.height = height
         self.history_limit = history_limit
         self._clients: dict[str, ControlClient] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
 
     # --- one-shot tmux processes (bootstrap and buffers only) ---------------------------
 
@@ -209,12 +210,16 @@ class TmuxServer:
 
     async def connect(self, session: str) -> ControlClient:
         """Return the (shared) control-mode connection to ``session``, starting it if needed."""
-        client = self._clients.get(session)
-        if client is not None and (client.connected or client.dead_reason is None):
-            return client
-        client = ControlClient(self.socket_name, session, tmux=self.tmux)
-        await client.start()
-        self._clients[session] = client
+        # One start at a time per session: two tasks connecting at once (a postman's lanes)
+        # would otherwise each start a client, and the one overwritten would never be closed.
+        lock = self._connecting.setdefault(session, asyncio.Lock())
+        async with lock:
+            client = self._clients.get(session)
+            if client is not None and (client.connected or client.dead_reason is None):
+                return client
+            client = ControlClient(self.socket_name, session, tmux=self.tmux)
+            await client.start()
+            self._clients[session] = client
         # Secrets this process redacts from the store are kept in this server's memory,
         # for the process that delivers them (see politerm._internal.vault).
         vault.use_tmux(self.socket_name, self.tmux)

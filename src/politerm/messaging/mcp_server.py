@@ -231,6 +231,6 @@ async def serve_stdio(config: Config, config_path: pathlib.Path | None) -> None:
 
     if config_path is None and os.environ.get(ENV_CONFIG):
         config_path = pathlib.Path(os.environ[ENV_CONFIG])
-    with RunStore.open(config.store.resolved_path()) as store:
+    with RunStore.for_config(config) as store:
         tools = Tools(Messenger(config, store), config_path)
         await build_server(tools).run_stdio_async()

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pathlib
+import stat
 import sys
 import threading
 import typing as t
@@ -15,7 +16,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
 
-from politerm.messaging.mcp_server import TOOL_NAMES
+from politerm.messaging.mcp_server import TOOL_NAMES, Tools
 from politerm.messaging.service import Identity
 from politerm.store.mail import MailState
 from tests.messaging.helpers import add_agent, config_of, open_messenger, write_config
@@ -153,4 +154,34 @@ async def test_send_message_with_wait_returns_the_response(
     finally:
         stop.set()
         thread.join()
+        m.store.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "meta_run", "main", "step"),
+    [
+        ("", False, ".handoff.md", ".handoff-step-2.md"),
+        ("", True, ".meta/handoff.md", ".meta/handoff-step-2.md"),
+        ('handoff_dir = "notes"\n', True, "notes/handoff.md", "notes/handoff-step-2.md"),
+    ],
+    ids=["classic", "meta-run", "setting"],
+)
+def test_pipeline_handoff_goes_where_the_runs_prompts_name_it(
+    tmp_path: pathlib.Path, setting: str, meta_run: bool, main: str, step: str
+) -> None:
+    cfg = write_config(tmp_path)
+    cfg.write_text(cfg.read_text() + "[pipeline]\n" + setting)
+    work = tmp_path / "work"
+    work.mkdir()
+    if meta_run:  # a run from a META repository wrote its task here
+        (work / ".meta").mkdir()
+        (work / ".meta" / "handoff.md").write_text("# task\n")
+    m = open_messenger(config_of(cfg))
+    try:
+        tools = Tools(m, cfg, cwd=work)
+        assert json.loads(tools.handoff("done", to="pipeline"))["file"] == str(work / main)
+        assert json.loads(tools.handoff("part", to="pipeline", step=2))["file"] == str(work / step)
+        assert (work / main).read_text().endswith("done\n")
+        assert stat.S_IMODE((work / step).stat().st_mode) == 0o600
+    finally:
         m.store.close()

@@ -167,6 +167,27 @@ def install(*, no_color: bool = False) -> None:
         setattr(sys, name, SafeStream(stream, keep_sgr=keep))
 
 
+def color_system() -> t.Literal["auto"] | None:
+    """The ``color_system`` for a rich console on stdout: None when colour is off.
+
+    With ``--no-color`` (or ``NO_COLOR``, ``TERM=dumb``) a terminal gets no style sequence
+    from politerm's own tables either, rather than each shown escaped.
+
+    Examples
+    --------
+    >>> import io, sys
+    >>> saved, sys.stdout = sys.stdout, SafeStream(io.StringIO(), keep_sgr=False)
+    >>> color_system() is None
+    True
+    >>> sys.stdout = saved
+    """
+    import sys
+
+    stream = sys.stdout
+    keep = stream.keep_sgr if isinstance(stream, SafeStream) else color_allowed(stream)
+    return "auto" if keep else None
+
+
 @contextlib.contextmanager
 def trusted_stdout() -> Iterator[None]:
     """Within this block politerm's own display goes to stdout unchanged (live views)."""

@@ -167,23 +167,23 @@ def install(*, no_color: bool = False) -> None:
         setattr(sys, name, SafeStream(stream, keep_sgr=keep))
 
 
-def color_system() -> t.Literal["auto"] | None:
-    """The ``color_system`` for a rich console on stdout: None when colour is off.
+def color_system(stream: t.TextIO | None = None) -> t.Literal["auto"] | None:
+    """The ``color_system`` for a rich console on ``stream`` (stdout): None when colour is off.
 
     With ``--no-color`` (or ``NO_COLOR``, ``TERM=dumb``) a terminal gets no style sequence
     from politerm's own tables either, rather than each shown escaped.
 
     Examples
     --------
-    >>> import io, sys
-    >>> saved, sys.stdout = sys.stdout, SafeStream(io.StringIO(), keep_sgr=False)
-    >>> color_system() is None
+    >>> import io
+    >>> color_system(SafeStream(io.StringIO(), keep_sgr=False)) is None
     True
-    >>> sys.stdout = saved
+    >>> color_system(SafeStream(io.StringIO(), keep_sgr=True))
+    'auto'
     """
     import sys
 
-    stream = sys.stdout
+    stream = stream or sys.stdout
     keep = stream.keep_sgr if isinstance(stream, SafeStream) else color_allowed(stream)
     return "auto" if keep else None
 

@@ -224,7 +224,7 @@ class AgentDriver:
         """
         argv = list(argv if argv is not None else profile.command)
         full_env = {**profile.env, **(env or {})}
-        check_program(argv, full_env, setting=setting or f"agents.{name}.command")
+        check_program(argv, full_env, setting=setting or f"agents.{name}.command", cwd=cwd)
         setup = launch_with_hooks(
             name, profile.name, argv, full_env, hooks_dir, enabled=hooks, say=say
         )

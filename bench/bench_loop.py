@@ -203,6 +203,8 @@ class HandoffRun:
     result: list[float]
     recorded: list[float] = dataclasses.field(default_factory=list)
     confirmed: list[float] = dataclasses.field(default_factory=list)
+    #: CPU time of the routing thread per task (ms): the router, and the bench's own poll.
+    cpu_per_task: float = 0.0
 
 
 def _project(root: pathlib.Path, socket: str, sizes: Sizes) -> pathlib.Path:
@@ -238,6 +240,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes, trace: PathTrace | None = Non
             trace.name_panes({pane.pane_id: agent for agent, (_, pane) in agents.items()})
             stack.enter_context(trace.wrapped())
         routing = asyncio.create_task(router.run())
+        cpu_start = time.thread_time()
         try:
             for i in range(sizes.tasks):
                 task = submit(store, config, f"handoff benchmark task {i}")
@@ -257,6 +260,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes, trace: PathTrace | None = Non
                     f"{final and final.error}",
                 )
         finally:
+            cpu_used = time.thread_time() - cpu_start
             router.stop()
             await routing
             stack.close()
@@ -274,6 +278,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes, trace: PathTrace | None = Non
             )
         delay = load_profile(f"fake-{MODE}").submit_delay
         run = HandoffRun(logs.plan_ms(ids, delay), logs.result_ms(ids, delay))
+        run.cpu_per_task = cpu_used / max(1, sizes.tasks) * 1000
         for tid in ids:
             printed = logs.plan_printed.get(tid)
             if printed is None:
@@ -398,6 +403,11 @@ async def bench_handoff(bench: Bench, sizes: Sizes) -> list[Row]:
         },
     ]
     print_table("handoff: where politerm's P→E time goes (from the plan block printed)", split)
+    print_table(
+        "handoff: routing CPU (thread time of the router's thread while the tasks ran, per "
+        "task: two handoffs, the task's start and its end; the bench's 20 ms poll included)",
+        [{"politerm": "routing CPU per task", "ms": ours.cpu_per_task}],
+    )
     trace = PathTrace()
     await handoff_ours(bench, Sizes(tasks=TRACED_TASKS), trace)
     print_table(

@@ -36,6 +36,13 @@ need_chromium() {
     need_apt chromium chromium "install Debian's chromium"
 }
 
+# Desktop notices go out through the real notify-send; their tests run a private
+# dbus-daemon session bus with a notification server on it.
+need_desktop_bus() {
+    need_apt notify-send libnotify-bin "install libnotify-bin (it ships notify-send)"
+    need_apt dbus-daemon dbus-daemon "install dbus-daemon (the session bus)"
+}
+
 need_xterm() {
     if [ -f .cache/web/node_modules/@xterm/xterm/lib/xterm.js ] \
         && [ -f .cache/web/node_modules/@xterm/addon-fit/lib/addon-fit.js ]; then
@@ -50,5 +57,6 @@ need_xterm() {
 need_tmux
 need_venv
 need_chromium
+need_desktop_bus
 need_xterm
 export PATH="$ROOT/.venv/bin:$PATH"

@@ -58,6 +58,12 @@ CASES = [
         "templates.plan: cannot read",
     ),
     Case(
+        "up-missing-working-directory",
+        ("up",),
+        {"poli.toml": b'[agents.PLANNER]\ncwd = "nowhere"\n'},
+        "nowhere: not a directory; create it or set agents.PLANNER.cwd",
+    ),
+    Case(
         "config-bad-template",
         ("config",),
         {"poli.toml": b'[templates]\nplan = "t.txt"\n', "t.txt": b"{nosuchfield}\n"},

@@ -375,6 +375,11 @@ INVALID: list[Invalid] = [
         "latin1.txt: not valid UTF-8 (byte 0xe9 at offset 3)",
     ),
     Invalid(
+        "nul-in-name",
+        {"file_path": "f\x00.txt", "action": "append_content", "content": "x"},
+        "not a valid file name (embedded null byte)",
+    ),
+    Invalid(
         "no-workdir",
         {
             "commands_to_execute": [

@@ -130,6 +130,25 @@ async def test_missing_program_creates_nothing(
     assert after == before
 
 
+async def test_missing_working_directory_creates_nothing_on_either_backend(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # tmux would silently start the agent elsewhere; a PTY's child would die after the fork.
+    gone = tmp_path / "no-such-dir"
+    before = await tmux_session.cmd("list-windows", "-t", "=t", "-F", "#{window_id}")
+    places = [TmuxPlace(tmux_session, tmux_server, "t", "planner"), None]
+    for place in places:
+        with pytest.raises(AgentNotFound) as err:
+            await AgentDriver.start(
+                "PLANNER", load_profile("shell"), argv=["sh"], tmux=place, cwd=gone
+            )
+        assert str(err.value) == (
+            f"cannot start 'sh' in {gone}: not a directory; create it or set agents.PLANNER.cwd"
+        )
+    after = await tmux_session.cmd("list-windows", "-t", "=t", "-F", "#{window_id}")
+    assert after == before
+
+
 async def test_agent_that_never_gets_ready_is_torn_down(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:

@@ -113,3 +113,48 @@ def test_agent_text_is_escaped_and_files_are_private(
         if mode != want:
             bad.append(f"{path}: {oct(mode)}")
     assert bad == []
+
+
+def _on_a_terminal(cwd: pathlib.Path, *args: str, env: dict[str, str]) -> bytes:
+    """What ``poli ARGS`` writes to a real pseudo-terminal, until it exits."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "politerm", *args], cwd=cwd, stdout=follower, stderr=follower,
+        env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "200", **env},
+    )  # fmt: skip
+    os.close(follower)
+    out = b""
+    while chunk := _read(leader):
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, out[-800:]
+    return out
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: the program exited and closed the terminal
+        return b""
+
+
+def test_a_terminal_gets_colour_unless_no_color_and_agent_text_always_escaped(
+    tmp_path: pathlib.Path,
+) -> None:
+    from politerm.store import RunStore
+
+    (tmp_path / "poli.toml").write_text('[store]\npath = "r.sqlite3"\n')
+    with RunStore.open(tmp_path / "r.sqlite3") as store:
+        store.create_task("T1", "ask \x1b[31mred\x1b[0m then \x1b]0;pwn\x07 end", max_rounds=2)
+    colour = _on_a_terminal(tmp_path, "status", env={})
+    assert b"\x1b[1m" in colour  # politerm's own table is styled on a colour terminal
+    nocolor = _on_a_terminal(tmp_path, "--no-color", "status", env={})
+    for out in (nocolor, _on_a_terminal(tmp_path, "status", env={"NO_COLOR": "1"})):
+        # No style sequence at all, not even politerm's own shown escaped.
+        assert _raw_controls(out.replace(b"\r\n", b"\n")) == [], out[-800:]
+        assert b"\\x1b[1m" not in out and b"\\x1b[0m\\x1b" not in out, out[-800:]
+    for out in (colour, nocolor):
+        assert b"ask \\x1b[31mred\\x1b[0m then \\x1b]0;pwn\\x07 end" in out, out[-800:]
+        assert b"\x1b]0;" not in out

@@ -14,7 +14,7 @@ import pytest
 
 from politerm.agents.state import AgentState
 from politerm.errors import MessageDead
-from politerm.messaging.protocol import response_line
+from politerm.messaging.protocol import READONLY_NOTE, response_line
 from politerm.store.mail import Capability, MailKind, MailState
 from politerm.testing.retry import aretry_until
 from tests.messaging.helpers import poli
@@ -80,6 +80,11 @@ async def test_readonly_and_writable_requests_answered_by_reply_and_by_hand(
     assert res.returncode == 0, res.stderr
     done = await room.state(ro.id, MailState.RESPONDED)
     assert m.response_text(done) == "W1 says: read only, nothing written"
+    # the acks: delivered and started when W1's turn began, responded when it answered
+    assert done.delivered is not None
+    assert done.started is not None
+    assert done.responded is not None
+    assert done.started <= done.responded
     # ... and the notification reaches ORCH's pane as the protocol says, once
     note = await room.state(f"{ro.id}-r", MailState.DELIVERED)
     assert note.kind is MailKind.RESPONSE
@@ -100,6 +105,33 @@ async def test_readonly_and_writable_requests_answered_by_reply_and_by_hand(
     assert len(marked(room.prompts("W1"), ro.id)) == 1
     assert len(marked(room.prompts("W2"), rw.id)) == 1
     assert [p for p in room.prompts("W1") if p != marked(room.prompts("W1"), ro.id)[0]] == []
+    # ... and was told in the request that it is READONLY
+    assert READONLY_NOTE.encode() in marked(room.prompts("W1"), ro.id)[0]
+
+    # deny-writes held for that turn only: W1's next request, WRITABLE, may write
+    assert await room.drivers["ORCH"].clear_input()  # W2's hand-pasted line was never submitted
+    w1_rw = m.send("WRITE w1.txt", to="W1", sender=room.me("ORCH"))
+    await room.state(w1_rw.id, MailState.DELIVERED)
+
+    async def second_approval() -> list[dict[str, t.Any]] | None:
+        found = await approvals("W1")
+        return found if len(found) == 2 else None
+
+    both = await aretry_until(second_approval, WAIT, what="W1's second approval")
+    assert [a["approved"] for a in both] == [False, True]
+    assert (room.root / "w1.txt").read_text() == "hi"
+
+    # a hand-pasted line naming a file outside the message directory is refused
+    outside = response_line(room.pane("W1"), str(room.config_path))
+    await asyncio.to_thread(paste_by_hand, sock, room.pane("ORCH"), outside)
+
+    async def rejected() -> list[str]:
+        events = m.store.list_events(limit=200)
+        return [e.detail or "" for e in events if e.kind == "mail.rejected"]
+
+    (why,) = await aretry_until(rejected, WAIT, what="the outside path refused")
+    assert f"{room.config_path}: not inside the session's message directory" in why
+    assert m.mailbox.require(w1_rw.id).state is MailState.DELIVERED
 
 
 async def test_a_busy_receiver_is_not_interrupted_and_gets_the_message_once(

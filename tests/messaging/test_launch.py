@@ -10,7 +10,8 @@ import typing as t
 
 import pytest
 
-from politerm.errors import ConfigError
+from politerm.errors import ConfigError, HookError
+from politerm.hooks.install import GEMINI_USER_LINK, gemini_home, gemini_settings
 from politerm.messaging.launch import prepare_launch, server_command
 from tests.messaging.helpers import config_of, write_config
 
@@ -68,7 +69,9 @@ def test_mcp_registration_per_cli(case: Case, tmp_path: pathlib.Path) -> None:
         assert server["env"] == ident
     elif case.profile == "gemini":
         assert rest == []
-        spec = json.loads(pathlib.Path(env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"]).read_text())
+        settings = pathlib.Path(env["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json"
+        assert stat.S_IMODE(settings.stat().st_mode) == 0o600
+        spec = json.loads(settings.read_text())
         server = spec["mcpServers"]["poli"]
         assert [server["command"], *server["args"]] == command
         assert server["env"] == ident
@@ -108,3 +111,30 @@ def test_mcp_is_a_config_key(tmp_path: pathlib.Path) -> None:
     bad = write_config(tmp_path, extra='[agents.W1]\ncommand = "claude"\nmcp = "yes"\n')
     with pytest.raises(ConfigError, match=r"agents\.W1\.mcp"):
         config_of(bad)
+
+
+def test_gemini_keeps_the_users_own_settings_and_files(tmp_path: pathlib.Path) -> None:
+    own = tmp_path / "home" / ".gemini"
+    own.mkdir(parents=True)
+    (own / "settings.json").write_text('{"security": {"auth": {"selectedType": "gemini-api-key"}}}')
+    (own / "trustedFolders.json").write_text('{"/w": "TRUST_FOLDER"}')
+    config = config_of(write_config(tmp_path))
+    home_env = {"HOME": str(tmp_path / "home")}
+    _, env = prepare_launch(config, "G", "gemini", ["gemini"], home_env, mcp=True)
+    mine = pathlib.Path(env["GEMINI_CLI_HOME"]) / ".gemini"
+    settings = json.loads((mine / "settings.json").read_text())
+    assert settings["security"] == {"auth": {"selectedType": "gemini-api-key"}}
+    assert settings["mcpServers"]["poli"]["env"]["POLI_AGENT"] == "G"
+    assert (mine / "trustedFolders.json").resolve() == own / "trustedFolders.json"
+    assert json.loads((own / "settings.json").read_text()).get("mcpServers") is None
+    # the receipt hooks stack on it, and what Gemini makes still goes back to the user's
+    channel = tmp_path / "hooks" / "G.hooks.jsonl"
+    hooked = gemini_home(channel, env, gemini_settings(channel))
+    both = json.loads((hooked / ".gemini" / "settings.json").read_text())
+    assert set(both["mcpServers"]) == {"poli"}
+    assert both["hooks"]
+    assert both["security"] == settings["security"]
+    assert (hooked / GEMINI_USER_LINK).readlink() == own
+    (own / "settings.json").write_text("{not json")
+    with pytest.raises(HookError, match=r"cannot read .*settings\.json"):
+        prepare_launch(config, "G", "gemini", ["gemini"], home_env, mcp=True)

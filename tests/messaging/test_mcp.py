@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pathlib
+import stat
 import sys
 import threading
 import typing as t
@@ -15,7 +16,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
 
-from politerm.messaging.mcp_server import TOOL_NAMES
+from politerm.messaging.mcp_server import TOOL_NAMES, Tools
 from politerm.messaging.service import Identity
 from politerm.store.mail import MailState
 from tests.messaging.helpers import add_agent, config_of, open_messenger, write_config
@@ -105,10 +106,20 @@ async def test_every_tool_over_stdio(cfg: pathlib.Path, tmp_path: pathlib.Path) 
             task = await call(w1, "handoff", note="plan the release", to="planner")
             assert task["state"] == "pending"
 
+        # a dead letter is in its sender's inbox, with the reason
+        lost = await call(orch, "send_message", to="W1", text="are you there?")
+        m = open_messenger(config_of(cfg))
+        try:
+            m.mailbox.transition(lost["id"], MailState.DEAD, reason="receiver W1 exited")
+        finally:
+            m.store.close()
+
         own = await call(orch, "read_inbox")
         answered = next(i for i in own if i["id"] == msg_id)
         assert answered["state"] == "responded"
         assert answered["response"] == "42 lines"
+        dead = next(i for i in own if i["id"] == lost["id"])
+        assert (dead["state"], dead["reason"]) == ("dead", "receiver W1 exited")
 
         bad = await orch.call_tool("send_message", {"to": "NOPE", "text": "x"})
         assert isinstance(bad, CallToolResult)
@@ -143,4 +154,34 @@ async def test_send_message_with_wait_returns_the_response(
     finally:
         stop.set()
         thread.join()
+        m.store.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "meta_run", "main", "step"),
+    [
+        ("", False, ".handoff.md", ".handoff-step-2.md"),
+        ("", True, ".meta/handoff.md", ".meta/handoff-step-2.md"),
+        ('handoff_dir = "notes"\n', True, "notes/handoff.md", "notes/handoff-step-2.md"),
+    ],
+    ids=["classic", "meta-run", "setting"],
+)
+def test_pipeline_handoff_goes_where_the_runs_prompts_name_it(
+    tmp_path: pathlib.Path, setting: str, meta_run: bool, main: str, step: str
+) -> None:
+    cfg = write_config(tmp_path)
+    cfg.write_text(cfg.read_text() + "[pipeline]\n" + setting)
+    work = tmp_path / "work"
+    work.mkdir()
+    if meta_run:  # a run from a META repository wrote its task here
+        (work / ".meta").mkdir()
+        (work / ".meta" / "handoff.md").write_text("# task\n")
+    m = open_messenger(config_of(cfg))
+    try:
+        tools = Tools(m, cfg, cwd=work)
+        assert json.loads(tools.handoff("done", to="pipeline"))["file"] == str(work / main)
+        assert json.loads(tools.handoff("part", to="pipeline", step=2))["file"] == str(work / step)
+        assert (work / main).read_text().endswith("done\n")
+        assert stat.S_IMODE((work / step).stat().st_mode) == 0o600
+    finally:
         m.store.close()

@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import pathlib
+import re
+import subprocess
 import sys
 import typing as t
 
@@ -22,12 +25,14 @@ from politerm.agents.state import AgentState
 from politerm.config import load_config
 from politerm.driver import AgentDriver
 from politerm.engine.session import Session
+from politerm.messaging.launch import prepare_launch
 from politerm.messaging.service import Identity, Messenger
 from politerm.store import RunStore
 from politerm.store.mail import MailState
 from politerm.testing.fakeagent import prompts
 from politerm.testing.mockllm import MockLLM, Rule
 from politerm.testing.retry import aretry_until
+from politerm.tmux.pane import hide_tmux
 from tests.realcli.clis import prepare
 from tests.realcli.conftest import installed  # noqa: F401  # the session fixture
 from tests.realcli.helpers import READY, REPLY
@@ -179,3 +184,45 @@ async def test_claude_calls_the_poli_mcp_tools(
         await session.down()
         await session.server.close()
         store.close()
+
+
+# What each CLI's own ``mcp list`` prints for a registered server; Gemini and opencode start
+# it to say so (the server answered), Codex only lists it.
+LISTED = {
+    "codex": r"(?m)^poli\s+\S*python\S*\s+-m politerm mcp\s.*\benabled\b",
+    "gemini": r"✓ poli: \S*python\S* -m politerm mcp \(stdio\) - Connected",
+    "opencode": r"✓ poli\s*(\x1b\[[0-9;]*m)*\s*connected",
+}
+
+
+@pytest.mark.parametrize("cli", sorted(LISTED))
+def test_the_registration_is_read_by_the_cli_itself(
+    cli: str,
+    tmp_path: pathlib.Path,
+    llm: MockLLM,
+    installed: Installed,  # noqa: F811
+) -> None:
+    """``mcp = true`` for Codex, Gemini CLI and opencode: their own ``mcp list`` sees ``poli``."""
+    spec = prepare(cli, installed.bins[cli], llm, tmp_path / "home", tmp_path / "work")
+    cfg_path = tmp_path / "poli.toml"
+    cfg_path.write_text(
+        f'[tmux]\nsocket = "mcplist"\nsession = "t"\n'
+        f'[store]\npath = "{tmp_path / "state" / "runs.sqlite3"}"\n'
+    )
+    config = load_config(config_path=cfg_path, env={})
+    argv, env = prepare_launch(
+        config, "ORCH", cli, spec.argv, spec.env, mcp=True, config_file=cfg_path
+    )
+    # prepare_launch appends Codex's -c overrides after the CLI's own arguments
+    overrides = argv[len(hide_tmux(spec.argv)) :]
+    res = subprocess.run(
+        [str(installed.bins[cli]), "mcp", "list", *overrides],
+        cwd=spec.workdir,
+        env={**os.environ, **env, "NO_COLOR": "1"},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    out = res.stdout.decode(errors="replace") + res.stderr.decode(errors="replace")
+    assert res.returncode == 0, out
+    assert re.search(LISTED[cli], out), out

@@ -215,7 +215,12 @@ def test_cli_send_inbox_show_list_reply(tmp_path: pathlib.Path) -> None:
     add_agent(m, "W1", "%2")
     m.store.close()
     env = {"POLI_AGENT": "ORCH", "POLI_CONFIG": str(cfg)}
-    sent = poli(tmp_path, "send", "--to", "W1", "--no-postman", "-", env=env, stdin=b"hello\n")
+    sent = poli(
+        tmp_path,
+        *("send", "--to", "W1", "--capability", "readonly", "--no-postman", "-"),
+        env=env,
+        stdin=b"hello\n",
+    )
     assert sent.returncode == 0, sent.stderr
     msg_id = sent.stdout.decode().strip()
     m2 = open_messenger(config_of(cfg))
@@ -225,33 +230,54 @@ def test_cli_send_inbox_show_list_reply(tmp_path: pathlib.Path) -> None:
     rows = json.loads(inbox.stdout)
     assert [(r["id"], r["state"], r["sender"]) for r in rows] == [(msg_id, "delivered", "ORCH")]
     shown = poli(tmp_path, "msg", "show", msg_id, "--json", "--config", str(cfg))
-    assert "hello" in json.loads(shown.stdout)["request"]
+    request = json.loads(shown.stdout)["request"]
+    assert request.startswith("[WORKER capability=READONLY to=%2]\n")
+    assert "hello" in request
     listed = poli(tmp_path, "msg", "list", "--state", "delivered", "--config", str(cfg))
     assert msg_id in listed.stdout.decode()
-    replied = poli(
-        tmp_path,
-        "reply",
-        "--to",
-        msg_id,
-        "--no-postman",
-        "it is done",
-        env={"POLI_AGENT": "W1", "POLI_CONFIG": str(cfg)},
-    )
+    answer = tmp_path / "answer.md"
+    answer.write_bytes(b"it is done\n")
+    # FILE: W1 knows it is W1 from POLI_AGENT and answers its oldest delivered request
+    replied = poli(tmp_path, "reply", "--no-postman", str(answer), env={**env, "POLI_AGENT": "W1"})
     assert replied.returncode == 0, replied.stderr
+    shown = poli(tmp_path, "msg", "show", msg_id, "--json", "--config", str(cfg))
+    assert json.loads(shown.stdout)["response"] == "it is done\n"
+    # - : the response from standard input, byte-exact
+    second = poli(tmp_path, "send", "--to", "W1", "--no-postman", "again", env=env)
+    second_id = second.stdout.decode().strip()
+    m3 = open_messenger(config_of(cfg))
+    delivered(m3, second_id)
+    m3.store.close()
+    piped = poli(
+        tmp_path,
+        *("reply", "--to", second_id, "--no-postman", "-"),
+        env={**env, "POLI_AGENT": "W1"},
+        stdin="ünï 🚀\n\tend".encode(),
+    )
+    assert piped.returncode == 0, piped.stderr
+    shown = poli(tmp_path, "msg", "show", second_id, "--json", "--config", str(cfg))
+    assert json.loads(shown.stdout)["response"] == "ünï 🚀\n\tend"
     rows = json.loads(poli(tmp_path, "inbox", "ORCH", "--json", "--config", str(cfg)).stdout)
     assert [(r["id"], r["state"]) for r in rows] == [
         (msg_id, "responded"),
         (f"{msg_id}-r", "queued"),
+        (second_id, "responded"),
+        (f"{second_id}-r", "queued"),
     ]
 
 
 def test_cli_errors_are_one_line(tmp_path: pathlib.Path) -> None:
     cfg = write_config(tmp_path)
+    m = open_messenger(config_of(cfg))
+    add_agent(m, "W1", "%2")
+    m.store.close()
     env = {"POLI_CONFIG": str(cfg)}
     for args, expected in (
         (("send", "--to", "NOPE", "--no-postman", "x"), "no such agent"),
         (("msg", "show", "m-missing"), "no message 'm-missing'"),
         (("reply", "--no-postman", "x"), "--to MSG_ID"),
+        # nobody delivers it (no postman): --wait gives up after --timeout, saying so
+        (("send", "--to", "W1", "--no-postman", "--wait", "--timeout", "0.5", "x"), "within 0.5s"),
     ):
         res = poli(tmp_path, *args, env={**env, "POLI_AGENT": ""})
         err = res.stderr.decode()

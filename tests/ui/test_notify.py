@@ -1,11 +1,10 @@
-"""Notifications: webhook, ntfy topics and notify-send, fed by another process's store events."""
+"""Notifications: webhook, ntfy topics and the real notify-send, fed by another process's events."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import stat
 import sys
 import typing as t
 
@@ -15,6 +14,7 @@ from aiohttp import web
 from politerm.config import NotifyConfig
 from politerm.store import RunStore
 from politerm.ui.notify import Notifier
+from tests.ui.notifybus import desktop
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -57,24 +57,11 @@ class Receiver:
                 await self.arrived.wait()
 
 
-def _notify_send(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
-    """A stand-in notify-send on PATH that records its arguments (no desktop on CI)."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    log = tmp_path / "notify-send.log"
-    script = bindir / "notify-send"
-    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {log}\necho ===END=== >> {log}\n')
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    return log
-
-
 async def test_events_from_another_process_reach_every_channel_rate_limited(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sent_log = _notify_send(tmp_path, monkeypatch)
     path = tmp_path / "runs.sqlite3"
-    async with Receiver() as rx:
+    async with Receiver() as rx, desktop(monkeypatch) as bus:
         base = f"http://127.0.0.1:{rx.port}"
         config = NotifyConfig(
             desktop=True, webhook=f"{base}/hook", ntfy=[f"{base}/poli-topic"],
@@ -93,23 +80,31 @@ async def test_events_from_another_process_reach_every_channel_rate_limited(
                 # the same agent asking again within min_interval is not sent again
                 other.add_event("approval-asked", agent="EXECUTER", detail="again")
                 other.add_event("failed", task_id="T1", detail="EXECUTER exited")
-                await rx.wait_for(4)
-            assert [n.kind for n in notifier.sent] == ["approval", "failed"]
+                other.add_event("done", task_id="T2", detail="made hello")
+                await rx.wait_for(6)
+            assert [n.kind for n in notifier.sent] == ["approval", "failed", "done"]
             assert notifier.limit.suppressed == 1
             assert notifier.errors == []
     hooks = [json.loads(body) for p, _, body in rx.posts if p == "/hook"]
-    assert [h["kind"] for h in hooks] == ["approval", "failed"]
+    assert [h["kind"] for h in hooks] == ["approval", "failed", "done"]
     assert hooks[0]["agent"] == "EXECUTER" and hooks[0]["link"] == "http://127.0.0.1:8765/"
     assert "sk-ant-" not in hooks[0]["body"] and "[REDACTED" in hooks[0]["body"]
     topics = [(h, body.decode()) for p, h, body in rx.posts if p == "/poli-topic"]
-    assert [h["Tags"] for h, _ in topics] == ["approval", "failed"]
+    assert [h["Tags"] for h, _ in topics] == ["approval", "failed", "done"]
     assert topics[0][0]["Title"] == "poli: approval needed (EXECUTER)"
     assert topics[0][0]["Click"] == "http://127.0.0.1:8765/"
     assert "sk-ant-" not in topics[0][1]
-    desktop = sent_log.read_text().split("===END===\n")
-    assert "poli: approval needed (EXECUTER)" in desktop[0]
-    assert "poli: task failed (T1)" in desktop[1]
-    assert "before the notifier started" not in sent_log.read_text()
+    # The real notify-send delivered each notice over the session bus, one call each: the
+    # suppressed approval never reached the server, nor the event from before the start.
+    shown = bus.received
+    assert [(n.app_name, n.summary, n.urgency) for n in shown] == [
+        ("politerm", "poli: approval needed (EXECUTER)", "critical"),
+        ("politerm", "poli: task failed (T1)", "critical"),
+        ("politerm", "poli: task done (T2)", "normal"),
+    ]
+    assert [n.body for n in shown] == [f"{h['body']}\nhttp://127.0.0.1:8765/" for h in hooks]
+    assert "sk-ant-" not in shown[0].body and "[REDACTED" in shown[0].body
+    assert shown[2].body == "made hello\nhttp://127.0.0.1:8765/"
 
 
 async def test_a_refusing_channel_is_reported_not_raised(tmp_path: pathlib.Path) -> None:
@@ -128,11 +123,13 @@ async def test_a_refusing_channel_is_reported_not_raised(tmp_path: pathlib.Path)
     assert "secret" not in notifier.errors[0]
 
 
-async def test_poli_notify_sends_what_another_process_records(tmp_path: pathlib.Path) -> None:
-    async with Receiver() as rx:
+async def test_poli_notify_sends_what_another_process_records(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Receiver() as rx, desktop(monkeypatch) as bus:
         (tmp_path / "poli.toml").write_text(
             '[store]\npath = "runs.sqlite3"\n\n'
-            f'[notify]\ndesktop = false\nwebhook = "http://127.0.0.1:{rx.port}/hook"\n'
+            f'[notify]\ndesktop = true\nwebhook = "http://127.0.0.1:{rx.port}/hook"\n'
         )
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "politerm", "notify", "--link", "http://127.0.0.1:9/",
@@ -153,6 +150,11 @@ async def test_poli_notify_sends_what_another_process_records(tmp_path: pathlib.
     notice = json.loads(body)
     assert notice["kind"] == "gate" and notice["title"] == "poli: gate waiting (step-2)"
     assert notice["link"] == "http://127.0.0.1:9/"
+    [shown] = bus.received
+    assert (shown.app_name, shown.summary, shown.urgency) == (
+        "politerm", "poli: gate waiting (step-2)", "critical",
+    )  # fmt: skip
+    assert shown.body == "Step 2 done. Continue?\nhttp://127.0.0.1:9/"
 
 
 async def test_every_kind_the_workflows_record_is_told_and_the_chosen_kinds_only(
@@ -211,13 +213,15 @@ async def test_every_kind_the_workflows_record_is_told_and_the_chosen_kinds_only
             assert [n.kind for n in await quiet.check()] == ["failed"]
 
 
-async def test_poli_web_notifies_with_a_link_to_its_page(tmp_path: pathlib.Path) -> None:
+async def test_poli_web_notifies_with_a_link_to_its_page(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.ui.uihelpers import base_and_token, web
 
-    async with Receiver() as rx:
+    async with Receiver() as rx, desktop(monkeypatch) as bus:
         (tmp_path / "poli.toml").write_text(
             '[tmux]\nsocket = "poli-web-none"\n\n[store]\npath = "runs.sqlite3"\n\n'
-            f'[notify]\ndesktop = false\nwebhook = "http://127.0.0.1:{rx.port}/hook"\n'
+            f'[notify]\ndesktop = true\nwebhook = "http://127.0.0.1:{rx.port}/hook"\n'
         )
         with web(tmp_path) as url:
             base, token = base_and_token(url)
@@ -228,3 +232,10 @@ async def test_poli_web_notifies_with_a_link_to_its_page(tmp_path: pathlib.Path)
     notice = json.loads(body)
     assert notice["kind"] == "stuck" and notice["link"] == base + "/"
     assert token not in body.decode()
+    # poli web's own notify-send reached the desktop's server with the same link
+    [shown] = bus.received
+    assert (shown.app_name, shown.summary, shown.urgency) == (
+        "politerm", "poli: agent STUCK (PLANNER)", "critical",
+    )  # fmt: skip
+    assert shown.body == f"PLANNER is stuck\n{base}/"
+    assert token not in shown.body

@@ -167,6 +167,27 @@ def install(*, no_color: bool = False) -> None:
         setattr(sys, name, SafeStream(stream, keep_sgr=keep))
 
 
+def color_system(stream: t.TextIO | None = None) -> t.Literal["auto"] | None:
+    """The ``color_system`` for a rich console on ``stream`` (stdout): None when colour is off.
+
+    With ``--no-color`` (or ``NO_COLOR``, ``TERM=dumb``) a terminal gets no style sequence
+    from politerm's own tables either, rather than each shown escaped.
+
+    Examples
+    --------
+    >>> import io
+    >>> color_system(SafeStream(io.StringIO(), keep_sgr=False)) is None
+    True
+    >>> color_system(SafeStream(io.StringIO(), keep_sgr=True))
+    'auto'
+    """
+    import sys
+
+    stream = stream or sys.stdout
+    keep = stream.keep_sgr if isinstance(stream, SafeStream) else color_allowed(stream)
+    return "auto" if keep else None
+
+
 @contextlib.contextmanager
 def trusted_stdout() -> Iterator[None]:
     """Within this block politerm's own display goes to stdout unchanged (live views)."""

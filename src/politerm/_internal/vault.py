@@ -175,20 +175,6 @@ def socket_fetcher(timeout: float = 10.0) -> Callable[[str], Awaitable[str | Non
     return fetch
 
 
-def redact_and_keep(text: str) -> str:
-    """``text`` with its secrets replaced by tagged markers, the secrets kept (see :func:`keep`).
-
-    For files politerm writes that an agent's prompt is later read back from (a pipeline
-    step's prompt record): the file holds no secret, the delivery still sends them.
-    """
-    from politerm.redact import Redactor
-
-    out, found = Redactor().tagged(text)
-    if found:
-        keep(found)
-    return out
-
-
 def reveal_sync(text: str, environ: t.Mapping[str, str]) -> str:
     """Put secrets back from the tmux server this process runs in (``$TMUX``), synchronously.
 

@@ -14,6 +14,8 @@ import time
 import typing as t
 import zoneinfo
 
+from politerm.agents._linememo import shows_any
+
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
     from politerm.terminal import Snapshot
@@ -178,8 +180,8 @@ def limit_region(profile: AgentProfile, snap: Snapshot) -> str:
 
 def limit_lines(profile: AgentProfile, snap: Snapshot) -> int:
     """How many lines of the limit region show a limit message."""
-    rxs = [re.compile(p) for p in profile.detectors.limited]
-    if not rxs:
+    patterns = tuple(profile.detectors.limited)
+    if not patterns:
         return 0
-    lines = limit_region(profile, snap).splitlines()
-    return sum(1 for ln in lines if any(rx.search(ln) for rx in rxs))
+    shows = shows_any(patterns)  # each distinct line is searched once
+    return sum(map(shows, limit_region(profile, snap).splitlines()))

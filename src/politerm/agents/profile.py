@@ -17,6 +17,7 @@ import typing as t
 import platformdirs
 import pydantic
 
+from politerm.agents._linememo import progress_of
 from politerm.agents.bundled import own_python
 from politerm.agents.limits import limit_region, reset_time
 
@@ -452,13 +453,8 @@ class AgentProfile(_Model):
 
         Two snapshots with the same key show no progress; the tracker's STUCK rule uses it.
         """
-        skip = self._patterns["busy"] + self._patterns["progress_ignore"]
-        out = []
-        for line in snap.lines:
-            if any(rx.search(line) for rx in skip):
-                continue
-            out.append(_DIGITS.sub("", line).rstrip())
-        return tuple(out)
+        key = progress_of(self._patterns["busy"] + self._patterns["progress_ignore"])
+        return tuple(k for k in map(key, snap.lines) if k is not None)
 
     def is_input_line(self, line: str) -> bool:
         """Whether ``line`` looks like the profile's input line."""
@@ -488,9 +484,6 @@ class AgentProfile(_Model):
     def launch_env(self, *, unsafe: bool = False) -> dict[str, str]:
         """Extra environment for the agent: ``env``, plus ``unsafe_env`` when unattended."""
         return {**self.env, **(self.unsafe_env if unsafe else {})}
-
-
-_DIGITS = re.compile(r"\d+")
 
 
 #: The last readings detected, by (profile, snapshot, limited) identity, oldest first.

@@ -19,11 +19,19 @@ One pass (:meth:`Bridge.step`) looks at the queue and acts on the first task tha
 
 :meth:`Bridge.run` repeats passes whenever the queue file changes (watchfiles), with a
 bounded backstop for what no event announces.
+
+An unexpected error while acting on one task (a bug, a folder that cannot be written) never
+stops the bridge: that task is marked ``failed`` in the queue, with an ``error.json`` naming
+the stage, and finalized like any failed task; the bridge goes on with the next. Being in
+the queue, the mark outlives a restart, so the next bridge finalizes the task instead of
+running it into the same error again. A task whose finalization itself fails is set aside
+for the rest of the bridge's life (it stays in the queue, marked, for the next one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
 import time
 import typing as t
@@ -42,7 +50,7 @@ from politerm.bridge.models import (
     parse_task,
 )
 from politerm.bridge.queue import find
-from politerm.errors import BridgeTaskInvalid, EditError
+from politerm.errors import BridgeTaskInvalid, EditError, PolitermError
 from politerm.redact import Redactor
 
 if t.TYPE_CHECKING:
@@ -96,6 +104,9 @@ class Bridge:
         self._log = log
         self._clock = clock
         self.finalized: list[tuple[str, TaskStatus]] = []
+        # Tasks whose finalization failed unexpectedly: not retried until a restart.
+        self.set_aside: set[str] = set()
+        self._stage = "preparation"
         # Set while run() sleeps with nothing to do (tests wait for it before a change).
         self.waiting = asyncio.Event()
 
@@ -141,22 +152,54 @@ class Bridge:
         for raw in self.queue.read():
             task_id = str(raw.get("task_id", ""))
             status = raw.get("status")
-            if status == TaskStatus.PENDING.value:
-                if self._prepare(task_id):
-                    await self._execute(task_id)
-                return True
-            if status in _HANDED:
-                if self._ours(raw):
-                    self.log("resuming a task handed over before a restart", task_id)
-                    await self._execute(task_id)
-                    return True
+            if task_id in self.set_aside or (status in _HANDED and not self._ours(raw)):
                 continue
-            if status in _TO_FINALIZE:
-                self._finalize(task_id)
-                return True
-            self._fail_unreadable(task_id, f"task {task_id}: unknown status {status!r}")
+            try:
+                await self._act(task_id, status)
+            except Exception as e:  # noqa: BLE001  # one task's error must not end the bridge
+                self._crashed(task_id, e)
             return True
         return False
+
+    async def _act(self, task_id: str, status: object) -> None:
+        if status == TaskStatus.PENDING.value:
+            self._stage = "preparation"
+            if self._prepare(task_id):
+                self._stage = "execution"
+                await self._execute(task_id)
+        elif status in _HANDED:
+            self._stage = "execution"
+            self.log("resuming a task handed over before a restart", task_id)
+            await self._execute(task_id)
+        elif status in _TO_FINALIZE:
+            self._stage = "finalization"
+            self._finalize(task_id)
+        else:
+            self._stage = "validation"
+            self._fail_unreadable(task_id, f"task {task_id}: unknown status {status!r}")
+
+    def _crashed(self, task_id: str, exc: Exception) -> None:
+        """An unexpected error on one task: mark it failed (durably) and go on."""
+        stage = self._stage
+        error = self.redactor.redact(f"task {task_id}: {stage} failed: {one_line(exc, task_id)}")
+        marked = False
+        # The queue itself may be what failed.
+        with contextlib.suppress(Exception), self.queue.update() as tasks:
+            raw = find(tasks, task_id)
+            if raw is not None:
+                if stage == "finalization" and raw.get("error"):
+                    error = f"{raw['error']}; {error}"  # keep why it failed in the first place
+                raw.update(status=TaskStatus.FAILED.value, error=error, updated_at=self._clock())
+                marked = True
+        if marked:
+            with contextlib.suppress(Exception):  # best effort: its folder may be the problem
+                self.files(task_id).write_error(error, status="failed", stage=stage)
+        if stage == "finalization" or not marked:
+            self.set_aside.add(task_id)
+        try:
+            self.log(error, task_id)
+        except Exception:  # noqa: BLE001  # the task's log may be what cannot be written
+            self.log(error)
 
     def _ours(self, raw: RawTask) -> bool:
         aad = raw.get("agent_action_details")
@@ -325,3 +368,22 @@ _TO_FINALIZE: t.Final = frozenset(
 
 def _tail(error: str | None) -> str:
     return f": {error}" if error else ""
+
+
+def one_line(exc: BaseException, task_id: str = "") -> str:
+    r"""An exception as one line: its type (politerm's own errors go without) and text.
+
+    Examples
+    --------
+    >>> one_line(FileExistsError(17, "File exists"))
+    'FileExistsError: [Errno 17] File exists'
+    >>> from politerm.errors import BridgeError
+    >>> one_line(BridgeError("task t1: cannot archive\nto x"), "t1")
+    'cannot archive to x'
+    """
+    text = " ".join(str(exc).split())
+    if task_id and text.startswith(f"task {task_id}: "):
+        text = text[len(f"task {task_id}: ") :]
+    if not isinstance(exc, PolitermError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text[:500]

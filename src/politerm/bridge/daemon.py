@@ -133,7 +133,7 @@ def serve(
 
     def say(line: str) -> None:
         if log is not None:
-            log(line)
+            log(redactor.redact(line))  # the queue's path may hold a configured secret
 
     queue.on_repair = lambda repair: say("warning: " + repair.describe())
     journal = BridgeJournal(store, str(queue.path), redactor)

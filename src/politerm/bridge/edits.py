@@ -197,6 +197,9 @@ def read_file(path: pathlib.Path) -> bytes | None:
     except IsADirectoryError:
         msg = f"{path}: is a directory, not a file"
         raise EditError(msg) from None
+    except ValueError as e:  # a NUL byte in the name: no such file can exist
+        msg = f"{str(path)!r}: not a valid file name ({e})"
+        raise EditError(msg) from None
     except OSError as e:
         msg = f"{path}: cannot read: {e.strerror or e}"
         raise EditError(msg) from e
@@ -295,7 +298,7 @@ def file_state(path: pathlib.Path) -> str | None:
     """sha256 of the file now (None: absent) — the evidence a settle step compares."""
     try:
         return sha256_of(path.read_bytes())
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):  # ValueError: a NUL in the name, so absent
         return None
     except OSError as e:
         msg = f"{path}: cannot read: {e.strerror or os.strerror(e.errno or 0)}"

@@ -95,7 +95,6 @@ def open_store(config: Config) -> RunStore:
     its own store, the global store of older versions is moved to it if it holds this
     project's agents, or named with how to read it.
     """
-    from politerm._internal import vault
     from politerm.store.legacy import adopt_legacy_store
 
     path = config.store.resolved_path()
@@ -103,15 +102,9 @@ def open_store(config: Config) -> RunStore:
         note = adopt_legacy_store(config.project, path)
         if note is not None:
             click.echo(f"poli: {note}", err=True)
-    store = RunStore.open(path)
     # Secrets this command redacts from the store are kept in the session's tmux server, so
     # that the router (another process) can still deliver the original to the agent.
-    vault.use_tmux(config.tmux.socket)
-    if config.redact.patterns:
-        from politerm.redact import Redactor
-
-        store.set_redaction(Redactor(config.redact.patterns), vault.keep)
-    return store
+    return RunStore.for_config(config)
 
 
 def format_event(event: Event) -> str:

@@ -26,7 +26,9 @@ def show(renderable: RenderableType) -> None:
     if is_terminal():
         from rich.console import Console
 
-        Console(highlight=False).print(renderable)
+        from politerm._internal.sanitize import color_system
+
+        Console(highlight=False, color_system=color_system()).print(renderable)
         return
     for line in plain_lines(renderable):
         sys.stdout.write(line + "\n")

@@ -11,7 +11,7 @@ import typing as t
 
 import click
 
-from politerm._internal.sanitize import escape_controls, trusted_stdout
+from politerm._internal.sanitize import color_system, escape_controls, trusted_stdout
 from politerm.cli import _complete
 from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.cli._output import show
@@ -118,7 +118,7 @@ def command(
         if not watch:
             show(view(collect(store, **asyncio.run(_live_once(store, server)))))
             return
-        console = Console(highlight=False)
+        console = Console(highlight=False, color_system=color_system())
         from rich.live import Live
 
         # auto_refresh off: the screen is redrawn on changes only, never on a timer.
@@ -198,7 +198,10 @@ def _show_pipelines(root: pathlib.Path, run_id: str | None, *, as_json: bool, wa
     from politerm.config import load_config
 
     store_path = load_config(root).store.resolved_path()
-    with trusted_stdout(), Live(console=Console(), auto_refresh=False) as live:
+    with (
+        trusted_stdout(),
+        Live(console=Console(color_system=color_system()), auto_refresh=False) as live,
+    ):
 
         async def follow() -> None:
             async with StoreWatch(store_path) as sw:

@@ -53,7 +53,12 @@ from politerm.driver.receipts import (
     mark_pane,
     parse_option,
 )
-from politerm.driver.receiptwatch import AgentChecks, PromptCheck, cross_check_delivery
+from politerm.driver.receiptwatch import (
+    AgentChecks,
+    PromptCheck,
+    cross_check_delivery,
+    hook_approval_open,
+)
 from politerm.driver.reports import ReportStream
 from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.transcriptcheck import TranscriptCheck
@@ -67,7 +72,7 @@ from politerm.errors import (
     StoreError,
     TmuxError,
 )
-from politerm.hooks.events import HookEvent, HookKind
+from politerm.hooks.events import HookKind
 from politerm.pty.runner import PtyTerminal
 from politerm.tmux.pane import Pane, new_window
 
@@ -149,6 +154,7 @@ class AgentDriver:
         self.dead = False
         self._stuck_reported = False
         self._row_due: str | None = None  # the state for the store row, until record_row()
+        self._row_state: str | None = None  # what this driver last wrote there
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
         self._look: tuple[Snapshot, asyncio.Event] | None = None
@@ -218,7 +224,7 @@ class AgentDriver:
         """
         argv = list(argv if argv is not None else profile.command)
         full_env = {**profile.env, **(env or {})}
-        check_program(argv, full_env, setting=setting or f"agents.{name}.command")
+        check_program(argv, full_env, setting=setting or f"agents.{name}.command", cwd=cwd)
         setup = launch_with_hooks(
             name, profile.name, argv, full_env, hooks_dir, enabled=hooks, say=say
         )
@@ -330,7 +336,7 @@ class AgentDriver:
             snap = Snapshot(("pane is gone",), alive=False)
         reading = self.tracker.update(snap)
         self.last_screen = snap.lines
-        hook_approval = await self._hook_approval(reading)
+        hook_approval = await hook_approval_open(self, reading)
         approval = "none"
         lim = self.limiter
         if reading.state is AgentState.LIMITED or lim.active or lim.given_up or not lim.adopted:
@@ -347,25 +353,6 @@ class AgentDriver:
         if not defer_row:
             self.record_row()
         return Observation(snap, reading, approval, hook_approval)
-
-    async def _hook_approval(self, reading: StateReading) -> HookEvent | None:
-        """The open approval the agent's hooks announced since the last delivery."""
-        rc = await self.hook_receipts()
-        if rc is None:
-            return None
-        pending = rc.approval_open(self.delivery_mark)
-        if pending is None or reading.state in (AgentState.WAITING_APPROVAL, AgentState.EXITED):
-            return pending
-        if time.time() - pending.at >= self.hook_grace:
-            self.drift(
-                Drift(
-                    "approval",
-                    f"a permission question is open ({pending.describe()})",
-                    f"{reading.state.value} ({reading.rule})",
-                ),
-                key=f"approval@{pending.offset}",
-            )
-        return pending
 
     # --- receipts -------------------------------------------------------------------------
 
@@ -412,12 +399,18 @@ class AgentDriver:
         state, self._row_due = self._row_due, None
         if state is None or self.store is None:
             return
-        with contextlib.suppress(StoreError):
-            agent = self.store.get_agent(self.name)
-            if agent is not None and agent.state != state:
-                # A display row the next look rewrites: no fsync on the way to an agent.
-                with self.store.batch(durable=False):
-                    self.store.set_agent_state(self.name, state)
+        try:
+            # Unread when the row was ours at the last write and the state has changed since.
+            if self._row_state is None or self._row_state == state:
+                agent = self.store.get_agent(self.name)
+                if agent is None or agent.state == state:
+                    return
+            # A display row the next look rewrites: no fsync on the way to an agent.
+            with self.store.batch(durable=False):
+                self.store.set_agent_state(self.name, state)
+            self._row_state = state
+        except StoreError:
+            self._row_state = None
 
     def record(self, kind: str, task_id: str | None, detail: str) -> None:
         """Add an event about this agent to the store (when it has one)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
 import shutil
 import typing as t
 
@@ -27,10 +28,18 @@ class TmuxPlace:
     size: tuple[int, int] | None = None
 
 
-def check_program(argv: Sequence[str], env: Mapping[str, str] | None, *, setting: str) -> None:
-    """Raise :class:`AgentNotFound` unless ``argv[0]`` can be run.
+def check_program(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    *,
+    setting: str,
+    cwd: str | os.PathLike[str] | None = None,
+) -> None:
+    """Raise :class:`AgentNotFound` unless ``argv[0]`` can be run (in ``cwd``, if given).
 
-    ``setting`` names the configuration key that chooses the program, for the message.
+    ``setting`` names the configuration key that chooses the program, for the message. A
+    working directory that is not one is refused here: tmux would silently start the agent
+    in another directory, and a PTY's child would fail after the fork.
 
     Examples
     --------
@@ -39,6 +48,10 @@ def check_program(argv: Sequence[str], env: Mapping[str, str] | None, *, setting
     Traceback (most recent call last):
     ...
     politerm.errors.AgentNotFound: cannot start 'no-such-agent-cli': not on PATH; install it or set agents.PLANNER.command
+    >>> check_program(["sh"], None, setting="agents.X.command", cwd="/no/such/dir")
+    Traceback (most recent call last):
+    ...
+    politerm.errors.AgentNotFound: cannot start 'sh' in /no/such/dir: not a directory; create it or set agents.X.cwd
     """  # noqa: E501
     if not argv:
         msg = f"no command to start: set {setting}"
@@ -46,4 +59,8 @@ def check_program(argv: Sequence[str], env: Mapping[str, str] | None, *, setting
     path = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
     if shutil.which(argv[0], path=path) is None:
         msg = f"cannot start {argv[0]!r}: not on PATH; install it or set {setting}"
+        raise AgentNotFound(msg)
+    if cwd is not None and not pathlib.Path(cwd).expanduser().is_dir():
+        where = setting.removesuffix(".command") + ".cwd" if setting.endswith(".command") else "cwd"
+        msg = f"cannot start {argv[0]!r} in {cwd}: not a directory; create it or set {where}"
         raise AgentNotFound(msg)

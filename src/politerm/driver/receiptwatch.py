@@ -22,9 +22,11 @@ from politerm.errors import PaneNotFound
 from politerm.redact import TAG_RE
 
 if t.TYPE_CHECKING:
+    from politerm.agents.state import StateReading
     from politerm.driver.agent import AgentDriver
     from politerm.driver.receipts import Receipts
     from politerm.driver.transcriptcheck import TranscriptCheck
+    from politerm.hooks.events import HookEvent
     from politerm.terminal import Snapshot
 
 
@@ -227,3 +229,26 @@ async def _hook_agrees(
     return dataclasses.replace(
         result, evidence=(hook, *result.evidence), sources=(Source.HOOK, *result.sources)
     )
+
+
+async def hook_approval_open(driver: AgentDriver, reading: StateReading) -> HookEvent | None:
+    """The open approval the agent's hooks announced since its last delivery.
+
+    One the screen does not show after the hooks' grace is recorded as ``drift``.
+    """
+    rc = await driver.hook_receipts()
+    if rc is None:
+        return None
+    pending = rc.approval_open(driver.delivery_mark)
+    if pending is None or reading.state in (AgentState.WAITING_APPROVAL, AgentState.EXITED):
+        return pending
+    if time.time() - pending.at >= driver.hook_grace:
+        driver.drift(
+            Drift(
+                "approval",
+                f"a permission question is open ({pending.describe()})",
+                f"{reading.state.value} ({reading.rule})",
+            ),
+            key=f"approval@{pending.offset}",
+        )
+    return pending

@@ -184,19 +184,23 @@ class TokenMeter:
         if not self.open:
             return None
         b = self.budget
-        checks: list[tuple[str, int | None, Usage]] = [("turn", b.turn_tokens, self.turn)]
-        if self.store is not None:
+        # The stored counts are read only for a cap that is set (one look = one step).
+        checks: list[tuple[str, int | None, t.Callable[[], Usage]]] = [
+            ("turn", b.turn_tokens, lambda: self.turn)
+        ]
+        store = self.store
+        if store is not None:
             if self.task_id is not None:
+                key = f"task:{self.task_id}"
                 checks.append(
-                    (
-                        f"task {self.task_id}",
-                        b.task_tokens,
-                        stored_tokens(self.store, f"task:{self.task_id}"),
-                    )
+                    (f"task {self.task_id}", b.task_tokens, lambda: stored_tokens(store, key))
                 )
-            checks.append(("run", b.run_tokens, stored_tokens(self.store, "run")))
-        for what, cap, used in checks:
-            if cap is not None and used.total > cap:
+            checks.append(("run", b.run_tokens, lambda: stored_tokens(store, "run")))
+        for what, cap, usage in checks:
+            if cap is None:
+                continue
+            used = usage()
+            if used.total > cap:
                 return (
                     f"{self.name}: the {what} used {used.words()}, over the budget of "
                     f"{cap:,} tokens ([budget] {what.split()[0]}_tokens)"

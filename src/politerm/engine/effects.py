@@ -48,7 +48,7 @@ class BlockEffects(RouterBase):
             loop.held, loop.held_nonce = [], turn.nonce
         lines = await driver.blocks.lines(obs.snap, turn.start_line)
         # Without a nonce, position keeps echoes out: only what follows the prompt's echo.
-        after = after_prompt(lines, self._turn_prompt(turn))
+        after = after_prompt(lines, self._turn_prompt(driver.name, turn))
         if self._poliseed:
             lines = lines[after:]
         nonce = turn.nonce if self._nonce_required else None
@@ -85,9 +85,13 @@ class BlockEffects(RouterBase):
             if ready is not None and not handed:
                 self.store.sync()
 
-    def _turn_prompt(self, turn: Turn) -> str | None:
-        msg = self.store.get_message(turn.message_id) if turn.message_id else None
-        return msg.text if msg is not None else None
+    def _turn_prompt(self, name: str, turn: Turn) -> str | None:
+        # A message's text is set when it goes DELIVERING, with the turn's nonce: read once.
+        loop, key = self.loops[name], (turn.nonce, turn.message_id)
+        if loop.prompt is None or loop.prompt[0] != key:
+            msg = self.store.get_message(turn.message_id) if turn.message_id else None
+            loop.prompt = (key, msg.text if msg is not None else None)
+        return loop.prompt[1]
 
     def _nonceless(
         self, driver: AgentDriver, turn: Turn, snap: Snapshot, lines: list[str], after: int
@@ -100,7 +104,7 @@ class BlockEffects(RouterBase):
         are then not reported.
         """
         if snap.alternate_screen or turn.start_line < 0:
-            echo = last_prompt_line(lines, self._turn_prompt(turn))
+            echo = last_prompt_line(lines, self._turn_prompt(driver.name, turn))
             if echo < 0:
                 return [], set()
             after = max(after, echo + 1)
@@ -139,15 +143,10 @@ class BlockEffects(RouterBase):
                 f"{obs.state.value}, so the turn stays open until it is idle",
             )
 
-    def _approval_task_state(self, driver: AgentDriver, turn: Turn, obs: Observation) -> None:
+    def _approval_task_state(self, driver: AgentDriver, task: Task, obs: Observation) -> None:
         """A question waiting for the user shows on the task, and goes when answered."""
-        if turn.task_id is None:
-            return
-        task = self.store.get_task(turn.task_id)
-        if task is None:
-            return
-        pending = driver.approver.pending
-        if obs.state is AgentState.WAITING_APPROVAL and pending is not None:
+        pending = driver.approver.pending if obs.state is AgentState.WAITING_APPROVAL else None
+        if pending is not None:
             if task.state is TaskState.WAITING_APPROVAL or task.state not in ACTIVE:
                 return
             question = (
@@ -192,8 +191,10 @@ class BlockEffects(RouterBase):
             return None
         return snap
 
-    def _hand_off(self, target: str, msg: Message, snap: Snapshot) -> bool:
-        """Begin delivering ``msg`` inside the current batch; the recipient's loop types it.
+    def _hand_off(
+        self, target: str, msg: Message, snap: Snapshot, task: Task | None = None
+    ) -> bool:
+        """Begin delivering ``msg`` (of ``task``) inside the current batch; its loop types it.
 
         Overridden by the router's sending part; False: nothing was begun.
         """
@@ -273,11 +274,14 @@ class BlockEffects(RouterBase):
             )
             return False
         kind = block.type if block.type in ("plan", "result") else "message"
-        if kind == "plan":
-            rounds = self.store.count_messages(task.id, "plan")
-            if rounds >= task.max_rounds and self.store.find_message(f"{key}:{target}") is None:
-                self._finish_round_limit(name, turn, task)
-                return False
+        rounds = self.store.count_messages(task.id, "plan")
+        if (
+            kind == "plan"
+            and rounds >= task.max_rounds
+            and self.store.find_message(f"{key}:{target}") is None
+        ):
+            self._finish_round_limit(name, turn, task)
+            return False
         fwd = self.store.add_message(
             task_id=task.id,
             sender=name,
@@ -290,9 +294,9 @@ class BlockEffects(RouterBase):
             dedupe_key=f"{key}:{target}",
             ttl=self.config.routing.message_ttl,
         )
-        rounds = self.store.count_messages(task.id, "plan")
+        rounds += kind == "plan" and fwd is not None  # the plan just added (not a re-read)
         state = TaskState.EXECUTING if target == EXECUTER else TaskState.PLANNING
-        self.store.update_task(task.id, state=state, round=rounds, clear=("question",))
+        task = self.store.update_task(task.id, state=state, round=rounds, clear=("question",))
         self._expect(task.id, target, "result" if kind == "plan" else "plan")
         if fwd is not None:
             self.store.add_event(
@@ -304,7 +308,7 @@ class BlockEffects(RouterBase):
         if ready is not None and fwd is not None and self.store.current_turn(target) is None:
             first_in_line = self.store.next_queued(target)
             if first_in_line is not None and first_in_line.id == fwd.id:
-                handed = self._hand_off(target, fwd, ready)
+                handed = self._hand_off(target, fwd, ready, task)
         self.wake(target)
         return handed
 

@@ -76,6 +76,8 @@ class LoopState:
     handoff: Begun | None = None
     # When this loop last saw a turn open (monotonic), for the transcript's catch-up.
     turn_seen: float = 0.0
+    # The open turn's prompt as typed, by (turn nonce, message id): fixed once it is begun.
+    prompt: tuple[tuple[str, int | None], str | None] | None = None
 
 
 class RouterBase:

@@ -49,7 +49,7 @@ from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Observation
-    from politerm.store.models import Turn
+    from politerm.store.models import Task, Turn
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +299,7 @@ class Router(Sending):
             self._clear_later.discard(name)
             await driver.clear_input()
             return
+        task: Task | None = None
         if turn is not None and turn.task_id is not None:
             task = self.store.get_task(turn.task_id)
             if task is None or task.state not in ACTIVE:
@@ -309,7 +310,8 @@ class Router(Sending):
         if turn is not None:
             loop.last_nonce = turn.nonce
             loop.turn_seen = time.monotonic()
-            self._approval_task_state(driver, turn, obs)
+            if task is not None:
+                self._approval_task_state(driver, task, obs)
             if await self._over_budget(driver, turn):
                 return
             await self._scan_turn(driver, turn, obs)

@@ -22,7 +22,7 @@ from politerm.store.models import MessageState, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, DeliveryResult
-    from politerm.store.models import Message, Turn
+    from politerm.store.models import Message, Task, Turn
     from politerm.terminal import Snapshot
 
 
@@ -40,13 +40,20 @@ class Sending(Deadlines):
         await self._send(driver, begun)
 
     def _begin(
-        self, driver: AgentDriver, msg: Message, turn: Turn | None, snap: Snapshot
+        self,
+        driver: AgentDriver,
+        msg: Message,
+        turn: Turn | None,
+        snap: Snapshot,
+        task: Task | None = None,
     ) -> Begun | None:
         """Mark ``msg`` DELIVERING (and open its turn); call inside a store batch.
 
-        None when its task ended meanwhile (the message is dead-lettered instead).
+        None when its task ended meanwhile (the message is dead-lettered instead). ``task``:
+        its task as read in this same batch, if the caller has it.
         """
-        task = self.store.get_task(msg.task_id) if msg.task_id else None
+        if task is None or task.id != msg.task_id:
+            task = self.store.get_task(msg.task_id) if msg.task_id else None
         if task is not None and task.state not in ACTIVE:
             self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
             return None
@@ -63,7 +70,8 @@ class Sending(Deadlines):
             nonce = msg.turn_nonce
         else:
             nonce = turn.nonce if follow_up and turn is not None else new_nonce()
-        text = msg.text if msg.text and msg.turn_nonce == nonce else self._render(msg, nonce)
+        kept = msg.text if msg.turn_nonce == nonce else None
+        text = kept or self._render(msg, nonce, task)
         msg = self.store.transition(
             msg.id,
             MessageState.DELIVERING,
@@ -92,7 +100,9 @@ class Sending(Deadlines):
         finally:
             self.store.sync()
 
-    def _hand_off(self, target: str, msg: Message, snap: Snapshot) -> bool:
+    def _hand_off(
+        self, target: str, msg: Message, snap: Snapshot, task: Task | None = None
+    ) -> bool:
         driver, loop = self.agents[target], self.loops[target]
         if (
             driver.dead
@@ -101,7 +111,7 @@ class Sending(Deadlines):
             or target in self._clear_later
         ):
             return False
-        loop.handoff = self._begin(driver, msg, None, snap)
+        loop.handoff = self._begin(driver, msg, None, snap, task)
         return loop.handoff is not None
 
     async def _send_handoff(self, driver: AgentDriver, begun: Begun) -> None:
@@ -212,8 +222,9 @@ class Sending(Deadlines):
                 reason=TurnEnd.DEAD_LETTER,
             )
 
-    def _render(self, msg: Message, nonce: str) -> str:
-        task = self.store.get_task(msg.task_id) if msg.task_id else None
+    def _render(self, msg: Message, nonce: str, task: Task | None = None) -> str:
+        if task is None or task.id != msg.task_id:
+            task = self.store.get_task(msg.task_id) if msg.task_id else None
         name = msg.type if msg.type in self.templates.texts else "message"
         return self.templates.render(
             name,

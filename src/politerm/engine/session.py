@@ -153,7 +153,7 @@ class Session:
         # Every program is checked before anything is created.
         for name, acfg in self.config.agents.items():
             env = {**agent_profile(acfg).env, **acfg.env}
-            check_program(acfg.argv(), env, setting=f"agents.{name}.command")
+            check_program(acfg.argv(), env, setting=f"agents.{name}.command", cwd=acfg.cwd)
         if not exists:
             await self.server.ensure_session(
                 self.name,

@@ -189,6 +189,9 @@ def gemini_home(
     """
     user_home = pathlib.Path(env.get(GEMINI_HOME_ENV) or env.get("HOME") or pathlib.Path.home())
     source = user_home / ".gemini"
+    # a home made already for this agent (its MCP server) is looked through to the user's
+    own = user_home / GEMINI_USER_LINK
+    users = own.readlink() if own.is_symlink() else source
     home = gemini_home_path(channel)
     target = home / ".gemini"
     private_dir(target)
@@ -209,7 +212,7 @@ def gemini_home(
             link.symlink_to(entry)
     write_private(target / "settings.json", json.dumps(merge_settings(user, settings), indent=1))
     if not (home / GEMINI_USER_LINK).is_symlink():
-        (home / GEMINI_USER_LINK).symlink_to(source)
+        (home / GEMINI_USER_LINK).symlink_to(users)
     return home
 
 

@@ -39,7 +39,7 @@ if t.TYPE_CHECKING:
 
 def open_store(config: Config, redactor: Redactor | None = None) -> ManagerStore:
     """The manager tables of the configured run store."""
-    store = RunStore.open(config.store.resolved_path())
+    store = RunStore.for_config(config)
     return ManagerStore(store, redactor or Redactor(config.redact.patterns))
 
 

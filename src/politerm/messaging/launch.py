@@ -13,8 +13,9 @@ user that names the private socket can still reach it (see docs/messaging.md).
 
 With ``[agents.X] mcp = true`` the agent's own session configuration registers ``poli mcp``
 as an MCP server: Claude Code through ``--mcp-config``, Codex through ``-c mcp_servers.…``
-overrides, Gemini CLI through a system settings file, opencode through ``OPENCODE_CONFIG``.
-Files politerm writes for this live in the session's private message directory.
+overrides, Gemini CLI through a session home (``GEMINI_CLI_HOME``), opencode through
+``OPENCODE_CONFIG``. Files politerm writes for this live in the session's private message
+directory.
 """
 
 from __future__ import annotations
@@ -25,18 +26,17 @@ import typing as t
 
 from politerm._internal.private import write_private
 from politerm.errors import ConfigError
+from politerm.hooks.install import GEMINI_HOME_ENV, gemini_home
 from politerm.messaging.files import MessageDir, message_dir_for
 from politerm.messaging.mcp_server import SERVER_NAME
 from politerm.messaging.service import ENV_AGENT, ENV_CONFIG
 from politerm.project import PROJECT_ENV
+from politerm.tmux.pane import hide_tmux
 
 if t.TYPE_CHECKING:
     import pathlib
 
     from politerm.config import Config
-
-HIDDEN_TMUX_VARS: t.Final = ("TMUX", "TMUX_PANE")
-"""tmux variables an agent's process does not get."""
 
 MCP_CLIS: t.Final = frozenset({"claude", "codex", "gemini", "opencode"})
 """Agent CLIs whose session configuration politerm can register its MCP server in."""
@@ -67,20 +67,6 @@ def agent_env(config: Config, name: str, config_file: pathlib.Path | None) -> di
 def session_config_file(config: Config) -> pathlib.Path | None:
     """The project configuration file the session was loaded from (not the user file)."""
     return config.project_file
-
-
-def hide_tmux(argv: t.Sequence[str]) -> list[str]:
-    """Run ``argv`` without tmux's variables (``env`` execs it: same process, same name).
-
-    Examples
-    --------
-    >>> hide_tmux(["claude", "--x"])
-    ['env', '-u', 'TMUX', '-u', 'TMUX_PANE', 'claude', '--x']
-    """
-    out = ["env"]
-    for var in HIDDEN_TMUX_VARS:
-        out += ["-u", var]
-    return [*out, *argv]
 
 
 def server_command() -> list[str]:
@@ -139,19 +125,13 @@ def register_mcp(
             f"{key}.env={_toml_table(server_env)}",
         ]
     elif cli == "gemini":
-        spec = {
-            "mcpServers": {
-                SERVER_NAME: {
-                    "command": command[0],
-                    "args": command[1:],
-                    "env": dict(server_env),
-                    "trust": True,
-                }
-            }
-        }
-        path = directory.file(f"mcp-{name}.gemini.json")
-        write_private(path, json.dumps(spec, indent=1))
-        out_env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"] = str(path)
+        # Gemini reads a system settings file only when root owns every folder above it:
+        # its home moves instead, to one whose settings are the user's own plus the server
+        # (the same overlay the receipt hooks use, and they stack on it).
+        server = {"command": command[0], "args": command[1:], "env": dict(server_env)}
+        settings = {"mcpServers": {SERVER_NAME: {**server, "trust": True}}}
+        home = gemini_home(directory.file(f"mcp-{name}.jsonl"), env, settings)
+        out_env[GEMINI_HOME_ENV] = str(home)
     elif cli == "opencode":
         spec = {
             "$schema": "https://opencode.ai/config.json",

@@ -24,6 +24,7 @@ if t.TYPE_CHECKING:
     from mcp.server import MCPServer
 
     from politerm.config import Config
+    from politerm.pipeline.handoff import Layout
 
 SERVER_NAME: t.Final = "poli"
 """The name agents see the server under (Claude Code's tools become ``mcp__poli__*``)."""
@@ -129,9 +130,9 @@ class Tools:
             task = submit(self.m.store, self.m.config, note)
             return _dump({"task": task.id, "state": task.state.value})
         if to == "pipeline":
-            from politerm.pipeline.handoff import HANDOFF, step_file
-
-            path = self.cwd / (step_file(step) if step is not None else HANDOFF)
+            layout = self.handoff_layout()
+            path = self.cwd / (layout.step(step) if step is not None else layout.main)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             who = self.m.identity().agent
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(fd, "a", encoding="utf-8") as fh:
@@ -139,6 +140,20 @@ class Tools:
             return _dump({"file": str(path)})
         msg = f"handoff to {to!r}: choose 'planner' or 'pipeline'"
         raise ValueError(msg)
+
+    def handoff_layout(self) -> Layout:
+        """Where the pipeline's handoff files are: as the run's prompts name them.
+
+        ``[pipeline] handoff_dir`` when set; else META's ``.meta/handoff.md`` when a run
+        from a META repository wrote it here; else ``.handoff.md``.
+        """
+        from politerm.pipeline.handoff import CLASSIC, META_DIR, Layout, layout_for
+
+        setting = self.m.config.pipeline.handoff_dir
+        if setting is not None:
+            return layout_for(None, setting)
+        meta = Layout(META_DIR)
+        return meta if (self.cwd / meta.main).is_file() else CLASSIC
 
     def report_status(self, status: str) -> str:
         """Record a one-line status of the caller (``poli status`` shows it)."""
@@ -231,6 +246,6 @@ async def serve_stdio(config: Config, config_path: pathlib.Path | None) -> None:
 
     if config_path is None and os.environ.get(ENV_CONFIG):
         config_path = pathlib.Path(os.environ[ENV_CONFIG])
-    with RunStore.open(config.store.resolved_path()) as store:
+    with RunStore.for_config(config) as store:
         tools = Tools(Messenger(config, store), config_path)
         await build_server(tools).run_stdio_async()

@@ -412,6 +412,8 @@ class Postman:
         by_pane = [m for m in mails if m.recipient_pane == line.pane]
         match = next(iter(by_name or by_pane), None)
         if match is None:
+            if self.m.mailbox.answered_with(str(path)) is not None:
+                return  # the notification of an answer already recorded (or seen before)
             self.m.store.add_event(
                 "mail.rejected", detail=f"response line from {line.pane}: no request waits for it"
             )

@@ -22,6 +22,7 @@ if t.TYPE_CHECKING:
 
     from politerm.agents.profile import AgentProfile
     from politerm.pipeline.model import Pipeline, Step
+    from politerm.redact import Redactor
 
 FAKE = "fake"
 #: The CLI of steps whose CLI column is ``-`` when ``poli run`` is given no ``--cli``.
@@ -194,6 +195,7 @@ def render_prompt(
     layout: Layout = CLASSIC,
     search: AgentSearch | None = None,
     task: str | None = None,
+    redactor: Redactor | None = None,
 ) -> str:
     """The prompt of one attempt of a step.
 
@@ -202,7 +204,8 @@ def render_prompt(
     done: a ``done`` block to ORCH with the step's id and this attempt's nonce. ``layout``
     names the handoff files, ``search`` finds the role. A ``task`` holding secrets is
     repeated in the prompt: the handoff file shows them redacted, the prompt is delivered
-    with the originals (see :mod:`politerm._internal.vault`).
+    with the originals (see :mod:`politerm._internal.vault`); ``redactor`` finds them
+    (the store's: the built-in patterns and the config's).
     """
     main = layout.main
     handoff = layout.step(step.num) if parallel else main
@@ -234,7 +237,7 @@ def render_prompt(
         "# Your task",
         step.prompt,
         "",
-        *_secret_task(task),
+        *_secret_task(task, redactor),
         "# When you are done",
         f"HANDOFF_FILE={handoff}",
         notes,
@@ -255,11 +258,11 @@ def render_prompt(
     return "\n".join(lines) + "\n"
 
 
-def _secret_task(task: str | None) -> list[str]:
+def _secret_task(task: str | None, redactor: Redactor | None) -> list[str]:
     from politerm._internal.vault import needs_reveal
     from politerm.redact import Redactor
 
-    if not task or not (needs_reveal(task) or Redactor().tagged(task)[1]):
+    if not task or not (needs_reveal(task) or (redactor or Redactor()).tagged(task)[1]):
         return []
     return [
         "# The user's task, with the secrets that the handoff file shows redacted",

@@ -54,7 +54,7 @@ def project_dir(project: pathlib.Path | str | None) -> pathlib.Path:
 def open_project(project: pathlib.Path) -> tuple[Config, RunStore]:
     """The project's configuration and run store."""
     config = load_config(project)
-    return config, RunStore.open(config.store.resolved_path())
+    return config, RunStore.for_config(config)
 
 
 def require_clis(pipeline: Pipeline, cli: str, *, override: bool = False) -> None:

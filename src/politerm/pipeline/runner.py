@@ -409,6 +409,7 @@ class PipelineRunner:
             self.project,
             [(s.num, s.agent, rec.step(s.num).attempt) for s in fresh],
             rec.run_id,
+            redactor=self.state.store.redactor,
             layout=self.layout,
         )
         rec.merged += [f"ho:{s.num}" for s in fresh]
@@ -485,7 +486,9 @@ def start_run(
         msg = f"run id {record.run_id} is taken"
         raise PipelineError(msg)
     layout = handoff.Layout(record.handoff_dir)
-    handoff.write_initial(project, record.task, pipeline.name, record.run_id, layout=layout)
+    handoff.write_initial(
+        project, record.task, pipeline.name, record.run_id, redactor=store.redactor, layout=layout
+    )
     private_dir(state.steps_dir)
     state.save()
     state.event("pipeline.started", f"{pipeline.name}: {record.task}")

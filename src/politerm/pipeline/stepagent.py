@@ -17,7 +17,6 @@ import typing as t
 
 from politerm._internal.aio import wait_event
 from politerm._internal.proctree import kill_processes, process_tree
-from politerm._internal.vault import redact_and_keep
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Outcome
@@ -93,6 +92,7 @@ class StepAgent:
             layout=run.layout,
             search=run.agents,
             task=run.record.task,
+            redactor=run.state.store.redactor,
         )
 
     def driver(self, step: Step, spec: Launch, pane: Pane) -> AgentDriver:
@@ -130,7 +130,9 @@ class StepAgent:
         nonce = None if spec.headless else new_nonce()
         text = self.prompt(step, attempt, nonce, parallel=parallel)
         # The record on disk holds no secret; the step's agent still gets them (vault).
-        write_atomic(prompt_file(run.state.steps_dir, step.num, attempt), redact_and_keep(text))
+        write_atomic(
+            prompt_file(run.state.steps_dir, step.num, attempt), run.state.store.redact(text)
+        )
         exit_file(run.state.steps_dir, step.num).unlink(missing_ok=True)
         run.state.set_step(
             step.num,

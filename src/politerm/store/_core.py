@@ -219,6 +219,11 @@ class StoreCore:
         self._redacted.clear()
         self._cached_chars = 0
 
+    @property
+    def redactor(self) -> Redactor:
+        """The patterns this store redacts with: the built-in ones and the config's."""
+        return self._redactor
+
     def redact(self, text: str) -> str:
         """``text`` as the store keeps it: every secret replaced by a tagged marker."""
         # One write redacts the same short values (agent names, states, nonces) and the

@@ -408,3 +408,13 @@ class Mailbox(StoreTables):
                 ),
             ).fetchall()
         return [_mail(r) for r in rows]
+
+    def answered_with(self, response_path: str) -> Mail | None:
+        """The request already answered by the file at ``response_path``, if any."""
+        with self.store._reading() as c:
+            row = c.execute(
+                "SELECT * FROM mail WHERE response_path = ? AND kind = ? AND state = ?"
+                " ORDER BY created, id LIMIT 1",
+                (response_path, MailKind.REQUEST.value, MailState.RESPONDED.value),
+            ).fetchone()
+        return None if row is None else _mail(row)

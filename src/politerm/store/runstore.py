@@ -21,6 +21,9 @@ from politerm.store.models import Block, Event
 from politerm.store.tasks import DEFAULT_AGENT_STATE, TaskField, TaskRows
 from politerm.store.turnrows import TurnRows
 
+if t.TYPE_CHECKING:
+    from politerm.config import Config
+
 __all__ = ["DEFAULT_AGENT_STATE", "RunStore", "TaskField"]
 
 
@@ -39,6 +42,23 @@ class RunStore(TaskRows, TurnRows, MessageRows):
     clock
         Source of timestamps; tests pass a fake one.
     """
+
+    @classmethod
+    def for_config(cls, config: Config) -> RunStore:
+        """Open the store ``config`` names, redacting with its ``[redact]`` patterns too.
+
+        The secrets it redacts are kept in the session's tmux server (see
+        :mod:`politerm._internal.vault`), so another process can deliver the originals.
+        Every workflow opens its store this way: a project's own patterns hold on every path.
+        """
+        from politerm._internal import vault
+        from politerm.redact import Redactor
+
+        store = cls.open(config.store.resolved_path())
+        vault.use_tmux(config.tmux.socket)
+        if config.redact.patterns:
+            store.set_redaction(Redactor(config.redact.patterns), vault.keep)
+        return store
 
     # --- blocks ---------------------------------------------------------------------------
 

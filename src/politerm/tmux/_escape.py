@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 _SAFE_BARE = re.compile(r"^[A-Za-z0-9_@%.,:=/+\-]+$")
+# Every three-digit octal escape of a %output payload, and the byte it stands for.
+_OCTAL = {f"{n:03o}".encode(): bytes([n & 0xFF]) for n in range(0o1000)}
 
 
 def decode_output(data: bytes) -> bytes:
@@ -21,27 +24,21 @@ def decode_output(data: bytes) -> bytes:
     b'a\\b \x1b[1m'
     >>> decode_output("❯ é".encode())
     b'\xe2\x9d\xaf \xc3\xa9'
+    >>> decode_output(rb"a\9\12\0331")  # not escapes: those backslashes stay
+    b'a\\9\\12\x1b1'
     """
     if b"\\" not in data:
         return data
-    out = bytearray()
-    i = 0
-    n = len(data)
-    while i < n:
-        j = data.find(b"\\", i)
-        if j < 0:
-            out += data[i:]
-            break
-        out += data[i:j]
-        octal = data[j + 1 : j + 4]
-        if len(octal) == 3 and all(48 <= c <= 55 for c in octal):
-            out.append(int(octal, 8) & 0xFF)
-            i = j + 4
-        else:
+    first, *rest = data.split(b"\\")
+    out = [first]
+    for part in rest:
+        byte = _OCTAL.get(part[:3])
+        if byte is None:
             # Not an escape tmux writes; keep the backslash rather than lose bytes.
-            out.append(0x5C)
-            i = j + 1
-    return bytes(out)
+            out += (b"\\", part)
+        else:
+            out += (byte, part[3:])
+    return b"".join(out)
 
 
 def quote(arg: str) -> str:
@@ -83,4 +80,10 @@ def command_line(args: tuple[str, ...] | list[str]) -> str:
     if not args:
         msg = "empty tmux command"
         raise ValueError(msg)
+    return _joined(tuple(args))
+
+
+@functools.lru_cache(maxsize=512)
+def _joined(args: tuple[str, ...]) -> str:
+    # The same few commands (a pane's look, its keys) go out again and again.
     return " ".join(quote(a) for a in args)

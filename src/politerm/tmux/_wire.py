@@ -68,3 +68,37 @@ def _target_of(line: str) -> str:
         if part == "-t":
             return parts[i + 1]
     return "?"
+
+
+class _Lines:
+    r"""Complete lines (without their newline) out of a byte stream read in chunks.
+
+    One read per burst, then a split, instead of one ``readline`` per line: a capture is
+    some fifty lines, and a burst of ``%output`` as many.
+
+    Examples
+    --------
+    >>> lines = _Lines()
+    >>> lines.feed(b"%begin 1 2 1\nab"), lines.feed(b"c"), lines.feed(b"d\n%end 1 2 1\n")
+    ([b'%begin 1 2 1'], [], [b'abcd', b'%end 1 2 1'])
+    >>> lines.feed(b"last"), lines.feed(b"")  # the end of the stream ends the last line
+    ([], [b'last'])
+    """
+
+    def __init__(self) -> None:
+        self._partial: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines ``chunk`` completes; ``b""`` (end of stream) completes the last one."""
+        if not chunk:
+            rest, self._partial = b"".join(self._partial), []
+            return [rest] if rest else []
+        if b"\n" not in chunk:
+            self._partial.append(chunk)
+            return []
+        if self._partial:
+            self._partial.append(chunk)
+            chunk = b"".join(self._partial)
+        *lines, tail = chunk.split(b"\n")
+        self._partial = [tail] if tail else []
+        return lines

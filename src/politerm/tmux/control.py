@@ -35,6 +35,7 @@ from politerm.tmux._wire import (
     NotificationCallback,
     OutputCallback,
     _first,
+    _Lines,
     _PaneFeed,
     _Pending,
     _target_of,
@@ -44,6 +45,9 @@ if t.TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 log = logging.getLogger(__name__)
+
+# Bytes asked for per read of tmux's replies and notifications.
+_READ_SIZE = 1 << 16
 
 __all__ = ["ControlClient", "Notification", "NotificationCallback", "OutputCallback"]
 
@@ -374,36 +378,37 @@ class ControlClient:
         block: list[str] | None = None
         block_num = b""
         block_ours = False
+        lines = _Lines()
         try:
             while True:
-                raw = await proc.stdout.readline()
-                if not raw:
-                    break
-                line = raw[:-1] if raw.endswith(b"\n") else raw
-                if block is not None:
-                    m = _GUARD.match(line)
-                    if m and m.group(1) in (b"end", b"error") and m.group(3) == block_num:
-                        if block_ours:
-                            self._resolve(block, error=m.group(1) == b"error")
-                        elif m.group(1) == b"error":
-                            self.exit_reason = "; ".join(block) or "attach failed"
-                        block = None
+                chunk = await proc.stdout.read(_READ_SIZE)
+                for line in lines.feed(chunk):
+                    if block is not None:
+                        m = _GUARD.match(line) if line.startswith(b"%") else None
+                        if m and m.group(1) in (b"end", b"error") and m.group(3) == block_num:
+                            if block_ours:
+                                self._resolve(block, error=m.group(1) == b"error")
+                            elif m.group(1) == b"error":
+                                self.exit_reason = "; ".join(block) or "attach failed"
+                            block = None
+                            continue
+                        block.append(line.decode("utf-8", errors="replace"))
                         continue
-                    block.append(line.decode("utf-8", errors="replace"))
-                    continue
-                if line.startswith(b"%output "):
-                    self._on_output(line)
-                    continue
-                m = _GUARD.match(line)
-                if m and m.group(1) == b"begin":
-                    block = []
-                    block_num = m.group(3)
-                    # flags=1 marks a reply to a command this client sent; 0 is tmux's own
-                    # reply to the attach-session given on the command line.
-                    block_ours = m.group(4) == b"1"
-                    continue
-                if line.startswith(b"%"):
-                    self._on_notification(line)
+                    if line.startswith(b"%output "):
+                        self._on_output(line)
+                        continue
+                    m = _GUARD.match(line)
+                    if m and m.group(1) == b"begin":
+                        block = []
+                        block_num = m.group(3)
+                        # flags=1 marks a reply to a command this client sent; 0 is tmux's
+                        # own reply to the attach-session given on the command line.
+                        block_ours = m.group(4) == b"1"
+                        continue
+                    if line.startswith(b"%"):
+                        self._on_notification(line)
+                if not chunk:
+                    break
         except asyncio.CancelledError:
             raise
         except Exception:  # a reader crash must not leave waiters hanging

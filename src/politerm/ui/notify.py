@@ -144,7 +144,7 @@ class Notifier:
         self.config = config
         self.store = store
         self.link = link
-        self.redactor = redactor or Redactor()
+        self.redactor = redactor or store.redactor  # the built-in and the config's patterns
         self.limit = RateLimit(config.min_interval, config.burst)
         self.sent: list[Notice] = []
         self.errors: list[str] = []

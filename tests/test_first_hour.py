@@ -134,3 +134,20 @@ def test_go_on_the_fake_agent_runs_it_on_polis_own_interpreter(project: pathlib.
     assert re.search(rf"^fake\t{re.escape(sys.executable)}\t", agents.stdout, re.MULTILINE), (
         agents.stdout
     )
+
+
+def test_run_on_a_cli_that_is_not_installed_is_refused_before_anything_starts(
+    project: pathlib.Path,
+) -> None:
+    agents = pathlib.Path(os.environ["XDG_CONFIG_HOME"]) / "politerm" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "nowhere.toml").write_text('command = ["no-such-agent-cli-xyz"]\n')
+    run = _poli(project, "run", "feature", "--task", "Add a flag", "--cli", "nowhere")
+    assert run.returncode == 1, run.stdout + run.stderr
+    refused = (
+        "poli: step 1 (product-manager) runs nowhere: cannot start 'no-such-agent-cli-xyz': not "
+        "on PATH; install it or set the nowhere profile's command; or run the pipeline on "
+        "another CLI with --cli NAME (--cli fake: the bundled fake agent)"
+    )
+    assert run.stderr.splitlines() == [refused]
+    assert not (project / ".poli").exists() and not (project / ".handoff.md").exists()

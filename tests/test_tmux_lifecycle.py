@@ -118,3 +118,30 @@ async def test_connecting_from_many_tasks_at_once_starts_one_control_client(
     rc, out, _ = await own_server.run("list-clients", "-F", "#{client_control_mode}")
     assert rc == 0
     assert out.split() == ["1"]
+
+
+async def test_programs_started_in_panes_do_not_see_tmuxs_variables(
+    own_server: TmuxServer, tmp_path: pathlib.Path
+) -> None:
+    # every agent politerm starts (a session's, a pipeline step's, an epic's…) goes through
+    # new_window, split_pane or respawn: none can reach the private server by a plain `tmux`
+    from politerm.tmux.pane import new_window, split_pane
+
+    await own_server.ensure_session("t")
+    client = await own_server.connect("t")
+
+    def dump(name: str) -> list[str]:
+        return ["sh", "-c", f"env > {tmp_path / name}.env; exec sleep 60"]
+
+    first = await new_window(client, own_server, session="t", name="w", argv=dump("new"))
+    await split_pane(first, argv=dump("split"))
+    await first.respawn(dump("respawn"))
+    for name in ("new", "split", "respawn"):
+        path = tmp_path / f"{name}.env"
+
+        async def written(path: pathlib.Path = path) -> bool:
+            return path.is_file() and "PATH=" in path.read_text()
+
+        await aretry_until(written, 30, what=f"{name}: the environment written")
+        names = {line.partition("=")[0] for line in path.read_text().splitlines()}
+        assert not names & {"TMUX", "TMUX_PANE"}, name

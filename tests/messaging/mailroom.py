@@ -83,11 +83,14 @@ class Mailroom:
     def me(self, name: str) -> Identity:
         return Identity(name, self.pane(name))
 
-    async def start_agent(self, name: str, scenario: str = WORKER) -> AgentDriver:
+    async def start_agent(
+        self, name: str, scenario: str = WORKER, extra: t.Sequence[str] = ()
+    ) -> AgentDriver:
         path = self.root / f"{name}.toml"
         path.write_text(scenario)
         fake = [sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "claude"]
         argv = [*fake, "--scenario", str(path), "--log", str(self.log(name)), "--name", name]
+        argv += extra
         argv, env = prepare_launch(
             self.config, name, "fake-claude", argv, {}, config_file=self.config_path
         )

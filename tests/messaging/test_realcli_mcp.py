@@ -25,13 +25,14 @@ from politerm.agents.state import AgentState
 from politerm.config import load_config
 from politerm.driver import AgentDriver
 from politerm.engine.session import Session
-from politerm.messaging.launch import hide_tmux, prepare_launch
+from politerm.messaging.launch import prepare_launch
 from politerm.messaging.service import Identity, Messenger
 from politerm.store import RunStore
 from politerm.store.mail import MailState
 from politerm.testing.fakeagent import prompts
 from politerm.testing.mockllm import MockLLM, Rule
 from politerm.testing.retry import aretry_until
+from politerm.tmux.pane import hide_tmux
 from tests.realcli.clis import prepare
 from tests.realcli.conftest import installed  # noqa: F401  # the session fixture
 from tests.realcli.helpers import READY, REPLY

@@ -186,3 +186,34 @@ async def test_a_receiver_that_never_takes_the_text_makes_a_dead_letter_after_ma
     finally:
         await room.close()
         await room.server.close()
+
+
+async def test_a_collapsed_paste_whose_turn_ended_is_settled_from_the_agents_transcript(
+    room: Mailroom,
+) -> None:
+    """The postman died after a long request was submitted; the screen shows only a marker."""
+    await room.start_agent("ORCH")
+    w1 = await room.start_agent(
+        "W1", scenario="think_time = 0.2\n", extra=["--transcript", ".fake-transcript.jsonl"]
+    )
+    m = room.messenger
+    body = "".join(f"step {i}: check the thing\n" for i in range(40))
+    a = m.send(body, to="W1", sender=room.me("ORCH"))
+    a = m.change(a, MailState.DELIVERING, count_attempt=True) or a
+    assert (await w1.deliver(m.request_text(a))).ok
+
+    async def ready() -> bool:
+        return (await w1.observe()).state is AgentState.READY
+
+    await aretry_until(ready, WAIT, what="W1's turn over")
+    assert w1.pane is not None
+    history = "\n".join(await w1.pane.capture_history())
+    assert "[Pasted text #1" in history
+    assert f"Message {a.id}" not in history  # the screen cannot tell
+    room.start_postman()
+    done = await room.state(a.id, MailState.DELIVERED)
+    assert done.reason == (
+        "settled after a restart: claude transcript .fake-transcript.jsonl holds the prompt"
+    )
+    assert done.attempts == 1
+    assert len(marked(room.prompts("W1"), a.id)) == 1

@@ -268,11 +268,16 @@ def test_cli_send_inbox_show_list_reply(tmp_path: pathlib.Path) -> None:
 
 def test_cli_errors_are_one_line(tmp_path: pathlib.Path) -> None:
     cfg = write_config(tmp_path)
+    m = open_messenger(config_of(cfg))
+    add_agent(m, "W1", "%2")
+    m.store.close()
     env = {"POLI_CONFIG": str(cfg)}
     for args, expected in (
         (("send", "--to", "NOPE", "--no-postman", "x"), "no such agent"),
         (("msg", "show", "m-missing"), "no message 'm-missing'"),
         (("reply", "--no-postman", "x"), "--to MSG_ID"),
+        # nobody delivers it (no postman): --wait gives up after --timeout, saying so
+        (("send", "--to", "W1", "--no-postman", "--wait", "--timeout", "0.5", "x"), "within 0.5s"),
     ):
         res = poli(tmp_path, *args, env={**env, "POLI_AGENT": ""})
         err = res.stderr.decode()

@@ -31,14 +31,12 @@ from politerm.messaging.files import MessageDir, message_dir_for
 from politerm.messaging.mcp_server import SERVER_NAME
 from politerm.messaging.service import ENV_AGENT, ENV_CONFIG
 from politerm.project import PROJECT_ENV
+from politerm.tmux.pane import hide_tmux
 
 if t.TYPE_CHECKING:
     import pathlib
 
     from politerm.config import Config
-
-HIDDEN_TMUX_VARS: t.Final = ("TMUX", "TMUX_PANE")
-"""tmux variables an agent's process does not get."""
 
 MCP_CLIS: t.Final = frozenset({"claude", "codex", "gemini", "opencode"})
 """Agent CLIs whose session configuration politerm can register its MCP server in."""
@@ -69,20 +67,6 @@ def agent_env(config: Config, name: str, config_file: pathlib.Path | None) -> di
 def session_config_file(config: Config) -> pathlib.Path | None:
     """The project configuration file the session was loaded from (not the user file)."""
     return config.project_file
-
-
-def hide_tmux(argv: t.Sequence[str]) -> list[str]:
-    """Run ``argv`` without tmux's variables (``env`` execs it: same process, same name).
-
-    Examples
-    --------
-    >>> hide_tmux(["claude", "--x"])
-    ['env', '-u', 'TMUX', '-u', 'TMUX_PANE', 'claude', '--x']
-    """
-    out = ["env"]
-    for var in HIDDEN_TMUX_VARS:
-        out += ["-u", var]
-    return [*out, *argv]
 
 
 def server_command() -> list[str]:

@@ -17,8 +17,9 @@ questions by policy. The postman adds what messaging needs on top:
   in the store, :mod:`politerm.store.limits`), and the receiver is kept looked at so that
   its driver sends the resume at the reset;
 - after a ``kill -9``, DELIVERING messages are settled from the receiver's screen before
-  anything new is sent: still in the input box → submitted; on screen or the receiver is
-  busy → DELIVERED; otherwise never arrived → QUEUED again (so no request runs twice);
+  anything new is sent: still in the input box → submitted; on screen, the receiver busy,
+  or in its own records (hook receipts, transcript: a collapsed paste shows no marker)
+  → DELIVERED; otherwise never arrived → QUEUED again (so no request runs twice);
 - response lines typed by hand (``[RESPONSE from=%N] <path>``, the raw protocol) in a
   sender's pane are recognised when the sender is a politerm agent; the path must be a
   file in the session's message directory.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import pathlib
 import re
 import time
 import typing as t
@@ -141,8 +143,18 @@ class Postman:
             profile = load_profile(agent.profile if agent else "generic")
         pane = Pane(await self.server.connect(session), pane_id, self.server)
         limits = LimitPolicy(**self.m.config.limits.model_dump())
+        # its directory and environment locate its own records (transcript) after a crash
+        cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
+        env = configured.env if configured is not None else None
         driver = AgentDriver.attach(
-            name, profile, pane, store=self.m.store, policy=self.policy, limits=limits
+            name,
+            profile,
+            pane,
+            store=self.m.store,
+            policy=self.policy,
+            limits=limits,
+            cwd=cwd,
+            env=env,
         )
         self.drivers[pane_id] = driver
         return driver
@@ -270,12 +282,8 @@ class Postman:
         try:
             result = await driver.deliver(self.m.request_text(mail))
             if result.ok:
-                self.m.change(
-                    mail,
-                    MailState.DELIVERED,
-                    delivered=True,
-                    started=True,
-                    reason=f"delivered to {mail.recipient_pane} ({result.rule or 'confirmed'})",
+                self._delivered(
+                    mail, f"delivered to {mail.recipient_pane} ({result.rule or 'confirmed'})"
                 )
                 self.say(f"{mail.id} delivered to {mail.recipient} ({mail.recipient_pane})")
                 if mail.kind is MailKind.REQUEST:
@@ -319,6 +327,10 @@ class Postman:
                 return  # its time ran out: the main loop expires it
             mail = now
 
+    def _delivered(self, mail: Mail, reason: str) -> None:
+        """The ack that the receiver's turn started: DELIVERED, stamped delivered and started."""
+        self.m.change(mail, MailState.DELIVERED, delivered=True, started=True, reason=reason)
+
     def _paused(self, mail: Mail) -> bool:
         """Whether the receiver waits for a usage limit to reset (its clock stands still)."""
         return stored_limit(self.m.store, mail.recipient) is not None
@@ -350,24 +362,18 @@ class Postman:
             if boxed and marker in history:
                 result = await driver.deliver(self.m.request_text(mail), already_pasted=True)
                 if result.ok:
-                    self.m.change(
-                        mail,
-                        MailState.DELIVERED,
-                        delivered=True,
-                        started=True,
-                        reason="settled after a restart: submitted the text left in the box",
+                    self._delivered(
+                        mail, "settled after a restart: submitted the text left in the box"
                     )
                     continue
+            took = None if boxed else await self._records_took(driver, mail)
             if obs.state in (AgentState.BUSY, AgentState.WAITING_APPROVAL) or (
                 marker in history and not boxed
             ):
-                self.m.change(
-                    mail,
-                    MailState.DELIVERED,
-                    delivered=True,
-                    started=True,
-                    reason="settled after a restart: the receiver has it",
-                )
+                self._delivered(mail, "settled after a restart: the receiver has it")
+            elif took is not None:
+                # a collapsed paste shows no marker line: the agent's own records say
+                self._delivered(mail, f"settled after a restart: {took}")
             else:
                 if boxed:
                     await driver.clear_input()
@@ -375,6 +381,17 @@ class Postman:
                     mail, MailState.QUEUED, reason="settled after a restart: it never arrived"
                 )
             self.say(f"{mail.id} settled: {self.m.mailbox.require(mail.id).state.value}")
+
+    async def _records_took(self, driver: AgentDriver, mail: Mail) -> str | None:
+        """How the receiver's own records (hooks, transcript) show it took ``mail``; or None."""
+        from politerm.driver.records import records_of
+
+        try:
+            found = (await records_of(driver)).submitted(self.m.request_text(mail))
+        except (PolitermError, OSError) as exc:
+            self.say(f"{mail.id}: the receiver's records were not read: {exc}")
+            return None
+        return found[1] if found is not None else None
 
     # --- answers typed by hand ------------------------------------------------------------
 

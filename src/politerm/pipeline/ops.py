@@ -24,7 +24,7 @@ from politerm.errors import HookError, PipelineError, TmuxError
 from politerm.hooks.channel import remove_hooks_dir
 from politerm.pipeline import worktrees
 from politerm.pipeline.agents import find_pipeline
-from politerm.pipeline.model import FINISHED_RUN, RunStatus
+from politerm.pipeline.model import FINISHED_RUN, Pipeline, RunStatus
 from politerm.pipeline.parser import load_pipeline
 from politerm.pipeline.runner import PipelineRunner, new_record, start_run
 from politerm.pipeline.state import (
@@ -57,6 +57,37 @@ def open_project(project: pathlib.Path) -> tuple[Config, RunStore]:
     return config, RunStore.for_config(config)
 
 
+def require_clis(pipeline: Pipeline, cli: str, *, override: bool = False) -> None:
+    """Refuse a run at once when a step's CLI is not installed (not when step N starts it).
+
+    Raises
+    ------
+    PipelineError
+        A step's program is not on PATH; the message names the step and ``--cli fake``.
+    """
+    from politerm.agents.profile import load_profile
+    from politerm.driver import check_program
+    from politerm.errors import AgentNotFound, ProfileError
+    from politerm.pipeline.launch import FAKE, step_cli
+
+    for step in pipeline.steps:
+        name = step_cli(step, cli, override=override)
+        try:
+            profile = load_profile(name) if name != FAKE else None
+        except ProfileError:
+            continue  # the step's launch says so, naming the step
+        if profile is None or not profile.command:
+            continue
+        try:
+            check_program(profile.command, profile.env, setting=f"the {name} profile's command")
+        except AgentNotFound as exc:
+            msg = (
+                f"step {step.num} ({step.agent}) runs {name}: {exc}; or run the pipeline on "
+                "another CLI with --cli NAME (--cli fake: the bundled fake agent)"
+            )
+            raise PipelineError(msg) from None
+
+
 async def run_new(
     pipeline_ref: str,
     *,
@@ -86,6 +117,7 @@ async def run_new(
 
     FailurePolicy.parse(on_fail)
     pipeline = load_pipeline(find_pipeline(pipeline_ref, project), project, agents=agents)
+    require_clis(pipeline, cli, override=cli_override)
     config, store = open_project(project)
     try:
         record = new_record(

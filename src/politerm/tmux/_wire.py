@@ -102,3 +102,14 @@ class _Lines:
         *lines, tail = chunk.split(b"\n")
         self._partial = [tail] if tail else []
         return lines
+
+
+def _decoded(raw: list[bytes]) -> list[str]:
+    r"""The lines of a reply as text: decoded at once, not line by line (the same result).
+
+    Examples
+    --------
+    >>> _decoded([b"\xe2\x9d\xaf ok", b"cut \xe2\x9d", b""]), _decoded([])
+    (['❯ ok', 'cut \ufffd', ''], [])
+    """
+    return b"\n".join(raw).decode("utf-8", errors="replace").split("\n") if raw else []

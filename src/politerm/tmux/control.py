@@ -34,6 +34,7 @@ from politerm.tmux._wire import (
     Notification,
     NotificationCallback,
     OutputCallback,
+    _decoded,
     _first,
     _Lines,
     _PaneFeed,
@@ -375,7 +376,7 @@ class ControlClient:
 
     async def _read_loop(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        block: list[str] | None = None
+        block: list[bytes] | None = None
         block_num = b""
         block_ours = False
         lines = _Lines()
@@ -387,12 +388,12 @@ class ControlClient:
                         m = _GUARD.match(line) if line.startswith(b"%") else None
                         if m and m.group(1) in (b"end", b"error") and m.group(3) == block_num:
                             if block_ours:
-                                self._resolve(block, error=m.group(1) == b"error")
+                                self._resolve(_decoded(block), error=m.group(1) == b"error")
                             elif m.group(1) == b"error":
-                                self.exit_reason = "; ".join(block) or "attach failed"
+                                self.exit_reason = "; ".join(_decoded(block)) or "attach failed"
                             block = None
                             continue
-                        block.append(line.decode("utf-8", errors="replace"))
+                        block.append(line)
                         continue
                     if line.startswith(b"%output "):
                         self._on_output(line)

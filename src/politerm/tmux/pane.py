@@ -357,7 +357,7 @@ class Pane:
             args += ["-c", str(cwd)]
         for key, value in (env or {}).items():
             args += ["-e", f"{key}={value}"]
-        await self.client.cmd(*args, *argv)
+        await self.client.cmd(*args, *hide_tmux(argv))
         await asyncio.to_thread(kill_processes, procs, what=f"pane {self.pane_id}")
 
     async def wait_output(self, timeout: float) -> bool:
@@ -367,6 +367,35 @@ class Pane:
     def output_event(self) -> asyncio.Event:
         """Event set by the pane's next output (take it before looking at the screen)."""
         return self.client.output_event(self.pane_id)
+
+
+HIDDEN_TMUX_VARS: t.Final = ("TMUX", "TMUX_PANE")
+"""tmux variables a program politerm starts in a pane does not get."""
+
+_HIDE: t.Final = ("env", *(arg for var in HIDDEN_TMUX_VARS for arg in ("-u", var)))
+
+
+def hide_tmux(argv: Sequence[str]) -> list[str]:
+    """Run ``argv`` without tmux's variables (``env`` execs it: same process, same name).
+
+    A plain ``tmux`` command in a pane politerm started then does not reach politerm's
+    private server (docs/messaging.md, "What agents see of tmux"). A single argument with
+    a space is a shell command, as tmux itself would read it; no argument is tmux's shell.
+
+    Examples
+    --------
+    >>> hide_tmux(["claude", "--x"])
+    ['env', '-u', 'TMUX', '-u', 'TMUX_PANE', 'claude', '--x']
+    >>> hide_tmux(hide_tmux(["claude"])) == hide_tmux(["claude"])
+    True
+    >>> hide_tmux(["claude --x"])[-3:], hide_tmux([])
+    (['/bin/sh', '-c', 'claude --x'], [])
+    """
+    if not argv or tuple(argv[: len(_HIDE)]) == _HIDE:
+        return list(argv)
+    if len(argv) == 1 and " " in argv[0]:
+        return [*_HIDE, "/bin/sh", "-c", argv[0]]
+    return [*_HIDE, *argv]
 
 
 async def new_window(
@@ -391,7 +420,7 @@ async def new_window(
         args += ["-c", str(cwd)]
     for key, value in (env or {}).items():
         args += ["-e", f"{key}={value}"]
-    lines = await client.cmd(*args, *argv)
+    lines = await client.cmd(*args, *hide_tmux(argv))
     pane = Pane(client, lines[0].strip(), server)
     if agent:
         await pane.set_option("@poli_agent", agent)
@@ -419,7 +448,7 @@ async def split_pane(
         args += ["-c", str(cwd)]
     for key, value in (env or {}).items():
         args += ["-e", f"{key}={value}"]
-    lines = await target.client.cmd(*args, *argv)
+    lines = await target.client.cmd(*args, *hide_tmux(argv))
     pane = Pane(target.client, lines[0].strip(), target.server)
     if agent:
         await pane.set_option("@poli_agent", agent)

@@ -110,7 +110,9 @@ class Redactor:
         pats: list[tuple[str, re.Pattern[str]]] = [
             (kind, re.compile(p, re.DOTALL)) for kind, p in BUILTIN_PATTERNS
         ]
-        for p in extra:
+        #: The config patterns, as given (another process builds the same redactor from them).
+        self.extra = tuple(extra)
+        for p in self.extra:
             try:
                 pats.append(("custom", re.compile(p)))
             except re.error as exc:

@@ -17,13 +17,15 @@ import typing as t
 
 import pytest
 
+from politerm._internal import vault
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Expect, Source, TurnOutcome
 from politerm.driver.receipts import PANE_OPTION, parse_option
 from politerm.hooks.events import HookEvent, HookKind
+from politerm.redact import Redactor
 from politerm.testing.mockllm import Rule
-from tests.realcli.clis import Options
+from tests.realcli.clis import API, Options
 from tests.realcli.helpers import REPLY, AgentSpec, exists
 
 if t.TYPE_CHECKING:
@@ -222,3 +224,45 @@ async def test_approval_is_pending_when_its_notification_says_so(
     kinds = [r["kind"] for r in _receipts(path)]
     assert kinds.index("approval") < kinds.index("tool"), kinds
     assert driver.drifts == []
+
+
+PATTERN = r"ACME-TOKEN-[A-Z0-9]{20}"  # a project's own [redact] pattern
+TOKEN = "ACME-TOKEN-" + "7Q" * 10  # matches it, and none of the built-in patterns
+
+
+@pytest.mark.parametrize("cli", ["claude", "gemini", "opencode"])
+async def test_a_project_pattern_secret_stays_out_of_the_receipts(
+    cli: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    # The CLI runs politerm's hook itself; the hook never reads poli.toml.
+    llm.add(RULE)
+    r = await rig(
+        {"AGENT": AgentSpec(cli)}, extra=f"[redact]\npatterns = [{json.dumps(PATTERN)}]\n\n"
+    )
+    agent = r.agent("AGENT")
+    path = await _channel(agent)
+    driver = _driver(r, agent)
+    # The store keeps the prompt as every workflow's does: markers, the secrets in the vault.
+    vault.use_tmux(r.config.tmux.socket)
+    r.store.set_redaction(Redactor(r.config.redact.patterns), vault.keep)
+
+    def prompt(nonce: str) -> str:
+        return r.store.redact(f"{TOKEN} {_prompt(nonce)} {TOKEN}")
+
+    result = await driver.run_turn(prompt, Expect.block("plan"), timeout=REPLY)
+
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    # The agent got the original (the model saw the secret) ...
+    assert any(TOKEN in m.user_text for m in llm.requests(api=API[cli])), "no original"
+    # ... its receipt kept none of it, and still confirmed the delivery of the marked prompt.
+    assert result.delivery is not None
+    assert result.delivery.sources[:2] == ("hook", "screen"), result.delivery
+    assert result.drift == (), result.drift
+    (receipt,) = [e for e in _receipts(path) if e["kind"] == "prompt"]
+    assert receipt["prompt"]["head"].startswith("[REDACTED:custom] Please"), receipt
+    assert receipt["prompt"]["tail"].endswith(") [REDACTED:custom]"), receipt
+    # What politerm wrote beside the channel; Gemini's session home below it holds Gemini's
+    # own chat log, which is the agent's (not redacted, as its transcripts: security.md).
+    for kept in path.parent.iterdir():
+        if kept.is_file() and not kept.is_symlink():
+            assert b"ACME-TOKEN-7Q" not in kept.read_bytes(), kept

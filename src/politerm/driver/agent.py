@@ -225,8 +225,10 @@ class AgentDriver:
         argv = list(argv if argv is not None else profile.command)
         full_env = {**profile.env, **(env or {})}
         check_program(argv, full_env, setting=setting or f"agents.{name}.command", cwd=cwd)
+        store = kwargs.get("store")  # its [redact] patterns go to the hook and its receipts
+        own = store.redactor.extra if store is not None else ()
         setup = launch_with_hooks(
-            name, profile.name, argv, full_env, hooks_dir, enabled=hooks, say=say
+            name, profile.name, argv, full_env, hooks_dir, enabled=hooks, say=say, patterns=own
         )
         argv, full_env = setup.argv, setup.env
         term: AgentTerm

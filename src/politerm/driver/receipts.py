@@ -27,6 +27,8 @@ from politerm.errors import HookError
 from politerm.hooks.channel import HookChannel, check_private, create_channel, remove_hooks_dir
 from politerm.hooks.events import HookEvent, HookKind
 from politerm.hooks.install import hook_cli, install_hooks
+from politerm.hooks.patterns import channel_redactor, save_patterns
+from politerm.redact import Redactor
 
 if t.TYPE_CHECKING:
     import asyncio
@@ -93,11 +95,15 @@ class Receipts:
         The CLI whose hooks write the channel (what they can report depends on it).
     channel
         The channel reader.
+    redactor
+        What the hook redacted its receipts with (the built-in patterns when not given),
+        so that a prompt is compared with a receipt as the hook redacted it.
     """
 
-    def __init__(self, cli: str, channel: HookChannel) -> None:
+    def __init__(self, cli: str, channel: HookChannel, redactor: Redactor | None = None) -> None:
         self.cli = cli
         self.channel = channel
+        self.redactor = redactor or Redactor()
         self.events: list[HookEvent] = []
         #: Set once a grace period passed without any receipt: the hooks do not run.
         self.silent = False
@@ -110,15 +116,17 @@ class Receipts:
 
     @classmethod
     def open(cls, cli: str, path: pathlib.Path, *, from_start: bool = False) -> Receipts:
-        """Follow the channel at ``path`` (checked private first).
+        """Follow the channel at ``path`` (checked private first), with its patterns.
 
         Raises
         ------
         HookError
-            The file is not a private file of this user in a private directory.
+            The file is not a private file of this user in a private directory, or the
+            redact patterns kept beside it cannot be trusted.
         """
         check_private(path)
-        return cls(cli, HookChannel(path, offset=0 if from_start else None))
+        redactor = channel_redactor(path)
+        return cls(cli, HookChannel(path, offset=0 if from_start else None), redactor)
 
     def reports(self, kind: HookKind) -> bool:
         """Whether this CLI's hooks report ``kind`` (else the screen alone decides)."""
@@ -147,7 +155,7 @@ class Receipts:
     def prompt_receipt(self, mark: int, text: str) -> HookEvent | None:
         """The PROMPT receipt for ``text`` after ``mark``, if the agent sent one."""
         for e in self.since(mark, HookKind.PROMPT):
-            if e.matches_prompt(text):
+            if e.matches_prompt(text, self.redactor):
                 return e
         return None
 
@@ -218,11 +226,13 @@ def prepare_hooks(
     argv: Sequence[str],
     env: Mapping[str, str],
     directory: pathlib.Path | None,
+    patterns: Sequence[str] = (),
 ) -> HookSetup:
     """Install receipt hooks for agent ``name`` if its CLI has them; else change nothing.
 
     ``directory`` is the session's private hooks directory; None makes a fresh private
-    temporary one.
+    temporary one. ``patterns`` (the project's ``[redact] patterns``) are kept beside the
+    channel, where the hook finds them (:mod:`politerm.hooks.patterns`).
 
     Raises
     ------
@@ -234,6 +244,7 @@ def prepare_hooks(
         return HookSetup(list(argv), dict(env))
     where = directory or pathlib.Path(tempfile.mkdtemp(prefix="poli-hooks-"))
     channel = create_channel(where, name)
+    save_patterns(channel, patterns)
     out_argv, out_env = install_hooks(cli, argv, env, channel)
     return HookSetup(out_argv, out_env, cli, channel, temporary=directory is None)
 
@@ -247,16 +258,18 @@ def launch_with_hooks(
     *,
     enabled: bool = True,
     say: Callable[[str], None] | None = None,
+    patterns: Sequence[str] = (),
 ) -> HookSetup:
     """:func:`prepare_hooks` for a workflow's launch: a failure only costs the receipts.
 
     A channel that cannot be made is told to ``say`` (and logged); the agent starts without
-    hooks and the screen alone decides, as for a CLI that has none.
+    hooks and the screen alone decides, as for a CLI that has none. Every workflow passes
+    its config's ``[redact] patterns`` as ``patterns``: the hook redacts with them.
     """
     if not enabled:
         return HookSetup(list(argv), dict(env))
     try:
-        return prepare_hooks(name, profile_name, argv, env, directory)
+        return prepare_hooks(name, profile_name, argv, env, directory, patterns)
     except HookError as exc:
         note = f"{name}: no hook receipts, the screen alone decides: {exc}"
         log.warning("%s", note)

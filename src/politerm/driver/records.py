@@ -27,9 +27,10 @@ from politerm.driver.transcripts import hooked_home, locate_transcript, open_tai
 from politerm.errors import HookError
 from politerm.hooks.channel import HookChannel, check_private
 from politerm.hooks.events import HookKind, prompt_digest
+from politerm.hooks.patterns import channel_redactor
 from politerm.protocol import BlockParser
 from politerm.protocol.transcript import TranscriptTail
-from politerm.redact import TAG_RE
+from politerm.redact import TAG_RE, Redactor
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -69,6 +70,8 @@ class AgentRecords:
         Its working directory (file-referenced block bodies, opencode's project).
     channel
         Its hook channel, if its hooks report to one.
+    redactor
+        What its hook redacts receipts with (the project's patterns kept beside the channel).
     """
 
     name: str
@@ -76,6 +79,7 @@ class AgentRecords:
     transcript: pathlib.Path | None = None
     cwd: pathlib.Path | None = None
     channel: pathlib.Path | None = None
+    redactor: Redactor = dataclasses.field(default_factory=Redactor, compare=False, repr=False)
 
     @classmethod
     def find(
@@ -91,13 +95,15 @@ class AgentRecords:
         if spec is not None and cwd is not None:
             with contextlib.suppress(OSError):
                 path = locate_transcript(spec, cwd, env)
+        redactor = Redactor()
         if channel is not None:
             try:
                 check_private(channel)
+                redactor = channel_redactor(channel)
             except HookError as exc:
                 log.warning("%s: hook receipts not read: %s", name, exc)
                 channel = None
-        return cls(name, spec, path, cwd, channel)
+        return cls(name, spec, path, cwd, channel, redactor)
 
     def submitted(self, text: str, nonce: str | None = None) -> tuple[Source, str] | None:
         """Which record shows the agent took ``text``, and how; None when none does.
@@ -111,7 +117,8 @@ class AgentRecords:
                 if e.kind is not HookKind.PROMPT:
                     continue
                 exact = bool(e.prompt_sha256) and e.prompt_sha256 == prompt_digest(plain)
-                tail = nonce is not None and nonce in e.prompt_tail and e.matches_prompt(plain)
+                tail = nonce is not None and nonce in e.prompt_tail
+                tail = tail and e.matches_prompt(plain, self.redactor)
                 if exact or tail:
                     return Source.HOOK, (
                         f"{e.cli} hook {e.event} accepted the prompt ({e.prompt_len} chars)"

@@ -221,6 +221,7 @@ class Session:
                 hooks_dir_for(self.config),
                 enabled=acfg.hooks,
                 say=say,
+                patterns=self.config.redact.patterns,
             )
             argv, env = setup.argv, setup.env
             cwd = pathlib.Path(acfg.cwd).expanduser().resolve()

@@ -469,7 +469,12 @@ class EpicRunner:
         # The agent's own hooks report beside the store (the screen decides without them).
         where = None if self.store is None else self.store.path.parent / "hooks" / "epic"
         self._hooks = launch_with_hooks(
-            f"epic-{label}", self.profile.name, self.argv, self.profile.env, where
+            f"epic-{label}",
+            self.profile.name,
+            self.argv,
+            self.profile.env,
+            where,
+            patterns=self.config.redact.patterns,
         )
         argv, env = self._hooks.argv, self._hooks.env
         if not self.options.tmux:

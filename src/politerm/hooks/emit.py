@@ -8,13 +8,16 @@ write, and exits 0. It never blocks the agent: stdin is read for at most
 read at all. It prints nothing: Claude Code adds a ``UserPromptSubmit`` hook's output to the
 model's context and Gemini CLI parses it as the hook's answer. A channel that is missing, not
 a regular file of ours, or not private is left alone (the receipt is dropped, the agent goes
-on; the screen stays politerm's fallback).
+on; the screen stays politerm's fallback). The receipt is redacted with the project's
+``[redact] patterns`` kept beside the channel (:mod:`politerm.hooks.patterns`); when that
+file cannot be trusted, the line only says that an event came (no excerpt, no message).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pathlib
 import select
 import stat
 import sys
@@ -22,6 +25,7 @@ import time
 import typing as t
 
 from politerm.hooks.events import receipt
+from politerm.hooks.patterns import channel_redactor
 
 STDIN_BOUND: t.Final = 3.0
 """Seconds the hook waits for its payload on stdin, at most."""
@@ -108,7 +112,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     if event == "notify" and isinstance(payload.get("type"), str):
         event = payload["type"]  # Codex names the event inside its one notify payload
     try:
-        line = json.dumps(receipt(cli, event, payload, at=time.time()))
+        redactor = channel_redactor(pathlib.Path(channel))
+        line = json.dumps(receipt(cli, event, payload, at=time.time(), redactor=redactor))
     except Exception:  # noqa: BLE001 - a hook must never fail the agent, whatever it sent
         line = json.dumps({"v": 1, "at": time.time(), "cli": cli, "event": event, "kind": "notice"})
     append_line(channel, line + "\n")

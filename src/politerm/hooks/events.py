@@ -131,6 +131,11 @@ def receipt(
     >>> key = "sk-ant-api03-" + "x" * 40
     >>> receipt("gemini", "Notification", {"message": "use " + key}, at=1.0)["message"]
     'use [REDACTED:anthropic-key]'
+    >>> own = Redactor(["ACME-[0-9]{6}"])  # a project's [redact] patterns
+    >>> r = receipt("claude", "UserPromptSubmit", {"prompt": "ACME-123456 " + "x" * 200},
+    ...             at=1.0, redactor=own)
+    >>> r["prompt"]["head"][:20], r["prompt"]["len"]
+    ('[REDACTED:custom] xx', 212)
     """
     red = redactor or Redactor()
     out: dict[str, t.Any] = {
@@ -146,11 +151,13 @@ def receipt(
     prompt = _prompt_text(cli, payload)
     if prompt is not None:
         norm = prompt.replace("\r\n", "\n").strip()
+        # Redacted whole, then cut: a secret across the cut would not match its pattern.
+        shown = red.redact(norm)
         out["prompt"] = {
             "sha256": prompt_digest(prompt),
             "len": len(norm),
-            "head": red.redact(norm[:_EXCERPT]),
-            "tail": red.redact(norm[-_EXCERPT:]),
+            "head": shown[:_EXCERPT],
+            "tail": shown[-_EXCERPT:],
         }
     for key in ("notification_type", "tool_name", "type"):
         value = payload.get(key)

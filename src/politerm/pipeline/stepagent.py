@@ -159,6 +159,7 @@ class StepAgent:
             spec.profile.env,
             run.state.steps_dir / "hooks",
             enabled=not spec.headless,
+            patterns=run.config.redact.patterns,
         )
         pane = await new_window(
             run.client,

@@ -18,6 +18,7 @@ transcript, or with a format no reader knows, counts nothing, and its status sho
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import typing as t
@@ -32,6 +33,9 @@ if t.TYPE_CHECKING:
 
     from politerm.agents.profile import AgentProfile
     from politerm.store import RunStore
+
+# The longest an answered turn waits for its usage to be written to the transcript.
+USAGE_GRACE = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,6 +210,20 @@ class TokenMeter:
                     f"{cap:,} tokens ([budget] {what.split()[0]}_tokens)"
                 )
         return None
+
+    async def settle(self, grace: float = USAGE_GRACE) -> None:
+        """Wait (at most ``grace`` s) for an answered turn's usage to reach the transcript.
+
+        A CLI can draw its answer before it writes the answer's usage (Claude Code writes
+        its transcript a moment later); a turn that has counted nothing yet reads the
+        transcript again until it has, so the usage is not lost when the turn closes.
+        """
+        if not self.open or not self.works or self.turn:
+            return
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        while not self.poll() and loop.time() < end:
+            await asyncio.sleep(0.05)
 
     def end_turn(self) -> Usage:
         """The turn is over: read the last lines, record a ``tokens`` event, return its usage."""

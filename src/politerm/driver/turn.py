@@ -192,7 +192,7 @@ async def run_turn(
     driver.blocks.new_turn()
     reports = driver.reports(expect.report, on_text=on_text) if expect.report else None
     try:
-        return await _Turn(
+        result = await _Turn(
             driver,
             expect,
             nonce,
@@ -204,6 +204,9 @@ async def run_turn(
             driver.profile.idle_after if idle_after is None else idle_after,
             answered_elsewhere,
         ).run(text, timeout)
+        if result.outcome is TurnOutcome.ANSWERED:
+            await driver.meter.settle()
+        return result
     finally:
         driver.meter.end_turn()
         if reports is not None:

@@ -55,6 +55,8 @@ class AgentSpec:
     args: tuple[str, ...] = ()
     profile: str | None = None
     hooks: bool = True
+    place: str | None = None
+    """Agents with the same place share one scratch home and workdir (default: the name)."""
 
 
 @dataclasses.dataclass
@@ -147,8 +149,14 @@ class Rig:
     def agent(self, name: str) -> Agent:
         return self.agents[name]
 
-    async def up(self, *, primers: bool = False) -> dict[str, Agent]:
-        started = await self.session.up(primers=primers)
+    async def up(
+        self,
+        *,
+        primers: bool = False,
+        resume: bool = False,
+        say: t.Callable[[str], None] = lambda _line: None,
+    ) -> dict[str, Agent]:
+        started = await self.session.up(primers=primers, resume=resume, on_event=say)
         self.agents = {
             name: Agent(name, self.specs[name], profile, pane)
             for name, (profile, pane) in started.items()
@@ -246,7 +254,7 @@ def write_rig(
         f"[timeouts]\nplan = {plan_timeout}\nexec = {exec_timeout}\nready = {READY}\n\n" + extra
     )
     for name, a in agents.items():
-        base = root / name.lower()
+        base = root / (a.place or name).lower()
         binary = installed.bins[a.cli]
         spec = prepare(a.cli, binary, llm, base / "home", base / "work", a.options, a.profile)
         argv = [*spec.argv, *a.args]

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import pathlib
 import re
+import shlex
 import tomllib
 import typing as t
 
@@ -230,6 +231,9 @@ class AgentProfile(_Model):
     description: str = ""
     command: list[str] = []
     resume_args: list[str] = []
+    # Resume one conversation by the CLI's own id ("{session}"): two agents of one CLI in
+    # one directory each get theirs back, where resume_args would give both the newest.
+    resume_session_args: list[str] = []
     unsafe_args: list[str] = []
     unsafe_env: dict[str, str] = {}
     version_args: list[str] = ["--version"]
@@ -480,6 +484,27 @@ class AgentProfile(_Model):
             *(self.resume_args if resume else ()),
             *(self.unsafe_args if unsafe else ()),
         ]
+
+    def resume_argv(self, session: str = "") -> tuple[list[str], str]:
+        """The arguments that resume this agent's conversation, and which conversation.
+
+        With the CLI's own id of the conversation (``session``) and ``resume_session_args``,
+        that conversation; else the generic ``resume_args`` (the CLI's newest).
+
+        Examples
+        --------
+        >>> p = AgentProfile(name="x", resume_args=["--continue"],
+        ...                  resume_session_args=["--resume", "{session}"])
+        >>> p.resume_argv("0b5e3c1a-9f2d")
+        (['--resume', '0b5e3c1a-9f2d'], 'its own conversation 0b5e3c1a-9f2d')
+        >>> p.resume_argv("")
+        (['--continue'], 'no conversation id known: the newest conversation (--continue)')
+        """
+        if session and self.resume_session_args:
+            args = [a.replace("{session}", session) for a in self.resume_session_args]
+            return args, f"its own conversation {session}"
+        how = shlex.join(self.resume_args) if self.resume_args else "no resume arguments"
+        return list(self.resume_args), f"no conversation id known: the newest conversation ({how})"
 
     def launch_env(self, *, unsafe: bool = False) -> dict[str, str]:
         """Extra environment for the agent: ``env``, plus ``unsafe_env`` when unattended."""

@@ -45,6 +45,7 @@ from politerm.driver.looking import Observation
 from politerm.driver.place import TmuxPlace, check_program
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import (
+    CLI_SESSION_META,
     HOOK_GRACE,
     PANE_OPTION,
     Drift,
@@ -62,7 +63,7 @@ from politerm.driver.receiptwatch import (
 from politerm.driver.reports import ReportStream
 from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.transcriptcheck import TranscriptCheck
-from politerm.driver.transcripts import hooked_home
+from politerm.driver.transcripts import hooked_home, own_conversation
 from politerm.errors import (
     AgentExited,
     ControlModeError,
@@ -155,6 +156,8 @@ class AgentDriver:
         self._stuck_reported = False
         self._row_due: str | None = None  # the state for the store row, until record_row()
         self._row_state: str | None = None  # what this driver last wrote there
+        self._session_row = ""  # the conversation id last recorded in the store
+        self._session_checked = 0  # how many receipts had been read when it was looked for
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
         self._look: tuple[Snapshot, asyncio.Event] | None = None
@@ -397,7 +400,12 @@ class AgentDriver:
         self._row_due = reading.state.value
 
     def record_row(self) -> None:
-        """Bring the agent's row in the store up to the last look (no-op if it is)."""
+        """Bring the agent's row in the store up to the last look (no-op if it is).
+
+        The CLI's own id of its conversation, once its hooks named it (or named a new
+        one), is recorded with it: ``poli up --resume`` resumes that conversation.
+        """
+        self._record_session()
         state, self._row_due = self._row_due, None
         if state is None or self.store is None:
             return
@@ -413,6 +421,22 @@ class AgentDriver:
             self._row_state = state
         except StoreError:
             self._row_state = None
+
+    def _record_session(self) -> None:
+        rc = self.receipts
+        if rc is None or self.store is None or len(rc.events) == self._session_checked:
+            return
+        self._session_checked = len(rc.events)
+        named = [e.session for e in rc.events if e.session]
+        if not named or named[-1] == self._session_row:
+            return
+        session = own_conversation(named, self.profile.transcript, self.cwd, self.blocks.env)
+        if session and session != self._session_row:
+            try:
+                self.store.set_meta(CLI_SESSION_META + self.name, session)
+                self._session_row = session
+            except StoreError:
+                log.warning("%s: conversation id %s not recorded", self.name, session)
 
     def record(self, kind: str, task_id: str | None, detail: str) -> None:
         """Add an event about this agent to the store (when it has one)."""
@@ -582,7 +606,9 @@ class AgentDriver:
         """Deliver a prompt and watch until it is answered; see :func:`politerm.driver.turn.run_turn`."""  # noqa: E501
         from politerm.driver.turn import run_turn
 
-        return await run_turn(self, prompt, expect, **kw)
+        result = await run_turn(self, prompt, expect, **kw)
+        self._record_session()  # a CLI may name its conversation only at a turn's end
+        return result
 
     # --- stopping -------------------------------------------------------------------------
 

@@ -23,7 +23,12 @@ import typing as t
 
 from politerm.driver.receipts import Source
 from politerm.driver.transcriptcheck import holds_prompt, user_texts
-from politerm.driver.transcripts import hooked_home, locate_transcript, open_tail
+from politerm.driver.transcripts import (
+    hooked_home,
+    locate_transcript,
+    open_tail,
+    own_conversation,
+)
 from politerm.errors import HookError
 from politerm.hooks.channel import HookChannel, check_private
 from politerm.hooks.events import HookKind, prompt_digest
@@ -72,6 +77,9 @@ class AgentRecords:
         Its hook channel, if its hooks report to one.
     redactor
         What its hook redacts receipts with (the project's patterns kept beside the channel).
+    session
+        The CLI's own id of the conversation the agent was in ("" when none is known): the
+        newest its hooks named, else the one recorded in the store.
     """
 
     name: str
@@ -80,6 +88,7 @@ class AgentRecords:
     cwd: pathlib.Path | None = None
     channel: pathlib.Path | None = None
     redactor: Redactor = dataclasses.field(default_factory=Redactor, compare=False, repr=False)
+    session: str = ""
 
     @classmethod
     def find(
@@ -89,21 +98,28 @@ class AgentRecords:
         cwd: pathlib.Path | None,
         env: Mapping[str, str] | None = None,
         channel: pathlib.Path | None = None,
+        session: str = "",
     ) -> AgentRecords:
-        """Locate ``name``'s records now (before a restart may start a new transcript)."""
-        path = None
-        if spec is not None and cwd is not None:
-            with contextlib.suppress(OSError):
-                path = locate_transcript(spec, cwd, env)
+        """Locate ``name``'s records now (before a restart may start a new transcript).
+
+        ``session`` is the conversation id recorded before (the store's); the agent's own
+        conversation among those its hooks named wins over it.
+        """
         redactor = Redactor()
         if channel is not None:
             try:
                 check_private(channel)
                 redactor = channel_redactor(channel)
+                named = [e.session for e in HookChannel(channel, offset=0).read() if e.session]
+                session = own_conversation(named, spec, cwd, env) or session
             except HookError as exc:
                 log.warning("%s: hook receipts not read: %s", name, exc)
                 channel = None
-        return cls(name, spec, path, cwd, channel, redactor)
+        path = None
+        if spec is not None and cwd is not None:
+            with contextlib.suppress(OSError):
+                path = locate_transcript(spec, cwd, env, session)
+        return cls(name, spec, path, cwd, channel, redactor, session)
 
     def submitted(self, text: str, nonce: str | None = None) -> tuple[Source, str] | None:
         """Which record shows the agent took ``text``, and how; None when none does.

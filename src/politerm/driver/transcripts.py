@@ -16,7 +16,7 @@ from politerm.protocol.transcript import (
 )
 
 if t.TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from politerm.agents.profile import TranscriptSpec
     from politerm.driver.receipts import Receipts
@@ -26,7 +26,10 @@ Tail = TranscriptTail | OpencodeTail
 
 
 def locate_transcript(
-    spec: TranscriptSpec, cwd: pathlib.Path, env: Mapping[str, str] | None = None
+    spec: TranscriptSpec,
+    cwd: pathlib.Path,
+    env: Mapping[str, str] | None = None,
+    session: str = "",
 ) -> pathlib.Path | None:
     """The transcript file the agent writes now, or None while there is none.
 
@@ -38,7 +41,10 @@ def locate_transcript(
     (default ``~/.local/share``).
 
     ``env`` is the agent's environment (where ``CLAUDE_CONFIG_DIR``/``CODEX_HOME`` may be
-    set); the process environment fills in the rest.
+    set); the process environment fills in the rest. With ``session`` (the CLI's own id of
+    the conversation, from its hooks) the newest log is not a guess: it is that
+    conversation's log or none, so two agents of one CLI in one directory never read each
+    other's (opencode keeps every conversation in one database).
     """
     if spec.locate == "file":
         if not spec.path:
@@ -49,15 +55,44 @@ def locate_transcript(
     home = pathlib.Path(_getenv(env, "HOME", str(pathlib.Path.home())))
     if spec.locate == "gemini-projects":
         base = pathlib.Path(_getenv(env, "GEMINI_CLI_HOME", "") or str(home))
-        return latest_gemini_session(cwd.resolve(), base / ".gemini")
+        return latest_gemini_session(cwd.resolve(), base / ".gemini", session)
     if spec.locate == "opencode-data":
         data = _getenv(env, "XDG_DATA_HOME", "") or str(home / ".local" / "share")
         return opencode_db(pathlib.Path(data))
     if spec.locate == "claude-projects":
         config_dir = pathlib.Path(_getenv(env, "CLAUDE_CONFIG_DIR", str(home / ".claude")))
-        return latest_claude_session(cwd, config_dir)
+        return latest_claude_session(cwd, config_dir, session)
     codex_home = pathlib.Path(_getenv(env, "CODEX_HOME", str(home / ".codex")))
-    return latest_codex_rollout(codex_home)
+    return latest_codex_rollout(codex_home, session)
+
+
+# Where a conversation's own log is found by the CLI's id of it.
+_BY_ID: t.Final = frozenset({"claude-projects", "codex-sessions", "gemini-projects"})
+
+
+def own_conversation(
+    sessions: Sequence[str],
+    spec: TranscriptSpec | None,
+    cwd: pathlib.Path | None,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """The agent's conversation among the ids its hooks named (oldest first), or "".
+
+    The newest id that has a log of its own: a CLI's side conversations (Codex titles a
+    thread in another thread, which also reports its turn) and a session that never got a
+    prompt keep none. Where the CLI's log is not found by id (opencode's one database),
+    the newest id.
+    """
+    checked: set[str] = set()
+    for session in reversed(sessions):
+        if session in checked:
+            continue
+        checked.add(session)
+        if spec is None or cwd is None or spec.locate not in _BY_ID:
+            return session
+        if locate_transcript(spec, cwd, env, session) is not None:
+            return session
+    return ""
 
 
 def _getenv(env: Mapping[str, str], key: str, default: str) -> str:

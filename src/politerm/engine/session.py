@@ -16,7 +16,7 @@ from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
 from politerm.driver import check_program, deliver, wait_ready
-from politerm.driver.receipts import launch_with_hooks, mark_pane
+from politerm.driver.receipts import CLI_SESSION_META, launch_with_hooks, mark_pane
 from politerm.driver.records import AgentRecords
 from politerm.engine.resume import resume_work
 from politerm.engine.router import Router
@@ -49,8 +49,13 @@ def agent_profile(cfg: AgentConfig) -> AgentProfile:
     return profile
 
 
-def kept_records(config: Config, name: str, profile: AgentProfile) -> AgentRecords:
-    """Where agent ``name`` of this session keeps its own records (hook channel, transcript)."""
+def kept_records(
+    config: Config, name: str, profile: AgentProfile, session: str = ""
+) -> AgentRecords:
+    """Where agent ``name`` of this session keeps its own records (hook channel, transcript).
+
+    ``session`` is the conversation id the store recorded for it (its hooks' newest wins).
+    """
     acfg = config.agents[name]
     channel: pathlib.Path | None = channel_path(hooks_dir_for(config), name)
     if channel is None or not channel.is_file():
@@ -59,7 +64,7 @@ def kept_records(config: Config, name: str, profile: AgentProfile) -> AgentRecor
     if channel is not None and hook_cli(profile.name, acfg.argv()) == "gemini":
         env.setdefault(GEMINI_HOME_ENV, str(gemini_home_path(channel)))
     cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
-    return AgentRecords.find(name, profile.transcript, cwd, env, channel)
+    return AgentRecords.find(name, profile.transcript, cwd, env, channel, session)
 
 
 def builtin_primer(name: str, contract: str = "politerm") -> str:
@@ -194,12 +199,12 @@ class Session:
             if pane is not None or self.store.get_agent(name) is not None:
                 respawned.append(name)
                 # Located now: the new process may begin a new transcript of its own.
-                records[name] = kept_records(self.config, name, profile)
+                recorded = self.store.get_meta(CLI_SESSION_META + name) or ""
+                records[name] = kept_records(self.config, name, profile, recorded)
             argv = acfg.argv()
             # An agent that ran before gets its resume arguments, to keep its context.
             if resume and self.store.get_agent(name) is not None:
-                extra = acfg.resume_args if acfg.resume_args is not None else profile.resume_args
-                argv = [*argv, *extra]
+                argv = [*argv, *self._resume_args(name, profile, records[name].session, say)]
                 restarted.append(name)
             env = {**profile.env, **acfg.env}
             # identity (POLI_AGENT…), no TMUX/TMUX_PANE, `poli mcp` when asked: messaging
@@ -270,6 +275,21 @@ class Session:
             router = Router(self.config, self.store, agents)
             resume_work(self.store, self.config, respawned, say, records=records, router=router)
         return agents
+
+    def _resume_args(
+        self, name: str, profile: AgentProfile, session: str, say: t.Callable[[str], None]
+    ) -> list[str]:
+        """The arguments that give ``name`` its own conversation back, said and recorded."""
+        configured = self.config.agents[name].resume_args
+        if configured is not None:
+            say(f"{name}: resuming with the configured resume_args {shlex.join(configured)}")
+            return list(configured)
+        args, which = profile.resume_argv(session)
+        if session:
+            self.store.set_meta(CLI_SESSION_META + name, session)
+        say(f"{name}: resuming {which}")
+        self.store.add_event("resume", agent=name, detail=f"{shlex.join(args)}: {which}")
+        return args
 
     async def attach(self) -> Agents:
         """Find the running agents of an existing session (after a router restart).

@@ -187,6 +187,9 @@ class HookEvent:
         The accepted prompt (PROMPT receipts).
     message
         A notification's message, redacted.
+    session
+        The CLI's own id of the conversation the event belongs to ("" when it sent none):
+        what ``poli up --resume`` resumes that agent with.
     """
 
     kind: HookKind
@@ -199,6 +202,7 @@ class HookEvent:
     prompt_tail: str = ""
     prompt_len: int = 0
     message: str = ""
+    session: str = ""
 
     def describe(self) -> str:
         """A short phrase for events and evidence.
@@ -285,4 +289,5 @@ def parse_line(line: str | bytes, *, where: str, offset: int = 0) -> HookEvent:
         str(prompt.get("tail", "")),
         int(prompt.get("len", 0) or 0),
         str(data.get("message", "")),
+        str(data.get("session", "")),
     )

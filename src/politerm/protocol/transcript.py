@@ -317,14 +317,41 @@ def newest(paths: t.Iterable[pathlib.Path]) -> pathlib.Path | None:
     return None if best is None else best[1]
 
 
-def latest_claude_session(workdir: pathlib.Path, config_dir: pathlib.Path) -> pathlib.Path | None:
-    """The newest ``<session>.jsonl`` of ``workdir`` (sub-agent ``agent-*`` logs excluded)."""
+def _safe_id(session: str) -> str:
+    """``session`` when it can name a file (a CLI's id), else "" (never a path or a glob).
+
+    Examples
+    --------
+    >>> _safe_id("0b5e3c1a-9f2d-4e7b-8c6a-1d2e3f4a5b6c"), _safe_id("../x"), _safe_id("a*")
+    ('0b5e3c1a-9f2d-4e7b-8c6a-1d2e3f4a5b6c', '', '')
+    """
+    return session if re.fullmatch(r"[A-Za-z0-9_-]{1,80}", session) else ""
+
+
+def latest_claude_session(
+    workdir: pathlib.Path, config_dir: pathlib.Path, session: str = ""
+) -> pathlib.Path | None:
+    """The newest ``<session>.jsonl`` of ``workdir`` (sub-agent ``agent-*`` logs excluded).
+
+    With ``session``, that conversation's log (Claude Code names it by the id), or None.
+    """
     folder = claude_project_dir(workdir, config_dir)
+    if session:
+        path = folder / f"{_safe_id(session)}.jsonl"
+        return path if _safe_id(session) and path.is_file() else None
     return newest(p for p in folder.glob("*.jsonl") if not p.name.startswith("agent-"))
 
 
-def latest_codex_rollout(codex_home: pathlib.Path) -> pathlib.Path | None:
-    """The newest ``sessions/YYYY/MM/DD/rollout-*.jsonl`` under ``codex_home``."""
+def latest_codex_rollout(codex_home: pathlib.Path, session: str = "") -> pathlib.Path | None:
+    """The newest ``sessions/YYYY/MM/DD/rollout-*.jsonl`` under ``codex_home``.
+
+    With ``session``, the newest rollout of that thread (its file name ends with the id).
+    """
+    if session:
+        safe = _safe_id(session)
+        if not safe:
+            return None
+        return newest((codex_home / "sessions").glob(f"*/*/*/rollout-*-{safe}.jsonl"))
     return newest((codex_home / "sessions").glob("*/*/*/rollout-*.jsonl"))
 
 
@@ -352,10 +379,21 @@ def gemini_project_dir(workdir: pathlib.Path, gemini_dir: pathlib.Path) -> pathl
     return None
 
 
-def latest_gemini_session(workdir: pathlib.Path, gemini_dir: pathlib.Path) -> pathlib.Path | None:
-    """The newest ``chats/session-*.jsonl`` Gemini CLI keeps for ``workdir``."""
+def latest_gemini_session(
+    workdir: pathlib.Path, gemini_dir: pathlib.Path, session: str = ""
+) -> pathlib.Path | None:
+    """The newest ``chats/session-*.jsonl`` Gemini CLI keeps for ``workdir``.
+
+    With ``session``, the newest of that conversation's (Gemini CLI ends the name with the
+    id's first 8 characters).
+    """
     folder = gemini_project_dir(workdir, gemini_dir)
-    return None if folder is None else newest((folder / "chats").glob("session-*.jsonl"))
+    if folder is None:
+        return None
+    if session:
+        safe = _safe_id(session)[:8]
+        return newest((folder / "chats").glob(f"session-*-{safe}.jsonl")) if safe else None
+    return newest((folder / "chats").glob("session-*.jsonl"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -95,13 +95,13 @@ def chromium_path() -> str:
 
 
 @contextlib.asynccontextmanager
-async def browser() -> t.AsyncIterator[Browser]:
-    """A headless chromium driven by playwright."""
+async def browser(*args: str) -> t.AsyncIterator[Browser]:
+    """A headless chromium driven by playwright (``args`` added to its command line)."""
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
         b = await pw.chromium.launch(
-            executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"]
+            executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu", *args]
         )
         try:
             yield b

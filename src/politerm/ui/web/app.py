@@ -1,9 +1,13 @@
 """The web monitor: FastAPI pages, a live overview and live panes over websockets.
 
-Every request and every websocket must carry the token (``?token=``, the cookie the first
-page sets, or the ``X-Poli-Token`` header); anything else gets 401 and no data. Actions
-(approve, deny, answer, gate, abort) exist only when the monitor was started with
-``allow_actions``; each names the exact question it answers (see :mod:`politerm.ui.actions`).
+Every request and every websocket must carry a token (``?token=``, the cookie the first
+page sets, or the ``X-Poli-Token`` header): the run's own on loopback, a paired device's
+(:mod:`politerm.ui.web.devices`) when remote. Anything else gets 401 and no data, is logged,
+and a client that keeps guessing gets 429 for a while (:mod:`politerm.ui.web.guard`).
+A request that changes something must also come from the page's own origin
+(:func:`~politerm.ui.web.guard.same_origin`). Actions (approve, deny, answer, gate, abort)
+exist only when the monitor was started with ``allow_actions``; each names the exact question
+it answers (see :mod:`politerm.ui.actions`) and is logged with who gave it.
 """
 
 from __future__ import annotations
@@ -14,20 +18,23 @@ import json
 import logging
 import pathlib
 import secrets
+import time
 import typing as t
 
 from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
 
 from politerm.errors import PolitermError, StaleAction
 from politerm.ui import actions
 from politerm.ui.web.assets import node_modules
+from politerm.ui.web.guard import SAFE_METHODS, FailedAttempts, same_origin
 
 if t.TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
     from politerm.ui.live import LiveState
+    from politerm.ui.web.devices import Devices
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +89,43 @@ class WebMonitor:
     live
         The shared live state (started by the app's lifespan).
     token
-        Required on every request and websocket.
+        The run's token, accepted on every request and websocket (None: devices only).
     allow_actions
         Whether approve/deny/answer/gate/abort are served.
+    devices
+        The paired devices whose tokens are accepted (``poli web --remote``).
+    origins
+        The origins the pages are served from; a request that changes something must come
+        from one of them.
+    remote
+        Served beyond this machine: a changing request must name its origin, the cookie is
+        TLS-only, and a token in the address is moved to the cookie at once.
+    attempts
+        The bad-token counter (by default 10 failures in 5 minutes remotely; 30 on loopback,
+        where every client shares one address and a guesser is a local process anyway).
     """
 
-    def __init__(self, live: LiveState, *, token: str, allow_actions: bool = False) -> None:
+    def __init__(
+        self,
+        live: LiveState,
+        *,
+        token: str | None,
+        allow_actions: bool = False,
+        devices: Devices | None = None,
+        origins: t.Sequence[str] = (),
+        remote: bool = False,
+        attempts: FailedAttempts | None = None,
+    ) -> None:
+        if token is None and devices is None:
+            msg = "the web monitor needs a token or paired devices"
+            raise ValueError(msg)
         self.live = live
         self.token = token
         self.allow_actions = allow_actions
+        self.devices = devices
+        self.origins = tuple(origins)
+        self.remote = remote
+        self.attempts = attempts or FailedAttempts(limit=10 if remote else 30)
         self.modules = node_modules()
         self.app = FastAPI(lifespan=self._lifespan, docs_url=None, redoc_url=None, openapi_url=None)
         self._routes()
@@ -105,18 +140,51 @@ class WebMonitor:
 
     # --- the token ------------------------------------------------------------------------
 
-    def _authorized(self, query: str | None, cookie: str | None, header: str | None) -> bool:
-        return any(
-            given is not None and secrets.compare_digest(given.encode(), self.token.encode())
-            for given in (query, cookie, header)
-        )
+    def _identify(self, tokens: Mapping[str, str]) -> tuple[str, str] | None:
+        """``(who, token)`` for the first token given that opens the monitor, else None.
 
-    def _http_ok(self, request: Request) -> bool:
-        return self._authorized(
-            request.query_params.get("token"),
-            request.cookies.get(COOKIE),
-            request.headers.get("x-poli-token"),
+        ``who`` goes into the action log: ``web`` for the run's token, ``web:NAME`` for a
+        paired device's.
+        """
+        for source in ("query", "header", "cookie"):
+            given = tokens.get(source)
+            if not given:
+                continue
+            if self.token is not None and secrets.compare_digest(
+                given.encode(), self.token.encode()
+            ):
+                return "web", given
+            device = self.devices.check(given) if self.devices is not None else None
+            if device is not None:
+                return f"web:{device}", given
+        return None
+
+    @staticmethod
+    def _tokens(conn: Request | WebSocket) -> dict[str, str]:
+        found = {
+            "query": conn.query_params.get("token"),
+            "header": conn.headers.get("x-poli-token"),
+            "cookie": conn.cookies.get(COOKIE),
+        }
+        return {k: v for k, v in found.items() if v}
+
+    def _refuse(self, client: str, path: str) -> tuple[int, str]:
+        """Count and log a bad token from ``client``; the status and message to answer."""
+        now = time.monotonic()
+        failures = self.attempts.fail(client, now=now)
+        detail = f"bad or missing token from {client} for {path} ({failures} recently)"
+        log.warning("poli web: %s", detail)
+        self.live.store.add_event(
+            "web-auth-refused", detail=detail, data={"client": client, "path": path}
         )
+        if failures >= self.attempts.limit:
+            wait = self.attempts.retry_after(client, now=now)
+            self.live.store.add_event(
+                "web-auth-blocked",
+                detail=f"{client} refused for {wait}s after {failures} bad tokens",
+                data={"client": client, "seconds": wait},
+            )
+        return 401, "a valid token is required"
 
     # --- routes ---------------------------------------------------------------------------
 
@@ -127,25 +195,57 @@ class WebMonitor:
         async def require_token(
             request: Request, call_next: Callable[[Request], Awaitable[Response]]
         ) -> Response:
-            if not self._http_ok(request):
-                return JSONResponse({"error": "a valid token is required"}, status_code=401)
-            response = await call_next(request)
+            client = request.client.host if request.client else "?"
+            if self.attempts.blocked(client, now=time.monotonic()):
+                wait = self.attempts.retry_after(client, now=time.monotonic())
+                return JSONResponse(
+                    {"error": "too many bad tokens: try again later"},
+                    status_code=429,
+                    headers={"Retry-After": str(wait)},
+                )
+            found = self._identify(self._tokens(request))
+            if found is None:
+                code, said = self._refuse(client, request.url.path)
+                return JSONResponse({"error": said}, status_code=code)
+            who, token = found
+            if request.method not in SAFE_METHODS and not same_origin(
+                request.headers.get("origin"),
+                request.headers.get("referer"),
+                self.origins,
+                required=self.remote,
+            ):
+                log.warning(
+                    "poli web: cross-origin %s %s refused", request.method, request.url.path
+                )
+                return JSONResponse(
+                    {"ok": False, "error": "refused: not from this monitor's own page"},
+                    status_code=403,
+                )
+            request.state.who, request.state.token = who, token
+            if self.remote and request.query_params.get("token"):
+                # Out of the address bar and the history at once; the cookie carries it on.
+                response: Response = RedirectResponse(request.url.path, status_code=303)
+            else:
+                response = await call_next(request)
             if request.query_params.get("token"):
-                response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
+                response.set_cookie(
+                    COOKIE, token, httponly=True, samesite="strict", secure=self.remote
+                )
             response.headers["Cache-Control"] = "no-store"
+            response.headers["Referrer-Policy"] = "same-origin"
             return response
 
         @app.get("/", response_class=HTMLResponse)
-        async def overview_page() -> HTMLResponse:
-            return self._page("overview", title="politerm")
+        async def overview_page(request: Request) -> HTMLResponse:
+            return self._page(request, "overview", title="politerm")
 
         @app.get("/events", response_class=HTMLResponse)
-        async def events_page() -> HTMLResponse:
-            return self._page("events", title="events")
+        async def events_page(request: Request) -> HTMLResponse:
+            return self._page(request, "events", title="events")
 
         @app.get("/agent/{name}", response_class=HTMLResponse)
-        async def agent_page(name: str) -> HTMLResponse:
-            return self._page("agent", title=name, agent=name)
+        async def agent_page(request: Request, name: str) -> HTMLResponse:
+            return self._page(request, "agent", title=name, agent=name)
 
         @app.get("/static/{name}")
         async def static(name: str) -> FileResponse:
@@ -160,33 +260,35 @@ class WebMonitor:
             return JSONResponse(self.live.overview)
 
         @app.post("/api/approve")
-        async def approve(body: ApproveBody) -> JSONResponse:
+        async def approve(request: Request, body: ApproveBody) -> JSONResponse:
             ref = actions.ApprovalRef(body.agent, body.asked, body.command)
-            return self._act(
-                lambda: actions.approve(self.live.store, ref, deny=body.deny, by="web")
-            )
+            by = request.state.who
+            return self._act(lambda: actions.approve(self.live.store, ref, deny=body.deny, by=by))
 
         @app.post("/api/answer")
-        async def answer(body: AnswerBody) -> JSONResponse:
+        async def answer(request: Request, body: AnswerBody) -> JSONResponse:
+            live, by = self.live, request.state.who
             return self._act(
                 lambda: actions.answer(
-                    self.live.store, self.live.config, body.task, body.question, body.text
+                    live.store, live.config, body.task, body.question, body.text, by=by
                 )
             )
 
         @app.post("/api/gate")
-        async def gate(body: GateBody) -> JSONResponse:
-            project = self.live.project or pathlib.Path.cwd()
+        async def gate(request: Request, body: GateBody) -> JSONResponse:
+            project, by = self.live.project or pathlib.Path.cwd(), request.state.who
             return self._act(
-                lambda: actions.gate(project, body.run_id, body.seq, body.answer, by="web")
+                lambda: actions.gate(project, body.run_id, body.seq, body.answer, by=by)
             )
 
         @app.post("/api/abort")
-        async def abort(body: AbortBody) -> JSONResponse:
+        async def abort(request: Request, body: AbortBody) -> JSONResponse:
             if not self.allow_actions:
                 return _read_only()
             try:
-                said = await actions.abort(self.live.store, self.live.config, body.task)
+                said = await actions.abort(
+                    self.live.store, self.live.config, body.task, by=request.state.who
+                )
             except PolitermError as exc:
                 return _refused(exc)
             self.live.poke()
@@ -217,9 +319,10 @@ class WebMonitor:
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _page(self, kind: str, *, title: str, agent: str = "") -> HTMLResponse:
+    def _page(self, request: Request, kind: str, *, title: str, agent: str = "") -> HTMLResponse:
         html = (STATIC / _PAGES[kind]).read_text(encoding="utf-8")
-        config = {"token": self.token, "actions": self.allow_actions, "agent": agent}
+        token = request.state.token  # the page's own calls carry the token that opened it
+        config = {"token": token, "actions": self.allow_actions, "agent": agent}
         html = html.replace("{{TITLE}}", _escape(title)).replace(
             "{{CONFIG}}", _escape(json.dumps(config))
         )
@@ -243,10 +346,17 @@ class WebMonitor:
         return JSONResponse({"ok": True, "message": said})
 
     async def _ws_accept(self, ws: WebSocket) -> bool:
-        if not self._authorized(
-            ws.query_params.get("token"), ws.cookies.get(COOKIE), ws.headers.get("x-poli-token")
-        ):
+        client = ws.client.host if ws.client else "?"
+        if self.attempts.blocked(client, now=time.monotonic()):
+            await ws.close(code=1008, reason="too many bad tokens: try again later")
+            return False
+        if self._identify(self._tokens(ws)) is None:
+            self._refuse(client, ws.url.path)
             await ws.close(code=1008, reason="a valid token is required")
+            return False
+        # A browser always names the page that opens a websocket; another site's page is refused.
+        if not same_origin(ws.headers.get("origin"), None, self.origins, required=False):
+            await ws.close(code=1008, reason="not from this monitor's own page")
             return False
         await ws.accept()
         return True

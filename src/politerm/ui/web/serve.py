@@ -16,6 +16,7 @@ if t.TYPE_CHECKING:
     from collections.abc import Callable
 
     from politerm.ui.web.app import WebMonitor
+    from politerm.ui.web.tls import Certificate
 
 
 def is_loopback(host: str) -> bool:
@@ -36,18 +37,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, *, token_given: bool) -> None:
-    """Refuse to listen beyond this machine unless the user chose the token.
+def check_bind(host: str, *, remote: bool) -> None:
+    """Refuse to listen beyond this machine without TLS and device tokens (``--remote``).
 
     Raises
     ------
     UiError
-        ``host`` is not a loopback address and no ``--token`` was given.
+        ``host`` is not a loopback address and ``remote`` is false.
     """
-    if not is_loopback(host) and not token_given:
+    if not is_loopback(host) and not remote:
         msg = (
-            f"--host {host} listens beyond this machine: give the token with --token "
-            "(or POLI_WEB_TOKEN) so you know who can read your agents' screens"
+            f"--host {host} listens beyond this machine: use --remote, which serves only over "
+            "TLS and only to paired devices"
         )
         raise UiError(msg)
 
@@ -75,11 +76,22 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket, token: str | None, path: str = "/") -> str:
-    """The address to open, with the token when given (never in a notification's link)."""
+def url_of(
+    sock: socket.socket,
+    token: str | None,
+    path: str = "/",
+    *,
+    scheme: str = "http",
+    hostname: str | None = None,
+) -> str:
+    """The address to open, with the token when given (never in a notification's link).
+
+    ``hostname`` replaces the bound address (the name a phone uses to reach this machine).
+    """
     host, port = sock.getsockname()[:2]
+    host = hostname or host
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}{path}" + (f"?token={token}" if token else "")
+    return f"{scheme}://{shown}:{port}{path}" + (f"?token={token}" if token else "")
 
 
 class _Server(uvicorn.Server):
@@ -121,8 +133,12 @@ async def serve(
     *,
     started: Callable[[], None] | None = None,
     stop: asyncio.Event | None = None,
+    certificate: Certificate | None = None,
 ) -> None:
-    """Serve ``monitor.app`` on ``sock`` until ``stop`` is set (or the task is cancelled)."""
+    """Serve ``monitor.app`` on ``sock`` until ``stop`` is set (or the task is cancelled).
+
+    With ``certificate`` the socket speaks TLS only.
+    """
     config = uvicorn.Config(
         monitor.app,
         log_level="warning",
@@ -130,6 +146,8 @@ async def serve(
         lifespan="on",
         ws_ping_interval=None,
         date_header=False,
+        ssl_certfile=str(certificate.cert) if certificate else None,
+        ssl_keyfile=str(certificate.key) if certificate else None,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -124,6 +124,22 @@ def test_actions_refuse_stale_questions(tmp_path: pathlib.Path) -> None:
             actions.gate(tmp_path / "p", "r1", 1, "y", by="test")
 
 
+async def test_answers_and_aborts_are_logged_with_who_gave_them(tmp_path: pathlib.Path) -> None:
+    config = load_config(_project(tmp_path / "p", "poli-none"), env={})
+    with RunStore.open(config.store.resolved_path()) as store:
+        store.create_task("T1", "x", max_rounds=2)
+        store.update_task("T1", state=TaskState.WAITING_USER, question="Which?")
+        actions.answer(store, config, "T1", "Which?", "blue", by="web:phone")
+        store.create_task("T2", "y", max_rounds=2)
+        await actions.abort(store, config, "T2", by="dash")
+        logged = [e for e in store.list_events() if e.kind == "ui-action"]
+        assert [(e.task_id, e.data["by"], e.data["action"]) for e in logged] == [
+            ("T1", "web:phone", "answer"),
+            ("T2", "dash", "abort"),
+        ]
+        assert logged[0].detail == "web:phone: answered 'Which?'"
+
+
 async def test_sessions_of_every_workflow_are_told_apart(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:

@@ -69,8 +69,12 @@ def approve(store: RunStore, ref: ApprovalRef, *, deny: bool = False, by: str) -
     return f"{done}: {ref.agent} {pending.what}"
 
 
-def answer(store: RunStore, config: Config, task_id: str, question: str, text: str) -> str:
+def answer(
+    store: RunStore, config: Config, task_id: str, question: str, text: str, *, by: str = "ui"
+) -> str:
     """Answer the question task ``task_id`` waits on, if it is still ``question``.
+
+    ``by`` (``web``, ``web:DEVICE``, ``dash``) goes into the event log with the answer.
 
     Raises
     ------
@@ -93,6 +97,12 @@ def answer(store: RunStore, config: Config, task_id: str, question: str, text: s
         msg = f"task {task_id} now asks {task.question!r}, not the question shown"
         raise StaleAction(msg)
     loop_answer(store, config, task_id, text)
+    store.add_event(
+        "ui-action",
+        task_id=task_id,
+        detail=f"{by}: answered {question!r}",
+        data={"action": "answer", "by": by},
+    )
     return f"answered task {task_id}"
 
 
@@ -128,8 +138,8 @@ def gate(project: pathlib.Path, run_id: str, seq: int, reply: str, *, by: str) -
     return f"step {question['step']}: answered {reply}"
 
 
-async def abort(store: RunStore, config: Config, task_id: str) -> str:
-    """Abort task ``task_id`` (interrupts the agents working on it).
+async def abort(store: RunStore, config: Config, task_id: str, *, by: str = "ui") -> str:
+    """Abort task ``task_id`` (interrupts the agents working on it); ``by`` is logged.
 
     Raises
     ------
@@ -145,4 +155,7 @@ async def abort(store: RunStore, config: Config, task_id: str) -> str:
         msg = f"task {task_id} has already ended"
         raise StaleAction(msg)
     await loop_abort(config, store, task_id)
+    store.add_event(
+        "ui-action", task_id=task_id, detail=f"{by}: aborted", data={"action": "abort", "by": by}
+    )
     return f"aborted task {task_id}"

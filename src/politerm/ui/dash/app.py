@@ -437,7 +437,7 @@ class DashApp(App[None]):
             if text is not None:
                 self._run(
                     lambda: actions.answer(
-                        self.live.store, self.live.config, task["id"], question, text
+                        self.live.store, self.live.config, task["id"], question, text, by="dash"
                     )
                 )
 
@@ -471,7 +471,7 @@ class DashApp(App[None]):
 
         async def go() -> None:
             try:
-                said = await actions.abort(self.live.store, self.live.config, task["id"])
+                said = await actions.abort(self.live.store, self.live.config, task["id"], by="dash")
             except PolitermError as exc:
                 self._say(f"refused: {exc}", error=True)
                 return

@@ -23,13 +23,13 @@ import time
 import typing as t
 
 from bench._common import Row, Stats, cli, print_table, ratio
+from politerm.config.manager import BrainSettings, ManagerConfig
 from politerm.manager.brain import GeminiBrain
 from politerm.manager.channels import FileChannel
 from politerm.manager.engine import Manager
-from politerm.manager.settings import BrainSettings, ManagerConfig
+from politerm.manager.store import ManagerStore
 from politerm.redact import Redactor
 from politerm.store import RunStore
-from politerm.store.manager import ManagerStore
 from politerm.testing.mockllm import MockLLM, Rule
 
 POLL_INTERVAL = 1.0

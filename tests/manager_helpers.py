@@ -9,19 +9,19 @@ import subprocess
 import sys
 import typing as t
 
+from politerm.config.manager import BrainSettings, ManagerConfig
 from politerm.manager.brain import API_BRAINS
 from politerm.manager.channels import FileChannel
 from politerm.manager.engine import Manager
-from politerm.manager.settings import BrainSettings, ManagerConfig
+from politerm.manager.store import ManagerStore
 from politerm.redact import Redactor
 from politerm.store import RunStore
-from politerm.store.manager import ManagerStore
 from politerm.testing.mockllm import MockLLM, Rule
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from politerm.store.manager import Project
+    from politerm.manager.store import Project
 
 IDE = pathlib.Path(__file__).with_name("manager_ide.py")
 

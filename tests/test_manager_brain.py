@@ -8,6 +8,7 @@ import typing as t
 
 import pytest
 
+from politerm.config.manager import BrainSettings
 from politerm.errors import (
     BrainAuthError,
     BrainError,
@@ -16,7 +17,6 @@ from politerm.errors import (
     BrainTimeout,
 )
 from politerm.manager.brain import API_BRAINS, ApiBrain, resolve_key
-from politerm.manager.settings import BrainSettings
 from politerm.redact import Redactor
 from politerm.testing.mockllm import MockLLM, Rule
 
@@ -146,8 +146,8 @@ def test_a_missing_sdk_names_its_extra_and_the_base_install_has_none(
     import sys
     import tomllib
 
+    from politerm.config.manager import DEFAULT_KEY_ENV
     from politerm.manager.brain import api_brain
-    from politerm.manager.settings import DEFAULT_KEY_ENV
 
     monkeypatch.setitem(sys.modules, module, None)  # as if the extra was not installed
     env = {DEFAULT_KEY_ENV[provider][0]: "k"}

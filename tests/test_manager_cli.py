@@ -15,9 +15,9 @@ import typing as t
 
 import pytest
 
+from politerm.manager.store import ManagerStore
 from politerm.pty.runner import PtyTerminal
 from politerm.store import RunStore
-from politerm.store.manager import ManagerStore
 from politerm.testing.mockllm import MockLLM, Rule
 from politerm.testing.retry import WaitTimeout, aretry_until, retry_until
 from tests.manager_helpers import THREE_STEPS, ide

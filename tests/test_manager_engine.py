@@ -15,8 +15,8 @@ import pytest
 
 from politerm.errors import DevStepTimeout, ManagerError
 from politerm.manager.states import ManagerState
+from politerm.manager.store import ManagerStore
 from politerm.store import RunStore
-from politerm.store.manager import ManagerStore
 from politerm.testing.mockllm import MockLLM, Rule
 from tests.manager_helpers import THREE_STEPS, Rig, ide
 

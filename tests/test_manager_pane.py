@@ -16,16 +16,16 @@ from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.engine import Manager
 from politerm.manager.pane import PaneChannel
 from politerm.manager.states import ManagerState
+from politerm.manager.store import ManagerStore
 from politerm.redact import Redactor
 from politerm.store import RunStore
-from politerm.store.manager import ManagerStore
 from politerm.testing.fakeagent import prompts
 from politerm.testing.mockllm import MockLLM, Rule
 from tests.manager_helpers import brain_settings
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
-    from politerm.store.manager import Project
+    from politerm.manager.store import Project
     from politerm.tmux import TmuxServer
 
 S = ManagerState

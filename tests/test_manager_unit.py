@@ -14,8 +14,8 @@ from politerm.errors import BrainReplyError, ManagerProjectError, ManagerStateEr
 from politerm.manager.prompt import Limits, planning_prompt, project_overview
 from politerm.manager.reply import ReplyKind, parse_reply
 from politerm.manager.states import TRANSITIONS, ManagerState, check_transition
+from politerm.manager.store import ManagerStore, Role, TaskStatus
 from politerm.store import RunStore
-from politerm.store.manager import ManagerStore, Role, TaskStatus
 
 S = ManagerState
 KEY = "sk-ant-api03-" + "x7Yz9AbCdEfGhIjKlMnOpQrStUvWx" + "-Zz"
@@ -136,7 +136,7 @@ def test_overview_is_bounded_and_skips_noise(tmp_path: pathlib.Path) -> None:
 
 
 def test_planning_prompt_holds_every_part_in_order() -> None:
-    from politerm.store.manager import Turn
+    from politerm.manager.store import Turn
 
     turns = [Turn(1, "p", "t", 1, "manager", "Create x", False, 0.0)]
     text = planning_prompt(
@@ -235,9 +235,9 @@ def test_secrets_never_reach_the_store_or_audit(
 
 
 def test_summarization_triggers_on_turns_or_tokens() -> None:
+    from politerm.config.manager import ManagerConfig
     from politerm.manager.engine import needs_summary
-    from politerm.manager.settings import ManagerConfig
-    from politerm.store.manager import Turn
+    from politerm.manager.store import Turn
 
     def turns(n: int, size: int) -> list[Turn]:
         return [Turn(i, "p", "t", i, "dev", "x" * size, False, 0.0) for i in range(n)]
@@ -283,7 +283,7 @@ DOC = pathlib.Path(__file__).parents[1] / "docs" / "manager.md"
 
 
 def test_the_docs_table_names_every_manager_key_with_its_default() -> None:
-    from politerm.manager.settings import BrainSettings, ManagerConfig
+    from politerm.config.manager import BrainSettings, ManagerConfig
 
     text = DOC.read_text()
     table = text.split("Every key of `[manager]`", 1)[1].split("\n\n", 2)[1]

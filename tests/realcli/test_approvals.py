@@ -24,8 +24,8 @@ from politerm.agents.approval import (
     answer_pending,
     get_pending,
 )
-from politerm.agents.check import check_agent
 from politerm.agents.profile import load_profile
+from politerm.canary.agentcheck import check_agent
 from politerm.driver import AgentDriver
 from politerm.driver.turn import Expect
 from politerm.testing.mockllm import Rule

@@ -265,10 +265,10 @@ async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_tas
 def _fill_the_other_tables(store: RunStore, root: pathlib.Path) -> None:
     """An agent with tokens, an epic run and its item, mail between agents, a manager project."""
     from politerm.driver.tokens import add_tokens
+    from politerm.manager.store import ManagerStore
     from politerm.protocol.usage import Usage
     from politerm.store.epics import EpicStore
     from politerm.store.mail import Capability, Mailbox, MailKind
-    from politerm.store.manager import ManagerStore
 
     store.upsert_agent(
         "PLANNER", session="t", pane_id="%99", command="fake", cwd=str(root),

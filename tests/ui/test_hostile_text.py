@@ -16,9 +16,9 @@ import urllib.request
 
 from politerm.agents.approval import PendingApproval, set_pending
 from politerm.config import load_config
+from politerm.manager.store import ManagerStore
 from politerm.store import RunStore
 from politerm.store.epics import EpicStore
-from politerm.store.manager import ManagerStore
 from politerm.store.models import TaskState
 from politerm.testing.retry import aretry_until
 from politerm.ui.dash import DashApp

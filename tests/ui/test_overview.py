@@ -11,10 +11,10 @@ import pytest
 from politerm.agents.approval import Decision, PendingApproval, get_pending, set_pending
 from politerm.config import load_config
 from politerm.errors import StaleAction, UiError
+from politerm.manager.store import ManagerStore
 from politerm.pipeline.state import session_name
 from politerm.store import RunStore
 from politerm.store.mail import Capability, Mailbox, MailKind
-from politerm.store.manager import ManagerStore
 from politerm.store.models import TaskState
 from politerm.testing.retry import aretry_until
 from politerm.ui import actions

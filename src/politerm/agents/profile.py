@@ -212,6 +212,10 @@ class TranscriptSpec(_Model):
         (see :func:`politerm.driver.transcripts.locate_transcript`).
     path
         For ``locate = "file"``.
+    path_env
+        For ``locate = "file"``: an environment variable that, set in the agent's
+        environment, names the file instead of ``path`` (aider's
+        ``AIDER_CHAT_HISTORY_FILE``).
     """
 
     format: t.Literal["claude", "codex", "aider", "gemini", "opencode"]
@@ -219,6 +223,7 @@ class TranscriptSpec(_Model):
         "file", "claude-projects", "codex-sessions", "gemini-projects", "opencode-data"
     ] = "file"
     path: str | None = None
+    path_env: str | None = None
 
 
 class AgentProfile(_Model):
@@ -234,6 +239,9 @@ class AgentProfile(_Model):
     # Resume one conversation by the CLI's own id ("{session}"): two agents of one CLI in
     # one directory each get theirs back, where resume_args would give both the newest.
     resume_session_args: list[str] = []
+    # A CLI that keeps its conversation in a file of the directory (aider): politerm gives
+    # each agent its own file beside the default, so that resume_args restore its own.
+    own_history: bool = False
     unsafe_args: list[str] = []
     unsafe_env: dict[str, str] = {}
     version_args: list[str] = ["--version"]
@@ -485,11 +493,36 @@ class AgentProfile(_Model):
             *(self.unsafe_args if unsafe else ()),
         ]
 
-    def resume_argv(self, session: str = "") -> tuple[list[str], str]:
+    def history_env(self, agent: str, cwd: pathlib.Path) -> dict[str, str]:
+        """The environment that gives ``agent`` its own history file (``own_history``).
+
+        The transcript's ``path`` with the agent's name before its suffix, in ``cwd``, in
+        the transcript's ``path_env``; nothing for a CLI without ``own_history``.
+
+        Examples
+        --------
+        >>> spec = TranscriptSpec(format="aider", path=".aider.chat.history.md",
+        ...                       path_env="AIDER_CHAT_HISTORY_FILE")
+        >>> p = AgentProfile(name="x", own_history=True, transcript=spec)
+        >>> p.history_env("PLANNER", pathlib.Path("/w"))
+        {'AIDER_CHAT_HISTORY_FILE': '/w/.aider.chat.history.PLANNER.md'}
+        >>> AgentProfile(name="y").history_env("PLANNER", pathlib.Path("/w"))
+        {}
+        """
+        spec = self.transcript
+        if not self.own_history or spec is None or not spec.path or not spec.path_env:
+            return {}
+        default = pathlib.PurePath(spec.path)
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in agent) or "agent"
+        own = default.with_name(f"{default.stem}.{safe}{default.suffix}")
+        return {spec.path_env: str(cwd / own)}
+
+    def resume_argv(self, session: str = "", history: str = "") -> tuple[list[str], str]:
         """The arguments that resume this agent's conversation, and which conversation.
 
         With the CLI's own id of the conversation (``session``) and ``resume_session_args``,
-        that conversation; else the generic ``resume_args`` (the CLI's newest).
+        that conversation; with the agent's own ``history`` file, ``resume_args`` restore
+        it; else the generic ``resume_args`` (the CLI's newest).
 
         Examples
         --------
@@ -503,6 +536,8 @@ class AgentProfile(_Model):
         if session and self.resume_session_args:
             args = [a.replace("{session}", session) for a in self.resume_session_args]
             return args, f"its own conversation {session}"
+        if history:
+            return list(self.resume_args), f"its own chat history {history}"
         how = shlex.join(self.resume_args) if self.resume_args else "no resume arguments"
         return list(self.resume_args), f"no conversation id known: the newest conversation ({how})"
 

@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from politerm.agents.check import DEFAULT_PROMPT, check_agent, probe_all
 from politerm.agents.profile import list_profiles, load_profile
+from politerm.canary.agentcheck import DEFAULT_PROMPT, check_agent, probe_all
 from politerm.cli._output import show
 
 

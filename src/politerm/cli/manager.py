@@ -19,7 +19,7 @@ from politerm.cli._common import config_option, load
 if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.manager.engine import Manager
-    from politerm.store.manager import Project
+    from politerm.manager.store import Project
 
 EXIT_COMPLETE: t.Final = 0
 EXIT_FAILED: t.Final = 1

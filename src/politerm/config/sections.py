@@ -16,8 +16,8 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from politerm.agents.profile import guess_profile
+from politerm.config.manager import ManagerConfig
 from politerm.errors import ConfigError
-from politerm.manager.settings import ManagerConfig
 from politerm.project import Project, find_project
 
 if t.TYPE_CHECKING:

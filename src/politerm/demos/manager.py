@@ -14,13 +14,13 @@ from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.engine import Manager
 from politerm.manager.pane import PaneChannel, session_name
 from politerm.manager.states import ManagerState
+from politerm.manager.store import ManagerStore
 from politerm.redact import Redactor
 from politerm.store import RunStore
-from politerm.store.manager import ManagerStore
 from politerm.tmux.server import TmuxServer
 
 if t.TYPE_CHECKING:
-    from politerm.store.manager import Project
+    from politerm.manager.store import Project
 
 GOAL = "Make hello.py with a test"
 

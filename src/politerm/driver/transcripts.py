@@ -33,7 +33,8 @@ def locate_transcript(
 ) -> pathlib.Path | None:
     """The transcript file the agent writes now, or None while there is none.
 
-    By ``spec.locate``: ``file``, ``spec.path`` under ``cwd``; ``claude-projects``, the
+    By ``spec.locate``: ``file``, ``spec.path`` under ``cwd`` (or the file the agent's
+    environment names in ``spec.path_env``); ``claude-projects``, the
     newest session log of ``cwd`` under ``$CLAUDE_CONFIG_DIR`` (default ``~/.claude``);
     ``codex-sessions``, the newest rollout under ``$CODEX_HOME`` (default ``~/.codex``);
     ``gemini-projects``, the newest chat of ``cwd`` under ``$GEMINI_CLI_HOME/.gemini``
@@ -46,12 +47,13 @@ def locate_transcript(
     conversation's log or none, so two agents of one CLI in one directory never read each
     other's (opencode keeps every conversation in one database).
     """
-    if spec.locate == "file":
-        if not spec.path:
-            return None
-        path = cwd / spec.path
-        return path if path.is_file() else None
     env = env or {}
+    if spec.locate == "file":
+        name = (_getenv(env, spec.path_env, "") if spec.path_env else "") or spec.path
+        if not name:
+            return None
+        path = cwd / name
+        return path if path.is_file() else None
     home = pathlib.Path(_getenv(env, "HOME", str(pathlib.Path.home())))
     if spec.locate == "gemini-projects":
         base = pathlib.Path(_getenv(env, "GEMINI_CLI_HOME", "") or str(home))

@@ -27,7 +27,7 @@ from politerm.store.models import MessageState, TaskState, TurnEnd
 
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
-    from politerm.config import Config
+    from politerm.config import AgentConfig, Config
     from politerm.protocol.block import Block
     from politerm.store import RunStore
     from politerm.store.models import Message, Turn
@@ -47,6 +47,15 @@ RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
 
 AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
+
+
+def agent_env(name: str, acfg: AgentConfig, profile: AgentProfile) -> dict[str, str]:
+    """The environment of a session agent: its profile's, its own history file's, its own.
+
+    Every driver of the agent uses it too, so that they read the history file it writes.
+    """
+    cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
+    return {**profile.env, **profile.history_env(name, cwd), **acfg.env}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +133,7 @@ class RouterBase:
         acfg = self.config.agents.get(name)
         # Long bodies come as files in the agent's working directory; nowhere else.
         cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
-        env = dict(acfg.env) if acfg is not None else {}
+        env = agent_env(name, acfg, profile) if acfg is not None else {}
         return AgentDriver.attach(
             name,
             profile,

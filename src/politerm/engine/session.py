@@ -19,6 +19,7 @@ from politerm.driver import check_program, deliver, wait_ready
 from politerm.driver.receipts import CLI_SESSION_META, launch_with_hooks, mark_pane
 from politerm.driver.records import AgentRecords
 from politerm.engine.resume import resume_work
+from politerm.engine.routebase import agent_env
 from politerm.engine.router import Router
 from politerm.errors import HookError, RoutingError, SessionNotFound
 from politerm.hooks.channel import channel_path, hooks_dir_for, remove_hooks_dir
@@ -60,10 +61,10 @@ def kept_records(
     channel: pathlib.Path | None = channel_path(hooks_dir_for(config), name)
     if channel is None or not channel.is_file():
         channel = None
-    env = {**profile.env, **acfg.env}
+    cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
+    env = agent_env(name, acfg, profile)
     if channel is not None and hook_cli(profile.name, acfg.argv()) == "gemini":
         env.setdefault(GEMINI_HOME_ENV, str(gemini_home_path(channel)))
-    cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
     return AgentRecords.find(name, profile.transcript, cwd, env, channel, session)
 
 
@@ -206,7 +207,7 @@ class Session:
             if resume and self.store.get_agent(name) is not None:
                 argv = [*argv, *self._resume_args(name, profile, records[name].session, say)]
                 restarted.append(name)
-            env = {**profile.env, **acfg.env}
+            env = agent_env(name, acfg, profile)
             # identity (POLI_AGENT…), no TMUX/TMUX_PANE, `poli mcp` when asked: messaging
             argv, env = prepare_launch(
                 self.config,
@@ -284,7 +285,9 @@ class Session:
         if configured is not None:
             say(f"{name}: resuming with the configured resume_args {shlex.join(configured)}")
             return list(configured)
-        args, which = profile.resume_argv(session)
+        cwd = pathlib.Path(self.config.agents[name].cwd).expanduser().resolve()
+        history = next(iter(profile.history_env(name, cwd).values()), "")
+        args, which = profile.resume_argv(session, history)
         if session:
             self.store.set_meta(CLI_SESSION_META + name, session)
         say(f"{name}: resuming {which}")

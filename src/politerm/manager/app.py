@@ -21,10 +21,10 @@ from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.brain import API_BRAINS, resolve_key
 from politerm.manager.channels import FileChannel
 from politerm.manager.engine import EventSink, Manager
+from politerm.manager.store import Channel, ManagerStore
 from politerm.redact import Redactor
 from politerm.store import RunStore
 from politerm.store.db import FILE_MODE, ensure_private_dir
-from politerm.store.manager import Channel, ManagerStore
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -34,7 +34,7 @@ if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.manager.brain import Brain
     from politerm.manager.channels import DevChannel
-    from politerm.store.manager import Project
+    from politerm.manager.store import Project
 
 
 def open_store(config: Config, redactor: Redactor | None = None) -> ManagerStore:

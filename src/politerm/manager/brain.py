@@ -17,6 +17,7 @@ import json
 import os
 import typing as t
 
+from politerm.config.manager import DEFAULT_KEY_ENV
 from politerm.errors import (
     BrainAuthError,
     BrainError,
@@ -24,12 +25,11 @@ from politerm.errors import (
     BrainReplyError,
     BrainTimeout,
 )
-from politerm.manager.settings import DEFAULT_KEY_ENV
 
 if t.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
-    from politerm.manager.settings import BrainSettings
+    from politerm.config.manager import BrainSettings
     from politerm.redact import Redactor
 
 _RETRY_STATUS: t.Final = frozenset({408, 409, 429})
@@ -56,7 +56,7 @@ class Brain(t.Protocol):
 def resolve_key(settings: BrainSettings, env: Mapping[str, str] | None = None) -> str:
     """The API key: ``api_key_env``'s variable, the config's ``api_key``, or the defaults.
 
-    The provider's default variables (:data:`~politerm.manager.settings.DEFAULT_KEY_ENV`)
+    The provider's default variables (:data:`~politerm.config.manager.DEFAULT_KEY_ENV`)
     come last.
 
     Raises

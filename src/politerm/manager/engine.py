@@ -34,15 +34,15 @@ from politerm.manager.prompt import (
 )
 from politerm.manager.reply import Reply, ReplyKind, clean_text, parse_reply
 from politerm.manager.states import ManagerState
-from politerm.store.manager import Project, Role, TaskStatus
+from politerm.manager.store import Project, Role, TaskStatus
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable
 
+    from politerm.config.manager import ManagerConfig
     from politerm.manager.brain import Brain
     from politerm.manager.channels import DevChannel
-    from politerm.manager.settings import ManagerConfig
-    from politerm.store.manager import ManagerStore, Turn
+    from politerm.manager.store import ManagerStore, Turn
 
 S = ManagerState
 EventSink = t.Callable[[Project, str], None]

@@ -33,8 +33,8 @@ from politerm.protocol.report import Report, ReportParser, ReportStatus
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
+    from politerm.manager.store import Project
     from politerm.store import RunStore
-    from politerm.store.manager import Project
     from politerm.tmux.server import TmuxServer
 
 REPORT_TEMPLATE: t.Final = """\

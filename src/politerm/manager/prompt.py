@@ -16,7 +16,7 @@ import typing as t
 if t.TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from politerm.store.manager import Turn
+    from politerm.manager.store import Turn
 
 SYSTEM_PROMPT: t.Final = """\
 You are the dev manager of a software project. A Dev Engineer (an AI coding agent) works in \

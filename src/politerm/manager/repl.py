@@ -32,8 +32,8 @@ if t.TYPE_CHECKING:
 
     from politerm.manager.app import ProjectLock
     from politerm.manager.engine import Manager
+    from politerm.manager.store import Project
     from politerm.redact import Redactor
-    from politerm.store.manager import Project
 
 log = logging.getLogger(__name__)
 

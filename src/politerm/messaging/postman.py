@@ -136,6 +136,7 @@ class Postman:
         agent = self.m.store.get_agent(name)
         configured = self.m.config.agents.get(name)
         if configured is not None:
+            from politerm.engine.routebase import agent_env
             from politerm.engine.session import agent_profile
 
             profile = agent_profile(configured)
@@ -145,7 +146,7 @@ class Postman:
         limits = LimitPolicy(**self.m.config.limits.model_dump())
         # its directory and environment locate its own records (transcript) after a crash
         cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
-        env = configured.env if configured is not None else None
+        env = agent_env(name, configured, profile) if configured is not None else None
         driver = AgentDriver.attach(
             name,
             profile,

@@ -157,7 +157,7 @@ def _mail(store: RunStore) -> list[dict[str, t.Any]]:
 
 
 def _managers(store: RunStore) -> list[dict[str, t.Any]]:
-    from politerm.store.manager import ManagerStore
+    from politerm.manager.store import ManagerStore
 
     return [
         {

@@ -323,14 +323,14 @@ def check_agents(ctx: DoctorContext) -> Iterable[CheckResult]:
 
 def check_epic_agent(ctx: DoctorContext) -> Iterable[CheckResult]:
     """Check the program ``poli go`` runs (``[epic] agent``); a default nobody chose only warns."""
-    from politerm._internal.workflow_checks import epic_agent_rows
+    from politerm.doctor.workflows import epic_agent_rows
 
     return epic_agent_rows(ctx)
 
 
 def check_pipeline_clis(ctx: DoctorContext) -> Iterable[CheckResult]:
     """Check the CLIs the visible pipelines' steps name (a built-in pipeline's only warn)."""
-    from politerm._internal.workflow_checks import pipeline_cli_rows
+    from politerm.doctor.workflows import pipeline_cli_rows
 
     return pipeline_cli_rows(ctx)
 
@@ -501,7 +501,7 @@ def check_pipelines(ctx: DoctorContext) -> Iterable[CheckResult]:
     A META checkout's pipelines count too: ``META/workflows/pipelines/`` in the project, or
     the project's own ``workflows/pipelines/`` when it is a META repository.
     """
-    from politerm._internal.workflow_checks import pipeline_files
+    from politerm.doctor.workflows import pipeline_files
     from politerm.pipeline.parser import validate_file
 
     project = (ctx.project_dir or Path.cwd()).resolve()

@@ -191,9 +191,12 @@ async def test_remote_refuses_guessers_revoked_devices_and_cross_origin_posts(
         ):
             api = remote.origin + "/api/overview"
             # a wrong token: 401 ten times, then 429 whatever it sends, with when to retry
-            for n in range(10):
+            for n in range(9):
                 wrong = await guesser.get(api, params={"token": f"guess-{n}"})
                 assert wrong.status_code == 401, n
+            # the path it asks for is logged, but never as terminal controls
+            hostile = remote.origin + "/%1b%5d0;pwned%07%1b%5b2J"
+            assert (await guesser.get(hostile, params={"token": "guess-9"})).status_code == 401
             blocked = await guesser.get(api, params={"token": token})
             assert blocked.status_code == 429 and int(blocked.headers["retry-after"]) > 0
             # ... while the phone, from another address, goes on
@@ -238,11 +241,13 @@ async def test_remote_refuses_guessers_revoked_devices_and_cross_origin_posts(
     # every bad token is logged, with the address and never the token tried
     assert err.count(f"bad or missing token from {GUESSER}") == 10, err
     assert "guess-" not in err and "Traceback" not in err
+    assert "\x1b" not in err and "\x07" not in err and "pwned" in err
     with RunStore.open(tmp_path / "runs.sqlite3") as store:
         events = store.list_events(limit=500)
     refused = [e for e in events if e.kind == "web-auth-refused"]
     assert [e.data["client"] for e in refused].count(GUESSER) == 10
-    assert all("guess-" not in e.detail for e in refused)
+    assert all("guess-" not in e.detail and "\x1b" not in e.detail for e in refused)
+    assert any("pwned" in e.data["path"] for e in refused)
     [block] = [e for e in events if e.kind == "web-auth-blocked"]
     assert block.data["client"] == GUESSER
 

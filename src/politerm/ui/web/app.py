@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
 
+from politerm._internal.sanitize import escape_controls
 from politerm.errors import PolitermError, StaleAction
 from politerm.ui import actions
 from politerm.ui.web.assets import node_modules
@@ -172,6 +173,8 @@ class WebMonitor:
         """Count and log a bad token from ``client``; the status and message to answer."""
         now = time.monotonic()
         failures = self.attempts.fail(client, now=now)
+        # The path is the guesser's text: shown, never obeyed by a terminal, and short.
+        path = escape_controls(path)[:200]
         detail = f"bad or missing token from {client} for {path} ({failures} recently)"
         log.warning("poli web: %s", detail)
         self.live.store.add_event(

@@ -14,6 +14,7 @@ if t.TYPE_CHECKING:
 
 # A browser's cross-site request can be a GET with no effect or a POST that must fail here.
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_PRUNE_AT = 1024  # clients remembered before the stale ones are swept
 
 
 def origin_of(url: str) -> str | None:
@@ -102,6 +103,9 @@ class FailedAttempts:
             del self._failures[client]
         return seen
 
+    def __len__(self) -> int:
+        return len(self._failures)
+
     def blocked(self, client: str, *, now: float) -> bool:
         """Whether ``client`` has used up its failures for now."""
         return len(self._recent(client, now)) >= self.limit
@@ -114,7 +118,19 @@ class FailedAttempts:
         return max(1, int(seen[0] + self.window - now + 0.999))
 
     def fail(self, client: str, *, now: float) -> int:
-        """Count a failure of ``client``; returns its failures in the window."""
+        """Count a failure of ``client``; returns its failures in the window.
+
+        Examples
+        --------
+        >>> f = FailedAttempts(limit=3, window=10)
+        >>> [f.fail(f"10.0.{i // 256}.{i % 256}", now=0) for i in range(2000)][-1]
+        1
+        >>> f.fail("10.9.9.9", now=11), len(f)  # the stale ones are dropped, not kept forever
+        (1, 1)
+        """
+        if len(self._failures) >= _PRUNE_AT:
+            for stale in list(self._failures):
+                self._recent(stale, now)
         self._recent(client, now)
         seen = self._failures.setdefault(client, collections.deque())
         seen.append(now)

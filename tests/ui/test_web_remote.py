@@ -108,6 +108,17 @@ def _peer_der(origin: str, context: ssl.SSLContext) -> bytes:
     return der
 
 
+def _decode(drawn: list[list[bool]]) -> str:
+    """What a QR decoder reads from modules drawn 4x4 pixels each, as a camera would see them."""
+    scale = 4
+    height, width = len(drawn) * scale, len(drawn[0]) * scale
+    image = bytes(
+        0 if drawn[y // scale][x // scale] else 255 for y in range(height) for x in range(width)
+    )
+    [found] = zxingcpp.read_barcodes(memoryview(image).cast("B", (height, width)))
+    return str(found.text)
+
+
 def _cli(root: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
     proc = poli(root, *args)
     out, err = proc.communicate(timeout=60)
@@ -136,14 +147,7 @@ async def test_remote_pairs_a_phone_over_tls_with_a_qr_code_and_a_fingerprint(
         drawn = read_qr_text(remote.qr)
         expected = qr_matrix(url)
         assert drawn[: len(expected)] == expected
-        scale = 4  # pixels per module, as a camera would see it
-        height, width = len(drawn) * scale, len(drawn[0]) * scale
-        image = bytes(
-            0 if drawn[y // scale][x // scale] else 255 for y in range(height) for x in range(width)
-        )
-        view = memoryview(image).cast("B", (height, width))
-        [found] = zxingcpp.read_barcodes(view)
-        assert found.text == url
+        assert _decode(drawn) == url
         # the device's URL over TLS: the token moves to a TLS-only cookie, out of the address
         async with httpx.AsyncClient(verify=remote.tls()) as phone:
             first = await phone.get(url)
@@ -375,3 +379,32 @@ def test_devices_keep_hashes_only_and_say_what_is_wrong(tmp_path: pathlib.Path) 
     devices.path.write_text("[1, 2]")
     with pytest.raises(UiError, match="not a devices file"):
         devices.list()
+
+
+async def test_devices_add_prints_the_url_and_qr_code_or_only_the_token(
+    tmp_path: pathlib.Path,
+) -> None:
+    # no remote monitor has run yet: the token alone, with how to use it
+    alone = await asyncio.to_thread(_cli, tmp_path, "web", "devices", "add", "laptop")
+    assert alone.returncode == 0, alone.stderr
+    first = alone.stdout.splitlines()[0]
+    assert first.startswith("device laptop: token ")
+    token = first.rsplit(" ", 1)[1]
+    assert Devices().check(token) == "laptop"
+    # with --url: the URL, and a QR code that reads as it
+    given = await asyncio.to_thread(
+        _cli, tmp_path, "web", "devices", "add", "tablet", "--url", "https://box.lan:8443/"
+    )
+    lines = given.stdout.splitlines()
+    url = lines[0].split(": ", 1)[1]
+    assert url.startswith("https://box.lan:8443/?token=")
+    assert _decode(read_qr_text("\n".join(lines[1:-1]))) == url
+    assert lines[-1] == "The token is not shown again."
+    for args, said in (
+        (("add", "x", "--url", "http://box.lan:8443"), "poli: --url 'http://box.lan:8443': give"),
+        (("add", "my phone"), "poli: device name 'my phone': use 1-40 letters"),
+        (("add", "laptop"), "poli: device 'laptop' is already paired"),
+        (("revoke", "nobody"), "poli: no device named 'nobody' (paired: laptop, tablet)"),
+    ):
+        done = await asyncio.to_thread(_cli, tmp_path, "web", "devices", *args)
+        assert done.returncode == 1 and done.stderr.startswith(said), (args, done.stderr)

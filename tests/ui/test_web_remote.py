@@ -156,6 +156,7 @@ async def test_remote_pairs_a_phone_over_tls_with_a_qr_code_and_a_fingerprint(
             assert "secure" in cookie and "httponly" in cookie and "samesite=strict" in cookie
             page = await phone.get(remote.origin + "/")
             assert page.status_code == 200 and "<html" in page.text.lower()
+            assert token not in page.text  # no script on the page can read it
             overview = await phone.get(remote.origin + "/api/overview")
             assert overview.status_code == 200 and "agents" in overview.json()
         # no plain HTTP on that port

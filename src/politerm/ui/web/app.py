@@ -324,7 +324,9 @@ class WebMonitor:
 
     def _page(self, request: Request, kind: str, *, title: str, agent: str = "") -> HTMLResponse:
         html = (STATIC / _PAGES[kind]).read_text(encoding="utf-8")
-        token = request.state.token  # the page's own calls carry the token that opened it
+        # The page's own calls carry the token that opened it; remotely the HttpOnly cookie
+        # alone carries it, so no script on the page can read it.
+        token = "" if self.remote else request.state.token
         config = {"token": token, "actions": self.allow_actions, "agent": agent}
         html = html.replace("{{TITLE}}", _escape(title)).replace(
             "{{CONFIG}}", _escape(json.dumps(config))

@@ -107,6 +107,29 @@ async def test_events_from_another_process_reach_every_channel_rate_limited(
     assert shown[2].body == "made hello\nhttp://127.0.0.1:8765/"
 
 
+async def test_a_private_ntfy_topic_gets_the_token_from_the_environment_only(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_NTFY", "tk_secretsecretsecret")
+    async with Receiver() as rx:
+        base = f"http://127.0.0.1:{rx.port}"
+        config = NotifyConfig(
+            desktop=False, webhook=f"{base}/hook", ntfy=[f"{base}/private"],
+            ntfy_token_env="MY_NTFY",
+        )  # fmt: skip
+        with RunStore.open(tmp_path / "runs.sqlite3") as store:
+            notifier = Notifier(config, store, link="https://127.0.0.2:8443/")
+            notifier.skip_past()
+            store.add_event("stuck", agent="PLANNER", detail="PLANNER is stuck")
+            assert [n.kind for n in await notifier.check()] == ["stuck"]
+    by_path = {path: (headers, body) for path, headers, body in rx.posts}
+    assert by_path["/private"][0]["Authorization"] == "Bearer tk_secretsecretsecret"
+    assert by_path["/private"][0]["Click"] == "https://127.0.0.2:8443/"
+    # the webhook is another party: it gets neither the header nor the token
+    assert "Authorization" not in by_path["/hook"][0]
+    assert b"tk_secret" not in by_path["/hook"][1]
+
+
 async def test_a_refusing_channel_is_reported_not_raised(tmp_path: pathlib.Path) -> None:
     async with Receiver() as rx:
         rx_port = rx.port

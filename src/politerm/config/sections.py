@@ -290,6 +290,11 @@ class NotifyConfig(_Section):
         default_factory=list,
         description="a list of topic URLs, e.g. ['https://ntfy.sh/my-topic']",
     )
+    ntfy_token_env: str = Field(
+        default="POLI_NTFY_TOKEN",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the name of an environment variable (its value: an ntfy access token)",
+    )
     min_interval: float = Field(
         default=30.0, ge=0, allow_inf_nan=False, description="a number of seconds >= 0"
     )

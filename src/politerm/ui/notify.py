@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import shutil
 import time
 import typing as t
@@ -262,6 +263,11 @@ class Notifier:
         }
         if notice.link:
             headers["Click"] = notice.link
+        # A private topic (a protected ntfy server) takes an access token; it lives in the
+        # environment, never in a config file, and goes to the ntfy topics only.
+        token = os.environ.get(self.config.ntfy_token_env) if self.config.ntfy else None
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         for topic in self.config.ntfy:
             await self._post(topic, content=notice.body.encode(), headers=headers)
 

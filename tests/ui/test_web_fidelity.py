@@ -59,8 +59,18 @@ async def _cell(page: Page, text: str) -> dict[str, t.Any]:
     return t.cast("dict[str, t.Any]", await page.evaluate(CELL, text))
 
 
-def _agent_session(socket: str, root: pathlib.Path, cols: int = 80, rows: int = 24) -> None:
-    """Session ``ours`` of ``root`` running draw.sh in a pane tagged as agent A1."""
+def _agent_session(
+    server: libtmux.Server, root: pathlib.Path, script: str, cols: int = 80, rows: int = 24
+) -> None:
+    """Project ``root`` with session ``ours`` running ``script`` in a pane tagged agent A1;
+    returns once the script has drawn its screen."""
+    socket = server.socket_name
+    assert socket is not None
+    root.mkdir()
+    (root / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{socket}"\n\n[store]\npath = "r.sqlite3"\n\n[notify]\ndesktop = false\n'
+    )
+    (root / "draw.sh").write_text(script)
     tmux = ["tmux", "-L", socket]
     subprocess.run(
         [*tmux, "new-session", "-d", "-s", "ours", "-x", str(cols), "-y", str(rows),
@@ -69,21 +79,14 @@ def _agent_session(socket: str, root: pathlib.Path, cols: int = 80, rows: int = 
     )  # fmt: skip
     subprocess.run([*tmux, "set-option", "-p", "-t", "ours", "@poli_agent", "A1"], check=True)
     subprocess.run([*tmux, "set-option", "-t", "ours", "@poli_project", str(root)], check=True)
+    retry_until(lambda: (root / "drawn").exists(), 30, what="the script's screen")
 
 
 async def test_colours_cursor_and_alternate_screen_reach_xterm(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
-    assert server.socket_name is not None
     root = tmp_path / "proj"
-    root.mkdir()
-    (root / "poli.toml").write_text(
-        f'[tmux]\nsocket = "{server.socket_name}"\n\n[store]\npath = "r.sqlite3"\n\n'
-        "[notify]\ndesktop = false\n"
-    )
-    (root / "draw.sh").write_text(SCRIPT)
-    _agent_session(server.socket_name, root)
-    retry_until(lambda: (root / "drawn").exists(), 30, what="the script's alternate screen")
+    _agent_session(server, root, SCRIPT)
     async with browser() as b:
         with web(root) as url:
             base, token = base_and_token(url)
@@ -138,16 +141,8 @@ GLYPH_DRAWN = """async (ch) => {
 async def test_a_wide_pane_scrolls_in_its_frame_and_its_glyphs_have_a_font(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
-    assert server.socket_name is not None
     root = tmp_path / "proj"
-    root.mkdir()
-    (root / "poli.toml").write_text(
-        f'[tmux]\nsocket = "{server.socket_name}"\n\n[store]\npath = "r.sqlite3"\n\n'
-        "[notify]\ndesktop = false\n"
-    )
-    (root / "draw.sh").write_text(WIDE)
-    _agent_session(server.socket_name, root, cols=200, rows=30)
-    retry_until(lambda: (root / "drawn").exists(), 30, what="the wide screen")
+    _agent_session(server, root, WIDE, cols=200, rows=30)
     async with browser() as b:
         with web(root) as url:
             base, token = base_and_token(url)

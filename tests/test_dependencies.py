@@ -50,8 +50,9 @@ class _Imports(ast.NodeVisitor):
         for child in node.body:
             self.visit(child)
         self._optional -= 1
-        for child in [*node.handlers, *node.orelse, *node.finalbody]:
-            self.visit(child)
+        rest: list[ast.AST] = [*node.handlers, *node.orelse, *node.finalbody]
+        for part in rest:
+            self.visit(part)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:

@@ -66,6 +66,15 @@ def render_prompt(handoff: Handoff, nonce: str, *, report: str = "block") -> str
     'BRIDGE TASK t1 (nonce ab12)'
     >>> '"type":"done","id":"t1","nonce":"ab12"' in text
     True
+
+    A task with only an instruction hands the agent that instruction:
+
+    >>> note = Task.model_validate({"task_id": "t2",
+    ...     "instruction_details": {"instruction": "Tidy the README."}})
+    >>> only = AgentActionDetails(tool_to_call="follow_instruction", executor="agent:A")
+    >>> render_prompt(Handoff(note, only, None, None, pathlib.Path("/p")),  # type: ignore[arg-type]
+    ...     "cd34").splitlines()[1:3]
+    ['Follow this instruction:', 'Tidy the README.']
     """
     action = handoff.action
     tid = handoff.task.task_id

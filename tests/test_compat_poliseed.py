@@ -119,6 +119,8 @@ def test_poliseed_programs_round_trip_with_the_preset(
     assert task.report is not None
     assert "SEED-REPORT hello.txt was created and verified." in task.report
     assert "EXECUTER replied" not in task.report  # the echoed prompt is not the report
+    # The program's input prompt (a REPL's "planner> ") is not part of the report.
+    assert task.report == "Summary for the user: SEED-REPORT hello.txt was created and verified."
     assert (project / "executer" / "hello.txt").read_text() == "Hello, PoliTerm!\n"
     # The programs heard the original's sentences and parsed what they needed.
     planner = lines_of(project, "planner")

@@ -377,14 +377,36 @@ class BlockEffects(RouterBase):
                 self._end_turn(driver.name, turn)
 
 
+_PROMPT_ENDS: t.Final = (">", "$", "#", "%", "❯", "›")
+
+
+def repl_prompt(lines: t.Sequence[str]) -> str | None:
+    """The input prompt an idle plain program shows on its last line (``planner>``), if any.
+
+    Examples
+    --------
+    >>> repl_prompt(["Summary: done.", "planner> ", "", ""])
+    'planner>'
+    >>> repl_prompt(["Summary: done."]) is None
+    True
+    """
+    last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    return last if 0 < len(last) <= 40 and last.endswith(_PROMPT_ENDS) else None
+
+
 def screen_report(snap: Snapshot, driver: AgentDriver, prompt: str | None = None) -> str:
     """The agent's words since its last prompt, as the report of a block-less answer."""
     lines = [ln.rstrip() for ln in snap.lines]
     start = max(last_prompt_line(lines) + 1, after_prompt(lines, prompt))
+    # A plain program (a REPL under the generic profile) prints its input prompt after
+    # each line it reads: the idle prompt's copies are not the report's words.
+    idle = repl_prompt(lines)
     body: list[str] = []
     for line in lines[start:]:
         # The input box (a rule, then the input line) closes the reply.
         if driver.profile.is_input_line(line) or (len(line) > 10 and set(line) <= {"─", "▄", "▀"}):
             break
+        if idle is not None and line.strip() == idle:
+            continue
         body.append(line)
     return "\n".join(ln for ln in body if ln.strip())[-8000:].strip()

@@ -228,7 +228,13 @@ async def test_timeout_names_the_rejected_blocks(
         assert task.error is not None
         assert "EXECUTER sent no result block" in task.error
         assert "rejected blocks: line " in task.error
-        assert "nonce '0badc0' is not this turn's nonce" in task.error
         assert "header has no nonce" in task.error
+        # the wrong nonce is an old block's: ignored as it should be, counted apart
+        assert "old block of an earlier turn ignored" in task.error
+        events = loop.store.list_events(task_id=task.id, limit=200)
+        assert any(
+            e.kind == "ignored" and "its nonce '0badc0' is not this turn's" in e.detail
+            for e in events
+        )
         events = loop.store.list_events(task_id=task.id, limit=200)
         assert not [e for e in events if e.kind == "warning" and "without a nonce" in e.detail]

@@ -200,6 +200,20 @@ class BlockEffects(RouterBase):
         """
         return False
 
+    def _wrong_address(self, name: str, block: Block, target: str | None) -> str:
+        """Why a block addressed to ``target`` (None: no agent of that name) goes nowhere."""
+        others = [a for a in self.agents if a != name]
+        hint = {"plan": EXECUTER, "result": PLANNER}.get(block.type)
+        where = (
+            f"a {block.type} block goes to {hint}"
+            if hint is not None and hint in self.agents
+            else f"address {' or '.join([*others, 'USER'])}"
+        )
+        if target == name:
+            return f"{name} addressed its {block.type} block to itself; {where}"
+        agents = ", ".join(self.agents)
+        return f"no agent is named {block.to!r} (agents: {agents}; USER); {where}"
+
     def _apply_block(
         self, name: str, turn: Turn, block: Block, *, ready: Snapshot | None = None
     ) -> bool:
@@ -270,7 +284,7 @@ class BlockEffects(RouterBase):
                 "rejected",
                 task_id=task.id,
                 agent=name,
-                detail=f"block to {block.to!r}: no such agent",
+                detail=f"block to {block.to!r}: {self._wrong_address(name, block, target)}",
             )
             return False
         kind = block.type if block.type in ("plan", "result") else "message"

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 import typing as t
+import zlib
 
 from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
@@ -62,6 +63,7 @@ __all__ = [
     "RESUME_MSG",
     "USER_TARGETS",
     "Router",
+    "idle_backstop",
 ]
 
 # Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
@@ -94,6 +96,24 @@ def _unsettled(driver: AgentDriver) -> str:
         f"its block takes effect once it is idle, and it was still {state}{asking} after "
         f"{LAST_LOOK:g}s; the next router reads the turn again"
     )
+
+
+def idle_backstop(name: str) -> float:
+    """The idle bound of agent ``name``'s loop: :data:`IDLE_BACKSTOP` to 1.5 times that.
+
+    Spread by name, so the backstop looks of many idle agents started together do not all
+    fall in the same second (500 agents: one burst of 500 screen reads every 5 minutes,
+    which a handoff under way would wait behind), and stable per agent.
+
+    Examples
+    --------
+    >>> idle_backstop("IDLE001") == idle_backstop("IDLE001")
+    True
+    >>> IDLE_BACKSTOP <= idle_backstop("IDLE001") < 1.5 * IDLE_BACKSTOP
+    True
+    """
+    spread = zlib.crc32(name.encode()) % 1000 / 2000
+    return IDLE_BACKSTOP * (1 + spread)
 
 
 class Router(Sending):
@@ -274,7 +294,7 @@ class Router(Sending):
                 return 0.5  # an answer without a block shows as silence
             return TURN_BACKSTOP
         now = time.monotonic()
-        bound = IDLE_BACKSTOP
+        bound = idle_backstop(driver.name)
         if driver.profile.transcript is not None and now - loop.turn_seen < TRANSCRIPT_GRACE:
             bound = TURN_BACKSTOP
         change = driver.tracker.next_change()

@@ -87,6 +87,17 @@ STOP_GRACE = 60.0
 LAST_LOOK = 10.0
 
 
+def _unsettled(driver: AgentDriver) -> str:
+    """Why a last look at ``driver``'s turn did not end within :data:`LAST_LOOK`."""
+    state = driver.state.value.replace("_", " ")
+    pending = driver.approver.pending
+    asking = f" ({pending.what})" if pending is not None else ""
+    return (
+        f"its block takes effect once it is idle, and it was still {state}{asking} after "
+        f"{LAST_LOOK:g}s; the next router reads the turn again"
+    )
+
+
 def idle_backstop(name: str) -> float:
     """The idle bound of agent ``name``'s loop: :data:`IDLE_BACKSTOP` to 1.5 times that.
 
@@ -191,8 +202,13 @@ class Router(Sending):
             try:
                 async with asyncio.timeout(LAST_LOOK):
                     await self._look_until_applied(driver, turn)
-            except (TimeoutError, PolitermError) as exc:
-                log.warning("agent %s: no last look at its turn: %s", driver.name, exc)
+            except TimeoutError:
+                log.warning(
+                    "agent %s: no last look at its turn: %s", driver.name, _unsettled(driver)
+                )
+            except PolitermError as exc:
+                why = str(exc) or type(exc).__name__
+                log.warning("agent %s: no last look at its turn: %s", driver.name, why)
 
     async def _look_until_applied(self, driver: AgentDriver, turn: Turn) -> None:
         # A block that ends the turn waits until the agent is idle (its spinner may still

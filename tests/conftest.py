@@ -116,6 +116,19 @@ def _isolated_env(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.fixture
+def short_dir() -> t.Iterator[pathlib.Path]:
+    """A private directory with a short path, for Unix sockets, removed after the test.
+
+    A socket's path must fit in 107 bytes (``sun_path``); ``tmp_path`` under an xdist worker
+    (``/tmp/pytest-of-USER/pytest-N/popen-gwN/<test name>/``) leaves too little for
+    ``tmux-UID/<socket name>`` below it.
+    """
+    path = pathlib.Path(tempfile.mkdtemp(prefix="poli-s-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 async def tmux_server(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> t.AsyncIterator[TmuxServer]:

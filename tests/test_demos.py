@@ -105,6 +105,13 @@ def test_every_demo_has_a_case() -> None:
     assert kept == set(NAMES)
 
 
+@pytest.fixture(autouse=True)
+def _short_sockets(tmp_path: pathlib.Path, short_dir: pathlib.Path) -> None:
+    # The demos' sockets under tmp_path/sockets: a link to a short path, which tmux resolves
+    # (a worker's tmp_path is too deep for a socket name such as poli-demo-messaging-8122).
+    (tmp_path / "sockets").symlink_to(short_dir, target_is_directory=True)
+
+
 def _env(tmp_path: pathlib.Path) -> dict[str, str]:
     scratch, sockets = tmp_path / "tmp", tmp_path / "sockets"
     scratch.mkdir(exist_ok=True)
@@ -162,7 +169,7 @@ def test_demo_finishes_prints_its_summary_and_cleans_up(tmp_path: pathlib.Path, 
 
 def _socket_of(tmp_path: pathlib.Path) -> pathlib.Path:
     return retry_until(
-        lambda: next((tmp_path / "sockets").rglob("poli-demo-*"), None),
+        lambda: next((tmp_path / "sockets").resolve().rglob("poli-demo-*"), None),
         5,
         what="the kept demo's tmux socket",
     )

@@ -419,3 +419,24 @@ async def test_the_dev_agents_approvals_follow_the_policy(
     assert project.state is S.TASK_COMPLETE, project.error
     assert (rig.root / "hello.txt").read_text() == "hi\n"
     assert len(approvals) == 1 and approvals[0].agent == "DEV-proj"
+
+
+async def test_killing_the_dev_agent_leaves_no_tmux_client_behind(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    """A channel on a server of its own (as ``poli demo manager`` runs it) closes it on kill."""
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        try:
+            tmux = rig.config.tmux.model_copy(update={"socket": tmux_server.socket_name})
+            config = rig.config.model_copy(update={"tmux": tmux})
+            project = rig.manager.start("proj", "Make hello.py")
+            before = asyncio.all_tasks()
+            ch = PaneChannel(config, project, rig.run_store)
+            async with asyncio.timeout(BOUND):
+                assert (await ch.driver()).pane is not None
+                await ch.kill()
+            # Its control clients' readers (and any reconnect after the server goes) are done.
+            assert asyncio.all_tasks() - before == set()
+        finally:
+            await rig.close()

@@ -289,9 +289,14 @@ class PaneChannel:
             self._server = None
 
     async def kill(self) -> None:
-        """Kill the dev agent's process tree."""
+        """Kill the dev agent's process tree, then close as :meth:`aclose`.
+
+        Left open, this channel's control clients would try to reconnect once the server
+        goes, and their tasks would outlive the caller's event loop.
+        """
         if self._driver is not None:
             await self._driver.kill()
+        await self.aclose()
 
 
 def _report_in(history: str, sid: str) -> Report | None:

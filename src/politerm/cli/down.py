@@ -10,6 +10,7 @@ import click
 
 from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store, project_option
+from politerm.engine import service
 from politerm.engine.session import Session
 from politerm.project import PROJECT_ENV
 
@@ -36,6 +37,7 @@ def command(run_id: str | None, config_path: pathlib.Path | None) -> None:
         return
     config = load(config_path)
     with open_store(config) as store:
+        routed = service.stop(config)
 
         async def main() -> tuple[str | None, list[str]]:
             session = Session(config, store)
@@ -48,4 +50,7 @@ def command(run_id: str | None, config_path: pathlib.Path | None) -> None:
         was_up, stopped = asyncio.run(main())
     # A session of other agents (a kept demo's, a manager's dev agent) is closed all the same.
     closed = f"session {was_up!r} closed" if was_up else "nothing was running"
-    click.echo(f"down: {', '.join(stopped) or closed}")
+    if routed is not None:
+        stopped = [f"router service (pid {routed.pid})", *stopped]
+        closed = f"session {was_up!r} closed" if was_up else ""
+    click.echo(f"down: {', '.join(s for s in (*stopped, closed) if s)}")

@@ -16,6 +16,7 @@ import typing as t
 import ptyprocess
 import pytest
 
+from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.engine.service import ServiceLock
 from politerm.store.models import TaskState
 from politerm.testing.retry import retry_until
@@ -248,3 +249,47 @@ def test_a_router_lock_of_a_dead_router_is_taken_over(
         assert routed.returncode == 0, routed.stdout + routed.stderr
     finally:
         _down(loop)
+
+
+def _manager_project(server: libtmux.Server, root: pathlib.Path) -> None:
+    assert server.socket_name is not None
+
+    def fake(scenario: str) -> str:
+        argv = [sys.executable, "-m", FAKE_AGENT_MODULE, "--mode", "claude"]
+        return json.dumps([*argv, "--scenario", scenario])
+
+    (root / "proj").mkdir(parents=True)
+    (root / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{server.socket_name}"\nsession = "t"\n\n'
+        '[store]\npath = "runs.sqlite3"\n\n'
+        '[manager]\ndev_agent = "fake-claude"\nstep_timeout = 60\n'
+        f"dev_command = {fake('manager-dev')}\n\n"
+        '[manager.brain]\nprovider = "agent"\nagent = "fake-claude"\ncall_timeout = 60\n'
+        f"command = {fake('manager-brain')}\n"
+    )
+    added = poli(root, "manager", "project", "add", "demo", str(root / "proj"), "--channel", "pane")
+    assert added.returncode == 0, added.stderr
+
+
+def _manager_sessions(server: libtmux.Server) -> list[str]:
+    return [s.name or "" for s in server.sessions if "-mgr-" in (s.name or "")]
+
+
+def test_manager_agents_end_with_their_goal_or_with_poli_down(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    _manager_project(server, tmp_path)
+    goal = poli(tmp_path, "manager", "goal", "--project", "demo", "Make hello.py with a test")
+    assert goal.returncode == 0, goal.stderr
+    assert "(t-mgr-demo)" in goal.stderr and "(t-mgr-brain)" in goal.stderr, goal.stderr
+    assert _manager_sessions(server) == []  # the brain and the dev agent went with the goal
+    kept = poli(
+        tmp_path, "manager", "goal", "--project", "demo", "Make hello.py again", "--keep-agents"
+    )
+    assert kept.returncode == 0, kept.stderr
+    assert sorted(_manager_sessions(server)) == ["t-mgr-brain", "t-mgr-demo"]
+    down = poli(tmp_path, "down")
+    assert down.returncode == 0, down.stderr
+    assert "(t-mgr-demo)" in down.stdout and "(t-mgr-brain)" in down.stdout, down.stdout
+    assert "nothing was running" not in down.stdout
+    assert _manager_sessions(server) == []

@@ -455,16 +455,22 @@ async def split_pane(
     return pane
 
 
-async def find_agent_pane(client: ControlClient, server: TmuxServer, agent: str) -> Pane | None:
-    """The pane whose ``@poli_agent`` is ``agent`` in the client's session, if any."""
+async def agent_panes(client: ControlClient, server: TmuxServer) -> dict[str, Pane]:
+    """Every pane of the client's session that runs an agent, by its ``@poli_agent``."""
     lines = await client.cmd(
         "list-panes", "-s", "-t", f"={client.session}", "-F", "#{pane_id}\t#{@poli_agent}"
     )
+    found: dict[str, Pane] = {}
     for line in lines:
         pane_id, _, name = line.partition("\t")
-        if name == agent:
-            return Pane(client, pane_id, server)
-    return None
+        if name and name not in found:
+            found[name] = Pane(client, pane_id, server)
+    return found
+
+
+async def find_agent_pane(client: ControlClient, server: TmuxServer, agent: str) -> Pane | None:
+    """The pane whose ``@poli_agent`` is ``agent`` in the client's session, if any."""
+    return (await agent_panes(client, server)).get(agent)
 
 
 async def find_pane_running(client: ControlClient, server: TmuxServer, program: str) -> Pane | None:

@@ -35,5 +35,4 @@ def command(agent: str, deny: bool, config_path: pathlib.Path | None) -> None:
         pending = answer_pending(store, real, decision)
     if real in config.agents:
         service.ensure(config, config_path)  # the loop's router presses the keys, now
-    done = "denied" if deny else "approved"
-    click.echo(f"{done}: {real} may{' not' if deny else ''} run {pending.what}")
+    click.echo(pending.answered(decision))

@@ -150,7 +150,7 @@ class BlockEffects(RouterBase):
             if task.state is TaskState.WAITING_APPROVAL or task.state not in ACTIVE:
                 return
             question = (
-                f"{driver.name} asks to run {pending.what}: answer with "
+                f"{driver.name} asks {pending.asks}: answer with "
                 f"`poli approve {driver.approver.key}` (or --deny)"
             )
             with self.store.batch():

@@ -113,6 +113,11 @@ def test_two_blocking_tasks_started_together_both_finish(
         assert refused.returncode == 1
         assert refused.stderr == "poli: task T-1 is already done; there is nothing to abort\n"
         assert _state(loop, "T-1") is TaskState.DONE
+        # The service ends with its session (here the whole tmux server), idle or not.
+        lock = ServiceLock.of(loop.config)
+        assert lock.read() is not None
+        server.kill()
+        retry_until(lambda: lock.read() is None, 60, what="the service to end with its session")
     finally:
         _down(loop)
 

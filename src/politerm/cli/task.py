@@ -51,6 +51,7 @@ def command(
     with open_store(config) as store:
         if no_wait and request is not None:
             task = submit(store, config, request, task_id=task_id)
+            service.ensure(config, config_path)  # a service killed with -9 comes back for it
             click.echo(f"queued {task.id}")
             return
 

@@ -37,6 +37,8 @@ STOP_WAIT = 75.0
 """Longest ``stop`` waits for the router to finish its steps under way (STOP_GRACE + margin)."""
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 10.0
+SESSION_LOOK = 10.0
+"""How often the supervisor looks whether its tmux session still exists."""
 STABLE_AFTER = 30.0
 """A router that lived this long starts the backoff over when it dies."""
 
@@ -269,6 +271,23 @@ def _session_up(socket: str, session: str) -> bool:
         return True
 
 
+def _wait_while_up(
+    child: subprocess.Popen[bytes], socket: str, session: str, stopping: threading.Event
+) -> int:
+    """Wait for the router to exit; stop it when the session is gone.
+
+    An idle router learns of its tmux server's end only at its next command, which may be
+    minutes away; the session's end is the service's end.
+    """
+    while True:
+        try:
+            return child.wait(SESSION_LOOK)
+        except subprocess.TimeoutExpired:
+            if not stopping.is_set() and not _session_up(socket, session):
+                stopping.set()
+                child.send_signal(signal.SIGTERM)
+
+
 def supervise(socket: str, session: str, argv: list[str]) -> int:
     """Run ``argv`` (the router) and restart it while the session is up; until SIGTERM."""
     lock = ServiceLock(socket, session)
@@ -295,7 +314,7 @@ def supervise(socket: str, session: str, argv: list[str]) -> int:
                 preexec_fn=_die_with_parent,  # noqa: PLW1509
             )
             lock.update(router=child.pid, restarts=restarts)
-            code = child.wait()
+            code = _wait_while_up(child, socket, session, stopping)
             if stopping.is_set():
                 break
             if time.monotonic() - began > STABLE_AFTER:

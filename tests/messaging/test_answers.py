@@ -171,7 +171,15 @@ async def test_hand_written_answers_out_of_order_and_from_before(room: Mailroom)
     # a file from before the requests were delivered answers neither
     await _show(room, response_line("%99", str(old)))
     await _show(room, response_line(room.pane("W1"), str(old)))
+    # a path is not a secret: the refusal names /etc/passwd as it is
+    await _show(room, response_line(room.pane("W1"), "/etc/passwd"))
     await _barrier(room, "old")
+    assert any(
+        why.endswith(
+            f"/etc/passwd: not inside the session's message directory {m.dir.path.resolve()}"
+        )
+        for why in await _rejections(m)
+    ), await _rejections(m)
     assert any(
         "answer.md was written before" in why and first.id in why for why in await _rejections(m)
     )

@@ -14,7 +14,7 @@ import pathlib
 import re
 import typing as t
 
-from politerm.agents.approval import PendingApproval, get_pending
+from politerm.agents.approval import PendingApproval, all_pending
 from politerm.errors import PolitermError
 from politerm.redact import Redactor
 from politerm.status import collect, state_words
@@ -98,15 +98,6 @@ def _agents(status: dict[str, t.Any], panes: t.Sequence[PaneEntry]) -> list[dict
             }
         )
     return rows
-
-
-def _all_pending(store: RunStore) -> list[PendingApproval]:
-    out = []
-    for key in store.meta_keys("approval:"):
-        pending = get_pending(store, key.removeprefix("approval:"))
-        if pending is not None:
-            out.append(pending)
-    return out
 
 
 def _approval(p: PendingApproval) -> dict[str, t.Any]:
@@ -211,7 +202,7 @@ def collect_overview(
     status = collect(store, events=events)
     # Every workflow keeps its questions under its own key (agent name, "<run>.step-<n>",
     # "epic.<session>"...): list them all, not only the loop's agents'.
-    status["approvals"] = [_approval(p) for p in _all_pending(store)]
+    status["approvals"] = [_approval(p) for p in all_pending(store)]
     runs, items = _epics(store)
     pipelines = _pipelines(project)
     recorded = {r["session"] for r in pipelines if r.get("session")}

@@ -135,6 +135,9 @@ class PendingApproval:
     asked: float
     answer: Decision | None = None
     question: str = ""
+    by: str = ""
+    """Where the answer came from: ``cli``, ``web``, ``web:DEVICE``, ``dash`` (see
+    :func:`answer_pending`)."""
 
     @property
     def what(self) -> str:
@@ -161,6 +164,7 @@ def get_pending(store: RunStore, agent: str) -> PendingApproval | None:
         asked=float(data.get("asked", 0.0)),
         answer=Decision(answer) if answer else None,
         question=data.get("question", ""),
+        by=data.get("by", ""),
     )
 
 
@@ -173,6 +177,7 @@ def set_pending(store: RunStore, pending: PendingApproval) -> None:
         "asked": pending.asked,
         "answer": pending.answer.value if pending.answer else None,
         "question": pending.question,
+        "by": pending.by,
     }
     store.set_meta(_key(pending.agent), json.dumps(data))
 
@@ -182,8 +187,13 @@ def clear_pending(store: RunStore, agent: str) -> None:
     store.set_meta(_key(agent), "")
 
 
-def answer_pending(store: RunStore, agent: str, decision: Decision) -> PendingApproval:
+def answer_pending(
+    store: RunStore, agent: str, decision: Decision, *, by: str = "cli"
+) -> PendingApproval:
     """Answer ``agent``'s pending question; the router presses the keys.
+
+    ``by`` says where the answer came from (``cli``, ``web``, ``web:DEVICE``, ``dash``): the
+    answer's event and the event of the keys pressed for it name it.
 
     Raises
     ------
@@ -194,17 +204,18 @@ def answer_pending(store: RunStore, agent: str, decision: Decision) -> PendingAp
     if pending is None:
         msg = f"agent {agent} has no approval question waiting (see `poli status`)"
         raise RoutingError(msg)
-    answered = dataclasses.replace(pending, answer=decision)
+    answered = dataclasses.replace(pending, answer=decision, by=by)
     set_pending(store, answered)
     store.add_event(
         "approval-answer",
         agent=agent,
-        detail=f"user: {decision.value} {pending.what}",
+        detail=f"user ({by}): {decision.value} {pending.what}",
         data={
             "decision": decision.value,
             "command": pending.command,
             "question": pending.question,
             "by": "user",
+            "origin": by,
         },
     )
     return answered

@@ -1,4 +1,6 @@
-# Sourced by scripts/test and scripts/demo: make sure tmux and the virtualenv exist.
+# Sourced by scripts/test and scripts/demo; each calls only the need_* steps it uses:
+# the demo needs tmux and politerm, the tests also the dev tools, Chromium, the desktop bus,
+# and xterm.js with its fonts.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -20,6 +22,7 @@ need_tmux() {
     need_apt tmux tmux "install tmux >= 3.2"
 }
 
+# need_venv [dev]: a virtualenv with politerm (editable); with "dev", its dev tools too.
 need_venv() {
     local py="${PYTHON:-python3}"
     if [ ! -x .venv/bin/python ]; then
@@ -27,11 +30,14 @@ need_venv() {
     fi
     # dependency groups need pip >= 25.1
     .venv/bin/python -m pip install -q --upgrade "pip>=25.1"
-    .venv/bin/python -m pip install -q -e . --group dev
+    if [ "${1:-}" = dev ]; then
+        .venv/bin/python -m pip install -q -e . --group dev
+    else
+        .venv/bin/python -m pip install -q -e .
+    fi
 }
 
-# The web monitor's browser tests drive Debian's chromium through playwright, and its pages
-# load xterm.js from the npm registry into .cache/web (never committed).
+# The web monitor's browser tests drive Debian's chromium through playwright.
 need_chromium() {
     need_apt chromium chromium "install Debian's chromium"
 }
@@ -43,20 +49,11 @@ need_desktop_bus() {
     need_apt dbus-daemon dbus-daemon "install dbus-daemon (the session bus)"
 }
 
-need_xterm() {
-    if [ -f .cache/web/node_modules/@xterm/xterm/lib/xterm.js ] \
-        && [ -f .cache/web/node_modules/@xterm/addon-fit/lib/addon-fit.js ]; then
-        return 0
-    fi
-    command -v npm >/dev/null 2>&1 || { echo "npm is missing: it installs xterm.js" >&2; exit 1; }
-    mkdir -p .cache/web
-    npm install --prefix .cache/web --no-audit --no-fund --silent \
-        @xterm/xterm@6.0.0 @xterm/addon-fit@0.11.0 >/dev/null
+# The web pages load xterm.js and two fonts: pinned npm packages, fetched from the npm registry
+# and verified by politerm itself (no npm needed) into .cache/web, never committed; the
+# tarballs stay in .cache/npm, so the wheel build in the tests reuses them offline.
+need_webassets() {
+    POLI_JS_CACHE="$ROOT/.cache/npm" .venv/bin/python -m politerm.ui.web .cache/web >/dev/null
 }
 
-need_tmux
-need_venv
-need_chromium
-need_desktop_bus
-need_xterm
 export PATH="$ROOT/.venv/bin:$PATH"

@@ -82,8 +82,14 @@ def test_the_first_screen_says_how_to_run_poli_after_setup() -> None:
         "`uv tool install .`",
         "`poli --help`",
         "`poli COMMAND -h`",
+        # what each of the two installs: the demo only what it runs
+        "The demo installs only what it runs",
+        "Chromium",
     ):
         assert text in screen, text
+    # exactly two commands
+    [block] = re.findall(r"^```sh\n(.*?)^```", screen, re.MULTILINE | re.DOTALL)
+    assert [line.split()[0] for line in block.splitlines()] == ["./scripts/demo", "./scripts/test"]
 
 
 class Newcomer:

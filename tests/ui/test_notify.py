@@ -262,3 +262,33 @@ async def test_poli_web_notifies_with_a_link_to_its_page(
     )  # fmt: skip
     assert shown.body == f"PLANNER is stuck\n{base}/"
     assert token not in shown.body
+
+
+async def test_no_desktop_bus_is_said_once_then_quiet(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A machine without a desktop: no session bus, no X display, an empty runtime directory.
+    for name in ("DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    async with Receiver() as rx:
+        config = NotifyConfig(
+            desktop=True, webhook=f"http://127.0.0.1:{rx.port}/hook", min_interval=3600, burst=10
+        )
+        with RunStore.open(tmp_path / "runs.sqlite3") as store:
+            notifier = Notifier(config, store)
+            notifier.skip_past()
+            for agent in ("PLANNER", "EXECUTER", "REVIEWER"):
+                store.add_event("stuck", agent=agent, detail=f"{agent} is stuck")
+            sent = await notifier.check()
+            store.add_event("done", task_id="T1", detail="T1 done")
+            sent += await notifier.check()
+        # every notice still went out on the other channel
+        assert len(sent) == len(rx.posts) == 4
+    # the real notify-send failed once; it was said once and not tried again
+    assert len(notifier.errors) == 1, notifier.errors
+    assert notifier.errors[0].startswith("desktop notifications are off: no desktop session bus")
+    warned = [r for r in caplog.records if r.name == "politerm.ui.notify"]
+    assert [r.getMessage() for r in warned] == notifier.errors

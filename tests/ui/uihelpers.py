@@ -48,20 +48,31 @@ def ask_project(root: pathlib.Path, socket: str, *, transcripts: bool = False) -
 
 
 def poli(
-    root: pathlib.Path, *args: str, env: dict[str, str] | None = None
+    root: pathlib.Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    exe: t.Sequence[str] = (sys.executable, "-m", "politerm"),
 ) -> subprocess.Popen[str]:
-    """``poli ARGS`` as a real process in the project directory (``env`` added to ours)."""
+    """``poli ARGS`` as a real process in the project directory (``env`` added to ours).
+
+    ``exe`` is the command that is ``poli`` (by default this checkout's, run by our python).
+    """
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.Popen(
-        [sys.executable, "-m", "politerm", *args],
+        [*exe, *args],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
 
 @contextlib.contextmanager
-def web(root: pathlib.Path, *args: str, env: dict[str, str] | None = None) -> t.Iterator[str]:
+def web(
+    root: pathlib.Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    exe: t.Sequence[str] = (sys.executable, "-m", "politerm"),
+) -> t.Iterator[str]:
     """``poli web ARGS`` running; yields the URL with the token it printed."""
-    proc = poli(root, "web", *args, env=env)
+    proc = poli(root, "web", *args, env=env, exe=exe)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # the first line is the address (or poli exited)

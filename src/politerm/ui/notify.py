@@ -149,6 +149,8 @@ class Notifier:
         self.limit = RateLimit(config.min_interval, config.burst)
         self.sent: list[Notice] = []
         self.errors: list[str] = []
+        # Set when notify-send found no desktop session bus: said once, then not tried again.
+        self.desktop_off: str | None = None
         self._cursor = EventCursor(store)
 
     # --- what to send ---------------------------------------------------------------------
@@ -222,7 +224,7 @@ class Notifier:
 
     async def _desktop(self, notice: Notice) -> None:
         exe = shutil.which("notify-send") if self.config.desktop else None
-        if exe is None:
+        if exe is None or self.desktop_off is not None:
             return
         urgency = "critical" if notice.kind in _URGENT else "normal"
         body = notice.body + (f"\n{notice.link}" if notice.link else "")
@@ -237,7 +239,14 @@ class Notifier:
             msg = "notify-send did not finish within 10s"
             raise NotifyError(msg) from None
         if proc.returncode:
-            msg = f"notify-send failed: {err.decode(errors='replace').strip()}"
+            said = " ".join(err.decode(errors="replace").split())
+            if _no_bus(said):
+                # A machine without a desktop (ssh, CI, a server) stays without one: every
+                # later notice would fail the same way, so say it once and stop trying.
+                self.desktop_off = said
+                msg = f"desktop notifications are off: no desktop session bus ({said})"
+                raise NotifyError(msg)
+            msg = f"notify-send failed: {said}"
             raise NotifyError(msg)
 
     async def _post(self, url: str, **kwargs: t.Any) -> None:
@@ -270,6 +279,22 @@ class Notifier:
             headers["Authorization"] = f"Bearer {token}"
         for topic in self.config.ntfy:
             await self._post(topic, content=notice.body.encode(), headers=headers)
+
+
+def _no_bus(said: str) -> bool:
+    """Whether notify-send's complaint means there is no desktop session bus to talk to.
+
+    Examples
+    --------
+    >>> _no_bus("Cannot autolaunch D-Bus without X11 $DISPLAY")
+    True
+    >>> _no_bus("Could not connect: No such file or directory")
+    True
+    >>> _no_bus("Invalid urgency")
+    False
+    """
+    low = said.lower()
+    return "d-bus" in low or "dbus" in low or low.startswith("could not connect")
 
 
 def _safe_url(url: str) -> str:

@@ -90,7 +90,9 @@ def test_aider_question_is_the_open_one(case: Case) -> None:
     assert request is not None
     assert request.question == case.question
     assert request.command == case.command
-    assert request.complete
+    # A request with no command is never complete; the output question is a follow-up.
+    assert request.complete is bool(case.command)
+    assert request.follow_up is (case.question == OUTPUT)
     assert request.evidence[0] == case.question
 
 

@@ -45,6 +45,10 @@ reply = '''{BLOCK.format(kind="done", body="sure, done")}'''
 [[rules]]
 match = '(?s)BRIDGE TASK (?P<id>cant) \\(nonce (?P<nonce>[0-9a-f]+)\\)'
 reply = '''{BLOCK.format(kind="failed", body="no such function")}'''
+
+[[rules]]
+match = '(?s)BRIDGE TASK (?P<id>note) \\(nonce (?P<nonce>[0-9a-f]+)\\).*Follow this instruction'
+reply = '''{BLOCK.format(kind="done", body="reviewed the notes")}'''
 """
 
 
@@ -180,6 +184,24 @@ def test_agent_executes_reports_and_is_verified(
     assert cant["error"] == "agent failed: no such function"
     assert isinstance(bridge.executor, AgentExecutor)
     assert bridge.executor.driver is None  # closed: its process tree is gone
+
+
+def test_a_task_with_only_an_instruction_is_handed_to_the_agent(
+    tmp_path: pathlib.Path, project: tuple[pathlib.Path, RunStore]
+) -> None:
+    # The original bridge's placeholder task: no file, no command, an instruction.
+    config, store = project
+    bridge = make_bridge(tmp_path, store, config)
+    note = {"task_id": "note", "instruction_details": {"instruction": "Review the notes."}}
+    bridge.queue.submit([note])
+    asyncio.run(run(bridge))
+    assert dict(bridge.finalized) == {"note": "completed"}
+    sent = [p.decode() for p in prompts(tmp_path / "agent")]
+    assert len(sent) == 1
+    assert "Follow this instruction:\nReview the notes." in sent[0]
+    done = json.loads((archived(tmp_path, "processed", "note") / "task.json").read_text())
+    assert done["agent_action_details"]["tool_to_call"] == "follow_instruction"
+    assert done["result"]["message"] == "reviewed the notes"
 
 
 def test_agent_reports_through_a_fenced_report(tmp_path: pathlib.Path) -> None:

@@ -136,10 +136,23 @@ def test_run_command_exit_codes_and_status(tmp_path: pathlib.Path) -> None:
     failed = poli(tmp_path, "bridge", "run-command", "--out-dir", "o", "exit 7")
     assert failed.returncode == 7
     quiet = poli(
-        tmp_path, "bridge", "run-command", "--id", "q", "--launch-timeout", "0.5", "sleep 30"
+        tmp_path,
+        "bridge",
+        "run-command",
+        "--id",
+        "q",
+        "--launch-timeout",
+        "0.2",
+        "--activity-timeout",
+        "1",
+        "sleep 30",
     )
     assert quiet.returncode == 124
-    assert json.loads(quiet.stdout)["timeout_fired"] == "launch"
+    assert json.loads(quiet.stdout)["timeout_fired"] == "activity"
+    assert json.loads(quiet.stdout)["past_launch_timeout"] is True
+    missing = poli(tmp_path, "bridge", "run-command", "--id", "m", "no-such-program-poli")
+    assert missing.returncode == 127
+    assert json.loads(missing.stdout)["error"] == "no-such-program-poli: not found"
     nowhere = poli(tmp_path, "bridge", "run-command", "--cwd", "nope", "true")
     assert nowhere.returncode == 127
     assert json.loads(nowhere.stdout)["state"] == "launch_failed"

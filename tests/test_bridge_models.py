@@ -178,7 +178,11 @@ def test_schemas_cover_every_model_and_validate_a_real_queue() -> None:
     defs = schemas["QueueFile"]["$defs"]
     assert defs["TaskStatus"]["enum"] == [s.value for s in TaskStatus]
     assert defs["FileAction"]["enum"] == [a.value for a in FileAction]
-    assert defs["Tool"]["enum"] == ["edit_file", "execute_commands_sequentially"]
+    assert defs["Tool"]["enum"] == [
+        "edit_file",
+        "execute_commands_sequentially",
+        "follow_instruction",
+    ]
     assert defs["CaptureStream"]["enum"] == ["stdout", "stderr"]
     assert schemas["Task"]["$defs"]["TaskStatus"] == defs["TaskStatus"]
     assert set(schemas["AgentActionDetails"]["$defs"]) >= {"Tool", "FileAction"}
@@ -196,6 +200,21 @@ def test_schemas_cover_every_model_and_validate_a_real_queue() -> None:
         ]
     }
     jsonschema.validate(queue, schemas["QueueFile"])
+    # The original's shapes: create_file, text as a list of lines, a command without an id.
+    original = {
+        "tasks": [
+            {
+                "task_id": "t2",
+                "instruction_details": {
+                    "file_modifications": [
+                        {"file_path": "f", "action": "create_file", "content": ["a", "b"]}
+                    ],
+                    "commands_to_execute": [{"command_string": "make"}],
+                },
+            }
+        ]
+    }
+    jsonschema.validate(original, schemas["QueueFile"])
     bad = {"tasks": [{"task_id": "t1", "status": "nonsense", "instruction_details": {}}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schemas["QueueFile"])

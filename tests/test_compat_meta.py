@@ -318,3 +318,32 @@ def test_continue_goes_on_with_the_latest_run_of_that_pipeline(
     assert "Read notes/handoff.md: it holds the task" in prompt
     assert "Notes from step 2" in (project / "notes" / "handoff.md").read_text()
     assert not (project / ".handoff.md").exists()
+
+
+def test_metas_pipelines_are_found_by_name_first(project: pathlib.Path) -> None:
+    # A project holding META: its pipelines by bare name, before politerm's built-ins.
+    plan = poli(project, "run", "feature", "--task", "Add search", "--dry-run", "--run-id", "N1")
+    assert plan.returncode == 0, plan.stderr
+    assert "on failure: retry:3" in plan.stdout  # META's feature, not the built-in one
+    assert "You are the reviewer agent of this project." in plan.stdout
+    kick = poli(project, "run", "kickoff", "--task", "x", "--dry-run", "--run-id", "N2")
+    assert kick.returncode == 0, kick.stderr
+    rows = json.loads(poli(project, "list", "--json").stdout)
+    where = {(r["name"], r["source"]) for r in rows}
+    assert {("feature", "META"), ("kickoff", "META"), ("feature", "builtin (shadowed)")} <= where
+    builtin = poli(project, "run", "builtin:feature", "--task", "x", "--dry-run", "--run-id", "N3")
+    assert builtin.returncode == 0, builtin.stderr
+    assert "on failure: ask" in builtin.stdout
+    # The same name in two of the project's own folders: say which files it could mean.
+    (project / ".poli" / "pipelines").mkdir(parents=True)
+    shutil.copy(
+        project / "META/workflows/pipelines/kickoff.pipeline",
+        project / ".poli/pipelines/kickoff.pipeline",
+    )
+    both = poli(project, "run", "kickoff", "--task", "x", "--dry-run")
+    assert both.returncode != 0
+    assert both.stderr.startswith("poli: pipeline 'kickoff' is ambiguous, it could mean META:")
+    assert "project:kickoff (" in both.stderr
+    assert len(both.stderr.splitlines()) == 1
+    mine = poli(project, "run", "project:kickoff", "--task", "x", "--dry-run", "--run-id", "N4")
+    assert mine.returncode == 0, mine.stderr

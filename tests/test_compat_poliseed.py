@@ -119,6 +119,8 @@ def test_poliseed_programs_round_trip_with_the_preset(
     assert task.report is not None
     assert "SEED-REPORT hello.txt was created and verified." in task.report
     assert "EXECUTER replied" not in task.report  # the echoed prompt is not the report
+    # The program's input prompt (a REPL's "planner> ") is not part of the report.
+    assert task.report == "Summary for the user: SEED-REPORT hello.txt was created and verified."
     assert (project / "executer" / "hello.txt").read_text() == "Hello, PoliTerm!\n"
     # The programs heard the original's sentences and parsed what they needed.
     planner = lines_of(project, "planner")
@@ -226,7 +228,13 @@ async def test_timeout_names_the_rejected_blocks(
         assert task.error is not None
         assert "EXECUTER sent no result block" in task.error
         assert "rejected blocks: line " in task.error
-        assert "nonce '0badc0' is not this turn's nonce" in task.error
         assert "header has no nonce" in task.error
+        # the wrong nonce is an old block's: ignored as it should be, counted apart
+        assert "old block of an earlier turn ignored" in task.error
+        events = loop.store.list_events(task_id=task.id, limit=200)
+        assert any(
+            e.kind == "ignored" and "its nonce '0badc0' is not this turn's" in e.detail
+            for e in events
+        )
         events = loop.store.list_events(task_id=task.id, limit=200)
         assert not [e for e in events if e.kind == "warning" and "without a nonce" in e.detail]

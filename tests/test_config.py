@@ -258,6 +258,22 @@ def test_agents_beyond_planner_and_executer(project: Path) -> None:
     assert config.agent("PLANNER").profile == "fake-claude"
 
 
+def test_a_profile_alone_runs_that_profiles_program(project: Path) -> None:
+    from politerm.agents import load_profile
+
+    config = load(
+        project,
+        '[agents.EXECUTER]\nprofile = "fake"\n[agents.HELPER]\nprofile = "fake-plain"\n',
+    )
+    # Not the built-in EXECUTER's fake agent in codex mode: the fake profile's own program.
+    assert config.agent("EXECUTER").argv() == list(load_profile("fake").command)
+    assert config.agent("EXECUTER").argv()[-2:] == ["--mode", "claude"]
+    assert config.agent("HELPER").argv() == list(load_profile("fake-plain").command)
+    assert config.agent("PLANNER").profile == "fake-claude"  # untouched: the demo agent
+    with pytest.raises(ConfigError, match=r"agents\.HELPER\.profile: .*nope"):
+        load(project, '[agents.HELPER]\nprofile = "nope"\n')
+
+
 def test_agent_config_direct() -> None:
     assert AgentConfig(command="claude").profile == "claude"
 
@@ -326,7 +342,7 @@ ERROR_CASES = [
     ),
     ErrorCase(
         "command-missing",
-        '[agents.X]\nprofile = "claude"',
+        '[agents.X]\nenv = { A = "1" }',
         "agents.X.command: missing, expected a command string or a non-empty list of strings",
     ),
     ErrorCase(

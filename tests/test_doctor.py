@@ -21,6 +21,7 @@ from politerm.doctor import (
     exit_code,
     run_checks,
 )
+from politerm.ui.web import assets
 
 REAL_TMUX = shutil.which("tmux")
 
@@ -358,3 +359,60 @@ def test_socket_dir_owned_and_private(tmp_path: Path) -> None:
 def test_python_deps_are_installed() -> None:
     (row,) = check_python_deps(DoctorContext(env={}))
     assert row.status in {Status.OK, Status.WARN}
+
+
+# --- what the views need ----------------------------------------------------------------
+
+
+@needs_tmux
+def test_a_poli_web_that_cannot_start_is_said_with_how_to_fix(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    rows = rows_of(poli_doctor(env, "--json", cwd=tmp_path))
+    assert rows["poli web"]["status"] == "OK", rows["poli web"]
+    assert rows["poli web"]["detail"].startswith("xterm.js and its fonts in ")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = poli_doctor({**env, "POLI_WEB_ASSETS": str(empty)}, "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr  # poli web is not all of politerm: it warns
+    row = rows_of(result)["poli web"]
+    assert row["status"] == "WARN"
+    assert row["detail"] == f"cannot start: xterm.js and its fonts are not in {empty}/node_modules"
+    assert row["fix"] == f"run `python -m politerm.ui.web {empty}`, or unset POLI_WEB_ASSETS"
+    # without the setting, this checkout's own place (an installed wheel's: tests/test_wheel.py)
+    assert "python -m politerm.ui.web .cache/web" in assets.how_to_install({})
+
+
+@needs_tmux
+def test_poli_dash_without_a_terminal_warns(env: dict[str, str], tmp_path: Path) -> None:
+    row = rows_of(poli_doctor({**env, "TERM": "dumb"}, "--json", cwd=tmp_path))["poli dash"]
+    assert row["status"] == "WARN"
+    assert "TERM is dumb: poli dash needs a real terminal" in row["detail"]
+    rows = rows_of(poli_doctor({**env, "TERM": "xterm-256color"}, "--json", cwd=tmp_path))
+    assert rows["poli dash"]["status"] == "OK"
+
+
+@needs_tmux
+async def test_desktop_notices_without_a_session_bus_warn(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.ui.notifybus import desktop
+
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    bare = {k: v for k, v in env.items() if k not in ("DBUS_SESSION_BUS_ADDRESS", "DISPLAY")} | {
+        "XDG_RUNTIME_DIR": str(runtime)
+    }
+    row = rows_of(poli_doctor(bare, "--json", cwd=tmp_path))["desktop notices"]
+    assert row["status"] == "WARN"
+    assert row["detail"].startswith("no desktop session bus (no DBUS_SESSION_BUS_ADDRESS, no ")
+    assert "[notify] desktop = false" in row["fix"]
+    # a real session bus (dbus-daemon, as a desktop has): fine
+    async with desktop(monkeypatch):
+        with_bus = {**bare, "DBUS_SESSION_BUS_ADDRESS": os.environ["DBUS_SESSION_BUS_ADDRESS"]}
+        row = rows_of(poli_doctor(with_bus, "--json", cwd=tmp_path))["desktop notices"]
+    assert (row["status"], row["detail"]) == ("OK", "notify-send and a session bus"), row
+    # desktop notices turned off: nothing to warn about
+    (tmp_path / "poli.toml").write_text("[notify]\ndesktop = false\n")
+    row = rows_of(poli_doctor(bare, "--json", cwd=tmp_path))["desktop notices"]
+    assert (row["status"], row["detail"]) == ("OK", "off ([notify] desktop = false)"), row

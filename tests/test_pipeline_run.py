@@ -184,7 +184,9 @@ def test_worktrees_merge_in_order_and_a_conflict_becomes_a_gate(
         "3 | developer | - | auto | dev | - | Add notes FAKE:write=notes.txt\n"
         "4 | reviewer  | - | auto | -   | - | Review\n",
     )
-    (root / ".gitignore").write_text(".poli/\nruns.sqlite3*\n*.jsonl\nrun.out\n.handoff*\n")
+    # Only the test's own files are ignored: the run keeps .poli/ and its handoff files
+    # out of git status by itself.
+    (root / ".gitignore").write_text("runs.sqlite3*\nrun.out\n")
     (root / "file.txt").write_text("base\n")
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip

@@ -39,7 +39,7 @@ NONCE_CASES = [
         WITH_NONCE,
         "ffff00",
         (),
-        ("nonce 'a1b2c3' is not this turn's nonce 'ffff00'",),
+        ("an old block, ignored as it should be (its nonce 'a1b2c3' is not this turn's 'ffff00')",),
     ),
     NonceCase(
         "missing-nonce", PLAIN, NONCE, (), ("header has no nonce (this turn's nonce is 'a1b2c3')",)
@@ -60,7 +60,10 @@ def test_nonce_changes_per_turn() -> None:
     parser.expect_nonce("0d0d0d")
     old_turn_again = WITH_NONCE.replace('"id":"T1"', '"id":"T5"')
     assert parser.scan_screen(old_turn_again) == []
-    assert parser.rejections[-1].reason == "nonce 'a1b2c3' is not this turn's nonce '0d0d0d'"
+    assert parser.rejections[-1].reason == (
+        "an old block, ignored as it should be (its nonce 'a1b2c3' is not this turn's '0d0d0d')"
+    )
+    assert parser.rejections[-1].old
 
 
 class EchoCase(t.NamedTuple):

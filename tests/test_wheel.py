@@ -12,6 +12,7 @@ the test needs no index.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pathlib
 import shutil
@@ -76,6 +77,17 @@ def _where_assets(bin_dir: pathlib.Path, env: dict[str, str]) -> list[str]:
     ).stdout.split()  # fmt: skip
 
 
+def _doctor(
+    bin_dir: pathlib.Path, env: dict[str, str], cwd: pathlib.Path
+) -> dict[str, dict[str, str]]:
+    """The installed ``poli doctor --json``, by check."""
+    out = subprocess.run(
+        [str(bin_dir / "poli"), "doctor", "--json"],
+        capture_output=True, text=True, env=env, timeout=120, cwd=cwd, check=False,
+    ).stdout  # fmt: skip
+    return {row["check"]: row for row in json.loads(out)}
+
+
 def test_the_wheel_carries_the_pinned_files_and_their_licenses(tmp_path: pathlib.Path) -> None:
     wheel = build_wheel(tmp_path / "dist")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -105,6 +117,11 @@ async def test_an_installed_wheel_serves_poli_web_without_npm(
     venv = str(tmp_path / "venv")
     assert found[0].startswith(venv), found
     assert found[1].startswith(venv) and found[1].endswith("politerm/ui/web/js"), found
+    # its doctor agrees, and asks for no Chromium: the user's own browser shows the pages
+    doctor = await asyncio.to_thread(_doctor, bin_dir, env, tmp_path)
+    assert doctor["poli web"]["status"] == "OK", doctor["poli web"]
+    assert doctor["poli web"]["detail"] == f"xterm.js and its fonts in {found[1]}"
+    assert "browser tests" not in doctor
 
     root = tmp_path / "proj"
     assert server.socket_name is not None

@@ -113,6 +113,10 @@ class BlockRejected(ProtocolError, ValueError):
     """A candidate block was seen but is not well-formed; the message says why."""
 
 
+class OldBlock(BlockRejected):
+    """A block of another turn (its nonce is not this turn's): ignored, as it should be."""
+
+
 class ReportError(ProtocolError):
     """A session's fenced report is wrong or missing; the message says what and where."""
 

@@ -20,6 +20,9 @@ import typing as t
 if t.TYPE_CHECKING:
     from collections.abc import Iterable
 
+# The words a ``password=``-style pair starts with.
+_SECRET_WORDS: t.Final = "(?:password|passwd|pwd|secret|api_?key|access_?token|auth_?token|token)"
+
 #: Built-in patterns, most specific first (an Anthropic key also looks like an OpenAI one).
 BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     (
@@ -46,8 +49,10 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     (
         "password",
         (
-            r"(?i)\b(?:password|passwd|pwd|secret|api_?key|access_?token|auth_?token|token)"
-            r"\b[\"']?\s*[:=]\s*(?:\"[^\"\n]+\"|'[^'\n]+'|[^\s\"',;]+)"
+            # After a path separator and before a colon the word is a file's name, as in
+            # "/etc/passwd: Permission denied"; with "=" it is a secret wherever it stands.
+            rf"(?i)(?:(?<![/\\])\b{_SECRET_WORDS}\b[\"']?\s*[:=]|(?<=[/\\]){_SECRET_WORDS}"
+            r"\b[\"']?\s*=)\s*(?:\"[^\"\n]+\"|'[^'\n]+'|[^\s\"',;]+)"
         ),
     ),
 )
@@ -104,6 +109,10 @@ class Redactor:
     'login with [REDACTED:password] now'
     >>> r.redact("nothing to see")
     'nothing to see'
+    >>> r.redact("/etc/passwd: not inside the message directory; passwd: hunter2")
+    '/etc/passwd: not inside the message directory; [REDACTED:password]'
+    >>> r.redact("db/password=hunter2")
+    'db/[REDACTED:password]'
     """
 
     def __init__(self, extra: Iterable[str] = ()) -> None:
@@ -373,8 +382,8 @@ class ChunkRedactor:
 # The beginning of a secret, unfinished at the end of a text (see ChunkRedactor.flush).
 _SECRET_START = re.compile(
     r"(?:\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|AIza|xox[abposr]-|eyJ)[\w./+=-]*"
-    r"|(?i:\b(?:password|passwd|pwd|secret|api_?key|access_?token|auth_?token|token)"
-    r"[\"']?\s*[:=]\s*[^\s]*))\Z"
+    rf"|(?i:(?:(?<![/\\])\b{_SECRET_WORDS}[\"']?\s*[:=]|(?<=[/\\]){_SECRET_WORDS}[\"']?\s*=)"
+    r"\s*[^\s]*))\Z"
 )
 
 

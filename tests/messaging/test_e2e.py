@@ -257,6 +257,10 @@ async def test_panes_are_found_by_the_program_they_run(room: Mailroom) -> None:
     assert "politerm.testing.fakeagent" in w1.programs
     found = await find_panes_running(room.server, "politerm.testing.fakeagent")
     assert [p.pane_id for p in found] == [room.pane("W1")]
+    # as the original's `grep -F`: any piece of a command line in the pane's tree
+    for piece in ("fakeagent", "--mode claude", "testing.fake"):
+        found = await find_panes_running(room.server, piece)
+        assert [p.pane_id for p in found] == [room.pane("W1")], piece
     assert await find_panes_running(room.server, "no-such-program") == []
     res = await asyncio.to_thread(
         poli,
@@ -271,3 +275,8 @@ async def test_panes_are_found_by_the_program_they_run(room: Mailroom) -> None:
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)
     assert [(r["pane_id"], r["agent"]) for r in rows] == [(room.pane("W1"), "W1")]
+    res = await asyncio.to_thread(
+        poli, room.root, "panes", "--running", "fakeagent", "--config", str(room.config_path)
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[0] == room.pane("W1").encode(), res.stdout

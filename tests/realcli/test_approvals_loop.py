@@ -3,9 +3,10 @@
 The router drives the real aider (pretty and ``--no-pretty``, diff edit format) as the
 executer; its reply holds two shell commands with output and the result block, so four
 questions come in a row ("Run shell command?", "Add command output to the chat?", twice).
-The run's ``[routing] approval`` answers them: ``approve``; ``deny`` with patterns over the
-commands; ``ask``, answered through the run store as ``poli approve`` does. Each question is
-answered as the one actually open, and the audit names it, its command and the keys.
+The run's ``[routing] approval`` answers the commands: ``approve``, ``deny``, ``ask``
+(answered through the run store as ``poli approve`` does), ``ask`` and ``deny`` with
+patterns; each output question, a follow-up, gets the verdict of the command just run, so
+the task never waits on it. The audit names each question, its command and the keys.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from tests.realcli.helpers import AgentSpec
 from tests.realcli.test_approvals import (
     EXPECTED,
     FIRST,
-    OUTPUT,
-    RUN,
     SECOND,
     answer_as_user,
-    approvals,
+    asked_of_user,
+    check_decisions,
 )
 from tests.realcli.test_loop import FINAL, PLAN, block, prompt
 
@@ -42,11 +42,14 @@ RESULT = "Ran both.\n\n" + block("PLANNER", "result", "RESULT", "Wrote first.txt
 TWO = f"Running both.\n\n```bash\n{FIRST}\n```\n\n```bash\n{SECOND}\n```\n\n{RESULT}"
 ROUTING = {
     "approve": '[routing]\napproval = "approve"\n\n',
-    "pattern": (
+    "deny": '[routing]\napproval = "deny"\n\n',
+    "ask": '[routing]\napproval = "ask"\n\n',
+    "ask+patterns": '[routing]\napproval = "ask"\napproval_patterns = ["^echo first-out "]\n\n',
+    "deny+patterns": (
         '[routing]\napproval = "deny"\napproval_patterns = ["^echo (first|second)-out "]\n\n'
     ),
-    "ask": '[routing]\napproval = "ask"\n\n',
 }
+assert set(ROUTING) == set(EXPECTED)
 
 
 @pytest.mark.parametrize("mode", sorted(ROUTING))
@@ -67,7 +70,7 @@ async def test_aider_executer_in_the_loop_answers_each_open_question(
         extra=ROUTING[mode],
     )
     seen: list[tuple[str, str]] = []
-    user = asyncio.create_task(answer_as_user(r.store, "EXECUTER", seen)) if mode == "ask" else None
+    user = asyncio.create_task(answer_as_user(r.store, "EXECUTER", seen))
     events: list[str] = []
     try:
         task = await run_task(
@@ -78,24 +81,13 @@ async def test_aider_executer_in_the_loop_answers_each_open_question(
             timeout=300,
         )
     finally:
-        if user is not None:
-            user.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await user
+        user.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await user
+    # Never stuck in waiting_approval on a follow-up question: the task ends DONE.
     assert task.state is TaskState.DONE, (task.error, events)
-    work = r.agent("EXECUTER").spec.workdir
-    assert (work / "first.txt").read_text().strip() == "first-out"
-    assert (work / "second.txt").read_text().strip() == "second-out"
-
-    decisions = [d for d in approvals(r.store) if d.get("question") in (RUN, OUTPUT)]
-    assert [d["question"] for d in decisions] == [RUN, OUTPUT, RUN, OUTPUT], events
-    assert [d["command"] for d in decisions] == [FIRST, "", SECOND, ""], decisions
-    assert [d["decision"] for d in decisions] == EXPECTED[mode], decisions
-    keys = {"approve": ["y", "Enter"], "deny": ["n", "Enter"]}
-    assert [d["keys"] for d in decisions] == [keys[d["decision"]] for d in decisions]
-    assert all(d["by"] == ("user" if mode == "ask" else "policy") for d in decisions)
-    if mode == "ask":
-        assert seen == [(RUN, FIRST), (OUTPUT, ""), (RUN, SECOND), (OUTPUT, "")]
+    assert seen == asked_of_user(mode), events
+    check_decisions(r.store, mode, r.agent("EXECUTER").spec.workdir)
     # The planner (aider too) was never asked anything.
     planner = [e for e in r.store.list_events(limit=1000) if e.kind.startswith("approval")]
     assert all(e.agent == "EXECUTER" for e in planner), [(e.agent, e.detail) for e in planner]

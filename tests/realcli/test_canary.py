@@ -1,7 +1,8 @@
 """``poli agents canary`` on the pinned local install (CI never installs the newest releases).
 
 The command's whole path runs: the binary's version asked, its checks (ready, deliver,
-block, approval, two turns) against a loopback model server, the table printed. Bad input
+block, approval, two turns, then the loop's: a tall command and two tasks under ask +
+patterns) against a loopback model server, the table printed. Bad input
 is a one-line error, and a broken check's screen lines are shown under the table.
 """
 
@@ -48,6 +49,10 @@ def test_canary_runs_every_check_on_a_pinned_install(
     assert row.split()[2:] == ["ok"] * len(CHECKS), row
     for check in CHECKS:
         assert f"claude {installed.versions['claude']}: {check}: ok" in proc.stderr
+    # The loop ran, under ask + patterns, with nobody to answer: both tasks done.
+    assert {"tall loop", "two tasks"} <= set(CHECKS)
+    assert f"claude {installed.versions['claude']}: tall loop: ok: task done" in proc.stderr
+    assert f"claude {installed.versions['claude']}: two tasks: ok: task done" in proc.stderr
 
     as_json = poli(
         "agents", "canary", "claude", "--bin", f"claude={binary}", "--json", home=tmp_path

@@ -91,11 +91,11 @@ async def test_phone_sees_the_inbox_first_and_approves_with_one_tap_and_a_confir
             approvals = [e for e in loop.log("EXECUTER") if e["event"] == "approval"]
             assert approvals and approvals[-1]["approved"] is True, approvals
             await phone.locator("#inbox li.none").wait_for(timeout=30_000)
-            # the live pane scrolls inside its frame; the page itself stays phone-wide
+            # the live pane scrolls inside its own frame; the page itself stays phone-wide
             await phone.goto(f"{base}/agent/EXECUTER")
             await phone.wait_for_function("() => window.poliFrames > 0", timeout=30_000)
             frame = await phone.evaluate(
-                "() => { const f = document.querySelector('.pane-frame');"
+                "() => { const f = document.getElementById('terminal');"
                 " return [f.scrollWidth, f.clientWidth,"
                 " document.documentElement.scrollWidth - innerWidth]; }"
             )

@@ -4,8 +4,10 @@ Per run, ``[routing] approval`` says what happens when an agent asks to run a to
 ``"ask"`` (the question waits for ``poli approve AGENT [--deny]``), ``"approve"`` or
 ``"deny"``. ``approval_patterns`` are regexes over the command the agent wants to run; a
 command matching one is approved whatever the mode, so ``approval = "deny"`` with
-patterns approves by pattern and denies the rest. Every decision is recorded as an event
-with the screen lines it was made on; nothing is answered silently.
+patterns approves by pattern and denies the rest. A follow-up question (the profile's
+``approval.follow_up``, aider's "Add command output to the chat?") gets the verdict of the
+command decided right before it (:func:`follow`), whoever decided that one. Every decision
+is recorded as an event with the screen lines it was made on; nothing is answered silently.
 """
 
 from __future__ import annotations
@@ -94,6 +96,28 @@ class ApprovalPolicy:
         return Verdict(None, "policy 'ask': waiting for `poli approve`")
 
 
+@dataclasses.dataclass(frozen=True)
+class Decided:
+    """A command question just answered: what it asked, the answer, and who gave it."""
+
+    request: ApprovalRequest
+    decision: Decision
+    by: str
+
+
+def follow(decided: Decided) -> Verdict:
+    """The verdict on a follow-up question: the one on the command just decided.
+
+    Examples
+    --------
+    >>> run = ApprovalRequest("", "echo hi", (), "Run shell command?")
+    >>> follow(Decided(run, Decision.APPROVE, "user")).reason
+    'follows echo hi, approved by user'
+    """
+    done = "approved" if decided.decision is Decision.APPROVE else "denied"
+    return Verdict(decided.decision, f"follows {describe(decided.request)}, {done} by {decided.by}")
+
+
 def describe(request: ApprovalRequest) -> str:
     r"""One line naming what the agent asks to run, e.g. ``Bash(echo hi)``.
 
@@ -135,6 +159,8 @@ class PendingApproval:
     asked: float
     answer: Decision | None = None
     question: str = ""
+    doubt: str = ""
+    follow_up: bool = False
     by: str = ""
     """Where the answer came from: ``cli``, ``web``, ``web:DEVICE``, ``dash`` (see
     :func:`answer_pending`)."""
@@ -143,6 +169,53 @@ class PendingApproval:
     def what(self) -> str:
         """What the agent asks to run (the question when no command was read)."""
         return describe(ApprovalRequest(self.tool, self.command, self.evidence, self.question))
+
+    @property
+    def asks(self) -> str:
+        """What the agent asks, as it reads after its name.
+
+        ``to run Bash(echo hi)`` when a command was read; else the question in quotes and
+        why no command is named: a follow-up question asks none, and a command that could
+        not be read is said so, with the screen lines it was looked for in.
+
+        Examples
+        --------
+        >>> PendingApproval("X", "Bash", "echo hi", (), 0.0).asks
+        'to run Bash(echo hi)'
+        >>> PendingApproval("X", "", "", ("Add output?",), 0.0, question="Add output?",
+        ...                 follow_up=True).asks
+        '"Add output?" (a follow-up question; it names no command)'
+        >>> PendingApproval("X", "", "", ("Proceed?", "│ EOF"), 0.0, question="Proceed?",
+        ...                 doubt="its box scrolled away").asks
+        '"Proceed?" (its command could not be read: its box scrolled away; screen: │ EOF)'
+        """
+        if self.command:
+            return f"to run {self.what}"
+        if self.follow_up:
+            return f'"{self.question}" (a follow-up question; it names no command)'
+        why = self.doubt or "no command was read"
+        screen = " | ".join(self.evidence[1:])
+        return f'"{self.question or self.what}" (its command could not be read: {why}' + (
+            f"; screen: {screen})" if screen else ")"
+        )
+
+    def answered(self, decision: Decision) -> str:
+        """One line saying what ``decision`` answered, for ``poli approve``.
+
+        Examples
+        --------
+        >>> PendingApproval("X", "Bash", "echo hi", (), 0.0).answered(Decision.DENY)
+        'denied: X may not run Bash(echo hi)'
+        >>> PendingApproval("X", "", "", (), 0.0, question="Add output? [Yes]:",
+        ...                 follow_up=True).answered(Decision.APPROVE)
+        'approved: X asked "Add output? [Yes]:", answered yes'
+        """
+        done = "approved" if decision is Decision.APPROVE else "denied"
+        if self.command:
+            not_ = " not" if decision is Decision.DENY else ""
+            return f"{done}: {self.agent} may{not_} run {self.what}"
+        yes = "yes" if decision is Decision.APPROVE else "no"
+        return f'{done}: {self.agent} asked "{self.question or self.what}", answered {yes}'
 
 
 def _key(agent: str) -> str:
@@ -164,6 +237,8 @@ def get_pending(store: RunStore, agent: str) -> PendingApproval | None:
         asked=float(data.get("asked", 0.0)),
         answer=Decision(answer) if answer else None,
         question=data.get("question", ""),
+        doubt=data.get("doubt", ""),
+        follow_up=bool(data.get("follow_up", False)),
         by=data.get("by", ""),
     )
 
@@ -177,6 +252,8 @@ def set_pending(store: RunStore, pending: PendingApproval) -> None:
         "asked": pending.asked,
         "answer": pending.answer.value if pending.answer else None,
         "question": pending.question,
+        "doubt": pending.doubt,
+        "follow_up": pending.follow_up,
         "by": pending.by,
     }
     store.set_meta(_key(pending.agent), json.dumps(data))

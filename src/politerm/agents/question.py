@@ -24,6 +24,12 @@ A TUI draws the question in a box that may be taller than the detector region an
 screen (Claude Code's "Bash command" box around a 150-line heredoc). When the box's top is
 not among the lines read, the request is marked incomplete (no command) and the driver
 reads it again together with the terminal's history (:mod:`politerm.driver.approvals`).
+
+A request whose command is empty is never complete: a question whose command cannot be
+read (the ``command`` regex does not match its box) carries the screen lines above it as
+its evidence, so whoever answers it sees what was there. A *follow-up* question
+(``approval.follow_up``: aider's "Add command output to the chat?") asks about the command
+just decided, not a command of its own; the approver gives it that command's verdict.
 """
 
 from __future__ import annotations
@@ -64,6 +70,10 @@ class ApprovalSpec(pydantic.BaseModel):
         empty line, never a blank line of the command), and a command of several lines is
         read with certainty only from a terminal that keeps trailing spaces, with its lines
         of one length.
+    follow_up
+        Regexes on the open question's line naming questions that follow a command and
+        ask none of their own (aider's "Add command output to the chat?"); such a
+        question gets the verdict of the command decided right before it.
     asks_one, asks_many
         Regexes on the open question saying that it runs one line, or several (a blank
         line or a ``#`` comment is not run): a command read with another count of lines to
@@ -79,6 +89,7 @@ class ApprovalSpec(pydantic.BaseModel):
     padded: bool = False
     asks_one: str | None = None
     asks_many: str | None = None
+    follow_up: list[str] = []
 
     @property
     def commands(self) -> list[str]:
@@ -97,6 +108,7 @@ class ApprovalSpec(pydantic.BaseModel):
             value = getattr(self, key)
             if value is not None:
                 _check_regexes([value], f"approval.{key}")
+        _check_regexes(self.follow_up, "approval.follow_up")
         return self
 
 
@@ -123,10 +135,13 @@ class ApprovalRequest:
         The open question's line (``Run shell command? (Y)es/(N)o … [Yes]:``).
     complete
         False when the command could not be read in full with certainty (the top of the
-        question's box scrolled away, or the lines read may be only its tail); the command
-        is then ``""``.
+        question's box scrolled away, the lines read may be only its tail, or no command
+        was read at all); the command is then ``""``.
     doubt
         Why it is incomplete.
+    follow_up
+        The question follows the command decided before it and asks none of its own
+        (``approval.follow_up``).
     """
 
     tool: str
@@ -135,6 +150,7 @@ class ApprovalRequest:
     question: str = ""
     complete: bool = True
     doubt: str = ""
+    follow_up: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,30 +253,37 @@ def read_request(
 
     ``lines`` is the screen, or the history followed by the screen; ``trailing_spaces``
     says whether they keep the spaces the program wrote at their ends (a tmux capture
-    does; a PTY's rendered screen is right-stripped).
+    does; a PTY's rendered screen is right-stripped). A request with no command read is
+    incomplete, with the screen lines above its question as evidence.
     """
     q = open_question(profile, lines)
     if q is None:
         return None
     spec = profile.approval
+    if any(re.search(rx, q.line) for rx in spec.follow_up):
+        why = "it follows the command decided before it and names none of its own"
+        return ApprovalRequest("", "", (q.line,), q.line, complete=False, doubt=why, follow_up=True)
     start = 0
     if spec.box_top is not None:
         top = box_of(spec.box_top, lines, q.index, raw=spec.padded)
         if top is None:
             doubt = "the top of the question's box is not among the lines read"
-            return ApprovalRequest("", "", (q.line,), q.line, complete=False, doubt=doubt)
+            return _unread(lines, q, 0, doubt)
         start, end = top, q.index + 1
     else:
         end = _trimmed_end(lines)
         region = profile.detectors.region_lines
         start = max(0, end - region) if region else 0
+    if not spec.commands:
+        return _unread(lines, q, start, "the profile has no [approval] command regex")
     text = "\n".join(ln.rstrip() for ln in lines[start:end])
     found = _command_match(spec, text, box=spec.box_top is not None)
     # In a box, the command belongs to the open question only when the match ends on it.
     if found is None or (
         spec.box_top is not None and start + text.count("\n", 0, found.end()) != q.index
     ):
-        return ApprovalRequest("", "", (q.line,), q.line)
+        where = "its box" if spec.box_top is not None else "the lines above it"
+        return _unread(lines, q, start, f"no command could be read from {where}")
     groups = found.groupdict()
     command = command_text(groups.get("command") or "")
     tool = (groups.get("tool") or "").strip()
@@ -270,9 +293,22 @@ def read_request(
     evidence = tuple(dict.fromkeys((q.line, first)))
     body = lines[start + 1 : q.index] if spec.box_top is not None else ()
     doubt = _doubt(spec, q.line, body, command, trailing_spaces=trailing_spaces)
+    if not doubt and not command:
+        doubt = "the command read is empty"
     if doubt:
         return ApprovalRequest(tool, "", evidence, q.line, complete=False, doubt=doubt)
     return ApprovalRequest(tool, command, evidence, q.line)
+
+
+# The screen lines kept as evidence of a question whose command could not be read.
+_UNREAD_LINES = 8
+
+
+def _unread(lines: Sequence[str], q: OpenQuestion, start: int, doubt: str) -> ApprovalRequest:
+    """A question whose command was not read: its evidence is the lines just above it."""
+    above = [ln.strip() for ln in lines[start : q.index] if ln.strip()][-_UNREAD_LINES:]
+    evidence = tuple(dict.fromkeys((q.line, *above)))
+    return ApprovalRequest("", "", evidence, q.line, complete=False, doubt=doubt)
 
 
 def _command_match(spec: ApprovalSpec, text: str, *, box: bool) -> re.Match[str] | None:

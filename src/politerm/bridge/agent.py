@@ -24,7 +24,7 @@ from politerm.agents import load_profile
 from politerm.agents.approval import ApprovalPolicy
 from politerm.bridge.edits import file_state
 from politerm.bridge.executor import Handoff, Outcome
-from politerm.bridge.models import TaskResult, TaskStatus
+from politerm.bridge.models import TaskResult, TaskStatus, Tool
 from politerm.bridge.queue import TaskQueue, find
 from politerm.driver import AgentDriver, Expect, TurnOutcome
 from politerm.driver.limits import driver_settings
@@ -66,6 +66,15 @@ def render_prompt(handoff: Handoff, nonce: str, *, report: str = "block") -> str
     'BRIDGE TASK t1 (nonce ab12)'
     >>> '"type":"done","id":"t1","nonce":"ab12"' in text
     True
+
+    A task with only an instruction hands the agent that instruction:
+
+    >>> note = Task.model_validate({"task_id": "t2",
+    ...     "instruction_details": {"instruction": "Tidy the README."}})
+    >>> only = AgentActionDetails(tool_to_call="follow_instruction", executor="agent:A")
+    >>> render_prompt(Handoff(note, only, None, None, pathlib.Path("/p")),  # type: ignore[arg-type]
+    ...     "cd34").splitlines()[1:3]
+    ['Follow this instruction:', 'Tidy the README.']
     """
     action = handoff.action
     tid = handoff.task.task_id
@@ -84,15 +93,23 @@ def render_prompt(handoff: Handoff, nonce: str, *, report: str = "block") -> str
         {"to": "BRIDGE", "type": "done", "id": tid, "nonce": nonce}, separators=compact
     )
     failed = done.replace('"type":"done"', '"type":"failed"')
-    lines = [
-        f"BRIDGE TASK {tid} (nonce {nonce})",
-        *([f"Purpose: {what}"] if what else []),
-        f"Call the tool {action.tool_to_call.value} with exactly these parameters.",
-        "Lines are numbered from 1 and ranges include both ends; keep every other byte and",
-        "the file's newline style:",
-        json.dumps(params, indent=2, ensure_ascii=False),
-        f"Work in {handoff.base_dir}. Change nothing else.",
-    ]
+    if action.tool_to_call is Tool.FOLLOW_INSTRUCTION:
+        lines = [
+            f"BRIDGE TASK {tid} (nonce {nonce})",
+            "Follow this instruction:",
+            what,
+            f"Work in {handoff.base_dir}.",
+        ]
+    else:
+        lines = [
+            f"BRIDGE TASK {tid} (nonce {nonce})",
+            *([f"Purpose: {what}"] if what else []),
+            f"Call the tool {action.tool_to_call.value} with exactly these parameters.",
+            "Lines are numbered from 1 and ranges include both ends; keep every other byte",
+            "and the file's newline style:",
+            json.dumps(params, indent=2, ensure_ascii=False),
+            f"Work in {handoff.base_dir}. Change nothing else.",
+        ]
     if report == "fenced":
         lines += [
             f"SESSION_ID = {fence_id(tid, nonce)}",

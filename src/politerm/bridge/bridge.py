@@ -247,7 +247,13 @@ class Bridge:
             for m in ins.file_modifications
         ]
         return AgentActionDetails(
-            tool_to_call=Tool.EDIT_FILE if mods else Tool.EXECUTE_COMMANDS_SEQUENTIALLY,
+            tool_to_call=(
+                Tool.EDIT_FILE
+                if mods
+                else Tool.EXECUTE_COMMANDS_SEQUENTIALLY
+                if ins.commands_to_execute
+                else Tool.FOLLOW_INSTRUCTION
+            ),
             file_modifications=mods,
             commands_to_execute=list(ins.commands_to_execute),
             original_sha256={str(p.path): p.before_sha256 for p in planned},

@@ -118,8 +118,13 @@ def apply_to_text(text: str | None, mod: FileModificationInstruction, label: str
     Traceback (most recent call last):
     ...
     politerm.errors.EditError: f: insert_after_line into a file that does not exist
+    >>> a = FileModificationInstruction(file_path="f", action="append_content", content="\nz")
+    >>> apply_to_text("y", a, "f")
+    'y\nz'
     """
     action = mod.action
+    if action is FileAction.CREATE_FILE:  # created, or overwritten, as in the original
+        return mod.content or ""
     if text is None:
         if action in (FileAction.REPLACE_CONTENT, FileAction.APPEND_CONTENT) and (
             mod.create_if_missing
@@ -139,7 +144,9 @@ def apply_to_text(text: str | None, mod: FileModificationInstruction, label: str
     lines = split_lines(text)
     if action is FileAction.APPEND_CONTENT:
         body = (mod.content or "").replace("\r\n", "\n").replace("\n", nl)
-        sep = nl if text and not text.endswith("\n") else ""
+        # A separating newline only when neither side has one: the original's tasks append
+        # "\nmore" to files without a final newline and mean one line break, not two.
+        sep = nl if text and not text.endswith("\n") and not body.startswith(nl) else ""
         return text + sep + body
     if action in (FileAction.INSERT_BEFORE_LINE, FileAction.INSERT_AFTER_LINE):
         new = as_lines(mod.content or "", nl)
@@ -286,6 +293,8 @@ def write_planned(planned: Sequence[PlannedFile]) -> list[pathlib.Path]:
             continue
         try:
             mode = p.path.stat().st_mode & 0o7777 if p.before is not None else 0o600
+            if p.before is None:  # create_file (and created files) may name a new folder
+                p.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             atomic_write(p.path, p.after, mode=mode)
         except OSError as e:
             msg = f"{p.path}: cannot write: {e.strerror or e}"

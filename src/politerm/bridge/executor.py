@@ -28,7 +28,7 @@ import psutil
 
 from politerm.bridge._watch import pid_alive, wait_until
 from politerm.bridge.edits import file_state, plan_edits, resolve, write_planned
-from politerm.bridge.models import CommandResult, TaskResult
+from politerm.bridge.models import CommandResult, TaskResult, Tool
 from politerm.bridge.runner import (
     DRAIN_SECONDS,
     KILL_GRACE,
@@ -119,7 +119,11 @@ class BuiltinExecutor:
             handoff.files.log(f"command {status.describe()}")
             if not status.succeeded and not cmd.continue_on_failure:
                 return Outcome(False, result, f"command {status.describe()}")
-        result.message = "done"
+        if action.tool_to_call is Tool.FOLLOW_INSTRUCTION:
+            # Only an instruction, no operation: the original completed such a task too.
+            result.message = "nothing to run: the task has only an instruction"
+        else:
+            result.message = "done"
         return Outcome(True, result)
 
     # --- file edits -----------------------------------------------------------------------

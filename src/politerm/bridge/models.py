@@ -115,6 +115,7 @@ def check_transition(task_id: str, old: TaskStatus, new: TaskStatus) -> None:
 class FileAction(str, enum.Enum):
     """What a file modification does."""
 
+    CREATE_FILE = "create_file"
     REPLACE_CONTENT = "replace_content"
     APPEND_CONTENT = "append_content"
     INSERT_BEFORE_LINE = "insert_before_line"
@@ -125,6 +126,10 @@ class FileAction(str, enum.Enum):
 
 MARKER_ACTIONS: t.Final = frozenset({FileAction.INSERT_BEFORE_LINE, FileAction.INSERT_AFTER_LINE})
 RANGE_ACTIONS: t.Final = frozenset({FileAction.DELETE_LINES, FileAction.REPLACE_LINES})
+CREATING_ACTIONS: t.Final = frozenset(
+    {FileAction.CREATE_FILE, FileAction.REPLACE_CONTENT, FileAction.APPEND_CONTENT}
+)
+"""Actions that may create a missing file (create_file always, the others when asked)."""
 
 
 class Tool(str, enum.Enum):
@@ -132,6 +137,9 @@ class Tool(str, enum.Enum):
 
     EDIT_FILE = "edit_file"
     EXECUTE_COMMANDS_SEQUENTIALLY = "execute_commands_sequentially"
+    # A task with only an instruction: the agent is given the text to follow (the builtin
+    # executor has nothing to do and completes it, as the original bridge did).
+    FOLLOW_INSTRUCTION = "follow_instruction"
 
 
 class CaptureStream(str, enum.Enum):
@@ -147,6 +155,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
+def _or_lines(schema: dict[str, t.Any]) -> None:
+    """The schema of a text field also admits the original's list of lines."""
+    schema.setdefault("anyOf", []).append({"type": "array", "items": {"type": "string"}})
+
+
 class FileModificationInstruction(_Model):
     """One change to one file.
 
@@ -159,7 +172,9 @@ class FileModificationInstruction(_Model):
     content: str | None = Field(
         default=None,
         validation_alias=AliasChoices("content", "content_to_insert"),
-        description="text to write or insert ('content_to_insert' is accepted as an alias)",
+        description="text to write or insert ('content_to_insert' is accepted as an alias; "
+        "a list of lines is joined with newlines)",
+        json_schema_extra=_or_lines,
     )
     line_marker: str | None = Field(default=None, description="a substring of the target line")
     marker_occurrence: int | t.Literal["all"] = Field(
@@ -168,11 +183,31 @@ class FileModificationInstruction(_Model):
     start_line_number: int | None = None
     end_line_number: int | None = None
     replacement_content: str | None = Field(
-        default=None, description="new text for replace_lines (content is accepted too)"
+        default=None,
+        description="new text for replace_lines (content is accepted too)",
+        json_schema_extra=_or_lines,
     )
     create_if_missing: bool = Field(
-        default=False, description="replace_content/append_content may create the file"
+        default=False,
+        validation_alias=AliasChoices("create_if_missing", "create_if_not_exists"),
+        description="replace_content/append_content may create the file "
+        "('create_if_not_exists' is accepted as an alias)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _join_line_lists(cls, data: t.Any) -> t.Any:
+        # The original's template lets text be a list of lines; they are joined with "\n".
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in ("content", "content_to_insert", "replacement_content"):
+            value = data.get(key)
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                data[key] = "\n".join(value)
+        if data.get("action") == FileAction.CREATE_FILE.value:
+            data.setdefault("content", "")
+        return data
 
     @model_validator(mode="after")
     def _parameters_fit_action(self) -> t.Self:
@@ -228,7 +263,9 @@ def _command_or_alias(schema: dict[str, t.Any]) -> None:
     """The schema of a command needs ``command_string`` or its alias ``command``."""
     props = schema["properties"]
     props["command"] = {**props["command_string"], "description": "alias of command_string"}
-    schema["required"] = [r for r in schema["required"] if r != "command_string"]
+    # command_id is optional in a task too: a command without one is named cmd_<index>.
+    optional = ("command_string", "command_id")
+    schema["required"] = [r for r in schema["required"] if r not in optional]
     schema["anyOf"] = [{"required": ["command_string"]}, {"required": ["command"]}]
 
 
@@ -252,7 +289,11 @@ class CommandExecutionInstruction(_Model):
 
     model_config = ConfigDict(json_schema_extra=_command_or_alias)
 
-    command_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    command_id: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="names its files; a task's command without one is cmd_<index>",
+    )
     command_string: str = Field(
         min_length=1,
         validation_alias=AliasChoices("command_string", "command"),
@@ -297,6 +338,31 @@ _MODIFICATION_KEYS: t.Final = frozenset(
 )
 
 
+def _with_command_ids(cmds: list[t.Any]) -> list[t.Any]:
+    """The commands, each without a ``command_id`` given ``cmd_<index>`` (unique in the task).
+
+    The original bridge requires only ``command_string``; the id names the command's files.
+
+    Examples
+    --------
+    >>> [c["command_id"] for c in _with_command_ids([{"command": "a"},
+    ...     {"command_id": "cmd_0", "command": "b"}, {"command": "c"}])]
+    ['cmd_0_1', 'cmd_0', 'cmd_2']
+    """
+    taken = {c["command_id"] for c in cmds if isinstance(c, dict) and c.get("command_id")}
+    out: list[t.Any] = []
+    for i, c in enumerate(cmds):
+        if isinstance(c, dict) and not c.get("command_id"):
+            name, n = f"cmd_{i}", 0
+            while name in taken:
+                n += 1
+                name = f"cmd_{i}_{n}"
+            taken.add(name)
+            c = {**c, "command_id": name}
+        out.append(c)
+    return out
+
+
 class InstructionDetails(_Model):
     """What the requester wants: file modifications and/or commands, in that order.
 
@@ -337,12 +403,15 @@ class InstructionDetails(_Model):
             mods.insert(0, {k: data.pop(k) for k in list(data) if k in _MODIFICATION_KEYS})
         if mods:
             data["file_modifications"] = mods
+        cmds = data.get("commands_to_execute")
+        if isinstance(cmds, list):
+            data["commands_to_execute"] = _with_command_ids(cmds)
         return data
 
     @model_validator(mode="after")
     def _not_empty(self) -> t.Self:
-        if not self.file_modifications and not self.commands_to_execute:
-            msg = "empty instructions (no file_modifications, no commands_to_execute)"
+        if not self.file_modifications and not self.commands_to_execute and not self.description:
+            msg = "empty instructions (no file_modifications, commands_to_execute or instruction)"
             raise ValueError(msg)
         ids = [c.command_id for c in self.commands_to_execute]
         dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -455,8 +524,8 @@ def describe_error(exc: ValidationError, task_id: str) -> str:
     >>> try:
     ...     Task.model_validate({"task_id": "t1", "instruction_details": {}})
     ... except ValidationError as e:
-    ...     print(describe_error(e, "t1"))
-    task t1: instruction_details: empty instructions (no file_modifications, no commands_to_execute)
+    ...     print(describe_error(e, "t1").split(" (")[0])
+    task t1: instruction_details: empty instructions
     """
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])

@@ -2,13 +2,15 @@
 
 The original bridge kept hanging on its commands. Every wait here is bounded:
 
-- **launch**: the process must exist and print something within ``launch_timeout`` (a
-  command that finishes silently before that is fine);
+- **launch**: a command still silent after ``launch_timeout`` is marked
+  ``past_launch_timeout`` in its status file and goes on, as in the original's runner: a
+  quiet start is not a hang (a command that cannot start at all is ``launch_failed`` at once;
+  one whose program is not found ends ``launch_failed`` with ``not found``);
 - **activity**: silence longer than ``activity_timeout`` (since its last output, or since
   its start if it never printed) kills it;
 - **total**: it may not run longer than ``total_timeout``.
 
-Whichever deadline comes first fires; the status file says which.
+Whichever of the two killing deadlines comes first fires; the status file says which.
 
 The command runs in its own session (``setsid``), so on a timeout the whole tree — children
 that forked, backgrounded or double-forked inside the session — is killed and verified gone.
@@ -32,6 +34,7 @@ import ctypes
 import enum
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -84,7 +87,7 @@ class RunState(str, enum.Enum):
 
 
 class TimeoutKind(str, enum.Enum):
-    """Which of the three timeouts fired."""
+    """Which timeout fired (``launch`` only marks a command, it never ends one)."""
 
     LAUNCH = "launch"
     ACTIVITY = "activity"
@@ -161,6 +164,7 @@ class CommandStatus(BaseModel):
     last_output_at: float | None = None
     finished_at: float | None = None
     last_output: str = ""
+    past_launch_timeout: bool = False
     stdout_path: str | None = None
     stderr_path: str | None = None
     error: str | None = None
@@ -308,9 +312,35 @@ def _deadline(run: _Run, started: float) -> tuple[float, TimeoutKind]:
         # Silence counts from the start too: a command that never prints is inactive.
         ((run.last_output_mono or started) + spec.activity_timeout, TimeoutKind.ACTIVITY),
     ]
-    if run.last_output_mono is None:
+    if run.last_output_mono is None and not run.status.past_launch_timeout:
         deadlines.append((started + spec.launch_timeout, TimeoutKind.LAUNCH))
     return min(deadlines, key=lambda d: d[0])
+
+
+_NOT_FOUND: t.Final = re.compile(
+    r"^(?:/bin/)?sh: (?:(?:line )?\d+: )?(?P<name>.+?): (?:command )?not found\s*$", re.MULTILINE
+)
+
+
+def not_found_name(rc: int | None, output: str) -> str | None:
+    r"""The program ``/bin/sh`` could not find, when that is why the command ended.
+
+    ``sh`` exits 127 for a missing program and says so on stderr (dash and bash word it
+    differently).
+
+    Examples
+    --------
+    >>> not_found_name(127, "sh: 1: nosuchprog: not found\n")
+    'nosuchprog'
+    >>> not_found_name(127, "sh: line 1: nosuchprog: command not found")
+    'nosuchprog'
+    >>> not_found_name(1, "sh: 1: nosuchprog: not found") is None
+    True
+    """
+    if rc != 127:
+        return None
+    m = _NOT_FOUND.search(output)
+    return m["name"] if m else None
 
 
 _subreaper = False
@@ -430,6 +460,11 @@ async def run_command_async(spec: CommandSpec) -> CommandStatus:
             at, kind = _deadline(run, started)
             left = at - time.monotonic()
             if left <= 0:
+                if kind is TimeoutKind.LAUNCH:
+                    # Marked, not killed: the activity and total timeouts decide.
+                    run.status.past_launch_timeout = True
+                    run.save()
+                    continue
                 fired = kind
                 break
             run.output.clear()
@@ -465,6 +500,10 @@ async def run_command_async(spec: CommandSpec) -> CommandStatus:
         run.status.exit_code = rc
     if rc is None:
         run.status.error = "the process did not exit after SIGKILL"
+    missing = None if fired else not_found_name(rc, run.tail)
+    if missing is not None:
+        run.status.state = RunState.LAUNCH_FAILED
+        run.status.error = f"{missing}: not found"
     run.save()
     return run.status
 

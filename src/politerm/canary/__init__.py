@@ -2,7 +2,9 @@
 
 :func:`run_canary` installs each CLI's newest published version into a cache
 (:mod:`politerm.canary.install`), runs the ``agents check`` scenarios against a loopback
-model server (:mod:`politerm.canary.checks`) and returns one :class:`CanaryResult` per
+model server (:mod:`politerm.canary.checks`), then the Planner⇄Executer loop under ``ask``
+with approval patterns, a command taller than the screen and two tasks in a row
+(:mod:`politerm.canary.loop`), and returns one :class:`CanaryResult` per
 CLI; :func:`render` prints them as a table with the screen lines where a detector broke.
 CI keeps the pinned versions of ``tests/realcli``; the canary is run by hand and its
 results are recorded in ``docs/realcli.md``.
@@ -21,6 +23,7 @@ from politerm.canary.install import (
     install,
     newest_version,
 )
+from politerm.canary.loop import run_loop_checks
 from politerm.errors import CanaryError
 
 if t.TYPE_CHECKING:
@@ -47,9 +50,14 @@ async def run_canary(
     bins: Mapping[str, pathlib.Path] | None = None,
     ready_timeout: float = 120.0,
     turn_timeout: float = 120.0,
+    loop_timeout: float = 300.0,
     say: t.Callable[[str], None] | None = None,
 ) -> list[CanaryResult]:
     """Install (or take from ``bins``) each CLI and run its checks, one CLI after another.
+
+    The checks on the driver first (:mod:`politerm.canary.checks`), then, on a CLI that
+    came up ready, the loop's (:mod:`politerm.canary.loop`), each task within
+    ``loop_timeout`` seconds.
 
     Raises
     ------
@@ -79,11 +87,14 @@ async def run_canary(
             say(f"{cli}: {exc}")
             continue
         with MockLLM() as llm:
-            results.append(
-                await run_checks(
-                    installed, llm, ready_timeout=ready_timeout, turn_timeout=turn_timeout, say=say
-                )
+            result = await run_checks(
+                installed, llm, ready_timeout=ready_timeout, turn_timeout=turn_timeout, say=say
             )
+            ready = result.checks.get("ready")
+            if ready is not None and ready.ok:
+                for check in await run_loop_checks(installed, llm, timeout=loop_timeout, say=say):
+                    result.checks[check.name] = check
+            results.append(result)
     return results
 
 

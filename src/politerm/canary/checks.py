@@ -9,7 +9,9 @@ by the same :class:`~politerm.driver.AgentDriver` every workflow uses:
 - **block**: the reply's tagged block (with the turn's nonce) read back;
 - **approval**: a shell-command question recognised, the command read from it, approved
   by policy, and the command's file written;
-- **two turns**: two more prompts in a row, each answered with its block.
+- **two turns**: two more prompts in a row, each answered with its block;
+- **tall loop**, **two tasks**: the Planner⇄Executer loop under ``ask`` + patterns
+  (:mod:`politerm.canary.loop`).
 
 A check that fails keeps the screen lines the detectors were looking at, and what they
 read there, so a changed TUI shows where a detector broke.
@@ -27,6 +29,7 @@ import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.profile import load_profile
+from politerm.canary.loop import LOOP_CHECKS
 from politerm.canary.recipes import Options, prepare
 from politerm.errors import PolitermError
 
@@ -35,7 +38,7 @@ if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, TurnResult
     from politerm.testing.mockllm import MockLLM
 
-CHECKS = ("ready", "deliver", "block", "approval", "two turns")
+CHECKS = ("ready", "deliver", "block", "approval", "two turns", *LOOP_CHECKS)
 # The profile each CLI runs under in the canary, and the arguments it adds.
 PROFILES = {"aider": "aider"}
 EXTRA_ARGS = {"aider": ["--edit-format", "diff"]}

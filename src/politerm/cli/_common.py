@@ -75,6 +75,7 @@ _STYLE = {
     "nudge": "yellow",
     "retry": "yellow",
     "rejected": "magenta",
+    "ignored": "dim",
     "done": "bold green",
     "failed": "bold red",
     "aborted": "bold red",

@@ -116,8 +116,10 @@ def canary(
 ) -> None:
     """Install the newest release of each CLI (default: all) and run the checks on it.
 
-    The checks (ready, deliver, block, approval, two turns) run against a loopback model
-    server; the table shows each one, and the screen lines where a detector broke.
+    The checks (ready, deliver, block, approval, two turns; then the Planner⇄Executer loop
+    under approval "ask" with patterns: a command taller than the screen, two tasks in a
+    row) run against a loopback model server; the table shows each one, and the screen
+    lines where a detector broke.
     """
     import dataclasses
 

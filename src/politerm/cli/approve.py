@@ -32,5 +32,4 @@ def command(agent: str, deny: bool, config_path: pathlib.Path | None) -> None:
             config.agent(agent)  # an unknown name is an error naming the configured agents
             real = agent
         pending = answer_pending(store, real, decision, by="cli")
-    done = "denied" if deny else "approved"
-    click.echo(f"{done}: {real} may{' not' if deny else ''} run {pending.what}")
+    click.echo(pending.answered(decision))

@@ -138,7 +138,13 @@ def stop(queue_opt: pathlib.Path | None) -> None:
 @click.argument("source", type=click.File("r"))
 @queue_option
 def submit(source: t.TextIO, queue_opt: pathlib.Path | None) -> None:
-    """Add the task(s) in SOURCE ('-': stdin): one task, a list, or {"tasks": [...]}."""
+    """Add the task(s) in SOURCE ('-': stdin): one task, a list, or {"tasks": [...]}.
+
+    Each task is validated first (its shape: actions, parameters, ids); a bad one is
+    refused with one line and nothing is added. What depends on the files (a marker, a
+    range, a folder) is checked by the bridge when it takes the task.
+    """
+    from politerm.bridge.models import parse_task
     from politerm.errors import BridgeTaskInvalid
 
     name = getattr(source, "name", "-")
@@ -151,6 +157,9 @@ def submit(source: t.TextIO, queue_opt: pathlib.Path | None) -> None:
     if not isinstance(tasks, list):
         msg = f"{name}: expected a task object, a list of tasks or {{'tasks': [...]}}"
         raise BridgeTaskInvalid(msg)
+    for raw in tasks:
+        if isinstance(raw, dict) and isinstance(raw.get("task_id"), str):
+            parse_task({**raw, "status": "pending"})  # the queue checks task_id itself
     for task_id in _queue(queue_opt).submit(tasks):
         click.echo(_safe(task_id))
 

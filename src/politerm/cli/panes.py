@@ -14,7 +14,11 @@ from politerm.tmux.server import TmuxServer
 
 
 @click.command("panes")
-@click.option("--running", "program", help="Only panes whose process tree runs PROGRAM.")
+@click.option(
+    "--running",
+    "program",
+    help="Only panes whose process tree runs PROGRAM (a name, or any piece of a command line).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @config_option
 def command(program: str | None, as_json: bool, config_path: pathlib.Path | None) -> None:

@@ -239,6 +239,28 @@ def _lookup(data: Mapping[str, t.Any], key: _Key) -> tuple[bool, t.Any]:
     return True, value
 
 
+def _command_from_profile(name: str, table: dict[str, t.Any], layers: _Layers) -> None:
+    """An agent given only a profile runs that profile's program (its ``command``).
+
+    Without this, PLANNER/EXECUTER kept the built-in fake agent's command of another mode,
+    and any other agent was refused for a missing command the profile knew.
+    """
+    from politerm.agents.profile import load_profile
+    from politerm.errors import ProfileError
+
+    profile = table.get("profile")
+    if not isinstance(profile, str) or not profile:
+        return  # validation says what is wrong with it
+    where = layers.source_of(("agents", name, "profile"))
+    try:
+        command = list(load_profile(profile).command)
+    except ProfileError as exc:
+        msg = f"{where}: agents.{name}.profile: {exc}"
+        raise ConfigError(msg) from None
+    if command:
+        table["command"] = command
+
+
 def _config_error(exc: ValidationError, layers: _Layers) -> ConfigError:
     errors = exc.errors()
     # An unknown key is the likeliest root cause of the rest; report it first.
@@ -344,6 +366,9 @@ def load_config(
                 where = layers.source_of(("agents", name))
                 msg = f"{where}: agents: expected names of letters, digits, _ or -, got {name!r}"
                 raise ConfigError(msg)
+        for name, table in agents.items():
+            if isinstance(table, dict) and "command" not in table:
+                _command_from_profile(name, table, layers)
         builtin = _builtin_agents(project)
         for name in DEFAULT_AGENTS:
             table = agents.setdefault(name, {})

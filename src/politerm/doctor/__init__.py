@@ -50,6 +50,7 @@ __all__ = [
     "check_python_deps",
     "check_socket_dir",
     "check_tmux",
+    "check_views",
     "doctor_timeout",
     "exit_code",
     "probe_version",
@@ -335,6 +336,14 @@ def check_pipeline_clis(ctx: DoctorContext) -> Iterable[CheckResult]:
     return pipeline_cli_rows(ctx)
 
 
+def check_views(ctx: DoctorContext) -> Iterable[CheckResult]:
+    """Check what poli web, poli dash and desktop notices need (each only warns)."""
+    from politerm.doctor import views
+
+    for rows in (views.web_rows, views.dash_rows, views.notice_rows, views.browser_rows):
+        yield from rows(ctx)
+
+
 # --- python dependencies ----------------------------------------------------------------
 
 _REQ_RE = re.compile(
@@ -481,6 +490,7 @@ CHECKS: list[Check] = [
     check_agents,
     check_epic_agent,
     check_python_deps,
+    check_views,
 ]
 """The checks ``poli doctor`` runs, in order."""
 

@@ -13,14 +13,12 @@ import typing as t
 from pathlib import Path
 
 from politerm.doctor import CheckResult, Status, probe_version
+from politerm.pipeline.agents import OWN_SOURCES
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterable
 
     from politerm.doctor import DoctorContext
-
-#: Pipeline sources whose step CLIs the project chose itself.
-_OWN_SOURCES = frozenset({"project", "META"})
 
 
 def pipeline_files(project: Path) -> list[tuple[str, Path]]:
@@ -31,14 +29,7 @@ def pipeline_files(project: Path) -> list[tuple[str, Path]]:
     """
     from politerm.pipeline.agents import list_pipelines
 
-    found = [(p.source, p.path) for p in list_pipelines(project)]
-    for folder in (
-        project / "META" / "workflows" / "pipelines",
-        project / "workflows" / "pipelines",
-    ):
-        if folder.is_dir():
-            found += [("META", path) for path in sorted(folder.glob("*.pipeline"))]
-    return found
+    return [(p.source, p.path) for p in list_pipelines(project)]
 
 
 def _probe(program: str, ctx: DoctorContext) -> tuple[Status, str]:
@@ -112,7 +103,7 @@ def pipeline_cli_rows(ctx: DoctorContext) -> Iterable[CheckResult]:
         if status is Status.OK:
             rows.append(CheckResult(check, status, f"{detail}; used by {by}"))
             continue
-        own = any(source in _OWN_SOURCES for _, source in used)
+        own = any(source in OWN_SOURCES for _, source in used)
         if status is Status.FAIL and not own:
             status = Status.WARN
         fix = f"install {program}, or run with `poli run PIPELINE --cli OTHER` (--cli fake to try)"

@@ -4,7 +4,11 @@ An :class:`Approver` looks at each screen on which the agent asks to run a tool.
 :class:`~politerm.agents.approval.ApprovalPolicy` approves or denies it at once; with policy
 ``ask`` the question is recorded in the run store as pending under the agent's key
 (``approval:<key>``), where ``poli approve KEY`` (any process) answers it, and the keys are
-pressed on the next look after the answer. Every decision is an event with its evidence.
+pressed on the next look after the answer. A follow-up question (the profile's
+``approval.follow_up``) right after a question this approver answered gets that answer
+(:func:`~politerm.agents.approval.follow`); one the approver did not see answered (a
+person answered the question before it in the pane) goes to the policy like any other.
+Every decision is an event with its evidence.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import typing as t
 
 from politerm.agents.approval import (
     ApprovalPolicy,
+    Decided,
     Decision,
     PendingApproval,
     clear_pending,
     describe,
+    follow,
     get_pending,
     set_pending,
 )
@@ -68,6 +74,8 @@ class Approver:
     _at: float = 0.0
     _local: PendingApproval | None = None
     _box: tuple[tuple[str, ...], ApprovalRequest] | None = None
+    # The question answered last with our keys, while a follow-up of it may come.
+    _decided: Decided | None = None
 
     @property
     def pending(self) -> PendingApproval | None:
@@ -95,36 +103,42 @@ class Approver:
         request = self.profile.approval_request(snap)
         if request is None:
             return "none"
-        if not request.complete:
+        if not request.complete and not request.follow_up:
             whole = await self._with_history(snap, request)
             if whole is None:
                 return "none"
             request = whole
         what = describe(request)
-        verdict = self.policy.decide(request)
-        decision, by, reason = verdict.decision, "policy", verdict.reason
-        origin = "policy"
+        if request.follow_up and self._decided is not None:
+            verdict, by = follow(self._decided), "follow-up"
+        else:
+            verdict, by = self.policy.decide(request), "policy"
+        decision, reason = verdict.decision, verdict.reason
+        origin = by
         if decision is None:
+            # Answered by a person: a follow-up of it is theirs to answer too.
+            self._decided = None
             pending = self.pending
             if pending is None or (pending.question, pending.command) != (
                 request.question,
                 request.command,
             ):
-                self._set_pending(
-                    PendingApproval(
-                        self.key,
-                        request.tool,
-                        request.command,
-                        request.evidence,
-                        time.time(),
-                        question=request.question,
-                    )
+                asked = PendingApproval(
+                    self.key,
+                    request.tool,
+                    request.command,
+                    request.evidence,
+                    time.time(),
+                    question=request.question,
+                    doubt=request.doubt,
+                    follow_up=request.follow_up,
                 )
+                self._set_pending(asked)
                 self.asked = True
                 self._event(
                     "approval-asked",
                     task_id,
-                    f"{self.key} asks to run {what}: answer with `poli approve {self.key}` "
+                    f"{self.key} asks {asked.asks}: answer with `poli approve {self.key}` "
                     f"or `poli approve {self.key} --deny`",
                     {
                         "tool": request.tool,
@@ -132,6 +146,7 @@ class Approver:
                         "question": request.question,
                         "complete": request.complete,
                         "doubt": request.doubt,
+                        "follow_up": request.follow_up,
                         "evidence": list(request.evidence),
                     },
                 )
@@ -147,6 +162,7 @@ class Approver:
         self._screen, self._at = snap.lines, now
         self.answered += 1
         self.last = request
+        self._decided = None if request.follow_up else Decided(request, decision, by)
         if self.asked or by == "user":
             self._clear_pending()
             self.asked = False
@@ -165,6 +181,7 @@ class Approver:
                 "question": request.question,
                 "complete": request.complete,
                 "doubt": request.doubt,
+                "follow_up": request.follow_up,
                 "keys": list(keys),
                 "evidence": list(request.evidence),
             },
@@ -200,6 +217,7 @@ class Approver:
     def gone(self, *, task_id: str | None = None) -> None:
         """The question asked of the user left the screen without our keys."""
         self.asked = False
+        self._decided = None
         pending = self.pending
         if pending is None:
             return

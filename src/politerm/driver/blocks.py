@@ -19,6 +19,7 @@ from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     import pathlib
+    from collections.abc import Sequence
 
     from politerm.agents.profile import AgentProfile
     from politerm.protocol.block import Block
@@ -71,10 +72,47 @@ def on_screen(snap: Snapshot, start_line: int) -> list[str] | None:
 
 @dataclasses.dataclass(frozen=True)
 class Rejected:
-    """A candidate block of this turn that was not accepted, and why."""
+    """A candidate block of this turn that was not accepted, and why.
+
+    ``old``: a block of another turn (its nonce is not this turn's), ignored as it should be.
+    """
 
     line: int
     reason: str
+    old: bool = False
+
+
+NONE_REJECTED: t.Final = "no block was rejected"
+
+
+def rejected_fact(reasons: Sequence[str], ignored: int) -> str:
+    """The fact a timeout states about a turn's blocks: which were rejected, or that none was.
+
+    ``reasons`` are the rejected candidates' reasons (the last three are named);
+    ``ignored`` counts old blocks of earlier turns, which are not a mistake.
+
+    Examples
+    --------
+    >>> rejected_fact([], 0)
+    'no block was rejected'
+    >>> rejected_fact([], 2)
+    'no block was rejected (2 old blocks of earlier turns ignored, as they should be)'
+    >>> rejected_fact(["a", "b", "c", "d"], 1)
+    'rejected blocks: b; c; d (+1 more); 1 old block of an earlier turn ignored'
+    """
+    if ignored == 1:
+        old = "1 old block of an earlier turn ignored"
+    else:
+        old = f"{ignored} old blocks of earlier turns ignored"
+    if not reasons:
+        return f"no block was rejected ({old}, as they should be)" if ignored else NONE_REJECTED
+    text = f"rejected blocks: {_last_three(reasons)}"
+    return f"{text}; {old}" if ignored else text
+
+
+def _last_three(reasons: Sequence[str]) -> str:
+    more = len(reasons) - 3
+    return "; ".join(reasons[-3:]) + (f" (+{more} more)" if more > 0 else "")
 
 
 @dataclasses.dataclass
@@ -104,6 +142,8 @@ class BlockReader:
     screen_blocks: dict[BlockKey, Block] = dataclasses.field(default_factory=dict)
     transcript_blocks: dict[BlockKey, Block] = dataclasses.field(default_factory=dict)
     rejected: list[Rejected] = dataclasses.field(default_factory=list)
+    ignored: int = 0
+    """Old blocks (of earlier turns) seen and ignored this turn."""
     _checked: set[BlockKey] = dataclasses.field(default_factory=set)
     _left_open: set[tuple[int, str]] = dataclasses.field(default_factory=set)
     _tail: Tail | None = None
@@ -115,6 +155,7 @@ class BlockReader:
     def new_turn(self) -> None:
         """Forget the rejections of the previous turn (blocks stay, for cross-checks)."""
         self.rejected.clear()
+        self.ignored = 0
 
     async def lines(self, snap: Snapshot, start_line: int) -> list[str]:
         """The turn's window: the lines from ``start_line`` to the end of the screen."""
@@ -160,16 +201,23 @@ class BlockReader:
             self._cross_check(key)
             out.append(block)
         out.extend(self.transcript(nonce))
-        rejections = [Rejected(r.line, r.reason) for r in self.parser.rejections[before:]]
+        rejections = [Rejected(r.line, r.reason, r.old) for r in self.parser.rejections[before:]]
         return out, rejections
 
     def report(self, rejections: list[Rejected], *, task_id: str | None = None) -> None:
-        """Keep ``rejections`` for this turn and record each as a ``rejected`` event."""
+        """Keep ``rejections`` for this turn and record each as a ``rejected`` event.
+
+        An old block (of an earlier turn) is counted in :attr:`ignored` and recorded as an
+        ``ignored`` event: it is not a mistake of this turn.
+        """
         for rej in rejections:
-            self.rejected.append(rej)
+            if rej.old:
+                self.ignored += 1
+            else:
+                self.rejected.append(rej)
             if self.store is not None:
                 self.store.add_event(
-                    "rejected",
+                    "ignored" if rej.old else "rejected",
                     task_id=task_id,
                     agent=self.name,
                     detail=f"line {rej.line}: {rej.reason}",
@@ -218,9 +266,11 @@ class BlockReader:
         """The turn's rejected candidates, for an error message ("" when none)."""
         if not self.rejected:
             return ""
-        reasons = "; ".join(f"line {r.line}: {r.reason}" for r in self.rejected[-3:])
-        more = len(self.rejected) - 3
-        return reasons + (f" (+{more} more)" if more > 0 else "")
+        return _last_three([f"line {r.line}: {r.reason}" for r in self.rejected])
+
+    def rejections_fact(self) -> str:
+        """The turn's rejected candidates (and old blocks ignored), for an error message."""
+        return rejected_fact([f"line {r.line}: {r.reason}" for r in self.rejected], self.ignored)
 
     def _cross_check(self, key: BlockKey) -> None:
         screen, raw = self.screen_blocks.get(key), self.transcript_blocks.get(key)

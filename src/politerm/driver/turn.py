@@ -423,8 +423,7 @@ class _Turn:
     def _facts(self) -> str:
         d = self.driver
         facts = []
-        rejected = d.blocks.rejections_text()
-        facts.append(f"rejected blocks: {rejected}" if rejected else "no block was rejected")
+        facts.append(d.blocks.rejections_fact())
         pending = d.approver.pending
         if pending is not None:
             facts.append(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import typing as t
 
 from politerm.agents.state import AgentState
+from politerm.driver.blocks import rejected_fact
 from politerm.engine.effects import BlockEffects
 from politerm.engine.routebase import FOLLOW_UPS, PLANNER
 from politerm.store.models import MessageState, TaskState, TurnEnd
@@ -155,10 +156,20 @@ class Deadlines(BlockEffects):
     def _timeout_message(self, task: Task, exp: Expectation, total: float) -> str:
         step = "plan" if exp.sender == PLANNER else "exec"
         driver = self.agents.get(exp.sender)
-        facts = []
+        # From the task's events, not the driver's turn: a nudge begins a new turn, and the
+        # router refuses blocks of its own (addressed to no agent, another task's id).
+        events = [
+            e
+            for e in self.store.list_events(task_id=task.id, limit=500)
+            if e.agent == exp.sender and e.kind in ("rejected", "ignored")
+        ]
+        facts = [
+            rejected_fact(
+                [e.detail for e in events if e.kind == "rejected"],
+                sum(e.kind == "ignored" for e in events),
+            )
+        ]
         if driver is not None:
-            rejected = driver.blocks.rejections_text()
-            facts.append(f"rejected blocks: {rejected}" if rejected else "no block was rejected")
             pending = driver.approver.pending
             if pending is not None:
                 facts.append(f"approval pending: {pending.what}")

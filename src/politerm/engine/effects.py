@@ -150,7 +150,7 @@ class BlockEffects(RouterBase):
             if task.state is TaskState.WAITING_APPROVAL or task.state not in ACTIVE:
                 return
             question = (
-                f"{driver.name} asks to run {pending.what}: answer with "
+                f"{driver.name} asks {pending.asks}: answer with "
                 f"`poli approve {driver.approver.key}` (or --deny)"
             )
             with self.store.batch():
@@ -199,6 +199,20 @@ class BlockEffects(RouterBase):
         Overridden by the router's sending part; False: nothing was begun.
         """
         return False
+
+    def _wrong_address(self, name: str, block: Block, target: str | None) -> str:
+        """Why a block addressed to ``target`` (None: no agent of that name) goes nowhere."""
+        others = [a for a in self.agents if a != name]
+        hint = {"plan": EXECUTER, "result": PLANNER}.get(block.type)
+        where = (
+            f"a {block.type} block goes to {hint}"
+            if hint is not None and hint in self.agents
+            else f"address {' or '.join([*others, 'USER'])}"
+        )
+        if target == name:
+            return f"{name} addressed its {block.type} block to itself; {where}"
+        agents = ", ".join(self.agents)
+        return f"no agent is named {block.to!r} (agents: {agents}; USER); {where}"
 
     def _apply_block(
         self, name: str, turn: Turn, block: Block, *, ready: Snapshot | None = None
@@ -270,7 +284,7 @@ class BlockEffects(RouterBase):
                 "rejected",
                 task_id=task.id,
                 agent=name,
-                detail=f"block to {block.to!r}: no such agent",
+                detail=f"block to {block.to!r}: {self._wrong_address(name, block, target)}",
             )
             return False
         kind = block.type if block.type in ("plan", "result") else "message"
@@ -363,14 +377,36 @@ class BlockEffects(RouterBase):
                 self._end_turn(driver.name, turn)
 
 
+_PROMPT_ENDS: t.Final = (">", "$", "#", "%", "❯", "›")
+
+
+def repl_prompt(lines: t.Sequence[str]) -> str | None:
+    """The input prompt an idle plain program shows on its last line (``planner>``), if any.
+
+    Examples
+    --------
+    >>> repl_prompt(["Summary: done.", "planner> ", "", ""])
+    'planner>'
+    >>> repl_prompt(["Summary: done."]) is None
+    True
+    """
+    last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    return last if 0 < len(last) <= 40 and last.endswith(_PROMPT_ENDS) else None
+
+
 def screen_report(snap: Snapshot, driver: AgentDriver, prompt: str | None = None) -> str:
     """The agent's words since its last prompt, as the report of a block-less answer."""
     lines = [ln.rstrip() for ln in snap.lines]
     start = max(last_prompt_line(lines) + 1, after_prompt(lines, prompt))
+    # A plain program (a REPL under the generic profile) prints its input prompt after
+    # each line it reads: the idle prompt's copies are not the report's words.
+    idle = repl_prompt(lines)
     body: list[str] = []
     for line in lines[start:]:
         # The input box (a rule, then the input line) closes the reply.
         if driver.profile.is_input_line(line) or (len(line) > 10 and set(line) <= {"─", "▄", "▀"}):
             break
+        if idle is not None and line.strip() == idle:
+            continue
         body.append(line)
     return "\n".join(ln for ln in body if ln.strip())[-8000:].strip()

@@ -26,7 +26,7 @@ from politerm.hooks.channel import channel_path, hooks_dir_for, remove_hooks_dir
 from politerm.hooks.install import GEMINI_HOME_ENV, gemini_home_path, hook_cli
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
-from politerm.tmux.pane import find_agent_pane, new_window
+from politerm.tmux.pane import agent_panes, new_window
 from politerm.tmux.server import TmuxServer, default_config_dir
 
 if t.TYPE_CHECKING:
@@ -189,9 +189,10 @@ class Session:
         restarted: list[str] = []  # ran before: started again with their resume arguments
         respawned: list[str] = []  # a new process where one ran in this session before
         records: dict[str, AgentRecords] = {}  # what the dead ones wrote down themselves
+        found = await agent_panes(client, self.server)  # one listing, not one per agent
         for name, acfg in self.config.agents.items():
             profile = agent_profile(acfg)
-            pane = await find_agent_pane(client, self.server, name)
+            pane = found.get(name)
             alive = pane is not None and await pane.is_alive()
             if pane is not None and alive:
                 agents[name] = (profile, pane)
@@ -310,8 +311,9 @@ class Session:
             raise SessionNotFound(msg)
         client = await self.server.connect(self.name)
         agents: Agents = {}
+        found = await agent_panes(client, self.server)
         for name, acfg in self.config.agents.items():
-            pane = await find_agent_pane(client, self.server, name)
+            pane = found.get(name)
             if pane is None:
                 msg = f"agent {name} has no pane in session {self.name!r}: run `poli up --resume`"
                 raise SessionNotFound(msg)
@@ -334,8 +336,9 @@ class Session:
     async def _stop_all(self) -> list[str]:
         stopped: list[str] = []
         client = await self.server.connect(self.name)
+        found = await agent_panes(client, self.server)
         for name in self.config.agents:
-            pane = await find_agent_pane(client, self.server, name)
+            pane = found.get(name)
             if pane is not None:
                 await pane.kill()
                 stopped.append(name)

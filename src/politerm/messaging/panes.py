@@ -1,8 +1,9 @@
 """Panes of the private tmux server and the programs running in them.
 
 The original protocol finds a worker's pane by walking each pane's ``pane_pid`` process tree
-for the program's name; :func:`find_panes_running` does that, and :func:`list_panes` is what
-``poli panes --json`` prints.
+and matching the program as a piece of the command lines (``grep -F``);
+:func:`find_panes_running` does that, and :func:`list_panes` is what ``poli panes --json``
+prints.
 """
 
 from __future__ import annotations
@@ -37,22 +38,33 @@ class PaneProcesses:
     current_command: str
     agent: str | None
     programs: tuple[str, ...]
+    commands: tuple[str, ...] = ()
+    """The full command lines of the pane's process tree (for matching; never printed)."""
 
     def runs(self, program: str) -> bool:
-        """Whether ``program`` (a process name or an argv[0] base name) runs in the pane.
+        """Whether ``program`` runs in the pane, matched as the original protocol does.
+
+        ``program`` is a process name, an argv[0] base name, or any piece of a command line
+        (the original greps the command lines with ``grep -F``): ``fakeagent`` finds
+        ``python -m politerm.testing.fakeagent``. An empty ``program`` matches nothing.
 
         Examples
         --------
-        >>> p = PaneProcesses("%1", 1, "s", "w", False, "node", None, ("sh", "claude"))
-        >>> p.runs("claude"), p.runs("codex")
-        (True, False)
+        >>> p = PaneProcesses("%1", 1, "s", "w", False, "node", None, ("sh", "claude"),
+        ...                   ("sh -c claude", "node /opt/claude/cli.js --resume"))
+        >>> p.runs("claude"), p.runs("codex"), p.runs("cli.js --res"), p.runs("")
+        (True, False, True, False)
         """
-        return program in self.programs
+        if not program:
+            return False
+        return program in self.programs or any(program in line for line in self.commands)
 
     def to_json(self) -> dict[str, t.Any]:
         """A JSON-ready dict."""
         out = dataclasses.asdict(self)
         out["programs"] = list(self.programs)
+        # command lines may carry a secret given as an argument: they stay for matching only
+        del out["commands"]
         return out
 
 
@@ -81,15 +93,23 @@ def command_names(cmdline: t.Sequence[str]) -> list[str]:
     return names
 
 
-def programs_of(pid: int) -> tuple[str, ...]:
-    """Names of every process in ``pid``'s tree (process names and :func:`command_names`)."""
+def processes_of(pid: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(names, command lines)`` of every process in ``pid``'s tree.
+
+    The names are process names and :func:`command_names`; a command line is its argv
+    joined by spaces.
+    """
     names: list[str] = []
+    lines: list[str] = []
     for proc in process_tree(pid):
         with contextlib.suppress(psutil.Error):
-            for name in (proc.name(), *command_names(proc.cmdline())):
+            cmdline = proc.cmdline()
+            for name in (proc.name(), *command_names(cmdline)):
                 if name and name not in names:
                     names.append(name)
-    return tuple(names)
+            if cmdline:
+                lines.append(" ".join(cmdline))
+    return tuple(names), tuple(lines)
 
 
 async def list_panes(server: TmuxServer) -> list[PaneProcesses]:
@@ -112,6 +132,7 @@ async def list_panes(server: TmuxServer) -> list[PaneProcesses]:
         if len(fields) < 7 or not fields[1].isdigit():
             continue
         pid = int(fields[1])
+        programs, commands = ((), ()) if fields[4] == "1" else processes_of(pid)
         panes.append(
             PaneProcesses(
                 pane_id=fields[0],
@@ -121,7 +142,8 @@ async def list_panes(server: TmuxServer) -> list[PaneProcesses]:
                 dead=fields[4] == "1",
                 current_command=fields[5],
                 agent=fields[6] or None,
-                programs=() if fields[4] == "1" else programs_of(pid),
+                programs=programs,
+                commands=commands,
             )
         )
     return panes

@@ -22,7 +22,9 @@ questions by policy. The postman adds what messaging needs on top:
   → DELIVERED; otherwise never arrived → QUEUED again (so no request runs twice);
 - response lines typed by hand (``[RESPONSE from=%N] <path>``, the raw protocol) in a
   sender's pane are recognised when the sender is a politerm agent; the path must be a
-  file in the session's message directory.
+  file in the session's message directory, and the line answers only the request it names,
+  once, with a file written after that request's delivery began
+  (:mod:`politerm.messaging.answers`).
 
 Wake-ups are events: the message directory (``watchfiles``), the output of the panes of
 senders waiting for answers, and the driver's own waits on receivers' output; bounded
@@ -44,6 +46,7 @@ from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, LimitPolicy, Outcome
 from politerm.driver.idle import wait_idle
 from politerm.errors import MessagingError, PolitermError, UnsafeMessagePath
+from politerm.messaging.answers import Take, judge, named_ids
 from politerm.messaging.daemon import PostmanLock
 from politerm.messaging.protocol import find_response_lines, marker_line
 from politerm.store.limits import stored_limit
@@ -329,8 +332,14 @@ class Postman:
             mail = now
 
     def _delivered(self, mail: Mail, reason: str) -> None:
-        """The ack that the receiver's turn started: DELIVERED, stamped delivered and started."""
-        self.m.change(mail, MailState.DELIVERED, delivered=True, started=True, reason=reason)
+        """The ack that the receiver's turn started: DELIVERED, stamped delivered and started.
+
+        ``delivered`` is when the attempt that got through began (the DELIVERING claim), so
+        that an answer written since then can be told from an older one
+        (:mod:`politerm.messaging.answers`); ``started`` is now.
+        """
+        began = mail.updated if mail.state is MailState.DELIVERING else True
+        self.m.change(mail, MailState.DELIVERED, delivered=began, started=True, reason=reason)
 
     def _paused(self, mail: Mail) -> bool:
         """Whether the receiver waits for a usage limit to reset (its clock stands still)."""
@@ -423,22 +432,34 @@ class Postman:
         try:
             path = self.m.dir.check(line.path)
         except UnsafeMessagePath as exc:
-            self.m.store.add_event("mail.rejected", detail=f"response line from {line.pane}: {exc}")
-            self.say(f"rejected a response line from {line.pane}: {exc}")
+            self._refuse(line, str(exc))
             return
-        by_name = [m for m in mails if path.name.startswith(f"{m.id}.")]
-        by_pane = [m for m in mails if m.recipient_pane == line.pane]
-        match = next(iter(by_name or by_pane), None)
-        if match is None:
-            if self.m.mailbox.answered_with(str(path)) is not None:
-                return  # the notification of an answer already recorded (or seen before)
-            self.m.store.add_event(
-                "mail.rejected", detail=f"response line from {line.pane}: no request waits for it"
-            )
+        named = None
+        for mail_id in named_ids(path.name):
+            found = self.m.mailbox.get(mail_id)
+            if found is not None and found.kind is MailKind.REQUEST:
+                named = found
+                break
+        verdict = judge(
+            line,
+            file_name=path.name,
+            written=path.stat().st_mtime,
+            waiting=mails,
+            named=named,
+            used_by=self.m.mailbox.answered_with(str(path)),
+        )
+        if verdict.take is Take.REFUSED:
+            self._refuse(line, verdict.why)
             return
+        if verdict.take is Take.KNOWN or verdict.mail is None:
+            return  # the notification of an answer already recorded
         with contextlib.suppress(MessagingError):
-            self.m.record_response(match, path, notify=False)
-            self.say(f"{match.id} answered by hand from {line.pane}: {path}")
+            self.m.record_response(verdict.mail, path, notify=False)
+            self.say(f"{verdict.mail.id} answered by hand from {line.pane}: {path}")
+
+    def _refuse(self, line: ResponseLine, why: str) -> None:
+        self.m.store.add_event("mail.rejected", detail=f"response line from {line.pane}: {why}")
+        self.say(f"rejected a response line from {line.pane}: {why}")
 
 
 async def run_postman(

@@ -3,9 +3,17 @@
 An agent definition is a markdown file ``<agent>.md`` whose text is the step's role prompt.
 Pipelines are ``<name>.pipeline`` files. Both are looked up in this order:
 
+0. pipelines only, when the project holds META's: ``<project>/META/workflows/pipelines/``
+   (a META checkout inside the project), then ``<project>/workflows/pipelines/`` (the
+   project is a META repository);
 1. the project: ``<project>/.poli/agents/`` and ``<project>/.poli/pipelines/``;
 2. the user config dir: ``~/.config/politerm/agents/`` and ``~/.config/politerm/pipelines/``;
 3. the built-ins shipped in ``politerm/pipeline/builtin/``.
+
+A name found earlier shadows the same name later (META's ``feature`` wins over the built-in
+one), except between the project's own folders (META's and ``.poli/pipelines``): a name in
+two of them is ambiguous, and :func:`find_pipeline` says which files it could mean.
+``SOURCE:NAME`` (``builtin:feature``, ``META:feature``) picks one source.
 
 For a run, :class:`AgentSearch` puts more directories in front of that order for agents,
 where META keeps them: ``--agents DIR`` first, then the project's ``.poli/agents``, the
@@ -35,9 +43,27 @@ def user_dir() -> pathlib.Path:
     return platformdirs.user_config_path("politerm")
 
 
+META_SOURCE: t.Final = "META"
+#: Sources that are the project's own: a name in two of them is ambiguous.
+OWN_SOURCES: t.Final = frozenset({META_SOURCE, "project"})
+
+
+def meta_pipeline_dirs(project: pathlib.Path) -> list[pathlib.Path]:
+    """META's pipeline folders a project may hold, in search order (absent ones included).
+
+    Examples
+    --------
+    >>> [str(d) for d in meta_pipeline_dirs(pathlib.Path("/p"))]
+    ['/p/META/workflows/pipelines', '/p/workflows/pipelines']
+    """
+    return [project / "META" / "workflows" / "pipelines", project / "workflows" / "pipelines"]
+
+
 def search_dirs(project: pathlib.Path | None, kind: str) -> list[tuple[str, pathlib.Path]]:
     """``(source, directory)`` pairs searched for ``kind`` (``agents`` or ``pipelines``)."""
     dirs: list[tuple[str, pathlib.Path]] = []
+    if project is not None and kind == "pipelines":
+        dirs += [(META_SOURCE, d) for d in meta_pipeline_dirs(project)]
     if project is not None:
         dirs.append(("project", project / PROJECT_DIR / kind))
     dirs.append(("user", user_dir() / kind))
@@ -165,22 +191,33 @@ def list_pipelines(project: pathlib.Path | None) -> list[PipelineFile]:
 
 
 def find_pipeline(name_or_path: str, project: pathlib.Path | None) -> pathlib.Path:
-    """A pipeline file by path, or by name through the search order.
+    """A pipeline file by path, by name through the search order, or by ``SOURCE:NAME``.
 
     Raises
     ------
     PipelineError
-        When nothing matches.
+        When nothing matches, or the name is in two of the project's own folders.
     """
     path = pathlib.Path(name_or_path)
     if path.is_file():
         return path.resolve()
     if project is not None and (project / path).is_file():
         return (project / path).resolve()
+    visible = list_pipelines(project)
+    source, sep, bare = name_or_path.partition(":")
+    if sep and source in {s for s, _ in search_dirs(project, "pipelines")}:
+        hits = [p for p in visible if p.source == source and p.name == bare]
+        if hits:
+            return hits[0].path
     name = path.name.removesuffix(".pipeline")
-    for found in list_pipelines(project):
-        if found.name == name and not found.shadowed:
-            return found.path
-    known = ", ".join(sorted({p.name for p in list_pipelines(project)})) or "none"
+    hits = [p for p in visible if p.name == name]
+    own = [p for p in hits if p.source in OWN_SOURCES]
+    if len(own) > 1:
+        could = "; ".join(f"{p.source}:{p.name} ({p.path})" for p in own)
+        msg = f"pipeline {name!r} is ambiguous, it could mean {could}: give one of these"
+        raise PipelineError(msg)
+    if hits:
+        return hits[0].path
+    known = ", ".join(sorted({p.name for p in visible})) or "none"
     msg = f"no pipeline {name_or_path!r} (known: {known})"
     raise PipelineError(msg)

@@ -33,6 +33,7 @@ from politerm.errors import (
 )
 from politerm.pipeline import handoff, worktrees
 from politerm.pipeline.agents import AgentSearch
+from politerm.pipeline.gitignore import keep_out_of_git
 from politerm.pipeline.model import FINISHED_RUN, Gate, RunStatus, StepStatus
 from politerm.pipeline.state import (
     ANSWERS,
@@ -486,6 +487,7 @@ def start_run(
         msg = f"run id {record.run_id} is taken"
         raise PipelineError(msg)
     layout = handoff.Layout(record.handoff_dir)
+    keep_out_of_git(project, layout)
     handoff.write_initial(
         project, record.task, pipeline.name, record.run_id, redactor=store.redactor, layout=layout
     )

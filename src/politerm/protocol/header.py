@@ -16,7 +16,7 @@ import typing as t
 
 import jsonschema
 
-from politerm.errors import BlockRejected
+from politerm.errors import BlockRejected, OldBlock
 
 #: Characters a renderer puts in front of content: indent, reply bullets, borders, tool gutters.
 GUTTER_CHARS = " \t●•✦┃│⎿⏺"
@@ -242,9 +242,10 @@ def validate_header(header: t.Mapping[str, t.Any], *, nonce: str | None = None) 
     ...
     politerm.errors.BlockRejected: header misses required key 'id'
     >>> validate_header({"to": "E", "type": "plan", "id": "T1", "nonce": "ab12"}, nonce="cd34")
+    ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    politerm.errors.BlockRejected: nonce 'ab12' is not this turn's nonce 'cd34'
+    politerm.errors.OldBlock: an old block, ignored as it should be (its nonce 'ab12' is not ...)
     """
     flat = all(type(v) in _FLAT for v in header.values())
     # A header is checked on every look while its block is on screen: a flat one (every
@@ -260,8 +261,13 @@ def validate_header(header: t.Mapping[str, t.Any], *, nonce: str | None = None) 
             msg = f"header has no nonce (this turn's nonce is {nonce!r})"
             raise BlockRejected(msg)
         if str(got).lower() != nonce.lower():
-            msg = f"nonce {got!r} is not this turn's nonce {nonce!r}"
-            raise BlockRejected(msg)
+            # Every turn has its own nonce: a block with another one is from an earlier
+            # turn (still on the screen or in the transcript), not a mistake of this one.
+            msg = (
+                f"an old block, ignored as it should be (its nonce {got!r} is not this "
+                f"turn's {nonce!r})"
+            )
+            raise OldBlock(msg)
 
 
 _FLAT = (str, int, float, bool, type(None))

@@ -23,7 +23,7 @@ import logging
 import re
 import typing as t
 
-from politerm.errors import BlockRejected
+from politerm.errors import BlockRejected, OldBlock
 from politerm.protocol.block import Block, resolve_file_body
 from politerm.protocol.echo import _EchoTracker, extract_body, is_prompt_echo, last_prompt_line
 from politerm.protocol.header import (
@@ -82,11 +82,15 @@ class Rejection(t.NamedTuple):
         One line saying why.
     text : str
         The start of the header line, for the log.
+    old : bool
+        A block of another turn (its nonce is not this turn's): ignored, as it should be,
+        not a mistake of this turn.
     """
 
     line: int
     reason: str
     text: str = ""
+    old: bool = False
 
 
 class ParseResult(t.NamedTuple):
@@ -297,7 +301,7 @@ class _Machine:
             validate_header(header, nonce=self.nonce)
         except BlockRejected as exc:
             self.cand = None
-            return [self._reject(c, str(exc))]
+            return [Rejection(c.line, str(exc), c.text, isinstance(exc, OldBlock))]
         c.header = header
         # Emphasis markers that wrapped the whole header line are not body text, nor is
         # what a sidebar (opencode's, if enabled) draws to the right of it.

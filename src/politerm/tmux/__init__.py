@@ -6,6 +6,7 @@ from politerm.tmux.control import ControlClient, Notification
 from politerm.tmux.pane import (
     Pane,
     PaneInfo,
+    agent_panes,
     find_agent_pane,
     find_pane_running,
     new_window,
@@ -19,6 +20,7 @@ __all__ = [
     "Pane",
     "PaneInfo",
     "TmuxServer",
+    "agent_panes",
     "find_agent_pane",
     "find_pane_running",
     "new_window",

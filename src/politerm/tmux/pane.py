@@ -457,14 +457,26 @@ async def split_pane(
 
 async def find_agent_pane(client: ControlClient, server: TmuxServer, agent: str) -> Pane | None:
     """The pane whose ``@poli_agent`` is ``agent`` in the client's session, if any."""
+    return (await agent_panes(client, server)).get(agent)
+
+
+async def agent_panes(client: ControlClient, server: TmuxServer) -> dict[str, Pane]:
+    """Every pane of the client's session that has an ``@poli_agent``, by agent name.
+
+    One ``list-panes`` for the whole session: a caller that needs many agents' panes (a
+    session coming up, attaching or going down) asks once, not once per agent, which would
+    cost the server N listings of N panes. The first pane of a name wins, as
+    :func:`find_agent_pane` has always answered.
+    """
     lines = await client.cmd(
         "list-panes", "-s", "-t", f"={client.session}", "-F", "#{pane_id}\t#{@poli_agent}"
     )
+    found: dict[str, Pane] = {}
     for line in lines:
         pane_id, _, name = line.partition("\t")
-        if name == agent:
-            return Pane(client, pane_id, server)
-    return None
+        if name and name not in found:
+            found[name] = Pane(client, pane_id, server)
+    return found
 
 
 async def find_pane_running(client: ControlClient, server: TmuxServer, program: str) -> Pane | None:

@@ -307,10 +307,20 @@ function overview() {
   follow("/ws/overview", (ev) => render(JSON.parse(ev.data)));
 }
 
-function mirror() {
+// The pane's font: the two served with the page first, so box drawing and symbols such as
+// ⎿ show on any device; the system's monospace only for what they lack.
+const TERM_FONT = '"Poli Mono", "Poli Symbols", "DejaVu Sans Mono", monospace';
+
+async function mirror() {
+  // xterm.js measures a cell once, when it opens: the fonts must be there by then (bounded,
+  // so a page whose fonts fail still shows the pane in the fallback font).
+  await Promise.race([
+    Promise.all([document.fonts.load('13px "Poli Mono"'), document.fonts.load('13px "Poli Symbols"', "⎿")]),
+    new Promise((resolve) => setTimeout(resolve, 3000)),
+  ]).catch(() => {});
   const term = new window.Terminal({
     cols: 80, rows: 24, convertEol: false, scrollback: 5000, disableStdin: true,
-    fontFamily: "ui-monospace, DejaVu Sans Mono, monospace", fontSize: 13,
+    fontFamily: TERM_FONT, fontSize: 13,
   });
   term.open(document.getElementById("terminal"));
   window.poliTerm = term;

@@ -1,7 +1,20 @@
-"""Shared fixtures: every test gets its own HOME and a plain shell, so prompts don't flake."""
+"""Shared fixtures: every test gets its own HOME and a plain shell, so prompts don't flake.
+
+The suite runs in parallel (pytest-xdist, ``scripts/test``): each worker process gets its own
+tmux socket directory (``TMUX_TMPDIR``), every test its own HOME and tmux server, and every
+listener binds port 0, so tests need no care about one another. ``--quick`` runs the fast
+subset (no real CLIs, no test marked ``slow``); slow tests are scheduled first so that a
+parallel run does not end waiting on one of them.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
 import typing as t
 
 import pytest
@@ -9,9 +22,73 @@ import pytest
 from politerm.tmux import ControlClient, TmuxServer
 
 if t.TYPE_CHECKING:
-    import pathlib
-
     import libtmux
+
+# Tests that ask for more than the ini's hard ceiling (``timeout``) are slow by declaration.
+_CEILING_KEY = "timeout"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="run the fast subset: leave out the real-CLI tests and tests marked slow",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: takes minutes or waits on wall-clock time; left out by --quick"
+    )
+    # One tmux socket directory per pytest process (each xdist worker, or the lone process):
+    # every tmux server a test starts, even on a fixed name like the default ``poli``, is
+    # private to this process and reaped at its end.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    sockets = pathlib.Path(tempfile.mkdtemp(prefix=f"poli-tmux-{worker}-", dir="/tmp"))
+    config.stash[_SOCKETS] = sockets
+    os.environ["TMUX_TMPDIR"] = str(sockets)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sockets = config.stash.get(_SOCKETS, None)
+    if sockets is None:
+        return
+    # A test that failed before its teardown may have left a server: end it with the run.
+    for sock in sockets.glob("tmux-*/*"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            cmd = ["tmux", "-S", str(sock), "kill-server"]
+            subprocess.run(cmd, check=False, capture_output=True, timeout=10)
+    shutil.rmtree(sockets, ignore_errors=True)
+
+
+_SOCKETS = pytest.StashKey[pathlib.Path]()
+
+
+def _is_slow(item: pytest.Item, ceiling: float) -> bool:
+    if item.get_closest_marker("slow") or item.get_closest_marker("realcli"):
+        return True
+    mark = item.get_closest_marker("timeout")
+    return bool(mark and mark.args and float(mark.args[0]) > ceiling)
+
+
+# Before xdist's own hook, which reads the ``xdist_group`` marks to schedule by group.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ceiling = float(config.getini(_CEILING_KEY) or 0) or float("inf")
+    slow = {id(item) for item in items if _is_slow(item, ceiling)}
+    if config.getoption("--quick"):
+        left_out = [item for item in items if id(item) in slow]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if id(item) not in slow]
+        return
+    # The real CLIs run one at a time, as they do alone: each start costs seconds of CPU, and
+    # with four of them at once on 2 cores aider's turns missed their bounds (12 of 94 failed).
+    for item in items:
+        if item.get_closest_marker("realcli"):
+            item.add_marker(pytest.mark.xdist_group("realcli"))
+    # Longest first (a stable sort: the same order in every xdist worker).
+    items.sort(key=lambda item: id(item) not in slow)
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from politerm._internal.sanitize import escape_controls
 from politerm.agents.approval import list_pending
 from politerm.agents.limits import reset_in_words
 from politerm.agents.state import AgentState
-from politerm.driver.tokens import stored_tokens
+from politerm.driver.tokens import all_stored_tokens, stored_tokens
 from politerm.store.limits import open_limits
 from politerm.store.models import MessageState
 
@@ -56,9 +56,15 @@ def collect(
         turn = turns.get(name)
         return turn.task_id if turn is not None else None
 
+    # Counted from the agents' transcripts (politerm.driver.tokens); None: nothing read.
+    # Read once for every agent and task: one query, not one per row.
+    counted = {
+        **{f"agent:{k}": v for k, v in all_stored_tokens(store, "agent").items()},
+        **{f"task:{k}": v for k, v in all_stored_tokens(store, "task").items()},
+    }
+
     def tokens(key: str) -> int | None:
-        # Counted from the agents' transcripts (politerm.driver.tokens); None: nothing read.
-        used = stored_tokens(store, key)
+        used = counted.get(key) if key != "run" else stored_tokens(store, key)
         return used.total if used else None
 
     return {

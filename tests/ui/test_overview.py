@@ -194,3 +194,41 @@ async def test_sessions_of_every_workflow_are_told_apart(
                 return not [s for s in live.overview["sessions"] if s["kind"] == "bridge"]
 
             await aretry_until(stopped, 60, what="the stopped bridge to leave the sessions")
+
+
+def _fill(store: RunStore, agents: int) -> None:
+    """``agents`` agents, each with counted tokens; every third waits on a question."""
+    with store.batch():
+        for i in range(agents):
+            name = f"A{i:03d}"
+            store.upsert_agent(
+                name, session="s", pane_id=f"%{i}", command="x", cwd=".", profile="fake-plain",
+                resume_command=None,
+            )  # fmt: skip
+            store.set_meta(f"tokens:agent:{name}", f"{i} 1 0")
+            if i % 3 == 0:
+                asked = PendingApproval(name, "Bash", f"ls {i}", evidence=(), asked=1.0)
+                set_pending(store, asked)
+
+
+def test_the_overview_reads_the_store_in_the_same_statements_for_any_number_of_agents(
+    tmp_path: pathlib.Path,
+) -> None:
+    from politerm.ui.overview import collect_overview
+
+    statements: dict[int, int] = {}
+    for agents in (6, 60):
+        with RunStore.open(tmp_path / f"{agents}.sqlite3") as store:
+            _fill(store, agents)
+            sql: list[str] = []
+            store._conn.set_trace_callback(sql.append)  # counting, not changing
+            data = collect_overview(store)
+            store._conn.set_trace_callback(None)
+            statements[agents] = len(sql)
+            tokens = {a["name"]: a["tokens"] for a in data["agents"]}
+            assert tokens == {f"A{i:03d}": i + 1 for i in range(agents)}
+            asked = [p["agent"] for p in data["approvals"]]
+            assert asked == [f"A{i:03d}" for i in range(0, agents, 3)]
+            assert data["approvals"][1]["command"] == "ls 3"
+    # Each agent used to cost two reads (its tokens, its question): 60 agents, 108 more.
+    assert statements[60] == statements[6], statements

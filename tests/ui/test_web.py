@@ -243,3 +243,57 @@ async def test_overview_page_shows_when_a_limited_agent_resets(
                 arg=at,
                 timeout=60_000,
             )
+
+
+async def test_one_agent_changing_redraws_its_row_only(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    from politerm.store import RunStore
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{_socket(server)}"\n\n[store]\npath = "r.sqlite3"\n'
+    )
+    agents = [f"IDLE{i:02d}" for i in range(40)]
+    with RunStore.open(root / "r.sqlite3") as store:
+        with store.batch():
+            for i, name in enumerate(agents):
+                store.upsert_agent(
+                    name, session="s", pane_id=f"%{i}", command="x", cwd=".",
+                    profile="fake-plain", resume_command=None,
+                )  # fmt: skip
+                store.set_agent_state(name, "ready")
+        async with browser() as b:
+            with web(root) as url:
+                base, token = base_and_token(url)
+                page = await b.new_page(viewport={"width": 1500, "height": 1100})
+                await page.goto(f"{base}/?token={token}")
+                await page.wait_for_function(
+                    "() => document.querySelectorAll('#agents tr').length === 41",
+                    timeout=60_000,
+                )
+                await page.evaluate(
+                    """() => {
+                        window.drawnRows = 0;
+                        new MutationObserver((changes) => {
+                            for (const c of changes) window.drawnRows += c.addedNodes.length;
+                        }).observe(document.getElementById('agents'), { childList: true });
+                    }"""
+                )
+                store.set_agent_state("IDLE07", "busy")
+                await page.wait_for_function(
+                    "() => document.querySelector('#agents td.state-busy') !== null",
+                    timeout=60_000,
+                )
+                row = page.locator("#agents td.state-busy").locator("xpath=ancestor::tr")
+                assert "IDLE07" in await row.inner_text()
+                assert await page.locator("#agents tr").count() == 41
+                # Before, every update redrew the header and all 40 rows.
+                assert await page.evaluate("window.drawnRows") == 1
+                store.set_agent_state("IDLE07", "ready")
+                await page.wait_for_function(
+                    "() => document.querySelector('#agents td.state-busy') === null",
+                    timeout=60_000,
+                )
+                assert await page.evaluate("window.drawnRows") == 2

@@ -224,7 +224,10 @@ def _key(agent: str) -> str:
 
 def get_pending(store: RunStore, agent: str) -> PendingApproval | None:
     """The question ``agent`` waits on, if any."""
-    raw = store.get_meta(_key(agent))
+    return _pending(agent, store.get_meta(_key(agent)))
+
+
+def _pending(agent: str, raw: str | None) -> PendingApproval | None:
     if not raw:
         return None
     data = json.loads(raw)
@@ -313,9 +316,21 @@ def find_pending_key(store: RunStore, name: str) -> str | None:
 
 def list_pending(store: RunStore, agents: Sequence[str]) -> list[PendingApproval]:
     """The pending questions of ``agents``."""
+    # One read of every question, not one per agent (a view of 500 agents asks this often).
+    waiting = store.meta_values(_PENDING)
     out = []
     for name in agents:
-        pending = get_pending(store, name)
+        pending = _pending(name, waiting.get(_key(name)))
+        if pending is not None:
+            out.append(pending)
+    return out
+
+
+def all_pending(store: RunStore) -> list[PendingApproval]:
+    """Every question waiting for ``poli approve``, in any workflow, by key."""
+    out = []
+    for key, raw in sorted(store.meta_values(_PENDING).items()):
+        pending = _pending(key[len(_PENDING) :], raw)
         if pending is not None:
             out.append(pending)
     return out

@@ -73,6 +73,12 @@ def stored_tokens(store: RunStore, key: str) -> Usage:
     return _decode(store.get_meta(f"tokens:{key}"))
 
 
+def all_stored_tokens(store: RunStore, kind: str) -> dict[str, Usage]:
+    """Every count of one kind (``agent`` or ``task``) by name, in one store read."""
+    prefix = f"tokens:{kind}:"
+    return {k[len(prefix) :]: _decode(v) for k, v in store.meta_values(prefix).items()}
+
+
 def add_tokens(store: RunStore, keys: t.Iterable[str], usage: Usage) -> None:
     """Add ``usage`` to every key's count, in one transaction."""
     with store.batch():

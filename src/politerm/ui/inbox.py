@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import typing as t
 
-from politerm.agents.approval import get_pending
+from politerm.agents.approval import all_pending
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -122,11 +122,10 @@ def project_inbox(
 
     panes = panes or {}
     items: list[dict[str, t.Any]] = []
-    for key in store.meta_keys("approval:"):
-        name = key.removeprefix("approval:")
-        pending = get_pending(store, name)
-        if pending is None or pending.answer is not None:
+    for pending in all_pending(store):
+        if pending.answer is not None:
             continue
+        name = pending.agent
         items.append(
             _item(
                 project, "approval", name, pending.what, pending.asked,

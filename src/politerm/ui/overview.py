@@ -16,7 +16,7 @@ import pathlib
 import re
 import typing as t
 
-from politerm.agents.approval import PendingApproval, get_pending
+from politerm.agents.approval import PendingApproval, all_pending
 from politerm.errors import PolitermError
 from politerm.project import project_key
 from politerm.redact import Redactor
@@ -111,15 +111,6 @@ def _agents(
             }
         )
     return rows
-
-
-def _all_pending(store: RunStore) -> list[PendingApproval]:
-    out = []
-    for key in store.meta_keys("approval:"):
-        pending = get_pending(store, key.removeprefix("approval:"))
-        if pending is not None:
-            out.append(pending)
-    return out
 
 
 def _approval(p: PendingApproval) -> dict[str, t.Any]:
@@ -305,7 +296,7 @@ def collect_overview(
     by_key = {(i["project_key"], i["agent"]): i for i in waiting if i["kind"] == "approval"}
     approvals = []
     for ref, st in [(home, store), *others]:
-        for p in _all_pending(st):
+        for p in all_pending(st):
             item = by_key.get((ref.key, p.agent))
             approvals.append(
                 {**_approval(p), "project": ref.name, "project_key": ref.key,

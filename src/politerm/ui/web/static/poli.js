@@ -22,28 +22,53 @@ function setStatus(text) {
   document.getElementById("status").textContent = text;
 }
 
+// What each drawn row was drawn from: a row whose data did not change is left as it is.
+const DRAWN = new WeakMap();
+
+// Draws rows of data into the table `id`, touching only the rows whose data changed: with
+// hundreds of agents, one agent's change redraws one row, not every row of every table.
 function table(id, columns, rows, cells) {
   const node = document.getElementById(id);
   if (!node) return;
-  node.replaceChildren();
-  const head = el("tr");
-  for (const c of columns) head.appendChild(el("th", c));
-  node.appendChild(head);
+  const wanted = [{ key: "head:" + JSON.stringify(columns), draw: () => {
+    const head = el("tr");
+    for (const c of columns) head.appendChild(el("th", c));
+    return head;
+  } }];
   if (!rows.length) {
-    const tr = el("tr");
-    const td = el("td", "none");
-    td.colSpan = columns.length;
-    tr.appendChild(td);
-    node.appendChild(tr);
-    return;
+    wanted.push({ key: "none", draw: () => {
+      const tr = el("tr");
+      const td = el("td", "none");
+      td.colSpan = columns.length;
+      tr.appendChild(td);
+      return tr;
+    } });
   }
   for (const row of rows) {
-    const tr = el("tr");
-    for (const cell of cells(row)) {
-      tr.appendChild(cell instanceof Node ? wrap(cell) : el("td", cell));
-    }
-    node.appendChild(tr);
+    // The cells (and their buttons' handlers) are a function of the row's data alone.
+    wanted.push({ key: JSON.stringify(row), draw: () => {
+      const tr = el("tr");
+      for (const cell of cells(row)) {
+        tr.appendChild(cell instanceof Node ? wrap(cell) : el("td", cell));
+      }
+      return tr;
+    } });
   }
+  redraw(node, wanted);
+}
+
+// Children of ``node`` as ``wanted`` says ({key, draw}), drawing only those whose key changed.
+function redraw(node, wanted) {
+  const drawn = [...node.children];
+  wanted.forEach((want, i) => {
+    const old = drawn[i];
+    if (old && DRAWN.get(old) === want.key) return;
+    const tr = want.draw();
+    DRAWN.set(tr, want.key);
+    if (old) node.replaceChild(tr, old);
+    else node.appendChild(tr);
+  });
+  for (const extra of drawn.slice(wanted.length)) extra.remove();
 }
 
 function wrap(node) {
@@ -155,9 +180,10 @@ function inbox(data) {
     items.length ? `waiting on you: ${items.length}` : "waiting on you: nothing";
   document.getElementById("projects").textContent =
     (projects.length === 1 ? "project: " : "projects: ") + projects.join(", ");
-  node.replaceChildren();
-  if (!items.length) node.appendChild(el("li", "nothing waits on you", "none"));
-  for (const item of items) node.appendChild(inboxItem(item));
+  // An item unchanged keeps its element, so an answer being typed survives a refresh.
+  const wanted = items.map((item) => ({ key: JSON.stringify(item), draw: () => inboxItem(item) }));
+  if (!items.length) wanted.push({ key: "none", draw: () => el("li", "nothing waits on you", "none") });
+  redraw(node, wanted);
 }
 
 function agentLink(a) {

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import typing as t
 
 from politerm.agents.approval import Decision, PendingApproval, get_pending, set_pending
 from politerm.config import load_config
 from politerm.pipeline.state import RunRecord, RunState
 from politerm.store import RunStore
+from politerm.store.limits import begin_limit
 from politerm.store.models import MessageState, TaskState
 from politerm.ui import actions
 from politerm.ui.live import LiveState
@@ -67,6 +69,10 @@ async def test_one_inbox_of_every_project_newest_first_each_answerable_in_place(
         sa.create_task("T-b", "big", max_rounds=2)
         sa.add_event("budget", task_id="T-b", agent="PLANNER", detail="turn ended: 5000 tokens")
         sa.update_task("T-b", state=TaskState.FAILED, error="budget")
+        sa.upsert_agent("CODER", session="x", pane_id="%99", command="c", cwd=str(a),
+                        profile="fake", resume_command=None)  # fmt: skip
+        begin_limit(sa, "CODER", since=20.0, until=time.time() + 3600, shown=True)
+        sa.set_agent_state("CODER", "limited")
     # project beta's manager: shown with beta, never with alpha alone
     _pane(server.socket_name, f"{cb.tmux.session}-mgr-web", "MGR-B")
 
@@ -82,6 +88,7 @@ async def test_one_inbox_of_every_project_newest_first_each_answerable_in_place(
                     ("approval", "alpha", "EXECUTER"),
                     ("question", "alpha", ""),
                     ("budget", "alpha", "PLANNER"),
+                    ("limited", "alpha", "CODER"),
                     ("gate", "beta", "step-1"),
                     ("message", "beta", "EXECUTER"),
                 ]
@@ -89,6 +96,8 @@ async def test_one_inbox_of_every_project_newest_first_each_answerable_in_place(
             since = [i["since"] for i in data["inbox"]]
             assert since == sorted(since, reverse=True)
             assert data["inbox"][-1]["kind"] == "approval"  # asked at t=10: the oldest
+            [limited] = [i for i in data["inbox"] if i["kind"] == "limited"]
+            assert limited["since"] == 20.0 and "resets" in limited["what"]
             [ask] = [i for i in data["inbox"] if i["kind"] == "approval"]
             assert ask["command"] == "rm -rf build" and ask["actions"] == ["approve", "deny"]
             managers = [(r["name"], r["project"]) for r in data["agents"] if r["name"] == "MGR-B"]

@@ -31,5 +31,5 @@ def command(agent: str, deny: bool, config_path: pathlib.Path | None) -> None:
         if real is None:
             config.agent(agent)  # an unknown name is an error naming the configured agents
             real = agent
-        pending = answer_pending(store, real, decision)
+        pending = answer_pending(store, real, decision, by="cli")
     click.echo(pending.answered(decision))

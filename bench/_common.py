@@ -203,13 +203,17 @@ def fakeagent_available() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def private_server(name: str = "bench") -> AsyncIterator[Bench]:
+async def private_server(
+    name: str = "bench", *, history_limit: int | None = None
+) -> AsyncIterator[Bench]:
     """A fresh tmux server on a unique socket, killed on exit even when the body fails."""
     global _counter  # one counter per process makes the socket unique
     _counter += 1
     socket = f"poli-bench-{os.getpid()}-{_counter}"
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"poli-bench-{name}-"))
     server = TmuxServer(socket, config_dir=workdir / "tmuxconf")
+    if history_limit is not None:
+        server.history_limit = history_limit
     socket_path: str | None = None
     try:
         await server.ensure_session(SESSION, cwd=workdir)

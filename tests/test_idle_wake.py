@@ -19,7 +19,7 @@ from politerm.agents import AgentState, load_profile
 from politerm.agents.profile import AgentProfile, Detectors
 from politerm.agents.tracker import StateTracker
 from politerm.config import Config, StoreConfig, TmuxConfig
-from politerm.engine.router import IDLE_BACKSTOP, Router
+from politerm.engine.router import IDLE_BACKSTOP, Router, idle_backstop
 from politerm.store import RunStore
 from politerm.store import watch as watch_mod
 from politerm.store.watch import StoreWatch
@@ -155,7 +155,7 @@ async def test_an_idle_agent_loop_sleeps_until_an_event(
 
         await aretry_until(ready, 60, what="the fake agent to be ready")
         assert IDLE_BACKSTOP >= 300
-        assert router._sleep_for(driver) == IDLE_BACKSTOP
+        assert router._sleep_for(driver) == idle_backstop("A") >= IDLE_BACKSTOP
         # Output still wakes it at once.
         before = steps[0]
         await pane.send_keys("x")
@@ -168,3 +168,15 @@ async def test_an_idle_agent_loop_sleeps_until_an_event(
         router.stop()
         await routing
         store.close()
+
+
+def test_idle_backstops_of_many_agents_are_spread_not_one_burst() -> None:
+    # 500 idle agents started together: before, every loop's backstop look fell at the same
+    # moment (IDLE_BACKSTOP after its first look), 500 screen reads in one burst.
+    bounds = [idle_backstop(f"IDLE{i:03d}") for i in range(500)]
+    assert all(IDLE_BACKSTOP <= b < 1.5 * IDLE_BACKSTOP for b in bounds)
+    per_second: dict[int, int] = {}
+    for b in bounds:
+        per_second[int(b)] = per_second.get(int(b), 0) + 1
+    assert max(per_second.values()) <= 12, sorted(per_second.values())[-5:]
+    assert len(per_second) >= 100

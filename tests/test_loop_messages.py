@@ -5,11 +5,14 @@ Real tmux, the fake agents, a real store (issue 23's "messages that mislead").
 
 from __future__ import annotations
 
+import logging
 import typing as t
 
 import pytest
 
 from politerm.engine.loop import run_task
+from politerm.engine.router import LAST_LOOK
+from politerm.errors import RoutingError
 from politerm.store.models import TaskState
 from tests.loophelpers import (
     EXECUTER_OK,
@@ -113,3 +116,32 @@ async def test_a_timeout_after_only_old_blocks_says_none_was_rejected_and_they_w
         assert "EXECUTER sent no result block" in task.error
         assert "no block was rejected (" in task.error
         assert "ignored, as they should be)" in task.error
+
+
+async def test_a_last_look_that_times_out_says_why(
+    server: libtmux.Server, project: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # EXECUTER prints its result, then asks to run a command nobody answers (approval
+    # "ask"): the block waits for it to be idle when `poli task`'s own timeout stops routing
+    result = block("PLANNER", "result", "Ran it.", tag="RESULT")
+    executer = (
+        'mode = "codex"\nthink_time = 0.3\n\n'
+        "[[rules]]\n"
+        f"match = '(?s)\\AYou received a PLANNER plan block:{IDS}'\n"
+        'approval = "echo hi > ran.txt"\napproval_after_reply = true\n'
+        f"reply = '''{result}'''\n"
+    )
+    write_project(
+        project, _socket(server), executer=executer, extra='[routing]\napproval = "ask"\n'
+    )
+    async with started(project) as loop:
+        caplog.set_level(logging.WARNING, logger="politerm.engine.router")
+        with pytest.raises(RoutingError, match="not finished within"):
+            await run_task(loop.config, loop.store, "ask me", timeout=6)
+        (said,) = [
+            r.getMessage() for r in caplog.records if "no last look at its turn" in r.getMessage()
+        ]
+        reason = said.split("no last look at its turn: ", 1)[1]
+        assert reason.startswith("its block takes effect once it is idle, and it was still "), said
+        assert "waiting approval (echo hi > ran.txt)" in reason, said
+        assert reason.endswith(f"after {LAST_LOOK:g}s; the next router reads the turn again")

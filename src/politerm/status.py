@@ -190,8 +190,15 @@ def router_words(router: dict[str, t.Any] | None) -> str:
     return f"router: service pid {router['pid']}, up {router['uptime']} ({child}{again})"
 
 
-def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableType:
-    """A rich view of :func:`collect`'s data."""
+def render(
+    data: dict[str, t.Any], fmt: t.Callable[[Event], str], *, max_agents: int | None = None
+) -> RenderableType:
+    """A rich view of :func:`collect`'s data.
+
+    ``max_agents`` caps the agents table's rows (the rest are counted in one last row): a
+    live view of 500 agents in a 50-line terminal draws what the screen can show, not 500
+    rows that the terminal crops anyway, on every change.
+    """
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -209,7 +216,10 @@ def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableT
     agents = Table(title="agents", expand=True)
     for col in ("agent", "state", "pane", "profile", "tokens", "working on"):
         agents.add_column(col)
-    for a in data["agents"]:
+    shown = data["agents"]
+    if max_agents is not None and len(shown) > max_agents:
+        shown = shown[: max(1, max_agents - 1)]
+    for a in shown:
         agents.add_row(
             a["name"],
             state_words(a),
@@ -218,6 +228,9 @@ def render(data: dict[str, t.Any], fmt: t.Callable[[Event], str]) -> RenderableT
             _count(a.get("tokens")),
             a["turn"] or "-",
         )
+    if len(shown) < len(data["agents"]):
+        more = len(data["agents"]) - len(shown)
+        agents.add_row(f"… {more} more", "", "", "", "", "poli status --json lists all")
     if data.get("tokens"):
         agents.caption = f"tokens in this run: {data['tokens']:,}"
     tasks = Table(title="tasks", expand=True)

@@ -280,3 +280,26 @@ async def test_panes_are_found_by_the_program_they_run(room: Mailroom) -> None:
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.split()[0] == room.pane("W1").encode(), res.stdout
+
+
+async def test_reasons_show_the_screen_line_that_decided_not_the_regex(room: Mailroom) -> None:
+    await room.start_agent("ORCH")
+    await room.start_agent("W1")
+    room.start_postman()
+    mail = room.messenger.send("SLOW please", to="W1", sender=room.me("ORCH"))
+    done = await room.state(mail.id, MailState.DELIVERED)
+    assert done.reason is not None
+    profile = room.drivers["W1"].profile
+    patterns = [rx.pattern for rx in profile._patterns["busy"] + profile._patterns["ready"]]
+    assert not [p for p in patterns if p in done.reason], done.reason
+
+    async def busy_reading() -> str | None:
+        obs = await room.drivers["W1"].observe()
+        return obs.reading.rule if obs.state is AgentState.BUSY else None
+
+    rule = await aretry_until(busy_reading, WAIT, what="W1 busy")
+    assert rule.startswith('busy: "'), rule
+    shown = rule.removeprefix('busy: "').removesuffix('"')
+    snap = await room.drivers["W1"].snapshot()
+    assert snap is not None
+    assert any(shown in line for line in snap.lines), (rule, snap.lines)

@@ -75,6 +75,8 @@ def test_mcp_registration_per_cli(case: Case, tmp_path: pathlib.Path) -> None:
         server = spec["mcpServers"]["poli"]
         assert [server["command"], *server["args"]] == command
         assert server["env"] == ident
+        # Gemini's default call timeout, stated: `gemini mcp list` would give up after 5 s
+        assert server["timeout"] == 600_000
     else:
         assert rest == []
         spec = json.loads(pathlib.Path(env["OPENCODE_CONFIG"]).read_text())

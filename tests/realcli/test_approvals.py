@@ -32,7 +32,7 @@ from politerm.driver import AgentDriver
 from politerm.driver.turn import Expect
 from politerm.testing.mockllm import Rule
 from politerm.testing.retry import aretry_until
-from tests.realcli.clis import prepare
+from tests.realcli.clis import Options, prepare
 from tests.realcli.helpers import REPLY, AgentSpec
 
 if t.TYPE_CHECKING:
@@ -84,14 +84,18 @@ def approvals(store: RunStore, kind: str = "approval") -> list[dict[str, t.Any]]
     return [e.data or {} for e in store.list_events(limit=1000) if e.kind == kind]
 
 
-async def answer_as_user(store: RunStore, key: str, seen: list[tuple[str, str]]) -> None:
-    """`poli approve` for every question asked: run the commands, deny anything else."""
+async def answer_as_user(
+    store: RunStore, key: str, seen: list[tuple[str, str]], decision: Decision | None = None
+) -> None:
+    """`poli approve` for every question asked: ``decision``, else run aider's commands and
+    deny anything else."""
     while True:
         pending = get_pending(store, key)
         if pending is not None and pending.answer is None:
             seen.append((pending.question, pending.command))
             ok = pending.question.startswith("Run shell command?")
-            answer_pending(store, key, Decision.APPROVE if ok else Decision.DENY)
+            answer = decision or (Decision.APPROVE if ok else Decision.DENY)
+            answer_pending(store, key, answer)
 
             async def answered(q: str = pending.question) -> bool:
                 p = get_pending(store, key)
@@ -222,7 +226,8 @@ async def test_aider_command_with_a_blank_line_is_read_whole_for_patterns(
         SECOND,
         f"pattern {SECOND_PATTERN!r} matches the command",
     )
-    assert all(d["complete"] for d in decisions), decisions
+    # Every command was read whole (a follow-up names none: never complete).
+    assert all(d["complete"] is not d["follow_up"] for d in decisions), decisions
 
 
 async def test_claude_approves_a_150_line_heredoc_by_pattern(rig: RigFactory, llm: MockLLM) -> None:
@@ -321,3 +326,56 @@ async def test_agents_check_reads_claudes_tall_box_from_history(
     ), said
     assert not (spec.workdir / "big.txt").exists()
     assert report.ok, said
+
+
+# --- ask + patterns on every CLI that asks ---------------------------------------------------
+
+ASKING = ["claude", "codex", "gemini", "opencode", "aider"]
+YES = "echo approved-out | tee yes.txt; sleep 1"
+NO = "echo denied-out > no.txt"
+
+
+def asking_rule(cli: str, marker: str, command: str) -> Rule:
+    """The model asks to run ``command``, then answers with the result block."""
+    if cli == "aider":  # no tool protocol: the bash block and the block in one reply
+        return rule(marker, f"Running it.\n\n```bash\n{command}\n```\n\n{RESULT}")
+    # Codex asks only for a command that wants out of its sandbox.
+    return rule(marker, "Running it.", command=command, after=RESULT, escalate=True)
+
+
+@pytest.mark.parametrize("cli", ASKING)
+async def test_ask_with_patterns_approves_by_pattern_and_asks_only_the_rest(
+    cli: str, rig: RigFactory, llm: MockLLM
+) -> None:
+    llm.add(asking_rule(cli, "ASKPAT-YES", YES), asking_rule(cli, "ASKPAT-NO", NO))
+    args = ("--edit-format", "diff") if cli == "aider" else ()
+    r = await rig({"EXECUTER": AgentSpec(cli, args=args, options=Options(ask=True))})
+    agent = r.agent("EXECUTER")
+    driver = driver_for(r, agent, ApprovalPolicy.of("ask", [r"^echo approved-out "]))
+    seen: list[tuple[str, str]] = []
+    user = asyncio.create_task(answer_as_user(r.store, "EXECUTER", seen, Decision.DENY))
+    try:
+        # A command the pattern matches runs without asking anyone (nor does aider's
+        # follow-up about its output reach the user).
+        first = await driver.run_turn(prompt("ASKPAT-YES"), Expect.block("result"), timeout=240)
+        assert first.ok, (first.error, first.screen)
+        assert (agent.spec.workdir / "yes.txt").read_text().strip() == "approved-out"
+        assert seen == [], seen
+        decided = approvals(r.store)
+        assert decided and all(d["decision"] == "approve" for d in decided), decided
+        assert decided[0]["command"] == YES and decided[0]["by"] == "policy", decided
+        assert all(d["by"] == "follow-up" for d in decided[1:]), decided
+        # Any other command is asked of the user, naming it; the user denies it.
+        await driver.run_turn(
+            prompt("ASKPAT-NO"), Expect.block("result"), timeout=120, nudge=None, idle_after=10
+        )
+    finally:
+        user.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await user
+    assert [c for _, c in seen] == [NO], seen
+    (asked,) = approvals(r.store, "approval-asked")
+    assert asked["command"] == NO and asked["complete"] is True, asked
+    last = approvals(r.store)[-1]
+    assert (last["command"], last["decision"], last["by"]) == (NO, "deny", "user"), last
+    assert not (agent.spec.workdir / "no.txt").exists()

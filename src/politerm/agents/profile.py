@@ -432,7 +432,7 @@ class AgentProfile(_Model):
             for state, key in ((AgentState.BUSY, "title_busy"), (AgentState.READY, "title_ready")):
                 for rx in self._patterns[key]:
                     if rx.search(snap.title):
-                        rule = f"{key}: {rx.pattern}"
+                        rule = f'{key}: title "{snap.title}"'
                         evidence = (f"title: {snap.title}",)
                         return StateReading(state, evidence, input_text, rule=rule)
         return StateReading(AgentState.UNKNOWN, tuple(snap.tail(3)), input_text, rule="no match")
@@ -443,9 +443,8 @@ class AgentProfile(_Model):
         for rx in self._patterns[key]:
             m = rx.search(text)
             if m:
-                return StateReading(
-                    state, (_line_at(text, m.start()),), input_text, rule=f"{key}: {rx.pattern}"
-                )
+                rule = f'{key}: "{matched_lines(text, m)}"'
+                return StateReading(state, (_line_at(text, m.start()),), input_text, rule=rule)
         return None
 
     def approval_request(self, snap: Snapshot) -> ApprovalRequest | None:
@@ -549,6 +548,35 @@ class AgentProfile(_Model):
 #: The last readings detected, by (profile, snapshot, limited) identity, oldest first.
 _READINGS: dict[tuple[int, int, bool], tuple[AgentProfile, Snapshot, StateReading]] = {}
 _READINGS_KEPT = 16
+
+
+def matched_lines(text: str, m: re.Match[str], width: int = 80) -> str:
+    r"""The screen lines a detector's match covers, as a reason shows them (not the regex).
+
+    Stripped, blank ones left out, joined by `` | ``, cut to ``width`` characters.
+
+    Examples
+    --------
+    >>> screen = "✻ Thinking… (esc to interrupt)\n" + "─" * 100 + "\n❯ \n"
+    >>> matched_lines(screen, re.search(r"esc to interrupt", screen))
+    '✻ Thinking… (esc to interrupt)'
+    >>> shown = matched_lines(screen, re.search(r"(?m)^─{10,}\n❯", screen))
+    >>> len(shown), "…" in shown, shown.endswith("── | ❯")
+    (80, True, True)
+    """
+    start = text.rfind("\n", 0, m.start()) + 1
+    end = text.find("\n", max(m.start(), m.end() - 1))
+    lines = [ln.strip() for ln in text[start : end if end >= 0 else len(text)].split("\n")]
+    shown = " | ".join(_cut(ln, width) for ln in lines if ln.strip())
+    return _cut(shown, width)
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` cut in its middle to ``width`` characters (both ends stay readable)."""
+    if len(text) <= width:
+        return text
+    half = (width - 1) // 2
+    return text[:half] + "…" + text[len(text) - (width - 1 - half) :]
 
 
 def _line_at(text: str, pos: int) -> str:

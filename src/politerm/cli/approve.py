@@ -32,7 +32,7 @@ def command(agent: str, deny: bool, config_path: pathlib.Path | None) -> None:
         if real is None:
             config.agent(agent)  # an unknown name is an error naming the configured agents
             real = agent
-        pending = answer_pending(store, real, decision)
+        pending = answer_pending(store, real, decision, by="cli")
     if real in config.agents:
         service.ensure(config, config_path)  # the loop's router presses the keys, now
     click.echo(pending.answered(decision))

@@ -124,8 +124,8 @@ def command(
         from rich.console import Console, Group
         from rich.text import Text
 
-        def view(data: dict[str, t.Any]) -> Group:
-            parts = [render(with_router(data), format_event)]
+        def view(data: dict[str, t.Any], max_agents: int | None = None) -> Group:
+            parts = [render(with_router(data), format_event, max_agents=max_agents)]
             if with_runs:
                 parts.append(Text("\npipeline runs", style="bold"))
                 parts.append(Text(escape_controls(_pipeline_text(_pipelines(here, None)))))
@@ -141,7 +141,8 @@ def command(
         with trusted_stdout(), Live(console=console, screen=False, auto_refresh=False) as live_view:
 
             def draw(data: dict[str, t.Any]) -> None:
-                live_view.update(view(data), refresh=True)
+                # Rows below the screen are cropped by the live view: not drawn at all.
+                live_view.update(view(data, max(3, console.height - 6)), refresh=True)
 
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(_watch(store, server, draw))

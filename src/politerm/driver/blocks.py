@@ -15,6 +15,7 @@ import typing as t
 
 from politerm.driver.transcripts import Tail, locate_transcript, open_tail
 from politerm.protocol import BlockParser, cross_check
+from politerm.protocol.contract import AfterPrompt, nonceless
 from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
@@ -151,11 +152,26 @@ class BlockReader:
     def __post_init__(self) -> None:
         self.parser = BlockParser(detect_echo=True, message_dir=self.cwd)
         self.tparser = BlockParser(detect_echo=False, message_dir=self.cwd)
+        # The window's other readings, each looking only at what changed since the last.
+        self._after = AfterPrompt()
+        self._unnonced = BlockParser(nonce=None, detect_echo=True)
 
     def new_turn(self) -> None:
         """Forget the rejections of the previous turn (blocks stay, for cross-checks)."""
         self.rejected.clear()
+        self._unnonced = BlockParser(nonce=None, detect_echo=True)
         self.ignored = 0
+
+    def after_prompt(self, lines: t.Sequence[str], prompt: str | None) -> int:
+        """Where the window's text after the echo of ``prompt`` begins (:class:`AfterPrompt`)."""
+        return self._after(lines, prompt)
+
+    def nonceless(self, lines: t.Sequence[str], task_id: str | None) -> list[Block]:
+        """The turn's new complete blocks without a nonce and with ``task_id``.
+
+        See :func:`~politerm.protocol.contract.nonceless`; each is reported once a turn.
+        """
+        return nonceless(lines, task_id, self._unnonced)
 
     async def lines(self, snap: Snapshot, start_line: int) -> list[str]:
         """The turn's window: the lines from ``start_line`` to the end of the screen."""

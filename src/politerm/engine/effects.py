@@ -22,7 +22,7 @@ from politerm.engine.routebase import (
     USER_TARGETS,
     RouterBase,
 )
-from politerm.protocol.contract import after_prompt, nonceless, status_task
+from politerm.protocol.contract import after_prompt, status_task
 from politerm.protocol.parser import last_prompt_line
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 
@@ -48,7 +48,7 @@ class BlockEffects(RouterBase):
             loop.held, loop.held_nonce = [], turn.nonce
         lines = await driver.blocks.lines(obs.snap, turn.start_line)
         # Without a nonce, position keeps echoes out: only what follows the prompt's echo.
-        after = after_prompt(lines, self._turn_prompt(driver.name, turn))
+        after = driver.blocks.after_prompt(lines, self._turn_prompt(driver.name, turn))
         if self._poliseed:
             lines = lines[after:]
         nonce = turn.nonce if self._nonce_required else None
@@ -110,7 +110,7 @@ class BlockEffects(RouterBase):
             after = max(after, echo + 1)
         out = []
         seen: set[int] = set()
-        for block in nonceless(lines[after:], turn.task_id):
+        for block in driver.blocks.nonceless(lines[after:], turn.task_id):
             bound = dataclasses.replace(block, nonce=turn.nonce)
             key = (bound.nonce, bound.type, bound.id)
             seen.add(block.line + after)

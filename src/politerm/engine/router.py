@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 import typing as t
+import zlib
 
 from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
@@ -62,6 +63,7 @@ __all__ = [
     "RESUME_MSG",
     "USER_TARGETS",
     "Router",
+    "idle_backstop",
 ]
 
 # Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
@@ -83,6 +85,35 @@ IDLE_TICK = 30.0
 # for its last look at each open turn's screen.
 STOP_GRACE = 60.0
 LAST_LOOK = 10.0
+
+
+def _unsettled(driver: AgentDriver) -> str:
+    """Why a last look at ``driver``'s turn did not end within :data:`LAST_LOOK`."""
+    state = driver.state.value.replace("_", " ")
+    pending = driver.approver.pending
+    asking = f" ({pending.what})" if pending is not None else ""
+    return (
+        f"its block takes effect once it is idle, and it was still {state}{asking} after "
+        f"{LAST_LOOK:g}s; the next router reads the turn again"
+    )
+
+
+def idle_backstop(name: str) -> float:
+    """The idle bound of agent ``name``'s loop: :data:`IDLE_BACKSTOP` to 1.5 times that.
+
+    Spread by name, so the backstop looks of many idle agents started together do not all
+    fall in the same second (500 agents: one burst of 500 screen reads every 5 minutes,
+    which a handoff under way would wait behind), and stable per agent.
+
+    Examples
+    --------
+    >>> idle_backstop("IDLE001") == idle_backstop("IDLE001")
+    True
+    >>> IDLE_BACKSTOP <= idle_backstop("IDLE001") < 1.5 * IDLE_BACKSTOP
+    True
+    """
+    spread = zlib.crc32(name.encode()) % 1000 / 2000
+    return IDLE_BACKSTOP * (1 + spread)
 
 
 class Router(Sending):
@@ -171,8 +202,13 @@ class Router(Sending):
             try:
                 async with asyncio.timeout(LAST_LOOK):
                     await self._look_until_applied(driver, turn)
-            except (TimeoutError, PolitermError) as exc:
-                log.warning("agent %s: no last look at its turn: %s", driver.name, exc)
+            except TimeoutError:
+                log.warning(
+                    "agent %s: no last look at its turn: %s", driver.name, _unsettled(driver)
+                )
+            except PolitermError as exc:
+                why = str(exc) or type(exc).__name__
+                log.warning("agent %s: no last look at its turn: %s", driver.name, why)
 
     async def _look_until_applied(self, driver: AgentDriver, turn: Turn) -> None:
         # A block that ends the turn waits until the agent is idle (its spinner may still
@@ -258,7 +294,7 @@ class Router(Sending):
                 return 0.5  # an answer without a block shows as silence
             return TURN_BACKSTOP
         now = time.monotonic()
-        bound = IDLE_BACKSTOP
+        bound = idle_backstop(driver.name)
         if loop.retry_at is not None:
             bound = max(0.05, loop.retry_at - now)  # no output announces a retry's time
         if driver.profile.transcript is not None and now - loop.turn_seen < TRANSCRIPT_GRACE:

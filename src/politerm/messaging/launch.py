@@ -90,6 +90,9 @@ def mcp_cli(profile_name: str, argv: t.Sequence[str]) -> str | None:
     return program if program in MCP_CLIS else None
 
 
+GEMINI_MCP_TIMEOUT_MS = 600_000
+
+
 def register_mcp(
     cli: str,
     argv: t.Sequence[str],
@@ -129,7 +132,12 @@ def register_mcp(
         # its home moves instead, to one whose settings are the user's own plus the server
         # (the same overlay the receipt hooks use, and they stack on it).
         server = {"command": command[0], "args": command[1:], "env": dict(server_env)}
-        settings = {"mcpServers": {SERVER_NAME: {**server, "trust": True}}}
+        # ``timeout`` is Gemini's own default for calls (10 min), stated so that its
+        # ``mcp list`` waits as long: unstated, that check gives the server 5 s to start, and
+        # the mcp SDK's import alone takes longer on a busy machine ("Disconnected").
+        settings = {
+            "mcpServers": {SERVER_NAME: {**server, "trust": True, "timeout": GEMINI_MCP_TIMEOUT_MS}}
+        }
         home = gemini_home(directory.file(f"mcp-{name}.jsonl"), env, settings)
         out_env[GEMINI_HOME_ENV] = str(home)
     elif cli == "opencode":

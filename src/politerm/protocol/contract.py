@@ -139,11 +139,50 @@ def after_prompt(lines: t.Sequence[str], prompt: str | None) -> int:
     return found
 
 
-def nonceless(lines: t.Sequence[str], task_id: str | None) -> list[Block]:
+class AfterPrompt:
+    """:func:`after_prompt` over a turn's growing window, looking only at what changed.
+
+    The window's lines up to where they first differ from the last call's keep their
+    matches: the last one found stands while it lies in that part, and only the lines after
+    it are searched again.
+
+    Examples
+    --------
+    >>> find = AfterPrompt()
+    >>> find(["> do it", "working"], "do it"), find(["> do it", "working", "> do it"], "do it")
+    (1, 3)
+    """
+
+    def __init__(self) -> None:
+        self._prompt: str | None = None
+        self._lines: t.Sequence[str] = ()
+        self._found = 0
+
+    def __call__(self, lines: t.Sequence[str], prompt: str | None) -> int:
+        """:func:`after_prompt` of ``lines`` (kept, as the next call's reference)."""
+        agree = 0
+        if prompt == self._prompt:
+            n = min(len(lines), len(self._lines))
+            agree = next((i for i in range(n) if lines[i] != self._lines[i]), n)
+        # The last match before ``agree`` is the last one found, if that lies before it.
+        if agree and self._found <= agree:
+            later = after_prompt(lines[agree:], prompt)
+            found = agree + later if later else self._found
+        else:
+            found = after_prompt(lines, prompt)
+        self._prompt, self._lines, self._found = prompt, lines, found
+        return found
+
+
+def nonceless(
+    lines: t.Sequence[str], task_id: str | None, parser: BlockParser | None = None
+) -> list[Block]:
     """Complete blocks in ``lines`` that carry no nonce and the turn's task id.
 
     ``lines`` must be only what the agent printed after the turn's prompt: with that, and the
-    task id, such a block cannot be an echo or a stale answer.
+    task id, such a block cannot be an echo or a stale answer. A ``parser`` kept for the
+    turn (made with ``nonce=None``) reports each block once and parses only what changed
+    since its last scan; without one, every call parses all of ``lines``.
 
     Examples
     --------
@@ -156,8 +195,8 @@ def nonceless(lines: t.Sequence[str], task_id: str | None) -> list[Block]:
     """
     if task_id is None:
         return []
-    parser = BlockParser(nonce=None, detect_echo=True)
-    return [b for b in parser.scan_screen(list(lines)) if b.nonce is None and b.id == task_id]
+    parser = parser or BlockParser(nonce=None, detect_echo=True)
+    return [b for b in parser.scan_screen(lines) if b.nonce is None and b.id == task_id]
 
 
 def nonce_required(require_nonce: bool, contract: str) -> bool:

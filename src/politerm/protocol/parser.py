@@ -18,6 +18,7 @@ Two ways in:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import re
@@ -203,6 +204,14 @@ class _Machine:
         # The last candidate an input box or prompt echo cut off (screens only).
         self.cut: Rejection | None = None
 
+    def fork(self) -> _Machine:
+        """A copy to go on from; only at a quiet point (no candidate open), so it is cheap."""
+        assert self.cand is None
+        twin = copy.copy(self)
+        twin.echo = copy.copy(self.echo)
+        twin.numbering = copy.copy(self.numbering)
+        return twin
+
     def in_body(self) -> bool:
         return self.cand is not None and self.cand.header is not None
 
@@ -328,6 +337,45 @@ class _Machine:
         return Block.from_header(c.header, body, raw_lines=c.raw, line=c.line)
 
 
+_MARK_EVERY = 256
+"""Lines between two saved states of a screen scan (at the first quiet line after)."""
+
+
+@dataclasses.dataclass
+class _ScreenMemo:
+    """What the last :meth:`BlockParser.scan_screen` saw, to go on from where lines agree.
+
+    A turn's window grows as the agent prints: each scan would otherwise parse the whole
+    window again (a flood of output makes that seconds per output event). The parser is a
+    deterministic machine over (line, index) pairs, so its state before line ``i`` depends
+    only on the lines before ``i``: where the new lines agree with the last scan's up to
+    ``i``, the state saved there is the state a full scan would reach.
+    """
+
+    start: int
+    nonce: str | None
+    lines: t.Sequence[str]
+    marks: list[tuple[int, _Machine]]
+    #: File-referenced blocks whose body could not be read yet: a full scan would meet
+    #: them again and retry, so a scan that skips their lines retries them itself.
+    unresolved: list[Block]
+
+
+def _common_prefix(a: t.Sequence[str], b: t.Sequence[str]) -> int:
+    """How many leading items ``a`` and ``b`` share.
+
+    Examples
+    --------
+    >>> _common_prefix(["x", "y", "z"], ["x", "y", "w", "v"]), _common_prefix([], ["x"])
+    (2, 0)
+    """
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
 class BlockParser:
     r"""Incremental, de-duplicating finder of well-formed blocks.
 
@@ -383,6 +431,7 @@ class BlockParser:
         self._tail = ""
         self._tail_done = False
         self._screen_pending: Rejection | None = None
+        self._memo: _ScreenMemo | None = None
 
     def _machine(self, *, final: bool) -> _Machine:
         return _Machine(
@@ -405,7 +454,13 @@ class BlockParser:
         """
         return self._screen_pending or self._stream.pending()
 
-    def _take(self, events: t.Iterable[_Event]) -> list[Block]:
+    def _take(
+        self, events: t.Iterable[_Event], unresolved: list[Block] | None = None
+    ) -> list[Block]:
+        """The new blocks among ``events`` (rejections recorded).
+
+        A file block whose body cannot be read yet goes to ``unresolved`` (a screen scan's).
+        """
         new: list[Block] = []
         for ev in events:
             if isinstance(ev, Rejection):
@@ -417,6 +472,8 @@ class BlockParser:
                     block = resolve_file_body(block, self.message_dir)
                 except BlockRejected as exc:
                     self._record(Rejection(block.line, str(exc), strip_gutter(block.raw_lines[0])))
+                    if unresolved is not None:
+                        unresolved.append(ev)
                     continue
             key = block.dedupe_key
             if key in self._seen:
@@ -488,12 +545,36 @@ class BlockParser:
             Well-formed blocks whose :attr:`Block.dedupe_key` was not seen before.
         """
         seq = lines.splitlines() if isinstance(lines, str) else lines
-        machine = self._machine(final=False)
-        events: list[_Event] = []
-        for i in range(max(start, 0), len(seq)):
+        first = max(start, 0)
+        machine, at, marks, retry = self._resume(seq, first)
+        self._memo = memo = _ScreenMemo(first, self.nonce, seq, marks, [])
+        events: list[_Event] = list(retry)
+        due = at + _MARK_EVERY
+        for i in range(at, len(seq)):
+            if i >= due and machine.cand is None:
+                marks.append((i, machine.fork()))
+                due = i + _MARK_EVERY
             events.extend(machine.push(seq[i], i))
         self._screen_pending = machine.pending()
-        return self._take(events)
+        return self._take(events, memo.unresolved)
+
+    def _resume(
+        self, seq: t.Sequence[str], first: int
+    ) -> tuple[_Machine, int, list[tuple[int, _Machine]], list[Block]]:
+        """Where a scan of ``seq`` goes on: the machine, its line, the saved states before.
+
+        From the last saved state of the previous scan whose lines ``seq`` repeats (with
+        the unresolved file blocks met before it, to retry), else from ``first`` anew.
+        """
+        memo = self._memo
+        if memo is None or memo.start != first or memo.nonce != self.nonce:
+            return self._machine(final=False), first, [], []
+        agree = first + _common_prefix(seq[first:], memo.lines[first:])
+        marks = [(i, m) for i, m in memo.marks if i <= agree]
+        if not marks:
+            return self._machine(final=False), first, [], []
+        at, machine = marks[-1]
+        return machine.fork(), at, marks, [b for b in memo.unresolved if b.line < at]
 
     def latest(
         self, *, to: str | None = None, type: str | None = None, id: str | None = None

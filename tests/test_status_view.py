@@ -1,0 +1,43 @@
+"""The status view of many agents draws what a screen can show."""
+
+from __future__ import annotations
+
+import io
+import typing as t
+
+from rich.console import Console
+
+from politerm.cli._common import format_event
+from politerm.status import collect, render
+from politerm.store import RunStore
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+
+def _text(renderable: t.Any) -> str:
+    out = io.StringIO()
+    Console(file=out, width=160, height=1000, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+def test_a_capped_agents_table_draws_that_many_rows_and_counts_the_rest(
+    tmp_path: pathlib.Path,
+) -> None:
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        with store.batch():
+            for i in range(60):
+                store.upsert_agent(
+                    f"IDLE{i:02d}", session="s", pane_id=f"%{i}", command="x", cwd=".",
+                    profile="fake-plain", resume_command=None,
+                )  # fmt: skip
+        data = collect(store, events=0)
+    every = _text(render(data, format_event))
+    assert sum(f"IDLE{i:02d}" in every for i in range(60)) == 60
+    assert "more" not in every
+    capped = _text(render(data, format_event, max_agents=10))
+    drawn = [i for i in range(60) if f"IDLE{i:02d}" in capped]
+    assert drawn == list(range(9))
+    assert "… 51 more" in capped and "poli status --json lists all" in capped
+    # A cap the agents fit under changes nothing.
+    assert _text(render(data, format_event, max_agents=60)) == every

@@ -61,6 +61,7 @@ from politerm.testing.retry import aretry_until
 if t.TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from politerm.config import Config
     from politerm.tmux import Pane
 
 
@@ -224,6 +225,26 @@ def _project(root: pathlib.Path, socket: str, sizes: Sizes) -> pathlib.Path:
     return root
 
 
+async def run_task_done(store: RunStore, config: Config, i: int) -> str:
+    """Submit benchmark task ``i`` to the running router, wait until it is DONE; its id."""
+    task = submit(store, config, f"handoff benchmark task {i}")
+
+    async def settled() -> bool:
+        got = store.get_task(task.id)
+        return got is not None and got.state not in (
+            TaskState.PENDING, TaskState.PLANNING, TaskState.EXECUTING,
+        )  # fmt: skip
+
+    await aretry_until(settled, TASK_TIMEOUT, interval=0.02, what=f"task {task.id}")
+    final = store.get_task(task.id)
+    check(
+        final is not None and final.state is TaskState.DONE,
+        f"handoff (politerm): task {task.id} ended {final and final.state}: "
+        f"{final and final.error}",
+    )
+    return task.id
+
+
 async def handoff_ours(bench: Bench, sizes: Sizes, trace: PathTrace | None = None) -> HandoffRun:
     """politerm's router over two fake agents; with ``trace``, its path stamped too."""
     name = "ours" if trace is None else "traced"
@@ -243,22 +264,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes, trace: PathTrace | None = Non
         cpu_start = time.thread_time()
         try:
             for i in range(sizes.tasks):
-                task = submit(store, config, f"handoff benchmark task {i}")
-                ids.append(task.id)
-
-                async def settled(tid: str = task.id) -> bool:
-                    got = store.get_task(tid)
-                    return got is not None and got.state not in (
-                        TaskState.PENDING, TaskState.PLANNING, TaskState.EXECUTING,
-                    )  # fmt: skip
-
-                await aretry_until(settled, TASK_TIMEOUT, interval=0.02, what=f"task {task.id}")
-                final = store.get_task(task.id)
-                check(
-                    final is not None and final.state is TaskState.DONE,
-                    f"handoff (politerm): task {task.id} ended {final and final.state}: "
-                    f"{final and final.error}",
-                )
+                ids.append(await run_task_done(store, config, i))
         finally:
             cpu_used = time.thread_time() - cpu_start
             router.stop()

@@ -339,17 +339,18 @@ def test_router_lock_is_per_tmux_session(tmp_path: pathlib.Path) -> None:
 # --- 11. a timeout names what happened ---------------------------------------------------
 
 
-async def test_timeout_names_rejected_blocks_and_follow_ups(
+async def test_timeout_names_old_blocks_ignored_and_follow_ups(
     server: libtmux.Server, project: pathlib.Path
 ) -> None:
-    broken = PLAN.replace("{nonce}", "ffffff")  # another turn's nonce: rejected
+    broken = PLAN.replace("{nonce}", "ffffff")  # another turn's nonce: an old block, ignored
     planner = PLANNER_HEAD + rule(r"\A(?=TASK_ID=)", broken)
     write_project(project, _socket(server), planner=planner, plan_timeout=2)
     async with started(project) as loop:
         task = await run_task(loop.config, loop.store, "stall", timeout=TASK)
         assert task.state is TaskState.FAILED
         error = task.error or ""
-        assert "rejected blocks: line" in error, error
+        assert "no block was rejected (" in error, error
+        assert "ignored, as they should be)" in error, error
         assert "nudge delivered" in error and "retry delivered" in error, error
         assert TurnEnd.TIMED_OUT.value in loop.store.audit_path.read_text()
 

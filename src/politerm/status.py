@@ -172,6 +172,24 @@ def _escaped(value: t.Any) -> t.Any:
     return value
 
 
+def router_words(router: dict[str, t.Any] | None) -> str:
+    """The line about the project's router service.
+
+    Examples
+    --------
+    >>> router_words(None)
+    'router: not running (start it with `poli up`)'
+    >>> router_words({"pid": 7, "uptime": "3m05s", "router": 9, "restarts": 1})
+    'router: service pid 7, up 3m05s (router pid 9, restarted 1 time)'
+    """
+    if router is None:
+        return "router: not running (start it with `poli up`)"
+    child = f"router pid {router['router']}" if router["router"] else "router starting"
+    n = router["restarts"]
+    again = f", restarted {n} time{'s' if n != 1 else ''}" if n else ""
+    return f"router: service pid {router['pid']}, up {router['uptime']} ({child}{again})"
+
+
 def render(
     data: dict[str, t.Any], fmt: t.Callable[[Event], str], *, max_agents: int | None = None
 ) -> RenderableType:
@@ -237,6 +255,8 @@ def render(
             str(m["attempts"]), m["error"] or "",
         )  # fmt: skip
     parts: list[RenderableType] = [agents, tasks]
+    if "router" in data:
+        parts.append(Text(router_words(data["router"])))
     if data.get("approvals"):
         approvals = Table(title="approval questions waiting (poli approve AGENT [--deny])")
         for col in ("agent", "wants to run", "answer", "on screen"):

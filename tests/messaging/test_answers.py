@@ -217,3 +217,30 @@ async def test_hand_written_answers_out_of_order_and_from_before(room: Mailroom)
     await _show(room, line)
     done_c = await room.state(third.id, MailState.RESPONDED)
     assert m.response_text(done_c) == "C by hand"
+
+
+async def test_replies_out_of_order_each_answer_their_own_request(room: Mailroom) -> None:
+    await room.start_agent("ORCH")
+    await room.start_agent("W1")
+    m = room.messenger
+    orch = room.me("ORCH")
+    first = m.send("question A", to="W1", sender=orch)
+    second = m.send("question B", to="W1", sender=orch)
+    room.start_postman()
+    await room.state(first.id, MailState.DELIVERED)
+    await room.state(second.id, MailState.DELIVERED)
+    # B answered first: its notification line is on ORCH's screen while A still waits
+    done_b = await _reply(room, second, "answer B")
+    await _barrier(room, "after-b")
+    assert m.mailbox.require(first.id).state is MailState.DELIVERED
+    done_a = await _reply(room, first, "answer A")
+    assert (m.response_text(done_a), m.response_text(done_b)) == ("answer A", "answer B")
+    # a third request, with both lines on screen and a postman that never saw them
+    third = m.send("question C", to="W1", sender=orch)
+    await room.stop_postman()
+    room.start_postman()
+    await room.state(third.id, MailState.DELIVERED)
+    await _barrier(room, "after-c")
+    assert m.mailbox.require(third.id).state is MailState.DELIVERED
+    done_c = await _reply(room, third, "answer C")
+    assert m.response_text(done_c) == "answer C"

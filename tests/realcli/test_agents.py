@@ -18,6 +18,8 @@ from tests.realcli.clis import API, DIALOGS, Options
 from tests.realcli.helpers import AgentSpec, exists
 
 if t.TYPE_CHECKING:
+    from politerm.agents.profile import AgentProfile
+    from politerm.terminal import Snapshot
     from politerm.testing.mockllm import MockLLM
     from tests.realcli.conftest import RigFactory
 
@@ -42,6 +44,18 @@ def _agent(cli: str, **kw: t.Any) -> AgentSpec:
     return AgentSpec(cli, args=args, **kw)
 
 
+def _reason_shows_the_screen(profile: AgentProfile, snap: Snapshot | None, rule: str) -> None:
+    """A detector's reason names what the screen showed, never the regex behind it."""
+    sources = {f"{key}: {rx.pattern}" for key, rxs in profile._patterns.items() for rx in rxs}
+    assert rule not in sources, rule
+    key, _, shown = rule.partition(": ")
+    if snap is not None and key in profile._patterns and shown.startswith('"'):
+        screen = "\n".join(snap.lines)
+        for part in shown.strip('"').split(" | "):
+            for piece in part.split("…"):
+                assert piece in screen, (rule, snap.lines)
+
+
 @pytest.mark.parametrize("cli", CLIS)
 async def test_prompt_block_and_tool_call(cli: str, rig: RigFactory, llm: MockLLM) -> None:
     llm.add(
@@ -59,9 +73,13 @@ async def test_prompt_block_and_tool_call(cli: str, rig: RigFactory, llm: MockLL
     r = await rig({"AGENT": _agent(cli, profile=profile)})
     agent = r.agent("AGENT")
     assert await agent.state() is AgentState.READY
+    _reason_shows_the_screen(
+        agent.profile, await agent.snapshot(), agent.profile.detect(await agent.snapshot()).rule
+    )
 
     result = await deliver(agent.pane, "Please make a plan. REALCLI-PLAN-7", agent.profile)
     assert result.outcome is Outcome.DELIVERED, result
+    _reason_shows_the_screen(agent.profile, None, result.rule)
     block = await agent.wait_block()
     assert (block.to, block.type, block.id) == ("EXECUTER", "plan", "T7")
     assert "do the thing" in block.body and "check the thing" in block.body

@@ -110,9 +110,10 @@ async def test_dash_approves_the_exact_question_the_agent_goes_on_and_its_tokens
             async with app.run_test(size=(200, 60)) as pilot:
                 router = poli(root, "task", "make hello", "--id", "T-dash", "--timeout", "90")
                 try:
-                    await _until(pilot, lambda: bool(_rows(app, "approvals")), "an approval row")
-                    [row] = _rows(app, "approvals")
-                    assert row[0] == "EXECUTER" and "echo hi > out.txt" in row[1]
+                    await _until(pilot, lambda: bool(_rows(app, "inbox")), "an approval row")
+                    [row] = _rows(app, "inbox")
+                    assert row[:3] == ["approval", "proj", "EXECUTER"]
+                    assert "echo hi > out.txt" in row[3]
                     app.save_screenshot(str(screenshot_path(tmp_path, "dash-approval.svg")))
                     await pilot.press("a")
                     await _until(
@@ -191,13 +192,13 @@ async def test_dash_fills_every_table_answers_a_question_a_gate_and_aborts_a_tas
                 ["r1", "1", "?", "pending", "?", "Step 1 is done. Continue to step 2?"]
             ]
             # deny: the dialog shows the exact command and the question on the agent's screen
-            await _until(pilot, lambda: bool(_rows(app, "approvals")), "the approval row")
+            await _until(pilot, lambda: bool(_rows(app, "inbox")), "the approval row")
             await pilot.press("d")
             await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "deny dialog")
             assert isinstance(app.screen, ConfirmScreen)
             assert app.screen.title_text == "deny this?"
             assert app.screen.question == (
-                "EXECUTER wants to run: Bash(rm -rf build)\n\n" + "\n".join(asks)
+                "EXECUTER (proj) wants to run: Bash(rm -rf build)\n\n" + "\n".join(asks)
             )
             await pilot.press("y")
             await _until(

@@ -172,13 +172,14 @@ async def test_approving_from_the_page_answers_the_agent(
             await page.goto(f"{base}/?token={token}")
             router = poli(root, "task", "make hello", "--id", "T-web", "--timeout", "90")
             try:
-                approve = page.locator("#approvals button.approve")
+                approve = page.locator("#inbox button.approve")
                 await approve.wait_for(state="visible", timeout=60_000)
-                row = approve.locator("xpath=ancestor::tr")
+                row = approve.locator("xpath=ancestor::li")
                 assert "echo hi > out.txt" in await row.inner_text()
                 await page.screenshot(path=str(screenshot_path(tmp_path, "web-overview.png")))
                 pending = json.loads(loop.store.get_meta("approval:EXECUTER") or "{}")
                 await approve.click()
+                await page.locator("#confirm button.yes").click()  # asked first
                 await page.wait_for_function(
                     "() => document.getElementById('status').textContent.startsWith('approved')",
                     timeout=10_000,
@@ -200,6 +201,13 @@ async def test_approving_from_the_page_answers_the_agent(
             assert approvals and approvals[-1]["approved"] is True, approvals
             kinds = [e.kind for e in loop.store.list_events(limit=200)]
             assert "ui-action" in kinds and "approval-answer" in kinds
+            # the keys pressed for it are logged as the page's answer, not `poli approve`'s
+            [given] = [
+                e for e in loop.store.list_events(limit=200)
+                if e.kind == "approval" and e.data.get("by") == "user"
+            ]  # fmt: skip
+            assert given.data["origin"] == "web", given.detail
+            assert "answered from the web page" in given.detail
             # the same button again is stale: the question it was drawn for is gone
             async with httpx.AsyncClient() as client:
                 again = await client.post(

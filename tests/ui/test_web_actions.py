@@ -68,10 +68,10 @@ async def test_read_only_buttons_are_disabled_and_xterm_comes_from_the_monitor(
             page = await b.new_page()
             away = _same_origin(page, base)
             await page.goto(f"{base}/?token={token}")
-            deny = page.locator("#approvals button.deny")
+            deny = page.locator("#inbox button.deny")
             await deny.wait_for(state="visible", timeout=30_000)
             assert await page.locator("#mode").inner_text() == "read-only"
-            for button in ("#approvals button", "#tasks button", "#pipelines button"):
+            for button in ("#inbox button", "#tasks button", "#pipelines button"):
                 assert await page.locator(button).count() > 0, button
                 for one in await page.locator(button).all():
                     assert await one.is_disabled(), button
@@ -94,10 +94,11 @@ async def test_deny_answer_gate_and_abort_from_the_page(tmp_path: pathlib.Path) 
             away = _same_origin(page, base)
             await page.goto(f"{base}/?token={token}")
             with RunStore.open(path) as store:
-                deny = page.locator("#approvals button.deny")
+                deny = page.locator("#inbox button.deny")
                 await deny.wait_for(state="visible", timeout=30_000)
-                assert "Bash(rm -rf build)" in await deny.locator("xpath=ancestor::tr").inner_text()
+                assert "Bash(rm -rf build)" in await deny.locator("xpath=ancestor::li").inner_text()
                 await deny.click()
+                await page.locator("#confirm button.yes").click()  # asked first
                 await _status(page, "denied: EXECUTER Bash(rm -rf build)")
                 pending = get_pending(store, "EXECUTER")
                 assert pending is not None and pending.answer is Decision.DENY

@@ -283,10 +283,11 @@ async def test_remote_actions_from_a_phone_in_chromium_carry_its_name(
                 assert page.url == remote.origin + "/"  # the token left the address bar
                 router = poli(root, "task", "make hello", "--id", "T-web", "--timeout", "90")
                 try:
-                    approve = page.locator("#approvals button.approve")
+                    approve = page.locator("#inbox button.approve")
                     await approve.wait_for(state="visible", timeout=60_000)
                     await page.screenshot(path=str(screenshot_path(tmp_path, "web-remote.png")))
-                    await approve.click()
+                    await approve.tap()
+                    await page.locator("#confirm button.yes").tap()
                     await asyncio.to_thread(
                         retry_until,
                         lambda: (root / "executer" / "out.txt").is_file(),

@@ -161,6 +161,9 @@ class PendingApproval:
     question: str = ""
     doubt: str = ""
     follow_up: bool = False
+    by: str = ""
+    """Where the answer came from: ``cli``, ``web``, ``web:DEVICE``, ``dash`` (see
+    :func:`answer_pending`)."""
 
     @property
     def what(self) -> str:
@@ -239,6 +242,7 @@ def _pending(agent: str, raw: str | None) -> PendingApproval | None:
         question=data.get("question", ""),
         doubt=data.get("doubt", ""),
         follow_up=bool(data.get("follow_up", False)),
+        by=data.get("by", ""),
     )
 
 
@@ -253,6 +257,7 @@ def set_pending(store: RunStore, pending: PendingApproval) -> None:
         "question": pending.question,
         "doubt": pending.doubt,
         "follow_up": pending.follow_up,
+        "by": pending.by,
     }
     store.set_meta(_key(pending.agent), json.dumps(data))
 
@@ -262,8 +267,13 @@ def clear_pending(store: RunStore, agent: str) -> None:
     store.set_meta(_key(agent), "")
 
 
-def answer_pending(store: RunStore, agent: str, decision: Decision) -> PendingApproval:
+def answer_pending(
+    store: RunStore, agent: str, decision: Decision, *, by: str = "cli"
+) -> PendingApproval:
     """Answer ``agent``'s pending question; the router presses the keys.
+
+    ``by`` says where the answer came from (``cli``, ``web``, ``web:DEVICE``, ``dash``): the
+    answer's event and the event of the keys pressed for it name it.
 
     Raises
     ------
@@ -274,17 +284,18 @@ def answer_pending(store: RunStore, agent: str, decision: Decision) -> PendingAp
     if pending is None:
         msg = f"agent {agent} has no approval question waiting (see `poli status`)"
         raise RoutingError(msg)
-    answered = dataclasses.replace(pending, answer=decision)
+    answered = dataclasses.replace(pending, answer=decision, by=by)
     set_pending(store, answered)
     store.add_event(
         "approval-answer",
         agent=agent,
-        detail=f"user: {decision.value} {pending.what}",
+        detail=f"user ({by}): {decision.value} {pending.what}",
         data={
             "decision": decision.value,
             "command": pending.command,
             "question": pending.question,
             "by": "user",
+            "origin": by,
         },
     )
     return answered

@@ -9,6 +9,7 @@ import click
 from politerm.agents.approval import Decision, answer_pending, find_pending_key
 from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store, project_option
+from politerm.engine import service
 
 
 @click.command("approve")
@@ -31,5 +32,7 @@ def command(agent: str, deny: bool, config_path: pathlib.Path | None) -> None:
         if real is None:
             config.agent(agent)  # an unknown name is an error naming the configured agents
             real = agent
-        pending = answer_pending(store, real, decision)
+        pending = answer_pending(store, real, decision, by="cli")
+    if real in config.agents:
+        service.ensure(config, config_path)  # the loop's router presses the keys, now
     click.echo(pending.answered(decision))

@@ -20,7 +20,9 @@ def command(agent: str | None, config_path: pathlib.Path | None) -> None:
     to the selected agent's pane, / filter, q quit.
     """
     from politerm.ui.dash import DashApp
+    from politerm.ui.projects import shown_with
 
     config = load(config_path)
     with open_store(config) as store:
-        DashApp(config, store, project=config.project.root, agent=agent).run()
+        others = shown_with(config)
+        DashApp(config, store, project=config.project.root, agent=agent, others=others).run()

@@ -10,6 +10,7 @@ import click
 
 from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store, project_option
+from politerm.engine import service
 from politerm.engine.session import Session
 from politerm.project import PROJECT_ENV
 
@@ -36,16 +37,24 @@ def command(run_id: str | None, config_path: pathlib.Path | None) -> None:
         return
     config = load(config_path)
     with open_store(config) as store:
+        routed = service.stop(config)
 
         async def main() -> tuple[str | None, list[str]]:
+            from politerm.manager.pane import close_sessions
+
             session = Session(config, store)
             try:
                 up = session.name if await session.is_up() else None
-                return up, await session.down()
+                stopped = await session.down()
             finally:
                 await session.server.close()
+            # Whichever workflow started them: the manager's brain and dev agents too.
+            return up, stopped + await close_sessions(config)
 
         was_up, stopped = asyncio.run(main())
     # A session of other agents (a kept demo's, a manager's dev agent) is closed all the same.
-    closed = f"session {was_up!r} closed" if was_up else "nothing was running"
-    click.echo(f"down: {', '.join(stopped) or closed}")
+    if was_up and not stopped:
+        stopped = [f"session {was_up!r} closed"]
+    if routed is not None:
+        stopped = [f"router service (pid {routed.pid})", *stopped]
+    click.echo(f"down: {', '.join(stopped) or 'nothing was running'}")

@@ -47,13 +47,37 @@ def _printer(as_json: bool) -> t.Callable[[Project, str], None]:
     return show
 
 
+keep_agents_option = click.option(
+    "--keep-agents",
+    is_flag=True,
+    help="Leave the brain and dev agents running when the task ends (poli down stops them).",
+)
+
+
+def _others_running(config: Config, manager: Manager, name: str) -> bool:
+    """Whether another manager process drives a project (and so may use the brain agent)."""
+    from politerm.errors import ManagerError
+    from politerm.manager.app import ProjectLock
+
+    for other in manager.store.list_projects():
+        if other.name == name:
+            continue
+        try:
+            ProjectLock(config.store.resolved_path(), other.name).acquire().release()
+        except ManagerError:
+            return True
+    return False
+
+
 def _drive(
     config: Config,
     name: str,
     begin: t.Callable[[Manager], object],
     as_json: bool,
+    keep_agents: bool = False,
 ) -> None:
     from politerm.manager.app import ProjectLock, build_manager, run_interruptible
+    from politerm.manager.pane import close_sessions
     from politerm.redact import install_log_redaction
 
     manager = build_manager(config, on_event=_printer(as_json))
@@ -61,9 +85,15 @@ def _drive(
 
     async def go() -> Project:
         try:
-            return await run_interruptible(manager, name)
+            project = await run_interruptible(manager, name)
         finally:
             await manager.aclose()
+        if not keep_agents and _exit_code(project) != EXIT_QUESTION:
+            # The task ended: its agents go with it (a question keeps them for the answer).
+            ended = [name] if _others_running(config, manager, name) else [name, "brain"]
+            for what in await close_sessions(config, ended):
+                _printer(as_json)(project, f"stopped {what}")
+        return project
 
     try:
         with ProjectLock(config.store.resolved_path(), name):
@@ -125,29 +155,36 @@ def _config(ctx: click.Context) -> Config:
 @click.option("--project", "name", required=True, help="The manager project.")
 @click.argument("text")
 @click.option("--json", "as_json", is_flag=True, help="Print the project as JSON at the end.")
+@keep_agents_option
 @click.pass_context
-def goal(ctx: click.Context, name: str, text: str, as_json: bool) -> None:
-    """Run a task toward TEXT to completion or to a question (exit 0, 3; 1 failed)."""
-    _drive(_config(ctx), name, lambda m: m.start(name, text), as_json)
+def goal(ctx: click.Context, name: str, text: str, as_json: bool, keep_agents: bool) -> None:
+    """Run a task toward TEXT to completion or to a question (exit 0, 3; 1 failed).
+
+    When the task ends (not at a question) its brain and dev agents are stopped, unless
+    --keep-agents.
+    """
+    _drive(_config(ctx), name, lambda m: m.start(name, text), as_json, keep_agents)
 
 
 @command.command("input")
 @click.option("--project", "name", required=True, help="The manager project.")
 @click.argument("text")
 @click.option("--json", "as_json", is_flag=True, help="Print the project as JSON at the end.")
+@keep_agents_option
 @click.pass_context
-def input_(ctx: click.Context, name: str, text: str, as_json: bool) -> None:
+def input_(ctx: click.Context, name: str, text: str, as_json: bool, keep_agents: bool) -> None:
     """Answer the manager's question with TEXT and go on (exit codes as goal)."""
-    _drive(_config(ctx), name, lambda m: m.answer(name, text), as_json)
+    _drive(_config(ctx), name, lambda m: m.answer(name, text), as_json, keep_agents)
 
 
 @command.command("resume")
 @click.option("--project", "name", required=True, help="The manager project.")
 @click.option("--json", "as_json", is_flag=True, help="Print the project as JSON at the end.")
+@keep_agents_option
 @click.pass_context
-def resume(ctx: click.Context, name: str, as_json: bool) -> None:
+def resume(ctx: click.Context, name: str, as_json: bool, keep_agents: bool) -> None:
     """Go on with a task a crashed or killed manager left (exit codes as goal)."""
-    _drive(_config(ctx), name, lambda m: m.store.project(name), as_json)
+    _drive(_config(ctx), name, lambda m: m.store.project(name), as_json, keep_agents)
 
 
 @command.command("stop")

@@ -15,6 +15,7 @@ from politerm._internal.sanitize import color_system, escape_controls, trusted_s
 from politerm.cli import _complete
 from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.cli._output import show
+from politerm.engine import service
 from politerm.engine.session import make_server
 from politerm.errors import ConfigError
 from politerm.livestatus import LiveAgents, all_sessions
@@ -98,9 +99,24 @@ def command(
         # Looking must not create: a mistyped path is an error, not a new empty store.
         msg = f"--store {store_path}: no run store there"
         raise ConfigError(msg)
+    lock = service.ServiceLock.of(config)
+
+    def with_router(data: dict[str, t.Any]) -> dict[str, t.Any]:
+        info = lock.read()
+        data["router"] = None
+        if info is not None:
+            data["router"] = {
+                "pid": info.pid,
+                "router": info.router,
+                "restarts": info.restarts,
+                "started": info.started,
+                "uptime": service.uptime_text(info.uptime),
+            }
+        return data
+
     with RunStore.open(store_path) if store_path else open_store(config) as store:
         if as_json:
-            data = collect(store, **asyncio.run(_live_once(store, server)))
+            data = with_router(collect(store, **asyncio.run(_live_once(store, server))))
             if with_runs:
                 data["pipelines"] = _pipelines(here, None)
             click.echo(json.dumps(data, indent=2, default=str))
@@ -109,7 +125,7 @@ def command(
         from rich.text import Text
 
         def view(data: dict[str, t.Any], max_agents: int | None = None) -> Group:
-            parts = [render(data, format_event, max_agents=max_agents)]
+            parts = [render(with_router(data), format_event, max_agents=max_agents)]
             if with_runs:
                 parts.append(Text("\npipeline runs", style="bold"))
                 parts.append(Text(escape_controls(_pipeline_text(_pipelines(here, None)))))

@@ -83,6 +83,7 @@ def _serve_local(
 ) -> None:
     from politerm.ui.live import LiveState
     from politerm.ui.notify import Notifier
+    from politerm.ui.projects import shown_with
     from politerm.ui.web import WebMonitor, new_token, serve
     from politerm.ui.web.serve import bind, url_of
 
@@ -97,7 +98,7 @@ def _serve_local(
 
     async def main() -> None:
         with open_store(config) as store:
-            live = LiveState(config, store, project=root)
+            live = LiveState(config, store, project=root, others=shown_with(config))
             monitor = WebMonitor(live, token=chosen, allow_actions=allow_actions, origins=origins)
             notifier = Notifier(config.notify, store, link=url_of(sock, None, "/"))
 
@@ -124,6 +125,7 @@ def _serve_remote(
 ) -> None:
     from politerm.ui.live import LiveState
     from politerm.ui.notify import Notifier
+    from politerm.ui.projects import shown_with
     from politerm.ui.web import WebMonitor, serve
     from politerm.ui.web.devices import Devices
     from politerm.ui.web.remote import (
@@ -150,7 +152,7 @@ def _serve_remote(
 
     async def main() -> None:
         with open_store(config) as store:
-            live = LiveState(config, store, project=root)
+            live = LiveState(config, store, project=root, others=shown_with(config))
             monitor = WebMonitor(
                 live,
                 token=None,

@@ -114,6 +114,7 @@ class Approver:
         else:
             verdict, by = self.policy.decide(request), "policy"
         decision, reason = verdict.decision, verdict.reason
+        origin = by
         if decision is None:
             # Answered by a person: a follow-up of it is theirs to answer too.
             self._decided = None
@@ -153,7 +154,8 @@ class Approver:
             if pending.answer is None:
                 self.asked = True
                 return "waiting"
-            decision, by, reason = pending.answer, "user", "answered with `poli approve`"
+            decision, by, reason = pending.answer, "user", _answered_from(pending.by)
+            origin = pending.by or "cli"
         spec = self.profile.approval
         keys = spec.approve if decision is Decision.APPROVE else spec.deny
         await self.term.send_keys(*keys)
@@ -172,6 +174,7 @@ class Approver:
             {
                 "decision": decision.value,
                 "by": by,
+                "origin": origin,
                 "reason": reason,
                 "tool": request.tool,
                 "command": request.command,
@@ -242,3 +245,22 @@ class Approver:
     ) -> None:
         if self.store is not None:
             self.store.add_event(kind, task_id=task_id, agent=self.key, detail=detail, data=data)
+
+
+def _answered_from(origin: str) -> str:
+    """How a person's answer reached the question, for the event log.
+
+    Examples
+    --------
+    >>> _answered_from("cli"), _answered_from("web:pixel"), _answered_from("dash")
+    ('answered with `poli approve`', 'answered from the web page (device pixel)', \
+'answered from the dashboard')
+    """
+    if origin.startswith("web:"):
+        return f"answered from the web page (device {origin.removeprefix('web:')})"
+    return {
+        "web": "answered from the web page",
+        "dash": "answered from the dashboard",
+        "": "answered with `poli approve`",
+        "cli": "answered with `poli approve`",
+    }.get(origin, f"answered from {origin}")

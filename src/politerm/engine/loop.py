@@ -12,6 +12,7 @@ import time
 import typing as t
 
 from politerm._internal.ids import check_id
+from politerm.engine import service
 from politerm.engine.router import ACTIVE, PLANNER, Router
 from politerm.engine.session import RouterLock, Session
 from politerm.engine.templates import Templates
@@ -140,34 +141,67 @@ async def run_task(
 ) -> Task:
     """Submit a task and route until it ends (or waits for the user); return it.
 
-    Routes in this process when no router runs for the session; otherwise follows the
-    running router's progress.
+    Routes in this process whenever no router runs for the session; otherwise follows the
+    running router's progress (see :func:`follow_task`).
     """
     task = submit(store, config, request, task_id=task_id)
     after = min((e.id for e in store.list_events(task_id=task.id, limit=5)), default=1) - 1
+    return await follow_task(
+        config, store, task.id, printer=printer, timeout=timeout, after=after, route_here=True
+    )
+
+
+LOCK_LOOK = 1.0
+"""How often a follower looks whether the router it relied on has stopped."""
+
+
+async def follow_task(
+    config: Config,
+    store: RunStore,
+    task_id: str,
+    *,
+    printer: Printer | None = None,
+    timeout: float | None = None,
+    after: int | None = None,
+    route_here: bool = False,
+) -> Task:
+    """Print a task's events until it ends (or waits for the user); return it.
+
+    Another process routes it (the project's service, or another ``poli task``); with
+    ``route_here`` this process routes whenever no router runs, so a task is never left
+    unrouted because the router it relied on stopped for its own task.
+
+    Raises
+    ------
+    RoutingError
+        No such task, or it did not settle within ``timeout`` (it goes on).
+    """
+    if store.get_task(task_id) is None:
+        msg = f"no task {task_id!r}"
+        raise RoutingError(msg)
 
     def settled() -> bool:
-        current = store.get_task(task.id)
+        current = store.get_task(task_id)
         return current is None or current.state not in ACTIVE
 
     lock = router_lock(config)
-    cursor = EventCursor(store, task_id=task.id, after=after)
+    cursor = EventCursor(store, task_id=task_id, after=after)
     show = printer or (lambda _e: None)
     follower = asyncio.create_task(follow(store, show, cursor=cursor))
     try:
-        async with asyncio.timeout(timeout):
-            if lock.acquire():
-                lock.release()
-                await route(config, store, until=settled)
-            else:
-                async with StoreWatch(store.path) as watch:
-                    while True:
-                        changed = watch.event()
-                        if settled():
-                            break
-                        await watch.wait(FOLLOW_BACKSTOP, event=changed)
+        async with asyncio.timeout(timeout), StoreWatch(store.path) as watch:
+            while not settled():
+                if route_here and lock.acquire():
+                    lock.release()
+                    with contextlib.suppress(RoutingError):  # another one took it first
+                        await route(config, store, until=settled)
+                    continue
+                changed = watch.event()
+                if settled():
+                    break
+                await watch.wait(LOCK_LOOK if route_here else FOLLOW_BACKSTOP, event=changed)
     except TimeoutError:
-        msg = f"task {task.id} not finished within {timeout:g}s (it goes on; see `poli status`)"
+        msg = f"task {task_id} not finished within {timeout:g}s (it goes on; see `poli status`)"
         raise RoutingError(msg) from None
     finally:
         follower.cancel()
@@ -175,9 +209,33 @@ async def run_task(
             await follower
         for event in cursor.read():
             show(event)
-    final = store.get_task(task.id)
+    final = store.get_task(task_id)
     assert final is not None
     return final
+
+
+async def follow_until_idle(store: RunStore, printer: Printer | None = None) -> None:
+    """Print the project's events until no task is in flight (another process routes)."""
+
+    def idle() -> bool:
+        return not any(tk.state in ACTIVE for tk in store.list_tasks(active_only=True))
+
+    cursor = EventCursor(store)
+    show = printer or (lambda _e: None)
+    follower = asyncio.create_task(follow(store, show, cursor=cursor))
+    try:
+        async with StoreWatch(store.path) as watch:
+            while True:
+                changed = watch.event()
+                if idle():
+                    break
+                await watch.wait(FOLLOW_BACKSTOP, event=changed)
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+        for event in cursor.read():
+            show(event)
 
 
 def answer(store: RunStore, config: Config, task_id: str, text: str) -> None:
@@ -207,6 +265,7 @@ def answer(store: RunStore, config: Config, task_id: str, text: str) -> None:
     total = timeouts.plan if asker == PLANNER else timeouts.exec
     store.set_expectation(task_id, sender=asker, type="plan", deadline=time.time() + total)
     store.add_event("answer", task_id=task_id, agent=asker, detail=text)
+    service.ensure(config)  # the answer is delivered now, not when someone routes next
 
 
 async def abort(config: Config, store: RunStore, task_id: str | None = None) -> Task:
@@ -220,6 +279,9 @@ async def abort(config: Config, store: RunStore, task_id: str | None = None) -> 
     task = store.get_task(task_id)
     if task is None:
         msg = f"no task {task_id!r}"
+        raise RoutingError(msg)
+    if task.state in TERMINAL:
+        msg = f"task {task_id} is already {task.state.value}; there is nothing to abort"
         raise RoutingError(msg)
     with store.batch():
         store.update_task(task_id, state=TaskState.ABORTED, error="aborted by the user")

@@ -87,6 +87,9 @@ class LoopState:
     turn_seen: float = 0.0
     # The open turn's prompt as typed, by (turn nonce, message id): fixed once it is begun.
     prompt: tuple[tuple[str, int | None], str | None] | None = None
+    # When (monotonic) a delivery that ended STRANDED or BLOCKED is tried again: the loop
+    # wakes for it even when the agent shows nothing new (it ignored the key).
+    retry_at: float | None = None
 
 
 class RouterBase:

@@ -295,6 +295,8 @@ class Router(Sending):
             return TURN_BACKSTOP
         now = time.monotonic()
         bound = idle_backstop(driver.name)
+        if loop.retry_at is not None:
+            bound = max(0.05, loop.retry_at - now)  # no output announces a retry's time
         if driver.profile.transcript is not None and now - loop.turn_seen < TRANSCRIPT_GRACE:
             bound = TURN_BACKSTOP
         change = driver.tracker.next_change()
@@ -368,6 +370,10 @@ class Router(Sending):
             turn = self.store.current_turn(name)
         if driver.state is not AgentState.READY:
             return
+        if loop.retry_at is not None:
+            if time.monotonic() < loop.retry_at:
+                return  # a delivery that did not get through waits for its backoff
+            loop.retry_at = None
         if turn is not None:
             # One prompt at a time: only this turn's own nudge or retry may go now.
             msg = self.store.next_queued(name, task_id=turn.task_id, types=FOLLOW_UPS)

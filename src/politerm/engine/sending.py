@@ -195,6 +195,7 @@ class Sending(Deadlines):
                 self.store.end_turn(name, nonce, TurnEnd.NOT_DELIVERED)
                 self.loops[name].turn_nonce = None
             if msg.attempts < self.config.routing.max_attempts:
+                self.loops[name].retry_at = time.monotonic() + retry_backoff(msg.attempts)
                 self.store.transition(
                     msg.id,
                     MessageState.RETRIED,
@@ -300,6 +301,21 @@ class Sending(Deadlines):
             return await driver.deliver(text, already_pasted=True)
         # Nothing there (or someone else's words, which delivery clears first): send it.
         return await driver.deliver(text)
+
+
+RETRY_FIRST = 1.0
+RETRY_MAX = 15.0
+
+
+def retry_backoff(attempts: int) -> float:
+    """Seconds before a delivery that did not get through is tried again.
+
+    Examples
+    --------
+    >>> [retry_backoff(n) for n in (1, 2, 3, 5, 9)]
+    [1.0, 2.0, 4.0, 15.0, 15.0]
+    """
+    return min(RETRY_MAX, RETRY_FIRST * 2.0 ** max(0, attempts - 1))
 
 
 def _ours(driver: AgentDriver, box: str, text: str) -> bool:

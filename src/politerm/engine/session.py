@@ -433,16 +433,25 @@ class RouterLock:
         return True
 
     def holder(self) -> int | None:
-        """PID of the router holding the lock, if one does."""
+        """PID of the router holding the lock, if one does (never a dead one's)."""
         try:
             text = self.path.read_text().strip()
         except OSError:
             return None
-        return int(text) if text.isdigit() else None
+        if not text.isdigit():
+            return None
+        try:
+            os.kill(int(text), 0)
+        except ProcessLookupError:
+            return None  # left by a router killed with -9: the lock is free
+        except PermissionError:
+            pass  # alive, another user's
+        return int(text)
 
     def release(self) -> None:
-        """Give the lock up."""
+        """Give the lock up; the file no longer names this process."""
         if self._fd is not None:
+            os.ftruncate(self._fd, 0)
             os.close(self._fd)
             self._fd = None
 

@@ -100,6 +100,34 @@ def session_name(config: Config, project: str) -> str:
     return f"{config.tmux.session}-mgr-{_UNSAFE.sub('_', project)}"
 
 
+async def close_sessions(config: Config, projects: t.Iterable[str] | None = None) -> list[str]:
+    """Stop manager agents (whole process trees, verified gone) and their tmux sessions.
+
+    ``projects``: only these projects' sessions (the brain agent's is ``"brain"``); by
+    default every manager session of the configuration's session. Returns what was stopped,
+    as ``AGENT (SESSION)``.
+    """
+    from politerm.engine.session import make_server
+    from politerm.tmux.pane import agent_panes
+
+    prefix = session_name(config, "")
+    wanted = None if projects is None else {session_name(config, p) for p in projects}
+    server = make_server(config)
+    stopped: list[str] = []
+    try:
+        for name in await server.list_sessions():
+            if not name.startswith(prefix) or (wanted is not None and name not in wanted):
+                continue
+            client = await server.connect(name)
+            for agent, pane in (await agent_panes(client, server)).items():
+                await pane.kill()
+                stopped.append(f"{agent} ({name})")
+            await server.kill_session(name)
+    finally:
+        await server.close()
+    return stopped
+
+
 async def agent_in_pane(
     config: Config,
     server: TmuxServer,

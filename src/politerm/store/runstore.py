@@ -24,7 +24,10 @@ from politerm.store.turnrows import TurnRows
 if t.TYPE_CHECKING:
     from politerm.config import Config
 
-__all__ = ["DEFAULT_AGENT_STATE", "RunStore", "TaskField"]
+__all__ = ["DEFAULT_AGENT_STATE", "PROJECT_ROOT_META", "RunStore", "TaskField"]
+
+#: Meta key holding the directory of the project the store belongs to.
+PROJECT_ROOT_META: t.Final = "project:root"
 
 
 class RunStore(TaskRows, TurnRows, MessageRows):
@@ -55,6 +58,10 @@ class RunStore(TaskRows, TurnRows, MessageRows):
         from politerm.redact import Redactor
 
         store = cls.open(config.store.resolved_path())
+        # The views of every project (politerm.ui.projects) find the directory here.
+        root = str(config.project.root)
+        if store.get_meta(PROJECT_ROOT_META) != root:
+            store.set_meta(PROJECT_ROOT_META, root)
         vault.use_tmux(config.tmux.socket)
         if config.redact.patterns:
             store.set_redaction(Redactor(config.redact.patterns), vault.keep)

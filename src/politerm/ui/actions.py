@@ -58,7 +58,7 @@ def approve(store: RunStore, ref: ApprovalRef, *, deny: bool = False, by: str) -
         msg = f"{ref.agent}'s question was already answered: {pending.answer.value}"
         raise StaleAction(msg)
     decision = Decision.DENY if deny else Decision.APPROVE
-    answer_pending(store, ref.agent, decision)
+    answer_pending(store, ref.agent, decision, by=by)
     store.add_event(
         "ui-action",
         agent=ref.agent,

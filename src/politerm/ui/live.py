@@ -13,20 +13,22 @@ import contextlib
 import logging
 import typing as t
 
-from politerm.errors import PaneNotFound, TmuxError
+from politerm.errors import PaneNotFound, TmuxError, UiError
+from politerm.project import project_key
 from politerm.redact import ChunkRedactor, Redactor
+from politerm.store import RunStore
 from politerm.store.watch import StoreWatch, changed_since
 from politerm.tmux import TmuxServer
 from politerm.ui.mirror import start_mirror
 from politerm.ui.overview import collect_overview
 from politerm.ui.panes import PaneEntry, find, list_panes
+from politerm.ui.projects import ProjectRef, home_ref
 
 if t.TYPE_CHECKING:
     import pathlib
     from collections.abc import Callable
 
     from politerm.config import Config
-    from politerm.store import RunStore
     from politerm.tmux import ControlClient
     from politerm.tmux.control import Notification
     from politerm.ui.mirror import Mirror, Sink
@@ -66,6 +68,9 @@ class LiveState:
         The project's run store.
     project
         The project directory (for its pipeline runs).
+    others
+        The other projects shown (:func:`politerm.ui.projects.user_projects`): their stores
+        are opened and followed too; none when the view is scoped to one project.
     """
 
     def __init__(
@@ -75,6 +80,7 @@ class LiveState:
         *,
         project: pathlib.Path | None = None,
         server: TmuxServer | None = None,
+        others: t.Sequence[ProjectRef] = (),
     ) -> None:
         self.config = config
         self.store = store
@@ -84,7 +90,13 @@ class LiveState:
             config.tmux.socket, width=config.tmux.width, height=config.tmux.height
         )
         self.panes: list[PaneEntry] = []
-        self._project_key = str(project.resolve()) if project is not None else None
+        self.home = (
+            home_ref(config)
+            if project is None
+            else ProjectRef(project_key(project), project, store.path)
+        )
+        self.others = list(others)
+        self.stores: dict[str, RunStore] = {}
         self.overview: dict[str, t.Any] = {}
         self.refreshes = 0
         self._listeners: list[Listener] = []
@@ -92,6 +104,7 @@ class LiveState:
         self._unhook: list[Callable[[], None]] = []
         self._watch = StoreWatch(store.path)
         self._seen = -1
+        self._watches: list[StoreWatch] = []
         self._dirty = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
 
@@ -102,12 +115,24 @@ class LiveState:
         await self._watch.start()
         self._seen = self.store.data_version()
         self._unhook.append(self._watch.subscribe(self._on_store))
+        for ref in self.others:
+            other = RunStore.open(ref.store_path)
+            self.stores[ref.key] = other
+            watch = StoreWatch(ref.store_path)
+            await watch.start()
+            self._watches.append(watch)
+            # Only other processes write there: any change counts.
+            self._unhook.append(watch.subscribe(self._dirty.set))
         await self._refresh()
         self._refresher = asyncio.create_task(self._refresh_loop(), name="poli-ui-refresh")
 
     async def close(self) -> None:
         """Stop following events and close the control connections."""
         await self._watch.close()
+        for watch in self._watches:
+            await watch.close()
+        for other in self.stores.values():
+            other.close()
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -158,7 +183,7 @@ class LiveState:
                 log.exception("refreshing the overview failed")
 
     async def _refresh(self) -> None:
-        self.panes = await list_panes(self.server, self._project_key)
+        self.panes = await list_panes(self.server)
         await self._attach_sessions()
         self.overview = collect_overview(
             self.store,
@@ -166,6 +191,8 @@ class LiveState:
             project=self.project,
             loop_session=self.config.tmux.session,
             redactor=self.redactor,
+            home=self.home,
+            others=[(ref, self.stores[ref.key]) for ref in self.others],
         )
         self.refreshes += 1
         for listener in list(self._listeners):
@@ -187,6 +214,33 @@ class LiveState:
     def _on_notification(self, note: Notification) -> None:
         if note.name in _LAYOUT:
             self._dirty.set()
+
+    # --- the projects shown ---------------------------------------------------------------
+
+    def project_of(self, key: str | None) -> tuple[RunStore, ProjectRef]:
+        """The store and project an inbox item names (``None``: the view's own).
+
+        Raises
+        ------
+        UiError
+            The view does not show that project.
+        """
+        if key is None or key == self.home.key:
+            return self.store, self.home
+        for ref in self.others:
+            if ref.key == key:
+                return self.stores[ref.key], ref
+        msg = f"this view does not show project {key!r}"
+        raise UiError(msg)
+
+    def config_of(self, key: str | None) -> Config:
+        """The configuration of the project ``key`` (``None``: the view's own)."""
+        _, ref = self.project_of(key)
+        if ref is self.home or ref.root is None:
+            return self.config
+        from politerm.config import load_config
+
+        return load_config(ref.root)
 
     # --- panes and mirrors -----------------------------------------------------------------
 
@@ -212,7 +266,7 @@ class LiveState:
         """
         entry = self.pane(name)
         if entry is None:
-            self.panes = await list_panes(self.server, self._project_key)
+            self.panes = await list_panes(self.server)
             entry = self.pane(name)
         if entry is None:
             raise PaneNotFound(name, "no agent or pane of that name on the private server")

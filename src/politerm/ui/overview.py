@@ -3,8 +3,10 @@
 One function reads the project's run store (agents, approvals, tasks, messages, events, epic
 runs, work items, bridges), its pipeline runs and the private server's panes (every session's
 agents; :mod:`politerm.ui.sessions` says which workflow each session belongs to),
-so both views show the same thing and tests can assert on it without a screen. Everything is
-redacted before it leaves this module.
+so both views show the same thing and tests can assert on it without a screen. The other
+projects a view shows (:mod:`politerm.ui.projects`) add their agents and what waits in them:
+the inbox (:mod:`politerm.ui.inbox`) spans every project shown. Everything is redacted before
+it leaves this module.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import typing as t
 
 from politerm.agents.approval import PendingApproval, all_pending
 from politerm.errors import PolitermError
+from politerm.project import project_key
 from politerm.redact import Redactor
 from politerm.status import collect, state_words
 from politerm.store.epics import EpicStore
+from politerm.ui.inbox import approval_panes, merge, project_inbox
+from politerm.ui.projects import ProjectRef, owner_of
 from politerm.ui.sessions import bridge_sessions, epic_sessions, tmux_sessions
 
 if t.TYPE_CHECKING:
@@ -55,7 +60,9 @@ def _clean(value: t.Any, redactor: Redactor) -> t.Any:
     return value
 
 
-def _agents(status: dict[str, t.Any], panes: t.Sequence[PaneEntry]) -> list[dict[str, t.Any]]:
+def _agents(
+    status: dict[str, t.Any], panes: t.Sequence[PaneEntry], project: ProjectRef
+) -> list[dict[str, t.Any]]:
     by_pane = {p.pane_id: p for p in panes}
     rows: list[dict[str, t.Any]] = []
     seen: set[str] = set()
@@ -77,6 +84,9 @@ def _agents(status: dict[str, t.Any], panes: t.Sequence[PaneEntry]) -> list[dict
                 "tokens": a.get("tokens"),
                 "turn": a["turn"],
                 "live": pane is not None and not pane.dead,
+                "project": project.name,
+                "project_key": project.key,
+                "approval": None,
             }
         )
     for p in panes:
@@ -95,6 +105,9 @@ def _agents(status: dict[str, t.Any], panes: t.Sequence[PaneEntry]) -> list[dict
                 "tokens": None,
                 "turn": None,
                 "live": not p.dead,
+                "project": project.name,
+                "project_key": project.key,
+                "approval": None,
             }
         )
     return rows
@@ -173,6 +186,46 @@ def _pipelines(project: pathlib.Path | None) -> list[dict[str, t.Any]]:
     return []
 
 
+def _owned(
+    panes: t.Sequence[PaneEntry],
+    home: ProjectRef,
+    loop_session: str | None,
+    others: t.Sequence[tuple[ProjectRef, list[dict[str, t.Any]]]],
+    pipelines: list[dict[str, t.Any]],
+) -> dict[str | None, list[PaneEntry]]:
+    """The panes grouped by the key of the project that claims each (None: no project)."""
+    refs = [home, *(ref for ref, _ in others)]
+    sessions = {home.key: loop_session or f"poli-{home.key}"}
+    sessions |= {ref.key: f"poli-{ref.key}" for ref, _ in others}
+    runs = {str(r["session"]): home.key for r in pipelines if r.get("session")}
+    for ref, theirs in others:
+        runs |= {str(r["session"]): ref.key for r in theirs if r.get("session")}
+    out: dict[str | None, list[PaneEntry]] = {}
+    for p in panes:
+        out.setdefault(owner_of(p, refs, sessions, runs), []).append(p)
+    return out
+
+
+def _mark_approvals(rows: list[dict[str, t.Any]], inbox: list[dict[str, t.Any]]) -> None:
+    """Show each agent's open approval on its row, whatever workflow asked it.
+
+    A pipeline step asks under ``<run>.step-<n>`` while its row is ``step-<n>``: the two meet
+    at the pane (:func:`politerm.ui.inbox.approval_panes`).
+    """
+    asks = [i for i in inbox if i["kind"] == "approval"]
+    for row in rows:
+        for item in asks:
+            same_pane = row["pane"] is not None and item["pane"] == row["pane"]
+            if item["project_key"] != row["project_key"]:
+                continue
+            if same_pane or item["agent"].upper() == row["name"].upper():
+                row["approval"] = {"what": item["what"], "command": item.get("command", "")}
+                if row["state"] != "exited":
+                    row["state"] = "waiting_approval"
+                    row["state_words"] = state_words(row)
+                break
+
+
 def collect_overview(
     store: RunStore,
     panes: t.Sequence[PaneEntry] = (),
@@ -181,15 +234,19 @@ def collect_overview(
     loop_session: str | None = None,
     redactor: Redactor | None = None,
     events: int = 50,
+    home: ProjectRef | None = None,
+    others: t.Sequence[tuple[ProjectRef, RunStore]] = (),
 ) -> dict[str, t.Any]:
     """Everything the overview shows, redacted and free of control characters.
 
     Parameters
     ----------
     store
-        The project's run store.
+        The view's own project's run store.
     panes
-        The private server's panes (:func:`politerm.ui.panes.list_panes`).
+        The private server's panes (:func:`politerm.ui.panes.list_panes`), all of them: each
+        is shown with the project that claims it (:func:`politerm.ui.projects.owner_of`);
+        one no project claims is shown with the view's own.
     project
         The project directory, for its pipeline runs.
     loop_session
@@ -198,20 +255,68 @@ def collect_overview(
         Applied to every string; the built-in patterns when omitted.
     events
         How many recent events to include.
+    home
+        The view's own project (by default named after ``project`` and ``store``).
+    others
+        The other projects the view shows, each with its open store: their agents and what
+        waits in them join the agents table and the inbox.
     """
+    if home is None:
+        key = project_key(project) if project is not None else store.path.parent.name
+        home = ProjectRef(key, project, store.path)
     status = collect(store, events=events)
-    # Every workflow keeps its questions under its own key (agent name, "<run>.step-<n>",
-    # "epic.<session>"...): list them all, not only the loop's agents'.
-    status["approvals"] = [_approval(p) for p in all_pending(store)]
     runs, items = _epics(store)
     pipelines = _pipelines(project)
+    theirs = [(ref, _pipelines(ref.root)) for ref, _ in others]
+    owned = _owned(panes, home, loop_session, theirs, pipelines)
+    mine = owned.get(home.key, []) + owned.get(None, [])
     recorded = {r["session"] for r in pipelines if r.get("session")}
-    sessions = tmux_sessions(panes, loop=loop_session, pipelines=recorded)
+    sessions = tmux_sessions(mine, loop=loop_session, pipelines=recorded)
+    agents = _agents(status, mine, home)
+    inbox = [
+        project_inbox(
+            store, home, agents=agents, pipelines=pipelines,
+            panes=approval_panes(mine, pipelines),
+        )
+    ]  # fmt: skip
+    for (ref, other), (_, pipes) in zip(others, theirs, strict=True):
+        their_panes = owned.get(ref.key, [])
+        rows = _agents(collect(other, events=0), their_panes, ref)
+        agents += rows
+        inbox.append(
+            project_inbox(
+                other, ref, agents=rows, pipelines=pipes,
+                panes=approval_panes(their_panes, pipes),
+            )
+        )  # fmt: skip
+    waiting = merge(*inbox)
+    _mark_approvals(agents, waiting)
+    # Every workflow keeps its questions under its own key (agent name, "<run>.step-<n>",
+    # "epic.<session>"...): list them all, not only the loop's agents'.
+    by_key = {(i["project_key"], i["agent"]): i for i in waiting if i["kind"] == "approval"}
+    approvals = []
+    for ref, st in [(home, store), *others]:
+        for p in all_pending(st):
+            item = by_key.get((ref.key, p.agent))
+            approvals.append(
+                {**_approval(p), "project": ref.name, "project_key": ref.key,
+                 "pane": item["pane"] if item else None}
+            )  # fmt: skip
     data = {
         "project": str(project) if project else None,
+        "projects": [
+            {
+                "name": ref.name,
+                "key": ref.key,
+                "dir": str(ref.root) if ref.root else None,
+                "home": ref is home,
+            }
+            for ref in [home, *(r for r, _ in others)]
+        ],
+        "inbox": waiting,
         "sessions": sessions + epic_sessions(runs) + bridge_sessions(store),
-        "agents": _agents(status, panes),
-        "approvals": status["approvals"],
+        "agents": agents,
+        "approvals": approvals,
         "tasks": status["tasks"],
         "messages": status["messages"],
         "mail": _mail(store),

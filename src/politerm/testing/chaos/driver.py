@@ -185,7 +185,8 @@ class ChaosRun:
         start = time.monotonic()
         self.deadline = start + self.plan.budget
         try:
-            self._run("up", "--no-primers")
+            # Its own routers are the ones it kills: no service routes beside them.
+            self._run("up", "--no-primers", "--no-route")
             self._feed()
             self._cycles()
         finally:

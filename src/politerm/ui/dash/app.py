@@ -37,6 +37,10 @@ if t.TYPE_CHECKING:
 
     from politerm.config import Config
     from politerm.store import RunStore
+    from politerm.ui.projects import ProjectRef
+
+#: The keys that answer an inbox item in place.
+_KEYS = {"approval": "a / d", "question": "n", "gate": "g"}
 
 _STATE_STYLE = {
     "waiting_approval": "bold yellow",
@@ -138,12 +142,14 @@ class DashApp(App[None]):
         project: pathlib.Path | None = None,
         agent: str | None = None,
         live: LiveState | None = None,
+        others: Sequence[ProjectRef] = (),
     ) -> None:
         super().__init__()
-        self.live = live or LiveState(config, store, project=project)
+        self.live = live or LiveState(config, store, project=project, others=others)
         self.overview: dict[str, t.Any] = {}
         self.selected_agent: str | None = agent
         self.selected_task: str | None = None
+        self.selected_item: str | None = None
         self.filter_text = ""
         self.mirror_name: str | None = None
         self.screen_mirror: ScreenMirror | None = None
@@ -161,10 +167,10 @@ class DashApp(App[None]):
         with Horizontal():
             with Vertical(id="left"):
                 yield Input(placeholder="filter (escape clears)", id="filter")
+                yield Label("inbox", id="inbox-title", classes="section")
+                yield DataTable(id="inbox", cursor_type="row")
                 yield Label("agents", classes="section")
                 yield DataTable(id="agents", cursor_type="row")
-                yield Label("approvals waiting", classes="section")
-                yield DataTable(id="approvals", cursor_type="row")
                 with TabbedContent(
                     "tasks", "messages", "mail", "sessions", "pipelines", "work", "manager"
                 ):
@@ -185,7 +191,7 @@ class DashApp(App[None]):
         """Set up the tables, then follow the live state."""
         columns = {
             "agents": ("agent", "state", "session", "pane", "last activity", "tokens", "turn"),
-            "approvals": ("agent", "wants to run", "question on screen", "answer"),
+            "inbox": ("waits", "project", "agent", "what", "since", "keys"),
             "tasks": ("task", "state", "round", "request", "question / error / report"),
             "messages": ("id", "task", "from → to", "type", "state", "attempts", "error"),
             "sessions": ("session", "kind", "where", "panes", "agents"),
@@ -250,13 +256,20 @@ class DashApp(App[None]):
                 for a in data.get("agents", [])
             ],
         )  # fmt: skip
-        self._fill(
-            "approvals",
-            [
-                (p["agent"], (p["agent"], p["what"], " | ".join(p["evidence"]), p["answer"] or "-"))
-                for p in data.get("approvals", [])
-            ],
+        shown = ", ".join(p["name"] for p in data.get("projects", []))
+        waiting = data.get("inbox", [])
+        self.query_one("#inbox-title", Label).update(
+            f"inbox: {len(waiting)} waiting on you · projects: {shown or '-'}"
         )
+        self._fill(
+            "inbox",
+            [
+                (i["id"], (Text(i["kind_words"], style="bold yellow"), i["project"],
+                           i["agent"] or "-", i["what"][:80], _when(i["since"]),
+                           _KEYS.get(i["kind"], "")))
+                for i in waiting
+            ],
+        )  # fmt: skip
         self._fill(
             "tasks",
             [
@@ -371,8 +384,8 @@ class DashApp(App[None]):
         if table == "agents" and key:
             self.selected_agent = key
             await self._mirror(key)
-        elif table == "approvals" and key:
-            self.selected_agent = key
+        elif table == "inbox" and key:
+            self.selected_item = key
         elif table == "tasks" and key:
             self.selected_task = key
 
@@ -382,12 +395,22 @@ class DashApp(App[None]):
         self.messages_shown.append(text)
         self.notify(text, severity="error" if error else "information", markup=False)
 
+    def _waiting(self, kind: str) -> dict[str, t.Any] | None:
+        """The inbox item of ``kind`` to act on: the selected one, the agent's, or the newest."""
+        items = [i for i in self.overview.get("inbox", []) if i["kind"] == kind]
+        chosen = next((i for i in items if i["id"] == self.selected_item), None)
+        if chosen is None and self.selected_agent:
+            entry = self.live.pane(self.selected_agent)
+            names = {self.selected_agent.upper(), entry.agent.upper() if entry else ""}
+            pane = entry.pane_id if entry else None
+            chosen = next(
+                (i for i in items if i["agent"].upper() in names or (pane and i["pane"] == pane)),
+                None,
+            )
+        return chosen or (items[0] if items else None)
+
     def _open_approval(self) -> dict[str, t.Any] | None:
-        open_ = [p for p in self.overview.get("approvals", []) if not p["answer"]]
-        agent = self.selected_agent
-        entry = self.live.pane(agent) if agent else None
-        names = {agent, entry.agent if entry else None}
-        return next((p for p in open_ if p["agent"] in names), open_[0] if open_ else None)
+        return self._waiting("approval")
 
     def _answer_approval(self, deny: bool) -> None:
         pending = self._open_approval()
@@ -395,14 +418,20 @@ class DashApp(App[None]):
             self._say("no approval question is open", error=True)
             return
         verb = "deny" if deny else "approve"
-        question = f"{pending['agent']} wants to run: {pending['what']}\n\n" + "\n".join(
-            pending["evidence"]
+        question = (
+            f"{pending['agent']} ({pending['project']}) wants to run: {pending['what']}\n\n"
+            + pending["detail"]
         )
-        ref = actions.ApprovalRef(pending["agent"], pending["asked"], pending["command"])
+        ref = actions.ApprovalRef(**pending["ref"])
 
         def done(yes: bool | None) -> None:
             if yes:
-                self._run(lambda: actions.approve(self.live.store, ref, deny=deny, by="dash"))
+
+                def act() -> str:
+                    store, _ = self.live.project_of(pending["project_key"])
+                    return actions.approve(store, ref, deny=deny, by="dash")
+
+                self._run(act)
 
         self.push_screen(ConfirmScreen(f"{verb} this?", question), done)
 
@@ -425,41 +454,42 @@ class DashApp(App[None]):
 
     def action_answer(self) -> None:
         """Answer the question the selected (or the first waiting) task asks."""
-        waiting = [tk for tk in self.overview.get("tasks", []) if tk["state"] == "waiting_user"]
-        task = next((tk for tk in waiting if tk["id"] == self.selected_task), None)
-        task = task or (waiting[0] if waiting else None)
-        if task is None:
+        items = [i for i in self.overview.get("inbox", []) if i["kind"] == "question"]
+        item = next((i for i in items if i["task"] == self.selected_task), None)
+        item = item or self._waiting("question")
+        if item is None:
             self._say("no task is waiting for an answer", error=True)
             return
-        question = task["question"] or ""
+        task_id, question, key = item["task"], item["what"], item["project_key"]
 
         def done(text: str | None) -> None:
             if text is not None:
-                self._run(
-                    lambda: actions.answer(
-                        self.live.store, self.live.config, task["id"], question, text, by="dash"
-                    )
-                )
 
-        self.push_screen(AskScreen(f"task {task['id']} asks:", question), done)
+                def act() -> str:
+                    store, _ = self.live.project_of(key)
+                    config = self.live.config_of(key)
+                    return actions.answer(store, config, task_id, question, text, by="dash")
+
+                self._run(act)
+
+        self.push_screen(AskScreen(f"task {task_id} ({item['project']}) asks:", question), done)
 
     def action_gate(self) -> None:
         """Answer the gate a pipeline run waits on."""
-        runs = [r for r in self.overview.get("pipelines", []) if r.get("question")]
-        if not runs:
+        item = self._waiting("gate")
+        if item is None:
             self._say("no pipeline run is waiting at a gate", error=True)
             return
-        run = runs[0]
-        q = run["question"]
-        project = self.live.project
+        run_id, seq = item["ref"]["run_id"], int(item["ref"]["seq"])
+        _, ref = self.live.project_of(item["project_key"])
+        project = ref.root or self.live.project
 
         def done(reply: str | None) -> None:
             if reply is not None and project is not None:
-                self._run(
-                    lambda: actions.gate(project, run["run_id"], int(q["seq"]), reply, by="dash")
-                )
+                self._run(lambda: actions.gate(project, run_id, seq, reply, by="dash"))
 
-        self.push_screen(GateScreen(f"run {run['run_id']} step {q['step']}:", q["question"]), done)
+        title = f"run {run_id} {item['agent']} ({item['project']}):"
+        self.push_screen(GateScreen(title, item["what"]), done)
 
     def action_abort(self) -> None:
         """Abort the selected task (asks first)."""

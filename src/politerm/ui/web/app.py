@@ -53,6 +53,7 @@ class ApproveBody(BaseModel):
     asked: float
     command: str
     deny: bool = False
+    project: str | None = None
 
 
 class AnswerBody(BaseModel):
@@ -61,6 +62,7 @@ class AnswerBody(BaseModel):
     task: str
     question: str
     text: str
+    project: str | None = None
 
 
 class GateBody(BaseModel):
@@ -69,6 +71,7 @@ class GateBody(BaseModel):
     run_id: str
     seq: int
     answer: str
+    project: str | None = None
 
 
 class AbortBody(BaseModel):
@@ -266,23 +269,34 @@ class WebMonitor:
         async def approve(request: Request, body: ApproveBody) -> JSONResponse:
             ref = actions.ApprovalRef(body.agent, body.asked, body.command)
             by = request.state.who
-            return self._act(lambda: actions.approve(self.live.store, ref, deny=body.deny, by=by))
+
+            def run() -> str:
+                store, _ = self.live.project_of(body.project)
+                return actions.approve(store, ref, deny=body.deny, by=by)
+
+            return self._act(run)
 
         @app.post("/api/answer")
         async def answer(request: Request, body: AnswerBody) -> JSONResponse:
             live, by = self.live, request.state.who
-            return self._act(
-                lambda: actions.answer(
-                    live.store, live.config, body.task, body.question, body.text, by=by
-                )
-            )
+
+            def run() -> str:
+                store, _ = live.project_of(body.project)
+                config = live.config_of(body.project)
+                return actions.answer(store, config, body.task, body.question, body.text, by=by)
+
+            return self._act(run)
 
         @app.post("/api/gate")
         async def gate(request: Request, body: GateBody) -> JSONResponse:
-            project, by = self.live.project or pathlib.Path.cwd(), request.state.who
-            return self._act(
-                lambda: actions.gate(project, body.run_id, body.seq, body.answer, by=by)
-            )
+            by = request.state.who
+
+            def run() -> str:
+                _, ref = self.live.project_of(body.project)
+                project = ref.root or self.live.project or pathlib.Path.cwd()
+                return actions.gate(project, body.run_id, body.seq, body.answer, by=by)
+
+            return self._act(run)
 
         @app.post("/api/abort")
         async def abort(request: Request, body: AbortBody) -> JSONResponse:

@@ -54,6 +54,11 @@ function table(id, columns, rows, cells) {
       return tr;
     } });
   }
+  redraw(node, wanted);
+}
+
+// Children of ``node`` as ``wanted`` says ({key, draw}), drawing only those whose key changed.
+function redraw(node, wanted) {
   const drawn = [...node.children];
   wanted.forEach((want, i) => {
     const old = drawn[i];
@@ -95,6 +100,92 @@ function button(label, cls, onClick) {
   return b;
 }
 
+// One tap on an action asks here first; only "yes" sends it (a stray tap on a phone is not
+// an answer).
+function confirmThen(text, label, run) {
+  const box = document.getElementById("confirm");
+  box.replaceChildren();
+  box.appendChild(el("p", text));
+  const yes = el("button", label, "yes");
+  const no = el("button", "cancel", "no");
+  yes.addEventListener("click", async () => {
+    yes.disabled = true;
+    box.hidden = true;
+    await run();
+  });
+  no.addEventListener("click", () => { box.hidden = true; });
+  box.append(yes, no);
+  box.hidden = false;
+  yes.focus();
+}
+
+function asking(label, cls, text, run) {
+  const b = el("button", label, cls);
+  b.disabled = !CONFIG.actions;
+  b.title = CONFIG.actions ? label : "read-only (start poli web --allow-actions)";
+  b.addEventListener("click", () => confirmThen(text(), label, run));
+  return b;
+}
+
+function approveButtons(ask, node) {
+  const ref = { ...ask.ref, project: ask.project_key };
+  const text = (verb) => () => `${verb} ${ask.agent} (${ask.project}) running:\n${ask.what}`;
+  node.appendChild(asking("approve", "approve", text("approve"),
+    () => act("/api/approve", ref)));
+  node.appendChild(asking("deny", "deny", text("deny"),
+    () => act("/api/approve", { ...ref, deny: true })));
+}
+
+function inboxItem(item) {
+  const li = el("li", null, "item kind-" + item.kind);
+  li.dataset.kind = item.kind;
+  li.dataset.agent = item.agent;
+  const head = el("div", null, "head");
+  head.appendChild(el("span", item.kind_words, "kind"));
+  const where = el("span", null, "where");
+  where.appendChild(document.createTextNode(item.project + " · "));
+  where.appendChild(item.pane ? agentLink({ name: item.agent || "-", pane: item.pane })
+    : el("span", item.agent || "-"));
+  head.appendChild(where);
+  head.appendChild(el("span", when(item.since), "since"));
+  li.appendChild(head);
+  li.appendChild(el("div", item.what, "what"));
+  if (item.detail) li.appendChild(el("pre", item.detail, "question"));
+  const buttons = el("div", null, "buttons");
+  if (item.kind === "approval") approveButtons(item, buttons);
+  if (item.kind === "question") {
+    const input = el("input");
+    input.placeholder = "your answer";
+    input.className = "answer";
+    buttons.appendChild(input);
+    buttons.appendChild(asking("answer", "answer", () => `answer ${item.what}\nwith: ${input.value}`,
+      () => act("/api/answer", { ...item.ref, text: input.value, project: item.project_key })));
+  }
+  if (item.kind === "gate") {
+    for (const [key, label] of [["y", "continue"], ["n", "abort"], ["r", "re-run"], ["s", "skip"]]) {
+      buttons.appendChild(asking(label, "gate-" + key, () => `${label}: ${item.what}`,
+        () => act("/api/gate", { ...item.ref, answer: key, project: item.project_key })));
+    }
+  }
+  if (buttons.childNodes.length) li.appendChild(buttons);
+  return li;
+}
+
+function inbox(data) {
+  const node = document.getElementById("inbox");
+  if (!node) return;
+  const items = data.inbox || [];
+  const projects = (data.projects || []).map((p) => p.name);
+  document.getElementById("inbox-title").textContent =
+    items.length ? `waiting on you: ${items.length}` : "waiting on you: nothing";
+  document.getElementById("projects").textContent =
+    (projects.length === 1 ? "project: " : "projects: ") + projects.join(", ");
+  // An item unchanged keeps its element, so an answer being typed survives a refresh.
+  const wanted = items.map((item) => ({ key: JSON.stringify(item), draw: () => inboxItem(item) }));
+  if (!items.length) wanted.push({ key: "none", draw: () => el("li", "nothing waits on you", "none") });
+  redraw(node, wanted);
+}
+
 function agentLink(a) {
   if (!a.pane) return el("span", a.name);
   const link = el("a", a.name);
@@ -110,8 +201,7 @@ function approvalRows(list) {
       cell.textContent = "answered: " + p.answer;
     } else {
       const ref = { agent: p.agent, asked: p.asked, command: p.command };
-      cell.appendChild(button("approve", "approve", () => act("/api/approve", ref)));
-      cell.appendChild(button("deny", "deny", () => act("/api/approve", { ...ref, deny: true })));
+      approveButtons({ ...p, ref, project: p.project, project_key: p.project_key }, cell);
     }
     return [p.agent, p.what, el("pre", (p.evidence || []).join("\n"), "question"), cell];
   });
@@ -186,18 +276,20 @@ function render(data) {
     const state = document.getElementById("agent-state");
     state.textContent = current ? current.state_words || current.state : "";
     state.className = current ? "state-" + current.state : "";
-    approvalRows((data.approvals || []).filter((p) => p.agent === name));
+    // Whatever workflow asked it: a pipeline step asks as "<run>.step-<n>", found by its pane.
+    const pane = current ? current.pane : agent;
+    approvalRows((data.approvals || []).filter((p) => (pane && p.pane === pane) || p.agent === name));
     return;
   }
   if (PAGE === "events") {
     events([...(data.events || [])].reverse());
     return;
   }
-  approvalRows(data.approvals || []);
-  table("agents", ["agent", "state", "session", "pane", "profile", "last activity", "tokens", "working on"],
-    data.agents || [], (a) => {
+  inbox(data);
+  table("agents", ["agent", "project", "state", "session", "pane", "profile", "last activity", "tokens",
+    "working on"], data.agents || [], (a) => {
       const state = el("td", a.state_words || a.state, "state-" + a.state);
-      return [agentLink(a), state, a.session || "-", a.pane || "-", a.profile || "-",
+      return [agentLink(a), a.project || "-", state, a.session || "-", a.pane || "-", a.profile || "-",
         when(a.last_activity), a.tokens ?? "-", a.turn || "-"];
     });
   table("sessions", ["session", "kind", "where", "panes", "agents"], data.sessions || [], (s) => [

@@ -1,0 +1,573 @@
+"""Scale: N idle fake agents in one project beside a working Planner⇄Executer pair.
+
+For each N (10, 50, 200, 500; ``--quick``: 10, 50) a fresh process (so its memory is its
+own) on a fresh private tmux server brings up a project of N idle agents (the bundled fake
+agent, plain mode) plus PLANNER and EXECUTER (fake agents with a plan/result scenario),
+through :meth:`Session.up` as ``poli up`` does, and measures:
+
+bring-up
+    Wall time of ``Session.up`` until every agent is ready, and the ``list-panes`` rows
+    tmux sent back for it. The baseline, in the same run on the same panes: the lookup
+    ``up`` did before (one ``list-panes`` per agent, :func:`find_agent_pane` N times)
+    against the one listing it does now (:func:`agent_panes`).
+idle
+    With the router running over every agent, ``poli status --watch`` open in a window and
+    the web monitor's overview connected (in this process, as ``poli web`` serves it): CPU
+    seconds over a window of the router process (router + web), the status watcher and the
+    tmux server; and counts that do not depend on load: tmux commands sent, SQL statements
+    run, agent-loop steps taken, per idle second.
+views
+    ``poli status`` (one-shot) wall time; the web overview's first frame after connecting,
+    and the time from one agent's state change in the store to the overview's next frame.
+handoff
+    Planner's plan printed → Executer's prompt submitted (ms, from the agents' own logs),
+    with the N idle agents beside them.
+memory
+    RSS of the router process before ``up`` and with the router running; its growth per
+    agent is politerm's own memory per idle agent. The tmux server's RSS, and the fake
+    agents' own (USS, summed) apart.
+
+Run ``python -m bench.bench_scale [--quick]``. Each N needs about 25 MB of free memory per
+fake agent; an N that does not fit in the available memory is skipped and said so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import typing as t
+
+import psutil
+
+from bench._common import (
+    FAKEAGENT,
+    SESSION,
+    Bench,
+    Row,
+    Stats,
+    check,
+    print_machine,
+    print_table,
+    private_server,
+    ratio,
+)
+from bench.bench_loop import (
+    TASK_TIMEOUT,
+    Handoffs,
+    Sizes,
+    _agent_argv,
+    _write_scenarios,
+    run_task_done,
+)
+from bench.bench_ui import _cpu
+from politerm.agents import AgentState, load_profile
+from politerm.config import load_config
+from politerm.engine.loop import templates_for
+from politerm.engine.router import Router
+from politerm.engine.session import Session
+from politerm.store import RunStore
+from politerm.testing.retry import aretry_until
+from politerm.tmux import ControlClient, agent_panes, find_agent_pane
+
+if t.TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from politerm.config import Config
+
+FULL_N = (10, 50, 200, 500)
+QUICK_N = (10, 50)
+MB_PER_AGENT = 25  # a fake agent's own memory (USS) is about 19 MB; what each N must find free
+TARGETS = {"bring-up s": 40.0, "idle % of a core": 1.0, "p50 ms": 10.0, "p99 ms": 25.0}
+TARGET_RSS_MB = 150.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one N measures."""
+
+    n: int
+    window: float
+    tasks: int
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.1f}/{five:.1f}"
+
+
+# --- counts that do not depend on load ----------------------------------------------------
+
+
+class Counts:
+    """tmux commands this process sends, SQL statements its store runs, agent-loop steps."""
+
+    def __init__(self) -> None:
+        self.tmux: dict[str, int] = {}
+        self.sql = 0
+        self.steps = 0
+
+    def install(self, store: RunStore) -> None:
+        """Count ``store``'s SQL statements from now on (they still run as before)."""
+        store._conn.set_trace_callback(self._sql)  # counting, not changing
+
+    def count_steps(self, router: Router) -> None:
+        """Count ``router``'s agent-loop steps from now on (they still run as before)."""
+        step = router._step
+
+        async def counted(driver: t.Any) -> None:
+            self.steps += 1
+            await step(driver)
+
+        router._step = counted  # type: ignore[method-assign]
+
+    def _sql(self, _statement: str) -> None:
+        self.sql += 1
+
+    def snapshot(self) -> tuple[int, int, int]:
+        return sum(self.tmux.values()), self.sql, self.steps
+
+
+COUNTS = Counts()
+_send_lines = ControlClient._send_lines
+
+
+async def _counting_send(self: ControlClient, lines: Sequence[str]) -> t.Any:
+    for line in lines:
+        verb = line.split(" ", 1)[0]
+        COUNTS.tmux[verb] = COUNTS.tmux.get(verb, 0) + 1
+    return await _send_lines(self, lines)
+
+
+# --- the project ---------------------------------------------------------------------------
+
+
+def _project(root: pathlib.Path, socket: str, n: int) -> pathlib.Path:
+    _write_scenarios(root, Sizes(tasks=0))
+    agents = ""
+    for name in ("planner", "executer"):
+        (root / name).mkdir(exist_ok=True)
+        agents += (
+            f"[agents.{name.upper()}]\ncommand = {json.dumps(_agent_argv(root, name))}\n"
+            f'profile = "fake-claude"\ncwd = "{name}"\nprimer = false\n\n'
+        )
+    (root / "idle").mkdir(exist_ok=True)
+    for i in range(n):
+        argv = [*FAKEAGENT, "--mode", "plain"]
+        agents += (
+            f"[agents.IDLE{i:03d}]\ncommand = {json.dumps(argv)}\n"
+            f'profile = "fake-plain"\ncwd = "idle"\nprimer = false\n\n'
+        )
+    (root / "poli.toml").write_text(
+        f'[tmux]\nsocket = "{socket}"\nsession = "{SESSION}"\n\n'
+        f'[store]\npath = "runs.sqlite3"\n\n'
+        f"[timeouts]\nplan = {TASK_TIMEOUT}\nexec = {TASK_TIMEOUT}\nready = {60 + n}\n\n" + agents
+    )
+    return root
+
+
+# --- one N, in its own process -------------------------------------------------------------
+
+
+async def _lookups(bench: Bench, names: Sequence[str]) -> dict[str, float]:
+    """The pane lookup of ``up``: one listing per agent (before) vs one listing (now)."""
+    client = bench.client
+    rows0 = COUNTS.tmux.get("list-panes", 0)
+    start = time.perf_counter()
+    for name in names:
+        await find_agent_pane(client, bench.server, name)
+    before = time.perf_counter() - start
+    listings_before = COUNTS.tmux.get("list-panes", 0) - rows0
+    start = time.perf_counter()
+    found = await agent_panes(client, bench.server)
+    now = time.perf_counter() - start
+    check(all(n in found for n in names), "lookup: an agent's pane was not found")
+    return {
+        "lookup before ms": before * 1000,
+        "lookup now ms": now * 1000,
+        "listings before": listings_before,
+        "pane rows before": listings_before * (len(names) + 1),
+    }
+
+
+async def _status_once(bench: Bench, store: pathlib.Path) -> float:
+    argv = [sys.executable, "-m", "politerm", "status", "--socket", bench.socket, "--store"]
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        *argv, str(store), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 120)
+    check(proc.returncode == 0, f"poli status failed: {err.decode(errors='replace')[-300:]}")
+    return time.perf_counter() - start
+
+
+async def _handoffs(
+    config: Config, store: RunStore, root: pathlib.Path, tasks: int
+) -> tuple[list[float], list[float]]:
+    ids = [await run_task_done(store, config, i) for i in range(tasks)]
+    logs = Handoffs.read(root)
+    delay = load_profile("fake-claude").submit_delay
+    return logs.plan_ms(ids, delay), logs.result_ms(ids, delay)
+
+
+def _agents_uss(panes: Sequence[str], bench_pids: dict[str, int]) -> float:
+    total = 0
+    for pane in panes:
+        pid = bench_pids.get(pane)
+        if pid is None:
+            continue
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            for p in [proc, *proc.children(recursive=True)]:
+                total += p.memory_full_info().uss
+    return total / 2**20
+
+
+async def one(plan: Plan) -> dict[str, t.Any]:
+    """Measure one N; every process started here dies with its private tmux server."""
+    me = psutil.Process()
+    out: dict[str, t.Any] = {"agents": plan.n, "load at start": _load()}
+    ControlClient._send_lines = _counting_send  # type: ignore[method-assign]
+    async with private_server(f"scale{plan.n}") as bench:
+        root = _project(bench.workdir / "proj", bench.socket, plan.n)
+        config = load_config(root, env={})
+        store = RunStore.open(config.store.resolved_path())
+        web: _Web | None = None
+        try:
+            rss0 = me.memory_info().rss
+            COUNTS.install(store)
+            u0 = COUNTS.snapshot()
+            start = time.perf_counter()
+            agents = await Session(config, store, server=bench.server).up(resume=True)
+            out["bring-up s"] = time.perf_counter() - start
+            u1 = COUNTS.snapshot()
+            out["up tmux cmds/agent"] = (u1[0] - u0[0]) / len(agents)
+            out["up sql/agent"] = (u1[1] - u0[1]) / len(agents)
+            out["load after up"] = _load()
+            out.update(await _lookups(bench, list(agents)))
+
+            router = Router(config, store, agents, templates=templates_for(config))
+            COUNTS.count_steps(router)
+            routing = asyncio.create_task(router.run())
+
+            async def all_ready() -> bool:
+                return all(d.state is AgentState.READY for d in router.agents.values())
+
+            await aretry_until(all_ready, 60 + plan.n * 0.2, interval=0.5, what="all ready")
+            # The status watcher, as the control window runs it.
+            watch_argv = [
+                sys.executable, "-m", "politerm", "status", "--watch", "--socket",
+                bench.socket, "--store", str(store.path),
+            ]  # fmt: skip
+            watch_pane = await bench.window("status", watch_argv)
+            watcher = psutil.Process(
+                int(
+                    (
+                        await bench.client.cmd(
+                            "display-message", "-p", "-t", watch_pane.pane_id, "#{pane_pid}"
+                        )
+                    )[0]
+                )
+            )
+            web = await _web(root)
+            await _settled(watcher)
+            await _settled(web.process)
+            out.update(web.first)
+            server = psutil.Process(
+                int((await bench.client.cmd("display-message", "-p", "#{pid}"))[0])
+            )
+            # The idle window: CPU and counts.
+            webp = web.process
+            p0, s0, w0, c0 = me.cpu_times(), _cpu(server), _cpu(watcher), COUNTS.snapshot()
+            b0 = _cpu(webp)
+            t0 = time.monotonic()
+            await asyncio.sleep(plan.window)
+            wall = time.monotonic() - t0
+            p1, s1, w1, c1 = me.cpu_times(), _cpu(server), _cpu(watcher), COUNTS.snapshot()
+            web_s = _cpu(webp) - b0
+            router_s = (p1.user + p1.system) - (p0.user + p0.system)
+            out["router s"] = router_s
+            out["web s"] = web_s
+            out["status s"] = w1 - w0
+            out["tmux server s"] = s1 - s0
+            out["idle % of a core"] = 100 * (router_s + web_s + (s1 - s0) + (w1 - w0)) / wall
+            out["tmux cmds/s"] = (c1[0] - c0[0]) / wall
+            out["sql/s"] = (c1[1] - c0[1]) / wall
+            out["steps/s"] = (c1[2] - c0[2]) / wall
+            out["load idle"] = _load()
+            out["overview update ms"] = await web.update(store, "IDLE000")
+            out["status once s"] = await _status_once(bench, store.path)
+            out["rss before MB"] = rss0 / 2**20
+            out["rss MB"] = me.memory_info().rss / 2**20
+            out["tmux server MB"] = server.memory_info().rss / 2**20
+            out["status MB"] = watcher.memory_info().rss / 2**20
+            out["web MB"] = webp.memory_info().rss / 2**20
+            h0 = COUNTS.snapshot()
+            cpu0 = [_cpu(me), _cpu(webp), _cpu(watcher), _cpu(server)]
+            plan_ms, result_ms = await _handoffs(config, store, root, plan.tasks)
+            cpu1 = [_cpu(me), _cpu(webp), _cpu(watcher), _cpu(server)]
+            h1 = COUNTS.snapshot()
+            mine = cpu1[0] - cpu0[0]
+            out["router ms/task"] = 1000 * mine / plan.tasks
+            out["web ms/task"] = 1000 * (cpu1[1] - cpu0[1]) / plan.tasks
+            out["status ms/task"] = 1000 * (cpu1[2] - cpu0[2]) / plan.tasks
+            out["tmux server ms/task"] = 1000 * (cpu1[3] - cpu0[3]) / plan.tasks
+            out["tmux cmds/task"] = (h1[0] - h0[0]) / plan.tasks
+            out["sql/task"] = (h1[1] - h0[1]) / plan.tasks
+            out["steps/task"] = (h1[2] - h0[2]) / plan.tasks
+            stats = Stats.of(plan_ms + result_ms)
+            out["p50 ms"], out["p99 ms"], out["handoffs"] = stats.p50, stats.p99, stats.n
+            out["load after handoffs"] = _load()
+            pids = {
+                line.split("\t")[0]: int(line.split("\t")[1])
+                for line in await bench.client.cmd(
+                    "list-panes", "-s", "-F", "#{pane_id}\t#{pane_pid}"
+                )
+            }
+            idle = [p.pane_id for name, (_, p) in agents.items() if name.startswith("IDLE")]
+            out["agents' own MB (USS)"] = _agents_uss(idle, pids)
+            router.stop()
+            await routing
+        finally:
+            if web is not None:
+                await web.close()
+            store.close()
+    return out
+
+
+@dataclasses.dataclass
+class _Web:
+    """``poli web`` in its own process, as a user runs it, and its overview websocket."""
+
+    first: dict[str, float]
+    socket: t.Any
+    proc: asyncio.subprocess.Process
+
+    @property
+    def process(self) -> psutil.Process:
+        return psutil.Process(self.proc.pid)
+
+    async def update(self, store: RunStore, agent: str) -> float:
+        """One agent's state changes in the store: ms until the overview's next frame."""
+        with contextlib.suppress(TimeoutError):
+            while True:  # drain what is pending
+                await asyncio.wait_for(self.socket.recv(), 0.5)
+        start = time.perf_counter()
+        store.set_agent_state(agent, AgentState.BUSY.value)
+        await asyncio.wait_for(self.socket.recv(), 30)
+        took = (time.perf_counter() - start) * 1000
+        store.set_agent_state(agent, AgentState.READY.value)
+        return took
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.socket.close()
+        if self.proc.returncode is None:
+            self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 30)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+
+
+async def _web(root: pathlib.Path) -> _Web:
+    """Start ``poli web`` on the project and connect its overview."""
+    import websockets
+
+    token = "scale-bench-" + os.urandom(8).hex()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "politerm", "web", "--port", "0", "--token", token,
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
+    port = line.rsplit("127.0.0.1:", 1)[-1].split("/", 1)[0]
+    check(port.isdigit(), f"poli web did not say its address: {line!r}")
+    start = time.perf_counter()
+    ws = await websockets.connect(f"ws://127.0.0.1:{port}/ws/overview?token={token}")
+    await ws.recv()
+    first = {"overview first frame ms": (time.perf_counter() - start) * 1000}
+    return _Web(first, ws, proc)
+
+
+async def _settled(watcher: psutil.Process, cap: float = 60.0) -> None:
+    """Until the watcher's start-up is over: under 20 ms of CPU in a second (or ``cap``)."""
+    deadline = time.monotonic() + cap
+    last = _cpu(watcher)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        now = _cpu(watcher)
+        if now - last < 0.02:
+            return
+        last = now
+
+
+# --- the driver: one child process per N ----------------------------------------------------
+
+
+def _fits(n: int) -> bool:
+    return psutil.virtual_memory().available / 2**20 > (n + 2) * MB_PER_AGENT + 2048
+
+
+def _child(plan: Plan) -> dict[str, t.Any]:
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.bench_scale",
+        "--one",
+        json.dumps(dataclasses.asdict(plan)),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+    if proc.returncode != 0:
+        check(False, f"scale N={plan.n}: {proc.stderr[-1500:]}")
+    result: dict[str, t.Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(quick: bool = False) -> dict[str, list[Row]]:
+    """Run every N in its own process and print the tables; return them."""
+    ns = QUICK_N if quick else FULL_N
+    results: list[dict[str, t.Any]] = []
+    for n in ns:
+        if not _fits(n):
+            print(f"(N={n} skipped: {psutil.virtual_memory().available / 2**30:.1f} GB available)")
+            continue
+        plan = Plan(n=n, window=5.0 if quick else 10.0, tasks=5 if quick else 15)
+        results.append(_child(plan))
+        print(f"(N={n} measured)")
+        sys.stdout.flush()
+    tables = _tables(results)
+    return tables
+
+
+def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
+    base = results[0] if results else {}
+    up = print_table(
+        "bring-up: Session.up until every agent is ready; the pane lookup it does",
+        [
+            {
+                "agents": r["agents"],
+                "bring-up s": r["bring-up s"],
+                "load": r["load after up"],
+                "lookup before ms": r["lookup before ms"],
+                "lookup now ms": r["lookup now ms"],
+                "x lookup": ratio(r["lookup before ms"], r["lookup now ms"]),
+                "list-panes before": r["listings before"],
+                "list-panes now": 1,
+                "tmux cmds/agent": r["up tmux cmds/agent"],
+                "sql/agent": r["up sql/agent"],
+            }
+            for r in results
+        ],
+    )
+    idle = print_table(
+        "idle: router + poli web (overview open) + status --watch + tmux, CPU s over the window",
+        [
+            {
+                "agents": r["agents"],
+                "router s": r["router s"],
+                "web s": r["web s"],
+                "status s": r["status s"],
+                "tmux server s": r["tmux server s"],
+                "idle % of a core": r["idle % of a core"],
+                "tmux cmds/s": r["tmux cmds/s"],
+                "sql/s": r["sql/s"],
+                "steps/s": r["steps/s"],
+                "load": r["load idle"],
+            }
+            for r in results
+        ],
+    )
+    views = print_table(
+        "views at N rows",
+        [
+            {
+                "agents": r["agents"],
+                "poli status s": r["status once s"],
+                "overview first frame ms": r["overview first frame ms"],
+                "overview update ms": r["overview update ms"],
+            }
+            for r in results
+        ],
+    )
+    handoff = print_table(
+        "handoff (plan and result hops) beside N idle agents",
+        [
+            {
+                "agents": r["agents"],
+                "handoffs": r["handoffs"],
+                "p50 ms": r["p50 ms"],
+                "p99 ms": r["p99 ms"],
+                "x p50 of N=first": ratio(r["p50 ms"], base.get("p50 ms", float("nan"))),
+                "sql/task": r["sql/task"],
+                "tmux cmds/task": r["tmux cmds/task"],
+                "steps/task": r["steps/task"],
+                "router ms/task": r["router ms/task"],
+                "web ms/task": r["web ms/task"],
+                "status ms/task": r["status ms/task"],
+                "tmux server ms/task": r["tmux server ms/task"],
+                "load": r["load after handoffs"],
+            }
+            for r in results
+        ],
+    )
+    memory = print_table(
+        "memory: politerm's own (router process) vs the agents' own",
+        [
+            {
+                "agents": r["agents"],
+                "router RSS MB": r["rss MB"],
+                "router KB per agent": 1024 * (r["rss MB"] - r["rss before MB"]) / r["agents"],
+                "status --watch MB": r["status MB"],
+                "poli web MB": r["web MB"],
+                "tmux server MB": r["tmux server MB"],
+                "tmux KB per agent": 1024 * r["tmux server MB"] / r["agents"],
+                "agents' own MB (USS)": r["agents' own MB (USS)"],
+                "agent's own MB each": r["agents' own MB (USS)"] / r["agents"],
+            }
+            for r in results
+        ],
+    )
+    verdict: list[Row] = []
+    for r in results:
+        for key, limit in TARGETS.items():
+            verdict.append(
+                {
+                    "agents": r["agents"],
+                    "target": f"{key} <= {limit:g}",
+                    "measured": float(r[key]),
+                    "met": "yes" if float(r[key]) <= limit else "no",
+                }
+            )
+        verdict.append(
+            {
+                "agents": r["agents"],
+                "target": f"router RSS MB <= {TARGET_RSS_MB:g}",
+                "measured": float(r["rss MB"]),
+                "met": "yes" if float(r["rss MB"]) <= TARGET_RSS_MB else "no",
+            }
+        )
+    print_table("scale: targets (issue 25)", verdict)
+    return {"bring-up": up, "idle": idle, "views": views, "handoff": handoff, "memory": memory}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--one":
+        plan = Plan(**json.loads(sys.argv[2]))
+        result = asyncio.run(one(plan))
+        print(json.dumps(result))
+    else:
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="python -m bench.bench_scale")
+        parser.add_argument("--quick", action="store_true", help="N = 10 and 50 only")
+        args = parser.parse_args()
+        print_machine()
+        main(quick=args.quick)

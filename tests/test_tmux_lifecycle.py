@@ -145,3 +145,47 @@ async def test_programs_started_in_panes_do_not_see_tmuxs_variables(
         await aretry_until(written, 30, what=f"{name}: the environment written")
         names = {line.partition("=")[0] for line in path.read_text().splitlines()}
         assert not names & {"TMUX", "TMUX_PANE"}, name
+
+
+async def test_a_pane_gets_its_own_size_not_the_starting_terminals_columns(
+    own_server: TmuxServer, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A shell (or pytest-xdist) that exported COLUMNS=80: a program that reads it (aider's
+    # pretty mode does) would draw for 80 columns in a 200-column pane.
+    from politerm.tmux.pane import new_window
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("LINES", "24")
+    await own_server.ensure_session("t")
+    client = await own_server.connect("t")
+    out = tmp_path / "pane.env"
+    argv = ["sh", "-c", f"env > {out}; exec sleep 60"]
+    await new_window(client, own_server, session="t", name="w", argv=argv)
+
+    async def written() -> bool:
+        return out.is_file() and "PATH=" in out.read_text()
+
+    await aretry_until(written, 30, what="the pane's environment written")
+    names = {line.partition("=")[0] for line in out.read_text().splitlines()}
+    assert not names & {"COLUMNS", "LINES"}, sorted(names)
+
+
+async def test_a_pty_gets_its_own_size_not_the_starting_terminals_columns(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from politerm.pty.runner import PtyTerminal
+
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "pty.env"
+    argv = ["sh", "-c", f"env > {out}; stty size >> {out}; exec sleep 60"]
+    term = await PtyTerminal.spawn(argv, size=(132, 40))
+
+    async def written() -> bool:
+        return out.is_file() and out.read_text().rstrip().endswith("132")
+
+    try:
+        await aretry_until(written, 30, what="the PTY's environment and size written")
+    finally:
+        term.close()
+    text = out.read_text()
+    assert "COLUMNS=" not in text and text.split()[-2:] == ["40", "132"], text

@@ -25,6 +25,7 @@ from politerm._internal.proctree import kill_processes, process_tree
 from politerm.errors import PtyError
 from politerm.terminal import Snapshot
 from politerm.tmux.pane import check_key, sanitize_paste
+from politerm.tmux.server import NOT_INHERITED
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -169,8 +170,8 @@ class PtyTerminal:
         cols, rows = size
         full_env = {**os.environ, **(env or {})}
         full_env.setdefault("TERM", "xterm-256color")
-        full_env.pop("TMUX", None)
-        full_env.pop("TMUX_PANE", None)
+        for var in NOT_INHERITED:  # another tmux's handle; a size that is not this PTY's
+            full_env.pop(var, None)
         try:
             proc = ptyprocess.PtyProcess.spawn(
                 list(argv),

@@ -56,6 +56,12 @@ def default_config_dir() -> pathlib.Path:
     return platformdirs.user_state_path("politerm") / "tmux"
 
 
+NOT_INHERITED: t.Final = ("TMUX", "TMUX_PANE", "COLUMNS", "LINES")
+"""What the private server does not take from the environment of the command that starts
+it, so no pane inherits it: another tmux's handle, and a terminal size that is not the
+pane's (a program that reads ``COLUMNS`` would draw for the wrong width)."""
+
+
 class TmuxServer:
     """A private tmux server addressed by socket name.
 
@@ -103,7 +109,7 @@ class TmuxServer:
         before a session exists. ``start`` marks a command that may start the server: only
         then is our generated config written and named (``-f``).
         """
-        env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+        env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
         # -f /dev/null otherwise: a command that does not start a server reads no config,
         # and naming ours would recreate it after close_if_empty() removed it.
         conf = str(self.config_file()) if start else os.devnull

@@ -102,6 +102,10 @@ def _isolated_env(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
     monkeypatch.delenv("TMUX", raising=False)
     monkeypatch.delenv("TMUX_PANE", raising=False)
+    # An xdist worker runs with COLUMNS=80 and LINES=24; a tmux server started here would
+    # hand them to every pane, and an agent would draw for 80 columns in a wider pane.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     for var in (
         "PLANNER_CMD",
         "PLANNER_CWD",

@@ -23,7 +23,7 @@ import enum
 import re
 import typing as t
 
-from politerm.protocol.parser import BlockParser, clean_line
+from politerm.protocol.parser import BlockParser, clean_line, common_prefix
 
 if t.TYPE_CHECKING:
     from politerm.protocol.block import Block
@@ -162,8 +162,7 @@ class AfterPrompt:
         """:func:`after_prompt` of ``lines`` (kept, as the next call's reference)."""
         agree = 0
         if prompt == self._prompt:
-            n = min(len(lines), len(self._lines))
-            agree = next((i for i in range(n) if lines[i] != self._lines[i]), n)
+            agree = common_prefix(lines, self._lines)
         # The last match before ``agree`` is the last one found, if that lies before it.
         if agree and self._found <= agree:
             later = after_prompt(lines[agree:], prompt)

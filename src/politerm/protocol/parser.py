@@ -361,12 +361,12 @@ class _ScreenMemo:
     unresolved: list[Block]
 
 
-def _common_prefix(a: t.Sequence[str], b: t.Sequence[str]) -> int:
+def common_prefix(a: t.Sequence[str], b: t.Sequence[str]) -> int:
     """How many leading items ``a`` and ``b`` share.
 
     Examples
     --------
-    >>> _common_prefix(["x", "y", "z"], ["x", "y", "w", "v"]), _common_prefix([], ["x"])
+    >>> common_prefix(["x", "y", "z"], ["x", "y", "w", "v"]), common_prefix([], ["x"])
     (2, 0)
     """
     n = min(len(a), len(b))
@@ -569,7 +569,7 @@ class BlockParser:
         memo = self._memo
         if memo is None or memo.start != first or memo.nonce != self.nonce:
             return self._machine(final=False), first, [], []
-        agree = first + _common_prefix(seq[first:], memo.lines[first:])
+        agree = first + common_prefix(seq[first:], memo.lines[first:])
         marks = [(i, m) for i, m in memo.marks if i <= agree]
         if not marks:
             return self._machine(final=False), first, [], []

@@ -268,3 +268,50 @@ def test_a_box_the_command_regex_does_not_fit_is_never_complete() -> None:
     assert "echo hi > out.txt" in request.evidence and "An unknown note" in request.evidence
     verdict = ApprovalPolicy.of("deny", [r"^echo "]).decide(request)
     assert verdict.decision is Decision.DENY
+
+
+async def test_a_question_our_keys_answered_is_not_asked_again_while_the_screen_ticks(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # After the user's deny, the agent keeps its question on screen a moment while a
+    # spinner elsewhere redraws: the screen changed, the question did not. It is the one
+    # just answered, never a new one for the user (opencode did this in CI: asked twice).
+    (tmp_path / "s1").write_text("\n".join(lines_of("aider-open-second-command.txt")))
+    s1, keys, extra = (shlex.quote(str(tmp_path / n)) for n in ("s1", "keys.txt", "extra.txt"))
+    tick = "printf '\\0337\\033[1;1Htick %s\\0338' $i"
+    again = f"if read -t 0.1 b; then echo $b >> {extra}; fi"
+    script = (
+        f"cat {s1}; read a; echo $a > {keys}; printf '\\033[2J\\033[H'; cat {s1}; "
+        f"for i in $(seq 1 25); do {tick}; {again}; done; "
+        "printf '\\033[2J\\033[Hdone\\n'; exec sleep 600"
+    )
+    pane = await new_window(
+        tmux_session, tmux_server, session="t", name="q", argv=["bash", "-c", script],
+        size=(200, 50),
+    )  # fmt: skip
+    store = RunStore.open(tmp_path / "runs.sqlite3")
+    approver = Approver("EXECUTER", load_profile("aider"), pane, ApprovalPolicy.of("ask"), store)
+    try:
+        await _shows(pane, RUN)
+        assert await _look(approver, pane) == "asked"
+        answer_pending(store, "EXECUTER", Decision.DENY)
+        assert await _look(approver, pane) == "answered"
+        said: list[str] = []
+
+        async def done() -> bool:
+            snap = await pane.snapshot()
+            if snap.lines[0].startswith("done"):
+                return True
+            said.append(await approver.look(snap))
+            return False
+
+        await aretry_until(done, 60, interval=0.05, what="the pane to finish its ticks")
+        assert len(said) > 10 and set(said) == {"held"}, said
+        assert (tmp_path / "keys.txt").read_text().split() == ["n"]
+        assert not (tmp_path / "extra.txt").exists(), (tmp_path / "extra.txt").read_text()
+        kinds = [e.kind for e in store.list_events() if e.kind in ("approval-asked", "approval")]
+        assert kinds == ["approval-asked", "approval"], kinds
+        assert get_pending(store, "EXECUTER") is None
+    finally:
+        store.close()
+        await pane.kill()

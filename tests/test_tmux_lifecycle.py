@@ -189,3 +189,24 @@ async def test_a_pty_gets_its_own_size_not_the_starting_terminals_columns(
         term.close()
     text = out.read_text()
     assert "COLUMNS=" not in text and text.split()[-2:] == ["40", "132"], text
+
+
+async def test_a_session_starts_right_after_kill_server_while_the_old_server_exits(
+    own_server: TmuxServer,
+) -> None:
+    # `tmux kill-server` returns before the server is gone; a command that reaches the
+    # exiting server dies with it ("server exited unexpectedly"). `poli up --resume` after a
+    # killed server does exactly this; it must start a new server, never fail.
+    for round_ in range(8):
+        await own_server.ensure_session("a", argv=["sleep", "1000"])
+        for _ in range(12):
+            rc, _, err = await own_server.run("split-window", "-t", "=a:", "sleep", "1000")
+            assert rc == 0 or "no space" in err, err
+            await own_server.run("select-layout", "-t", "=a:", "tiled")
+        # An attached control client (ours) keeps the server alive until it has gone.
+        await own_server.connect("a")
+        rc, _, err = await own_server.run("kill-server")
+        assert rc == 0, err
+        assert await own_server.ensure_session("a", argv=["sleep", "1000"]), round_
+        assert await own_server.has_session("a")
+        await own_server.run("kill-server")

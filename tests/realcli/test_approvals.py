@@ -374,7 +374,9 @@ async def test_ask_with_patterns_approves_by_pattern_and_asks_only_the_rest(
         with contextlib.suppress(asyncio.CancelledError):
             await user
     assert [c for _, c in seen] == [NO], seen
-    (asked,) = approvals(r.store, "approval-asked")
+    all_asked = approvals(r.store, "approval-asked")
+    assert len(all_asked) == 1, all_asked
+    (asked,) = all_asked
     assert asked["command"] == NO and asked["complete"] is True, asked
     last = approvals(r.store)[-1]
     assert (last["command"], last["decision"], last["by"]) == (NO, "deny", "user"), last

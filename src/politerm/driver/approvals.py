@@ -37,7 +37,9 @@ if t.TYPE_CHECKING:
     from politerm.terminal import Snapshot, Terminal
 
 # After our keys, the question may stay on screen until the agent redraws: do not press
-# again on the same screen within this many seconds (nor on any screen within _MIN_GAP).
+# again on the same screen, nor for the same question, within this many seconds (nor on any
+# screen within _MIN_GAP). A question still there after HOLD lost our keys: it is decided
+# again.
 HOLD = 5.0
 _MIN_GAP = 0.3
 
@@ -108,6 +110,10 @@ class Approver:
             if whole is None:
                 return "none"
             request = whole
+        if self._just_answered(request, now):
+            # Our keys for this very question were pressed a moment ago; the agent has not
+            # redrawn it away yet (a spinner or a moved selection changed the screen).
+            return "held"
         what = describe(request)
         if request.follow_up and self._decided is not None:
             verdict, by = follow(self._decided), "follow-up"
@@ -187,6 +193,17 @@ class Approver:
             },
         )
         return "answered"
+
+    def _just_answered(self, request: ApprovalRequest, now: float) -> bool:
+        """Whether ``request`` is the question our keys answered less than HOLD ago."""
+        last = self.last
+        return (
+            last is not None
+            and self._screen is not None
+            and now - self._at < HOLD
+            and (request.question, request.command, request.tool)
+            == (last.question, last.command, last.tool)
+        )
 
     async def _with_history(
         self, snap: Snapshot, request: ApprovalRequest

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import pathlib
+import time
 import typing as t
 
 import platformdirs
@@ -49,6 +50,21 @@ set -g status-left "[poli #S] "
 set -g status-left-length 40
 set -g @poli_conf {version}
 """
+
+
+_EXITING_WAIT = 5.0
+"""How long a command that may start the server waits out a server still exiting."""
+
+
+def _server_was_exiting(err: str) -> bool:
+    """Whether tmux's error says the server it reached went away under the command.
+
+    >>> _server_was_exiting("server exited unexpectedly")
+    True
+    >>> _server_was_exiting("duplicate session: t")
+    False
+    """
+    return "server exited unexpectedly" in err or "lost server" in err
 
 
 def default_config_dir() -> pathlib.Path:
@@ -182,8 +198,6 @@ class TmuxServer:
         The server is started with our config if it was not running. ``options`` are session
         user options (``@name``: value) set on the new session, e.g. its project directory.
         """
-        if await self.has_session(name):
-            return False
         args = [
             "new-session",
             "-d",
@@ -201,10 +215,19 @@ class TmuxServer:
         for key, value in (env or {}).items():
             args += ["-e", f"{key}={value}"]
         args += list(argv or ["sh"])
-        rc, _, err = await self.run(*args, start=True)
-        if rc != 0:
-            msg = "new-session"
-            raise TmuxCommandError(msg, [err.strip()])
+        deadline = time.monotonic() + _EXITING_WAIT
+        while True:
+            if await self.has_session(name):
+                return False
+            rc, _, err = await self.run(*args, start=True)
+            if rc == 0:
+                break
+            # A server that was just killed may still hold its socket while it exits: our
+            # command reached it and died with it. Once it is gone, a new one starts.
+            if not _server_was_exiting(err) or time.monotonic() > deadline:
+                msg = "new-session"
+                raise TmuxCommandError(msg, [err.strip()])
+            await asyncio.sleep(0.05)
         # A server someone else started (e.g. a test fixture) lacks our options.
         rc, out, _ = await self.run("show-options", "-gqv", "@poli_conf")
         if out.strip() != CONFIG_VERSION:

@@ -11,11 +11,13 @@ import typing as t
 import httpx
 import pytest
 import websockets
+from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from politerm.store.limits import begin_limit
 from politerm.testing.retry import retry_until
 from tests.loophelpers import started
 from tests.ui.uihelpers import (
+    WEB_OUTPUT,
     ask_project,
     base_and_token,
     browser,
@@ -282,10 +284,20 @@ async def test_one_agent_changing_redraws_its_row_only(
                     }"""
                 )
                 store.set_agent_state("IDLE07", "busy")
-                await page.wait_for_function(
-                    "() => document.querySelector('#agents td.state-busy') !== null",
-                    timeout=60_000,
-                )
+                try:
+                    await page.wait_for_function(
+                        "() => document.querySelector('#agents td.state-busy') !== null",
+                        timeout=60_000,
+                    )
+                except PlaywrightTimeout:
+                    async with httpx.AsyncClient() as http:
+                        got = await http.get(f"{base}/api/overview", params={"token": token})
+                    served = got.json()
+                    said = [a["state"] for a in served["agents"] if a["name"] == "IDLE07"]
+                    pytest.fail(
+                        f"the page never showed IDLE07 busy; the server says {said}; "
+                        f"poli web printed {WEB_OUTPUT.get(url)}"
+                    )
                 row = page.locator("#agents td.state-busy").locator("xpath=ancestor::tr")
                 assert "IDLE07" in await row.inner_text()
                 assert await page.locator("#agents tr").count() == 41

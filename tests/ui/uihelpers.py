@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import typing as t
 
 import pytest
@@ -64,6 +65,10 @@ def poli(
     )  # fmt: skip
 
 
+WEB_OUTPUT: dict[str, list[str]] = {}
+"""What each ``poli web`` of this process printed after its address, by that address."""
+
+
 @contextlib.contextmanager
 def web(
     root: pathlib.Path,
@@ -71,16 +76,23 @@ def web(
     env: dict[str, str] | None = None,
     exe: t.Sequence[str] = (sys.executable, "-m", "politerm"),
 ) -> t.Iterator[str]:
-    """``poli web ARGS`` running; yields the URL with the token it printed."""
+    """``poli web ARGS`` running; yields the URL with the token it printed.
+
+    What it prints after the address is read all along (a full pipe would stall it) and
+    kept in :data:`WEB_OUTPUT` under the URL, for a failing test's message.
+    """
     proc = poli(root, "web", *args, env=env, exe=exe)
     try:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()  # the first line is the address (or poli exited)
         found = re.search(r"(http://\S+)", line)
         if found is None:
             proc.kill()
             _, err = proc.communicate(timeout=10)
             pytest.fail(f"poli web did not print its address: {line!r} {err!r}")
+        said = WEB_OUTPUT.setdefault(found.group(1), [])
+        for pipe in (proc.stdout, proc.stderr):
+            threading.Thread(target=said.extend, args=(pipe,), daemon=True).start()
         yield found.group(1)
     finally:
         proc.terminate()

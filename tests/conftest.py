@@ -91,6 +91,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: id(item) not in slow)
 
 
+_SPENT: dict[str, float] = {}
+"""Seconds spent in tests by xdist group, summed by the process that reports them."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Under xdist the controller sees every worker's reports; a grouped test's id ends in
+    # "@group". The sums say which group bounds the run's wall time (issue 25).
+    group = report.nodeid.rpartition("@")[2] if "@" in report.nodeid else "(ungrouped)"
+    _SPENT[group] = _SPENT.get(group, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: t.Any) -> None:
+    if _SPENT:
+        sums = ", ".join(f"{group} {secs:.0f} s" for group, secs in sorted(_SPENT.items()))
+        terminalreporter.write_line(f"time in tests by xdist group: {sums}")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"

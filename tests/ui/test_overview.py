@@ -95,6 +95,66 @@ async def test_sessions_of_other_projects_are_not_shown_and_store_changes_arrive
             await aretry_until(gone, 60, what="the killed session to leave the overview")
 
 
+async def test_store_changes_reuse_the_pane_list_until_tmux_announces_a_change(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # Every store change used to list every pane of the server again (issue 25: tmux work
+    # per change that grows with the number of agents).
+    assert server.socket_name is not None
+    root = _project(tmp_path / "proj", server.socket_name)
+    _session(server.socket_name, "ours", "A1", str(root.resolve()))
+    config = load_config(root, env={})
+    with RunStore.open(config.store.resolved_path()) as store:
+        live = LiveState(config, store, project=root)
+        live.panes_max_age = 3600.0  # only tmux's announcements read the list again
+        async with live:
+            assert live.pane_listings == 1
+            with RunStore.open(store.path) as other:
+                for i in range(3):
+                    before = live.refreshes
+                    other.add_event("note", agent="A1", detail=f"change {i}")
+
+                    async def refreshed(before: int = before) -> bool:
+                        return live.refreshes > before
+
+                    await aretry_until(refreshed, 60, what=f"the overview after change {i}")
+            assert live.pane_listings == 1
+            # A new session is announced on the connection that follows "ours".
+            _session(server.socket_name, "ours2", "A2", str(root.resolve()))
+
+            async def shown() -> bool:
+                return "A2" in {a["name"] for a in live.overview["agents"]}
+
+            await aretry_until(shown, 60, what="the announced new pane in the overview")
+            assert live.pane_listings >= 2
+
+
+async def test_a_pane_tmux_does_not_announce_shows_after_the_store_change(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # No session yet: no control connection follows the server, so nothing announces the
+    # first session. The store change that comes with it reads the list once it is old
+    # enough, even when no other change follows.
+    assert server.socket_name is not None
+    root = _project(tmp_path / "proj", server.socket_name)
+    config = load_config(root, env={})
+    with RunStore.open(config.store.resolved_path()) as store:
+        live = LiveState(config, store, project=root)
+        live.panes_max_age = 0.5
+        async with live:
+            assert live.overview["agents"] == []
+            with RunStore.open(store.path) as other:
+                other.add_event("note", agent="A1", detail="starting A1")
+            _session(server.socket_name, "ours", "A1", str(root.resolve()))
+            with RunStore.open(store.path) as other:
+                other.add_event("note", agent="A1", detail="A1 started")
+
+            async def shown() -> bool:
+                return "A1" in {a["name"] for a in live.overview["agents"]}
+
+            await aretry_until(shown, 60, what="the unannounced pane in the overview")
+
+
 def test_actions_refuse_stale_questions(tmp_path: pathlib.Path) -> None:
     config = load_config(_project(tmp_path / "p", "poli-none"), env={})
     with RunStore.open(config.store.resolved_path()) as store:

@@ -4,6 +4,11 @@
 ``PRAGMA data_version``) or tmux announces a session, window or pane change on one of its
 control connections, and tells its listeners. Mirrors ride on the same control connections.
 Nothing here wakes up on a timer of its own.
+
+The pane list (one ``list-panes -a``, work for the tmux server that grows with the number of
+panes) is read again when tmux announces a change of sessions, windows or panes; a store
+change alone reuses it unless it is older than :data:`PANES_MAX_AGE` (its pane activity
+times, and a pane's death, which tmux does not announce, are that fresh).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import typing as t
 
 from politerm.errors import PaneNotFound, TmuxError, UiError
@@ -36,6 +42,9 @@ if t.TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Listener = t.Callable[[dict[str, t.Any]], None]
+
+PANES_MAX_AGE = 2.0
+"""Seconds a store change may reuse the pane list read before it (see the module's text)."""
 
 HOLD_BACK = 0.03
 """Longest a mirror holds an unfinished line back waiting for the rest of a secret."""
@@ -107,6 +116,11 @@ class LiveState:
         self._watches: list[StoreWatch] = []
         self._dirty = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
+        self.panes_max_age = PANES_MAX_AGE
+        self.pane_listings = 0
+        """How many times the pane list was read from tmux."""
+        self._panes_at: float | None = None  # when; None: tmux announced a change since
+        self._recheck: asyncio.TimerHandle | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -133,6 +147,9 @@ class LiveState:
             await watch.close()
         for other in self.stores.values():
             other.close()
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -183,8 +200,18 @@ class LiveState:
                 log.exception("refreshing the overview failed")
 
     async def _refresh(self) -> None:
-        self.panes = await list_panes(self.server)
-        await self._attach_sessions()
+        now = time.monotonic()
+        if self._panes_at is None or now - self._panes_at >= self.panes_max_age:
+            self._panes_at = now
+            self.panes = await list_panes(self.server)
+            self.pane_listings += 1
+            await self._attach_sessions()
+        elif self._recheck is None:
+            # What the store change was about may be a pane tmux does not announce (a new
+            # session before any connection follows it, a pane that died): look once more
+            # when the list is old enough.
+            wait = self.panes_max_age - (now - self._panes_at)
+            self._recheck = asyncio.get_running_loop().call_later(wait, self._rechecked)
         self.overview = collect_overview(
             self.store,
             self.panes,
@@ -201,6 +228,10 @@ class LiveState:
             except Exception:
                 log.exception("overview listener failed")
 
+    def _rechecked(self) -> None:
+        self._recheck = None
+        self._dirty.set()
+
     async def _attach_sessions(self) -> None:
         for session in {p.session for p in self.panes} - set(self._clients):
             try:
@@ -213,6 +244,7 @@ class LiveState:
 
     def _on_notification(self, note: Notification) -> None:
         if note.name in _LAYOUT:
+            self._panes_at = None
             self._dirty.set()
 
     # --- the projects shown ---------------------------------------------------------------

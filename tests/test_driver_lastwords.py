@@ -121,6 +121,7 @@ async def test_timeout_shows_the_last_reply_lines_not_the_input_box(
         )
     await driver.kill()
     assert result.outcome is TurnOutcome.TIMEOUT, result
+    assert f"AGENT sent no plan block with nonce {result.nonce} within 5s" in result.error
     last = result.error.split("last on its screen: ", 1)[1]
     assert last.endswith("Still weighing LASTWORDS-MARK."), result.error
     for chrome in ("Type your message", "workspace (/directory)", "no sandbox", "▀▀▀"):

@@ -28,7 +28,7 @@ from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
 from politerm.driver import wait_ready
 from politerm.driver.delivery import deliver
-from politerm.epic.session import StopControl
+from politerm.driver.stop import StopControl
 from politerm.errors import PtyError
 from politerm.pty import PtyTerminal, key_bytes
 from politerm.testing.fakeagent import prompts, read_log

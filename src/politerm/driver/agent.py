@@ -60,7 +60,7 @@ from politerm.driver.receiptwatch import (
     cross_check_delivery,
     hook_approval_open,
 )
-from politerm.driver.reports import ReportStream
+from politerm.driver.reports import ReportStream, tap
 from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.driver.transcripts import hooked_home, own_conversation
@@ -83,6 +83,7 @@ if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
     from politerm.driver.turn import Expect, TurnResult
     from politerm.protocol.block import Block
+    from politerm.pty.liveview import LiveView
     from politerm.store import RunStore
     from politerm.terminal import Snapshot
 
@@ -594,6 +595,10 @@ class AgentDriver:
         hooked_home(self.profile.transcript, self.blocks.env, await self.hook_receipts())
         return await self.blocks.read(snap, start_line, nonce, task_id=task_id)
 
+    def output(self, on_text: Callable[[str], None]) -> Callable[[], None]:
+        """Send the agent's output, decoded, to ``on_text`` (a transcript); returns a remover."""
+        return tap(self.term, on_text)
+
     def reports(
         self, session_id: str, *, on_text: Callable[[str], None] | None = None
     ) -> ReportStream:
@@ -609,6 +614,20 @@ class AgentDriver:
         result = await run_turn(self, prompt, expect, **kw)
         self._record_session()  # a CLI may name its conversation only at a turn's end
         return result
+
+    def live_view(
+        self, *, fields: Callable[[], Sequence[str]], on_interrupt: Callable[[], None]
+    ) -> LiveView | None:
+        """The operator's terminal attached to the agent's PTY, with a status line.
+
+        Use as ``async with``; see :class:`~politerm.pty.liveview.LiveView`. None when the
+        agent runs in a tmux pane (the operator attaches to it with tmux).
+        """
+        if not isinstance(self.term, PtyTerminal):
+            return None
+        from politerm.pty.liveview import LiveView
+
+        return LiveView(self.term, fields=fields, on_interrupt=on_interrupt)
 
     # --- stopping -------------------------------------------------------------------------
 

@@ -1,4 +1,7 @@
-"""The fenced-report stream of an agent's raw output (see :meth:`AgentDriver.reports`)."""
+"""The agent's raw output as text: a tap (a transcript) and the fenced-report stream.
+
+See :meth:`AgentDriver.output` and :meth:`AgentDriver.reports`.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,30 @@ if t.TYPE_CHECKING:
 
     from politerm.protocol.report import ReportSignal
     from politerm.pty.runner import PtyTerminal
+
+
+def tap(term: Pane | PtyTerminal, on_text: Callable[[str], None]) -> Callable[[], None]:
+    """Send the program's output, decoded as it arrives, to ``on_text``; returns a remover.
+
+    The remover sends what the decoder still holds (a character cut at the end) first.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(data: bytes) -> None:
+        on_text(decoder.decode(data))
+
+    if isinstance(term, Pane):
+        unsubscribe = term.client.subscribe(term.pane_id, lambda _pane, data: feed(data))
+    else:
+        unsubscribe = term.subscribe(feed)
+
+    def remove() -> None:
+        unsubscribe()
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            on_text(tail)
+
+    return remove
 
 
 class ReportStream:
@@ -33,16 +60,7 @@ class ReportStream:
         self.parser = ReportParser(session_id)
         self.signals: list[ReportSignal] = []
         self.on_text = on_text
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        if isinstance(term, Pane):
-            self._unsubscribe = term.client.subscribe(
-                term.pane_id, lambda _pane, data: self._feed(data)
-            )
-        else:
-            self._unsubscribe = term.subscribe(self._feed)
-
-    def _feed(self, data: bytes) -> None:
-        self.feed_text(self._decoder.decode(data))
+        self._remove: Callable[[], None] | None = tap(term, self.feed_text)
 
     def feed_text(self, text: str) -> None:
         """Feed decoded output (also the decoder's tail at the end)."""
@@ -51,9 +69,11 @@ class ReportStream:
         self.signals.extend(self.parser.feed(text))
 
     def flush(self) -> None:
-        """Feed what the decoder still holds (the agent exited)."""
-        self.feed_text(self._decoder.decode(b"", final=True))
+        """Stop listening, feeding what the decoder still holds first (the agent exited)."""
+        self.close()
 
     def close(self) -> None:
         """Stop listening."""
-        self._unsubscribe()
+        if self._remove is not None:
+            self._remove()
+            self._remove = None

@@ -20,7 +20,12 @@ approve``) on the way. It ends on every path with a :class:`TurnResult`:
   the turn and why, a pending approval, and whether nudges were delivered;
 - OVER_BUDGET: the turn (its task, the run) used more tokens than a ``[budget]`` cap; the
   agent is interrupted and a ``budget`` event names the cap;
-- EXITED, STUCK, NOT_DELIVERED, REPORT_ERROR: what they say, with the screen.
+- ABORTED: the operator stopped the turn (``stop``, :mod:`politerm.driver.stop`): at once,
+  or after a soft stop delivered the ``wrap_up`` note and the ``grace`` period passed without
+  the answer;
+- EXITED, STUCK, NOT_DELIVERED, REPORT_ERROR: what they say, with the screen (and the exit
+  status). A fenced report is read to the end of the output (obi's legacy footer after the
+  fence is cross-checked with it), also when the agent exits right after printing it.
 
 The turn's tokens (from the agent's transcript) are counted on the way and recorded when
 it ends (:mod:`politerm.driver.tokens`).
@@ -28,6 +33,7 @@ it ends (:mod:`politerm.driver.tokens`).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import time
@@ -47,6 +53,7 @@ if t.TYPE_CHECKING:
     from politerm.driver.agent import AgentDriver
     from politerm.driver.delivery import DeliveryResult
     from politerm.driver.reports import ReportStream
+    from politerm.driver.stop import StopControl
     from politerm.protocol.block import Block
     from politerm.protocol.report import Report
 
@@ -70,6 +77,7 @@ class TurnOutcome(enum.StrEnum):
     NOT_DELIVERED = "not_delivered"
     REPORT_ERROR = "report_error"
     OVER_BUDGET = "over_budget"
+    ABORTED = "aborted"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +137,10 @@ class TurnResult:
     limited_for: float = 0.0
     elsewhere: bool = False
     """The turn was answered by another channel (``answered_elsewhere``), not on screen."""
+    exit_status: int | None = None
+    """The agent's exit status, when it exited during the turn (and the backend knows it)."""
+    wrapped_up: bool = False
+    """A soft stop delivered the ``wrap_up`` note."""
 
     @property
     def ok(self) -> bool:
@@ -149,11 +161,15 @@ async def run_turn(
     timeout: float,
     nonce: str | None = None,
     task_id: str | None = None,
-    nudge: str | None = NUDGE_TEXT,
+    nudge: str | Callable[[str], str] | None = NUDGE_TEXT,
     nudges: int | None = None,
     idle_after: float | None = None,
     on_text: Callable[[str], None] | None = None,
     answered_elsewhere: Callable[[], bool] | None = None,
+    stop: StopControl | None = None,
+    wrap_up: str | None = None,
+    grace: float = 0.0,
+    on_progress: Callable[[str], None] | None = None,
 ) -> TurnResult:
     """Deliver ``prompt`` to ``driver``'s agent and watch until ``expect`` is met.
 
@@ -170,7 +186,8 @@ async def run_turn(
     task_id
         For events.
     nudge, nudges, idle_after
-        What an idle agent is told, how often, after how long ready without an answer
+        What an idle agent is told (the turn's nonce is appended; a function of the nonce
+        renders the whole text), how often, after how long ready without an answer
         (defaults: the profile's ``idle_nudges`` and ``idle_after``); ``nudge=None`` never
         nudges.
     on_text
@@ -179,6 +196,13 @@ async def run_turn(
         Asked on every look at the agent: True once the agent answered by another channel
         (e.g. a command that records its report); the turn then ends like an answered one,
         when the agent is idle again, and is never nudged.
+    stop, wrap_up, grace
+        The operator's stop requests: an abort ends the turn at once (ABORTED); a soft stop
+        delivers ``wrap_up`` (when given), stops nudging, and ends the turn ABORTED if the
+        answer has not come ``grace`` seconds later.
+    on_progress
+        Told ``"working"`` once the prompt is confirmed, ``"answered"`` when the answer is
+        seen, ``"wrapping up"`` when a soft stop's note goes out (a status line).
 
     Returns
     -------
@@ -203,6 +227,10 @@ async def run_turn(
             driver.profile.idle_nudges if nudges is None else nudges,
             driver.profile.idle_after if idle_after is None else idle_after,
             answered_elsewhere,
+            stop,
+            wrap_up,
+            grace,
+            on_progress or (lambda _word: None),
         ).run(text, timeout)
         if result.outcome is TurnOutcome.ANSWERED:
             await driver.meter.settle()
@@ -221,10 +249,17 @@ class _Turn:
     start: int
     task_id: str | None
     reports: ReportStream | None
-    nudge: str | None
+    nudge: str | Callable[[str], str] | None
     max_nudges: int
     idle_after: float
     answered_elsewhere: Callable[[], bool] | None = None
+    stop: StopControl | None = None
+    wrap_up: str | None = None
+    grace: float = 0.0
+    progress: Callable[[str], None] = lambda _word: None
+    grace_until: float | None = None
+    wrapped_up: bool = False
+    exit_status: int | None = None
     elsewhere: bool = False
     nudges: int = 0
     delivery: DeliveryResult | None = None
@@ -250,40 +285,74 @@ class _Turn:
             tuple(str(d) for d in self.driver.drifts[self.drift_from :]),
             self.limited_for,
             self.elsewhere,
+            self.exit_status,
+            self.wrapped_up,
         )
+
+    def _answered(self) -> TurnResult:
+        """ANSWERED, with a report read to the end of the output (a legacy footer, drift)."""
+        if self.reports is not None and self.report is not None:
+            try:
+                self.report = self.reports.parser.finish()
+            except ReportError as exc:
+                return self.result(TurnOutcome.REPORT_ERROR, f"bad report: {exc}")
+        return self.result(TurnOutcome.ANSWERED)
 
     async def run(self, text: str, timeout: float) -> TurnResult:
         d = self.driver
         self.drift_from = len(d.drifts)
+        woken = asyncio.Event()
+        if self.stop is not None:
+            if self.stop.aborted:
+                return self.result(TurnOutcome.ABORTED, "aborted by the operator before the prompt")
+            remove = self.stop.listen(woken.set)
+        try:
+            return await self._run(text, timeout, woken)
+        finally:
+            if self.stop is not None:
+                remove()
+
+    async def _run(self, text: str, timeout: float, woken: asyncio.Event) -> TurnResult:
+        d = self.driver
         self.delivery = await d.deliver(text)
         res = self.delivery
         if not (res.ok or (res.outcome is Outcome.BLOCKED and res.submitted)):
-            outcome = (
-                TurnOutcome.EXITED
-                if res.outcome is Outcome.AGENT_EXITED
-                else TurnOutcome.NOT_DELIVERED
-            )
+            evidence = " | ".join(res.evidence[-3:])
+            if res.outcome is Outcome.AGENT_EXITED:
+                snap = await d.snapshot()
+                self.exit_status = None if snap is None else snap.exit_status
+                status = "?" if self.exit_status is None else self.exit_status
+                return self.result(
+                    TurnOutcome.EXITED,
+                    f"{d.name} exited (status {status}) as the prompt was submitted: {evidence}",
+                )
             return self.result(
-                outcome,
-                f"{d.name}: prompt not delivered ({res.outcome.value}: {res.rule}): "
-                + " | ".join(res.evidence[-3:]),
+                TurnOutcome.NOT_DELIVERED,
+                f"{d.name}: prompt not delivered ({res.outcome.value}: {res.rule}): {evidence}",
             )
         d.meter.start_turn(self.task_id)
+        self.progress("working")
         deadline = time.monotonic() + timeout
         idle_from = time.monotonic()
         rc = d.receipts
         limited_at: float | None = None
         while True:
-            events = [d.term.output_event()] + ([rc.event()] if rc is not None else [])
+            woken.clear()
+            events = [d.term.output_event(), woken] + ([rc.event()] if rc is not None else [])
             obs = await d.observe(task_id=self.task_id)
             await self._look_for_answer(obs.snap)
             if self.reports is not None:
                 for signal in self.reports.signals:
                     if isinstance(signal, ReportError):
                         return self.result(TurnOutcome.REPORT_ERROR, f"bad report: {signal}")
+            answered = bool(self.answer) or self.report is not None or self.elsewhere
+            stopped = await self._stopped(answered)
+            if stopped is not None:
+                return stopped
             now = time.monotonic()
             state = obs.state
             if state is AgentState.EXITED:
+                self.exit_status = obs.snap.exit_status
                 return self._exited()
             d.meter.poll()
             over = d.meter.over_budget()
@@ -298,7 +367,6 @@ class _Turn:
                 deadline += now - limited_at
                 self.limited_for += now - limited_at
                 limited_at = None
-            answered = bool(self.answer) or self.report is not None or self.elsewhere
             # Done only when idle with no open question (one after the block keeps it open).
             settled = obs.hook_approval is None and (
                 state is AgentState.READY
@@ -320,23 +388,55 @@ class _Turn:
                 d.blocks.report(d.blocks.unfinished(), task_id=self.task_id)
             if state is not AgentState.READY:
                 idle_from = now
-            elif not answered and now - idle_from >= self.idle_after:
+            elif not answered and self.grace_until is None and now - idle_from >= self.idle_after:
                 if self.nudge is None or self.nudges >= self.max_nudges:
                     return self.result(TurnOutcome.IDLE, self._idle_error())
-                nudged = await d.deliver(f"{self.nudge} (nonce {self.nonce})")
+                nudge = self.nudge
+                nudged = await d.deliver(
+                    nudge(self.nonce) if callable(nudge) else f"{nudge} (nonce {self.nonce})"
+                )
                 if nudged.ok or nudged.submitted:
                     self.nudges += 1
                 idle_from = time.monotonic()
                 continue
+            if self.grace_until is not None and now >= self.grace_until:
+                if answered:
+                    return self._answered()
+                return self.result(
+                    TurnOutcome.ABORTED,
+                    f"soft stop: no {self._what(article=False)} within the {self.grace:g}s "
+                    "grace period",
+                )
             if now >= deadline and limited_at is None:
                 if answered:
-                    return self.result(TurnOutcome.ANSWERED)
+                    return self._answered()
                 return self.result(TurnOutcome.TIMEOUT, self._timeout_error(timeout))
             backstop = _READY_BACKSTOP if state is AgentState.READY else _BACKSTOP
+            if self.grace_until is not None:
+                backstop = min(backstop, max(0.0, self.grace_until - now))
             if limited_at is not None:
                 await wait_any(*events, timeout=min(backstop, d.limiter.due_in() or backstop))
                 continue
             await wait_any(*events, timeout=max(0.0, min(backstop, deadline - now)))
+
+    async def _stopped(self, answered: bool) -> TurnResult | None:
+        """The operator's stop: the turn's end on an abort; a soft stop's note; else None."""
+        stop = self.stop
+        if stop is None or not stop.soft:
+            return None
+        if stop.aborted:
+            return (
+                self._answered()
+                if answered
+                else self.result(TurnOutcome.ABORTED, "aborted by the operator")
+            )
+        if self.grace_until is None and not answered:
+            self.grace_until = time.monotonic() + self.grace
+            if self.wrap_up is not None:
+                self.progress("wrapping up")
+                await self.driver.deliver(self.wrap_up)
+                self.wrapped_up = True
+        return None
 
     def _stop(self) -> tuple[str | None, str | None]:
         """Who can say the turn ended (``hook``, ``transcript`` or None), and what it says now."""
@@ -357,11 +457,11 @@ class _Turn:
         if source is None:
             if settled:
                 self.ended_by = "screen"
-                return self.result(TurnOutcome.ANSWERED)
+                return self._answered()
             return None
         if stop is not None and settled:
             self.ended_by = f"{source}+screen"
-            return self.result(TurnOutcome.ANSWERED)
+            return self._answered()
         blocked = state in (AgentState.WAITING_APPROVAL, AgentState.DIALOG)
         if (stop is None) == (not settled) or blocked:
             self.disagree_since = None  # both say "still going", or a question is open
@@ -377,19 +477,21 @@ class _Turn:
             drift = Drift("turn-end", f"{said} within {d.hook_grace:g}s", state.value, source)
             self.ended_by = "screen"
         d.drift(drift, task_id=self.task_id)
-        return self.result(TurnOutcome.ANSWERED)
+        return self._answered()
 
     async def _look_for_answer(self, snap: t.Any) -> None:
         answered = self.answer or self.report is not None or self.elsewhere
         if not answered and self.answered_elsewhere is not None and self.answered_elsewhere():
             self.elsewhere = True
             self.answered_at = time.monotonic()
+            self.progress("answered")
             return
         if self.reports is not None:
             for signal in self.reports.signals:
                 if not isinstance(signal, ReportError) and self.report is None:
                     self.report = signal
                     self.answered_at = time.monotonic()
+                    self.progress("answered")
             return
         if self.answer or self.elsewhere:
             return
@@ -399,26 +501,35 @@ class _Turn:
             if self.expect.matches(block):
                 self.answer = (block,)
                 self.answered_at = time.monotonic()
+                self.progress("answered")
                 return
 
     def _exited(self) -> TurnResult:
+        d = self.driver
+        status = "?" if self.exit_status is None else self.exit_status
+        why = ""
         if self.reports is not None and self.report is None:
+            # Its last line may have had no newline: read the output to its end.
             self.reports.flush()
-            for signal in self.reports.signals:
-                if not isinstance(signal, ReportError):
-                    self.report = signal
+            try:
+                self.report = self.reports.parser.finish()
+            except ReportError as exc:
+                why = f"{exc}; "
+            else:
+                return self.result(TurnOutcome.ANSWERED)
         if self.report is not None or self.answer or self.elsewhere:
-            return self.result(TurnOutcome.ANSWERED)
-        screen = " | ".join(ln.strip() for ln in self.driver.last_screen if ln.strip())
+            return self._answered()
+        screen = " | ".join(ln.strip() for ln in d.last_screen if ln.strip())
         return self.result(
-            TurnOutcome.EXITED, f"{self.driver.name} exited before answering: {screen[-300:]}"
+            TurnOutcome.EXITED,
+            f"{d.name} exited (status {status}) before answering: {why}{screen[-300:]}",
         )
 
-    def _what(self) -> str:
+    def _what(self, *, article: bool = True) -> str:
         if self.expect.report is not None:
-            return f"a poli:{self.expect.report} report"
+            return ("its " if article else "") + f"poli:{self.expect.report} report"
         kinds = "|".join(sorted(self.expect.types)) or "any"
-        return f"a {kinds} block with nonce {self.nonce}"
+        return ("a " if article else "") + f"{kinds} block with nonce {self.nonce}"
 
     def _facts(self) -> str:
         d = self.driver
@@ -442,4 +553,5 @@ class _Turn:
         )
 
     def _timeout_error(self, timeout: float) -> str:
-        return f"{self.driver.name} sent no {self._what()} within {timeout:g}s; {self._facts()}"
+        what = self._what(article=False)
+        return f"{self.driver.name} sent no {what} within {timeout:g}s; {self._facts()}"

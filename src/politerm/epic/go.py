@@ -25,21 +25,19 @@ import uuid
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.agents.profile import load_profile
+from politerm.driver import AgentDriver, TmuxPlace
 from politerm.driver.limits import LimitPolicy
-from politerm.driver.receipts import HookSetup, launch_with_hooks
+from politerm.driver.stop import StopControl
 from politerm.epic.items import pick_source
 from politerm.epic.prompt import item_prompt, operator_note
 from politerm.epic.session import (
     SessionOutcome,
-    StopControl,
-    TmuxSessionTerminal,
     TranscriptWriter,
     run_session,
     transcript_header,
 )
 from politerm.epic.summary import summarize
 from politerm.errors import EpicError
-from politerm.pty.runner import PtyTerminal
 from politerm.redact import Redactor, install_log_redaction
 from politerm.store.epics import (
     EpicStore,
@@ -55,7 +53,6 @@ if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
     from politerm.config import Config
     from politerm.epic.items import WorkSource
-    from politerm.epic.session import SessionTerminal
     from politerm.protocol.report import Report
     from politerm.store import RunStore
     from politerm.tmux.server import TmuxServer
@@ -197,7 +194,6 @@ class EpicRunner:
             msg = f"agent profile {self.agent!r} has no command; set [epic.commands] {self.agent}"
             raise EpicError(msg)
         self.argv: list[str] = list(argv)
-        self._hooks = HookSetup(list(argv), {})
         self.hash = config_hash(config)
         self._server: TmuxServer | None = None
         self._version: str | None = None
@@ -415,38 +411,38 @@ class EpicRunner:
         self, prompt: str, sid: str, label: str, transcript: TranscriptWriter | None
     ) -> SessionOutcome:
         self._item, self._since = label, time.monotonic()
-        term = await self._spawn(label)
-        live = self.options.interactive and isinstance(term, PtyTerminal) and sys.stdin.isatty()
-        run = run_session(
-            term,
-            profile=self.profile,
+        driver = await self._start(label, sid)
+        remove = driver.output(transcript.write) if transcript is not None else None
+        try:
+            view = None
+            if self.options.interactive and sys.stdin.isatty():
+                view = driver.live_view(fields=self._fields, on_interrupt=self.stop.request)
+            if view is None:
+                return await self._run_session(driver, prompt, sid)
+            async with view:
+                self._redraw = view.draw_status
+                try:
+                    return await self._run_session(driver, prompt, sid)
+                finally:
+                    self._redraw = None
+        finally:
+            if remove is not None:
+                remove()
+            with contextlib.suppress(Exception):
+                await driver.kill(grace=2.0)
+
+    async def _run_session(self, driver: AgentDriver, prompt: str, sid: str) -> SessionOutcome:
+        return await run_session(
+            driver,
             prompt=prompt,
             session_id=sid,
             timeout=self.config.epic.session_timeout,
             grace=self.config.epic.grace,
             ready_timeout=self.config.timeouts.ready,
             stop=self.stop,
-            transcript=transcript,
-            on_state=self._on_state,
             note=operator_note(sid),
-            store=self.store,
-            policy=ApprovalPolicy.of(
-                self.config.routing.approval, self.config.routing.approval_patterns
-            ),
-            receipts=self._hooks.receipts(),
-            limits=LimitPolicy(**self.config.limits.model_dump()),
+            on_state=self._on_state,
         )
-        if not live:
-            return await run
-        from politerm.pty.liveview import LiveView
-
-        assert isinstance(term, PtyTerminal)
-        async with LiveView(term, fields=self._fields, on_interrupt=self.stop.request) as view:
-            self._redraw = view.draw_status
-            try:
-                return await run
-            finally:
-                self._redraw = None
 
     def _on_state(self, state: str) -> None:
         self._state = state
@@ -465,48 +461,45 @@ class EpicRunner:
             f"{spent // 60}:{spent % 60:02d}",
         ]
 
-    async def _spawn(self, label: str) -> SessionTerminal:
-        # The agent's own hooks report beside the store (the screen decides without them).
-        where = None if self.store is None else self.store.path.parent / "hooks" / "epic"
-        self._hooks = launch_with_hooks(
-            f"epic-{label}",
-            self.profile.name,
-            self.argv,
-            self.profile.env,
-            where,
-            patterns=self.config.redact.patterns,
-        )
-        argv, env = self._hooks.argv, self._hooks.env
-        if not self.options.tmux:
-            size = (self.config.epic.width, self.config.epic.height)
-            return await PtyTerminal.spawn(
-                argv, cwd=self.repo, env=env, size=size, name=f"pty:{label}"
-            )
-        from politerm.engine.session import make_server
-        from politerm.tmux.pane import new_window
+    async def _start(self, label: str, sid: str) -> AgentDriver:
+        """The session's agent, started (not yet ready) in a PTY or a tmux window."""
+        size = (self.config.epic.width, self.config.epic.height)
+        place = None
+        if self.options.tmux:
+            from politerm.engine.session import make_server
 
-        if self._server is None:
-            self._server = make_server(self.config)
-            await self._server.ensure_session(
-                TMUX_SESSION,
-                argv=[sys.executable, "-c", "import signal; signal.pause()"],
-            )
-        client = await self._server.connect(TMUX_SESSION)
-        pane = await new_window(
-            client,
-            self._server,
-            session=TMUX_SESSION,
-            name=label[:30],
-            argv=argv,
+            if self._server is None:
+                self._server = make_server(self.config)
+                await self._server.ensure_session(
+                    TMUX_SESSION,
+                    argv=[sys.executable, "-c", "import signal; signal.pause()"],
+                )
+            client = await self._server.connect(TMUX_SESSION)
+            place = TmuxPlace(client, self._server, TMUX_SESSION, label[:30], size)
+        driver = await AgentDriver.start(
+            f"epic.{sid[:8]}",
+            self.profile,
+            argv=self.argv,
+            tmux=place,
             cwd=self.repo,
-            env=env,
-            size=(self.config.epic.width, self.config.epic.height),
+            setting=f"epic.commands.{self.agent}",
+            ready_timeout=None,
+            size=size,
+            # The agent's own hooks report beside the store (the screen decides without them).
+            hooks_dir=self.store.path.parent / "hooks" / "epic",
+            store=self.store,
+            policy=ApprovalPolicy.of(
+                self.config.routing.approval, self.config.routing.approval_patterns
+            ),
+            limits=LimitPolicy(**self.config.limits.model_dump()),
         )
-        socket = self.config.tmux.socket
-        self.say(
-            f"{label}: in tmux pane {pane.pane_id} (tmux -L {socket} attach -t {TMUX_SESSION})"
-        )
-        return TmuxSessionTerminal(pane)
+        if driver.pane is not None:
+            socket = self.config.tmux.socket
+            self.say(
+                f"{label}: in tmux pane {driver.pane.pane_id} "
+                f"(tmux -L {socket} attach -t {TMUX_SESSION})"
+            )
+        return driver
 
     async def _close_tmux(self) -> None:
         if self._server is not None:

@@ -18,11 +18,11 @@ import typing as t
 
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.approval import ApprovalPolicy
-from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Outcome
+from politerm.driver.leftover import left_over
 from politerm.driver.limits import driver_settings
 from politerm.driver.receipts import launch_with_hooks, mark_pane
-from politerm.driver.turn import Expect, TurnOutcome, run_turn
+from politerm.driver.turn import Expect, TurnOutcome
 from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
 from politerm.pipeline import worktrees
 from politerm.pipeline.launch import DONE_TYPE, Launch, exit_file, launch, prompt_file, step_id
@@ -40,10 +40,6 @@ if t.TYPE_CHECKING:
 
 # How often a headless step's exit file is looked for.
 _POLL = 0.1
-# Upper bound on a wait for pane output before looking again anyway.
-_MAX_WAIT = 0.5
-# States in which a step's done block must wait: the agent works, or asks something.
-_NOT_IDLE = frozenset({AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.DIALOG})
 
 
 def approval_key(run_id: str, num: int) -> str:
@@ -228,8 +224,7 @@ class StepAgent:
                 run.marks[f"done:{step.num}"] = time.monotonic()
 
         try:
-            turn = await run_turn(
-                driver,
+            turn = await driver.run_turn(
                 text,
                 Expect.block(DONE_TYPE, block_id=step_id(step.num)),
                 timeout=max(0.0, deadline - time.monotonic()),
@@ -336,36 +331,22 @@ class StepAgent:
         if spec.headless:
             return await self.wait_exit(step, pane, deadline)
         driver = self.driver(step, spec, pane)
-        lines = await driver.blocks.lines(snap, rec.start_line)
-        blocks = await driver.read_blocks(snap, rec.start_line, rec.nonce)
-        if any(b.type == DONE_TYPE and b.id == step_id(step.num) for b in blocks):
+        text = prompt_file(run.state.steps_dir, step.num, rec.attempt).read_text("utf-8")
+        if not snap.alive:
+            # Only a done block it printed before it exited saves the attempt.
+            blocks = await driver.read_blocks(snap, rec.start_line, rec.nonce)
+            if not any(b.type == DONE_TYPE and b.id == step_id(step.num) for b in blocks):
+                return "rerun"
             driver = self.driver(step, spec, pane)  # a fresh reader sees the block again
             return await self.deliver_and_wait(
-                step, spec, driver, "", deadline, resumed="delivered"
+                step, spec, driver, text, deadline, resumed="delivered"
             )
-        if not snap.alive:
-            return "rerun"
-        reading = spec.profile.detect(snap)
-        if (
-            rec.delivered
-            or reading.state is AgentState.BUSY
-            or (rec.nonce and not reading.input_text and any(rec.nonce in ln for ln in lines))
-        ):
-            return await self.deliver_and_wait(
-                step, spec, driver, "", deadline, resumed="delivered"
-            )
-        # Killed before the prompt was confirmed: it is not on screen, so send it (again).
-        text = prompt_file(run.state.steps_dir, step.num, rec.attempt).read_text("utf-8")
         if rec.start_line < 0:
+            # Killed before the agent was ready: the prompt never went in.
             return await self.start_tui(step, spec, driver, text, deadline)
-        # Our text still in the box is submitted and confirmed, never pasted twice.
-        mine = bool(reading.input_text) and (
-            spec.profile.paste_marker_in([reading.input_text or ""])
-            or " ".join((reading.input_text or "").split())[:40] in " ".join(text.split())
-        )
-        return await self.deliver_and_wait(
-            step, spec, driver, text, deadline, resumed="pasted" if mine else None
-        )
+        found = await left_over(driver, snap, text, rec.nonce, rec.start_line)
+        resumed = "delivered" if rec.delivered else found.resumed
+        return await self.deliver_and_wait(step, spec, driver, text, deadline, resumed=resumed)
 
     async def stop_agent(self, driver: AgentDriver) -> None:
         """Kill the agent's process tree; the dead pane keeps its last screen."""

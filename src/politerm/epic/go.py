@@ -55,7 +55,6 @@ if t.TYPE_CHECKING:
     from politerm.epic.items import WorkSource
     from politerm.protocol.report import Report
     from politerm.store import RunStore
-    from politerm.tmux.server import TmuxServer
 
 TMUX_SESSION = "poli-go"
 
@@ -195,7 +194,7 @@ class EpicRunner:
             raise EpicError(msg)
         self.argv: list[str] = list(argv)
         self.hash = config_hash(config)
-        self._server: TmuxServer | None = None
+        self._place: TmuxPlace | None = None  # the poli-go session, with --tmux
         self._version: str | None = None
         self._state = ""
         self._item = ""
@@ -468,14 +467,14 @@ class EpicRunner:
         if self.options.tmux:
             from politerm.engine.session import make_server
 
-            if self._server is None:
-                self._server = make_server(self.config)
-                await self._server.ensure_session(
+            server = self._place.server if self._place is not None else make_server(self.config)
+            if self._place is None:
+                await server.ensure_session(
                     TMUX_SESSION,
                     argv=[sys.executable, "-c", "import signal; signal.pause()"],
                 )
-            client = await self._server.connect(TMUX_SESSION)
-            place = TmuxPlace(client, self._server, TMUX_SESSION, label[:30], size)
+            client = await server.connect(TMUX_SESSION)
+            self._place = place = TmuxPlace(client, server, TMUX_SESSION, label[:30], size)
         driver = await AgentDriver.start(
             f"epic.{sid[:8]}",
             self.profile,
@@ -502,11 +501,11 @@ class EpicRunner:
         return driver
 
     async def _close_tmux(self) -> None:
-        if self._server is not None:
+        if self._place is not None:
             with contextlib.suppress(Exception):
-                await self._server.kill_session(TMUX_SESSION)
-            await self._server.close()
-            self._server = None
+                await self._place.server.kill_session(TMUX_SESSION)
+            await self._place.server.close()
+            self._place = None
 
     @contextlib.asynccontextmanager
     async def _signals(self) -> AsyncIterator[None]:

@@ -269,10 +269,6 @@ class PtyTerminal:
             self._record_exit()
         return alive
 
-    async def alive(self) -> bool:
-        """Whether the program still runs (the :class:`SessionTerminal` spelling)."""
-        return self.is_alive()
-
     @property
     def exit_status(self) -> int | None:
         """The exit status once the program has exited (128+N for signal N)."""

@@ -185,6 +185,34 @@ async def test_text_left_in_the_box_is_cleared_before_the_paste(
     assert logged(tmp_path) == [f"DO T2 nonce={result.nonce}".encode()]
 
 
+async def test_a_turn_resumed_after_its_watcher_died_reads_the_answer_once(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # A pipeline step's runner was killed after its prompt went in: a new driver on the
+    # same pane only watches (no second prompt) and reads the answer from the line recorded.
+    first = await start(tmux_server, tmux_session, tmp_path, DONE_RULE.format(extra=""))
+    snap = await first.snapshot()
+    assert snap is not None and first.pane is not None
+    begin = first.turn_start(snap)
+    nonce = "0123456789abcdef"
+    sent = await first.deliver(f"DO R1 nonce={nonce}")
+    assert sent.ok, sent.evidence
+    again = AgentDriver.attach("AGENT", load_profile("fake-claude"), first.pane, cwd=tmp_path)
+    async with asyncio.timeout(TURN):
+        result = await again.run_turn(
+            "never sent",
+            Expect.block("done", block_id="R1"),
+            timeout=30,
+            nonce=nonce,
+            start=begin,
+            resumed="delivered",
+        )
+    assert result.outcome is TurnOutcome.ANSWERED, result.error
+    assert result.delivery is None and result.block is not None and result.block.id == "R1"
+    assert logged(tmp_path) == [f"DO R1 nonce={nonce}".encode()]
+    await again.kill()
+
+
 async def _box(driver: AgentDriver) -> bool:
     snap = await driver.snapshot()
     return snap is not None and bool(driver.profile.input_text(snap))

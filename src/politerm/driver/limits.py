@@ -78,36 +78,6 @@ def driver_settings(config: Config) -> dict[str, t.Any]:
 
 
 @dataclasses.dataclass
-class PausedDeadline:
-    """A deadline (monotonic seconds) that stands still while the agent is LIMITED.
-
-    A workflow watching an agent with its own deadline (a pipeline step, an epic session)
-    feeds it each state it reads; the time between two LIMITED readings is added.
-
-    Examples
-    --------
-    >>> d = PausedDeadline(100.0)
-    >>> d.look(AgentState.BUSY, 10.0), d.look(AgentState.LIMITED, 20.0)
-    (100.0, 100.0)
-    >>> d.look(AgentState.LIMITED, 50.0), d.look(AgentState.READY, 60.0)
-    (130.0, 130.0)
-    """
-
-    at: float
-    _limited_at: float | None = None
-
-    def look(self, state: AgentState, now: float) -> float:
-        """Note the agent's ``state`` at ``now``; return the deadline as it stands."""
-        if state is AgentState.LIMITED:
-            if self._limited_at is not None:
-                self.at += now - self._limited_at
-            self._limited_at = now
-        else:
-            self._limited_at = None
-        return self.at
-
-
-@dataclasses.dataclass
 class Limiter:
     """One agent's limit: since when, until when, how many resumes were sent."""
 

@@ -170,6 +170,8 @@ async def run_turn(
     wrap_up: str | None = None,
     grace: float = 0.0,
     on_progress: Callable[[str], None] | None = None,
+    start: int | None = None,
+    resumed: t.Literal["pasted", "delivered"] | None = None,
 ) -> TurnResult:
     """Deliver ``prompt`` to ``driver``'s agent and watch until ``expect`` is met.
 
@@ -203,6 +205,13 @@ async def run_turn(
     on_progress
         Told ``"working"`` once the prompt is confirmed, ``"answered"`` when the answer is
         seen, ``"wrapping up"`` when a soft stop's note goes out (a status line).
+    start
+        The turn's first line, when the caller recorded it before (default: where the
+        screen's output ends now). A recovered turn reads its answer from there.
+    resumed
+        A turn an earlier watcher began (a crash in between): ``"pasted"`` submits the
+        prompt already in the input box instead of pasting it again; ``"delivered"`` only
+        watches for the answer (the prompt was submitted; ``nonce`` is the turn's).
 
     Returns
     -------
@@ -211,8 +220,9 @@ async def run_turn(
     """
     nonce = nonce or new_nonce()
     text = prompt(nonce) if callable(prompt) else prompt
-    snap = await driver.snapshot()
-    start = driver.turn_start(snap) if snap is not None else -1
+    if start is None:
+        snap = await driver.snapshot()
+        start = driver.turn_start(snap) if snap is not None else -1
     driver.blocks.new_turn()
     reports = driver.reports(expect.report, on_text=on_text) if expect.report else None
     try:
@@ -231,7 +241,7 @@ async def run_turn(
             wrap_up,
             grace,
             on_progress or (lambda _word: None),
-        ).run(text, timeout)
+        ).run(text, timeout, resumed)
         if result.outcome is TurnOutcome.ANSWERED:
             await driver.meter.settle()
         return result
@@ -298,7 +308,7 @@ class _Turn:
                 return self.result(TurnOutcome.REPORT_ERROR, f"bad report: {exc}")
         return self.result(TurnOutcome.ANSWERED)
 
-    async def run(self, text: str, timeout: float) -> TurnResult:
+    async def run(self, text: str, timeout: float, resumed: str | None) -> TurnResult:
         d = self.driver
         self.drift_from = len(d.drifts)
         woken = asyncio.Event()
@@ -307,16 +317,19 @@ class _Turn:
                 return self.result(TurnOutcome.ABORTED, "aborted by the operator before the prompt")
             remove = self.stop.listen(woken.set)
         try:
-            return await self._run(text, timeout, woken)
+            return await self._run(text, timeout, woken, resumed)
         finally:
             if self.stop is not None:
                 remove()
 
-    async def _run(self, text: str, timeout: float, woken: asyncio.Event) -> TurnResult:
+    async def _run(
+        self, text: str, timeout: float, woken: asyncio.Event, resumed: str | None
+    ) -> TurnResult:
         d = self.driver
-        self.delivery = await d.deliver(text)
+        if resumed != "delivered":
+            self.delivery = await d.deliver(text, already_pasted=resumed == "pasted")
         res = self.delivery
-        if not (res.ok or (res.outcome is Outcome.BLOCKED and res.submitted)):
+        if res is not None and not (res.ok or (res.outcome is Outcome.BLOCKED and res.submitted)):
             evidence = " | ".join(res.evidence[-3:])
             if res.outcome is Outcome.AGENT_EXITED:
                 snap = await d.snapshot()

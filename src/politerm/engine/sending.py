@@ -12,9 +12,8 @@ from __future__ import annotations
 import time
 import typing as t
 
-from politerm.agents.state import AgentState
 from politerm.driver import Outcome
-from politerm.driver.records import records_of
+from politerm.driver.leftover import left_over
 from politerm.engine.deadlines import Deadlines
 from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, Begun
 from politerm.protocol.primer import new_nonce
@@ -276,31 +275,16 @@ class Sending(Deadlines):
     ) -> DeliveryResult:
         from politerm.driver import DeliveryResult
 
-        reading = driver.profile.detect(snap)
-        if reading.state in (AgentState.BUSY, AgentState.WAITING_APPROVAL):
-            return DeliveryResult(
-                Outcome.DELIVERED, reading.evidence, 0, True, 0.0, "the agent is working on it"
-            )
-        if turn is not None and msg.turn_nonce:
-            lines = await driver.blocks.lines(snap, turn.start_line)
-            # Our nonce in the turn's window (not in the input box): it echoed or answered it.
-            if not reading.input_text and any(msg.turn_nonce in ln for ln in lines):
-                return DeliveryResult(
-                    Outcome.DELIVERED, tuple(lines[-3:]), 0, True, 0.0, "its nonce is on screen"
-                )
         text = msg.text or self._render(msg, msg.turn_nonce or new_nonce())
-        # The agent's own record (its prompt hook, its transcript) outlives its screen.
-        taken = (await records_of(driver)).submitted(text, msg.turn_nonce)
-        if taken is not None:
+        start = None if turn is None else turn.start_line
+        found = await left_over(driver, snap, text, msg.turn_nonce, start)
+        if found.resumed == "delivered":
             return DeliveryResult(
-                Outcome.DELIVERED, (taken[1],), 0, True, 0.0, "the agent's own record",
-                sources=(taken[0],),
-            )  # fmt: skip
-        if reading.input_text and _ours(driver, reading.input_text, text):
-            # Our paste sits in the input box: submit it and confirm, never paste twice.
-            return await driver.deliver(text, already_pasted=True)
-        # Nothing there (or someone else's words, which delivery clears first): send it.
-        return await driver.deliver(text)
+                Outcome.DELIVERED, found.evidence, 0, True, 0.0, found.rule, sources=found.sources
+            )
+        # Our paste in the box is submitted and confirmed, never pasted twice; anything else
+        # (nothing, or someone else's words, which delivery clears first): send it.
+        return await driver.deliver(text, already_pasted=found.resumed == "pasted")
 
 
 RETRY_FIRST = 1.0
@@ -316,11 +300,3 @@ def retry_backoff(attempts: int) -> float:
     [1.0, 2.0, 4.0, 15.0, 15.0]
     """
     return min(RETRY_MAX, RETRY_FIRST * 2.0 ** max(0, attempts - 1))
-
-
-def _ours(driver: AgentDriver, box: str, text: str) -> bool:
-    """Whether the input box shows (the start of) ``text``, or a collapsed paste of it."""
-    if driver.profile.paste_marker_in([box]):
-        return True
-    flat = " ".join(text.split())
-    return bool(box) and " ".join(box.split())[:40] in flat

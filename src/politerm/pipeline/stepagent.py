@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import pathlib
 import time
 import typing as t
 
-from politerm._internal.aio import wait_event
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.approval import ApprovalPolicy
-from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Outcome
-from politerm.driver.limits import PausedDeadline, driver_settings
+from politerm.driver.leftover import left_over
+from politerm.driver.limits import driver_settings
 from politerm.driver.receipts import launch_with_hooks, mark_pane
+from politerm.driver.turn import Expect, TurnOutcome
 from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
 from politerm.pipeline import worktrees
 from politerm.pipeline.launch import DONE_TYPE, Launch, exit_file, launch, prompt_file, step_id
@@ -36,14 +37,9 @@ if t.TYPE_CHECKING:
 
     from politerm.pipeline.model import Step
     from politerm.pipeline.runner import PipelineRunner
-    from politerm.protocol.block import Block
 
 # How often a headless step's exit file is looked for.
 _POLL = 0.1
-# Upper bound on a wait for pane output before looking again anyway.
-_MAX_WAIT = 0.5
-# States in which a step's done block must wait: the agent works, or asks something.
-_NOT_IDLE = frozenset({AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.DIALOG})
 
 
 def approval_key(run_id: str, num: int) -> str:
@@ -206,22 +202,66 @@ class StepAgent:
         text: str,
         deadline: float,
         *,
-        already_pasted: bool = False,
+        resumed: t.Literal["pasted", "delivered"] | None = None,
     ) -> str | None:
-        """Deliver the step's prompt with confirmation, then wait for its end."""
-        result = await driver.deliver(text, already_pasted=already_pasted)
-        if result.outcome is Outcome.AGENT_EXITED:
-            snap = await driver.snapshot()
-            status = "?" if snap is None or snap.exit_status is None else snap.exit_status
+        """Deliver the step's prompt (unless ``resumed`` says it was), then wait for its end."""
+        run = self.run
+        rec = run.record.step(step.num)
+        if spec.interactive:
+            if resumed != "delivered":
+                result = await driver.deliver(text, already_pasted=resumed == "pasted")
+                if not (result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)):
+                    await self.stop_agent(driver)
+                    evidence = " | ".join(result.evidence)
+                    return f"prompt not delivered ({result.outcome.value}): {evidence}"
+                self._delivered(step)
+            return await self.wait_person(step, driver)
+
+        def progress(word: str) -> None:
+            if word == "working":
+                self._delivered(step)
+            elif word == "answered":
+                run.marks[f"done:{step.num}"] = time.monotonic()
+
+        try:
+            turn = await driver.run_turn(
+                text,
+                Expect.block(DONE_TYPE, block_id=step_id(step.num)),
+                timeout=max(0.0, deadline - time.monotonic()),
+                nonce=rec.nonce,
+                nudge=None,
+                idle_after=math.inf,
+                on_progress=progress,
+                start=rec.start_line,
+                resumed=resumed,
+            )
+        except (PaneNotFound, ControlModeError):
+            return "the step's window is gone"
+        status = "?" if turn.exit_status is None else turn.exit_status
+        if turn.block is not None:
+            run.state.set_step(step.num, StepStatus.RUNNING, report=turn.block.body[:500])
+        elif (
+            turn.outcome is TurnOutcome.EXITED
+            and turn.delivery is not None
+            and not (turn.delivery.ok or turn.delivery.submitted)
+        ):
             return f"the agent exited (exit status {status}) as the prompt was submitted"
-        if not (result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)):
-            await self.stop_agent(driver)
-            return f"prompt not delivered ({result.outcome.value}): {' | '.join(result.evidence)}"
+        elif turn.outcome is TurnOutcome.EXITED:
+            tail = " | ".join(turn.screen[-4:])
+            return f"the agent exited (exit status {status}) without a done block: {tail}"
+        await self.stop_agent(driver)
+        if turn.outcome is TurnOutcome.ANSWERED:
+            return None
+        if turn.outcome is TurnOutcome.NOT_DELIVERED:
+            return turn.error
+        if turn.outcome is TurnOutcome.TIMEOUT:
+            minutes = run.pipeline.timeout_of(step) / 60
+            return f"timed out after {minutes:g} min: {turn.error}"
+        return f"{turn.outcome.value}: {turn.error}"
+
+    def _delivered(self, step: Step) -> None:
         self.run.marks[f"delivered:{step.num}"] = time.monotonic()
         self.run.state.set_step(step.num, StepStatus.RUNNING, delivered=True)
-        if spec.interactive:
-            return await self.wait_person(step, driver)
-        return await self.wait_done(step, driver, deadline)
 
     async def wait_person(self, step: Step, driver: AgentDriver) -> str | None:
         """An ``interactive`` step: a person works with the agent, then marks it done."""
@@ -233,52 +273,6 @@ class StepAgent:
         )
         await self.stop_agent(driver)
         return None if answer == "y" else f"marked not done ({answer}) by a person"
-
-    async def wait_done(self, step: Step, driver: AgentDriver, deadline: float) -> str | None:
-        """Wait for the step's ``done`` block with this attempt's nonce, answering approvals."""
-        rec = self.run.record.step(step.num)
-        want = step_id(step.num)
-        done: Block | None = None
-        # Waiting for a usage limit to reset does not count against the step.
-        clock = PausedDeadline(deadline)
-        while True:
-            event = driver.term.output_event()
-            try:
-                obs = await driver.observe()
-                if done is None:
-                    for block in await driver.read_blocks(obs.snap, rec.start_line, rec.nonce):
-                        if block.type == DONE_TYPE and block.id == want:
-                            done = block
-                            self.run.marks[f"done:{step.num}"] = time.monotonic()
-            except (PaneNotFound, ControlModeError):
-                return "the step's window is gone"
-            if done is not None and obs.state not in _NOT_IDLE:
-                self.run.state.set_step(step.num, StepStatus.RUNNING, report=done.body[:500])
-                await self.stop_agent(driver)
-                return None
-            if obs.state is AgentState.EXITED:
-                snap = obs.snap
-                status = "?" if snap.exit_status is None else snap.exit_status
-                tail = " | ".join(snap.tail(4))
-                return f"the agent exited (exit status {status}) without a done block: {tail}"
-            now = time.monotonic()
-            deadline = clock.look(obs.state, now)
-            if now >= deadline:
-                await self.stop_agent(driver)
-                minutes = self.run.pipeline.timeout_of(step) / 60
-                facts = []
-                rejected = driver.blocks.rejections_text()
-                if rejected:
-                    facts.append(f"rejected blocks: {rejected}")
-                pending = driver.approver.pending
-                if pending is not None:
-                    facts.append(
-                        f"approval pending: {pending.what} (`poli approve {driver.approver.key}`)"
-                    )
-                more = f" ({'; '.join(facts)})" if facts else ""
-                screen = " | ".join(obs.snap.tail(4))
-                return f"timed out after {minutes:g} min{more}; screen: {screen}"
-            await wait_event(event, min(_MAX_WAIT, deadline - now))
 
     async def wait_exit(self, step: Step, pane: Pane, deadline: float) -> str | None:
         """Wait for a headless step's exit-code file."""
@@ -337,30 +331,22 @@ class StepAgent:
         if spec.headless:
             return await self.wait_exit(step, pane, deadline)
         driver = self.driver(step, spec, pane)
-        lines = await driver.blocks.lines(snap, rec.start_line)
-        blocks = await driver.read_blocks(snap, rec.start_line, rec.nonce)
-        if any(b.type == DONE_TYPE and b.id == step_id(step.num) for b in blocks):
-            driver = self.driver(step, spec, pane)  # a fresh reader sees the block again
-            return await self.wait_done(step, driver, deadline)
-        if not snap.alive:
-            return "rerun"
-        reading = spec.profile.detect(snap)
-        if (
-            rec.delivered
-            or reading.state is AgentState.BUSY
-            or (rec.nonce and not reading.input_text and any(rec.nonce in ln for ln in lines))
-        ):
-            return await self.wait_done(step, driver, deadline)
-        # Killed before the prompt was confirmed: it is not on screen, so send it (again).
         text = prompt_file(run.state.steps_dir, step.num, rec.attempt).read_text("utf-8")
+        if not snap.alive:
+            # Only a done block it printed before it exited saves the attempt.
+            blocks = await driver.read_blocks(snap, rec.start_line, rec.nonce)
+            if not any(b.type == DONE_TYPE and b.id == step_id(step.num) for b in blocks):
+                return "rerun"
+            driver = self.driver(step, spec, pane)  # a fresh reader sees the block again
+            return await self.deliver_and_wait(
+                step, spec, driver, text, deadline, resumed="delivered"
+            )
         if rec.start_line < 0:
+            # Killed before the agent was ready: the prompt never went in.
             return await self.start_tui(step, spec, driver, text, deadline)
-        # Our text still in the box is submitted and confirmed, never pasted twice.
-        mine = bool(reading.input_text) and (
-            spec.profile.paste_marker_in([reading.input_text or ""])
-            or " ".join((reading.input_text or "").split())[:40] in " ".join(text.split())
-        )
-        return await self.deliver_and_wait(step, spec, driver, text, deadline, already_pasted=mine)
+        found = await left_over(driver, snap, text, rec.nonce, rec.start_line)
+        resumed = "delivered" if rec.delivered else found.resumed
+        return await self.deliver_and_wait(step, spec, driver, text, deadline, resumed=resumed)
 
     async def stop_agent(self, driver: AgentDriver) -> None:
         """Kill the agent's process tree; the dead pane keeps its last screen."""

@@ -27,6 +27,7 @@ import typing as t
 
 from bench._common import SESSION, Row, Stats, check, print_table, private_server, ratio
 from politerm.config import load_config
+from politerm.driver import Host
 from politerm.messaging.postman import Postman
 from politerm.messaging.protocol import response_line
 from politerm.messaging.service import Identity, Messenger
@@ -113,7 +114,8 @@ async def _ours(bench: Bench, n: int) -> tuple[list[float], list[float]]:
             profile="fake-claude",
             resume_command=None,
         )
-    postman = Postman(m, TmuxServer(bench.socket, config_dir=bench.server.config_dir), settle=0.3)
+    server = TmuxServer(bench.socket, config_dir=bench.server.config_dir)
+    postman = Postman(m, Host(server, "bench"), settle=0.3)
     task = asyncio.ensure_future(postman.run())
     log = bench.log_path("w1")
     deliver: list[float] = []

@@ -12,7 +12,7 @@ import typing as t
 import psutil
 
 from politerm.agents.profile import load_profile
-from politerm.driver import AgentDriver, TmuxPlace
+from politerm.driver import AgentDriver, Host, TmuxPlace
 from politerm.messaging.launch import prepare_launch
 from politerm.messaging.postman import Postman
 from politerm.messaging.service import Identity, Messenger
@@ -120,7 +120,7 @@ class Mailroom:
     def start_postman(self) -> None:
         postman = Postman(
             self.messenger,
-            TmuxServer(self.server.socket_name, config_dir=self.server.config_dir),
+            Host(TmuxServer(self.server.socket_name, config_dir=self.server.config_dir), "mail"),
             say=self.postman_lines.append,
             settle=0.5,
         )

@@ -19,7 +19,7 @@ from politerm.agents.profile import load_profile
 from politerm.driver.agent import AgentDriver
 from politerm.driver.place import TmuxPlace
 from politerm.driver.receipts import launch_with_hooks, mark_pane
-from politerm.tmux.pane import Pane, agent_panes, new_window
+from politerm.tmux.pane import Pane, agent_panes, hide_tmux, new_window
 from politerm.tmux.server import TmuxServer, default_config_dir
 
 if t.TYPE_CHECKING:
@@ -57,6 +57,11 @@ class Host:
 
     def __repr__(self) -> str:
         return f"Host({self.socket}:{self.session})"
+
+    @classmethod
+    def at(cls, socket: str, session: str) -> Host:
+        """The host of ``session`` on the server of ``socket``, with default settings."""
+        return cls(TmuxServer(socket), session)
 
     @classmethod
     def of(cls, config: Config, session: str | None = None, *, socket: str | None = None) -> Host:
@@ -255,4 +260,4 @@ def state_dir() -> pathlib.Path:
     return default_config_dir()
 
 
-__all__ = ["Host", "Launched", "Pane", "state_dir"]
+__all__ = ["Host", "Launched", "Pane", "hide_tmux", "state_dir"]

@@ -28,10 +28,10 @@ from politerm.store.models import MessageState, TaskState, TurnEnd
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
     from politerm.config import AgentConfig, Config
+    from politerm.driver import Pane
     from politerm.protocol.block import Block
     from politerm.store import RunStore
     from politerm.store.models import Message, Turn
-    from politerm.tmux.pane import Pane
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import time
 import typing as t
 
 from politerm._internal.private import private_dir
-from politerm.tmux.server import default_config_dir
+from politerm.driver import Host, state_dir
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -82,7 +82,7 @@ class ServiceLock:
     """The service file of one tmux session: held (``flock``) by its supervisor."""
 
     def __init__(self, socket: str, session: str, directory: pathlib.Path | None = None) -> None:
-        base = directory if directory is not None else default_config_dir()
+        base = directory if directory is not None else state_dir()
         self.path = base / f"service-{socket}-{session}.pid"
         self._fd: int | None = None
         self._info: ServiceInfo | None = None
@@ -256,14 +256,13 @@ def _session_up(socket: str, session: str) -> bool:
     import asyncio
 
     from politerm.errors import PolitermError
-    from politerm.tmux.server import TmuxServer
 
     async def look() -> bool:
-        server = TmuxServer(socket)
+        host = Host.at(socket, session)
         try:
-            return await server.has_session(session)
+            return await host.is_up()
         finally:
-            await server.close()
+            await host.close()
 
     try:
         return asyncio.run(look())

@@ -25,13 +25,13 @@ import sys
 import typing as t
 
 from politerm._internal.private import write_private
+from politerm.driver.host import hide_tmux
 from politerm.errors import ConfigError
 from politerm.hooks.install import GEMINI_HOME_ENV, gemini_home
 from politerm.messaging.files import MessageDir, message_dir_for
 from politerm.messaging.mcp_server import SERVER_NAME
 from politerm.messaging.service import ENV_AGENT, ENV_CONFIG
 from politerm.project import PROJECT_ENV
-from politerm.tmux.pane import hide_tmux
 
 if t.TYPE_CHECKING:
     import pathlib

@@ -43,7 +43,7 @@ import typing as t
 from politerm.agents.approval import ApprovalMode, ApprovalPolicy
 from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
-from politerm.driver import AgentDriver, LimitPolicy, Outcome
+from politerm.driver import AgentDriver, Host, LimitPolicy, Outcome
 from politerm.driver.idle import wait_idle
 from politerm.errors import MessagingError, PolitermError, UnsafeMessagePath
 from politerm.messaging.answers import Take, judge, named_ids
@@ -51,8 +51,6 @@ from politerm.messaging.daemon import PostmanLock
 from politerm.messaging.protocol import find_response_lines, marker_line
 from politerm.store.limits import stored_limit
 from politerm.store.mail import Mail, MailKind, MailState
-from politerm.tmux.pane import Pane
-from politerm.tmux.server import TmuxServer
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable
@@ -94,8 +92,8 @@ class Postman:
     ----------
     messenger
         The session's messages.
-    server
-        The private tmux server (default: the configuration's socket).
+    host
+        The agents' terminal host (default: the configuration's private tmux server).
     say
         Receives one line per notable step.
     settle
@@ -105,16 +103,14 @@ class Postman:
     def __init__(
         self,
         messenger: Messenger,
-        server: TmuxServer | None = None,
+        host: Host | None = None,
         *,
         say: Callable[[str], None] | None = None,
         settle: float = 1.0,
     ) -> None:
         self.m = messenger
         cfg = messenger.config
-        self.server = server or TmuxServer(
-            cfg.tmux.socket, width=cfg.tmux.width, height=cfg.tmux.height
-        )
+        self.host = host or Host.of(cfg)
         self.say = say or (lambda _line: None)
         self.settle = settle
         self.policy = ApprovalPolicy.of(cfg.routing.approval, cfg.routing.approval_patterns)
@@ -130,11 +126,8 @@ class Postman:
         known = self.drivers.get(pane_id)
         if known is not None:
             return known
-        rc, out, _ = await self.server.run(
-            "display-message", "-p", "-t", pane_id, "#{session_name}"
-        )
-        session = out.strip()
-        if rc != 0 or not session:
+        pane = await self.host.pane(pane_id)
+        if pane is None:
             return None
         agent = self.m.store.get_agent(name)
         configured = self.m.config.agents.get(name)
@@ -145,7 +138,6 @@ class Postman:
             profile = agent_profile(configured)
         else:
             profile = load_profile(agent.profile if agent else "generic")
-        pane = Pane(await self.server.connect(session), pane_id, self.server)
         limits = LimitPolicy(**self.m.config.limits.model_dump())
         # its directory and environment locate its own records (transcript) after a crash
         cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
@@ -207,7 +199,7 @@ class Postman:
                 lane.cancel()
             await asyncio.gather(watcher, *self.lanes.values(), return_exceptions=True)
             lock.release()
-            await self.server.close()
+            await self.host.close()
 
     async def _sleep(
         self, senders: list[AgentDriver], idle_exit: float | None, idle_since: float

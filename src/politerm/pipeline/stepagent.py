@@ -21,7 +21,7 @@ from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import AgentDriver, Outcome
 from politerm.driver.leftover import left_over
 from politerm.driver.limits import driver_settings
-from politerm.driver.receipts import launch_with_hooks, mark_pane
+from politerm.driver.place import TmuxPlace
 from politerm.driver.turn import Expect, TurnOutcome
 from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
 from politerm.pipeline import worktrees
@@ -30,7 +30,7 @@ from politerm.pipeline.launch import render_prompt as _render_prompt
 from politerm.pipeline.model import StepStatus
 from politerm.pipeline.state import write_atomic
 from politerm.protocol.primer import new_nonce
-from politerm.tmux.pane import Pane, new_window
+from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     import psutil
@@ -92,19 +92,22 @@ class StepAgent:
         )
 
     def driver(self, step: Step, spec: Launch, pane: Pane) -> AgentDriver:
-        """The driver of ``step``'s agent in ``pane``."""
-        run = self.run
-        cwd = run.record.step(step.num).cwd
+        """The driver of ``step``'s agent in ``pane`` (a killed runner's, attached again)."""
+        cwd = self.run.record.step(step.num).cwd
+        where = None if cwd is None else pathlib.Path(cwd)
         return AgentDriver.attach(
-            f"step-{step.num}",
-            spec.profile,
-            pane,
-            store=run.state.store,
-            policy=self.policy,
-            approval_key=approval_key(run.record.run_id, step.num),
-            cwd=None if cwd is None else pathlib.Path(cwd),
-            **driver_settings(run.config),
+            f"step-{step.num}", spec.profile, pane, cwd=where, **self.settings(step)
         )
+
+    def settings(self, step: Step) -> dict[str, t.Any]:
+        """The driver's store, approvals, limits and budget for ``step``."""
+        run = self.run
+        return {
+            "store": run.state.store,
+            "policy": self.policy,
+            "approval_key": approval_key(run.record.run_id, step.num),
+            **driver_settings(run.config),
+        }
 
     async def attempt(self, step: Step, *, parallel: bool) -> str | None:
         """One attempt (or the continuation of an interrupted one); an error or None."""
@@ -147,27 +150,25 @@ class StepAgent:
         )
         run.set_current(step)
         run.state.save()
-        # A TUI step's own hooks report to the run's private hooks directory.
-        hooks = launch_with_hooks(
-            f"step-{step.num}",
-            spec.profile.name,
-            spec.argv,
-            spec.profile.env,
-            run.state.steps_dir / "hooks",
-            enabled=not spec.headless,
-            patterns=run.config.redact.patterns,
-        )
-        pane = await new_window(
-            run.client,
-            run.server,
-            session=run.record.session,
-            name=step.window,
-            argv=hooks.argv,
-            cwd=cwd,
-            env=hooks.env,
-            agent=f"step-{step.num}",
-        )
-        await mark_pane(pane, hooks)
+        # The driver's start path; a TUI step's own hooks report to the run's private hooks
+        # directory. Ready is waited for below, once the window is in the record.
+        try:
+            driver = await AgentDriver.start(
+                f"step-{step.num}",
+                spec.profile,
+                argv=spec.argv,
+                tmux=TmuxPlace(run.client, run.server, run.record.session, step.window),
+                cwd=cwd,
+                setting=f"--cli (step {step.num})",
+                ready_timeout=None,
+                hooks=not spec.headless,
+                hooks_dir=run.state.steps_dir / "hooks",
+                **self.settings(step),
+            )
+        except AgentError as exc:
+            return str(exc)
+        pane = driver.pane
+        assert pane is not None  # a tmux place gives a pane
         run.state.set_step(step.num, StepStatus.RUNNING, pane=pane.pane_id)
         run.say(
             f"step {step.num} ({step.agent}, {spec.cli}{', headless' if spec.headless else ''})"
@@ -178,7 +179,7 @@ class StepAgent:
         deadline = time.monotonic() + run.pipeline.timeout_of(step)
         if spec.headless:
             return await self.wait_exit(step, pane, deadline)
-        return await self.start_tui(step, spec, self.driver(step, spec, pane), text, deadline)
+        return await self.start_tui(step, spec, driver, text, deadline)
 
     async def start_tui(
         self, step: Step, spec: Launch, driver: AgentDriver, text: str, deadline: float

@@ -49,6 +49,7 @@ from bench._seed import PollingRouter
 from bench._trace import PathTrace
 from politerm.agents import AgentState, load_profile
 from politerm.config import load_config
+from politerm.driver import Host
 from politerm.engine.loop import submit, templates_for
 from politerm.engine.router import Router
 from politerm.engine.session import Session
@@ -253,7 +254,9 @@ async def handoff_ours(bench: Bench, sizes: Sizes, trace: PathTrace | None = Non
     store = RunStore.open(config.store.resolved_path())
     try:
         # The bench session already exists: "resume" reuses it instead of making a new one.
-        agents = await Session(config, store, server=bench.server).up(resume=True)
+        agents = await Session(config, store, Host(bench.server, config.tmux.session)).up(
+            resume=True
+        )
         router = Router(config, store, agents, templates=templates_for(config))
         ids: list[str] = []
         stack = contextlib.ExitStack()

@@ -69,6 +69,7 @@ from bench.bench_loop import (
 from bench.bench_ui import _cpu
 from politerm.agents import AgentState, load_profile
 from politerm.config import load_config
+from politerm.driver import Host
 from politerm.engine.loop import templates_for
 from politerm.engine.router import Router
 from politerm.engine.session import Session
@@ -244,7 +245,9 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             COUNTS.install(store)
             u0 = COUNTS.snapshot()
             start = time.perf_counter()
-            agents = await Session(config, store, server=bench.server).up(resume=True)
+            agents = await Session(config, store, Host(bench.server, config.tmux.session)).up(
+                resume=True
+            )
             out["bring-up s"] = time.perf_counter() - start
             u1 = COUNTS.snapshot()
             out["up tmux cmds/agent"] = (u1[0] - u0[0]) / len(agents)

@@ -130,7 +130,7 @@ async def started(root: pathlib.Path) -> t.AsyncIterator[Loop]:
         yield loop
     finally:
         await loop.session.down()
-        await loop.session.server.close()
+        await loop.session.host.server.close()
         loop.store.close()
 
 

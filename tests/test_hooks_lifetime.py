@@ -76,8 +76,8 @@ async def test_hooks_dir_is_kept_while_the_session_lives_and_removed_at_down(
         _profile, pane = agents["AGENT"]
         for proc in process_tree((await pane.info()).pid):
             proc.kill()
-        client = await loop.session.server.connect(loop.session.name)
-        found = await find_agent_pane(client, loop.session.server, "AGENT")
+        client = await loop.session.host.server.connect(loop.session.name)
+        found = await find_agent_pane(client, loop.session.host.server, "AGENT")
         assert found is not None
         assert await loop.session.is_up()
         assert channel.is_file()
@@ -91,7 +91,7 @@ async def test_hooks_dir_is_kept_while_the_session_lives_and_removed_at_down(
         assert hooks.parent.is_dir()  # only this session's directory goes
     finally:
         await loop.session.down()
-        await loop.session.server.close()
+        await loop.session.host.server.close()
         loop.store.close()
 
 
@@ -110,7 +110,7 @@ async def test_down_of_a_session_whose_server_died_still_removes_its_hooks_dir(
         assert await loop.session.down() == []
         assert not hooks.exists()
     finally:
-        await loop.session.server.close()
+        await loop.session.host.server.close()
         loop.store.close()
 
 

@@ -34,7 +34,7 @@ async def test_a_dead_pane_is_exited_at_once(
     assert server.socket_name is not None
     write_project(tmp_path, server.socket_name)
     async with started(tmp_path) as loop:
-        live = LiveAgents(loop.session.server)
+        live = LiveAgents(loop.session.host.server)
         try:
             states = await live.states(loop.store.list_agents())
             assert states == {"PLANNER": "ready", "EXECUTER": "ready"}
@@ -42,7 +42,7 @@ async def test_a_dead_pane_is_exited_at_once(
             os.kill(_pid(loop, "EXECUTER"), signal.SIGKILL)
             executer = loop.store.get_agent("EXECUTER")
             assert executer is not None
-            pane = await loop.session.server.pane("t", executer.pane_id)
+            pane = await loop.session.host.server.pane("t", executer.pane_id)
             async with asyncio.timeout(60):
                 while await pane.is_alive():
                     await pane.wait_output(0.5)
@@ -74,7 +74,7 @@ async def test_watch_redraws_on_a_commit_and_on_a_death_not_on_a_timer(
         await asyncio.to_thread(
             retry_until, lambda: "EXECUTER" in control_window(), 20, what="the control window"
         )
-        live = LiveAgents(loop.session.server)
+        live = LiveAgents(loop.session.host.server)
         frames: list[dict[str, t.Any]] = []
         drawn = asyncio.Event()
 

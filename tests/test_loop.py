@@ -344,7 +344,7 @@ async def test_killed_tmux_server_fails_clearly_then_up_resume_finishes(
         task = loop.store.get_task("T-srv")
         assert task is not None and task.state is TaskState.FAILED
         assert task.error is not None and "poli up --resume" in task.error
-        await loop.session.server.close()
+        await loop.session.host.close()
         await loop.session.up(resume=True)
         executer = loop.store.get_agent("EXECUTER")
         assert executer is not None and "--name resumed" in executer.command

@@ -12,6 +12,7 @@ import sys
 import typing as t
 
 from politerm.config import load_config
+from politerm.driver import Host
 from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.engine import Manager
 from politerm.manager.pane import PaneChannel
@@ -112,7 +113,9 @@ class PaneRig:
         self.manager.config = self.config.manager
 
     def channel(self, project: Project) -> PaneChannel:
-        ch = PaneChannel(self.config, project, self.run_store, server=self.server)
+        ch = PaneChannel(
+            self.config, project, self.run_store, host=Host(self.server, self.config.tmux.session)
+        )
         self.channels.append(ch)
         return ch
 
@@ -248,7 +251,7 @@ details: |
         config = rig.config.model_copy(
             update={"manager": rig.config.manager.model_copy(update={"brain": settings})}
         )
-        brain = AgentBrain(config, rig.run_store, server=tmux_server)
+        brain = AgentBrain(config, rig.run_store, host=Host(tmux_server, config.tmux.session))
         rig.manager.brain = brain
         try:
             rig.manager.start("proj", "Make hello.py")

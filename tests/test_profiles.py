@@ -496,7 +496,7 @@ async def test_router_applies_approval_policy(
         assert "Not run: denied." in (loop.prompts("PLANNER")[-1]) or case.approved
     finally:
         await loop.session.down()
-        await loop.session.server.close()
+        await loop.session.host.server.close()
         loop.store.close()
 
 
@@ -542,5 +542,5 @@ async def test_router_asks_the_user_and_applies_poli_approve(
         assert [e["approved"] for e in log if e["event"] == "approval"] == [True]
     finally:
         await loop.session.down()
-        await loop.session.server.close()
+        await loop.session.host.server.close()
         loop.store.close()

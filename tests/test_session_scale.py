@@ -73,8 +73,8 @@ async def test_up_attach_and_down_list_the_panes_once_for_all_agents(
     store = RunStore.open(config.store.resolved_path())
     session = Session(config, store)
     try:
-        await session.server.ensure_session("scale", cwd=root)
-        client = await session.server.connect("scale")
+        await session.host.server.ensure_session("scale", cwd=root)
+        client = await session.host.server.connect("scale")
         sent = _count_listings(client)
         # "resume" reuses the session made above, so the counting client is the one used.
         agents = await session.up(resume=True)
@@ -89,5 +89,5 @@ async def test_up_attach_and_down_list_the_panes_once_for_all_agents(
         assert sorted(stopped) == sorted(agents)
         assert len(sent) == 3, sent
     finally:
-        await session.server.close()
+        await session.host.server.close()
         store.close()

@@ -65,7 +65,7 @@ async def _reboot(loop: Loop) -> None:
     procs: list[psutil.Process] = []
     for _profile, pane in (await loop.session.attach()).values():
         procs.extend(process_tree((await pane.info()).pid))
-    await loop.session.server.kill_server()
+    await loop.session.host.server.kill_server()
     for proc in procs:
         proc.kill()
 
@@ -102,7 +102,7 @@ async def test_reboot_resumes_each_agent_with_its_own_conversation_id(
         assert "--name resumed-p-1111: its own conversation p-1111" in events, events
     finally:
         await loop.session.down()
-        await loop.session.server.close()
+        await loop.session.host.server.close()
         loop.store.close()
 
 
@@ -129,7 +129,7 @@ async def test_no_conversation_id_falls_back_to_the_generic_resume_and_says_so(
         assert want in said, said
     finally:
         await loop.session.down()
-        await loop.session.server.close()
+        await loop.session.host.server.close()
         loop.store.close()
 
 

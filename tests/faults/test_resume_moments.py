@@ -98,7 +98,7 @@ async def _resume_and_route(loop: Loop, task_ids: t.Sequence[str]) -> None:
                 session=session,
             )
     finally:
-        await session.server.close()
+        await session.host.server.close()
 
 
 def _done(loop: Loop, task_id: str) -> None:
@@ -316,7 +316,7 @@ async def test_resume_is_refused_while_a_router_routes_the_session(
                 with pytest.raises(RoutingError, match=r"stop it \(Ctrl-C\) before"):
                     await session.up(resume=True, primers=False)
             finally:
-                await session.server.close()
+                await session.host.server.close()
             pane = executer.pane
             assert pane is not None and not await pane.is_alive()  # nothing was restarted
         finally:

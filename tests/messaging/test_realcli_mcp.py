@@ -182,7 +182,7 @@ async def test_claude_calls_the_poli_mcp_tools(
     finally:
         kill_postman(messenger.dir.path)
         await session.down()
-        await session.server.close()
+        await session.host.server.close()
         store.close()
 
 

@@ -173,7 +173,7 @@ class Rig:
                         procs[proc.pid] = proc
             await self.session.down()
         finally:
-            await self.session.server.close()
+            await self.session.host.server.close()
             self.store.close()
         homes = {str(spec.home) for spec in self.specs.values()}
 

@@ -65,7 +65,7 @@ async def _reboot(r: Rig) -> None:
     procs: list[psutil.Process] = []
     for agent in r.agents.values():
         procs.extend(process_tree((await agent.pane.info()).pid))
-    await r.session.server.kill_server()
+    await r.session.host.server.kill_server()
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()

@@ -217,8 +217,8 @@ async def run_loop_checks(
             with contextlib.suppress(Exception):
                 await session.down()
             with contextlib.suppress(Exception):
-                await session.server.kill_server()
-            await session.server.close()
+                await session.host.server.kill_server()
+            await session.host.close()
             store.close()
     return results
 

@@ -47,7 +47,7 @@ def command(run_id: str | None, config_path: pathlib.Path | None) -> None:
                 up = session.name if await session.is_up() else None
                 stopped = await session.down()
             finally:
-                await session.server.close()
+                await session.host.close()
             # Whichever workflow started them: the manager's brain and dev agents too.
             return up, stopped + await close_sessions(config)
 

@@ -15,8 +15,8 @@ from politerm._internal.sanitize import color_system, escape_controls, trusted_s
 from politerm.cli import _complete
 from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.cli._output import show
+from politerm.driver import Host
 from politerm.engine import service
-from politerm.engine.session import make_server
 from politerm.errors import ConfigError
 from politerm.livestatus import LiveAgents, all_sessions
 from politerm.livestatus import watch as watch_status
@@ -86,7 +86,7 @@ def command(
         return
     config = load(config_path)
     if all_projects:
-        _show_all(make_server(config), as_json=as_json)
+        _show_all(Host.of(config).server, as_json=as_json)
         return
     here = config.project.root
     with_runs = bool(project_runs(here))
@@ -94,7 +94,7 @@ def command(
         config = config.model_copy(
             update={"tmux": config.tmux.model_copy(update={"socket": socket})}
         )
-    server = make_server(config)
+    server = Host.of(config).server
     if store_path is not None and not store_path.exists():
         # Looking must not create: a mistyped path is an error, not a new empty store.
         msg = f"--store {store_path}: no run store there"

@@ -61,7 +61,7 @@ def command(
                 if not await session.is_up():
                     await session.up(on_event=click.echo)
             finally:
-                await session.server.close()
+                await session.host.close()
             # Routing goes on after this command: the service routes, not this process.
             service.start(config, config_path)
             tid = follow_id or submit(store, config, request or "", task_id=task_id).id

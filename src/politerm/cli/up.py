@@ -47,7 +47,7 @@ def command(
             try:
                 await session.up(resume=resume, primers=not no_primers, on_event=click.echo)
             finally:
-                await session.server.close()
+                await session.host.close()
             if no_route:
                 return
             info = service.start(config, config_path)

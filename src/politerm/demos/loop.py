@@ -42,7 +42,7 @@ async def run(*, say: Say, keep: bool = False, printer: Printer | None = None) -
             finally:
                 if not keep:
                     await session.down()
-                await session.server.close()
+                await session.host.close()
         hello = scratch.root / "executer" / "hello.txt"
         written = hello.read_text().strip() if hello.is_file() else "(missing)"
         ok = task.state is TaskState.DONE and hello.is_file()

@@ -75,7 +75,7 @@ async def run(*, say: Say, keep: bool = False) -> Outcome:
                         await postman
                 if not keep:
                     await session.down()
-                await session.server.close()
+                await session.host.close()
         summary = [
             f"message {final.id}: {final.state.value} (READONLY, PLANNER → EXECUTER)",
             f"request:  {REQUEST}",

@@ -2,7 +2,8 @@
 
 Layer: above ``agents/``, ``protocol/``, ``terminal``, ``tmux/`` and ``pty/``; below
 ``engine/``, ``pipeline/``, ``epic/`` and the workflows built on them. See
-:class:`AgentDriver` and :func:`~politerm.driver.turn.run_turn`.
+:class:`AgentDriver`, :func:`~politerm.driver.turn.run_turn` and the one start path,
+:class:`~politerm.driver.host.Host`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from politerm.driver.agent import AgentDriver
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.host import Host, Launched, Pane, state_dir
 from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.looking import Observation, watch
 from politerm.driver.place import TmuxPlace, check_program
@@ -28,10 +30,13 @@ __all__ = [
     "DeliveryResult",
     "Drift",
     "Expect",
+    "Host",
+    "Launched",
     "LimitPolicy",
     "Limiter",
     "Observation",
     "Outcome",
+    "Pane",
     "Receipts",
     "ReportStream",
     "Source",
@@ -43,6 +48,7 @@ __all__ = [
     "clear_input",
     "deliver",
     "run_turn",
+    "state_dir",
     "turn_start",
     "wait_ready",
     "watch",

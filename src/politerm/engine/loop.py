@@ -82,7 +82,7 @@ async def route(
             for event in cursor.read():  # what was written after its last wake-up
                 printer(event)
         lock.release()
-        await session.server.close()
+        await session.host.close()
 
 
 FOLLOW_BACKSTOP = 30.0
@@ -302,7 +302,7 @@ async def abort(config: Config, store: RunStore, task_id: str | None = None) -> 
                 if name in working:
                     await pane.interrupt(profile.interrupt_key)
     finally:
-        await session.server.close()
+        await session.host.close()
     store.add_event("aborted", task_id=task_id, detail="aborted by the user")
     final = store.get_task(task_id)
     assert final is not None

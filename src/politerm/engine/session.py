@@ -15,8 +15,8 @@ import typing as t
 from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile, load_profile
 from politerm.agents.state import AgentState, StateReading
-from politerm.driver import check_program, deliver, wait_ready
-from politerm.driver.receipts import CLI_SESSION_META, launch_with_hooks, mark_pane
+from politerm.driver import Host, check_program, deliver, state_dir, wait_ready
+from politerm.driver.receipts import CLI_SESSION_META
 from politerm.driver.records import AgentRecords
 from politerm.engine.resume import resume_work
 from politerm.engine.routebase import agent_env
@@ -26,13 +26,11 @@ from politerm.hooks.channel import channel_path, hooks_dir_for, remove_hooks_dir
 from politerm.hooks.install import GEMINI_HOME_ENV, gemini_home_path, hook_cli
 from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
-from politerm.tmux.pane import agent_panes, new_window
-from politerm.tmux.server import TmuxServer, default_config_dir
 
 if t.TYPE_CHECKING:
     from politerm.config import AgentConfig, Config
+    from politerm.driver import Pane
     from politerm.store import RunStore
-    from politerm.tmux.pane import Pane
 
 Agents = dict[str, tuple[AgentProfile, "Pane"]]
 
@@ -82,12 +80,6 @@ def builtin_primer(name: str, contract: str = "politerm") -> str:
     return path.read_text()
 
 
-def make_server(config: Config) -> TmuxServer:
-    """The private tmux server the configuration names."""
-    tc = config.tmux
-    return TmuxServer(tc.socket, width=tc.width, height=tc.height, history_limit=tc.history_limit)
-
-
 class Session:
     """The agents of one politerm session on the private tmux server.
 
@@ -97,19 +89,19 @@ class Session:
         Socket, session name, agents and timeouts.
     store
         The run store; agents and their panes are recorded there.
-    server
-        The tmux server (default: from the config).
+    host
+        Where the agents run (default: the configuration's tmux server and session).
     """
 
-    def __init__(self, config: Config, store: RunStore, server: TmuxServer | None = None) -> None:
+    def __init__(self, config: Config, store: RunStore, host: Host | None = None) -> None:
         self.config = config
         self.store = store
-        self.server = server or make_server(config)
-        self.name = config.tmux.session
+        self.host = host or Host.of(config)
+        self.name = self.host.session
 
     async def is_up(self) -> bool:
         """Whether the tmux session exists."""
-        return await self.server.has_session(self.name)
+        return await self.host.is_up()
 
     async def up(
         self,
@@ -161,9 +153,7 @@ class Session:
             env = {**agent_profile(acfg).env, **acfg.env}
             check_program(acfg.argv(), env, setting=f"agents.{name}.command", cwd=acfg.cwd)
         if not exists:
-            await self.server.ensure_session(
-                self.name,
-                window_name="control",
+            await self.host.ensure(
                 argv=_control_argv(self.store.path, self.config.tmux.socket),
                 # poli status --all names every project's session and directory.
                 options={
@@ -184,12 +174,11 @@ class Session:
     async def _start_agents(
         self, *, resume: bool, primers: bool, say: t.Callable[[str], None]
     ) -> Agents:
-        client = await self.server.connect(self.name)
         agents: Agents = {}
         restarted: list[str] = []  # ran before: started again with their resume arguments
         respawned: list[str] = []  # a new process where one ran in this session before
         records: dict[str, AgentRecords] = {}  # what the dead ones wrote down themselves
-        found = await agent_panes(client, self.server)  # one listing, not one per agent
+        found = await self.host.agent_panes()  # one listing, not one per agent
         for name, acfg in self.config.agents.items():
             profile = agent_profile(acfg)
             pane = found.get(name)
@@ -219,33 +208,21 @@ class Session:
                 mcp=acfg.mcp,
                 config_file=session_config_file(self.config),
             )
+            cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
             # the agent's own hooks report to the session's private hooks directory
-            setup = launch_with_hooks(
+            launched = await self.host.launch(
                 name,
                 profile.name,
                 argv,
-                env,
-                hooks_dir_for(self.config),
-                enabled=acfg.hooks,
-                say=say,
+                cwd=cwd,
+                env=env,
+                hooks_dir=hooks_dir_for(self.config),
+                hooks=acfg.hooks,
                 patterns=self.config.redact.patterns,
+                replace=pane,
+                say=say,
             )
-            argv, env = setup.argv, setup.env
-            cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
-            if pane is not None:
-                await pane.respawn(argv, cwd=cwd, env=env)
-            else:
-                pane = await new_window(
-                    client,
-                    self.server,
-                    session=self.name,
-                    name=name.lower(),
-                    argv=argv,
-                    cwd=cwd,
-                    env=env,
-                    agent=name,
-                )
-            await mark_pane(pane, setup)
+            pane, argv = launched.pane, launched.argv
             self.store.upsert_agent(
                 name,
                 session=self.name,
@@ -309,9 +286,8 @@ class Session:
                 "run `poli up` (or `poli up --resume` after a crash)"
             )
             raise SessionNotFound(msg)
-        client = await self.server.connect(self.name)
         agents: Agents = {}
-        found = await agent_panes(client, self.server)
+        found = await self.host.agent_panes()
         for name, acfg in self.config.agents.items():
             pane = found.get(name)
             if pane is None:
@@ -334,19 +310,13 @@ class Session:
         return stopped
 
     async def _stop_all(self) -> list[str]:
-        stopped: list[str] = []
-        client = await self.server.connect(self.name)
-        found = await agent_panes(client, self.server)
+        stopped = await self.host.stop_agents(self.config.agents)
         for name in self.config.agents:
-            pane = found.get(name)
-            if pane is not None:
-                await pane.kill()
-                stopped.append(name)
             if self.store.get_agent(name) is not None:
                 self.store.set_agent_state(name, AgentState.EXITED.value)
         # The last session takes the server, its socket file and its config with it.
-        await self.server.kill_session(self.name)
-        RouterLock(self.config.tmux.socket, self.name).discard()
+        await self.host.kill()
+        RouterLock(self.host.socket, self.name).discard()
         return stopped
 
     async def wait_ready(
@@ -414,7 +384,7 @@ class RouterLock:
     """
 
     def __init__(self, socket: str, session: str, directory: pathlib.Path | None = None) -> None:
-        base = directory if directory is not None else default_config_dir()
+        base = directory if directory is not None else state_dir()
         self.path = base / f"router-{socket}-{session}.lock"
         self._fd: int | None = None
 
@@ -462,4 +432,4 @@ class RouterLock:
             self.release()
 
 
-__all__ = ["Agents", "RouterLock", "Session", "agent_profile", "builtin_primer", "make_server"]
+__all__ = ["Agents", "RouterLock", "Session", "agent_profile", "builtin_primer"]

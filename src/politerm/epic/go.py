@@ -465,9 +465,9 @@ class EpicRunner:
         size = (self.config.epic.width, self.config.epic.height)
         place = None
         if self.options.tmux:
-            from politerm.engine.session import make_server
+            from politerm.driver import Host
 
-            server = self._place.server if self._place is not None else make_server(self.config)
+            server = self._place.server if self._place is not None else Host.of(self.config).server
             if self._place is None:
                 await server.ensure_session(
                     TMUX_SESSION,

@@ -12,15 +12,14 @@ import pathlib
 import secrets
 import typing as t
 
-from politerm.driver import Expect, TurnOutcome
+from politerm.driver import Expect, Host, TurnOutcome
 from politerm.errors import AgentError, BrainError, BrainReplyError, BrainTimeout, TmuxError
-from politerm.manager.pane import agent_in_pane, session_name
+from politerm.manager.pane import session_name, start_agent
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver import AgentDriver
     from politerm.store import RunStore
-    from politerm.tmux.server import TmuxServer
 
 BRAIN_AGENT: t.Final = "BRAIN"
 
@@ -51,18 +50,19 @@ class AgentBrain:
         ``[manager.brain] agent`` (profile) and ``command``, tmux and timeouts.
     store
         Where the driver records events and pending approvals.
-    server
-        The tmux server (default: the configured private one).
+    host
+        The terminal host (default: the configured private tmux server); the brain runs in
+        its own session there.
     """
 
     def __init__(
-        self, config: Config, store: RunStore | None = None, *, server: TmuxServer | None = None
+        self, config: Config, store: RunStore | None = None, *, host: Host | None = None
     ) -> None:
         self.config = config
         self.settings = config.manager.brain
         self.store = store
-        self._server = server
-        self._own_server = server is None
+        self._host = (host or Host.of(config)).on(session_name(config, "brain"))
+        self._own_host = host is None
         self._driver: AgentDriver | None = None
 
     @property
@@ -72,15 +72,10 @@ class AgentBrain:
 
     async def _agent(self) -> AgentDriver:
         if self._driver is None or self._driver.dead:
-            if self._server is None:
-                from politerm.engine.session import make_server
-
-                self._server = make_server(self.config)
             try:
-                self._driver = await agent_in_pane(
+                self._driver = await start_agent(
                     self.config,
-                    self._server,
-                    session=session_name(self.config, "brain"),
+                    self._host,
                     name=BRAIN_AGENT,
                     profile=self.settings.agent,
                     argv=self.settings.command,
@@ -131,6 +126,5 @@ class AgentBrain:
     async def aclose(self) -> None:
         """Leave the agent running (the next manager attaches to it); close tmux clients."""
         self._driver = None
-        if self._own_server and self._server is not None:
-            await self._server.close()
-            self._server = None
+        if self._own_host:
+            await self._host.close()

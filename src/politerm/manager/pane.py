@@ -20,8 +20,7 @@ import re
 import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
-from politerm.agents.profile import load_profile
-from politerm.driver import AgentDriver, Expect, TmuxPlace, TurnOutcome
+from politerm.driver import AgentDriver, Expect, Host, TurnOutcome
 from politerm.errors import (
     AgentError,
     DevChannelError,
@@ -35,7 +34,6 @@ if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.manager.store import Project
     from politerm.store import RunStore
-    from politerm.tmux.server import TmuxServer
 
 REPORT_TEMPLATE: t.Final = """\
 {instruction}
@@ -107,32 +105,26 @@ async def close_sessions(config: Config, projects: t.Iterable[str] | None = None
     default every manager session of the configuration's session. Returns what was stopped,
     as ``AGENT (SESSION)``.
     """
-    from politerm.engine.session import make_server
-    from politerm.tmux.pane import agent_panes
-
     prefix = session_name(config, "")
     wanted = None if projects is None else {session_name(config, p) for p in projects}
-    server = make_server(config)
+    host = Host.of(config)
     stopped: list[str] = []
     try:
-        for name in await server.list_sessions():
+        for name in await host.sessions():
             if not name.startswith(prefix) or (wanted is not None and name not in wanted):
                 continue
-            client = await server.connect(name)
-            for agent, pane in (await agent_panes(client, server)).items():
-                await pane.kill()
-                stopped.append(f"{agent} ({name})")
-            await server.kill_session(name)
+            session = host.on(name)
+            stopped += [f"{agent} ({name})" for agent in await session.stop_agents()]
+            await session.kill()
     finally:
-        await server.close()
+        await host.close()
     return stopped
 
 
-async def agent_in_pane(
+async def start_agent(
     config: Config,
-    server: TmuxServer,
+    host: Host,
     *,
-    session: str,
     name: str,
     profile: str,
     argv: list[str],
@@ -140,35 +132,21 @@ async def agent_in_pane(
     cwd: pathlib.Path,
     store: RunStore | None,
 ) -> AgentDriver:
-    """Attach to agent ``name`` in tmux session ``session`` if it runs, else start it there.
+    """Attach to agent ``name`` on ``host`` if it runs, else start it there.
 
     The approval policy is the configured one (``[routing] approval``); questions it leaves
     open are answered with ``poli approve <name>``.
     """
-    from politerm.tmux.pane import find_agent_pane
-
-    agent_profile = load_profile(profile)
     routing = config.routing
-    kwargs: dict[str, t.Any] = {
-        "store": store,
-        "policy": ApprovalPolicy.of(routing.approval, routing.approval_patterns),
-    }
-    await server.ensure_session(session, cwd=cwd)
-    client = await server.connect(session)
-    pane = await find_agent_pane(client, server, name)
-    if pane is not None and await pane.is_alive():
-        driver = AgentDriver.attach(name, agent_profile, pane, cwd=cwd, **kwargs)
-        await driver.observe()
-        return driver
-    return await AgentDriver.start(
+    return await host.find_or_start(
         name,
-        agent_profile,
-        argv=argv or None,
-        tmux=TmuxPlace(client, server, session, name.lower()),
+        profile,
+        argv=argv,
         cwd=cwd,
         setting=setting,
         ready_timeout=config.timeouts.ready,
-        **kwargs,
+        store=store,
+        policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
     )
 
 
@@ -183,8 +161,9 @@ class PaneChannel:
         The project (its path is the agent's working directory; ``agent`` its profile).
     store
         Where the driver records events and pending approvals.
-    server
-        The tmux server (default: the configured private one).
+    host
+        The terminal host (default: the configured private tmux server); the agent runs in
+        its own session there.
     """
 
     def __init__(
@@ -193,7 +172,7 @@ class PaneChannel:
         project: Project,
         store: RunStore | None = None,
         *,
-        server: TmuxServer | None = None,
+        host: Host | None = None,
     ) -> None:
         self.config = config
         self.project = project
@@ -201,8 +180,8 @@ class PaneChannel:
         self.profile_name = project.agent or config.manager.dev_agent
         self.agent_name = f"DEV-{_UNSAFE.sub('_', project.name)}"
         self.session = session_name(config, project.name)
-        self._server = server
-        self._own_server = server is None
+        self._host = (host or Host.of(config)).on(self.session)
+        self._own_host = host is None
         self._driver: AgentDriver | None = None
         self._instructions: dict[str, str] = {}
         self._sending: tuple[str, str] | None = None  # (task id, step id) being delivered
@@ -212,21 +191,13 @@ class PaneChannel:
         """``<agent> in tmux session <session>``."""
         return f"{self.agent_name} ({self.profile_name}) in tmux session {self.session}"
 
-    def _server_(self) -> TmuxServer:
-        if self._server is None:
-            from politerm.engine.session import make_server
-
-            self._server = make_server(self.config)
-        return self._server
-
     async def driver(self) -> AgentDriver:
         """The dev agent's driver: attached to its pane if it runs, else started there."""
         if self._driver is None or self._driver.dead:
             try:
-                self._driver = await agent_in_pane(
+                self._driver = await start_agent(
                     self.config,
-                    self._server_(),
-                    session=self.session,
+                    self._host,
                     name=self.agent_name,
                     profile=self.profile_name,
                     argv=self.config.manager.dev_command,
@@ -312,9 +283,8 @@ class PaneChannel:
     async def aclose(self) -> None:
         """Leave the agent running in its pane (a later manager attaches to it)."""
         self._driver = None
-        if self._own_server and self._server is not None:
-            await self._server.close()
-            self._server = None
+        if self._own_host:
+            await self._host.close()
 
     async def kill(self) -> None:
         """Kill the dev agent's process tree, then close as :meth:`aclose`.

@@ -19,7 +19,7 @@ import psutil
 
 from politerm._internal.proctree import process_tree
 from politerm.config import load_config
-from politerm.engine.session import make_server
+from politerm.driver import Host
 from politerm.errors import HookError, PipelineError, TmuxError
 from politerm.hooks.channel import remove_hooks_dir
 from politerm.pipeline import worktrees
@@ -284,7 +284,7 @@ def _remove_hooks(state: RunState) -> None:
 
 
 async def _session_up(config: Config, rec: RunRecord) -> bool:
-    server = make_server(config)
+    server = Host.of(config).server
     server.socket_name = rec.socket
     try:
         return await server.has_session(rec.session)
@@ -297,7 +297,7 @@ async def _kill_session(config: Config, rec: RunRecord) -> bool:
 
     Its last session takes the private server, socket file and config with it.
     """
-    server = make_server(config)
+    server = Host.of(config).server
     server.socket_name = rec.socket
     try:
         if not await server.has_session(rec.session):

@@ -27,7 +27,7 @@ import time
 import typing as t
 
 from politerm._internal.private import private_dir
-from politerm.engine.session import make_server
+from politerm.driver import Host
 from politerm.errors import (
     PipelineError,
 )
@@ -178,7 +178,7 @@ class PipelineRunner:
         self.state = state
         self.record = state.record
         self.config = config
-        self.server = server or make_server(config)
+        self.server = server or Host.of(config).server
         self.server.socket_name = self.record.socket
         self.policy = FailurePolicy.parse(self.record.on_fail)
         self.project = pathlib.Path(self.record.project)

@@ -1,0 +1,78 @@
+"""The one start path (politerm.driver.host) on a real private tmux server with fake agents."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import typing as t
+
+from politerm.agents import load_profile
+from politerm.driver import AgentDriver, Host
+
+if t.TYPE_CHECKING:
+    from politerm.tmux.server import TmuxServer
+
+FAKE = [sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "plain"]
+
+
+async def test_launch_lists_respawns_and_stops_agents(
+    tmux_server: TmuxServer, tmp_path: pathlib.Path
+) -> None:
+    host = Host(tmux_server, "proj")
+    assert not await host.is_up()
+    assert await host.ensure(options={"@poli_project": str(tmp_path)})
+    assert not await host.ensure()  # already there: not created again
+    assert await host.is_up()
+
+    first = await host.launch(
+        "PLANNER", "generic", FAKE, cwd=tmp_path, env={}, hooks_dir=None, hooks=False
+    )
+    await host.launch("EXECUTER", "generic", FAKE, cwd=tmp_path, env={}, hooks_dir=None)
+    panes = await host.agent_panes()
+    assert sorted(panes) == ["EXECUTER", "PLANNER"]
+    assert panes["PLANNER"].pane_id == first.pane.pane_id
+    assert first.argv[-len(FAKE) :] == FAKE
+    found = await host.pane(first.pane.pane_id)
+    assert found is not None and found.pane_id == first.pane.pane_id
+
+    # A dead pane is started again in place: same pane, same agent name.
+    await first.pane.kill()
+    assert await host.find_agent_pane("PLANNER") is None
+    again = await host.launch(
+        "EXECUTER",
+        "generic",
+        FAKE,
+        cwd=tmp_path,
+        env={},
+        hooks_dir=None,
+        replace=panes["EXECUTER"],
+    )
+    assert again.pane.pane_id == panes["EXECUTER"].pane_id
+
+    assert await host.stop_agents() == ["EXECUTER"]
+    assert await host.agent_panes() == {}
+    await host.kill()
+    assert not await host.is_up()
+    assert await host.pane(first.pane.pane_id) is None
+
+
+async def test_find_or_start_attaches_to_the_running_agent(
+    tmux_server: TmuxServer, tmp_path: pathlib.Path
+) -> None:
+    host = Host(tmux_server, "mgr")
+    started = await host.find_or_start(
+        "DEV", "generic", argv=FAKE, cwd=tmp_path, setting="x.command", ready_timeout=30
+    )
+    try:
+        assert started.pane is not None
+        # A second process (a restart) finds the same agent instead of starting another.
+        again = await host.on("mgr").find_or_start(
+            "DEV", "generic", argv=FAKE, cwd=tmp_path, setting="x.command", ready_timeout=30
+        )
+        assert isinstance(again, AgentDriver)
+        assert again.pane is not None and again.pane.pane_id == started.pane.pane_id
+        assert list(await host.agent_panes()) == ["DEV"]
+        assert load_profile("generic").name == again.profile.name
+    finally:
+        await started.kill(grace=1.0)
+        await host.kill()

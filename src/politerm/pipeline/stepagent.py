@@ -21,7 +21,6 @@ from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import AgentDriver, Outcome
 from politerm.driver.leftover import left_over
 from politerm.driver.limits import driver_settings
-from politerm.driver.place import TmuxPlace
 from politerm.driver.turn import Expect, TurnOutcome
 from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
 from politerm.pipeline import worktrees
@@ -30,11 +29,11 @@ from politerm.pipeline.launch import render_prompt as _render_prompt
 from politerm.pipeline.model import StepStatus
 from politerm.pipeline.state import write_atomic
 from politerm.protocol.primer import new_nonce
-from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     import psutil
 
+    from politerm.driver.host import Pane
     from politerm.pipeline.model import Step
     from politerm.pipeline.runner import PipelineRunner
 
@@ -157,7 +156,7 @@ class StepAgent:
                 f"step-{step.num}",
                 spec.profile,
                 argv=spec.argv,
-                tmux=TmuxPlace(run.client, run.server, run.record.session, step.window),
+                tmux=await run.host.place(step.window),
                 cwd=cwd,
                 setting=f"--cli (step {step.num})",
                 ready_timeout=None,
@@ -275,8 +274,8 @@ class StepAgent:
         await self.stop_agent(driver)
         return None if answer == "y" else f"marked not done ({answer}) by a person"
 
-    async def wait_exit(self, step: Step, pane: Pane, deadline: float) -> str | None:
-        """Wait for a headless step's exit-code file."""
+    async def wait_exit(self, step: Step, pane: Pane | None, deadline: float) -> str | None:
+        """Wait for a headless step's exit-code file (its wrapper runs in ``pane``, if any)."""
         run = self.run
         path = exit_file(run.state.steps_dir, step.num)
         gone_since: float | None = None
@@ -287,18 +286,14 @@ class StepAgent:
                 run.marks[f"done:{step.num}"] = time.monotonic()
                 # The wrapper exits right after the rename; let it, then make sure.
                 for _ in range(20):
-                    with contextlib.suppress(ControlModeError):
-                        if not await pane.is_alive():
-                            break
+                    if not await _alive(pane):
+                        break
                     await asyncio.sleep(_POLL / 2)
                 await self._stop_pane(pane)
                 if code == 0:
                     return None
                 return f"exited with status {code}"
-            try:
-                alive = await pane.is_alive()
-            except ControlModeError:
-                alive = False
+            alive = await _alive(pane)
             now = time.monotonic()
             if not alive:
                 # The wrapper writes the file before it exits; give the rename a moment.
@@ -318,12 +313,11 @@ class StepAgent:
         spec = self.launch(step, rec.attempt)
         deadline = time.monotonic() + run.pipeline.timeout_of(step)
         if spec.headless and exit_file(run.state.steps_dir, step.num).exists():
-            pane = Pane(run.client, rec.pane, run.server) if rec.pane else None
-            if pane is not None:
-                return await self.wait_exit(step, pane, deadline)
-        if rec.pane is None:
+            pane = await run.host.pane(rec.pane) if rec.pane else None
+            return await self.wait_exit(step, pane, deadline)
+        pane = await run.host.pane(rec.pane) if rec.pane else None
+        if pane is None:
             return "rerun"
-        pane = Pane(run.client, rec.pane, run.server)
         try:
             snap = await pane.snapshot()
         except PaneNotFound:
@@ -354,7 +348,9 @@ class StepAgent:
         if driver.pane is not None:
             await self._stop_pane(driver.pane)
 
-    async def _stop_pane(self, pane: Pane) -> None:
+    async def _stop_pane(self, pane: Pane | None) -> None:
+        if pane is None:
+            return
         try:
             info = await pane.info()
         except (PaneNotFound, ControlModeError):
@@ -371,7 +367,19 @@ class StepAgent:
         if rec.pane is None:
             return
         with contextlib.suppress(PaneNotFound, TmuxCommandError, ControlModeError):
-            await Pane(run.client, rec.pane, run.server).kill()
+            pane = await run.host.pane(rec.pane)
+            if pane is not None:
+                await pane.kill()
+
+
+async def _alive(pane: Pane | None) -> bool:
+    """Whether ``pane``'s process runs (a pane gone, or unreachable, runs nothing)."""
+    if pane is None:
+        return False
+    try:
+        return await pane.is_alive()
+    except (ControlModeError, PaneNotFound):
+        return False
 
 
 def terminate(procs: t.Sequence[psutil.Process], grace: float = 3.0) -> bool:

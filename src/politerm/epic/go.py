@@ -25,7 +25,7 @@ import uuid
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.agents.profile import load_profile
-from politerm.driver import AgentDriver, TmuxPlace
+from politerm.driver import AgentDriver, Host
 from politerm.driver.limits import LimitPolicy
 from politerm.driver.stop import StopControl
 from politerm.epic.items import pick_source
@@ -194,7 +194,7 @@ class EpicRunner:
             raise EpicError(msg)
         self.argv: list[str] = list(argv)
         self.hash = config_hash(config)
-        self._place: TmuxPlace | None = None  # the poli-go session, with --tmux
+        self._host: Host | None = None  # the poli-go session, with --tmux
         self._version: str | None = None
         self._state = ""
         self._item = ""
@@ -465,16 +465,12 @@ class EpicRunner:
         size = (self.config.epic.width, self.config.epic.height)
         place = None
         if self.options.tmux:
-            from politerm.driver import Host
-
-            server = self._place.server if self._place is not None else Host.of(self.config).server
-            if self._place is None:
-                await server.ensure_session(
-                    TMUX_SESSION,
-                    argv=[sys.executable, "-c", "import signal; signal.pause()"],
-                )
-            client = await server.connect(TMUX_SESSION)
-            self._place = place = TmuxPlace(client, server, TMUX_SESSION, label[:30], size)
+            if self._host is None:
+                self._host = Host.of(self.config, TMUX_SESSION)
+                # The session's first window holds it open between the sessions' windows.
+                idle = [sys.executable, "-c", "import signal; signal.pause()"]
+                await self._host.ensure(argv=idle)
+            place = await self._host.place(label[:30], size)
         driver = await AgentDriver.start(
             f"epic.{sid[:8]}",
             self.profile,
@@ -501,11 +497,11 @@ class EpicRunner:
         return driver
 
     async def _close_tmux(self) -> None:
-        if self._place is not None:
+        if self._host is not None:
             with contextlib.suppress(Exception):
-                await self._place.server.kill_session(TMUX_SESSION)
-            await self._place.server.close()
-            self._place = None
+                await self._host.kill()
+            await self._host.close()
+            self._host = None
 
     @contextlib.asynccontextmanager
     async def _signals(self) -> AsyncIterator[None]:

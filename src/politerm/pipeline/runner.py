@@ -44,14 +44,11 @@ from politerm.pipeline.state import (
     session_name,
 )
 from politerm.pipeline.stepagent import StepAgent
-from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.pipeline.model import Pipeline, Step
     from politerm.store import RunStore
-    from politerm.tmux.control import ControlClient
-    from politerm.tmux.server import TmuxServer
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +156,8 @@ class PipelineRunner:
         The run's record and where it is saved.
     config
         Socket, ready timeout; loaded from the project.
-    server
-        The private tmux server (default: from the config, on the record's socket).
+    host
+        The run's terminal host (default: the config's, on the record's socket and session).
     say
         Where progress lines go (the ``poli run`` terminal).
     """
@@ -171,15 +168,14 @@ class PipelineRunner:
         state: RunState,
         config: Config,
         *,
-        server: TmuxServer | None = None,
+        host: Host | None = None,
         say: t.Callable[[str], None] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.state = state
         self.record = state.record
         self.config = config
-        self.server = server or Host.of(config).server
-        self.server.socket_name = self.record.socket
+        self.host = host or Host.of(config, self.record.session, socket=self.record.socket)
         self.policy = FailurePolicy.parse(self.record.on_fail)
         self.project = pathlib.Path(self.record.project)
         self.layout = handoff.Layout(self.record.handoff_dir)
@@ -191,7 +187,6 @@ class PipelineRunner:
         )
         self._say = say or (lambda _line: None)
         self._ask_lock = asyncio.Lock()
-        self._client: ControlClient | None = None
         self.steps = StepAgent(self)
         #: Timestamps for the benchmark: step → (done block seen, next prompt confirmed).
         self.marks: dict[str, float] = {}
@@ -245,38 +240,25 @@ class PipelineRunner:
             self.state.clear_question()
             self.state.save()
             with contextlib.suppress(Exception):
-                await self.server.close()
+                await self.host.close()
         return rec.status
 
     async def _ensure_session(self) -> None:
         rec = self.record
-        created = await self.server.ensure_session(
-            rec.session,
-            window_name="control",
-            argv=control_argv(self.project, rec.run_id, self.config.project_file),
-            cwd=self.project,
-        )
-        self._client = await self.server.connect(rec.session)
+        argv = control_argv(self.project, rec.run_id, self.config.project_file)
+        created = await self.host.ensure(window="control", argv=argv, cwd=self.project)
         if created:
             self.say(f"session {rec.session} on socket {rec.socket}")
             return
         # A resumed run: bring the control window back if it ended.
-        lines = await self._client.cmd(
+        _rc, out, _err = await self.host.tmux(
             "list-panes", "-t", f"={rec.session}:0", "-F", "#{pane_id}\t#{pane_dead}"
         )
-        for line in lines:
+        for line in out.splitlines():
             pane_id, _, dead = line.partition("\t")
-            if dead == "1":
-                await Pane(self._client, pane_id, self.server).respawn(
-                    control_argv(self.project, rec.run_id, self.config.project_file),
-                    cwd=self.project,
-                )
-
-    @property
-    def client(self) -> ControlClient:
-        """The control connection to the run's session."""
-        assert self._client is not None
-        return self._client
+            pane = await self.host.pane(pane_id) if dead == "1" else None
+            if pane is not None:
+                await pane.respawn(argv, cwd=self.project)
 
     async def _run_stage(self, stage: tuple[Step, ...]) -> None:
         parallel = stage[0].group is not None

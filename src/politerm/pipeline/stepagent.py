@@ -21,7 +21,6 @@ from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import AgentDriver, Outcome
 from politerm.driver.leftover import left_over
 from politerm.driver.limits import driver_settings
-from politerm.driver.receipts import launch_with_hooks, mark_pane
 from politerm.driver.turn import Expect, TurnOutcome
 from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
 from politerm.pipeline import worktrees
@@ -30,11 +29,11 @@ from politerm.pipeline.launch import render_prompt as _render_prompt
 from politerm.pipeline.model import StepStatus
 from politerm.pipeline.state import write_atomic
 from politerm.protocol.primer import new_nonce
-from politerm.tmux.pane import Pane, new_window
 
 if t.TYPE_CHECKING:
     import psutil
 
+    from politerm.driver.host import Pane
     from politerm.pipeline.model import Step
     from politerm.pipeline.runner import PipelineRunner
 
@@ -92,19 +91,22 @@ class StepAgent:
         )
 
     def driver(self, step: Step, spec: Launch, pane: Pane) -> AgentDriver:
-        """The driver of ``step``'s agent in ``pane``."""
-        run = self.run
-        cwd = run.record.step(step.num).cwd
+        """The driver of ``step``'s agent in ``pane`` (a killed runner's, attached again)."""
+        cwd = self.run.record.step(step.num).cwd
+        where = None if cwd is None else pathlib.Path(cwd)
         return AgentDriver.attach(
-            f"step-{step.num}",
-            spec.profile,
-            pane,
-            store=run.state.store,
-            policy=self.policy,
-            approval_key=approval_key(run.record.run_id, step.num),
-            cwd=None if cwd is None else pathlib.Path(cwd),
-            **driver_settings(run.config),
+            f"step-{step.num}", spec.profile, pane, cwd=where, **self.settings(step)
         )
+
+    def settings(self, step: Step) -> dict[str, t.Any]:
+        """The driver's store, approvals, limits and budget for ``step``."""
+        run = self.run
+        return {
+            "store": run.state.store,
+            "policy": self.policy,
+            "approval_key": approval_key(run.record.run_id, step.num),
+            **driver_settings(run.config),
+        }
 
     async def attempt(self, step: Step, *, parallel: bool) -> str | None:
         """One attempt (or the continuation of an interrupted one); an error or None."""
@@ -147,27 +149,25 @@ class StepAgent:
         )
         run.set_current(step)
         run.state.save()
-        # A TUI step's own hooks report to the run's private hooks directory.
-        hooks = launch_with_hooks(
-            f"step-{step.num}",
-            spec.profile.name,
-            spec.argv,
-            spec.profile.env,
-            run.state.steps_dir / "hooks",
-            enabled=not spec.headless,
-            patterns=run.config.redact.patterns,
-        )
-        pane = await new_window(
-            run.client,
-            run.server,
-            session=run.record.session,
-            name=step.window,
-            argv=hooks.argv,
-            cwd=cwd,
-            env=hooks.env,
-            agent=f"step-{step.num}",
-        )
-        await mark_pane(pane, hooks)
+        # The driver's start path; a TUI step's own hooks report to the run's private hooks
+        # directory. Ready is waited for below, once the window is in the record.
+        try:
+            driver = await AgentDriver.start(
+                f"step-{step.num}",
+                spec.profile,
+                argv=spec.argv,
+                tmux=await run.host.place(step.window),
+                cwd=cwd,
+                setting=f"--cli (step {step.num})",
+                ready_timeout=None,
+                hooks=not spec.headless,
+                hooks_dir=run.state.steps_dir / "hooks",
+                **self.settings(step),
+            )
+        except AgentError as exc:
+            return str(exc)
+        pane = driver.pane
+        assert pane is not None  # a tmux place gives a pane
         run.state.set_step(step.num, StepStatus.RUNNING, pane=pane.pane_id)
         run.say(
             f"step {step.num} ({step.agent}, {spec.cli}{', headless' if spec.headless else ''})"
@@ -178,7 +178,7 @@ class StepAgent:
         deadline = time.monotonic() + run.pipeline.timeout_of(step)
         if spec.headless:
             return await self.wait_exit(step, pane, deadline)
-        return await self.start_tui(step, spec, self.driver(step, spec, pane), text, deadline)
+        return await self.start_tui(step, spec, driver, text, deadline)
 
     async def start_tui(
         self, step: Step, spec: Launch, driver: AgentDriver, text: str, deadline: float
@@ -274,8 +274,8 @@ class StepAgent:
         await self.stop_agent(driver)
         return None if answer == "y" else f"marked not done ({answer}) by a person"
 
-    async def wait_exit(self, step: Step, pane: Pane, deadline: float) -> str | None:
-        """Wait for a headless step's exit-code file."""
+    async def wait_exit(self, step: Step, pane: Pane | None, deadline: float) -> str | None:
+        """Wait for a headless step's exit-code file (its wrapper runs in ``pane``, if any)."""
         run = self.run
         path = exit_file(run.state.steps_dir, step.num)
         gone_since: float | None = None
@@ -286,18 +286,14 @@ class StepAgent:
                 run.marks[f"done:{step.num}"] = time.monotonic()
                 # The wrapper exits right after the rename; let it, then make sure.
                 for _ in range(20):
-                    with contextlib.suppress(ControlModeError):
-                        if not await pane.is_alive():
-                            break
+                    if not await _alive(pane):
+                        break
                     await asyncio.sleep(_POLL / 2)
                 await self._stop_pane(pane)
                 if code == 0:
                     return None
                 return f"exited with status {code}"
-            try:
-                alive = await pane.is_alive()
-            except ControlModeError:
-                alive = False
+            alive = await _alive(pane)
             now = time.monotonic()
             if not alive:
                 # The wrapper writes the file before it exits; give the rename a moment.
@@ -317,12 +313,11 @@ class StepAgent:
         spec = self.launch(step, rec.attempt)
         deadline = time.monotonic() + run.pipeline.timeout_of(step)
         if spec.headless and exit_file(run.state.steps_dir, step.num).exists():
-            pane = Pane(run.client, rec.pane, run.server) if rec.pane else None
-            if pane is not None:
-                return await self.wait_exit(step, pane, deadline)
-        if rec.pane is None:
+            pane = await run.host.pane(rec.pane) if rec.pane else None
+            return await self.wait_exit(step, pane, deadline)
+        pane = await run.host.pane(rec.pane) if rec.pane else None
+        if pane is None:
             return "rerun"
-        pane = Pane(run.client, rec.pane, run.server)
         try:
             snap = await pane.snapshot()
         except PaneNotFound:
@@ -353,7 +348,9 @@ class StepAgent:
         if driver.pane is not None:
             await self._stop_pane(driver.pane)
 
-    async def _stop_pane(self, pane: Pane) -> None:
+    async def _stop_pane(self, pane: Pane | None) -> None:
+        if pane is None:
+            return
         try:
             info = await pane.info()
         except (PaneNotFound, ControlModeError):
@@ -370,7 +367,19 @@ class StepAgent:
         if rec.pane is None:
             return
         with contextlib.suppress(PaneNotFound, TmuxCommandError, ControlModeError):
-            await Pane(run.client, rec.pane, run.server).kill()
+            pane = await run.host.pane(rec.pane)
+            if pane is not None:
+                await pane.kill()
+
+
+async def _alive(pane: Pane | None) -> bool:
+    """Whether ``pane``'s process runs (a pane gone, or unreachable, runs nothing)."""
+    if pane is None:
+        return False
+    try:
+        return await pane.is_alive()
+    except (ControlModeError, PaneNotFound):
+        return False
 
 
 def terminate(procs: t.Sequence[psutil.Process], grace: float = 3.0) -> bool:

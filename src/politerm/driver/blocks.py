@@ -150,7 +150,9 @@ class BlockReader:
     _tail: Tail | None = None
 
     def __post_init__(self) -> None:
-        self.parser = BlockParser(detect_echo=True, message_dir=self.cwd)
+        # A screen block counts once two reads in a row show it the same: a capture taken
+        # while a full-screen CLI repaints can show it closed but half drawn.
+        self.parser = BlockParser(detect_echo=True, message_dir=self.cwd, settle=True)
         self.tparser = BlockParser(detect_echo=False, message_dir=self.cwd)
         # The window's other readings, each looking only at what changed since the last.
         self._after = AfterPrompt()

@@ -7,8 +7,8 @@ import typing as t
 
 import pytest
 
-from politerm.protocol.footer import MAX_LINES, FooterReader, cross_check
-from politerm.protocol.report import Report, ReportStatus
+from politerm.protocol.footer import MAX_LINES, FooterReader
+from politerm.protocol.report import Report, ReportStatus, cross_check
 
 
 class Case(t.NamedTuple):

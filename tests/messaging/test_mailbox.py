@@ -11,15 +11,8 @@ import pytest
 
 from politerm.errors import MessageNotFound
 from politerm.store import RunStore, iter_audit
-from politerm.store.mail import (
-    MAIL_TRANSITIONS,
-    Capability,
-    Mail,
-    Mailbox,
-    MailKind,
-    MailState,
-    can_change,
-)
+from politerm.store.mail import Capability, Mail, Mailbox, MailKind
+from politerm.store.mailstates import MAIL_TRANSITIONS, MailState, can_change
 
 
 class Clock:

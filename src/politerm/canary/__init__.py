@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typing as t
 
-from politerm.canary.checks import CHECKS, CanaryResult, CheckResult, run_checks
+from politerm.canary.checks import CHECKS, CanaryResult, run_checks
 from politerm.canary.install import (
     CLIS,
     InstalledCli,
@@ -24,6 +24,7 @@ from politerm.canary.install import (
     newest_version,
 )
 from politerm.canary.loop import run_loop_checks
+from politerm.canary.result import CheckResult
 from politerm.errors import CanaryError
 
 if t.TYPE_CHECKING:

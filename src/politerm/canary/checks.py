@@ -31,6 +31,7 @@ from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.profile import load_profile
 from politerm.canary.loop import LOOP_CHECKS
 from politerm.canary.recipes import Options, prepare
+from politerm.canary.result import CheckResult
 from politerm.errors import PolitermError
 
 if t.TYPE_CHECKING:
@@ -45,16 +46,6 @@ EXTRA_ARGS = {"aider": ["--edit-format", "diff"]}
 # aider runs an approved command itself: the model never sees its result, so the tool
 # turn has no answer and the check is the question and the file alone.
 NO_TOOL_RESULT = frozenset({"aider"})
-
-
-@dataclasses.dataclass
-class CheckResult:
-    """One check of one CLI: passed or not, what was seen, the screen when it broke."""
-
-    name: str
-    ok: bool | None  # None: not run (an earlier check failed)
-    detail: str = ""
-    screen: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass

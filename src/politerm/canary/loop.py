@@ -27,10 +27,10 @@ import secrets
 import typing as t
 
 from politerm.canary.recipes import Options, prepare
+from politerm.canary.result import CheckResult
 from politerm.errors import PolitermError
 
 if t.TYPE_CHECKING:
-    from politerm.canary.checks import CheckResult
     from politerm.canary.install import InstalledCli
     from politerm.store.models import Event
     from politerm.testing.mockllm import MockLLM, Rule
@@ -148,7 +148,6 @@ async def run_loop_checks(
     """Run the loop checks on one installed CLI; never raises for a CLI that misbehaves."""
     import tempfile
 
-    from politerm.canary.checks import CheckResult
     from politerm.config import load_config
     from politerm.engine.loop import run_task
     from politerm.engine.session import Session

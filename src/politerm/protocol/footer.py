@@ -1,4 +1,4 @@
-r"""obi's legacy footer and its cross-check against the fenced report.
+r"""obi's legacy footer, read line by line beside the fenced report.
 
 obi asks the agent to print, after the fenced report::
 
@@ -8,19 +8,16 @@ obi asks the agent to print, after the fenced report::
     ESCALATION: <reason>
 
 A key's value is on its own line or on the lines after it, up to the next key or the end of the
-output. :class:`FooterReader` collects it line by line; :func:`cross_check` compares it with the
-fence as obi does (status case-insensitively, the commit message against the fence's
-``details`` -- and, because politerm's prompts ask for a one-line ``commit_msg``, against that
-too -- and the escalation trimmed).
+output. :class:`FooterReader` collects it line by line. The report's parser compares it with the
+fence as obi does (:func:`politerm.protocol.report.cross_check`: status case-insensitively, the
+commit message against the fence's ``details`` -- and, because politerm's prompts ask for a
+one-line ``commit_msg``, against that too -- and the escalation trimmed); this module knows
+nothing of the report, so the parser can use it without a circle.
 """
 
 from __future__ import annotations
 
 import re
-import typing as t
-
-if t.TYPE_CHECKING:
-    from politerm.protocol.report import Report
 
 #: The footer's keys, upper-case as obi matches them.
 KEYS: tuple[str, ...] = ("STATUS", "COMMIT_MSG", "ESCALATION")
@@ -98,75 +95,3 @@ class FooterReader:
     def values(self) -> dict[str, str]:
         """Each key's value, multi-line values trimmed of outer blank lines."""
         return {key: "\n".join(lines).strip() for key, lines in self._values.items()}
-
-
-def footer_status(value: str) -> str:
-    r"""The status word of a footer value: its first non-blank line, normalised.
-
-    Examples
-    --------
-    >>> footer_status("\n  Needs Help\n")
-    'needs_help'
-    """
-    from politerm.protocol.report import normalise_status
-
-    first = next((ln for ln in value.splitlines() if ln.strip()), "")
-    return normalise_status(first)
-
-
-def commit_agrees(footer: str, report: Report) -> bool:
-    r"""Whether a footer commit message matches the fence's commit message or details.
-
-    Examples
-    --------
-    >>> from politerm.protocol.report import Report, ReportStatus
-    >>> r = Report("s", ReportStatus.SUCCESS, "Add x", details="did x\nand y")
-    >>> [commit_agrees(f, r) for f in ("Add x", "  did x\n  and y", "Add x\n\ndid x\nand y", "z")]
-    [True, True, True, False]
-    """
-    got = normalise_multiline(footer)
-    subject, body = report.commit_msg.strip(), normalise_multiline(report.details)
-    accepted = {subject, body, f"{subject}\n\n{body}", f"{subject}\n{body}"}
-    return got in accepted
-
-
-def cross_check(report: Report, legacy: t.Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:
-    """Compare the footer with the fence: ``(error, drift)``.
-
-    A status that contradicts the fence is the error (obi stops the session on it); a footer
-    status that is no status at all (a template copied verbatim) is drift, as are a
-    disagreeing commit message and escalation.
-
-    Examples
-    --------
-    >>> from politerm.protocol.report import Report, ReportStatus
-    >>> r = Report("s", ReportStatus.SUCCESS, "Add x")
-    >>> cross_check(r, {"STATUS": "SUCCESS", "COMMIT_MSG": "Add x"})
-    (None, ())
-    >>> cross_check(r, {"STATUS": "needs_help"})[0]
-    "the report's status is 'success' but the legacy footer's is 'needs_help'"
-    """
-    from politerm.protocol.report import ReportStatus
-
-    error: str | None = None
-    out: list[str] = []
-    if "STATUS" in legacy:
-        status = footer_status(legacy["STATUS"])
-        if status not in {s.value for s in ReportStatus}:
-            out.append(f"status: footer says {legacy['STATUS']!r}, not success or needs_help")
-        elif status != report.status.value:
-            error = (
-                f"the report's status is {report.status.value!r} but the legacy footer's is "
-                f"{status!r}"
-            )
-    if "COMMIT_MSG" in legacy and not commit_agrees(legacy["COMMIT_MSG"], report):
-        out.append(
-            f"commit_msg: report says {report.commit_msg!r}, footer says "
-            f"{normalise_multiline(legacy['COMMIT_MSG'])!r}"
-        )
-    if "ESCALATION" in legacy:
-        theirs = normalise_multiline(legacy["ESCALATION"]) or None
-        ours = normalise_multiline(report.escalation or "") or None
-        if theirs != ours:
-            out.append(f"escalation: report says {ours!r}, footer says {theirs!r}")
-    return error, tuple(out)

@@ -35,7 +35,7 @@ import re
 import typing as t
 
 from politerm.errors import ReportError
-from politerm.protocol.footer import FooterReader, cross_check
+from politerm.protocol.footer import FooterReader, normalise_multiline
 from politerm.protocol.parser import GUTTER_CHARS, clean_line, strip_gutter
 
 #: Fence prefixes accepted after the backticks (``obi:`` keeps prompts written for obi working).
@@ -114,6 +114,72 @@ def normalise_status(value: str) -> str:
     """
     value = value.split("#", 1)[0].strip().strip("`*\"'").lower()
     return re.sub(r"[\s-]+", "_", value)
+
+
+def footer_status(value: str) -> str:
+    r"""The status word of a footer value: its first non-blank line, normalised.
+
+    Examples
+    --------
+    >>> footer_status("\n  Needs Help\n")
+    'needs_help'
+    """
+    first = next((ln for ln in value.splitlines() if ln.strip()), "")
+    return normalise_status(first)
+
+
+def commit_agrees(footer: str, report: Report) -> bool:
+    r"""Whether a footer commit message matches the fence's commit message or details.
+
+    Examples
+    --------
+    >>> r = Report("s", ReportStatus.SUCCESS, "Add x", details="did x\nand y")
+    >>> [commit_agrees(f, r) for f in ("Add x", "  did x\n  and y", "Add x\n\ndid x\nand y", "z")]
+    [True, True, True, False]
+    """
+    got = normalise_multiline(footer)
+    subject, body = report.commit_msg.strip(), normalise_multiline(report.details)
+    accepted = {subject, body, f"{subject}\n\n{body}", f"{subject}\n{body}"}
+    return got in accepted
+
+
+def cross_check(report: Report, legacy: t.Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:
+    """Compare the footer with the fence: ``(error, drift)``.
+
+    A status that contradicts the fence is the error (obi stops the session on it); a footer
+    status that is no status at all (a template copied verbatim) is drift, as are a
+    disagreeing commit message and escalation.
+
+    Examples
+    --------
+    >>> r = Report("s", ReportStatus.SUCCESS, "Add x")
+    >>> cross_check(r, {"STATUS": "SUCCESS", "COMMIT_MSG": "Add x"})
+    (None, ())
+    >>> cross_check(r, {"STATUS": "needs_help"})[0]
+    "the report's status is 'success' but the legacy footer's is 'needs_help'"
+    """
+    error: str | None = None
+    out: list[str] = []
+    if "STATUS" in legacy:
+        status = footer_status(legacy["STATUS"])
+        if status not in {s.value for s in ReportStatus}:
+            out.append(f"status: footer says {legacy['STATUS']!r}, not success or needs_help")
+        elif status != report.status.value:
+            error = (
+                f"the report's status is {report.status.value!r} but the legacy footer's is "
+                f"{status!r}"
+            )
+    if "COMMIT_MSG" in legacy and not commit_agrees(legacy["COMMIT_MSG"], report):
+        out.append(
+            f"commit_msg: report says {report.commit_msg!r}, footer says "
+            f"{normalise_multiline(legacy['COMMIT_MSG'])!r}"
+        )
+    if "ESCALATION" in legacy:
+        theirs = normalise_multiline(legacy["ESCALATION"]) or None
+        ours = normalise_multiline(report.escalation or "") or None
+        if theirs != ours:
+            out.append(f"escalation: report says {ours!r}, footer says {theirs!r}")
+    return error, tuple(out)
 
 
 def _dedent(lines: list[str]) -> str:

@@ -22,6 +22,9 @@ import dataclasses
 import json
 import typing as t
 
+from politerm.store.mailstates import MailState
+from politerm.store.turns import MessageState
+
 if t.TYPE_CHECKING:
     from politerm.store.runstore import RunStore
 
@@ -114,9 +117,6 @@ def end_limit(store: RunStore, agent: str, now: float) -> float:
 
     Returns the seconds the limit lasted (0.0 when none was open).
     """
-    from politerm.store.mail import MailState
-    from politerm.store.models import MessageState
-
     # The clocks a limit stops: messages still waiting for the agent, mail not answered.
     messages = (MessageState.QUEUED.value, MessageState.RETRIED.value)
     mail = (MailState.QUEUED.value, MailState.DELIVERING.value, MailState.DELIVERED.value)

@@ -3,9 +3,10 @@
 The table comes from the ``mail`` migration (see :mod:`politerm.store.db`). A message's body
 lives in a file of the session's private message directory (see
 :mod:`politerm.messaging.files`); the row holds its path, size and SHA-256, and every change
-of state. States and the changes allowed between them are data (:data:`MAIL_TRANSITIONS`);
-:meth:`Mailbox.transition` applies one as a compare-and-set and rejects the rest, so two
-processes can never both deliver or answer the same message.
+of state. States and the changes allowed between them are data
+(:mod:`politerm.store.mailstates`); :meth:`Mailbox.transition` applies one as a
+compare-and-set and rejects the rest, so two processes can never both deliver or answer the
+same message.
 """
 
 from __future__ import annotations
@@ -17,35 +18,11 @@ import typing as t
 from politerm.errors import MessageNotFound, StoreError
 from politerm.store._tables import StoreTables
 from politerm.store.limits import PAUSED_SQL
+from politerm.store.mailstates import MAIL_TRANSITIONS, MailState
 
 if t.TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterable
-
-
-class MailState(str, enum.Enum):
-    """Where a message stands; see :data:`MAIL_TRANSITIONS`."""
-
-    QUEUED = "queued"
-    DELIVERING = "delivering"
-    DELIVERED = "delivered"
-    RESPONDED = "responded"
-    EXPIRED = "expired"
-    DEAD = "dead"
-
-    @property
-    def is_final(self) -> bool:
-        """Whether nothing will happen to the message any more.
-
-        Examples
-        --------
-        >>> MailState.DEAD.is_final, MailState.DELIVERED.is_final
-        (True, False)
-        """
-        return self in FINAL_STATES
-
-
-FINAL_STATES: t.Final = frozenset({MailState.RESPONDED, MailState.EXPIRED, MailState.DEAD})
 
 
 class MailKind(str, enum.Enum):
@@ -60,36 +37,6 @@ class Capability(str, enum.Enum):
 
     READONLY = "readonly"
     WRITABLE = "writable"
-
-
-MAIL_TRANSITIONS: t.Final[t.Mapping[MailState, frozenset[MailState]]] = {
-    MailState.QUEUED: frozenset({MailState.DELIVERING, MailState.EXPIRED, MailState.DEAD}),
-    # DELIVERING -> QUEUED: the receiver provably never got the text (not pasted, or pasted
-    # and never submitted and cleared), so sending it again cannot run it twice.
-    # DELIVERING -> RESPONDED: the router died after the paste and the worker answered
-    # before a new router settled the delivery; the answer is the proof.
-    MailState.DELIVERING: frozenset(
-        {MailState.DELIVERED, MailState.QUEUED, MailState.RESPONDED, MailState.DEAD}
-    ),
-    MailState.DELIVERED: frozenset({MailState.RESPONDED, MailState.EXPIRED, MailState.DEAD}),
-    MailState.RESPONDED: frozenset(),
-    MailState.EXPIRED: frozenset(),
-    MailState.DEAD: frozenset(),
-}
-"""Allowed state changes of a message; anything else is refused."""
-
-
-def can_change(old: MailState, new: MailState) -> bool:
-    """Whether a message may move from ``old`` to ``new``.
-
-    Examples
-    --------
-    >>> can_change(MailState.QUEUED, MailState.DELIVERING)
-    True
-    >>> can_change(MailState.RESPONDED, MailState.QUEUED)
-    False
-    """
-    return new in MAIL_TRANSITIONS[old]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,3 +365,7 @@ class Mailbox(StoreTables):
                 (response_path, MailKind.REQUEST.value, MailState.RESPONDED.value),
             ).fetchone()
         return None if row is None else _mail(row)
+
+
+# MailState is re-exported: every reader of a message row names its state.
+__all__ = ["Capability", "Mail", "MailKind", "MailState", "Mailbox"]

@@ -130,6 +130,10 @@ SCREEN_CASES = [
     ScreenCase("gemini_trust_dialog", "gemini", D, dialog="folder-trust"),
     # Text typed, not yet submitted: neither ready-and-empty nor busy.
     ScreenCase("gemini_input", "gemini", U, "B-line-one"),
+    # A hook still running: the box is drawn, but a prompt submitted now is dropped.
+    ScreenCase(
+        "gemini_hook", "gemini", B, "", evidence="Executing Hook: poli-receipt-SessionStart"
+    ),
     ScreenCase("opencode_ready", "opencode", R, ""),
     ScreenCase("opencode_plan", "opencode", R, "", recorded="opencode-01-plan.txt"),
     ScreenCase(

@@ -13,12 +13,14 @@ and ``manager/`` (and every other workflow) use it instead of them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import typing as t
 
 from politerm.agents.profile import load_profile
 from politerm.driver.agent import AgentDriver
 from politerm.driver.place import TmuxPlace
-from politerm.driver.receipts import launch_with_hooks, mark_pane
+from politerm.driver.receipts import Receipts, launch_with_hooks, mark_pane
+from politerm.errors import HookError
 from politerm.tmux.pane import Pane, agent_panes, hide_tmux, new_window
 from politerm.tmux.server import TmuxServer, default_config_dir
 
@@ -30,6 +32,8 @@ if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.store import RunStore
 
+log = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True)
 class Launched:
@@ -38,6 +42,9 @@ class Launched:
     pane: Pane
     #: The command it runs, with the hook arguments its CLI was given.
     argv: list[str]
+    #: Its hook receipts from the launch on (None without hooks): pass them to
+    #: :func:`~politerm.driver.ready.wait_ready`, then close them.
+    receipts: Receipts | None = None
 
 
 class Host:
@@ -183,6 +190,14 @@ class Host:
         setup = launch_with_hooks(
             name, profile, argv, env, hooks_dir, enabled=hooks, say=say, patterns=patterns
         )
+        receipts = None
+        if setup.cli is not None and setup.channel is not None:
+            # Opened before the process runs: what it reports is after the channel's end now
+            # (a resumed agent's channel holds its dead predecessor's receipts).
+            try:
+                receipts = Receipts.open(setup.cli, setup.channel)
+            except HookError as exc:
+                log.warning("%s: its receipts are not read while it starts: %s", name, exc)
         if replace is not None:
             await replace.respawn(setup.argv, cwd=cwd, env=setup.env)
             pane = replace
@@ -199,7 +214,7 @@ class Host:
                 agent=name,
             )
         await mark_pane(pane, setup)
-        return Launched(pane, setup.argv)
+        return Launched(pane, setup.argv, receipts)
 
     async def find_or_start(
         self,

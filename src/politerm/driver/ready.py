@@ -8,11 +8,13 @@ import typing as t
 from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState, StateReading
 from politerm.errors import AgentExited, AgentTimeout
+from politerm.hooks.events import HookKind
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable
 
     from politerm.agents.profile import AgentProfile
+    from politerm.driver.receipts import Receipts
     from politerm.terminal import Terminal
 
 # Fallback look while nothing is printed (a program may become ready silently).
@@ -21,6 +23,9 @@ _RECHECK = 0.5
 _MAX_ANSWERS = 3
 # The same dialog still on screen this soon after its answer is not answered again yet.
 _REANSWER = 2.0
+# Longest a ready screen waits for the session receipt of a CLI whose hooks send one: hooks
+# that do not run (a broken install) must not keep an agent from starting.
+SESSION_GRACE = 20.0
 
 
 async def wait_ready(
@@ -32,12 +37,17 @@ async def wait_ready(
     say: Callable[[str], None] | None = None,
     on_reading: Callable[[StateReading], None] | None = None,
     on_dialog: Callable[[str, tuple[str, ...]], None] | None = None,
+    receipts: Receipts | None = None,
 ) -> StateReading:
     """Wait until the agent is ready for a prompt, answering start-up dialogs by its profile.
 
     A profile with no ready or input-line detector counts a screen that stays unchanged for
     its ``quiescence`` as ready. ``on_reading`` sees every reading taken (a diagnostic
     reports them), ``on_dialog`` every dialog answered (its name and the keys pressed).
+    ``receipts`` (read from before the launch) hold a ready screen of a CLI whose hooks
+    report its session start until that receipt came, at most :data:`SESSION_GRACE`
+    seconds: Gemini CLI draws its input box before its SessionStart hook has run, and drops
+    a prompt submitted meanwhile.
 
     Raises
     ------
@@ -53,6 +63,7 @@ async def wait_ready(
     last_change = time.monotonic()
     ready_since: float | None = None
     last: tuple[str, float] | None = None  # the dialog answered last, and when
+    first_ready: float | None = None  # when the screen first read ready
     while True:
         event = term.output_event()
         snap = await term.snapshot()
@@ -83,6 +94,10 @@ async def wait_ready(
                 await wait_event(event, 1.0)
                 continue
         if reading.state is AgentState.READY:
+            first_ready = now if first_ready is None else first_ready
+            if now < min(first_ready + SESSION_GRACE, deadline) and _starting(receipts):
+                await wait_event(event, _RECHECK)  # a receipt is a line in a file: look again
+                continue
             settle = profile.dialog_settle if answered else 0.0
             ready_since = now if ready_since is None else ready_since
             if now - ready_since >= settle:
@@ -109,3 +124,10 @@ async def wait_ready(
             )
             raise AgentTimeout(msg)
         await wait_event(event, min(_RECHECK, deadline - now))
+
+
+def _starting(receipts: Receipts | None) -> bool:
+    """Whether a CLI whose hooks report its session start has not reported it yet."""
+    if receipts is None or not receipts.reports(HookKind.SESSION):
+        return False
+    return not receipts.since(0, HookKind.SESSION)

@@ -51,7 +51,9 @@ HOOK_GRACE: t.Final = 10.0
 # What each CLI's hooks report (aider's notification is "waiting for input": a turn end).
 _REPORTS: t.Final[dict[str, frozenset[HookKind]]] = {
     "claude": frozenset({HookKind.PROMPT, HookKind.STOP, HookKind.APPROVAL}),
-    "gemini": frozenset({HookKind.PROMPT, HookKind.STOP, HookKind.APPROVAL}),
+    # SESSION: Gemini CLI draws its input box before its SessionStart hook has run, and
+    # drops a prompt submitted meanwhile; its receipt says the CLI takes prompts.
+    "gemini": frozenset({HookKind.SESSION, HookKind.PROMPT, HookKind.STOP, HookKind.APPROVAL}),
     "codex": frozenset({HookKind.STOP}),
     "aider": frozenset({HookKind.STOP}),
     "opencode": frozenset({HookKind.PROMPT, HookKind.STOP, HookKind.APPROVAL}),

@@ -30,6 +30,7 @@ from politerm.project import PROJECT_OPTION, STORE_OPTION
 if t.TYPE_CHECKING:
     from politerm.config import AgentConfig, Config
     from politerm.driver import Pane
+    from politerm.driver.receipts import Receipts
     from politerm.store import RunStore
 
 Agents = dict[str, tuple[AgentProfile, "Pane"]]
@@ -178,6 +179,7 @@ class Session:
         restarted: list[str] = []  # ran before: started again with their resume arguments
         respawned: list[str] = []  # a new process where one ran in this session before
         records: dict[str, AgentRecords] = {}  # what the dead ones wrote down themselves
+        receipts: dict[str, Receipts] = {}  # of the ones started now, from their launch on
         found = await self.host.agent_panes()  # one listing, not one per agent
         for name, acfg in self.config.agents.items():
             profile = agent_profile(acfg)
@@ -223,6 +225,8 @@ class Session:
                 say=say,
             )
             pane, argv = launched.pane, launched.argv
+            if launched.receipts is not None:
+                receipts[name] = launched.receipts
             self.store.upsert_agent(
                 name,
                 session=self.name,
@@ -236,10 +240,14 @@ class Session:
             agents[name] = (profile, pane)
             say(f"{name}: started {shlex.join(argv)} in {pane.pane_id}")
         waits = [
-            self.wait_ready(name, profile, pane, say=say)
+            self.wait_ready(name, profile, pane, say=say, receipts=receipts.get(name))
             for name, (profile, pane) in agents.items()
         ]
-        await asyncio.gather(*waits)
+        try:
+            await asyncio.gather(*waits)
+        finally:
+            for rc in receipts.values():
+                await rc.close()
         if primers:
             await asyncio.gather(
                 *(
@@ -327,8 +335,11 @@ class Session:
         *,
         timeout: float | None = None,
         say: t.Callable[[str], None] | None = None,
+        receipts: Receipts | None = None,
     ) -> StateReading:
         """Wait until the agent is ready, answering start-up dialogs by its profile.
+
+        ``receipts`` (from its launch) hold it until its CLI reported its session start.
 
         Raises
         ------
@@ -338,7 +349,9 @@ class Session:
             The agent exited while starting.
         """
         limit = timeout if timeout is not None else self.config.timeouts.ready
-        reading = await wait_ready(pane, profile, timeout=limit, name=name, say=say)
+        reading = await wait_ready(
+            pane, profile, timeout=limit, name=name, say=say, receipts=receipts
+        )
         self._set_state(name, AgentState.READY)
         return reading
 

@@ -67,3 +67,13 @@ def test_the_driver_reads_screens_with_settle() -> None:
     assert reader.scan(DRAWN, None) == ([], [])
     blocks, _ = reader.scan(DRAWN, None)
     assert [b.body for b in blocks] == ["1. do the thing\n2. check the thing"]
+
+
+def test_a_block_held_back_is_listed_as_unsettled_until_reported() -> None:
+    # The router's last look before a stop keeps looking while one is (router.py).
+    p = BlockParser(settle=True)
+    p.scan_screen(DRAWN)
+    assert [b.id for b in p.unsettled] == ["T7"]
+    p.scan_screen(DRAWN)
+    assert p.unsettled == []
+    assert BlockParser().unsettled == []

@@ -178,9 +178,7 @@ class Deadlines(BlockEffects):
             turn = self.store.current_turn(exp.sender)
             where = f"its turn {turn.state.value}" if turn is not None else "no open turn"
             held = len(self.loops[exp.sender].held) if exp.sender in self.loops else 0
-            facts.append(
-                f"{exp.sender} reads {driver.state.value}, {where}, {held} block(s) held"
-            )
+            facts.append(f"{exp.sender} reads {driver.state.value}, {where}, {held} block(s) held")
         for kind in FOLLOW_UPS:
             sent = [
                 m

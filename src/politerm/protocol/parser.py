@@ -578,6 +578,13 @@ class BlockParser:
             events = [ev for ev in events if not isinstance(ev, Block) or ev.dedupe_key in last]
         return self._take(events, memo.unresolved)
 
+    @property
+    def unsettled(self) -> list[Block]:
+        """Complete blocks the last screen scan saw once and ``settle`` still holds back."""
+        if not self.settle or self._memo is None:
+            return []
+        return [b for b in self._memo.seen_now if b.dedupe_key not in self._seen]
+
     def _resume(
         self, seq: t.Sequence[str], first: int
     ) -> tuple[_Machine, int, list[tuple[int, _Machine]], list[Block], list[Block]]:

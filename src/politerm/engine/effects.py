@@ -348,6 +348,8 @@ class BlockEffects(RouterBase):
     def _idle_without_block(self, driver: AgentDriver, turn: Turn, now: float) -> bool:
         if driver.state is not AgentState.READY or turn.message_id is None:
             return False
+        if driver.blocks.parser.unsettled:
+            return False  # a block is on screen, waiting for its second look (settle)
         msg = self.store.get_message(turn.message_id)
         if msg is None or msg.state is not MessageState.DELIVERED:
             return False

@@ -330,6 +330,8 @@ class StepAgent:
         if not snap.alive:
             # Only a done block it printed before it exited saves the attempt.
             blocks = await driver.read_blocks(snap, rec.start_line, rec.nonce)
+            # A dead pane's screen is final: a second look settles what the first saw.
+            blocks += await driver.read_blocks(snap, rec.start_line, rec.nonce)
             if not any(b.type == DONE_TYPE and b.id == step_id(step.num) for b in blocks):
                 return "rerun"
             driver = self.driver(step, spec, pane)  # a fresh reader sees the block again

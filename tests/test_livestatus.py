@@ -46,6 +46,16 @@ async def test_a_dead_pane_is_exited_at_once(
             async with asyncio.timeout(60):
                 while await pane.is_alive():
                     await pane.wait_output(0.5)
+            # A fresh reading (one `poli status`) lists the panes: exited at once.
+            fresh = LiveAgents(loop.session.host.server)
+            try:
+                assert (await fresh.states(loop.store.list_agents()))["EXECUTER"] == "exited"
+            finally:
+                await fresh.close()
+            # A live one hears it from tmux's pane_dead announcement (its event wakes).
+            async with asyncio.timeout(60):
+                while (await live.states(loop.store.list_agents()))["EXECUTER"] != "exited":
+                    await live.event().wait()
             states = await live.states(loop.store.list_agents())
             assert states["EXECUTER"] == "exited"
             assert states["PLANNER"] == "ready"
@@ -128,4 +138,40 @@ async def test_watch_redraws_on_a_commit_and_on_a_death_not_on_a_timer(
         finally:
             stop.set()
             await asyncio.wait_for(watcher, 60)
+            await live.close()
+
+
+async def test_a_redraw_does_not_list_the_panes_again(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # Listing a session's panes on each redraw is tmux server work that grows with the
+    # panes (issue 25): listed once, then kept true by tmux's pane_dead announcements.
+    assert server.socket_name is not None
+    write_project(tmp_path, server.socket_name)
+    async with started(tmp_path) as loop:
+        live = LiveAgents(loop.session.host.server)
+        try:
+            states = await live.states(loop.store.list_agents())
+            assert states == {"PLANNER": "ready", "EXECUTER": "ready"}
+            assert live.pane_listings == 1
+            for i in range(5):
+                loop.store.add_event("note", detail=f"commit {i}")
+                states = await live.states(loop.store.list_agents())
+            assert states == {"PLANNER": "ready", "EXECUTER": "ready"}
+            assert live.pane_listings == 1
+            os.kill(_pid(loop, "EXECUTER"), signal.SIGKILL)
+
+            async def exited() -> bool:
+                await live.event().wait()
+                found = await live.states(loop.store.list_agents())
+                return found["EXECUTER"] == "exited"
+
+            async with asyncio.timeout(60):
+                while not await exited():
+                    pass
+            states = await live.states(loop.store.list_agents())
+            assert states == {"PLANNER": "ready", "EXECUTER": "exited"}
+            # Only a change of windows or panes (tmux announces it) lists them again.
+            assert live.pane_listings <= 2
+        finally:
             await live.close()

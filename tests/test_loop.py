@@ -126,6 +126,8 @@ async def test_executer_stall_fails_naming_the_exec_step(
         assert task.state is TaskState.FAILED
         assert task.error is not None
         assert "EXECUTER sent no result block" in task.error and "exec step" in task.error
+        # It says where the step stood: why no follow-up could go, whether an answer waits.
+        assert "EXECUTER reads busy, its turn waiting, 0 block(s) held" in task.error
         # a hung (busy) agent never gets a second prompt
         assert len(loop.prompts("EXECUTER")) == 1
 

@@ -38,6 +38,8 @@ T1 = Expected("EXECUTER", "plan", "T1", ("1. do the thing", "2. check the thing"
 # aider's pretty renderer drops <PLAN>/</PLAN> and the dots after list numbers.
 T1_AIDER = Expected("EXECUTER", "plan", "T1", ("1 do the thing", "2 check the thing"))
 T2 = Expected("ORCH", "done", "T2", ("DONE out.txt",))
+T7 = Expected("EXECUTER", "plan", "T7", ("1. do the thing", "2. check the thing"))
+T7_HALF = Expected("EXECUTER", "plan", "T7", ("1.", "2. check the thing"))
 T3_CLAUDE = Expected(
     "EXECUTER",
     "plan",
@@ -157,6 +159,9 @@ SCREEN_CASES = [
     ScreenCase("opencode-long", "opencode-04-long.txt", (T2, T3_OPENCODE)),
     ScreenCase("opencode-history", "opencode-99-history.txt", (T2, T3_OPENCODE)),
     ScreenCase("opencode-history-ansi", "opencode-99-history.ansi.txt", (T2, T3_OPENCODE)),
+    ScreenCase("opencode-plan-drawn", "opencode-plan-drawn.txt", (T7,)),
+    # Caught mid-repaint: closed but half drawn (test_protocol_settle.py).
+    ScreenCase("opencode-plan-half-drawn", "opencode-plan-half-drawn.txt", (T7_HALF,)),
 ]
 
 

@@ -305,8 +305,14 @@ async def test_question_after_the_block_keeps_the_turn_open(
             await aretry_until(waiting, 60, what="the task to wait for the approval")
             task = loop.store.get_task("T-ask")
             assert task is not None and "echo hi > ran.txt" in (task.question or "")
-            turn = loop.store.current_turn("EXECUTER")
-            assert turn is not None and turn.state is TurnState.HOLDING
+
+            # The block is taken at the router's second look at it (settle), maybe after
+            # the question showed on the task.
+            async def holding() -> bool:
+                turn = loop.store.current_turn("EXECUTER")
+                return turn is not None and turn.state is TurnState.HOLDING
+
+            await aretry_until(holding, 30, what="the turn to hold its answer")
             assert not (project / "executer" / "ran.txt").exists()
             from politerm.agents.approval import Decision, answer_pending
 

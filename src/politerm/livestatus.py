@@ -80,6 +80,10 @@ class LiveAgents:
         self._dirty: set[str] = set()
         self._all_dirty = True
         self._panes: dict[str, str] = {}  # pane id -> agent name
+        # Session -> pane id -> pane_dead, as last listed and then as tmux announced since.
+        self._dead: dict[str, dict[str, bool]] = {}
+        self.pane_listings = 0
+        """How many times a session's pane list was read from tmux."""
         self._event = asyncio.Event()
         #: Agent name → when its limit resets, as its screen says (LIMITED agents only).
         self.resets: dict[str, float] = {}
@@ -105,17 +109,29 @@ class LiveAgents:
 
     def _on_note(self, note: Notification) -> None:
         if note.name in _STRUCTURAL:
+            self._dead.clear()
             self._changed(None)
-        elif note.name == "subscription-changed" and note.args[-1:] == ("1",):
-            # "%subscription-changed poli-dead $s @w i %p : 1": the pane's program died (the
-            # first report of every pane, value 0, is no change).
+        elif note.name == "layout-change":
+            # A pane killed beside others in its window: gone without a window-close.
+            self._dead.clear()
+        elif note.name == "subscription-changed":
+            # "%subscription-changed poli-dead $s @w i %p : 1": the pane's program died; 0
+            # is every pane's first report (or a respawn). Either way the listing read last
+            # is kept true, so a redraw need not list the session's panes again.
             pane = next((a for a in note.args if a.startswith("%")), None)
-            self._changed(self._panes.get(pane) if pane else None)
+            dead = note.args[-1:] == ("1",)
+            for panes in self._dead.values():
+                if pane in panes:
+                    panes[pane] = dead
+            if dead:
+                self._changed(self._panes.get(pane) if pane else None)
 
     async def _client(self, session: str) -> ControlClient | None:
         client = self._clients.get(session)
         if client is not None and client.dead_reason is None:
             return client
+        # A new connection: what the old one announced may have been missed.
+        self._dead.pop(session, None)
         try:
             if not await self.server.has_session(session):
                 return None
@@ -164,7 +180,12 @@ class LiveAgents:
             if client is None:
                 out.update((a.name, EXITED) for a in members)
                 continue
-            panes = await _dead_panes(client, session)
+            panes = self._dead.get(session)
+            if panes is None or any(a.pane_id not in panes for a in members):
+                # Listed once, then kept by tmux's announcements (see _on_note): one
+                # list-panes per redraw would be tmux server work growing with the panes.
+                panes = self._dead[session] = await _dead_panes(client, session)
+                self.pane_listings += 1
             for agent in members:
                 self._watch_pane(client, agent)
                 if panes.get(agent.pane_id, True):

@@ -104,7 +104,7 @@ class Agent:
 
     async def wait_block(self, parser: BlockParser | None = None) -> Block:
         """The first tagged block the screen shows (echoed prompts are ignored)."""
-        p = parser or BlockParser(detect_echo=True)
+        p = parser or BlockParser(detect_echo=True, settle=True)
         found: list[Block] = []
 
         async def check() -> bool:

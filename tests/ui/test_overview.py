@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import typing as t
 
@@ -292,3 +293,31 @@ def test_the_overview_reads_the_store_in_the_same_statements_for_any_number_of_a
             assert data["approvals"][1]["command"] == "ls 3"
     # Each agent used to cost two reads (its tokens, its question): 60 agents, 108 more.
     assert statements[60] == statements[6], statements
+
+
+def test_a_refresh_redacts_what_changed_not_every_agent(tmp_path: pathlib.Path) -> None:
+    # A live view refreshes its overview on every store change: redacting all of it again
+    # was most of a refresh at 500 agents (issue 25). Only strings not seen before are.
+    from politerm.ui.overview import Cleaner, collect_overview
+
+    redacted: dict[int, list[int]] = {}
+    for agents in (6, 60):
+        with RunStore.open(tmp_path / f"{agents}.sqlite3") as store:
+            _fill(store, agents)
+            store.add_event("note", detail="password=hunter2 leaked")
+            cleaner = Cleaner()
+            counts = []
+            collect_overview(store, cleaner=cleaner)
+            for change in ("nothing", "one agent"):
+                if change == "one agent":
+                    store.set_agent_state("A001", "busy")
+                before = cleaner.redactions
+                data = collect_overview(store, cleaner=cleaner)
+                counts.append(cleaner.redactions - before)
+                # The same as a view that never cleaned anything before: nothing lost.
+                assert data == collect_overview(store)
+            assert {a["name"]: a["state"] for a in data["agents"]}["A001"] == "busy"
+            assert "hunter2" not in json.dumps(data)
+            redacted[agents] = counts
+    assert redacted[60] == redacted[6], redacted
+    assert redacted[6][0] == 0, redacted

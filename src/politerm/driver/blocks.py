@@ -150,7 +150,9 @@ class BlockReader:
     _tail: Tail | None = None
 
     def __post_init__(self) -> None:
-        self.parser = BlockParser(detect_echo=True, message_dir=self.cwd)
+        # A screen block counts once two reads in a row show it the same: a capture taken
+        # while a full-screen CLI repaints can show it closed but half drawn.
+        self.parser = BlockParser(detect_echo=True, message_dir=self.cwd, settle=True)
         self.tparser = BlockParser(detect_echo=False, message_dir=self.cwd)
         # The window's other readings, each looking only at what changed since the last.
         self._after = AfterPrompt()
@@ -217,6 +219,14 @@ class BlockReader:
             self._cross_check(key)
             out.append(block)
         out.extend(self.transcript(nonce))
+        for block in self.parser.unsettled:
+            # Its transcript's copy, the text as written, shows it whole: no need to wait
+            # for another look (the turn may end on the transcript's copy before it).
+            key = (block.nonce, block.type, block.id)
+            raw = self.transcript_blocks.get(key)
+            if raw is not None and key not in self.screen_blocks and cross_check(block, raw).agree:
+                self.screen_blocks[key] = block
+                self._cross_check(key)
         rejections = [Rejected(r.line, r.reason, r.old) for r in self.parser.rejections[before:]]
         return out, rejections
 

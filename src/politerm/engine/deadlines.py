@@ -173,6 +173,12 @@ class Deadlines(BlockEffects):
             pending = driver.approver.pending
             if pending is not None:
                 facts.append(f"approval pending: {pending.what}")
+            # Follow-ups go only to a READY agent, and an answer read while it was busy
+            # waits (held) for it to be idle: say where the step stood.
+            turn = self.store.current_turn(exp.sender)
+            where = f"its turn {turn.state.value}" if turn is not None else "no open turn"
+            held = len(self.loops[exp.sender].held) if exp.sender in self.loops else 0
+            facts.append(f"{exp.sender} reads {driver.state.value}, {where}, {held} block(s) held")
         for kind in FOLLOW_UPS:
             sent = [
                 m

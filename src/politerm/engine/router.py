@@ -220,7 +220,9 @@ class Router(Sending):
                 return
             await self._scan_turn(driver, turn, obs)
             current = self.store.current_turn(driver.name)
-            if not self.loops[driver.name].held or current is None or current.nonce != turn.nonce:
+            # A block seen once waits for a second look (BlockParser settle) before it counts.
+            waiting = self.loops[driver.name].held or driver.blocks.parser.unsettled
+            if not waiting or current is None or current.nonce != turn.nonce:
                 return
             await wait_event(output, 0.25)
 

@@ -359,6 +359,9 @@ class _ScreenMemo:
     #: File-referenced blocks whose body could not be read yet: a full scan would meet
     #: them again and retry, so a scan that skips their lines retries them itself.
     unresolved: list[Block]
+    #: Complete blocks this scan saw (reported or not), for ``settle``: the next scan
+    #: reports a block only if it is among these.
+    seen_now: list[Block] = dataclasses.field(default_factory=list)
 
 
 def common_prefix(a: t.Sequence[str], b: t.Sequence[str]) -> int:
@@ -393,6 +396,12 @@ class BlockParser:
         (:func:`resolve_file_body`); failures become rejections.
     max_body_lines : int
         A candidate with no closing tag after this many lines is rejected.
+    settle : bool
+        Report a screen block only once two scans in a row saw it the same (its
+        :attr:`Block.dedupe_key`). A full-screen CLI repaints its reply cell by cell
+        while it lays it out anew (opencode drew ``1.`` without the item's text for a
+        moment), and a capture between two writes shows a block half drawn but closed.
+        Off for one-shot scans (:func:`parse_blocks`); :meth:`feed` is not affected.
 
     Examples
     --------
@@ -415,8 +424,10 @@ class BlockParser:
         detect_echo: bool = True,
         message_dir: pathlib.Path | None = None,
         max_body_lines: int = 5000,
+        settle: bool = False,
     ) -> None:
         self.nonce = nonce
+        self.settle = settle
         self.detect_echo = detect_echo
         self.message_dir = message_dir
         self.max_body_lines = max_body_lines
@@ -432,6 +443,8 @@ class BlockParser:
         self._tail_done = False
         self._screen_pending: Rejection | None = None
         self._memo: _ScreenMemo | None = None
+        # The dedupe keys of the complete blocks the last screen scan saw (for ``settle``).
+        self._last_seen: set[str] = set()
 
     def _machine(self, *, final: bool) -> _Machine:
         return _Machine(
@@ -546,7 +559,7 @@ class BlockParser:
         """
         seq = lines.splitlines() if isinstance(lines, str) else lines
         first = max(start, 0)
-        machine, at, marks, retry = self._resume(seq, first)
+        machine, at, marks, retry, before = self._resume(seq, first)
         self._memo = memo = _ScreenMemo(first, self.nonce, seq, marks, [])
         events: list[_Event] = list(retry)
         due = at + _MARK_EVERY
@@ -556,25 +569,46 @@ class BlockParser:
                 due = i + _MARK_EVERY
             events.extend(machine.push(seq[i], i))
         self._screen_pending = machine.pending()
+        # Blocks above the resumed-from line are as the last scan saw them (same lines).
+        memo.seen_now = before + [ev for ev in events if isinstance(ev, Block)]
+        if self.settle:
+            last, self._last_seen = self._last_seen, {b.dedupe_key for b in memo.seen_now}
+            # A block the last scan did not see the same may be half drawn: wait for one
+            # more scan (it repeats what was skipped above ``at``, so nothing is lost).
+            events = [ev for ev in events if not isinstance(ev, Block) or ev.dedupe_key in last]
         return self._take(events, memo.unresolved)
+
+    @property
+    def unsettled(self) -> list[Block]:
+        """Complete blocks the last screen scan saw once and ``settle`` still holds back."""
+        if not self.settle or self._memo is None:
+            return []
+        return [b for b in self._memo.seen_now if b.dedupe_key not in self._seen]
 
     def _resume(
         self, seq: t.Sequence[str], first: int
-    ) -> tuple[_Machine, int, list[tuple[int, _Machine]], list[Block]]:
+    ) -> tuple[_Machine, int, list[tuple[int, _Machine]], list[Block], list[Block]]:
         """Where a scan of ``seq`` goes on: the machine, its line, the saved states before.
 
         From the last saved state of the previous scan whose lines ``seq`` repeats (with
-        the unresolved file blocks met before it, to retry), else from ``first`` anew.
+        the unresolved file blocks met before it, to retry, and every complete block met
+        before it), else from ``first`` anew.
         """
         memo = self._memo
         if memo is None or memo.start != first or memo.nonce != self.nonce:
-            return self._machine(final=False), first, [], []
+            return self._machine(final=False), first, [], [], []
         agree = first + common_prefix(seq[first:], memo.lines[first:])
         marks = [(i, m) for i, m in memo.marks if i <= agree]
         if not marks:
-            return self._machine(final=False), first, [], []
+            return self._machine(final=False), first, [], [], []
         at, machine = marks[-1]
-        return machine.fork(), at, marks, [b for b in memo.unresolved if b.line < at]
+        retry = [b for b in memo.unresolved if b.line < at]
+        before = [b for b in memo.seen_now if b.line < at]
+        # A held (not yet reported) block above ``at`` is seen again the same: report it.
+        held = [
+            b for b in before if self.settle and b.dedupe_key not in self._seen and b not in retry
+        ]
+        return machine.fork(), at, marks, retry + held, before
 
     def latest(
         self, *, to: str | None = None, type: str | None = None, id: str | None = None

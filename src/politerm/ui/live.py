@@ -26,7 +26,7 @@ from politerm.store import RunStore
 from politerm.store.watch import StoreWatch, changed_since
 from politerm.tmux import TmuxServer
 from politerm.ui.mirror import start_mirror
-from politerm.ui.overview import collect_overview
+from politerm.ui.overview import Cleaner, collect_overview
 from politerm.ui.panes import PaneEntry, find, list_panes
 from politerm.ui.projects import ProjectRef, home_ref
 
@@ -95,6 +95,7 @@ class LiveState:
         self.store = store
         self.project = project
         self.redactor = Redactor(config.redact.patterns)
+        self.cleaner = Cleaner(self.redactor)
         self.server = server or TmuxServer(
             config.tmux.socket, width=config.tmux.width, height=config.tmux.height
         )
@@ -217,7 +218,7 @@ class LiveState:
             self.panes,
             project=self.project,
             loop_session=self.config.tmux.session,
-            redactor=self.redactor,
+            cleaner=self.cleaner,
             home=self.home,
             others=[(ref, self.stores[ref.key]) for ref in self.others],
         )

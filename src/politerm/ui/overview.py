@@ -50,14 +50,58 @@ def printable(text: str) -> str:
     return _CONTROL.sub("?", text)
 
 
-def _clean(value: t.Any, redactor: Redactor) -> t.Any:
-    if isinstance(value, str):
-        return printable(redactor.redact(value))
-    if isinstance(value, dict):
-        return {k: _clean(v, redactor) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v, redactor) for v in value]
-    return value
+class Cleaner:
+    r"""Redacts and makes printable every string of an overview, remembering what it did.
+
+    A view refreshes its overview on every store change, and at 500 agents the overview
+    holds ~4,500 strings, nearly all the same as last time: redacting each again was most of
+    a refresh. A string's clean form depends on the string alone (the patterns are fixed), so
+    one cleaned before is looked up, and only new strings are redacted: the redaction work of
+    a refresh grows with what changed, not with the number of agents.
+
+    Parameters
+    ----------
+    redactor
+        The patterns applied (the built-in ones when omitted).
+
+    Examples
+    --------
+    >>> c = Cleaner()
+    >>> c.clean({"a": ["password=hunter2", "ok\x1b"]})
+    {'a': ['[REDACTED:password]', 'ok?']}
+    >>> c.clean(["ok\x1b", "ok\x1b"]) and c.redactions
+    2
+    """
+
+    MAX_REMEMBERED = 50_000
+    """Strings remembered at most (then forgotten all at once and learned again)."""
+
+    LONGEST_REMEMBERED = 4096
+    """Longer strings (reports, details) are redacted each time, not remembered."""
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        self.redactor = redactor or Redactor()
+        self.redactions = 0
+        """How many strings were redacted (not found among those cleaned before)."""
+        self._done: dict[str, str] = {}
+
+    def clean(self, value: t.Any) -> t.Any:
+        """``value`` (JSON-like) with each string redacted and free of control characters."""
+        if isinstance(value, str):
+            done = self._done.get(value)
+            if done is None:
+                self.redactions += 1
+                done = printable(self.redactor.redact(value))
+                if len(value) <= self.LONGEST_REMEMBERED:
+                    if len(self._done) >= self.MAX_REMEMBERED:
+                        self._done.clear()
+                    self._done[value] = done
+            return done
+        if isinstance(value, dict):
+            return {k: self.clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.clean(v) for v in value]
+        return value
 
 
 def _agents(
@@ -236,6 +280,7 @@ def collect_overview(
     events: int = 50,
     home: ProjectRef | None = None,
     others: t.Sequence[tuple[ProjectRef, RunStore]] = (),
+    cleaner: Cleaner | None = None,
 ) -> dict[str, t.Any]:
     """Everything the overview shows, redacted and free of control characters.
 
@@ -260,6 +305,9 @@ def collect_overview(
     others
         The other projects the view shows, each with its open store: their agents and what
         waits in them join the agents table and the inbox.
+    cleaner
+        Redacts the strings (kept across calls by a live view: see :class:`Cleaner`); a new
+        one with ``redactor`` when omitted.
     """
     if home is None:
         key = project_key(project) if project is not None else store.path.parent.name
@@ -326,4 +374,6 @@ def collect_overview(
         "work_items": items,
         "events": status["events"],
     }
-    return t.cast("dict[str, t.Any]", _clean(data, redactor or Redactor()))
+    if cleaner is None:
+        cleaner = Cleaner(redactor)
+    return t.cast("dict[str, t.Any]", cleaner.clean(data))

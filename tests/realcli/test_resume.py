@@ -53,8 +53,8 @@ def _driver(r: Rig, name: str) -> AgentDriver:
     )  # fmt: skip
 
 
-async def _turn(r: Rig, name: str, text: str) -> None:
-    result = await _driver(r, name).run_turn(
+async def _turn(r: Rig, name: str, text: str, driver: AgentDriver | None = None) -> None:
+    result = await (driver or _driver(r, name)).run_turn(
         lambda nonce: f"{text} (nonce={nonce})", Expect.block("note"), timeout=REPLY
     )
     assert result.outcome is TurnOutcome.ANSWERED, (name, result.error)
@@ -90,11 +90,20 @@ async def test_reboot_resumes_each_agent_in_its_own_conversation(
     llm.add(*RULES)
     r = await rig({n: AgentSpec(cli, place="shared") for n in WORDS})
     assert r.specs["A"].workdir == r.specs["B"].workdir
+    drivers = {n: _driver(r, n) for n in WORDS}
     for name, word in WORDS.items():  # B's conversation is the newest in the directory
-        await _turn(r, name, f"REMEMBER-{word}")
-    # The CLI's own ids, from the agents' hooks, are recorded in the store.
-    stored = {n: r.store.get_meta(CLI_SESSION_META + n) for n in WORDS}
-    assert all(stored.values()) and stored["A"] != stored["B"], stored
+        await _turn(r, name, f"REMEMBER-{word}", drivers[name])
+    # The CLI's own ids, from the agents' hooks, are recorded in the store: by the drivers'
+    # looks, as a router's (Codex's notify hook may write after the block is on screen).
+
+    async def recorded() -> dict[str, str | None] | None:
+        for d in drivers.values():
+            await d.observe()
+        found = {n: r.store.get_meta(CLI_SESSION_META + n) for n in WORDS}
+        return found if all(found.values()) else None
+
+    stored = await aretry_until(recorded, REPLY, what="both conversation ids recorded")
+    assert stored["A"] != stored["B"], stored
     ids = {n: f"conversation {stored[n]}" for n in WORDS}
 
     await _reboot(r)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import typing as t
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:
@@ -27,3 +28,15 @@ async def wait_any(*events: asyncio.Event, timeout: float | None = None) -> bool
         for w in waiters:
             w.cancel()
     return bool(done)
+
+
+async def finish(task: asyncio.Task[t.Any]) -> None:
+    """Cancel ``task`` and wait until it ended; its outcome is dropped, a cancel of ours is not.
+
+    ``with suppress(CancelledError): await task`` would also swallow a cancel of the caller
+    that comes while it waits, and a caller's loop would then go on.
+    """
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()  # retrieved: a task's own failure is logged where it happens

@@ -160,7 +160,9 @@ def socket_fetcher(timeout: float = 10.0) -> Callable[[str], Awaitable[str | Non
                 stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
             try:
-                out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+                # Not wait_for: on Python 3.11 it drops a cancel that comes with its result.
+                async with asyncio.timeout(timeout):
+                    out, _ = await proc.communicate()
             except TimeoutError:
                 proc.kill()
                 await proc.wait()

@@ -425,7 +425,13 @@ class AgentDriver:
 
     def _record_session(self) -> None:
         rc = self.receipts
-        if rc is None or self.store is None or len(rc.events) == self._session_checked:
+        if rc is None or self.store is None:
+            return
+        # A CLI may name its conversation after the turn's end was seen on screen (Codex's
+        # notify hook, a process of its own, comes late under load): a look reads what came.
+        if rc.channel.size() > rc.channel.offset:
+            rc.poll()
+        if len(rc.events) == self._session_checked:
             return
         self._session_checked = len(rc.events)
         named = [e.session for e in rc.events if e.session]

@@ -16,6 +16,7 @@ import os
 import time
 import typing as t
 
+from politerm._internal.aio import finish
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,
@@ -150,7 +151,10 @@ class ControlClient:
             env=env,
         )
         try:
-            _, err = await asyncio.wait_for(proc.communicate(), 5)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancel that
+            # comes with its result, and the caller's loop would never stop.
+            async with asyncio.timeout(5):
+                _, err = await proc.communicate()
         except TimeoutError:
             proc.kill()
             msg = f"tmux has-session did not answer within 5s (socket {self.socket_name!r})"
@@ -203,9 +207,8 @@ class ControlClient:
             stderr = ""
             if self._proc is not None and self._proc.stderr is not None:
                 with contextlib.suppress(Exception):
-                    stderr = (await asyncio.wait_for(self._proc.stderr.read(), 1)).decode(
-                        errors="replace"
-                    )
+                    async with asyncio.timeout(1):
+                        stderr = (await self._proc.stderr.read()).decode(errors="replace")
             detail = (stderr or reason).strip()
             await self._kill_proc()
             if _SERVER_GONE.search(detail) or not detail:
@@ -237,9 +240,7 @@ class ControlClient:
         """Detach and stop; pending commands fail with :class:`ControlModeError`."""
         self._closing = True
         if self._reconnect_task is not None:
-            self._reconnect_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reconnect_task
+            await finish(self._reconnect_task)
         proc = self._proc
         if proc is not None and proc.returncode is None and proc.stdin is not None:
             # An empty line asks tmux to detach the control client cleanly.
@@ -248,12 +249,11 @@ class ControlClient:
                 await proc.stdin.drain()
                 proc.stdin.close()
             with contextlib.suppress(TimeoutError, Exception):
-                await asyncio.wait_for(proc.wait(), 2)
+                async with asyncio.timeout(2):
+                    await proc.wait()
         await self._kill_proc()
         if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
+            await finish(self._reader)
         self._fail_pending("control client closed")
         self._connected.clear()
 
@@ -263,7 +263,8 @@ class ControlClient:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 2)
+                async with asyncio.timeout(2):
+                    await proc.wait()
 
     # --- commands -------------------------------------------------------------------------
 

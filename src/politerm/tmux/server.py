@@ -142,7 +142,9 @@ class TmuxServer:
             env=env,
         )
         try:
-            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+            # Not wait_for: on Python 3.11 it drops a cancel that comes with its result.
+            async with asyncio.timeout(timeout):
+                out, err = await proc.communicate(input)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

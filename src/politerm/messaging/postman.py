@@ -233,7 +233,7 @@ class Postman:
             bound = min(bound, max(0.0, nxt - time.time()) + 0.01)
         if idle_exit is not None:
             bound = min(bound, max(0.0, idle_since + idle_exit - time.monotonic()) + 0.01)
-        events = [self.wake, *(d.term.output_event() for d in senders)]
+        events = [self.wake, *(d.output_event() for d in senders)]
         waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(e.wait()) for e in events]
         lanes: list[asyncio.Future[t.Any]] = [x for x in self.lanes.values() if not x.done()]
         try:
@@ -296,9 +296,9 @@ class Postman:
 
     async def _deliver(self, driver: AgentDriver, mail: Mail) -> None:
         readonly = mail.kind is MailKind.REQUEST and mail.capability.value == "readonly"
-        base = driver.approver.policy
+        base = driver.policy
         if readonly:
-            driver.approver.policy = readonly_policy()
+            driver.policy = readonly_policy()
         try:
             result = await driver.deliver(self.m.request_text(mail))
             if result.ok:
@@ -325,7 +325,7 @@ class Postman:
             else:
                 self.m.change(mail, MailState.QUEUED, reason=why)
         finally:
-            driver.approver.policy = base
+            driver.policy = base
 
     async def _watch_turn(self, driver: AgentDriver, mail: Mail) -> None:
         """Follow the receiver's turn to its end (approvals by the request's policy).

@@ -62,7 +62,7 @@ async def _channel(agent: Agent) -> pathlib.Path:
 
 def _driver(r: Rig, agent: Agent) -> AgentDriver:
     """A driver attached to the agent's pane, as a router attaches one (cwd, env)."""
-    return AgentDriver.attach(
+    return AgentDriver(
         "AGENT", agent.profile, agent.pane, store=r.store, cwd=agent.spec.workdir,
         env=agent.spec.env,
     )  # fmt: skip

@@ -64,6 +64,7 @@ from politerm.driver.reports import ReportStream, tap
 from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.driver.transcripts import hooked_home, own_conversation
+from politerm.driver.turn import run_turn
 from politerm.errors import (
     AgentExited,
     ControlModeError,
@@ -83,7 +84,6 @@ if t.TYPE_CHECKING:
     from politerm.agents.approval import PendingApproval
     from politerm.agents.profile import AgentProfile
     from politerm.agents.question import ApprovalRequest
-    from politerm.driver.turn import Expect, TurnResult
     from politerm.protocol.block import Block
     from politerm.pty.liveview import LiveView
     from politerm.store import RunStore
@@ -198,7 +198,12 @@ class AgentDriver:
         say: Callable[[str], None] | None = None,
         hooks: bool = True,
         hooks_dir: pathlib.Path | None = None,
-        **kwargs: t.Any,
+        store: RunStore | None = None,
+        policy: ApprovalPolicy | None = None,
+        approval_key: str | None = None,
+        receipts: Receipts | None = None,
+        limits: LimitPolicy | None = None,
+        budget: Budget | None = None,
     ) -> AgentDriver:
         """Start an agent in a new tmux window (``tmux``) or a PTY, and wait until ready.
 
@@ -218,8 +223,8 @@ class AgentDriver:
             reporting to a channel in ``hooks_dir`` (the session's private hooks directory;
             default a fresh private temporary one). A channel that cannot be made leaves
             the screen alone to decide, with a warning.
-        kwargs
-            Passed to the constructor (store, policy, approval_key).
+        store, policy, approval_key, receipts, limits, budget
+            As for the constructor.
 
         Raises
         ------
@@ -231,7 +236,7 @@ class AgentDriver:
         argv = list(argv if argv is not None else profile.command)
         full_env = {**profile.env, **(env or {})}
         check_program(argv, full_env, setting=setting or f"agents.{name}.command", cwd=cwd)
-        store = kwargs.get("store")  # its [redact] patterns go to the hook and its receipts
+        # The store's [redact] patterns go to the hook and its receipts.
         own = store.redactor.extra if store is not None else ()
         setup = launch_with_hooks(
             name, profile.name, argv, full_env, hooks_dir, enabled=hooks, say=say, patterns=own
@@ -253,11 +258,23 @@ class AgentDriver:
         else:
             term = await PtyTerminal.spawn(argv, cwd=cwd, env=full_env, size=size, name=name)
         where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
-        receipts = kwargs.pop("receipts", None) or setup.receipts()
+        receipts = receipts or setup.receipts()
         if isinstance(term, Pane):
             with contextlib.suppress(TmuxError):
                 await mark_pane(term, setup)
-        driver = cls(name, profile, term, cwd=where, env=env, receipts=receipts, **kwargs)
+        driver = cls(
+            name,
+            profile,
+            term,
+            store=store,
+            policy=policy,
+            approval_key=approval_key,
+            cwd=where,
+            env=env,
+            receipts=receipts,
+            limits=limits,
+            budget=budget,
+        )
         if ready_timeout is None:
             return driver
         try:
@@ -268,11 +285,6 @@ class AgentDriver:
                 await driver.kill(grace=1.0)
             raise
         return driver
-
-    @classmethod
-    def attach(cls, name: str, profile: AgentProfile, term: AgentTerm, **kwargs: t.Any) -> t.Self:
-        """Drive an agent that already runs in ``term`` (after a restart, say)."""
-        return cls(name, profile, term, **kwargs)
 
     @property
     def pane(self) -> Pane | None:
@@ -723,15 +735,8 @@ class AgentDriver:
         """Subscribe to the fenced report ``poli:<session_id>`` in the agent's output."""
         return ReportStream(self._term, session_id, on_text=on_text)
 
-    async def run_turn(
-        self, prompt: str | Callable[[str], str], expect: Expect, **kw: t.Any
-    ) -> TurnResult:
-        """Deliver a prompt and watch until it is answered; see :func:`politerm.driver.turn.run_turn`."""  # noqa: E501
-        from politerm.driver.turn import run_turn
-
-        result = await run_turn(self, prompt, expect, **kw)
-        self._record_session()  # a CLI may name its conversation only at a turn's end
-        return result
+    #: Deliver a prompt and watch until it is answered: :func:`politerm.driver.turn.run_turn`.
+    run_turn = run_turn
 
     def live_view(
         self, *, fields: Callable[[], Sequence[str]], on_interrupt: Callable[[], None]

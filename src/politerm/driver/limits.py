@@ -37,6 +37,7 @@ if t.TYPE_CHECKING:
     from politerm.agents.state import StateReading
     from politerm.config import Config
     from politerm.driver.agent import AgentDriver
+    from politerm.driver.tokens import Budget
 
 # Bounds on closing a CLI's limit menu: the screen's answer to each key, the menu gone.
 _KEY_ECHO = 2.0
@@ -67,7 +68,14 @@ class LimitPolicy:
     max_resumes: int = 5
 
 
-def driver_settings(config: Config) -> dict[str, t.Any]:
+class Settings(t.TypedDict):
+    """The ``limits`` and ``budget`` arguments of an agent driver."""
+
+    limits: LimitPolicy
+    budget: Budget
+
+
+def driver_settings(config: Config) -> Settings:
     """The ``limits`` and ``budget`` arguments of an agent driver, from the configuration."""
     from politerm.driver.tokens import Budget
 

@@ -244,11 +244,12 @@ async def run_turn(
         ).run(text, timeout, resumed)
         if result.outcome is TurnOutcome.ANSWERED:
             await driver._meter.settle()
-        return result
     finally:
         driver._meter.end_turn()
         if reports is not None:
             reports.close()
+    driver._record_session()  # a CLI may name its conversation only at a turn's end
+    return result
 
 
 @dataclasses.dataclass

@@ -137,7 +137,7 @@ class RouterBase:
         # Long bodies come as files in the agent's working directory; nowhere else.
         cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
         env = agent_env(name, acfg, profile) if acfg is not None else {}
-        return AgentDriver.attach(
+        return AgentDriver(
             name,
             profile,
             pane,

@@ -159,7 +159,7 @@ class Postman:
         # its directory and environment locate its own records (transcript) after a crash
         cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
         env = agent_env(name, configured, profile) if configured is not None else None
-        driver = AgentDriver.attach(
+        driver = AgentDriver(
             name,
             profile,
             pane,

@@ -148,7 +148,8 @@ async def test_hook_says_submitted_but_screen_disagrees_is_drift(
 
     async def hook_once_pasted() -> None:
         async def pasted() -> bool:
-            snap = await driver.term.snapshot()
+            assert driver.pane is not None
+            snap = await driver.pane.snapshot()
             return text in (driver.profile.input_text(snap) or "")
 
         await aretry_until(pasted, TURN, interval=0.05, what="the paste in the input box")

@@ -201,7 +201,7 @@ async def test_turn_ends_on_the_transcript_where_no_hook_says_so(
 ) -> None:
     store = RunStore.open(tmp_path / "runs.sqlite3")
     driver = await _start(tmux_server, tmux_session, tmp_path, store)
-    assert driver.receipts is None
+    assert await driver.hook_receipts() is None
     async with GeminiLog(tmp_path / "fa", tmp_path / "chat.jsonl"):
         result = await driver.run_turn(prompt("G1"), Expect.block("done"), timeout=TURN)
     assert result.outcome is TurnOutcome.ANSWERED, result.error

@@ -94,7 +94,7 @@ async def test_limit_resolves_into_a_resumed_turn(
     agent = r.agent("AGENT")
     # No time on screen: the policy's wait stands in for the reset.
     policy = LimitPolicy(resume="continue", wait=3.0, margin=0.0)
-    driver = AgentDriver.attach(
+    driver = AgentDriver(
         "AGENT",
         agent.profile,
         agent.pane,

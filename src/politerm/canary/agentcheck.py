@@ -240,7 +240,7 @@ async def check_agent(
             except AgentError as exc:
                 _step(report, say, "start", False, str(exc))
                 return report
-            _step(report, say, "start", True, f"{' '.join(command)} in pane {driver.term.name}")
+            _step(report, say, "start", True, f"{' '.join(command)} in pane {driver.terminal_name}")
             try:
                 reading = await driver.wait_ready(
                     ready_timeout, on_reading=seen.reading, on_dialog=seen.dialog
@@ -312,7 +312,7 @@ def _denied(driver: AgentDriver) -> str:
     from politerm.agents.approval import describe
 
     keys = "+".join(driver.profile.approval.deny)
-    request = driver.approver.last
+    request = driver.last_question
     if request is None:
         return f"denied with {keys} (a check runs no tools)"
     how = "read in full" if request.complete else f"not read in full: {request.doubt}"

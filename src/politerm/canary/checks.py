@@ -91,7 +91,7 @@ def _rules() -> list[t.Any]:
 
 def _screen(driver: AgentDriver) -> tuple[str, ...]:
     lines = [ln.rstrip() for ln in driver.last_screen if ln.strip()]
-    reading = driver.tracker.reading
+    reading = driver.reading
     said = f"-> read {reading.state.value} ({reading.rule})"
     return (*lines[-10:], said)
 
@@ -164,7 +164,7 @@ async def run_checks(
                 lines = tuple(str(exc).splitlines()[1:][-10:])
                 record("ready", False, str(exc).splitlines()[0][:200], lines)
                 return result
-            record("ready", True, driver.tracker.reading.rule)
+            record("ready", True, driver.reading.rule)
             await _scenarios(driver, spec.workdir, turn_timeout, record)
         finally:
             if driver is not None:
@@ -194,7 +194,7 @@ async def _scenarios(
     no_result = driver.name in NO_TOOL_RESULT
     tool = await _turn(driver, "TOOL", timeout, idle_after=5.0 if no_result else None)
     made = (workdir / "canary.txt").is_file()
-    answered = driver.approver.answered
+    answered = driver.approvals_answered
     ok = (tool.ok or no_result) and made and answered > 0
     asked = f"{answered} question(s) approved" if answered else "no approval question was asked"
     why = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from politerm.driver.agent import AgentDriver
 from politerm.driver.approvals import Approver
-from politerm.driver.blocks import BlockReader, turn_start
+from politerm.driver.blocks import BlockReader, Window, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.host import Host, Launched, Pane, state_dir
 from politerm.driver.limits import Limiter, LimitPolicy
@@ -44,6 +44,7 @@ __all__ = [
     "TokenMeter",
     "TurnOutcome",
     "TurnResult",
+    "Window",
     "check_program",
     "clear_input",
     "deliver",

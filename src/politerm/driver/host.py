@@ -244,9 +244,7 @@ class Host:
         await self.ensure(cwd=cwd)
         pane = await self.find_agent_pane(name)
         if pane is not None and await pane.is_alive():
-            driver = AgentDriver.attach(
-                name, agent_profile, pane, cwd=cwd, store=store, policy=policy
-            )
+            driver = AgentDriver(name, agent_profile, pane, cwd=cwd, store=store, policy=policy)
             await driver.observe()
             return driver
         return await AgentDriver.start(

@@ -231,7 +231,7 @@ async def run_turn(
     if start is None:
         snap = await driver.snapshot()
         start = driver.turn_start(snap) if snap is not None else -1
-    driver.blocks.new_turn()
+    driver._blocks.new_turn()
     reports = driver.reports(expect.report, on_text=on_text) if expect.report else None
     try:
         result = await _Turn(
@@ -252,12 +252,14 @@ async def run_turn(
             serves=serves,
         ).run(text, timeout, resumed)
         if result.outcome is TurnOutcome.ANSWERED:
-            await driver.meter.settle()
-        return result
+            await driver._meter.settle()
     finally:
-        driver.meter.end_turn()
+        driver._meter.end_turn()
         if reports is not None:
             reports.close()
+    # A CLI may name its conversation only at a turn's end: its row keeps it.
+    driver.end_turn(result.turn_id, result.outcome.value)
+    return result
 
 
 @dataclasses.dataclass
@@ -303,7 +305,7 @@ class _Turn:
             error,
             tuple(ln.rstrip() for ln in self.driver.last_screen if ln.strip())[-8:],
             self.ended_by,
-            tuple(str(d) for d in self.driver.drifts[self.drift_from :]),
+            tuple(str(d) for d in self.driver._drifts[self.drift_from :]),
             self.limited_for,
             self.elsewhere,
             self.exit_status,
@@ -322,7 +324,7 @@ class _Turn:
 
     async def run(self, text: str, timeout: float, resumed: str | None) -> TurnResult:
         d = self.driver
-        self.drift_from = len(d.drifts)
+        self.drift_from = len(d._drifts)
         woken = asyncio.Event()
         if self.stop is not None:
             if self.stop.aborted:
@@ -366,15 +368,15 @@ class _Turn:
                 TurnOutcome.NOT_DELIVERED,
                 f"{d.name}: prompt not delivered ({res.outcome.value}: {res.rule}): {evidence}",
             )
-        d.meter.start_turn(self.task_id)
+        d._meter.start_turn(self.task_id)
         self.progress("working")
         deadline = time.monotonic() + timeout
         idle_from = time.monotonic()
-        rc = d.receipts
+        rc = d._receipts
         limited_at: float | None = None
         while True:
             woken.clear()
-            events = [d.term.output_event(), woken] + ([rc.event()] if rc is not None else [])
+            events = [d._term.output_event(), woken] + ([rc.event()] if rc is not None else [])
             obs = await d.observe(task_id=self.task_id)
             await self._look_for_answer(obs.snap)
             if self.reports is not None:
@@ -390,8 +392,7 @@ class _Turn:
             if state is AgentState.EXITED:
                 self.exit_status = obs.snap.exit_status
                 return self._exited()
-            d.meter.poll()
-            over = d.meter.over_budget()
+            over = d.over_budget()
             if over is not None and not (self.answer or self.report is not None):
                 await d.press(d.profile.interrupt_key)
                 d.record("budget", self.task_id, f"turn ended: {over}")
@@ -421,7 +422,7 @@ class _Turn:
                     f"{d.name} is stuck ({obs.reading.rule}): " + " | ".join(obs.reading.evidence),
                 )
             if state is AgentState.READY and not answered:
-                d.blocks.report(d.blocks.unfinished(), task_id=self.task_id)
+                d._blocks.report(d._blocks.unfinished(), task_id=self.task_id)
             if state is not AgentState.READY:
                 idle_from = now
             elif not answered and self.grace_until is None and now - idle_from >= self.idle_after:
@@ -451,7 +452,7 @@ class _Turn:
             if self.grace_until is not None:
                 backstop = min(backstop, max(0.0, self.grace_until - now))
             if limited_at is not None:
-                await wait_any(*events, timeout=min(backstop, d.limiter.due_in() or backstop))
+                await wait_any(*events, timeout=min(backstop, d._limiter.due_in() or backstop))
                 continue
             await wait_any(*events, timeout=max(0.0, min(backstop, deadline - now)))
 
@@ -477,11 +478,11 @@ class _Turn:
     def _stop(self) -> tuple[str | None, str | None]:
         """Who can say the turn ended (``hook``, ``transcript`` or None), and what it says now."""
         d = self.driver
-        rc = d.receipts
+        rc = d._receipts
         if rc is not None and rc.reports(HookKind.STOP) and not rc.silent:
-            stop = rc.stop_since(d.delivery_mark)
+            stop = rc.stop_since(d._delivery_mark)
             return "hook", None if stop is None else stop.describe()
-        check = d.transcript_check
+        check = d._transcript_check
         if check is not None and check.spec.format in check.TURN_FORMATS:
             return "transcript", check.turn_over()
         return None, None
@@ -570,12 +571,12 @@ class _Turn:
     def _facts(self) -> str:
         d = self.driver
         facts = []
-        facts.append(d.blocks.rejections_fact())
-        pending = d.approver.pending
+        facts.append(d._blocks.rejections_fact())
+        pending = d._approver.pending
         if pending is not None:
             facts.append(
                 f"an approval is pending: {pending.what} (answer with `poli approve "
-                f"{d.approver.key}`)"
+                f"{d._approver.key}`)"
             )
         facts.append(f"{self.nudges} nudge(s) delivered" if self.nudge is not None else "no nudges")
         tail = " | ".join(d.last_words())[-300:]

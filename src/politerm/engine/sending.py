@@ -88,7 +88,7 @@ class Sending(Deadlines):
                 start_line=driver.turn_start(snap),
             )
             self.loops[driver.name].turn_nonce = nonce
-            driver.blocks.new_turn()
+            driver.new_turn()
         return Begun(msg, nonce, text, stranded=stranded, follow_up=follow_up)
 
     async def _send(self, driver: AgentDriver, begun: Begun | None) -> None:
@@ -173,7 +173,7 @@ class Sending(Deadlines):
                 self.store.set_turn_state(name, nonce, TurnState.WAITING)
                 if msg.task_id is not None and not follow_up:
                     self._restart_clock(msg.task_id, name, time.time())
-                driver.meter.start_turn(msg.task_id)
+                driver.turn_delivered(msg.task_id)
                 how = "recovered" if recovered else "delivered"
                 self._event(
                     how,

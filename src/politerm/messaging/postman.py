@@ -165,7 +165,7 @@ class Postman:
         # its directory and environment locate its own records (transcript) after a crash
         cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
         env = agent_env(name, configured, profile) if configured is not None else None
-        driver = AgentDriver.attach(
+        driver = AgentDriver(
             name,
             profile,
             pane,
@@ -239,7 +239,7 @@ class Postman:
             bound = min(bound, max(0.0, nxt - time.time()) + 0.01)
         if idle_exit is not None:
             bound = min(bound, max(0.0, idle_since + idle_exit - time.monotonic()) + 0.01)
-        events = [self.wake, *(d.term.output_event() for d in senders)]
+        events = [self.wake, *(d.output_event() for d in senders)]
         waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(e.wait()) for e in events]
         lanes: list[asyncio.Future[t.Any]] = [x for x in self.lanes.values() if not x.done()]
         try:
@@ -302,9 +302,9 @@ class Postman:
 
     async def _deliver(self, driver: AgentDriver, mail: Mail) -> None:
         readonly = mail.kind is MailKind.REQUEST and mail.capability.value == "readonly"
-        base = driver.approver.policy
+        base = driver.policy
         if readonly:
-            driver.approver.policy = readonly_policy()
+            driver.policy = readonly_policy()
         try:
             result = await driver.deliver(self.m.request_text(mail), serves=_serves(mail))
             if result.ok:
@@ -333,7 +333,7 @@ class Postman:
             else:
                 self.m.change(mail, MailState.QUEUED, reason=why)
         finally:
-            driver.approver.policy = base
+            driver.policy = base
 
     async def _watch_turn(self, driver: AgentDriver, mail: Mail) -> str:
         """Follow the receiver's turn to its end (approvals by the request's policy).

@@ -95,9 +95,7 @@ class StepAgent:
         """The driver of ``step``'s agent in ``pane`` (a killed runner's, attached again)."""
         cwd = self.run.record.step(step.num).cwd
         where = None if cwd is None else pathlib.Path(cwd)
-        return AgentDriver.attach(
-            f"step-{step.num}", spec.profile, pane, cwd=where, **self.settings(step)
-        )
+        return AgentDriver(f"step-{step.num}", spec.profile, pane, cwd=where, **self.settings(step))
 
     def settings(self, step: Step) -> dict[str, t.Any]:
         """The driver's store, approvals, limits and budget for ``step``."""

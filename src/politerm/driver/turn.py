@@ -449,6 +449,8 @@ class _Turn:
                     return self._answered()
                 return self.result(TurnOutcome.TIMEOUT, self._timeout_error(timeout))
             backstop = _READY_BACKSTOP if state is AgentState.READY else _BACKSTOP
+            if d.blocks_settling:  # the second look that lets a block count
+                backstop = min(backstop, d.profile.block_settle)
             if self.grace_until is not None:
                 backstop = min(backstop, max(0.0, self.grace_until - now))
             if limited_at is not None:

@@ -123,6 +123,8 @@ def collect(
             }
             for m in store.list_messages(state=set(_OPEN))
         ],
+        # The journal of turns' rows not ended: every workflow's prompts in flight.
+        "turns": [row.to_json() for row in store.journal_open()],
         "events": [
             {
                 "id": e.id,
@@ -257,6 +259,16 @@ def render(
             str(m["attempts"]), m["error"] or "",
         )  # fmt: skip
     parts: list[RenderableType] = [agents, tasks]
+    if data.get("turns"):
+        turns = Table(title="prompts in flight (journal of turns)", expand=True)
+        for col in ("turn", "agent", "workflow", "serves", "attempt", "state"):
+            turns.add_column(col, overflow="fold")
+        for tn in data["turns"]:
+            serves = f"{tn['record']} {'/'.join(map(str, tn['record_key']))}"
+            turns.add_row(
+                str(tn["id"]), tn["agent"], tn["workflow"], serves, str(tn["attempt"]), tn["state"]
+            )
+        parts.append(turns)
     if "router" in data:
         parts.append(Text(router_words(data["router"])))
     if data.get("approvals"):

@@ -28,7 +28,8 @@ if t.TYPE_CHECKING:
     from politerm.testing.mockllm import MockLLM
     from tests.realcli.conftest import RigFactory
 
-pytestmark = [pytest.mark.realcli, pytest.mark.timeout(400)]
+# Mostly waiting: on the CLI's own retries, on the reset's minute (pytest.mark.clock).
+pytestmark = [pytest.mark.realcli, pytest.mark.clock, pytest.mark.timeout(400)]
 
 NONCE = "5eed1a2b"
 DONE = (

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import pathlib
@@ -40,6 +41,7 @@ from politerm.agents.tracker import StateTracker
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, Window, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.journal import TurnLog
 from politerm.driver.launch import Launched, check_program, launch
 from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.looking import Observation
@@ -86,6 +88,7 @@ if t.TYPE_CHECKING:
     from politerm.protocol.block import Block
     from politerm.pty.liveview import LiveView
     from politerm.store import RunStore
+    from politerm.store.journal import Serves
     from politerm.terminal import Snapshot, Terminal
 
 log = logging.getLogger(__name__)
@@ -153,6 +156,7 @@ class AgentDriver:
             approval_key or name, profile, term, policy or ApprovalPolicy(), store
         )
         self._blocks = BlockReader(name, profile, term, cwd=cwd, env=self.env, store=store)
+        self._turns = TurnLog(name, store)
         self.last_screen: tuple[str, ...] = ()
         self._dead = False
         self._stuck_reported = False
@@ -616,13 +620,66 @@ class AgentDriver:
 
     # --- typing ---------------------------------------------------------------------------
 
-    async def deliver(self, text: str | bytes, *, already_pasted: bool = False) -> DeliveryResult:
+    async def deliver(
+        self,
+        text: str | bytes,
+        *,
+        already_pasted: bool = False,
+        serves: Serves | None = None,
+        nonce: str | None = None,
+        start_line: int | None = None,
+    ) -> DeliveryResult:
         """Paste ``text``, submit it and confirm it (see :mod:`politerm.driver.delivery`).
 
         The input box is verified empty before the paste (cleared with the profile's
         ``clear_input`` keys when it is not); ``already_pasted`` submits the text an earlier
         STRANDED attempt left in the box instead. The tracker's ready latch ends here.
+
+        A prompt that ``serves`` a workflow's record is written to the journal of turns
+        before anything is typed (turn ``nonce``, its answer from ``start_line``), and
+        DELIVERED or FAILED there with what the delivery saw (:mod:`politerm.driver.journal`);
+        the result's ``turn_id`` names its row.
         """
+        row = self._turns.hand(
+            serves,
+            text,
+            nonce=nonce,
+            start_line=start_line,
+            conversation=self._session_row or None,
+        )
+        result = await self._deliver(text, already_pasted=already_pasted)
+        if row is None:
+            return result
+        self._turns.delivered(row.id, result)
+        return dataclasses.replace(result, turn_id=row.id)
+
+    def confirmed_earlier(
+        self,
+        text: str,
+        serves: Serves | None,
+        proof: Mapping[str, t.Any],
+        *,
+        nonce: str | None = None,
+        start_line: int | None = None,
+    ) -> int | None:
+        """Record in the journal that ``text`` reached the agent before a crash; its row id.
+
+        What a recovery found (:func:`politerm.driver.leftover.left_over`) confirms the
+        attempt's open row (or a row written now, if the crash came before it): nothing is
+        typed again.
+        """
+        row = self._turns.hand(serves, text, nonce=nonce, start_line=start_line, conversation=None)
+        if row is None:
+            return None
+        self._turns.confirmed(row.id, proof)
+        return row.id
+
+    def end_turn(self, turn_id: int | None, outcome: str) -> None:
+        """The turn of journal row ``turn_id`` is over (for callers that follow it themselves)."""
+        self._record_session()
+        self._turns.ended(turn_id, outcome, conversation=self._session_row or None)
+
+    async def _deliver(self, text: str | bytes, *, already_pasted: bool) -> DeliveryResult:
         self._tracker.input_sent()
         check = await self._agent_checks(text)
         await self._hook("before-paste")

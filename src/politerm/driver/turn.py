@@ -56,6 +56,7 @@ if t.TYPE_CHECKING:
     from politerm.driver.stop import StopControl
     from politerm.protocol.block import Block
     from politerm.protocol.report import Report
+    from politerm.store.journal import Serves
 
 #: What a nudge says (the turn's nonce is appended).
 NUDGE_TEXT = "If you are finished, emit the requested block (or report) now."
@@ -141,6 +142,8 @@ class TurnResult:
     """The agent's exit status, when it exited during the turn (and the backend knows it)."""
     wrapped_up: bool = False
     """A soft stop delivered the ``wrap_up`` note."""
+    turn_id: int | None = None
+    """The prompt's row in the journal of turns (when the caller named the record served)."""
 
     @property
     def ok(self) -> bool:
@@ -172,6 +175,7 @@ async def run_turn(
     on_progress: Callable[[str], None] | None = None,
     start: int | None = None,
     resumed: t.Literal["pasted", "delivered"] | None = None,
+    serves: Serves | None = None,
 ) -> TurnResult:
     """Deliver ``prompt`` to ``driver``'s agent and watch until ``expect`` is met.
 
@@ -212,6 +216,10 @@ async def run_turn(
         A turn an earlier watcher began (a crash in between): ``"pasted"`` submits the
         prompt already in the input box instead of pasting it again; ``"delivered"`` only
         watches for the answer (the prompt was submitted; ``nonce`` is the turn's).
+    serves
+        The workflow record the prompt serves: the turn gets a row in the journal of turns
+        (:mod:`politerm.driver.journal`), written before anything is typed; a resumed turn
+        goes on in the attempt's open row.
 
     Returns
     -------
@@ -241,6 +249,7 @@ async def run_turn(
             wrap_up,
             grace,
             on_progress or (lambda _word: None),
+            serves=serves,
         ).run(text, timeout, resumed)
         if result.outcome is TurnOutcome.ANSWERED:
             await driver._meter.settle()
@@ -248,7 +257,8 @@ async def run_turn(
         driver._meter.end_turn()
         if reports is not None:
             reports.close()
-    driver._record_session()  # a CLI may name its conversation only at a turn's end
+    # A CLI may name its conversation only at a turn's end: its row keeps it.
+    driver.end_turn(result.turn_id, result.outcome.value)
     return result
 
 
@@ -268,6 +278,8 @@ class _Turn:
     wrap_up: str | None = None
     grace: float = 0.0
     progress: Callable[[str], None] = lambda _word: None
+    serves: Serves | None = None
+    turn_id: int | None = None
     grace_until: float | None = None
     wrapped_up: bool = False
     exit_status: int | None = None
@@ -298,6 +310,7 @@ class _Turn:
             self.elsewhere,
             self.exit_status,
             self.wrapped_up,
+            self.turn_id,
         )
 
     def _answered(self) -> TurnResult:
@@ -328,7 +341,18 @@ class _Turn:
     ) -> TurnResult:
         d = self.driver
         if resumed != "delivered":
-            self.delivery = await d.deliver(text, already_pasted=resumed == "pasted")
+            self.delivery = await d.deliver(
+                text,
+                already_pasted=resumed == "pasted",
+                serves=self.serves,
+                nonce=self.nonce,
+                start_line=self.start,
+            )
+            self.turn_id = self.delivery.turn_id
+        else:
+            self.turn_id = d.confirmed_earlier(
+                text, self.serves, {"rule": "resumed"}, nonce=self.nonce, start_line=self.start
+            )
         res = self.delivery
         if res is not None and not (res.ok or (res.outcome is Outcome.BLOCKED and res.submitted)):
             evidence = " | ".join(res.evidence[-3:])
@@ -425,6 +449,8 @@ class _Turn:
                     return self._answered()
                 return self.result(TurnOutcome.TIMEOUT, self._timeout_error(timeout))
             backstop = _READY_BACKSTOP if state is AgentState.READY else _BACKSTOP
+            if d.blocks_settling:  # the second look that lets a block count
+                backstop = min(backstop, d.profile.block_settle)
             if self.grace_until is not None:
                 backstop = min(backstop, max(0.0, self.grace_until - now))
             if limited_at is not None:

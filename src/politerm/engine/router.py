@@ -292,6 +292,8 @@ class Router(Sending):
             return max(0.5, min(due, IDLE_BACKSTOP))  # the resume at the limit's reset
         loop = self.loops[driver.name]
         if loop.turn_nonce is not None:
+            if driver.blocks_settling:
+                return driver.profile.block_settle  # the second look that lets a block count
             if driver.state is AgentState.READY:
                 return 0.5  # an answer without a block shows as silence
             return TURN_BACKSTOP

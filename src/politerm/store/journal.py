@@ -213,18 +213,21 @@ class JournalRows(StoreCore):
 
         The row is HANDED and counts the record's attempts; a record kept in a table of
         :data:`LINKED_TABLES` gets its ``turn_id`` in the same transaction. An open row of
-        the same record and agent (an attempt a crash interrupted) is returned instead:
-        the attempt goes on in it.
+        the same record and agent with the same nonce (an attempt a crash interrupted) is
+        returned instead: the attempt goes on in it; one with another nonce was superseded
+        by this attempt and is ABANDONED.
         """
         key = serves.key_text
         with self._writing() as c:
             found = c.execute(
                 "SELECT * FROM turn_journal WHERE record = ? AND record_key = ? AND agent = ?"
-                " AND state IN ('handed', 'delivered') ORDER BY id DESC LIMIT 1",
+                " AND state IN ('handed', 'delivered') ORDER BY id",
                 (serves.record, key, agent),
-            ).fetchone()
-            if found is not None:
-                return _row(found)
+            ).fetchall()
+            for old in map(_row, found):
+                if nonce is None or old.nonce in (None, nonce):
+                    return old
+                self.journal_move(old.id, JournalState.ABANDONED, outcome="superseded")
             attempt = c.execute(
                 "SELECT COALESCE(MAX(attempt), 0) + 1 FROM turn_journal"
                 " WHERE record = ? AND record_key = ?",

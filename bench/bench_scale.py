@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import dataclasses
 import json
 import os
@@ -91,11 +92,12 @@ TARGET_RSS_MB = 150.0
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What one N measures."""
+    """What one N measures (``profile``: a cProfile file for the router's handoff phase)."""
 
     n: int
     window: float
     tasks: int
+    profile: str = ""
 
 
 def _load() -> str:
@@ -217,17 +219,29 @@ async def _handoffs(
     return logs.plan_ms(ids, delay), logs.result_ms(ids, delay)
 
 
-def _agents_uss(panes: Sequence[str], bench_pids: dict[str, int]) -> float:
-    total = 0
+def _agent_processes(panes: Sequence[str], pane_pids: dict[str, int]) -> list[psutil.Process]:
+    procs: list[psutil.Process] = []
     for pane in panes:
-        pid = bench_pids.get(pane)
+        pid = pane_pids.get(pane)
         if pid is None:
             continue
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(pid)
-            for p in [proc, *proc.children(recursive=True)]:
-                total += p.memory_full_info().uss
+            procs += [proc, *proc.children(recursive=True)]
+    return procs
+
+
+def _agents_uss(procs: Sequence[psutil.Process]) -> float:
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += proc.memory_full_info().uss
     return total / 2**20
+
+
+async def _pane_pids(bench: Bench) -> dict[str, int]:
+    lines = await bench.client.cmd("list-panes", "-s", "-F", "#{pane_id}\t#{pane_pid}")
+    return {line.split("\t")[0]: int(line.split("\t")[1]) for line in lines}
 
 
 async def one(plan: Plan) -> dict[str, t.Any]:
@@ -243,12 +257,22 @@ async def one(plan: Plan) -> dict[str, t.Any]:
         try:
             rss0 = me.memory_info().rss
             COUNTS.install(store)
+            server = psutil.Process(
+                int((await bench.client.cmd("display-message", "-p", "#{pid}"))[0])
+            )
             u0 = COUNTS.snapshot()
+            cpu_up = [_cpu(me), _cpu(server)]
             start = time.perf_counter()
             agents = await Session(config, store, Host(bench.server, config.tmux.session)).up(
                 resume=True
             )
             out["bring-up s"] = time.perf_counter() - start
+            # CPU seconds do not depend on the load as much as the wall time does.
+            out["up router cpu s"] = _cpu(me) - cpu_up[0]
+            out["up tmux server cpu s"] = _cpu(server) - cpu_up[1]
+            idle = [p.pane_id for name, (_, p) in agents.items() if name.startswith("IDLE")]
+            idle_procs = _agent_processes(idle, await _pane_pids(bench))
+            out["agent start cpu ms"] = 1000 * sum(map(_cpu, idle_procs)) / max(1, len(idle))
             u1 = COUNTS.snapshot()
             out["up tmux cmds/agent"] = (u1[0] - u0[0]) / len(agents)
             out["up sql/agent"] = (u1[1] - u0[1]) / len(agents)
@@ -282,9 +306,6 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             await _settled(watcher)
             await _settled(web.process)
             out.update(web.first)
-            server = psutil.Process(
-                int((await bench.client.cmd("display-message", "-p", "#{pid}"))[0])
-            )
             # The idle window: CPU and counts.
             webp = web.process
             p0, s0, w0, c0 = me.cpu_times(), _cpu(server), _cpu(watcher), COUNTS.snapshot()
@@ -313,7 +334,13 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             out["web MB"] = webp.memory_info().rss / 2**20
             h0 = COUNTS.snapshot()
             cpu0 = [_cpu(me), _cpu(webp), _cpu(watcher), _cpu(server)]
+            profiler = cProfile.Profile() if plan.profile else None
+            if profiler is not None:
+                profiler.enable()
             plan_ms, result_ms = await _handoffs(config, store, root, plan.tasks)
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(plan.profile)
             cpu1 = [_cpu(me), _cpu(webp), _cpu(watcher), _cpu(server)]
             h1 = COUNTS.snapshot()
             mine = cpu1[0] - cpu0[0]
@@ -327,14 +354,7 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             stats = Stats.of(plan_ms + result_ms)
             out["p50 ms"], out["p99 ms"], out["handoffs"] = stats.p50, stats.p99, stats.n
             out["load after handoffs"] = _load()
-            pids = {
-                line.split("\t")[0]: int(line.split("\t")[1])
-                for line in await bench.client.cmd(
-                    "list-panes", "-s", "-F", "#{pane_id}\t#{pane_pid}"
-                )
-            }
-            idle = [p.pane_id for name, (_, p) in agents.items() if name.startswith("IDLE")]
-            out["agents' own MB (USS)"] = _agents_uss(idle, pids)
+            out["agents' own MB (USS)"] = _agents_uss(idle_procs)
             router.stop()
             await routing
         finally:
@@ -434,15 +454,20 @@ def _child(plan: Plan) -> dict[str, t.Any]:
     return result
 
 
-def main(quick: bool = False) -> dict[str, list[Row]]:
-    """Run every N in its own process and print the tables; return them."""
-    ns = QUICK_N if quick else FULL_N
+def main(quick: bool = False, ns: Sequence[int] = (), profile: str = "") -> dict[str, list[Row]]:
+    """Run every N in its own process and print the tables; return them.
+
+    ``ns`` replaces the default agent counts; with ``profile`` (a directory), each N's
+    handoff phase is profiled into ``PROFILE/scale-N.prof`` (cProfile, router process).
+    """
+    ns = ns or (QUICK_N if quick else FULL_N)
     results: list[dict[str, t.Any]] = []
     for n in ns:
         if not _fits(n):
             print(f"(N={n} skipped: {psutil.virtual_memory().available / 2**30:.1f} GB available)")
             continue
-        plan = Plan(n=n, window=5.0 if quick else 10.0, tasks=5 if quick else 15)
+        prof = str(pathlib.Path(profile, f"scale-{n}.prof").resolve()) if profile else ""
+        plan = Plan(n=n, window=5.0 if quick else 10.0, tasks=5 if quick else 15, profile=prof)
         results.append(_child(plan))
         print(f"(N={n} measured)")
         sys.stdout.flush()
@@ -459,6 +484,9 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
                 "agents": r["agents"],
                 "bring-up s": r["bring-up s"],
                 "load": r["load after up"],
+                "router CPU s": r["up router cpu s"],
+                "tmux server CPU s": r["up tmux server cpu s"],
+                "agent start CPU ms each": r["agent start cpu ms"],
                 "lookup before ms": r["lookup before ms"],
                 "lookup now ms": r["lookup now ms"],
                 "x lookup": ratio(r["lookup before ms"], r["lookup now ms"]),
@@ -571,6 +599,8 @@ if __name__ == "__main__":
 
         parser = argparse.ArgumentParser(prog="python -m bench.bench_scale")
         parser.add_argument("--quick", action="store_true", help="N = 10 and 50 only")
+        parser.add_argument("--n", type=int, nargs="+", default=[], help="agent counts")
+        parser.add_argument("--profile", default="", help="directory for handoff profiles")
         args = parser.parse_args()
         print_machine()
-        main(quick=args.quick)
+        main(quick=args.quick, ns=args.n, profile=args.profile)

@@ -84,9 +84,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     # The real CLIs run one at a time, as they do alone: each start costs seconds of CPU, and
     # with four of them at once on 2 cores aider's turns missed their bounds (12 of 94 failed).
+    # The ones that mostly wait out a clock (a limit's reset, a CLI's own retries: 5 minutes
+    # of one CPU-idle wait) are a second line beside them, so the serial line is shorter.
     for item in items:
         if item.get_closest_marker("realcli"):
-            item.add_marker(pytest.mark.xdist_group("realcli"))
+            clock = item.get_closest_marker("clock") is not None
+            item.add_marker(pytest.mark.xdist_group("realcli-clock" if clock else "realcli"))
     # Longest first (a stable sort: the same order in every xdist worker).
     items.sort(key=lambda item: id(item) not in slow)
 

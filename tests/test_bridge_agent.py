@@ -165,7 +165,8 @@ def test_agent_executes_reports_and_is_verified(
     bridge = make_bridge(tmp_path, store, config)
     bridge.queue.submit(TASKS)
     asyncio.run(run(bridge))
-    assert dict(bridge.finalized) == {"good": "completed", "lying": "failed", "cant": "failed"}
+    finalized = dict(bridge.finalized)
+    assert finalized == {"good": "completed", "lying": "failed", "cant": "failed"}
     assert (tmp_path / "f.txt").read_text() == "a\nb\nc\n"
     # One prompt per task, each naming its task and asking for its block.
     sent = [p.decode() for p in prompts(tmp_path / "agent")]
@@ -184,6 +185,11 @@ def test_agent_executes_reports_and_is_verified(
     assert cant["error"] == "agent failed: no such function"
     assert isinstance(bridge.executor, AgentExecutor)
     assert bridge.executor.driver is None  # closed: its process tree is gone
+    # one row per task's prompt in the journal of turns, naming its step
+    rows = [store.journal_of("bridge_steps", (str(bridge.queue.path), t, 0)) for t in finalized]
+    assert [[(r.workflow, r.state.value, r.outcome) for r in each] for each in rows] == [
+        [("bridge", "ended", "answered")]
+    ] * 3
 
 
 def test_a_task_with_only_an_instruction_is_handed_to_the_agent(

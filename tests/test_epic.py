@@ -122,6 +122,17 @@ async def test_epic_of_three_items_one_needs_help(project: Project) -> None:
             "a-2": "needs_help",
             "a-3": "done",
         }
+        # one row per session's prompt in the journal of turns; each record points to its own
+        for r in result.records:
+            rows = store.journal_of("session_records", (r.id,))
+            assert [(x.workflow, x.state.value, x.outcome) for x in rows] == [
+                ("epic", "ended", "answered")
+            ]
+            with store._reading() as c:
+                linked = c.execute(
+                    "SELECT turn_id FROM session_records WHERE id = ?", (r.id,)
+                ).fetchone()[0]
+            assert linked == rows[0].id
     # Each session got one prompt; the needs_help item is not retried by a second run.
     sent = [p.decode() for p in prompts(project.log)]
     assert sum("Work item a-2 " in p for p in sent) == 1

@@ -186,6 +186,12 @@ BAD_SCENARIOS = [
     ),
     BadScenario("bad-action", '[[rules]]\naction = "explode"\n', "key 'rules.0.action'"),
     BadScenario("toml-syntax", "mode = \n", "not valid toml"),
+    BadScenario(
+        "missing-path", "[[rules]]\nwrite_file = {content = 'x'}\n", "rules.0.write_file.path"
+    ),
+    BadScenario("fraction-seed", "[faults]\nseed = 1.5\n", "fractional part"),
+    BadScenario("list-wanted", "status_lines = 'x'\n", "key 'status_lines': Input should be a"),
+    BadScenario("two-problems", "mode = 'x'\nthink_time = 'y'\n", "key 'mode'"),
 ]
 
 
@@ -235,6 +241,48 @@ def test_demo_planner_and_executer(server: Server, workdir: pathlib.Path) -> Non
     final = '[[POLI:MSG {"to":"USER","type":"final","id":"T9","nonce":"beef01"}]]'
     screen = planner.wait_screen(final, 10)
     assert "  <REPORT>" in screen
+
+
+class LaxValue(t.NamedTuple):
+    test_id: str
+    body: str
+    key: str
+    value: object
+
+
+# Values a scenario could always give in another type (as pydantic's lax mode took them).
+LAX_VALUES = [
+    LaxValue("int-as-float", "think_time = 1\n", "think_time", 1.0),
+    LaxValue("string-as-float", "think_time = ' 0.5'\n", "think_time", 0.5),
+    LaxValue("word-as-bool", "trust_dialog = 'Yes'\n", "trust_dialog", True),
+    LaxValue("zero-as-bool", "strip_fences = 0\n", "strip_fences", False),
+    LaxValue("whole-float-as-int", "[faults]\nseed = 2.0\n", "seed", 2),
+    LaxValue("string-as-int", "[faults]\ncrash_max = '3'\n", "crash_max", 3),
+]
+
+
+@pytest.mark.parametrize("case", LAX_VALUES, ids=[c.test_id for c in LAX_VALUES])
+def test_scenario_values_in_another_type_are_taken(tmp_path: pathlib.Path, case: LaxValue) -> None:
+    scenario = load_scenario(write_scenario(tmp_path, case.body))
+    owner = scenario.faults if case.body.startswith("[faults]") else scenario
+    value = getattr(owner, case.key)
+    assert value == case.value and type(value) is type(case.value)
+
+
+def test_a_fake_agent_starts_without_pydantic_or_openssl(tmp_path: pathlib.Path) -> None:
+    # What every fake agent imports before its first screen, with a scenario: importing
+    # pydantic and building models cost ~0.1 s of CPU per agent (50 s at 500 agents).
+    code = (
+        "import sys\n"
+        "from politerm.testing.fakeagent.launch import _resolve_scenario\n"
+        "_resolve_scenario('demo-planner')\n"
+        "heavy = ('pydantic', 'hashlib', 'subprocess', 'uuid')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_json_scenario_and_bundled_names(tmp_path: pathlib.Path) -> None:

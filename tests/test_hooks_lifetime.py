@@ -158,10 +158,11 @@ async def test_a_temporary_hooks_dir_goes_with_its_agent(tmp_path: pathlib.Path)
         ready_timeout=60,
     )
     try:
-        assert driver.receipts is not None
-        temp = driver.receipts.channel.path.parent
+        receipts = await driver.hook_receipts()
+        assert receipts is not None
+        temp = receipts.channel.path.parent
         assert temp.name.startswith("poli-hooks-") and stat.S_IMODE(temp.stat().st_mode) == 0o700
-        assert driver.receipts.channel.path.is_file()
+        assert receipts.channel.path.is_file()
     finally:
         await driver.kill()
         loop.store.close()

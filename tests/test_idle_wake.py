@@ -8,6 +8,7 @@ the store gives it work, or silence alone would change its state.
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from politerm.agents import AgentState, load_profile
 from politerm.agents.profile import AgentProfile, Detectors
 from politerm.agents.tracker import StateTracker
 from politerm.config import Config, StoreConfig, TmuxConfig
-from politerm.engine.router import IDLE_BACKSTOP, Router, idle_backstop
+from politerm.engine.router import IDLE_BACKSTOP, TURN_BACKSTOP, Router, idle_backstop
 from politerm.store import RunStore
 from politerm.store import watch as watch_mod
 from politerm.store.watch import StoreWatch
@@ -28,11 +29,14 @@ from politerm.testing.retry import aretry_until
 from politerm.tmux import new_window
 
 if t.TYPE_CHECKING:
-    import pathlib
-
-    from politerm.tmux import ControlClient, TmuxServer
+    from politerm.tmux import ControlClient, Pane, TmuxServer
 
 FAKE = [sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "plain"]
+SETTLE_SCREEN = (
+    (pathlib.Path(__file__).parent / "fixtures" / "screens" / "opencode-plan-drawn.txt")
+    .read_text()
+    .splitlines()
+)
 
 
 def _commit_from_another_process(path: pathlib.Path) -> None:
@@ -128,16 +132,25 @@ def test_next_change_says_when_silence_alone_changes_the_state(case: Case) -> No
 # --- the router: an idle agent's loop sleeps until something happens --------------------
 
 
-async def test_an_idle_agent_loop_sleeps_until_an_event(
-    tmux_session: ControlClient, tmux_server: TmuxServer, tmp_path: pathlib.Path
-) -> None:
+async def _router_over_a_fake_agent(
+    tmux_session: ControlClient, tmux_server: TmuxServer, tmp_path: pathlib.Path, profile: str
+) -> tuple[Router, RunStore, Pane]:
+    """A router (not running) over one fake agent "A" under ``profile``, and its store."""
     pane = await new_window(tmux_session, tmux_server, session="t", name="A", argv=FAKE)
     store = RunStore.open(tmp_path / "runs.sqlite3")
     config = Config(
         tmux=TmuxConfig(socket=tmux_server.socket_name, session="t"),
         store=StoreConfig(path=store.path),
     )
-    router = Router(config, store, {"A": (load_profile("fake-plain"), pane)})
+    return Router(config, store, {"A": (load_profile(profile), pane)}), store, pane
+
+
+async def test_an_idle_agent_loop_sleeps_until_an_event(
+    tmux_session: ControlClient, tmux_server: TmuxServer, tmp_path: pathlib.Path
+) -> None:
+    router, store, pane = await _router_over_a_fake_agent(
+        tmux_session, tmux_server, tmp_path, "fake-plain"
+    )
     steps = [0]
     step = router._step
 
@@ -180,3 +193,24 @@ def test_idle_backstops_of_many_agents_are_spread_not_one_burst() -> None:
         per_second[int(b)] = per_second.get(int(b), 0) + 1
     assert max(per_second.values()) <= 12, sorted(per_second.values())[-5:]
     assert len(per_second) >= 100
+
+
+@pytest.mark.parametrize("profile", ["fake-claude", "opencode"])
+async def test_a_block_seen_once_is_looked_at_again_after_the_profiles_settle_time(
+    tmux_session: ControlClient, tmux_server: TmuxServer, tmp_path: pathlib.Path, profile: str
+) -> None:
+    # The second look that lets a block count (BlockParser settle) is the profile's
+    # block_settle after the first, not the 0.5 s bound of a quiet agent in a turn: the
+    # fake agent draws each screen in one write and takes 0.02 s, opencode keeps 0.5 s.
+    router, store, _ = await _router_over_a_fake_agent(tmux_session, tmux_server, tmp_path, profile)
+    try:
+        driver = router.agents["A"]
+        router.loops["A"].turn_nonce = "0123abcd"  # a turn is open
+        assert not driver.blocks_settling
+        assert router._sleep_for(driver) == TURN_BACKSTOP
+        await driver.read_blocks(Snapshot(tuple(SETTLE_SCREEN)), -1, None)  # seen once
+        assert driver.blocks_settling
+        expected = 0.02 if profile.startswith("fake") else 0.5
+        assert router._sleep_for(driver) == driver.profile.block_settle == expected
+    finally:
+        store.close()

@@ -34,10 +34,22 @@ if t.TYPE_CHECKING:
 
     import libtmux
 
+    from politerm.store import RunStore
+
 
 @pytest.fixture
 def project(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path / "proj"
+
+
+def _one_journal_row_each(store: RunStore, task_id: str) -> None:
+    """Each message was one prompt: one row in the journal of turns, ended, its turn_id."""
+    for m in store.list_messages(task_id=task_id):
+        rows = store.journal_of("messages", (m.id,))
+        assert [(r.id, r.state.value, r.attempt, r.nonce) for r in rows] == [
+            (m.turn_id, "ended", 1, m.turn_nonce)
+        ], m
+    assert store.journal_open() == []
 
 
 def _socket(server: libtmux.Server) -> str:
@@ -72,6 +84,7 @@ async def test_smoke_loop_with_primers(server: libtmux.Server, project: pathlib.
             "plan": MessageState.ACKNOWLEDGED,
             "result": MessageState.ACKNOWLEDGED,
         }
+        _one_journal_row_each(loop.store, task.id)
 
 
 async def test_multi_round(server: libtmux.Server, project: pathlib.Path) -> None:
@@ -326,6 +339,7 @@ async def test_kill9_router_mid_task_then_resume_delivers_each_message_once(
         assert task is not None and task.state is TaskState.DONE, (task, out)
         assert len(loop.prompts("PLANNER")) == 2
         assert len(loop.prompts("EXECUTER")) == 1
+        _one_journal_row_each(loop.store, "T-kill")
 
 
 async def test_killed_tmux_server_fails_clearly_then_up_resume_finishes(

@@ -15,7 +15,7 @@ from politerm.config import load_config
 from politerm.driver import Host
 from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.engine import Manager
-from politerm.manager.pane import PaneChannel
+from politerm.manager.pane import STEP_RECORD, PaneChannel, step_id
 from politerm.manager.states import ManagerState
 from politerm.manager.store import ManagerStore
 from politerm.redact import Redactor
@@ -303,7 +303,7 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
             turn = asyncio.create_task(first.report(tid, 1, 60.0))
 
             async def delivered() -> bool:
-                return any(e.kind == "manager.dev_delivered" for e in rig.run_store.list_events())
+                return any(r.delivered for r in rig.run_store.journal_open(record=STEP_RECORD))
 
             from politerm.testing.retry import aretry_until
 
@@ -314,9 +314,15 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
             again = rig.channel(project)
             async with asyncio.timeout(BOUND):
                 report = await again.report(tid, 1, 60.0)
+            rows = rig.run_store.journal_of(STEP_RECORD, (step_id(tid, 1),))
         finally:
             await rig.close()
     assert report == "status: success\nDid: the step, reported on request"
+    # one row per prompt: the step (superseded by the request to finish it), then that one
+    assert [(r.attempt, r.state.value, r.outcome) for r in rows] == [
+        (1, "abandoned", "superseded"),
+        (2, "ended", "answered"),
+    ]
     sent = [p.decode() for p in prompts(tmp_path / "dev")]
     assert sent[0].startswith("Create hello.py\n")
     assert [s.startswith("Create hello.py") for s in sent].count(True) == 1
@@ -338,7 +344,7 @@ async def test_ctrl_c_interrupts_the_dev_agent_and_pauses_the_task(
             turn = asyncio.create_task(rig.manager.run("proj"))
 
             async def delivered() -> bool:
-                return any(e.kind == "manager.dev_delivered" for e in rig.run_store.list_events())
+                return any(r.delivered for r in rig.run_store.journal_open(record=STEP_RECORD))
 
             await aretry_until(delivered, BOUND, what="the step's delivery recorded")
             turn.cancel()  # what the console does on Ctrl-C, before it interrupts the step

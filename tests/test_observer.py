@@ -95,7 +95,7 @@ async def test_an_approval_shown_by_the_driver_appears_in_the_view(
         try:
             # The view says what the driver said last: it never reads the screen itself.
             assert await observer.states(store.list_agents()) == {"EXECUTER": "ready"}
-            driver = AgentDriver.attach(
+            driver = AgentDriver(
                 "EXECUTER", load_profile("aider"), pane, store=store,
                 policy=ApprovalPolicy.of("ask"),
             )  # fmt: skip

@@ -270,6 +270,16 @@ def test_kill_9_then_resume_runs_no_step_twice_and_skips_none(
     assert [count(root, n, "prompt") for n in (1, 2, 3)] == [1, 1, 1]
     assert [count(root, n, "reply") for n in (1, 2, 3)] == [1, 1, 1]
     assert [state(root)[f"step_{n}"] for n in (1, 2, 3)] == ["done"] * 3
+    # One prompt per step in the journal of turns (the killed runner's goes on in its row),
+    # each step's record pointing to its own.
+    with RunStore.open(root / "runs.sqlite3") as store:
+        record = json.loads(store.get_meta(f"pipeline.run:{RUN}") or "{}")
+        rows = [store.journal_of("pipeline-step", (RUN, n)) for n in (1, 2, 3)]
+        assert store.journal_open() == []
+    assert [[(r.state.value, r.outcome) for r in each] for each in rows] == [
+        [("ended", "answered")]
+    ] * 3
+    assert [record["steps"][str(n)]["turn_id"] for n in (1, 2, 3)] == [e[0].id for e in rows]
     again = poli(root, "resume", "--project", str(root))
     assert again.returncode == 1 and "already ended (done)" in again.stderr
 

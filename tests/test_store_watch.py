@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sqlite3
 import subprocess
 import sys
 import typing as t
@@ -157,3 +159,50 @@ async def test_follow_prints_events_written_by_another_process(tmp_path: pathlib
             await asyncio.gather(follower, return_exceptions=True)
             await watch.close()
     assert [e.detail for e in printed] == ["after"]
+
+
+async def test_a_commit_published_after_its_last_file_write_is_still_reported(
+    tmp_path: pathlib.Path,
+) -> None:
+    # SQLite writes a commit's WAL frames, waits for fsync, and only then publishes them: on a
+    # loaded disk the last file event of a commit comes long before anyone can read it. Here
+    # the only event the watch gets is a write that commits nothing yet; the commit itself is
+    # made through hard links in another directory, which this directory's watch never hears.
+    path = tmp_path / "runs.sqlite3"
+    side = tmp_path / "side"
+    side.mkdir()
+    with RunStore.open(path) as store:
+        store.add_event("note", detail="before")  # the WAL and its index now exist
+        for name in ("runs.sqlite3", "runs.sqlite3-wal", "runs.sqlite3-shm"):
+            os.link(tmp_path / name, side / name)
+        seen = store.data_version()
+        looks: list[bool] = []
+
+        def look() -> None:
+            nonlocal seen
+            changed, seen = changed_since(store, seen)
+            looks.append(changed)
+
+        async with StoreWatch(path) as watch:
+            watch.subscribe(look)
+            wal = tmp_path / "runs.sqlite3-wal"
+            with wal.open("r+b") as f:  # a write that commits nothing (the same first byte)
+                first = f.read(1)
+                f.seek(0)
+                f.write(first)
+            await asyncio.sleep(0.3)  # the watch has looked once and found nothing new
+            writer = sqlite3.connect(side / "runs.sqlite3")
+            try:
+                with writer:
+                    writer.execute(
+                        "INSERT INTO meta (key, value) VALUES ('late', 'commit')"
+                        " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                    )
+            finally:
+                writer.close()
+            for _ in range(600):
+                if True in looks:
+                    break
+                await asyncio.sleep(0.05)
+            assert True in looks, f"the commit was never reported in 30 s; looks: {looks}"
+        assert store.get_meta("late") == "commit"

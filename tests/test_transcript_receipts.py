@@ -20,7 +20,7 @@ import watchfiles
 
 from politerm.agents import load_profile
 from politerm.agents.profile import TranscriptSpec
-from politerm.driver import AgentDriver, Expect, TmuxPlace, TurnOutcome
+from politerm.driver import AgentDriver, Expect, Host, TurnOutcome
 from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.store import RunStore
 from politerm.testing.fakeagent import read_log
@@ -186,7 +186,8 @@ async def _start(
         "AGENT",
         profile,
         argv=scenario(tmp_path, DONE_RULE.format(extra="")),
-        tmux=TmuxPlace(client, tmux_server, "t", "agent"),
+        host=Host(tmux_server, "t"),
+        window="agent",
         cwd=tmp_path,
         ready_timeout=READY,
         store=store,
@@ -201,7 +202,7 @@ async def test_turn_ends_on_the_transcript_where_no_hook_says_so(
 ) -> None:
     store = RunStore.open(tmp_path / "runs.sqlite3")
     driver = await _start(tmux_server, tmux_session, tmp_path, store)
-    assert driver.receipts is None
+    assert await driver.hook_receipts() is None
     async with GeminiLog(tmp_path / "fa", tmp_path / "chat.jsonl"):
         result = await driver.run_turn(prompt("G1"), Expect.block("done"), timeout=TURN)
     assert result.outcome is TurnOutcome.ANSWERED, result.error

@@ -17,7 +17,7 @@ if t.TYPE_CHECKING:
     from rich.console import RenderableType
 
     from politerm.store import RunStore
-    from politerm.store.models import Event
+    from politerm.store.models import Agent, Event
 
 _OPEN = (MessageState.QUEUED, MessageState.RETRIED, MessageState.DELIVERING, MessageState.DEAD)
 
@@ -28,6 +28,7 @@ def collect(
     events: int = 15,
     live: t.Mapping[str, str] | None = None,
     resets: t.Mapping[str, float] | None = None,
+    agents: t.Sequence[Agent] | None = None,
 ) -> dict[str, t.Any]:
     """Everything ``poli status`` shows, as plain data (``--json`` prints it as is).
 
@@ -35,9 +36,10 @@ def collect(
     :meth:`politerm.driver.observer.Observer.states`: EXITED once a pane is gone or dead);
     without it the state last stored is shown. A LIMITED agent's ``limit`` says when its
     limit resets: as its driver keeps it in the store, else as ``resets`` (read from its
-    screen by the observer) says.
+    screen by the observer) says. ``agents``: the store's agents when the caller has just
+    read them.
     """
-    agents = store.list_agents()
+    agents = store.list_agents() if agents is None else agents
     turns = {tn.agent: tn for tn in store.list_turns()}
     live = live or {}
     limits = open_limits(store)
@@ -123,6 +125,8 @@ def collect(
             }
             for m in store.list_messages(state=set(_OPEN))
         ],
+        # The journal of turns' rows not ended: every workflow's prompts in flight.
+        "turns": [row.to_json() for row in store.journal_open()],
         "events": [
             {
                 "id": e.id,
@@ -206,8 +210,13 @@ def render(
 
     from politerm.store.models import Event
 
-    # Everything below may hold agent text: shown escaped, never interpreted.
-    data = _escaped(data)
+    rows = data["agents"]
+    if max_agents is not None and len(rows) > max_agents:
+        rows = rows[: max(1, max_agents - 1)]
+    hidden = len(data["agents"]) - len(rows)
+    # Everything below may hold agent text: shown escaped, never interpreted. Only the rows
+    # drawn are escaped: escaping 500 agents' rows was most of a live redraw's work.
+    data = _escaped({**data, "agents": rows})
     if not (data["agents"] or data["tasks"] or data["messages"] or data["events"]):
         return Text(
             "Nothing here yet: no agents are up and no task was given in this project.\n"
@@ -217,10 +226,7 @@ def render(
     agents = Table(title="agents", expand=True)
     for col in ("agent", "state", "pane", "profile", "tokens", "working on"):
         agents.add_column(col)
-    shown = data["agents"]
-    if max_agents is not None and len(shown) > max_agents:
-        shown = shown[: max(1, max_agents - 1)]
-    for a in shown:
+    for a in data["agents"]:
         agents.add_row(
             a["name"],
             state_words(a),
@@ -229,9 +235,8 @@ def render(
             _count(a.get("tokens")),
             a["turn"] or "-",
         )
-    if len(shown) < len(data["agents"]):
-        more = len(data["agents"]) - len(shown)
-        agents.add_row(f"… {more} more", "", "", "", "", "poli status --json lists all")
+    if hidden:
+        agents.add_row(f"… {hidden} more", "", "", "", "", "poli status --json lists all")
     if data.get("tokens"):
         agents.caption = f"tokens in this run: {data['tokens']:,}"
     tasks = Table(title="tasks", expand=True)
@@ -256,6 +261,16 @@ def render(
             str(m["attempts"]), m["error"] or "",
         )  # fmt: skip
     parts: list[RenderableType] = [agents, tasks]
+    if data.get("turns"):
+        turns = Table(title="prompts in flight (journal of turns)", expand=True)
+        for col in ("turn", "agent", "workflow", "serves", "attempt", "state"):
+            turns.add_column(col, overflow="fold")
+        for tn in data["turns"]:
+            serves = f"{tn['record']} {'/'.join(map(str, tn['record_key']))}"
+            turns.add_row(
+                str(tn["id"]), tn["agent"], tn["workflow"], serves, str(tn["attempt"]), tn["state"]
+            )
+        parts.append(turns)
     if "router" in data:
         parts.append(Text(router_words(data["router"])))
     if data.get("approvals"):

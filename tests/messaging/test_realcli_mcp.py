@@ -142,7 +142,7 @@ async def test_claude_calls_the_poli_mcp_tools(
     try:
         agents = await session.up(primers=False)
         profile, pane = agents["ORCH"]
-        orch = AgentDriver.attach("ORCH", profile, pane)
+        orch = AgentDriver("ORCH", profile, pane)
         assert (await orch.wait_ready(READY)).state is AgentState.READY
         # the registration lives in the session's private message directory
         mcp_file = messenger.dir.path / "mcp-ORCH.claude.json"

@@ -69,6 +69,10 @@ async def test_kill_9_of_the_postman_between_send_and_delivery(room: Mailroom) -
     assert len(marked(got, slow.id)) == 1
     assert len(marked(got, pending.id)) == 1
     assert len(got) == 2
+    # one row per prompt in the journal of turns, each mail pointing to its own
+    for mail in (slow, pending):
+        rows = m.store.journal_of("mail", (mail.id,))
+        assert [r.id for r in rows] == [m.mailbox.require(mail.id).turn_id]
 
 
 async def test_a_delivery_cut_short_is_settled_from_the_screen_not_sent_again(
@@ -93,6 +97,11 @@ async def test_a_delivery_cut_short_is_settled_from_the_screen_not_sent_again(
     assert settled_b.attempts == 2
     assert len(marked(room.prompts("W1"), a.id)) == 1
     assert len(marked(room.prompts("W2"), b.id)) == 1
+    # a: typed by the test, the postman's journal row says what it found; b: delivered
+    (row_a,) = m.store.journal_of("mail", (a.id,))
+    assert (row_a.state.value, row_a.outcome) == ("ended", "settled")
+    assert row_a.proof == {"rule": "the receiver has it"}
+    assert [r.id for r in m.store.journal_of("mail", (b.id,))] == [settled_b.turn_id]
 
 
 async def test_poli_send_wait_starts_a_postman_and_prints_the_response(room: Mailroom) -> None:

@@ -75,7 +75,7 @@ def rule(marker: str, reply: str, **kw: t.Any) -> Rule:
 
 def driver_for(r: Rig, agent: Agent, policy: ApprovalPolicy) -> AgentDriver:
     """The driver the router would use for this executer, on the rig's pane and store."""
-    return AgentDriver.attach(
+    return AgentDriver(
         agent.name, agent.profile, agent.pane, store=r.store, policy=policy, cwd=agent.spec.workdir
     )
 

@@ -28,7 +28,8 @@ if t.TYPE_CHECKING:
     from politerm.testing.mockllm import MockLLM
     from tests.realcli.conftest import RigFactory
 
-pytestmark = [pytest.mark.realcli, pytest.mark.timeout(400)]
+# Mostly waiting: on the CLI's own retries, on the reset's minute (pytest.mark.clock).
+pytestmark = [pytest.mark.realcli, pytest.mark.clock, pytest.mark.timeout(400)]
 
 NONCE = "5eed1a2b"
 DONE = (
@@ -94,7 +95,7 @@ async def test_limit_resolves_into_a_resumed_turn(
     agent = r.agent("AGENT")
     # No time on screen: the policy's wait stands in for the reset.
     policy = LimitPolicy(resume="continue", wait=3.0, margin=0.0)
-    driver = AgentDriver.attach(
+    driver = AgentDriver(
         "AGENT",
         agent.profile,
         agent.pane,

@@ -62,7 +62,7 @@ async def _channel(agent: Agent) -> pathlib.Path:
 
 def _driver(r: Rig, agent: Agent) -> AgentDriver:
     """A driver attached to the agent's pane, as a router attaches one (cwd, env)."""
-    return AgentDriver.attach(
+    return AgentDriver(
         "AGENT", agent.profile, agent.pane, store=r.store, cwd=agent.spec.workdir,
         env=agent.spec.env,
     )  # fmt: skip
@@ -148,12 +148,12 @@ async def test_transcript_ends_the_turn_where_no_hook_says_so(
 
     assert result.outcome is TurnOutcome.ANSWERED, result.error
     assert result.block is not None and result.block.id == "R1"
-    assert driver.receipts is None
+    assert await driver.hook_receipts() is None
     # The CLI's own record holds the prompt: with no hooks, it is the agent's word.
     assert result.delivery is not None
     assert set(result.delivery.sources) == {"screen", "transcript"}, result.delivery
     assert f"{cli} transcript " in " ".join(result.delivery.evidence), result.delivery
-    check = driver.transcript_check
+    check = driver._transcript_check  # the driver's part under test
     assert check is not None and check.confirmed() is not None
     # Its record says the turn is over, and the screen agrees.
     assert result.ended_by == "transcript+screen", result
@@ -223,7 +223,7 @@ async def test_approval_is_pending_when_its_notification_says_so(
     await agent.wait(cleared, f"{cli}'s tool receipt after the approval")
     kinds = [r["kind"] for r in _receipts(path)]
     assert kinds.index("approval") < kinds.index("tool"), kinds
-    assert driver.drifts == []
+    assert driver.drifts == ()
 
 
 PATTERN = r"ACME-TOKEN-[A-Z0-9]{20}"  # a project's own [redact] pattern

@@ -67,8 +67,8 @@ async def test_gemini_numbered_block_with_a_wrapped_line(rig: RigFactory, llm: M
 
     async def on_screen() -> bool:
         await driver.read_blocks(await agent.snapshot(), start, result.nonce)
-        return key in driver.blocks.screen_blocks
+        return key in driver._blocks.screen_blocks
 
     await agent.wait(on_screen, "the numbered block read off the screen")
-    assert driver.blocks.screen_blocks[key].body_lines == block.body_lines
-    assert driver.blocks.rejected == []
+    assert driver._blocks.screen_blocks[key].body_lines == block.body_lines
+    assert driver._blocks.rejected == []

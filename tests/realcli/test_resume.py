@@ -47,7 +47,7 @@ RULES = [
 def _driver(r: Rig, name: str) -> AgentDriver:
     """A driver attached to the agent's pane with the store, as the router attaches one."""
     agent = r.agent(name)
-    return AgentDriver.attach(
+    return AgentDriver(
         name, agent.profile, agent.pane, store=r.store, cwd=agent.spec.workdir,
         env=agent.spec.env,
     )  # fmt: skip

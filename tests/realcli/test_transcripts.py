@@ -67,10 +67,10 @@ async def test_gemini_block_is_read_from_its_chat_log_and_cross_checked(
 
     async def logged() -> bool:
         await driver.read_blocks(await agent.snapshot(), -1, result.nonce)
-        return key in driver.blocks.transcript_blocks
+        return key in driver._blocks.transcript_blocks
 
     await agent.wait(logged, "the block in Gemini CLI's chat log")
-    raw = driver.blocks.transcript_blocks[key]
+    raw = driver._blocks.transcript_blocks[key]
     assert raw.body_lines == ["1. do the thing", "2. check the thing"]
     checks = _events(r, "cross-check")
     assert checks == ["plan block: screen and transcript agree"], (checks, _events(r, "drift"))
@@ -107,5 +107,5 @@ async def test_opencode_block_scrolled_off_the_screen_is_recovered(
     (block,) = found
     assert (block.type, block.id, block.nonce) == ("plan", "T1", nonce)
     assert block.body_lines == ["1. do the thing", "2. check the thing"]
-    assert (nonce, "plan", "T1") not in driver.blocks.screen_blocks
-    assert driver.blocks.transcript_blocks[(nonce, "plan", "T1")] == block
+    assert (nonce, "plan", "T1") not in driver._blocks.screen_blocks
+    assert driver._blocks.transcript_blocks[(nonce, "plan", "T1")] == block

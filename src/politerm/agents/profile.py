@@ -265,6 +265,10 @@ class AgentProfile(_Model):
     # After a start-up dialog was answered, ready must hold this long (a CLI that restarts
     # itself may draw its input box for a moment before the next dialog).
     dialog_settle: float = pydantic.Field(default=0.0, ge=0, le=60)
+    # A block seen once on the screen counts when a look this long after (with no output
+    # since, which would look at once) sees it the same: a CLI that repaints in parts can
+    # be caught mid-repaint (opencode), and may pause there under load.
+    block_settle: float = pydantic.Field(default=0.5, ge=0, le=10)
     stuck_after: float = pydantic.Field(default=0.0, ge=0)
     dialogs: list[Dialog] = []
     # A menu the CLI opens under its limit message: closed with its keys at the reset.

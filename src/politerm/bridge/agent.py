@@ -31,6 +31,7 @@ from politerm.driver.limits import driver_settings
 from politerm.errors import AgentError, BridgeError, EditError
 from politerm.protocol.report import ReportStatus
 from politerm.store.bridge import StepState
+from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable
@@ -249,6 +250,7 @@ class AgentExecutor:
             timeout=self.turn_timeout,
             task_id=f"bridge:{tid}",
             answered_elsewhere=_reported_in_queue(handoff),
+            serves=Serves(Workflow.BRIDGE, "bridge_steps", (journal.queue, tid, STEP)),
         )
         outcome = _queue_report(handoff) if result.elsewhere else self._outcome(result)
         state = StepState.DONE if outcome.ok else StepState.FAILED

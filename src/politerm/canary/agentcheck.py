@@ -204,7 +204,7 @@ async def check_agent(
     """
     # A diagnostic on top of the whole stack: imported here, not at the agents layer's top.
     from politerm.agents.approval import ApprovalPolicy
-    from politerm.driver import AgentDriver, TmuxPlace
+    from politerm.driver import AgentDriver, Host
     from politerm.errors import AgentError
     from politerm.tmux.server import TmuxServer
 
@@ -223,14 +223,15 @@ async def check_agent(
         )
         driver: AgentDriver | None = None
         try:
-            await server.ensure_session("check", window_name="idle")
-            client = await server.connect("check")
+            host = Host(server, "check")
+            await host.ensure(window="idle")
             try:
                 driver = await AgentDriver.start(
                     profile.name,
                     profile,
                     argv=command,
-                    tmux=TmuxPlace(client, server, "check", profile.name),
+                    host=host,
+                    window=profile.name,
                     cwd=workdir,
                     env={**profile.launch_env(unsafe=unsafe), **(env or {})},
                     setting="--command",
@@ -240,7 +241,7 @@ async def check_agent(
             except AgentError as exc:
                 _step(report, say, "start", False, str(exc))
                 return report
-            _step(report, say, "start", True, f"{' '.join(command)} in pane {driver.term.name}")
+            _step(report, say, "start", True, f"{' '.join(command)} in pane {driver.terminal_name}")
             try:
                 reading = await driver.wait_ready(
                     ready_timeout, on_reading=seen.reading, on_dialog=seen.dialog
@@ -312,7 +313,7 @@ def _denied(driver: AgentDriver) -> str:
     from politerm.agents.approval import describe
 
     keys = "+".join(driver.profile.approval.deny)
-    request = driver.approver.last
+    request = driver.last_question
     if request is None:
         return f"denied with {keys} (a check runs no tools)"
     how = "read in full" if request.complete else f"not read in full: {request.doubt}"

@@ -91,7 +91,7 @@ def _rules() -> list[t.Any]:
 
 def _screen(driver: AgentDriver) -> tuple[str, ...]:
     lines = [ln.rstrip() for ln in driver.last_screen if ln.strip()]
-    reading = driver.tracker.reading
+    reading = driver.reading
     said = f"-> read {reading.state.value} ({reading.rule})"
     return (*lines[-10:], said)
 
@@ -119,7 +119,7 @@ async def run_checks(
     say: t.Callable[[str], None] | None = None,
 ) -> CanaryResult:
     """Run every check on one installed CLI; never raises for a CLI that misbehaves."""
-    from politerm.driver import AgentDriver, TmuxPlace
+    from politerm.driver import AgentDriver, Host
     from politerm.store import RunStore
     from politerm.tmux.server import TmuxServer
 
@@ -146,14 +146,16 @@ async def run_checks(
             return ok
 
         try:
-            await server.ensure_session("canary", window_name="idle")
-            client = await server.connect("canary")
+            host = Host(server, "canary")
+            await host.ensure(window="idle")
             try:
                 driver = await AgentDriver.start(
                     cli,
                     profile,
                     argv=[*spec.argv, *EXTRA_ARGS.get(cli, [])],
-                    tmux=TmuxPlace(client, server, "canary", cli, (200, 50)),
+                    host=host,
+                    window=cli,
+                    size=(200, 50),
                     cwd=spec.workdir,
                     env=spec.env,
                     ready_timeout=ready_timeout,
@@ -164,7 +166,7 @@ async def run_checks(
                 lines = tuple(str(exc).splitlines()[1:][-10:])
                 record("ready", False, str(exc).splitlines()[0][:200], lines)
                 return result
-            record("ready", True, driver.tracker.reading.rule)
+            record("ready", True, driver.reading.rule)
             await _scenarios(driver, spec.workdir, turn_timeout, record)
         finally:
             if driver is not None:
@@ -194,7 +196,7 @@ async def _scenarios(
     no_result = driver.name in NO_TOOL_RESULT
     tool = await _turn(driver, "TOOL", timeout, idle_after=5.0 if no_result else None)
     made = (workdir / "canary.txt").is_file()
-    answered = driver.approver.answered
+    answered = driver.approvals_answered
     ok = (tool.ok or no_result) and made and answered > 0
     asked = f"{answered} question(s) approved" if answered else "no approval question was asked"
     why = (

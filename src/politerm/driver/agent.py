@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import pathlib
@@ -38,11 +39,12 @@ from politerm.agents.chrome import chrome_top, reply_tail
 from politerm.agents.state import AgentState, StateReading
 from politerm.agents.tracker import StateTracker
 from politerm.driver.approvals import Approver
-from politerm.driver.blocks import BlockReader, turn_start
+from politerm.driver.blocks import BlockReader, Window, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
+from politerm.driver.journal import TurnLog
+from politerm.driver.launch import Launched, check_program, launch
 from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.looking import Observation
-from politerm.driver.place import TmuxPlace, check_program
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import (
     CLI_SESSION_META,
@@ -50,8 +52,6 @@ from politerm.driver.receipts import (
     PANE_OPTION,
     Drift,
     Receipts,
-    launch_with_hooks,
-    mark_pane,
     parse_option,
 )
 from politerm.driver.receiptwatch import (
@@ -64,6 +64,7 @@ from politerm.driver.reports import ReportStream, tap
 from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.driver.transcripts import hooked_home, own_conversation
+from politerm.driver.turn import run_turn
 from politerm.errors import (
     AgentExited,
     ControlModeError,
@@ -75,21 +76,23 @@ from politerm.errors import (
 )
 from politerm.hooks.events import HookKind
 from politerm.pty.runner import PtyTerminal
-from politerm.tmux.pane import Pane, new_window
+from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from politerm.agents.approval import PendingApproval
     from politerm.agents.profile import AgentProfile
-    from politerm.driver.turn import Expect, TurnResult
+    from politerm.agents.question import ApprovalRequest
+    from politerm.driver.host import Host
     from politerm.protocol.block import Block
     from politerm.pty.liveview import LiveView
     from politerm.store import RunStore
-    from politerm.terminal import Snapshot
+    from politerm.store.journal import Serves
+    from politerm.terminal import Snapshot, Terminal
 
 log = logging.getLogger(__name__)
 
-AgentTerm = Pane | PtyTerminal
 T = t.TypeVar("T")
 Hook = t.Callable[[], "Awaitable[None]"]
 #: Moments of a delivery a hook may be attached to (:meth:`AgentDriver.on`).
@@ -106,8 +109,9 @@ class AgentDriver:
     profile
         How to read and type into it.
     term
-        Its terminal: a tmux :class:`~politerm.tmux.pane.Pane` or a
-        :class:`~politerm.pty.PtyTerminal`.
+        Its terminal (a tmux :class:`~politerm.tmux.pane.Pane`, a
+        :class:`~politerm.pty.PtyTerminal`): the driver uses only the :class:`Terminal`
+        interface.
     store
         The run store for events, the agent's state row and pending approvals (optional).
     policy
@@ -128,7 +132,7 @@ class AgentDriver:
         self,
         name: str,
         profile: AgentProfile,
-        term: AgentTerm,
+        term: Terminal,
         *,
         store: RunStore | None = None,
         policy: ApprovalPolicy | None = None,
@@ -141,19 +145,20 @@ class AgentDriver:
     ) -> None:
         self.name = name
         self.profile = profile
-        self.term = term
+        self._term = term
         self.store = store
         self.cwd = cwd
         self.env = {**profile.env, **(env or {})}
-        self.tracker = StateTracker(profile)
-        self.limiter = Limiter(limits or LimitPolicy())
-        self.meter = TokenMeter(name, profile, cwd=cwd, env=self.env, store=store, budget=budget)
-        self.approver = Approver(
+        self._tracker = StateTracker(profile)
+        self._limiter = Limiter(limits or LimitPolicy())
+        self._meter = TokenMeter(name, profile, cwd=cwd, env=self.env, store=store, budget=budget)
+        self._approver = Approver(
             approval_key or name, profile, term, policy or ApprovalPolicy(), store
         )
-        self.blocks = BlockReader(name, profile, term, cwd=cwd, env=self.env, store=store)
+        self._blocks = BlockReader(name, profile, term, cwd=cwd, env=self.env, store=store)
+        self._turns = TurnLog(name, store)
         self.last_screen: tuple[str, ...] = ()
-        self.dead = False
+        self._dead = False
         self._stuck_reported = False
         self._row_due: str | None = None  # the state for the store row, until record_row()
         self._row_state: str | None = None  # what this driver last wrote there
@@ -162,21 +167,21 @@ class AgentDriver:
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
         self._look: tuple[Snapshot, asyncio.Event] | None = None
-        self.receipts = receipts
+        self._receipts = receipts
         self._receipts_looked = receipts is not None
         #: Receipts after this position belong to the last prompt delivered.
-        self.delivery_mark = 0
-        self.drifts: list[Drift] = []
+        self._delivery_mark = 0
+        self._drifts: list[Drift] = []
         #: Seconds one source (hook or screen) may lag the other before it counts as drift.
         self.hook_grace = HOOK_GRACE
         self._drift_seen: set[str] = set()
         #: Its transcript was waited for once and never found: do not wait again.
-        self.transcript_missing = False
+        self._transcript_missing = False
         #: The last prompt's transcript check (its turn's end, where the records say it).
-        self.transcript_check: TranscriptCheck | None = None
+        self._transcript_check: TranscriptCheck | None = None
 
     def __repr__(self) -> str:
-        return f"AgentDriver({self.name}, {self.term.name}, {self.state.value})"
+        return f"AgentDriver({self.name}, {self._term.name}, {self.state.value})"
 
     # --- starting -------------------------------------------------------------------------
 
@@ -187,25 +192,33 @@ class AgentDriver:
         profile: AgentProfile,
         *,
         argv: Sequence[str] | None = None,
-        tmux: TmuxPlace | None = None,
+        host: Host | None = None,
+        window: str | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         setting: str | None = None,
         ready_timeout: float | None = 60.0,
-        size: tuple[int, int] = (200, 50),
+        size: tuple[int, int] | None = None,
         say: Callable[[str], None] | None = None,
         hooks: bool = True,
         hooks_dir: pathlib.Path | None = None,
-        **kwargs: t.Any,
+        store: RunStore | None = None,
+        policy: ApprovalPolicy | None = None,
+        approval_key: str | None = None,
+        receipts: Receipts | None = None,
+        limits: LimitPolicy | None = None,
+        budget: Budget | None = None,
     ) -> AgentDriver:
-        """Start an agent in a new tmux window (``tmux``) or a PTY, and wait until ready.
+        """Start an agent in a new tmux window of ``host`` or a PTY, and wait until ready.
 
         Parameters
         ----------
         argv
             The command (default: the profile's ``command``).
-        tmux
-            Where to open the window; None runs the agent in a headless PTY.
+        host, window, size
+            The session to open its window in (:meth:`Host.launch`: ``window`` defaults to
+            its name in lower case); None runs the agent in a headless PTY (``size``
+            default 200x50).
         setting
             The configuration key naming the command, for the "not on PATH" message
             (default ``agents.<name>.command``).
@@ -216,8 +229,8 @@ class AgentDriver:
             reporting to a channel in ``hooks_dir`` (the session's private hooks directory;
             default a fresh private temporary one). A channel that cannot be made leaves
             the screen alone to decide, with a warning.
-        kwargs
-            Passed to the constructor (store, policy, approval_key).
+        store, policy, approval_key, receipts, limits, budget
+            As for the constructor.
 
         Raises
         ------
@@ -229,33 +242,55 @@ class AgentDriver:
         argv = list(argv if argv is not None else profile.command)
         full_env = {**profile.env, **(env or {})}
         check_program(argv, full_env, setting=setting or f"agents.{name}.command", cwd=cwd)
-        store = kwargs.get("store")  # its [redact] patterns go to the hook and its receipts
+        # The store's [redact] patterns go to the hook and its receipts.
         own = store.redactor.extra if store is not None else ()
-        setup = launch_with_hooks(
-            name, profile.name, argv, full_env, hooks_dir, enabled=hooks, say=say, patterns=own
-        )
-        argv, full_env = setup.argv, setup.env
-        term: AgentTerm
-        if tmux is not None:
-            term = await new_window(
-                tmux.client,
-                tmux.server,
-                session=tmux.session,
-                name=tmux.window,
-                argv=argv,
+        launched: Launched[Terminal]
+        if host is not None:
+            launched = await host.launch(
+                name,
+                profile.name,
+                argv,
                 cwd=cwd,
                 env=full_env,
-                agent=name,
-                size=tmux.size,
+                hooks_dir=hooks_dir,
+                hooks=hooks,
+                patterns=own,
+                window=window,
+                size=size,
+                say=say,
             )
         else:
-            term = await PtyTerminal.spawn(argv, cwd=cwd, env=full_env, size=size, name=name)
+
+            async def spawn(argv: list[str], env: dict[str, str]) -> Terminal:
+                return await PtyTerminal.spawn(
+                    argv, cwd=cwd, env=env, size=size or (200, 50), name=name
+                )
+
+            launched = await launch(
+                name,
+                profile.name,
+                argv,
+                env=full_env,
+                hooks_dir=hooks_dir,
+                spawn=spawn,
+                hooks=hooks,
+                patterns=own,
+                say=say,
+            )
         where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
-        receipts = kwargs.pop("receipts", None) or setup.receipts()
-        if isinstance(term, Pane):
-            with contextlib.suppress(TmuxError):
-                await mark_pane(term, setup)
-        driver = cls(name, profile, term, cwd=where, env=env, receipts=receipts, **kwargs)
+        driver = cls(
+            name,
+            profile,
+            launched.term,
+            store=store,
+            policy=policy,
+            approval_key=approval_key,
+            cwd=where,
+            env=env,
+            receipts=receipts or launched.receipts,
+            limits=limits,
+            budget=budget,
+        )
         if ready_timeout is None:
             return driver
         try:
@@ -267,15 +302,10 @@ class AgentDriver:
             raise
         return driver
 
-    @classmethod
-    def attach(cls, name: str, profile: AgentProfile, term: AgentTerm, **kwargs: t.Any) -> t.Self:
-        """Drive an agent that already runs in ``term`` (after a restart, say)."""
-        return cls(name, profile, term, **kwargs)
-
     @property
     def pane(self) -> Pane | None:
         """The tmux pane, when the agent runs in one."""
-        return self.term if isinstance(self.term, Pane) else None
+        return self._term if isinstance(self._term, Pane) else None
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -300,13 +330,90 @@ class AgentDriver:
     @property
     def state(self) -> AgentState:
         """The tracked state after the last look."""
-        return AgentState.EXITED if self.dead else self.tracker.state
+        return AgentState.EXITED if self._dead else self._tracker.state
+
+    @property
+    def dead(self) -> bool:
+        """Whether the agent has exited (seen on its screen, or :meth:`mark_exited`)."""
+        return self._dead
+
+    def mark_exited(self) -> None:
+        """Take the agent as exited: its terminal's host said so (tmux's pane death)."""
+        self._dead = True
+
+    @property
+    def reading(self) -> StateReading:
+        """The reading of the last look: its state, the rule that decided it, the evidence."""
+        return self._tracker.reading
+
+    @property
+    def ready_since(self) -> float:
+        """When (monotonic) the agent last became READY."""
+        return self._tracker.ready_since
+
+    @property
+    def busy_seen(self) -> bool:
+        """Whether the agent was seen BUSY since the last prompt."""
+        return self._tracker.busy_seen
+
+    def next_change(self) -> float | None:
+        """When (monotonic) the state may change with no output (STUCK, the ready latch)."""
+        return self._tracker.next_change()
+
+    def limit_due_in(self) -> float | None:
+        """Seconds until an open usage limit's reset is acted on; None when none is open."""
+        return self._limiter.due_in()
+
+    def output_event(self) -> asyncio.Event:
+        """An event the agent's next output sets: take it before a look, wait on it after."""
+        return self._term.output_event()
+
+    @property
+    def terminal_name(self) -> str:
+        """Its terminal's name (a tmux pane id, a PTY's name)."""
+        return self._term.name
+
+    @property
+    def drifts(self) -> tuple[Drift, ...]:
+        """Every disagreement between the agent's own events and its screen so far."""
+        return tuple(self._drifts)
+
+    # --- approvals ------------------------------------------------------------------------
+
+    @property
+    def approval_key(self) -> str:
+        """The name ``poli approve`` answers this agent's questions under."""
+        return self._approver.key
+
+    @property
+    def pending_approval(self) -> PendingApproval | None:
+        """The question waiting for the user, if any."""
+        return self._approver.pending
+
+    @property
+    def policy(self) -> ApprovalPolicy:
+        """How the agent's questions are answered; may be changed between turns."""
+        return self._approver.policy
+
+    @policy.setter
+    def policy(self, policy: ApprovalPolicy) -> None:
+        self._approver.policy = policy
+
+    @property
+    def approvals_answered(self) -> int:
+        """How many questions were answered with the policy's keys."""
+        return self._approver.answered
+
+    @property
+    def last_question(self) -> ApprovalRequest | None:
+        """The question last answered, as read (from the history when its box was tall)."""
+        return self._approver.last
 
     async def snapshot(self) -> Snapshot | None:
         """The screen now; None when the terminal is gone."""
-        event = self.term.output_event()
+        event = self._term.output_event()
         try:
-            snap = await self.term.snapshot()
+            snap = await self._term.snapshot()
         except PaneNotFound:
             self._look = None
             return None
@@ -340,21 +447,21 @@ class AgentDriver:
             from politerm.terminal import Snapshot
 
             snap = Snapshot(("pane is gone",), alive=False)
-        reading = self.tracker.update(snap)
+        reading = self._tracker.update(snap)
         self.last_screen = snap.lines
         hook_approval = await hook_approval_open(self, reading)
         approval = "none"
-        lim = self.limiter
+        lim = self._limiter
         if reading.state is AgentState.LIMITED or lim.active or lim.given_up or not lim.adopted:
-            reading = await self.limiter.look(self, reading, task_id)
-            self.tracker.force(reading)
+            reading = await self._limiter.look(self, reading, task_id)
+            self._tracker.force(reading)
         if reading.state is AgentState.EXITED:
-            self.dead = True
+            self._dead = True
         elif reading.state is AgentState.WAITING_APPROVAL:
-            approval = await self.approver.look(snap, task_id=task_id)
-        elif self.approver.asked and reading.state is not AgentState.UNKNOWN:
+            approval = await self._approver.look(snap, task_id=task_id)
+        elif self._approver.asked and reading.state is not AgentState.UNKNOWN:
             # A redraw frame (UNKNOWN) is not an answer; a definite other state is.
-            self.approver.gone(task_id=task_id)
+            self._approver.gone(task_id=task_id)
         self._record(reading, task_id)
         if not defer_row:
             self.record_row()
@@ -365,20 +472,18 @@ class AgentDriver:
     async def hook_receipts(self) -> Receipts | None:
         """The agent's hook receipts: given, or found through its pane's ``@poli_hooks``."""
         if self._receipts_looked:
-            return self.receipts
+            return self._receipts
         self._receipts_looked = True
-        if not isinstance(self.term, Pane):
-            return None
         try:
-            found = parse_option(await self.term.get_option(PANE_OPTION))
+            found = parse_option(await self._term.get_option(PANE_OPTION))
         except (TmuxError, ControlModeError):
             found = None
         if found is not None:
             try:
-                self.receipts = Receipts.open(*found)
+                self._receipts = Receipts.open(*found)
             except HookError as exc:
                 log.warning("%s: hook receipts ignored: %s", self.name, exc)
-        return self.receipts
+        return self._receipts
 
     def drift(self, drift: Drift, *, key: str | None = None, task_id: str | None = None) -> None:
         """Record that the agent's own event and its screen disagreed (once per ``key``)."""
@@ -386,7 +491,7 @@ class AgentDriver:
         if k in self._drift_seen:
             return
         self._drift_seen.add(k)
-        self.drifts.append(drift)
+        self._drifts.append(drift)
         log.warning("%s drift: %s", self.name, drift)
         with contextlib.suppress(StoreError):
             self._event("drift", task_id, str(drift))
@@ -424,7 +529,7 @@ class AgentDriver:
             self._row_state = None
 
     def _record_session(self) -> None:
-        rc = self.receipts
+        rc = self._receipts
         if rc is None or self.store is None:
             return
         # A CLI may name its conversation after the turn's end was seen on screen (Codex's
@@ -437,7 +542,7 @@ class AgentDriver:
         named = [e.session for e in rc.events if e.session]
         if not named or named[-1] == self._session_row:
             return
-        session = own_conversation(named, self.profile.transcript, self.cwd, self.blocks.env)
+        session = own_conversation(named, self.profile.transcript, self.cwd, self._blocks.env)
         if session and session != self._session_row:
             try:
                 self.store.set_meta(CLI_SESSION_META + self.name, session)
@@ -473,7 +578,7 @@ class AgentDriver:
         """
         try:
             reading = await wait_ready(
-                self.term,
+                self._term,
                 self.profile,
                 timeout=timeout,
                 name=self.name,
@@ -486,11 +591,11 @@ class AgentDriver:
             raise AgentExited(msg) from None
         snap = await self.snapshot()
         if snap is not None:
-            self.tracker.update(snap)
+            self._tracker.update(snap)
         if reading.rule == "quiet":
             # Only silence said so; the tracker cannot see it on one screen.
-            self.tracker.state, self.tracker.latched = AgentState.READY, True
-            self.tracker.ready_since = time.monotonic()
+            self._tracker.state, self._tracker.latched = AgentState.READY, True
+            self._tracker.ready_since = time.monotonic()
         if self.store is not None:
             with contextlib.suppress(StoreError):
                 if self.store.get_agent(self.name) is not None:
@@ -515,14 +620,67 @@ class AgentDriver:
 
     # --- typing ---------------------------------------------------------------------------
 
-    async def deliver(self, text: str | bytes, *, already_pasted: bool = False) -> DeliveryResult:
+    async def deliver(
+        self,
+        text: str | bytes,
+        *,
+        already_pasted: bool = False,
+        serves: Serves | None = None,
+        nonce: str | None = None,
+        start_line: int | None = None,
+    ) -> DeliveryResult:
         """Paste ``text``, submit it and confirm it (see :mod:`politerm.driver.delivery`).
 
         The input box is verified empty before the paste (cleared with the profile's
         ``clear_input`` keys when it is not); ``already_pasted`` submits the text an earlier
         STRANDED attempt left in the box instead. The tracker's ready latch ends here.
+
+        A prompt that ``serves`` a workflow's record is written to the journal of turns
+        before anything is typed (turn ``nonce``, its answer from ``start_line``), and
+        DELIVERED or FAILED there with what the delivery saw (:mod:`politerm.driver.journal`);
+        the result's ``turn_id`` names its row.
         """
-        self.tracker.input_sent()
+        row = self._turns.hand(
+            serves,
+            text,
+            nonce=nonce,
+            start_line=start_line,
+            conversation=self._session_row or None,
+        )
+        result = await self._deliver(text, already_pasted=already_pasted)
+        if row is None:
+            return result
+        self._turns.delivered(row.id, result)
+        return dataclasses.replace(result, turn_id=row.id)
+
+    def confirmed_earlier(
+        self,
+        text: str,
+        serves: Serves | None,
+        proof: Mapping[str, t.Any],
+        *,
+        nonce: str | None = None,
+        start_line: int | None = None,
+    ) -> int | None:
+        """Record in the journal that ``text`` reached the agent before a crash; its row id.
+
+        What a recovery found (:func:`politerm.driver.leftover.left_over`) confirms the
+        attempt's open row (or a row written now, if the crash came before it): nothing is
+        typed again.
+        """
+        row = self._turns.hand(serves, text, nonce=nonce, start_line=start_line, conversation=None)
+        if row is None:
+            return None
+        self._turns.confirmed(row.id, proof)
+        return row.id
+
+    def end_turn(self, turn_id: int | None, outcome: str) -> None:
+        """The turn of journal row ``turn_id`` is over (for callers that follow it themselves)."""
+        self._record_session()
+        self._turns.ended(turn_id, outcome, conversation=self._session_row or None)
+
+    async def _deliver(self, text: str | bytes, *, already_pasted: bool) -> DeliveryResult:
+        self._tracker.input_sent()
         check = await self._agent_checks(text)
         await self._hook("before-paste")
         # The empty-box check reads the screen already looked at, if nothing printed since.
@@ -530,7 +688,7 @@ class AgentDriver:
         self._look = None
         try:
             result = await deliver(
-                self.term,
+                self._term,
                 text,
                 self.profile,
                 already_pasted=already_pasted,
@@ -542,10 +700,10 @@ class AgentDriver:
             return DeliveryResult(Outcome.STRANDED, (str(exc),), 0, False, 0.0, "tmux dropped")
         except PtyError as exc:
             # The program's terminal closed under us: it exited.
-            self.dead = True
+            self._dead = True
             return DeliveryResult(Outcome.AGENT_EXITED, (str(exc),), 0, False, 0.0, "pty closed")
         if result.outcome is Outcome.AGENT_EXITED:
-            self.dead = True
+            self._dead = True
         if check is not None:
             result = await cross_check_delivery(self, result, check, grace=self.hook_grace)
         await self._hook("after-confirm")
@@ -553,31 +711,31 @@ class AgentDriver:
 
     async def _agent_checks(self, text: str | bytes) -> AgentChecks | None:
         """What the agent itself will say about this prompt: hook receipt, transcript, tokens."""
-        self.meter.mark()
+        self._meter.mark()
         rc = await self.hook_receipts()
         hook = None
         if rc is not None:
-            self.delivery_mark = rc.mark()
+            self._delivery_mark = rc.mark()
             if rc.reports(HookKind.PROMPT):
-                hook = PromptCheck(rc, self.delivery_mark, text)
+                hook = PromptCheck(rc, self._delivery_mark, text)
         spec, transcript, env = self.profile.transcript, None, dict(self.env)
         hooked_home(spec, env, rc)  # Gemini's chat log is in the home its hooks gave it
         if spec is not None and spec.format != "aider" and self.cwd is not None:
             plain = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
             transcript = TranscriptCheck(spec, self.cwd, env, plain)
-        self.transcript_check = transcript
+        self._transcript_check = transcript
         return AgentChecks(hook, transcript) if hook or transcript else None
 
     async def clear_input(self) -> bool:
         """Empty the input box (e.g. a dead-lettered prompt left there); True when empty."""
         self._look = None
-        snap = await clear_input(self.term, self.profile)
+        snap = await clear_input(self._term, self.profile)
         return snap is not None and not self.profile.input_text(snap)
 
     async def press(self, *keys: str) -> None:
         """Press named keys (an interrupt, a menu answer)."""
         self._look = None
-        await self.term.send_keys(*keys)
+        await self._term.send_keys(*keys)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -598,28 +756,54 @@ class AgentDriver:
         self, snap: Snapshot, start_line: int, nonce: str | None, *, task_id: str | None = None
     ) -> list[Block]:
         """The turn's blocks seen now (screen, then transcript); see :class:`BlockReader`."""
-        hooked_home(self.profile.transcript, self.blocks.env, await self.hook_receipts())
-        return await self.blocks.read(snap, start_line, nonce, task_id=task_id)
+        hooked_home(self.profile.transcript, self._blocks.env, await self.hook_receipts())
+        return await self._blocks.read(snap, start_line, nonce, task_id=task_id)
+
+    async def read_window(self, snap: Snapshot, window: Window, *, idle: bool) -> list[Block]:
+        """The new blocks of a turn the caller keeps itself; see :meth:`BlockReader.read_window`."""
+        hooked_home(self.profile.transcript, self._blocks.env, await self.hook_receipts())
+        return await self._blocks.read_window(snap, window, idle=idle)
+
+    @property
+    def blocks_settling(self) -> bool:
+        """Whether a block was seen once and waits for a second look before it counts."""
+        return bool(self._blocks.parser.unsettled)
+
+    def follow_transcript(self, nonce: str | None) -> None:
+        """Read the transcript's new blocks: each is cross-checked with the screen's copy."""
+        self._blocks.transcript(nonce)
+
+    # --- a turn the caller keeps itself (the router) ---------------------------------------
+
+    def new_turn(self) -> None:
+        """A new prompt's turn begins: the last turn's rejected blocks are forgotten."""
+        self._blocks.new_turn()
+
+    def turn_delivered(self, task_id: str | None) -> None:
+        """The turn's prompt is confirmed: its tokens count from here (for ``task_id``)."""
+        self._meter.start_turn(task_id)
+
+    def turn_ended(self) -> None:
+        """The turn is over: its tokens stop counting."""
+        self._meter.end_turn()
+
+    def over_budget(self) -> str | None:
+        """Count the tokens written since the last call; the ``[budget]`` cap crossed, if any."""
+        self._meter.poll()
+        return self._meter.over_budget()
 
     def output(self, on_text: Callable[[str], None]) -> Callable[[], None]:
         """Send the agent's output, decoded, to ``on_text`` (a transcript); returns a remover."""
-        return tap(self.term, on_text)
+        return tap(self._term, on_text)
 
     def reports(
         self, session_id: str, *, on_text: Callable[[str], None] | None = None
     ) -> ReportStream:
         """Subscribe to the fenced report ``poli:<session_id>`` in the agent's output."""
-        return ReportStream(self.term, session_id, on_text=on_text)
+        return ReportStream(self._term, session_id, on_text=on_text)
 
-    async def run_turn(
-        self, prompt: str | Callable[[str], str], expect: Expect, **kw: t.Any
-    ) -> TurnResult:
-        """Deliver a prompt and watch until it is answered; see :func:`politerm.driver.turn.run_turn`."""  # noqa: E501
-        from politerm.driver.turn import run_turn
-
-        result = await run_turn(self, prompt, expect, **kw)
-        self._record_session()  # a CLI may name its conversation only at a turn's end
-        return result
+    #: Deliver a prompt and watch until it is answered: :func:`politerm.driver.turn.run_turn`.
+    run_turn = run_turn
 
     def live_view(
         self, *, fields: Callable[[], Sequence[str]], on_interrupt: Callable[[], None]
@@ -629,18 +813,18 @@ class AgentDriver:
         Use as ``async with``; see :class:`~politerm.pty.liveview.LiveView`. None when the
         agent runs in a tmux pane (the operator attaches to it with tmux).
         """
-        if not isinstance(self.term, PtyTerminal):
+        if not isinstance(self._term, PtyTerminal):
             return None
         from politerm.pty.liveview import LiveView
 
-        return LiveView(self.term, fields=fields, on_interrupt=on_interrupt)
+        return LiveView(self._term, fields=fields, on_interrupt=on_interrupt)
 
     # --- stopping -------------------------------------------------------------------------
 
     async def kill(self, *, grace: float = 3.0) -> None:
         """Kill the agent's whole process tree (verified gone); a pane keeps its window."""
         with contextlib.suppress(PaneNotFound, ControlModeError):
-            await self.term.kill(grace=grace)
-        self.dead = True
-        if self.receipts is not None:
-            await self.receipts.close()
+            await self._term.kill(grace=grace)
+        self._dead = True
+        if self._receipts is not None:
+            await self._receipts.close()

@@ -16,7 +16,7 @@ import typing as t
 from politerm.driver.transcripts import Tail, locate_transcript, open_tail
 from politerm.protocol import BlockParser, cross_check
 from politerm.protocol.contract import AfterPrompt, nonceless
-from politerm.tmux.pane import Pane
+from politerm.protocol.echo import last_prompt_line
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -46,29 +46,6 @@ def turn_start(snap: Snapshot) -> int:
     -1
     """
     return -1 if snap.alternate_screen else snap.history_size + snap.cursor_y
-
-
-def on_screen(snap: Snapshot, start_line: int) -> list[str] | None:
-    """The window from pane row ``start_line`` on, read off ``snap`` when rows are lines.
-
-    That is when the window starts on the screen and no row of the screen is wrapped (then
-    tmux's joined capture has one line per row, and row ``n`` of the screen is line ``n``);
-    otherwise None, and the window must be captured by its row numbers.
-
-    Examples
-    --------
-    >>> from politerm.terminal import Snapshot
-    >>> on_screen(Snapshot(("a", "b", "c"), history_size=40, rows=3), 41)
-    ['b', 'c']
-    >>> on_screen(Snapshot(("a", "b c"), history_size=40, rows=3), 41) is None  # wrapped
-    True
-    >>> on_screen(Snapshot(("a", "b", "c"), history_size=40, rows=3), 39) is None  # history
-    True
-    """
-    row = start_line - snap.history_size
-    if not snap.rows or len(snap.lines) != snap.rows or not 0 <= row < snap.rows:
-        return None
-    return list(snap.lines[row:])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +91,20 @@ def rejected_fact(reasons: Sequence[str], ignored: int) -> str:
 def _last_three(reasons: Sequence[str]) -> str:
     more = len(reasons) - 3
     return "; ".join(reasons[-3:]) + (f" (+{more} more)" if more > 0 else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """A turn's window, for :meth:`BlockReader.read_window`."""
+
+    start_line: int
+    nonce: str
+    prompt: str | None
+    """The turn's prompt, whose echo a block without a nonce must follow."""
+    task_id: str | None
+    nonce_required: bool = True
+    after_echo: bool = False
+    """Read only what follows the prompt's echo (blocks carry no nonce: position decides)."""
 
 
 @dataclasses.dataclass
@@ -177,13 +168,9 @@ class BlockReader:
 
     async def lines(self, snap: Snapshot, start_line: int) -> list[str]:
         """The turn's window: the lines from ``start_line`` to the end of the screen."""
-        if snap.alternate_screen or start_line < 0 or not isinstance(self.term, Pane):
+        if snap.alternate_screen or start_line < 0:
             return list(snap.lines)
-        window = on_screen(snap, start_line)
-        if window is not None:
-            return window
-        # Ask tmux for the range by its own row numbers (see the module docstring).
-        return await self.term.capture(start=start_line - snap.history_size, end="-")
+        return await self.term.lines_from(snap, start_line)
 
     async def read(
         self,
@@ -203,6 +190,74 @@ class BlockReader:
         blocks, rejections = self.scan(lines, nonce)
         self.report(rejections, task_id=task_id)
         return blocks
+
+    async def read_window(self, snap: Snapshot, w: Window, *, idle: bool = False) -> list[Block]:
+        """The new blocks of turn ``w`` seen now, each bound to the turn's nonce.
+
+        Like :meth:`read`, for a caller that keeps the turn itself (the router): a block
+        without a nonce in the turn's window is this turn's; with ``w.nonce_required``, one
+        that dropped it is accepted (with a ``warning`` event) only when it follows the
+        echo of ``w.prompt`` and carries ``w.task_id``. ``idle`` reports a block left open
+        as rejected.
+        """
+        start_line, nonce, prompt, task_id = w.start_line, w.nonce, w.prompt, w.task_id
+        lines = await self.lines(snap, start_line)
+        after = self.after_prompt(lines, prompt)
+        if w.after_echo:
+            lines = lines[after:]
+        fresh, rejections = self.scan(lines, nonce if w.nonce_required else None)
+        fresh = [dataclasses.replace(b, nonce=nonce) if b.nonce is None else b for b in fresh]
+        accepted: set[int] = set()
+        if w.nonce_required:
+            extra, accepted = self._nonceless(
+                snap, start_line, lines, after, nonce, prompt, task_id
+            )
+            fresh += extra
+        if idle and not fresh:
+            rejections += self.unfinished()
+        self.report([r for r in rejections if r.line not in accepted], task_id=task_id)
+        return fresh
+
+    def _nonceless(
+        self,
+        snap: Snapshot,
+        start_line: int,
+        lines: list[str],
+        after: int,
+        nonce: str,
+        prompt: str | None,
+        task_id: str | None,
+    ) -> tuple[list[Block], set[int]]:
+        """Blocks that dropped the nonce, when provably this turn's, and their line numbers.
+
+        Provably: printed after the turn's prompt (after its start row on the normal screen,
+        or on a redrawn screen after the echo of this turn's prompt) and carrying the turn's
+        task id. Their missing-nonce rejections are then not reported.
+        """
+        if snap.alternate_screen or start_line < 0:
+            echo = last_prompt_line(lines, prompt)
+            if echo < 0:
+                return [], set()
+            after = max(after, echo + 1)
+        out = []
+        seen: set[int] = set()
+        for block in self.nonceless(lines[after:], task_id):
+            bound = dataclasses.replace(block, nonce=nonce)
+            key = (bound.nonce, bound.type, bound.id)
+            seen.add(block.line + after)
+            if key in self.screen_blocks:
+                continue
+            self.screen_blocks[key] = bound
+            if self.store is not None:
+                self.store.add_event(
+                    "warning",
+                    task_id=task_id,
+                    agent=self.name,
+                    detail=f"accepted a {block.type} block without a nonce: it follows the "
+                    f"turn's prompt and carries task id {block.id}",
+                )
+            out.append(bound)
+        return out, seen
 
     def scan(self, lines: list[str], nonce: str | None) -> tuple[list[Block], list[Rejected]]:
         """Parse ``lines`` (a turn's window) and the transcript; the blocks and rejections.

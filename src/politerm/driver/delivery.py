@@ -80,6 +80,8 @@ class DeliveryResult:
     elapsed: float
     rule: str = ""
     sources: tuple[Source, ...] = (Source.SCREEN,)
+    turn_id: int | None = None
+    """The prompt's row in the journal of turns, when the caller named its record."""
 
     @property
     def source(self) -> str:

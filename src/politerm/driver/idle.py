@@ -46,7 +46,7 @@ async def wait_idle(
     deadline = time.monotonic() + max(0.0, timeout)
     ready_since: float | None = None
     while True:
-        output = driver.term.output_event()
+        output = driver._term.output_event()
         obs = await driver.observe()
         now = time.monotonic()
         state = obs.state

@@ -46,7 +46,7 @@ async def left_over(
     if reading.state in (AgentState.BUSY, AgentState.WAITING_APPROVAL):
         return LeftOver("delivered", "the agent is working on it", reading.evidence)
     if nonce and start_line is not None:
-        lines = await driver.blocks.lines(snap, start_line)
+        lines = await driver._blocks.lines(snap, start_line)
         # Our nonce in the turn's window (not in the input box): it echoed or answered it.
         if not reading.input_text and any(nonce in ln for ln in lines):
             return LeftOver("delivered", "its nonce is on screen", tuple(lines[-3:]))

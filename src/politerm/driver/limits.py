@@ -37,6 +37,7 @@ if t.TYPE_CHECKING:
     from politerm.agents.state import StateReading
     from politerm.config import Config
     from politerm.driver.agent import AgentDriver
+    from politerm.driver.tokens import Budget
 
 # Bounds on closing a CLI's limit menu: the screen's answer to each key, the menu gone.
 _KEY_ECHO = 2.0
@@ -67,7 +68,14 @@ class LimitPolicy:
     max_resumes: int = 5
 
 
-def driver_settings(config: Config) -> dict[str, t.Any]:
+class Settings(t.TypedDict):
+    """The ``limits`` and ``budget`` arguments of an agent driver."""
+
+    limits: LimitPolicy
+    budget: Budget
+
+
+def driver_settings(config: Config) -> Settings:
     """The ``limits`` and ``budget`` arguments of an agent driver, from the configuration."""
     from politerm.driver.tokens import Budget
 
@@ -167,7 +175,7 @@ class Limiter:
             f"{driver.name}: limit reset; {menu}{self.policy.resume!r} {how} "
             f"(resume {self.resumes})",
         )
-        return driver.tracker.reading
+        return driver._tracker.reading
 
     def _adopt(self, driver: AgentDriver, reading: StateReading) -> None:
         """Take over the limit an earlier driver of this agent left open in the store."""
@@ -209,7 +217,7 @@ class Limiter:
         if dialog is None or snap is None or not dialog.pattern.search("\n".join(snap.lines)):
             return True, ""
         for key in dialog.keys:
-            echoed = driver.term.output_event()
+            echoed = driver._term.output_event()
             await driver.press(key)
             await wait_event(echoed, _KEY_ECHO)
             # A key right behind another's redraw is taken for a paste burst (Gemini CLI
@@ -217,7 +225,7 @@ class Limiter:
             await asyncio.sleep(driver.profile.submit_delay)
         deadline = self.clock() + _MENU_GONE
         while True:
-            changed = driver.term.output_event()
+            changed = driver._term.output_event()
             snap = await driver.snapshot()
             if snap is None or (
                 not dialog.pattern.search("\n".join(snap.lines))

@@ -70,7 +70,7 @@ async def watch(
 
     deadline = time.monotonic() + timeout
     while True:
-        event = driver.term.output_event()
+        event = driver._term.output_event()
         obs = await driver.observe(task_id=task_id)
         got = until(obs)
         if got is not None:
@@ -88,7 +88,7 @@ async def watch(
             raise AgentTimeout(msg)
         # Output ends the wait; the bound covers what silence alone changes.
         bound = _READY_BOUND if obs.state is AgentState.READY else _BUSY_BOUND
-        change = driver.tracker.next_change()
+        change = driver._tracker.next_change()
         if change is not None:
             bound = min(bound, max(0.05, change - now))
         await wait_event(event, min(bound, deadline - now))

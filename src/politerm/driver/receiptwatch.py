@@ -148,14 +148,14 @@ async def cross_check_delivery(
         # An agent with hooks but no prompt event (Codex), or with no hooks and a record
         # that also tells its turn's end (Gemini CLI, opencode): the transcript is its word,
         # so wait for it (once only, if it never appears); elsewhere it is one look.
-        own_word = driver.receipts is not None
+        own_word = driver._receipts is not None
         own_word = own_word or checks.transcript.spec.format in checks.transcript.TURN_FORMATS
-        waits = checks.hook is None and own_word and not driver.transcript_missing
+        waits = checks.hook is None and own_word and not driver._transcript_missing
         result = await _transcript_agrees(
             driver, result, checks.transcript, grace if waits else 0.0
         )
         if waits and Source.TRANSCRIPT not in result.sources and not checks.transcript.located():
-            driver.transcript_missing = True
+            driver._transcript_missing = True
     return result
 
 
@@ -166,7 +166,7 @@ async def _transcript_agrees(
         found = check.confirmed()
         return None if found is None else found[1]
 
-    seen = await _wait(look, lambda: [driver.term.output_event()], grace)
+    seen = await _wait(look, lambda: [driver._term.output_event()], grace)
     if seen is None:
         if grace > 0:
             driver.drift(
@@ -187,12 +187,12 @@ async def _screen_agrees(
 ) -> DeliveryResult:
     async def look() -> str | None:
         try:
-            snap = await driver.term.snapshot()
+            snap = await driver._term.snapshot()
         except PaneNotFound:
             return "pane gone"
         return screen_agrees(driver, snap)
 
-    seen = await _wait(look, lambda: [driver.term.output_event()], grace)
+    seen = await _wait(look, lambda: [driver._term.output_event()], grace)
     if seen is None:
         tail = " | ".join(ln.strip() for ln in driver.last_screen[-3:] if ln.strip())
         driver.drift(
@@ -239,7 +239,7 @@ async def hook_approval_open(driver: AgentDriver, reading: StateReading) -> Hook
     rc = await driver.hook_receipts()
     if rc is None:
         return None
-    pending = rc.approval_open(driver.delivery_mark)
+    pending = rc.approval_open(driver._delivery_mark)
     if pending is None or reading.state in (AgentState.WAITING_APPROVAL, AgentState.EXITED):
         return pending
     if time.time() - pending.at >= driver.hook_grace:

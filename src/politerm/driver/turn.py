@@ -56,6 +56,7 @@ if t.TYPE_CHECKING:
     from politerm.driver.stop import StopControl
     from politerm.protocol.block import Block
     from politerm.protocol.report import Report
+    from politerm.store.journal import Serves
 
 #: What a nudge says (the turn's nonce is appended).
 NUDGE_TEXT = "If you are finished, emit the requested block (or report) now."
@@ -141,6 +142,8 @@ class TurnResult:
     """The agent's exit status, when it exited during the turn (and the backend knows it)."""
     wrapped_up: bool = False
     """A soft stop delivered the ``wrap_up`` note."""
+    turn_id: int | None = None
+    """The prompt's row in the journal of turns (when the caller named the record served)."""
 
     @property
     def ok(self) -> bool:
@@ -172,6 +175,7 @@ async def run_turn(
     on_progress: Callable[[str], None] | None = None,
     start: int | None = None,
     resumed: t.Literal["pasted", "delivered"] | None = None,
+    serves: Serves | None = None,
 ) -> TurnResult:
     """Deliver ``prompt`` to ``driver``'s agent and watch until ``expect`` is met.
 
@@ -212,6 +216,10 @@ async def run_turn(
         A turn an earlier watcher began (a crash in between): ``"pasted"`` submits the
         prompt already in the input box instead of pasting it again; ``"delivered"`` only
         watches for the answer (the prompt was submitted; ``nonce`` is the turn's).
+    serves
+        The workflow record the prompt serves: the turn gets a row in the journal of turns
+        (:mod:`politerm.driver.journal`), written before anything is typed; a resumed turn
+        goes on in the attempt's open row.
 
     Returns
     -------
@@ -223,7 +231,7 @@ async def run_turn(
     if start is None:
         snap = await driver.snapshot()
         start = driver.turn_start(snap) if snap is not None else -1
-    driver.blocks.new_turn()
+    driver._blocks.new_turn()
     reports = driver.reports(expect.report, on_text=on_text) if expect.report else None
     try:
         result = await _Turn(
@@ -241,14 +249,17 @@ async def run_turn(
             wrap_up,
             grace,
             on_progress or (lambda _word: None),
+            serves=serves,
         ).run(text, timeout, resumed)
         if result.outcome is TurnOutcome.ANSWERED:
-            await driver.meter.settle()
-        return result
+            await driver._meter.settle()
     finally:
-        driver.meter.end_turn()
+        driver._meter.end_turn()
         if reports is not None:
             reports.close()
+    # A CLI may name its conversation only at a turn's end: its row keeps it.
+    driver.end_turn(result.turn_id, result.outcome.value)
+    return result
 
 
 @dataclasses.dataclass
@@ -267,6 +278,8 @@ class _Turn:
     wrap_up: str | None = None
     grace: float = 0.0
     progress: Callable[[str], None] = lambda _word: None
+    serves: Serves | None = None
+    turn_id: int | None = None
     grace_until: float | None = None
     wrapped_up: bool = False
     exit_status: int | None = None
@@ -292,11 +305,12 @@ class _Turn:
             error,
             tuple(ln.rstrip() for ln in self.driver.last_screen if ln.strip())[-8:],
             self.ended_by,
-            tuple(str(d) for d in self.driver.drifts[self.drift_from :]),
+            tuple(str(d) for d in self.driver._drifts[self.drift_from :]),
             self.limited_for,
             self.elsewhere,
             self.exit_status,
             self.wrapped_up,
+            self.turn_id,
         )
 
     def _answered(self) -> TurnResult:
@@ -310,7 +324,7 @@ class _Turn:
 
     async def run(self, text: str, timeout: float, resumed: str | None) -> TurnResult:
         d = self.driver
-        self.drift_from = len(d.drifts)
+        self.drift_from = len(d._drifts)
         woken = asyncio.Event()
         if self.stop is not None:
             if self.stop.aborted:
@@ -327,7 +341,18 @@ class _Turn:
     ) -> TurnResult:
         d = self.driver
         if resumed != "delivered":
-            self.delivery = await d.deliver(text, already_pasted=resumed == "pasted")
+            self.delivery = await d.deliver(
+                text,
+                already_pasted=resumed == "pasted",
+                serves=self.serves,
+                nonce=self.nonce,
+                start_line=self.start,
+            )
+            self.turn_id = self.delivery.turn_id
+        else:
+            self.turn_id = d.confirmed_earlier(
+                text, self.serves, {"rule": "resumed"}, nonce=self.nonce, start_line=self.start
+            )
         res = self.delivery
         if res is not None and not (res.ok or (res.outcome is Outcome.BLOCKED and res.submitted)):
             evidence = " | ".join(res.evidence[-3:])
@@ -343,15 +368,15 @@ class _Turn:
                 TurnOutcome.NOT_DELIVERED,
                 f"{d.name}: prompt not delivered ({res.outcome.value}: {res.rule}): {evidence}",
             )
-        d.meter.start_turn(self.task_id)
+        d._meter.start_turn(self.task_id)
         self.progress("working")
         deadline = time.monotonic() + timeout
         idle_from = time.monotonic()
-        rc = d.receipts
+        rc = d._receipts
         limited_at: float | None = None
         while True:
             woken.clear()
-            events = [d.term.output_event(), woken] + ([rc.event()] if rc is not None else [])
+            events = [d._term.output_event(), woken] + ([rc.event()] if rc is not None else [])
             obs = await d.observe(task_id=self.task_id)
             await self._look_for_answer(obs.snap)
             if self.reports is not None:
@@ -367,8 +392,7 @@ class _Turn:
             if state is AgentState.EXITED:
                 self.exit_status = obs.snap.exit_status
                 return self._exited()
-            d.meter.poll()
-            over = d.meter.over_budget()
+            over = d.over_budget()
             if over is not None and not (self.answer or self.report is not None):
                 await d.press(d.profile.interrupt_key)
                 d.record("budget", self.task_id, f"turn ended: {over}")
@@ -398,7 +422,7 @@ class _Turn:
                     f"{d.name} is stuck ({obs.reading.rule}): " + " | ".join(obs.reading.evidence),
                 )
             if state is AgentState.READY and not answered:
-                d.blocks.report(d.blocks.unfinished(), task_id=self.task_id)
+                d._blocks.report(d._blocks.unfinished(), task_id=self.task_id)
             if state is not AgentState.READY:
                 idle_from = now
             elif not answered and self.grace_until is None and now - idle_from >= self.idle_after:
@@ -425,10 +449,12 @@ class _Turn:
                     return self._answered()
                 return self.result(TurnOutcome.TIMEOUT, self._timeout_error(timeout))
             backstop = _READY_BACKSTOP if state is AgentState.READY else _BACKSTOP
+            if d.blocks_settling:  # the second look that lets a block count
+                backstop = min(backstop, d.profile.block_settle)
             if self.grace_until is not None:
                 backstop = min(backstop, max(0.0, self.grace_until - now))
             if limited_at is not None:
-                await wait_any(*events, timeout=min(backstop, d.limiter.due_in() or backstop))
+                await wait_any(*events, timeout=min(backstop, d._limiter.due_in() or backstop))
                 continue
             await wait_any(*events, timeout=max(0.0, min(backstop, deadline - now)))
 
@@ -454,11 +480,11 @@ class _Turn:
     def _stop(self) -> tuple[str | None, str | None]:
         """Who can say the turn ended (``hook``, ``transcript`` or None), and what it says now."""
         d = self.driver
-        rc = d.receipts
+        rc = d._receipts
         if rc is not None and rc.reports(HookKind.STOP) and not rc.silent:
-            stop = rc.stop_since(d.delivery_mark)
+            stop = rc.stop_since(d._delivery_mark)
             return "hook", None if stop is None else stop.describe()
-        check = d.transcript_check
+        check = d._transcript_check
         if check is not None and check.spec.format in check.TURN_FORMATS:
             return "transcript", check.turn_over()
         return None, None
@@ -547,12 +573,12 @@ class _Turn:
     def _facts(self) -> str:
         d = self.driver
         facts = []
-        facts.append(d.blocks.rejections_fact())
-        pending = d.approver.pending
+        facts.append(d._blocks.rejections_fact())
+        pending = d._approver.pending
         if pending is not None:
             facts.append(
                 f"an approval is pending: {pending.what} (answer with `poli approve "
-                f"{d.approver.key}`)"
+                f"{d._approver.key}`)"
             )
         facts.append(f"{self.nudges} nudge(s) delivered" if self.nudge is not None else "no nudges")
         tail = " | ".join(d.last_words())[-300:]

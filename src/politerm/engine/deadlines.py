@@ -170,7 +170,7 @@ class Deadlines(BlockEffects):
             )
         ]
         if driver is not None:
-            pending = driver.approver.pending
+            pending = driver.pending_approval
             if pending is not None:
                 facts.append(f"approval pending: {pending.what}")
             # Follow-ups go only to a READY agent, and an answer read while it was busy

@@ -9,11 +9,11 @@ and the agent is idle.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import typing as t
 
 from politerm.agents.state import AgentState
+from politerm.driver import Window
 from politerm.engine.routebase import (
     ACTIVE,
     EXECUTER,
@@ -46,25 +46,11 @@ class BlockEffects(RouterBase):
         loop = self.loops[driver.name]
         if loop.held_nonce != turn.nonce:
             loop.held, loop.held_nonce = [], turn.nonce
-        lines = await driver.blocks.lines(obs.snap, turn.start_line)
-        # Without a nonce, position keeps echoes out: only what follows the prompt's echo.
-        after = driver.blocks.after_prompt(lines, self._turn_prompt(driver.name, turn))
-        if self._poliseed:
-            lines = lines[after:]
-        nonce = turn.nonce if self._nonce_required else None
-        fresh, rejections = driver.blocks.scan(lines, nonce)
-        fresh = [
-            dataclasses.replace(b, nonce=turn.nonce) if b.nonce is None else b for b in fresh
-        ]  # a block without a nonce, read in this turn's window, is this turn's
-        accepted: set[int] = set()
-        if nonce:
-            extra, accepted = self._nonceless(driver, turn, obs.snap, lines, after)
-            fresh += extra
-        if obs.state is AgentState.READY and not fresh:
-            rejections += driver.blocks.unfinished()
-        driver.blocks.report(
-            [r for r in rejections if r.line not in accepted], task_id=turn.task_id
+        prompt = self._turn_prompt(driver.name, turn)
+        window = Window(
+            turn.start_line, turn.nonce, prompt, turn.task_id, self._nonce_required, self._poliseed
         )
+        fresh = await driver.read_window(obs.snap, window, idle=obs.state is AgentState.READY)
         blocks, loop.held = [*loop.held, *fresh], []
         for block in blocks:
             ending = self._ends_turn(block) and obs.state not in _NOT_IDLE
@@ -93,40 +79,6 @@ class BlockEffects(RouterBase):
             loop.prompt = (key, msg.text if msg is not None else None)
         return loop.prompt[1]
 
-    def _nonceless(
-        self, driver: AgentDriver, turn: Turn, snap: Snapshot, lines: list[str], after: int
-    ) -> tuple[list[Block], set[int]]:
-        """Blocks that dropped the nonce, when provably this turn's (accepted with a warning).
-
-        Provably: printed after the turn's prompt (after its start row on the normal screen,
-        or on a redrawn screen after the echo of this turn's prompt) and carrying the turn's
-        task id. Also returns their line numbers in ``lines``, whose missing-nonce rejections
-        are then not reported.
-        """
-        if snap.alternate_screen or turn.start_line < 0:
-            echo = last_prompt_line(lines, self._turn_prompt(driver.name, turn))
-            if echo < 0:
-                return [], set()
-            after = max(after, echo + 1)
-        out = []
-        seen: set[int] = set()
-        for block in driver.blocks.nonceless(lines[after:], turn.task_id):
-            bound = dataclasses.replace(block, nonce=turn.nonce)
-            key = (bound.nonce, bound.type, bound.id)
-            seen.add(block.line + after)
-            if key in driver.blocks.screen_blocks:
-                continue
-            driver.blocks.screen_blocks[key] = bound
-            self.store.add_event(
-                "warning",
-                task_id=turn.task_id,
-                agent=driver.name,
-                detail=f"accepted a {block.type} block without a nonce: it follows the turn's "
-                f"prompt and carries task id {block.id}",
-            )
-            out.append(bound)
-        return out, seen
-
     @staticmethod
     def _ends_turn(block: Block) -> bool:
         return block.type != "status"
@@ -145,13 +97,13 @@ class BlockEffects(RouterBase):
 
     def _approval_task_state(self, driver: AgentDriver, task: Task, obs: Observation) -> None:
         """A question waiting for the user shows on the task, and goes when answered."""
-        pending = driver.approver.pending if obs.state is AgentState.WAITING_APPROVAL else None
+        pending = driver.pending_approval if obs.state is AgentState.WAITING_APPROVAL else None
         if pending is not None:
             if task.state is TaskState.WAITING_APPROVAL or task.state not in ACTIVE:
                 return
             question = (
                 f"{driver.name} asks {pending.asks}: answer with "
-                f"`poli approve {driver.approver.key}` (or --deny)"
+                f"`poli approve {driver.approval_key}` (or --deny)"
             )
             with self.store.batch():
                 self.store.set_meta(f"{_APPROVAL_RETURN}{task.id}", task.state.value)
@@ -348,14 +300,13 @@ class BlockEffects(RouterBase):
     def _idle_without_block(self, driver: AgentDriver, turn: Turn, now: float) -> bool:
         if driver.state is not AgentState.READY or turn.message_id is None:
             return False
-        if driver.blocks.parser.unsettled:
+        if driver.blocks_settling:
             return False  # a block is on screen, waiting for its second look (settle)
         msg = self.store.get_message(turn.message_id)
         if msg is None or msg.state is not MessageState.DELIVERED:
             return False
-        track = driver.tracker
-        return now - track.ready_since >= IDLE_GRACE and (
-            track.busy_seen or time.time() - turn.started >= IDLE_GRACE * 2
+        return now - driver.ready_since >= IDLE_GRACE and (
+            driver.busy_seen or time.time() - turn.started >= IDLE_GRACE * 2
         )
 
     def _answered_without_block(self, driver: AgentDriver, turn: Turn, snap: Snapshot) -> None:

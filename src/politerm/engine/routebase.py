@@ -137,7 +137,7 @@ class RouterBase:
         # Long bodies come as files in the agent's working directory; nowhere else.
         cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
         env = agent_env(name, acfg, profile) if acfg is not None else {}
-        return AgentDriver.attach(
+        return AgentDriver(
             name,
             profile,
             pane,
@@ -178,7 +178,7 @@ class RouterBase:
         self.store.end_turn(name, turn.nonce, reason)
         driver = self.agents.get(name)
         if driver is not None:
-            driver.meter.end_turn()
+            driver.turn_ended()
         loop = self.loops.get(name)
         if loop is not None and loop.turn_nonce == turn.nonce:
             loop.turn_nonce = None
@@ -237,7 +237,7 @@ class RouterBase:
         if name in self._dead:
             return
         self._dead.add(name)
-        self.agents[name].dead = True
+        self.agents[name].mark_exited()
         with contextlib.suppress(StoreError):
             if self.store.get_agent(name) is not None:
                 self.store.set_agent_state(name, AgentState.EXITED.value)

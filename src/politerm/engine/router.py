@@ -90,7 +90,7 @@ LAST_LOOK = 10.0
 def _unsettled(driver: AgentDriver) -> str:
     """Why a last look at ``driver``'s turn did not end within :data:`LAST_LOOK`."""
     state = driver.state.value.replace("_", " ")
-    pending = driver.approver.pending
+    pending = driver.pending_approval
     asking = f" ({pending.what})" if pending is not None else ""
     return (
         f"its block takes effect once it is idle, and it was still {state}{asking} after "
@@ -214,14 +214,14 @@ class Router(Sending):
         # A block that ends the turn waits until the agent is idle (its spinner may still
         # show for a moment after the answer): look again on its next output.
         while True:
-            output = driver.term.output_event()
+            output = driver.output_event()
             obs = await driver.observe(task_id=turn.task_id)
             if obs.state is AgentState.EXITED:
                 return
             await self._scan_turn(driver, turn, obs)
             current = self.store.current_turn(driver.name)
             # A block seen once waits for a second look (BlockParser settle) before it counts.
-            waiting = self.loops[driver.name].held or driver.blocks.parser.unsettled
+            waiting = self.loops[driver.name].held or driver.blocks_settling
             if not waiting or current is None or current.nonce != turn.nonce:
                 return
             await wait_event(output, 0.25)
@@ -232,7 +232,7 @@ class Router(Sending):
         loop = self.loops[driver.name]
         # A delivery handed to this loop is typed even when the router is stopping.
         while not driver.dead and (not self._stop.is_set() or loop.handoff is not None):
-            output = driver.term.output_event()
+            output = driver.output_event()
             loop.wake.clear()
             try:
                 await self._step(driver)
@@ -287,11 +287,13 @@ class Router(Sending):
     def _sleep_for(self, driver: AgentDriver) -> float:
         # Output, a store change, tmux's pane-death notification or the router's own wake
         # call end every sleep; the bound only covers what no event announces.
-        due = driver.limiter.due_in()
+        due = driver.limit_due_in()
         if due is not None:
             return max(0.5, min(due, IDLE_BACKSTOP))  # the resume at the limit's reset
         loop = self.loops[driver.name]
         if loop.turn_nonce is not None:
+            if driver.blocks_settling:
+                return driver.profile.block_settle  # the second look that lets a block count
             if driver.state is AgentState.READY:
                 return 0.5  # an answer without a block shows as silence
             return TURN_BACKSTOP
@@ -301,7 +303,7 @@ class Router(Sending):
             bound = max(0.05, loop.retry_at - now)  # no output announces a retry's time
         if driver.profile.transcript is not None and now - loop.turn_seen < TRANSCRIPT_GRACE:
             bound = TURN_BACKSTOP
-        change = driver.tracker.next_change()
+        change = driver.next_change()
         if change is not None:
             bound = min(bound, max(0.05, change - now))
         return bound
@@ -361,7 +363,7 @@ class Router(Sending):
             # The turn was answered on screen; the transcript may still be catching up, and
             # its copy of the block is cross-checked when it arrives.
             nonce = loop.last_nonce if self._nonce_required else None
-            driver.blocks.transcript(nonce)
+            driver.follow_transcript(nonce)
         now = time.monotonic()
         if (
             turn is not None
@@ -386,8 +388,7 @@ class Router(Sending):
 
     async def _over_budget(self, driver: AgentDriver, turn: Turn) -> bool:
         """Count the turn's tokens; over a ``[budget]`` cap, interrupt it and fail its task."""
-        driver.meter.poll()
-        over = driver.meter.over_budget()
+        over = driver.over_budget()
         if over is None or turn.task_id is None:
             return False
         await driver.press(driver.profile.interrupt_key)

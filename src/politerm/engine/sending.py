@@ -17,6 +17,7 @@ from politerm.driver.leftover import left_over
 from politerm.engine.deadlines import Deadlines
 from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, Begun
 from politerm.protocol.primer import new_nonce
+from politerm.store.journal import Serves, Workflow
 from politerm.store.models import MessageState, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
@@ -87,14 +88,19 @@ class Sending(Deadlines):
                 start_line=driver.turn_start(snap),
             )
             self.loops[driver.name].turn_nonce = nonce
-            driver.blocks.new_turn()
+            driver.new_turn()
         return Begun(msg, nonce, text, stranded=stranded, follow_up=follow_up)
 
     async def _send(self, driver: AgentDriver, begun: Begun | None) -> None:
         """Type a begun delivery and record its outcome (durably, on every path)."""
         try:
             if begun is not None:
-                result = await driver.deliver(begun.text, already_pasted=begun.stranded)
+                result = await driver.deliver(
+                    begun.text,
+                    already_pasted=begun.stranded,
+                    serves=_serves(begun.msg),
+                    nonce=begun.nonce,
+                )
                 self._settled(driver, begun.msg, begun.nonce, result, follow_up=begun.follow_up)
         finally:
             self.store.sync()
@@ -167,7 +173,7 @@ class Sending(Deadlines):
                 self.store.set_turn_state(name, nonce, TurnState.WAITING)
                 if msg.task_id is not None and not follow_up:
                     self._restart_clock(msg.task_id, name, time.time())
-                driver.meter.start_turn(msg.task_id)
+                driver.turn_delivered(msg.task_id)
                 how = "recovered" if recovered else "delivered"
                 self._event(
                     how,
@@ -279,12 +285,34 @@ class Sending(Deadlines):
         start = None if turn is None else turn.start_line
         found = await left_over(driver, snap, text, msg.turn_nonce, start)
         if found.resumed == "delivered":
+            proof = {"rule": found.rule, "evidence": list(found.evidence[-3:])}
+            turn_id = driver.confirmed_earlier(
+                text, _serves(msg), proof, nonce=msg.turn_nonce, start_line=start
+            )
             return DeliveryResult(
-                Outcome.DELIVERED, found.evidence, 0, True, 0.0, found.rule, sources=found.sources
+                Outcome.DELIVERED,
+                found.evidence,
+                0,
+                True,
+                0.0,
+                found.rule,
+                sources=found.sources,
+                turn_id=turn_id,
             )
         # Our paste in the box is submitted and confirmed, never pasted twice; anything else
         # (nothing, or someone else's words, which delivery clears first): send it.
-        return await driver.deliver(text, already_pasted=found.resumed == "pasted")
+        return await driver.deliver(
+            text,
+            already_pasted=found.resumed == "pasted",
+            serves=_serves(msg),
+            nonce=msg.turn_nonce,
+            start_line=start,
+        )
+
+
+def _serves(msg: Message) -> Serves:
+    """A loop message's record in the journal of turns."""
+    return Serves(Workflow.LOOP, "messages", (msg.id,))
 
 
 RETRY_FIRST = 1.0

@@ -22,6 +22,7 @@ from politerm.protocol.report import Report, ReportStatus
 from politerm.redact import LineRedactor
 from politerm.store.db import FILE_MODE, ensure_private_dir
 from politerm.store.epics import SessionStatus
+from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -169,6 +170,7 @@ async def run_session(
             wrap_up=note,
             grace=grace,
             on_progress=lambda word: on_state(_WORDS.get(word) or word),
+            serves=Serves(Workflow.EPIC, "session_records", (session_id,)),
         )
         report = result.report
         if result.ok and report is not None:

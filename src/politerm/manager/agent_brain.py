@@ -15,6 +15,7 @@ import typing as t
 from politerm.driver import Expect, Host, TurnOutcome
 from politerm.errors import AgentError, BrainError, BrainReplyError, BrainTimeout, TmuxError
 from politerm.manager.pane import session_name, start_agent
+from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -104,7 +105,10 @@ class AgentBrain:
         reply_id = f"brain-{secrets.token_hex(4)}"
         text = REPLY_TEMPLATE.format(system=system, prompt=prompt, reply_id=reply_id)
         result = await driver.run_turn(
-            text, Expect.fenced_report(reply_id), timeout=self.settings.call_timeout
+            text,
+            Expect.fenced_report(reply_id),
+            timeout=self.settings.call_timeout,
+            serves=Serves(Workflow.MANAGER, "brain-call", (reply_id,)),
         )
         if result.outcome is TurnOutcome.ANSWERED and result.report is not None:
             return result.report.details or result.report.commit_msg

@@ -7,10 +7,10 @@ that ends each step. The step id (task id + step number) makes a report of an ol
 useless for a newer one.
 
 After a crash the agent usually still runs in its pane. Before delivering a step the channel
-reads the pane's history: the step's report already there is taken as it is. Each confirmed
-delivery is written to the run store at once (the driver's ``after-confirm`` hook); a step
-delivered but not reported is not typed again — the agent is only asked to finish it and
-print its report.
+reads the pane's history: the step's report already there is taken as it is. Each step's
+prompt has its row in the journal of turns (``manager-step``, written by the driver); a step
+whose row says delivered but not reported is not typed again — the agent is only asked to
+finish it and print its report.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from politerm.errors import (
     TmuxError,
 )
 from politerm.protocol.report import Report, ReportParser, ReportStatus
+from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -56,7 +57,8 @@ FINISH_TEMPLATE: t.Final = """\
 If you have finished the step with STEP_ID={step_id}, print its report now; otherwise finish \
 it first. The report is the fenced poli:<STEP_ID> block described in that step."""
 
-DELIVERED_EVENT: t.Final = "manager.dev_delivered"
+#: The dev agent's step, as the journal of turns names the record its prompts serve.
+STEP_RECORD: t.Final = "manager-step"
 """Event written when a step's instruction is confirmed delivered to the dev agent."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -184,7 +186,6 @@ class PaneChannel:
         self._own_host = host is None
         self._driver: AgentDriver | None = None
         self._instructions: dict[str, str] = {}
-        self._sending: tuple[str, str] | None = None  # (task id, step id) being delivered
 
     @property
     def label(self) -> str:
@@ -208,27 +209,13 @@ class PaneChannel:
             except (AgentError, TmuxError) as exc:
                 msg = f"dev agent {self.agent_name} ({self.profile_name}) could not start: {exc}"
                 raise DevChannelError(msg) from None
-            self._driver.on("after-confirm", self._confirmed)
         return self._driver
 
-    async def _confirmed(self) -> None:
-        # Written the moment the driver confirms a delivery: a manager that dies after this
-        # never types the step again, it only asks for the report.
-        if self.store is not None and self._sending is not None:
-            task_id, sid = self._sending
-            self.store.add_event(
-                DELIVERED_EVENT,
-                task_id=task_id,
-                agent=self.agent_name,
-                detail=f"step {sid} delivered",
-                data={"step_id": sid},
-            )
-
-    def _delivered(self, task_id: str, sid: str) -> bool:
+    def _delivered(self, sid: str) -> bool:
+        # A manager that died after the driver confirmed the step never types it again.
         if self.store is None:
             return False
-        events = self.store.list_events(task_id, limit=10_000)
-        return any(e.kind == DELIVERED_EVENT and e.data.get("step_id") == sid for e in events)
+        return any(r.delivered is not None for r in self.store.journal_of(STEP_RECORD, (sid,)))
 
     async def send(self, task_id: str, step: int, instruction: str) -> None:
         """Keep the instruction; it is delivered (with confirmation) by :meth:`report`."""
@@ -258,14 +245,17 @@ class PaneChannel:
         found = _report_in(await self._history(driver), sid)
         if found is not None:  # reported while no manager was watching
             return report_text(found)
-        if self._delivered(task_id, sid):
+        if self._delivered(sid):
             prompt = FINISH_TEMPLATE.format(step_id=sid)
         else:
             instruction = self._instructions.get(sid, "")
             prompt = REPORT_TEMPLATE.format(instruction=instruction.strip(), step_id=sid)
-        self._sending = (task_id, sid)
         result = await driver.run_turn(
-            prompt, Expect.fenced_report(sid), timeout=timeout, task_id=task_id
+            prompt,
+            Expect.fenced_report(sid),
+            timeout=timeout,
+            task_id=task_id,
+            serves=Serves(Workflow.MANAGER, STEP_RECORD, (sid,)),
         )
         if result.outcome is TurnOutcome.ANSWERED and result.report is not None:
             return report_text(result.report)

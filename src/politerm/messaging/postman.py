@@ -50,6 +50,7 @@ from politerm.errors import MessagingError, PolitermError, UnsafeMessagePath
 from politerm.messaging.answers import Take, judge, named_ids
 from politerm.messaging.daemon import PostmanLock
 from politerm.messaging.protocol import find_response_lines, marker_line
+from politerm.store.journal import Serves, Workflow
 from politerm.store.limits import stored_limit
 from politerm.store.mail import Mail, MailKind, MailState
 
@@ -73,6 +74,11 @@ _LANE_LOOK = 30.0
 _BACKSTOP = 5.0
 # Longest a stopping postman waits for its lanes and watcher to end.
 _STOP_WAIT = 5.0
+
+
+def _serves(mail: Mail) -> Serves:
+    """A mail's record in the journal of turns."""
+    return Serves(Workflow.MESSAGING, "mail", (mail.id,))
 
 
 def _stop_if_cancelled() -> None:
@@ -159,7 +165,7 @@ class Postman:
         # its directory and environment locate its own records (transcript) after a crash
         cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
         env = agent_env(name, configured, profile) if configured is not None else None
-        driver = AgentDriver.attach(
+        driver = AgentDriver(
             name,
             profile,
             pane,
@@ -233,7 +239,7 @@ class Postman:
             bound = min(bound, max(0.0, nxt - time.time()) + 0.01)
         if idle_exit is not None:
             bound = min(bound, max(0.0, idle_since + idle_exit - time.monotonic()) + 0.01)
-        events = [self.wake, *(d.term.output_event() for d in senders)]
+        events = [self.wake, *(d.output_event() for d in senders)]
         waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(e.wait()) for e in events]
         lanes: list[asyncio.Future[t.Any]] = [x for x in self.lanes.values() if not x.done()]
         try:
@@ -296,18 +302,20 @@ class Postman:
 
     async def _deliver(self, driver: AgentDriver, mail: Mail) -> None:
         readonly = mail.kind is MailKind.REQUEST and mail.capability.value == "readonly"
-        base = driver.approver.policy
+        base = driver.policy
         if readonly:
-            driver.approver.policy = readonly_policy()
+            driver.policy = readonly_policy()
         try:
-            result = await driver.deliver(self.m.request_text(mail))
+            result = await driver.deliver(self.m.request_text(mail), serves=_serves(mail))
             if result.ok:
                 self._delivered(
                     mail, f"delivered to {mail.recipient_pane} ({result.rule or 'confirmed'})"
                 )
                 self.say(f"{mail.id} delivered to {mail.recipient} ({mail.recipient_pane})")
+                over = "delivered"
                 if mail.kind is MailKind.REQUEST:
-                    await self._watch_turn(driver, mail)
+                    over = await self._watch_turn(driver, mail)
+                driver.end_turn(result.turn_id, over)
                 return
             evidence = " | ".join(result.evidence)
             if result.outcome is Outcome.AGENT_EXITED:
@@ -325,13 +333,14 @@ class Postman:
             else:
                 self.m.change(mail, MailState.QUEUED, reason=why)
         finally:
-            driver.approver.policy = base
+            driver.policy = base
 
-    async def _watch_turn(self, driver: AgentDriver, mail: Mail) -> None:
+    async def _watch_turn(self, driver: AgentDriver, mail: Mail) -> str:
         """Follow the receiver's turn to its end (approvals by the request's policy).
 
         A receiver waiting for a limit to reset is watched on (its driver resumes it at the
         reset), however long that takes: the message's time to live stands still meanwhile.
+        Returns how the turn ended (for its row in the journal of turns).
         """
         while True:
             _stop_if_cancelled()
@@ -340,12 +349,14 @@ class Postman:
             if obs.state is AgentState.EXITED:
                 tail = " | ".join(obs.snap.tail(3))
                 self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited: {tail}")
-                return
+                return "exited"
             now = self.m.mailbox.get(mail.id)
-            if obs.state is AgentState.READY or now is None or now.state.is_final:
-                return
+            if obs.state is AgentState.READY:
+                return "idle"
+            if now is None or now.state.is_final:
+                return "ended"
             if not self._paused(now) and now.expires <= time.time():
-                return  # its time ran out: the main loop expires it
+                return "expired"  # the main loop expires it
             mail = now
 
     def _delivered(self, mail: Mail, reason: str) -> None:
@@ -357,6 +368,12 @@ class Postman:
         """
         began = mail.updated if mail.state is MailState.DELIVERING else True
         self.m.change(mail, MailState.DELIVERED, delivered=began, started=True, reason=reason)
+
+    def _settled(self, driver: AgentDriver, mail: Mail, why: str) -> None:
+        """DELIVERED after a restart on what the receiver shows; its journal row too."""
+        self._delivered(mail, f"settled after a restart: {why}")
+        text = self.m.request_text(mail)
+        driver.end_turn(driver.confirmed_earlier(text, _serves(mail), {"rule": why}), "settled")
 
     def _paused(self, mail: Mail) -> bool:
         """Whether the receiver waits for a usage limit to reset (its clock stands still)."""
@@ -387,20 +404,24 @@ class Postman:
             history = "\n".join(await pane.capture_history()) if pane else "\n".join(obs.snap.lines)
             boxed = driver.profile.input_text(obs.snap)
             if boxed and marker in history:
-                result = await driver.deliver(self.m.request_text(mail), already_pasted=True)
+                result = await driver.deliver(
+                    self.m.request_text(mail), already_pasted=True, serves=_serves(mail)
+                )
                 if result.ok:
                     self._delivered(
                         mail, "settled after a restart: submitted the text left in the box"
                     )
+                    # Its turn is not followed after a restart; its row says so.
+                    driver.end_turn(result.turn_id, "settled")
                     continue
             took = None if boxed else await self._records_took(driver, mail)
             if obs.state in (AgentState.BUSY, AgentState.WAITING_APPROVAL) or (
                 marker in history and not boxed
             ):
-                self._delivered(mail, "settled after a restart: the receiver has it")
+                self._settled(driver, mail, "the receiver has it")
             elif took is not None:
                 # a collapsed paste shows no marker line: the agent's own records say
-                self._delivered(mail, f"settled after a restart: {took}")
+                self._settled(driver, mail, took)
             else:
                 if boxed:
                     await driver.clear_input()

@@ -89,6 +89,8 @@ class StepRecord:
     cwd: str | None = None
     approved: bool = False
     report: str | None = None
+    turn_id: int | None = None
+    """The attempt's prompt in the journal of turns (:mod:`politerm.store.journal`)."""
 
     def as_dict(self) -> dict[str, t.Any]:
         """JSON-ready."""

@@ -29,6 +29,7 @@ from politerm.pipeline.launch import render_prompt as _render_prompt
 from politerm.pipeline.model import StepStatus
 from politerm.pipeline.state import write_atomic
 from politerm.protocol.primer import new_nonce
+from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
     import psutil
@@ -94,9 +95,7 @@ class StepAgent:
         """The driver of ``step``'s agent in ``pane`` (a killed runner's, attached again)."""
         cwd = self.run.record.step(step.num).cwd
         where = None if cwd is None else pathlib.Path(cwd)
-        return AgentDriver.attach(
-            f"step-{step.num}", spec.profile, pane, cwd=where, **self.settings(step)
-        )
+        return AgentDriver(f"step-{step.num}", spec.profile, pane, cwd=where, **self.settings(step))
 
     def settings(self, step: Step) -> dict[str, t.Any]:
         """The driver's store, approvals, limits and budget for ``step``."""
@@ -156,7 +155,8 @@ class StepAgent:
                 f"step-{step.num}",
                 spec.profile,
                 argv=spec.argv,
-                tmux=await run.host.place(step.window),
+                host=run.host,
+                window=step.window,
                 cwd=cwd,
                 setting=f"--cli (step {step.num})",
                 ready_timeout=None,
@@ -207,19 +207,33 @@ class StepAgent:
         """Deliver the step's prompt (unless ``resumed`` says it was), then wait for its end."""
         run = self.run
         rec = run.record.step(step.num)
+        serves = Serves(Workflow.PIPELINE, "pipeline-step", (run.record.run_id, step.num))
         if spec.interactive:
-            if resumed != "delivered":
-                result = await driver.deliver(text, already_pasted=resumed == "pasted")
+            if resumed == "delivered":
+                turn_id = driver.confirmed_earlier(
+                    text, serves, {"rule": "resumed"}, nonce=rec.nonce, start_line=rec.start_line
+                )
+            else:
+                result = await driver.deliver(
+                    text,
+                    already_pasted=resumed == "pasted",
+                    serves=serves,
+                    nonce=rec.nonce,
+                    start_line=rec.start_line,
+                )
                 if not (result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)):
                     await self.stop_agent(driver)
                     evidence = " | ".join(result.evidence)
                     return f"prompt not delivered ({result.outcome.value}): {evidence}"
-                self._delivered(step)
-            return await self.wait_person(step, driver)
+                turn_id = result.turn_id
+            self._delivered(step, turn_id)
+            error = await self.wait_person(step, driver)
+            driver.end_turn(turn_id, "answered" if error is None else "failed")
+            return error
 
         def progress(word: str) -> None:
             if word == "working":
-                self._delivered(step)
+                self._delivered(step, None)
             elif word == "answered":
                 run.marks[f"done:{step.num}"] = time.monotonic()
 
@@ -234,9 +248,11 @@ class StepAgent:
                 on_progress=progress,
                 start=rec.start_line,
                 resumed=resumed,
+                serves=serves,
             )
         except (PaneNotFound, ControlModeError):
             return "the step's window is gone"
+        run.state.set_step(step.num, StepStatus.RUNNING, turn_id=turn.turn_id)
         status = "?" if turn.exit_status is None else turn.exit_status
         if turn.block is not None:
             run.state.set_step(step.num, StepStatus.RUNNING, report=turn.block.body[:500])
@@ -259,9 +275,12 @@ class StepAgent:
             return f"timed out after {minutes:g} min: {turn.error}"
         return f"{turn.outcome.value}: {turn.error}"
 
-    def _delivered(self, step: Step) -> None:
+    def _delivered(self, step: Step, turn_id: int | None) -> None:
         self.run.marks[f"delivered:{step.num}"] = time.monotonic()
-        self.run.state.set_step(step.num, StepStatus.RUNNING, delivered=True)
+        changes: dict[str, t.Any] = {"delivered": True}
+        if turn_id is not None:
+            changes["turn_id"] = turn_id
+        self.run.state.set_step(step.num, StepStatus.RUNNING, **changes)
 
     async def wait_person(self, step: Step, driver: AgentDriver) -> str | None:
         """An ``interactive`` step: a person works with the agent, then marks it done."""

@@ -135,6 +135,7 @@ def _message(row: sqlite3.Row) -> Message:
         updated=row["updated"],
         deadline=row["deadline"],
         dedupe_key=row["dedupe_key"],
+        turn_id=row["turn_id"],
     )
 
 

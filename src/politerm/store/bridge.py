@@ -45,6 +45,8 @@ class BridgeStep:
     result: dict[str, t.Any]
     started: float
     finished: float | None
+    turn_id: int | None = None
+    """An agent step's row in the journal of turns (:mod:`politerm.store.journal`)."""
 
 
 def _step(row: sqlite3.Row) -> BridgeStep:
@@ -58,6 +60,7 @@ def _step(row: sqlite3.Row) -> BridgeStep:
         result=json.loads(row["result"]),
         started=row["started"],
         finished=row["finished"],
+        turn_id=row["turn_id"],
     )
 
 

@@ -359,6 +359,47 @@ _V7_MANAGER = Migration(
     ),
 )
 
+_V8_JOURNAL = Migration(
+    8,
+    "the journal of turns (politerm.store.journal); each workflow record's turn_id",
+    (
+        # One row per prompt handed to an agent, written by the driver before it types.
+        """
+        CREATE TABLE turn_journal (
+            id           INTEGER PRIMARY KEY AUTOINCREMENT,
+            agent        TEXT NOT NULL,
+            workflow     TEXT NOT NULL,
+            record       TEXT NOT NULL,
+            record_key   TEXT NOT NULL,
+            attempt      INTEGER NOT NULL,
+            nonce        TEXT,
+            state        TEXT NOT NULL,
+            digest       TEXT NOT NULL,
+            length       INTEGER NOT NULL,
+            head         TEXT NOT NULL,
+            proof        TEXT NOT NULL DEFAULT '{}',
+            conversation TEXT,
+            start_line   INTEGER,
+            started      REAL NOT NULL,
+            delivered    REAL,
+            ended        REAL,
+            outcome      TEXT
+        )
+        """,
+        "CREATE INDEX turn_journal_record ON turn_journal(record, record_key, attempt)",
+        # The recovery's and poli status's question: what is in flight (a few rows at most).
+        """
+        CREATE INDEX turn_journal_open ON turn_journal(agent, nonce)
+            WHERE state IN ('handed', 'delivered')
+        """,
+        "ALTER TABLE messages ADD COLUMN turn_id INTEGER",
+        "ALTER TABLE mail ADD COLUMN turn_id INTEGER",
+        "ALTER TABLE bridge_steps ADD COLUMN turn_id INTEGER",
+        "ALTER TABLE manager_turns ADD COLUMN turn_id INTEGER",
+        "ALTER TABLE session_records ADD COLUMN turn_id INTEGER",
+    ),
+)
+
 MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V1_INITIAL,
     _V2_EVENTS,
@@ -367,6 +408,7 @@ MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V5_BRIDGE,
     _V6_TURN_STATES,
     _V7_MANAGER,
+    _V8_JOURNAL,
 )
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 

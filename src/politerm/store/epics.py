@@ -465,12 +465,16 @@ class EpicStore(StoreTables):
     def add_record(self, record: SessionRecord, *, replace: bool = False) -> bool:
         """Write a record (redacted); False when one with its id exists and not ``replace``."""
         record = self._clean(record)
-        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
         cols = ", ".join(_RECORD_COLUMNS)
         marks = ", ".join("?" for _ in _RECORD_COLUMNS)
+        # An upsert, not INSERT OR REPLACE: the row's turn_id (the journal of turns') stays.
+        upsert = ", ".join(f"{name} = excluded.{name}" for name in _RECORD_COLUMNS)
+        conflict = f"DO UPDATE SET {upsert}" if replace else "DO NOTHING"
         with self.store._writing() as c:
             cur = c.execute(
-                f"{verb} INTO session_records ({cols}) VALUES ({marks})", self._row(record)
+                f"INSERT INTO session_records ({cols}) VALUES ({marks})"
+                f" ON CONFLICT (id) {conflict}",
+                self._row(record),
             )
         added = cur.rowcount > 0
         if added:

@@ -66,6 +66,8 @@ class Mail:
     delivered: float | None
     started: float | None
     responded: float | None
+    turn_id: int | None = None
+    """Its delivery's row in the journal of turns (:mod:`politerm.store.journal`)."""
 
     def to_json(self) -> dict[str, t.Any]:
         """A JSON-ready dict (enum members by value)."""

@@ -136,6 +136,8 @@ class Message:
     updated: float
     deadline: float | None
     dedupe_key: str
+    turn_id: int | None = None
+    """Its last delivery's row in the journal of turns (:mod:`politerm.store.journal`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ writes (WAL mode lets ``poli status`` read while the router writes).
 
 The store is one class made of a part per domain object: :class:`~politerm.store._core.
 StoreCore` (connection, transactions, meta), :class:`~politerm.store.tasks.TaskRows`
-(agents, tasks, expectations), :class:`~politerm.store.turnrows.TurnRows` (turns),
+(agents, tasks, expectations), :class:`~politerm.store.turnrows.TurnRows` (turns, on
+:class:`~politerm.store.journal.JournalRows`: the journal of turns),
 :class:`~politerm.store.messages.MessageRows` (messages); blocks and events live here.
 """
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from politerm.errors import TransitionRejected
-from politerm.store._core import StoreCore
 from politerm.store._rows import _turn
+from politerm.store.journal import JournalRows
 from politerm.store.models import Turn
 from politerm.store.turns import TurnEnd, TurnState, turn_step
 
 
-class TurnRows(StoreCore):
+class TurnRows(JournalRows):
     """The run store's turns: the prompt outstanding at each agent.
+
+    A turn is the loop's view of its prompts' rows in the journal of turns: ending it
+    ends them in the same transaction (:meth:`end_turn`).
 
     Every change goes through :func:`politerm.store.turns.turn_step`: a turn starts
     DELIVERING, becomes WAITING on confirmed delivery, may be HOLDING (answered, but the
@@ -124,6 +127,9 @@ class TurnRows(StoreCore):
     def end_turn(self, agent: str, nonce: str, reason: TurnEnd = TurnEnd.ANSWERED) -> bool:
         """End ``agent``'s turn if it is still the one with ``nonce``, saying why.
 
+        Its prompts' open rows in the journal end with it (a HANDED one is ABANDONED),
+        except when the turn is handed back: the next router settles those.
+
         Returns
         -------
         bool
@@ -137,6 +143,8 @@ class TurnRows(StoreCore):
             ).fetchone()
             if row is not None:
                 turn_step(f"turn {nonce} of {agent}", TurnState(row[0]), TurnState.ENDED)
+                if reason is not TurnEnd.HANDED_BACK:
+                    self.journal_end_nonce(agent, nonce, TurnEnd(reason).value)
         if row is not None:
             self._audit.append("turn.end", agent=agent, nonce=nonce, reason=TurnEnd(reason).value)
         return row is not None

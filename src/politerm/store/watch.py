@@ -9,7 +9,11 @@ control window, ``poli route``'s event printer, the router's tick, a dashboard â
   every commit touches: with inotify on the event loop itself on Linux
   (:mod:`politerm._internal.inotify`), else with ``watchfiles``;
 - :class:`StoreWatch` turns those into a change counter and an :class:`asyncio.Event` per
-  generation, so any number of asyncio waiters wake on one file-system notification;
+  generation, so any number of asyncio waiters wake on one file-system notification; it
+  reports a burst only once a commit is visible (its own ``PRAGMA data_version`` moved),
+  looking again for a while when it is not yet: a commit writes its WAL frames, then waits
+  for ``fsync``, and only then publishes them, so under load the last write of a commit can
+  come long before a reader could see it;
 - :func:`changed_since` tells a reader whether *another* connection committed
   (``PRAGMA data_version``), so a process's own commits never wake it twice;
 - :class:`EventCursor` reads only the timeline entries written after the last one it
@@ -35,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 import pathlib
+import sqlite3
 import typing as t
 
 from politerm._internal.inotify import watch_dir
@@ -63,6 +68,13 @@ STEP_MS: t.Final = 50
 
 DEBOUNCE_MS: t.Final = 200
 """Upper bound on grouping a continuous stream of writes into one notification."""
+
+RECHECK_MS: t.Final = (50, 100, 200, 400, 800, 1600, 3200)
+"""When a burst of writes shows no new commit yet, look again after these pauses (ms).
+
+The commit's ``fsync`` may still be running (seconds on a loaded disk); a burst that never
+becomes a commit (a checkpoint) costs these few ``PRAGMA data_version`` reads, nothing more.
+"""
 
 
 def store_files(path: pathlib.Path) -> frozenset[str]:
@@ -114,6 +126,9 @@ class StoreWatch:
         self._stop: anyio.Event | None = None
         self._inotify: DirWatch | None = None
         self._gathering: asyncio.TimerHandle | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._version: int | None = None
+        self._rechecks = 0
         self.changes = 0
         """How many bursts of writes were seen since :meth:`start`."""
 
@@ -139,6 +154,7 @@ class StoreWatch:
         """
         if self.running:
             return
+        self._version = self._read_version()
         if not self.path.parent.is_dir():
             msg = f"cannot watch run store {self.path}: no directory {self.path.parent}"
             raise StoreError(msg)
@@ -163,6 +179,9 @@ class StoreWatch:
         if self._gathering is not None:
             self._gathering.cancel()
             self._gathering = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         task, self._task = self._task, None
         if task is None:
             return
@@ -205,14 +224,47 @@ class StoreWatch:
         return True
 
     def _written(self) -> None:
-        # The first write of a burst starts the gathering; the rest of it joins in.
-        if self._gathering is None:
-            loop = asyncio.get_running_loop()
-            self._gathering = loop.call_later(self.step_ms / 1000, self._gathered)
+        # The first write of a burst starts the gathering; the rest of it joins in. A write
+        # while we wait to look again starts a new burst: it must not wait out a long pause.
+        if self._gathering is not None:
+            if not self._rechecks:
+                return
+            self._gathering.cancel()
+        self._rechecks = 0
+        loop = asyncio.get_running_loop()
+        self._gathering = loop.call_later(self.step_ms / 1000, self._gathered)
 
     def _gathered(self) -> None:
         self._gathering = None
-        self._notify()
+        version = self._read_version()
+        if version is None or version != self._version:
+            self._version, self._rechecks = version, 0
+            self._notify()
+        elif self._rechecks < len(RECHECK_MS):
+            # Written but nothing new to read yet: the commit may still be on its way.
+            pause = RECHECK_MS[self._rechecks] / 1000
+            self._rechecks += 1
+            self._gathering = asyncio.get_running_loop().call_later(pause, self._gathered)
+        else:
+            self._rechecks = 0
+
+    def _read_version(self) -> int | None:
+        """The store's ``data_version`` seen by this watch's own connection; None: unknown.
+
+        The watch never writes, so the number moves with every commit of any other
+        connection, in this process or another. A store that does not exist yet (or cannot
+        be read) gives None, which counts as a change.
+        """
+        try:
+            if self._reader is None:
+                uri = f"{self.path.as_uri()}?mode=rw"  # never creates the store
+                self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            return int(self._reader.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+            return None
 
     def _notify(self) -> None:
         self.changes += 1
@@ -245,7 +297,7 @@ class StoreWatch:
                 # The store dir is ours (0700); a denied sibling must not kill the watcher.
                 ignore_permission_denied=True,
             ):
-                self._notify()
+                self._written()
         except OSError as exc:
             # e.g. the inotify watch limit reached: fall back to watchfiles' own polling.
             log.warning("store watch: %s; polling %s instead", exc, self.path.parent)
@@ -259,7 +311,7 @@ class StoreWatch:
                 force_polling=True,
                 poll_delay_ms=250,
             ):
-                self._notify()
+                self._written()
 
 
 def changed_since(store: RunStore, seen: int) -> tuple[bool, int]:

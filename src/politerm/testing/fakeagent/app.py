@@ -10,12 +10,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import hashlib
 import os
 import pathlib
 import select
 import signal
-import subprocess
 import sys
 import termios
 import time
@@ -23,7 +21,7 @@ import tty
 import typing as t
 
 from politerm.testing.fakeagent.display import Display
-from politerm.testing.fakeagent.eventlog import encode_bytes
+from politerm.testing.fakeagent.eventlog import encode_bytes, sha256_hex
 from politerm.testing.fakeagent.faults import FaultPlan
 from politerm.testing.fakeagent.inputbox import InputBox
 from politerm.testing.fakeagent.keys import EventKind, InputEvent, KeyDecoder
@@ -38,6 +36,7 @@ from politerm.testing.fakeagent.text import (
 from politerm.testing.fakeagent.transcript import Transcript
 
 if t.TYPE_CHECKING:
+    import subprocess
     import types
 
     from politerm.testing.fakeagent.eventlog import EventLog
@@ -147,6 +146,8 @@ class FakeAgent:
         saved = termios.tcgetattr(self.fd_in)
         self._install_signals()
         if self.scenario.spawn_child:
+            import subprocess  # only a scenario with a child needs it (a cost at every start)
+
             self.child = subprocess.Popen(
                 self.scenario.child_command,
                 stdin=subprocess.DEVNULL,
@@ -212,6 +213,8 @@ class FakeAgent:
     def _stop_child(self) -> None:
         if self.child is not None and self.child.poll() is None:
             self.child.terminate()
+            import subprocess
+
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.child.wait(2)
 
@@ -278,7 +281,10 @@ class FakeAgent:
         for event in events:
             if event.kind is EventKind.PASTE:
                 self.log.write(
-                    "paste", len=len(event.data), sha256=_sha256(event.data), phase=self.phase.value
+                    "paste",
+                    len=len(event.data),
+                    sha256=sha256_hex(event.data),
+                    phase=self.phase.value,
                 )
             elif event.kind is EventKind.TEXT:
                 self.log.write("key", key="text", text=encode_bytes(event.data))
@@ -580,7 +586,3 @@ class FakeAgent:
 
     def _render(self) -> None:
         self.display.render(self._view())
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

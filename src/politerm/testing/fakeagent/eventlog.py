@@ -8,12 +8,24 @@ round trip: :func:`prompts` returns exactly the bytes the agent received.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
 import time
 import typing as t
+
+
+def sha256_hex(data: bytes) -> str:
+    """The sha256 of ``data`` in hex, as the log records pastes and prompts.
+
+    Examples
+    --------
+    >>> sha256_hex(b"")[:8]
+    'e3b0c442'
+    """
+    import hashlib  # OpenSSL's import costs every agent's start; most never get a prompt
+
+    return hashlib.sha256(data).hexdigest()
 
 
 def encode_bytes(data: bytes) -> str:
@@ -62,7 +74,7 @@ class EventLog:
             "prompt",
             n=n,
             len=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+            sha256=sha256_hex(data),
             text=encode_bytes(data),
             **fields,
         )

@@ -6,14 +6,13 @@ docstring of :mod:`politerm.testing.fakeagent` for the full format.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import enum
 import json
 import pathlib
 import re
-import tomllib
 import typing as t
-
-import pydantic
 
 from politerm.errors import ConfigError
 
@@ -50,11 +49,26 @@ class ScenarioError(ConfigError):
     """A scenario file is missing, unparsable or fails validation."""
 
 
-class _Model(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+# The scenario is checked by :func:`_build` below, not by pydantic: every fake agent
+# imports this module at start, and importing pydantic and building its models cost
+# about 0.1 s of CPU per agent (50 s at 500 agents). A field's ``metadata`` holds its
+# bounds (``ge``, ``gt``, ``le``, ``min_length``) and, for ``match``, a check.
+def _bounds(default: t.Any, **bounds: t.Any) -> t.Any:
+    """A field with a default and bounds that :func:`_build` enforces."""
+    return dataclasses.field(default=default, metadata=bounds)
 
 
-class WriteFile(_Model):
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        msg = f"bad regex: {exc}"
+        raise ValueError(msg) from exc
+    return value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WriteFile:
     """A file the agent writes when a rule fires (after approval, if any)."""
 
     path: str
@@ -63,12 +77,13 @@ class WriteFile(_Model):
     append: bool = False
 
 
-class Rule(_Model):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rule:
     """One prompt → behaviour rule; the first rule whose regex matches wins."""
 
-    match: str = r"(?s).*"
+    match: str = _bounds(r"(?s).*", check=_regex)
     reply: str = ""
-    think_time: float | None = pydantic.Field(default=None, ge=0)
+    think_time: float | None = _bounds(None, ge=0)
     approval: str | None = None
     # Print the reply first, then ask (aider asks "Run shell command?" after its answer).
     approval_after_reply: bool = False
@@ -76,20 +91,10 @@ class Rule(_Model):
     write_file: WriteFile | None = None
     action: Action = Action.REPLY
     status_lines: list[str] | None = None
-    defaults: dict[str, str] = pydantic.Field(default_factory=dict)
+    defaults: dict[str, str] = dataclasses.field(default_factory=dict)
     # Fill the placeholders this match lacks from earlier prompts' groups (a "continue"
     # sent after a usage limit answers the task the first prompt named).
     recall: bool = False
-
-    @pydantic.field_validator("match")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            msg = f"bad regex: {exc}"
-            raise ValueError(msg) from exc
-        return value
 
     def search(self, prompt: str) -> re.Match[str] | None:
         """Match this rule's regex anywhere in ``prompt``."""
@@ -98,10 +103,11 @@ class Rule(_Model):
 
 def _share() -> t.Any:
     """A probability field, 0 (never) by default."""
-    return pydantic.Field(default=0.0, ge=0, le=1)
+    return _bounds(0.0, ge=0, le=1)
 
 
-class Faults(_Model):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Faults:
     """Seeded fault knobs (the ``[faults]`` table); every decision is logged as ``fault``.
 
     Decisions are drawn from a generator seeded with ``seed``, the agent's name and how
@@ -113,35 +119,40 @@ class Faults(_Model):
     lose_enter: float = _share()  # share of submitting Enter presses that are lost
     crash_at: CrashAt = CrashAt.AFTER_SUBMIT
     crash_share: float = _share()  # share of prompts on which the agent crashes
-    crash_after: int = pydantic.Field(default=0, ge=0)  # prompts let through first (log-wide)
-    crash_max: int = pydantic.Field(default=1, ge=0)  # crashes over the log's whole life
+    crash_after: int = _bounds(0, ge=0)  # prompts let through first (log-wide)
+    crash_max: int = _bounds(1, ge=0)  # crashes over the log's whole life
     freeze_share: float = _share()  # share of turns during which the agent stops reading input
-    freeze_seconds: float = pydantic.Field(default=1.0, gt=0, le=600)
+    freeze_seconds: float = _bounds(1.0, gt=0, le=600)
     slow_share: float = _share()  # share of turns that think longer
-    slow_seconds: float = pydantic.Field(default=1.0, ge=0, le=600)
+    slow_seconds: float = _bounds(1.0, ge=0, le=600)
     leave_text_share: float = _share()  # share of finished turns that leave text in the box
-    leave_text: str = pydantic.Field(default="draft: half-typed note", min_length=1)
+    leave_text: str = _bounds("draft: half-typed note", min_length=1)
 
 
-class Scenario(_Model):
+def _sleep_child() -> list[str]:
+    return ["sleep", "600"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Scenario:
     """A whole scenario file."""
 
     mode: Mode | None = None
-    think_time: float = pydantic.Field(default=0.3, ge=0)
+    think_time: float = _bounds(0.3, ge=0)
     trust_dialog: bool = False
     swallow_first_enter_after_paste: bool = False
     swallow_enter_in_burst: bool = False
-    burst_window: float = pydantic.Field(default=0.0, ge=0, le=10)
+    burst_window: float = _bounds(0.0, ge=0, le=10)
     swallow_all_enters: bool = False
     list_reindent: bool = False
     strip_fences: bool | None = None
     ignore_sighup: bool = False
     spawn_child: bool = False
-    child_command: list[str] = pydantic.Field(default_factory=lambda: ["sleep", "600"])
-    status_lines: list[str] = pydantic.Field(default_factory=list)
+    child_command: list[str] = dataclasses.field(default_factory=_sleep_child)
+    status_lines: list[str] = dataclasses.field(default_factory=list)
     default_reply: str = "ECHO: {first_line}"
-    rules: list[Rule] = pydantic.Field(default_factory=list)
-    faults: Faults = pydantic.Field(default_factory=Faults)
+    rules: list[Rule] = dataclasses.field(default_factory=list)
+    faults: Faults = dataclasses.field(default_factory=Faults)
 
     def pick(
         self, prompt: str, memory: dict[str, str] | None = None
@@ -204,18 +215,196 @@ def load_scenario(path: str | pathlib.Path) -> Scenario:
         raise ScenarioError(msg) from exc
     kind = "json" if path.suffix == ".json" else "toml"
     try:
-        data = json.loads(raw) if kind == "json" else tomllib.loads(raw.decode("utf-8"))
+        data = json.loads(raw) if kind == "json" else _toml(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         msg = f"{path}: not valid {kind}: {exc}"
         raise ScenarioError(msg) from exc
     if not isinstance(data, dict):
         msg = f"{path}: top level must be a table"
         raise ScenarioError(msg)
-    try:
-        return Scenario.model_validate(data)
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "<top>"
-        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        msg = f"{path}: key {key!r}: {first['msg']}{more}"
-        raise ScenarioError(msg) from exc
+    problems: list[tuple[str, str]] = []
+    scenario = _build(Scenario, data, (), problems)
+    if problems:
+        key, message = problems[0]
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        msg = f"{path}: key {key!r}: {message}{more}"
+        raise ScenarioError(msg)
+    return t.cast("Scenario", scenario)
+
+
+def _toml(text: str) -> t.Any:
+    import tomllib  # only scenarios in TOML need it
+
+    return tomllib.loads(text)
+
+
+_Problems = list[tuple[str, str]]
+_NUMBER = {float: "a valid number", int: "a valid integer", str: "a valid string"}
+_BOUND_TEXT = {
+    "ge": "greater than or equal to",
+    "gt": "greater than",
+    "le": "less than or equal to",
+}
+
+
+def _build(cls: type, data: t.Any, loc: tuple[str, ...], problems: _Problems) -> t.Any:
+    """``cls`` (a scenario dataclass) from ``data``; each problem goes to ``problems``.
+
+    Types are checked as a TOML or JSON file gives them: an integer counts as a number,
+    a boolean does not; nothing else is converted. Messages read as pydantic's did.
+
+    Examples
+    --------
+    >>> found: _Problems = []
+    >>> _build(Faults, {"seed": 3, "lose_enter": 1}, (), found).lose_enter, found
+    (1.0, [])
+    >>> _ = _build(Rule, {"think_time": -1, "match": "(", "x": 1}, ("rules", "0"), found)
+    >>> found  # doctest: +NORMALIZE_WHITESPACE
+    [('rules.0.match', 'Value error, bad regex: missing ), unterminated subpattern at
+      position 0'), ('rules.0.think_time', 'Input should be greater than or equal to 0'),
+     ('rules.0.x', 'Extra inputs are not permitted')]
+    """
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        problems.append(
+            (_key(loc), f"Input should be a valid dictionary or instance of {cls.__name__}")
+        )
+        return None
+    hints = _hints(cls)
+    values: dict[str, t.Any] = {}
+    for field in dataclasses.fields(cls):
+        here = (*loc, field.name)
+        if field.name not in data:
+            if (
+                field.default is dataclasses.MISSING
+                and field.default_factory is dataclasses.MISSING
+            ):
+                problems.append((_key(here), "Field required"))
+            continue
+        before = len(problems)
+        value = _value(hints[field.name], data[field.name], here, problems)
+        if len(problems) == before and value is not None:
+            _check(field.metadata, value, here, problems)
+        values[field.name] = value
+    for extra in data:
+        if extra not in hints:
+            problems.append((_key((*loc, str(extra))), "Extra inputs are not permitted"))
+    return None if problems else cls(**values)
+
+
+def _value(hint: t.Any, value: t.Any, loc: tuple[str, ...], problems: _Problems) -> t.Any:
+    """``value`` as type ``hint`` wants it, or a problem."""
+    args = t.get_args(hint)
+    if type(None) in args:  # an optional field: None, or the other type
+        if value is None:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        args = t.get_args(hint)
+    origin = t.get_origin(hint)
+    if origin is list:
+        if not isinstance(value, list):
+            problems.append((_key(loc), "Input should be a valid list"))
+            return None
+        return [_value(args[0], v, (*loc, str(i)), problems) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            problems.append((_key(loc), "Input should be a valid dictionary"))
+            return None
+        return {k: _value(args[1], v, (*loc, str(k)), problems) for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        return _build(t.cast("type", hint), value, loc, problems)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            names = [repr(m.value) for m in hint]
+            choices = names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" or {names[-1]}"
+            problems.append((_key(loc), f"Input should be {choices}"))
+            return None
+    if hint is bool:
+        return _lax_bool(value, loc, problems)
+    why = ""
+    if hint is not str and isinstance(value, str):  # pydantic's lax mode took "1.5" too
+        why = ", unable to parse string as " + ("a number" if hint is float else "an integer")
+        with contextlib.suppress(ValueError):
+            value = _number(value, hint)
+    if hint is not str and isinstance(value, bool):  # and true as 1
+        value = int(value)
+    if not isinstance(value, (int, float, str)):
+        value = None
+    if hint is float and isinstance(value, (int, float)):
+        return float(value)
+    if hint is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if hint is int and isinstance(value, float):
+        problems.append(
+            (_key(loc), "Input should be a valid integer, got a number with a fractional part")
+        )
+        return None
+    if hint is int and isinstance(value, int):
+        return value
+    if hint is str and isinstance(value, str):
+        return value
+    problems.append((_key(loc), f"Input should be {_NUMBER[hint]}{why}"))
+    return None
+
+
+def _number(text: str, hint: type) -> float | int:
+    """``text`` as a number of type ``hint`` (``"2.0"`` is the integer 2); ValueError if not."""
+    number = float(text.strip())
+    if hint is int and not number.is_integer():
+        raise ValueError(text)
+    return number if hint is float else int(number)
+
+
+_TRUE = {"1", "on", "t", "true", "y", "yes"}
+_FALSE = {"0", "off", "f", "false", "n", "no"}
+
+
+def _lax_bool(value: t.Any, loc: tuple[str, ...], problems: _Problems) -> bool | None:
+    """A boolean, or 0/1 or a word for one (``"yes"``, ``"off"``) as pydantic took them."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+    elif isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    why = ", unable to interpret input" if isinstance(value, (str, int, float)) else ""
+    problems.append((_key(loc), f"Input should be a valid boolean{why}"))
+    return None
+
+
+def _check(
+    bounds: t.Mapping[str, t.Any], value: t.Any, loc: tuple[str, ...], problems: _Problems
+) -> None:
+    """The field's bounds and check (its ``metadata``) on a value of the right type."""
+    for name, limit in bounds.items():
+        if name == "check":
+            try:
+                limit(value)
+            except ValueError as exc:
+                problems.append((_key(loc), f"Value error, {exc}"))
+        elif name == "min_length":
+            if len(value) < limit:
+                problems.append((_key(loc), f"String should have at least {limit} character"))
+        else:
+            fails = {"ge": value < limit, "gt": value <= limit, "le": value > limit}[name]
+            if fails:
+                problems.append((_key(loc), f"Input should be {_BOUND_TEXT[name]} {limit}"))
+
+
+_HINTS: dict[type, dict[str, t.Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, t.Any]:
+    """``cls``'s field types, evaluated once (this module's annotations are strings)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = t.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _key(loc: tuple[str, ...]) -> str:
+    return ".".join(loc) or "<top>"

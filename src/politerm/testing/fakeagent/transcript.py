@@ -8,12 +8,24 @@ agent: the reply text there keeps the fences, tags and newlines the screen drops
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import pathlib
 import typing as t
-import uuid
+
+
+# uuid and datetime are imported only by an agent that keeps a transcript: every fake
+# agent imports this module at start, and most keep none (uuid pulls in platform).
+def _uuid4() -> str:
+    import uuid
+
+    return str(uuid.uuid4())
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC).isoformat()
 
 
 def _clean(text: str) -> str:
@@ -29,7 +41,7 @@ class Transcript:
 
     def __init__(self, path: str | pathlib.Path | None, *, cwd: str = "") -> None:
         self.path = pathlib.Path(path) if path is not None else None
-        self.session_id = str(uuid.uuid4())
+        self.session_id = _uuid4() if path is not None else ""
         self.cwd = cwd
         self._parent: str | None = None
         self._prompt_chars = 0
@@ -51,13 +63,13 @@ class Transcript:
         """
         content = [{"type": "text", "text": _clean(text)}]
         usage = {"input_tokens": 100 + self._prompt_chars // 4, "output_tokens": len(text) // 4}
-        message = {"id": f"msg_{uuid.uuid4().hex[:12]}", "role": "assistant"}
+        message = {"id": f"msg_{_uuid4().replace('-', '')[:12]}", "role": "assistant"}
         self._write("assistant", {**message, "content": content, "usage": usage})
 
     def _write(self, kind: str, message: dict[str, t.Any]) -> None:
         if self._fd is None:
             return
-        line_id = str(uuid.uuid4())
+        line_id = _uuid4()
         record = {
             "type": kind,
             "message": message,
@@ -65,7 +77,7 @@ class Transcript:
             "parentUuid": self._parent,
             "sessionId": self.session_id,
             "cwd": self.cwd,
-            "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+            "timestamp": _now(),
         }
         self._parent = line_id
         data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")

@@ -100,7 +100,7 @@ HOOK_POINTS = frozenset({"before-paste", "after-confirm"})
 
 
 class AgentDriver:
-    """Drives one running agent TUI.
+    """Drives one running agent TUI: constructed on its terminal, or started by :meth:`start`.
 
     Parameters
     ----------
@@ -738,6 +738,10 @@ class AgentDriver:
         await self._term.send_keys(*keys)
 
     # --- reading --------------------------------------------------------------------------
+
+    async def history(self) -> list[str]:
+        """Its terminal's scrollback, then its screen (what scrolled off the screen too)."""
+        return await self._term.capture_history()
 
     def last_words(self, limit: int = 6) -> list[str]:
         """The last lines the agent wrote, above its CLI's input box and footer (for errors)."""

@@ -472,7 +472,7 @@ class EpicRunner:
             f"epic.{sid[:8]}",
             self.profile,
             argv=self.argv,
-            host=self._host if self.options.tmux else None,
+            host=self._host,
             window=label[:30],
             cwd=self.repo,
             setting=f"epic.commands.{self.agent}",
@@ -486,10 +486,10 @@ class EpicRunner:
             ),
             limits=LimitPolicy(**self.config.limits.model_dump()),
         )
-        if driver.pane is not None:
+        if self._host is not None:
             socket = self.config.tmux.socket
             self.say(
-                f"{label}: in tmux pane {driver.pane.pane_id} "
+                f"{label}: in tmux pane {driver.terminal_name} "
                 f"(tmux -L {socket} attach -t {TMUX_SESSION})"
             )
         return driver

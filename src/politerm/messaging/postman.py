@@ -400,8 +400,7 @@ class Postman:
                 self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited")
                 continue
             marker = marker_line(mail.id, mail.sender, mail.sender_pane)
-            pane = driver.pane
-            history = "\n".join(await pane.capture_history()) if pane else "\n".join(obs.snap.lines)
+            history = "\n".join(await driver.history())
             boxed = driver.profile.input_text(obs.snap)
             if boxed and marker in history:
                 result = await driver.deliver(

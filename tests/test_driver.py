@@ -12,7 +12,7 @@ import pytest
 
 from politerm.agents import load_profile
 from politerm.agents.approval import ApprovalPolicy, Decision, answer_pending, get_pending
-from politerm.driver import AgentDriver, Expect, TmuxPlace, TurnOutcome
+from politerm.driver import AgentDriver, Expect, Host, TurnOutcome
 from politerm.errors import AgentNotFound
 from politerm.store import RunStore
 from politerm.testing.fakeagent import prompts, read_log
@@ -64,7 +64,8 @@ async def start(
         "AGENT",
         load_profile("fake-claude"),
         argv=scenario(tmp_path, body),
-        tmux=TmuxPlace(client, tmux_server, "t", "agent"),
+        host=Host(tmux_server, "t"),
+        window="agent",
         cwd=tmp_path,
         ready_timeout=READY,
         **kwargs,
@@ -120,7 +121,8 @@ async def test_missing_program_creates_nothing(
             "PLANNER",
             load_profile("claude"),
             argv=["no-such-claude-binary"],
-            tmux=TmuxPlace(tmux_session, tmux_server, "t", "planner"),
+            host=Host(tmux_server, "t"),
+            window="planner",
         )
     assert str(err.value) == (
         "cannot start 'no-such-claude-binary': not on PATH; install it or set "
@@ -136,11 +138,10 @@ async def test_missing_working_directory_creates_nothing_on_either_backend(
     # tmux would silently start the agent elsewhere; a PTY's child would die after the fork.
     gone = tmp_path / "no-such-dir"
     before = await tmux_session.cmd("list-windows", "-t", "=t", "-F", "#{window_id}")
-    places = [TmuxPlace(tmux_session, tmux_server, "t", "planner"), None]
-    for place in places:
+    for host in [Host(tmux_server, "t"), None]:
         with pytest.raises(AgentNotFound) as err:
             await AgentDriver.start(
-                "PLANNER", load_profile("shell"), argv=["sh"], tmux=place, cwd=gone
+                "PLANNER", load_profile("shell"), argv=["sh"], host=host, cwd=gone
             )
         assert str(err.value) == (
             f"cannot start 'sh' in {gone}: not a directory; create it or set agents.PLANNER.cwd"
@@ -159,7 +160,8 @@ async def test_agent_that_never_gets_ready_is_torn_down(
             "AGENT",
             load_profile("fake-claude"),
             argv=["sleep", "612.25"],  # a number no other process on the box uses
-            tmux=TmuxPlace(tmux_session, tmux_server, "t", "sleeper"),
+            host=Host(tmux_server, "t"),
+            window="sleeper",
             ready_timeout=1.0,
         )
     names = await tmux_session.cmd(
@@ -305,7 +307,9 @@ async def test_turn_window_counts_rows_like_the_capture(
         "PRINTER",
         load_profile("generic"),
         argv=[sys.executable, str(script)],
-        tmux=TmuxPlace(tmux_session, tmux_server, "t", "printer", size=(80, 24)),
+        host=Host(tmux_server, "t"),
+        window="printer",
+        size=(80, 24),
         ready_timeout=None,
     )
     assert driver.pane is not None

@@ -30,13 +30,13 @@ async def test_launch_lists_respawns_and_stops_agents(
     await host.launch("EXECUTER", "generic", FAKE, cwd=tmp_path, env={}, hooks_dir=None)
     panes = await host.agent_panes()
     assert sorted(panes) == ["EXECUTER", "PLANNER"]
-    assert panes["PLANNER"].pane_id == first.pane.pane_id
+    assert panes["PLANNER"].pane_id == first.term.pane_id
     assert first.argv[-len(FAKE) :] == FAKE
-    found = await host.pane(first.pane.pane_id)
-    assert found is not None and found.pane_id == first.pane.pane_id
+    found = await host.pane(first.term.pane_id)
+    assert found is not None and found.pane_id == first.term.pane_id
 
     # A dead pane is started again in place: same pane, same agent name.
-    await first.pane.kill()
+    await first.term.kill()
     assert await host.find_agent_pane("PLANNER") is None
     again = await host.launch(
         "EXECUTER",
@@ -47,13 +47,13 @@ async def test_launch_lists_respawns_and_stops_agents(
         hooks_dir=None,
         replace=panes["EXECUTER"],
     )
-    assert again.pane.pane_id == panes["EXECUTER"].pane_id
+    assert again.term.pane_id == panes["EXECUTER"].pane_id
 
     assert await host.stop_agents() == ["EXECUTER"]
     assert await host.agent_panes() == {}
     await host.kill()
     assert not await host.is_up()
-    assert await host.pane(first.pane.pane_id) is None
+    assert await host.pane(first.term.pane_id) is None
 
 
 async def test_find_or_start_attaches_to_the_running_agent(

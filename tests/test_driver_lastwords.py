@@ -16,7 +16,7 @@ import pytest
 
 from politerm.agents import load_profile
 from politerm.agents.chrome import chrome_top, is_chrome, reply_tail
-from politerm.driver import AgentDriver, Expect, TmuxPlace, TurnOutcome
+from politerm.driver import AgentDriver, Expect, Host, TurnOutcome
 from politerm.store import RunStore
 
 if t.TYPE_CHECKING:
@@ -103,7 +103,8 @@ async def _start(
         "AGENT",
         load_profile("fake-gemini"),
         argv=_fake_gemini(tmp_path, body),
-        tmux=TmuxPlace(client, tmux_server, "t", "agent"),
+        host=Host(tmux_server, "t"),
+        window="agent",
         cwd=tmp_path,
         ready_timeout=READY,
         store=store,

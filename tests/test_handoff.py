@@ -21,11 +21,12 @@ import pytest
 
 from politerm.agents import AgentState, load_profile
 from politerm.driver import AgentDriver
-from politerm.driver.blocks import BlockReader, on_screen
+from politerm.driver.blocks import BlockReader
 from politerm.engine.loop import submit
 from politerm.redact import Redactor
 from politerm.store import RunStore
 from politerm.store.models import MessageState, TaskState
+from politerm.terminal import on_screen
 from politerm.testing.retry import aretry_until
 from politerm.tmux import new_window
 from tests.loophelpers import started, write_project

@@ -208,7 +208,7 @@ async def test_a_block_seen_once_is_looked_at_again_after_the_profiles_settle_ti
         router.loops["A"].turn_nonce = "0123abcd"  # a turn is open
         assert not driver.blocks_settling
         assert router._sleep_for(driver) == TURN_BACKSTOP
-        driver._blocks.parser.scan_screen(SETTLE_SCREEN)  # the block, seen once
+        await driver.read_blocks(Snapshot(tuple(SETTLE_SCREEN)), -1, None)  # seen once
         assert driver.blocks_settling
         expected = 0.02 if profile.startswith("fake") else 0.5
         assert router._sleep_for(driver) == driver.profile.block_settle == expected

@@ -17,7 +17,7 @@ import pytest
 
 from politerm.agents import AgentState, StateTracker, load_profile
 from politerm.agents.limits import parse_reset, reset_time
-from politerm.driver import AgentDriver, Expect, LimitPolicy, TmuxPlace, TurnOutcome
+from politerm.driver import AgentDriver, Expect, Host, LimitPolicy, TurnOutcome
 from politerm.store import RunStore
 from politerm.terminal import Snapshot
 from politerm.testing.fakeagent import prompts
@@ -216,7 +216,8 @@ async def _start(
         "AGENT",
         load_profile("fake-claude"),
         argv=argv,
-        tmux=TmuxPlace(client, tmux_server, "t", "agent"),
+        host=Host(tmux_server, "t"),
+        window="agent",
         cwd=tmp_path,
         ready_timeout=READY,
         **kw,

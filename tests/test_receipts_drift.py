@@ -18,7 +18,7 @@ import typing as t
 import watchfiles
 
 from politerm.agents import load_profile
-from politerm.driver import AgentDriver, Expect, Outcome, TmuxPlace, TurnOutcome
+from politerm.driver import AgentDriver, Expect, Host, Outcome, TurnOutcome
 from politerm.driver.receipts import Receipts
 from politerm.hooks.channel import create_channel
 from politerm.hooks.install import emit_argv
@@ -91,7 +91,8 @@ async def start(
         "AGENT",
         load_profile("fake-claude"),
         argv=scenario(tmp_path, body),
-        tmux=TmuxPlace(client, tmux_server, "t", "agent"),
+        host=Host(tmux_server, "t"),
+        window="agent",
         cwd=tmp_path,
         ready_timeout=READY,
         receipts=Receipts.open("claude", channel, from_start=True),
@@ -192,7 +193,8 @@ async def test_transcript_confirms_a_delivery_without_a_prompt_hook(
         "AGENT",
         load_profile("fake-claude"),
         argv=[*scenario(tmp_path, DONE_RULE.format(extra="")), "--transcript", str(transcript)],
-        tmux=TmuxPlace(tmux_session, tmux_server, "t", "agent"),
+        host=Host(tmux_server, "t"),
+        window="agent",
         cwd=tmp_path,
         ready_timeout=READY,
         receipts=Receipts.open("codex", channel, from_start=True),

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import typing as t
 
+import pytest
 from rich.console import Console
 
+from politerm._internal.sanitize import escape_controls
 from politerm.cli._common import format_event
 from politerm.status import collect, render
 from politerm.store import RunStore
@@ -60,3 +62,33 @@ def test_prompts_in_flight_are_listed_from_the_journal_of_turns(tmp_path: pathli
     ]
     shown = _text(render(data, format_event))
     assert "prompts in flight" in shown and "pipeline-step run-1/2" in shown
+
+
+def test_a_capped_table_escapes_the_rows_it_draws_not_every_agent(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A live redraw at 500 agents escaped every agent's row for the 40 it draws; the
+    # escaping now costs the same for 20 agents as for 200 (counted, not timed).
+    calls = [0]
+
+    def counted(text: str) -> str:
+        calls[0] += 1
+        return escape_controls(text)
+
+    monkeypatch.setattr("politerm.status.escape_controls", counted)  # counting, not changing
+    counts = []
+    for n in (20, 200):
+        with RunStore.open(tmp_path / f"runs{n}.sqlite3") as store:
+            with store.batch():
+                for i in range(n):
+                    store.upsert_agent(
+                        f"A{i:03d}", session="s", pane_id=f"%{i}", command="x", cwd=".",
+                        profile="fake-plain", resume_command=None,
+                    )  # fmt: skip
+            agents = store.list_agents()
+            data = collect(store, events=0, agents=agents)
+        calls[0] = 0
+        text = _text(render(data, format_event, max_agents=10))
+        counts.append(calls[0])
+        assert f"… {n - 9} more" in text
+    assert counts[0] == counts[1] > 0

@@ -20,7 +20,7 @@ import watchfiles
 
 from politerm.agents import load_profile
 from politerm.agents.profile import TranscriptSpec
-from politerm.driver import AgentDriver, Expect, TmuxPlace, TurnOutcome
+from politerm.driver import AgentDriver, Expect, Host, TurnOutcome
 from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.store import RunStore
 from politerm.testing.fakeagent import read_log
@@ -186,7 +186,8 @@ async def _start(
         "AGENT",
         profile,
         argv=scenario(tmp_path, DONE_RULE.format(extra="")),
-        tmux=TmuxPlace(client, tmux_server, "t", "agent"),
+        host=Host(tmux_server, "t"),
+        window="agent",
         cwd=tmp_path,
         ready_timeout=READY,
         store=store,

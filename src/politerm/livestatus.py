@@ -327,12 +327,13 @@ async def watch(
             try:
                 recent = [*recent, *cursor.read()][-events:]
                 states = None
+                agents = store.list_agents()  # read once a redraw: 500 rows at 500 agents
                 if live is not None:
                     # Bounded: a tmux command that never answers must not freeze the view.
                     async with asyncio.timeout(READ_BOUND):
-                        states = await live.states(store.list_agents())
+                        states = await live.states(agents)
                 resets = live.resets if live is not None else None
-                data = collect(store, events=0, live=states, resets=resets)
+                data = collect(store, events=0, live=states, resets=resets, agents=agents)
             except (PolitermError, sqlite3.Error, OSError, TimeoutError) as exc:
                 # A pane vanishing mid-read or a store busy with a writer must not end the
                 # view: say so and read again shortly.

@@ -17,7 +17,7 @@ if t.TYPE_CHECKING:
     from rich.console import RenderableType
 
     from politerm.store import RunStore
-    from politerm.store.models import Event
+    from politerm.store.models import Agent, Event
 
 _OPEN = (MessageState.QUEUED, MessageState.RETRIED, MessageState.DELIVERING, MessageState.DEAD)
 
@@ -28,15 +28,16 @@ def collect(
     events: int = 15,
     live: t.Mapping[str, str] | None = None,
     resets: t.Mapping[str, float] | None = None,
+    agents: t.Sequence[Agent] | None = None,
 ) -> dict[str, t.Any]:
     """Everything ``poli status`` shows, as plain data (``--json`` prints it as is).
 
     ``live`` maps agent names to their live state (see :class:`politerm.livestatus.LiveAgents`);
     without it the state last stored is shown. A LIMITED agent's ``limit`` says when its
     limit resets: as its driver keeps it in the store, else as ``resets`` (read from its
-    screen) says.
+    screen) says. ``agents``: the store's agents when the caller has just read them.
     """
-    agents = store.list_agents()
+    agents = store.list_agents() if agents is None else agents
     turns = {tn.agent: tn for tn in store.list_turns()}
     live = live or {}
     limits = open_limits(store)
@@ -207,8 +208,13 @@ def render(
 
     from politerm.store.models import Event
 
-    # Everything below may hold agent text: shown escaped, never interpreted.
-    data = _escaped(data)
+    rows = data["agents"]
+    if max_agents is not None and len(rows) > max_agents:
+        rows = rows[: max(1, max_agents - 1)]
+    hidden = len(data["agents"]) - len(rows)
+    # Everything below may hold agent text: shown escaped, never interpreted. Only the rows
+    # drawn are escaped: escaping 500 agents' rows was most of a live redraw's work.
+    data = _escaped({**data, "agents": rows})
     if not (data["agents"] or data["tasks"] or data["messages"] or data["events"]):
         return Text(
             "Nothing here yet: no agents are up and no task was given in this project.\n"
@@ -218,10 +224,7 @@ def render(
     agents = Table(title="agents", expand=True)
     for col in ("agent", "state", "pane", "profile", "tokens", "working on"):
         agents.add_column(col)
-    shown = data["agents"]
-    if max_agents is not None and len(shown) > max_agents:
-        shown = shown[: max(1, max_agents - 1)]
-    for a in shown:
+    for a in data["agents"]:
         agents.add_row(
             a["name"],
             state_words(a),
@@ -230,9 +233,8 @@ def render(
             _count(a.get("tokens")),
             a["turn"] or "-",
         )
-    if len(shown) < len(data["agents"]):
-        more = len(data["agents"]) - len(shown)
-        agents.add_row(f"… {more} more", "", "", "", "", "poli status --json lists all")
+    if hidden:
+        agents.add_row(f"… {hidden} more", "", "", "", "", "poli status --json lists all")
     if data.get("tokens"):
         agents.caption = f"tokens in this run: {data['tokens']:,}"
     tasks = Table(title="tasks", expand=True)

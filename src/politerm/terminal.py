@@ -1,7 +1,8 @@
 """The one interface delivery, detection and parsing need from a terminal.
 
-Two backends implement it: a tmux pane (:class:`politerm.tmux.pane.Pane`) and, later, a
-headless PTY. Everything above this layer is written against :class:`Terminal` only.
+Two backends implement it: a tmux pane (:class:`politerm.tmux.pane.Pane`) and a headless
+PTY (:class:`politerm.pty.runner.PtyTerminal`). The agent driver is written against
+:class:`Terminal` only: what differs between the two lives behind it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import typing as t
 
 if t.TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +45,29 @@ class Snapshot:
         return lines[-n:]
 
 
+def on_screen(snap: Snapshot, start_line: int) -> list[str] | None:
+    """The window from pane row ``start_line`` on, read off ``snap`` when rows are lines.
+
+    That is when the window starts on the screen and no row of the screen is wrapped (then
+    tmux's joined capture has one line per row, and row ``n`` of the screen is line ``n``);
+    otherwise None, and the window must be captured by its row numbers.
+
+    Examples
+    --------
+    >>> from politerm.terminal import Snapshot
+    >>> on_screen(Snapshot(("a", "b", "c"), history_size=40, rows=3), 41)
+    ['b', 'c']
+    >>> on_screen(Snapshot(("a", "b c"), history_size=40, rows=3), 41) is None  # wrapped
+    True
+    >>> on_screen(Snapshot(("a", "b", "c"), history_size=40, rows=3), 39) is None  # history
+    True
+    """
+    row = start_line - snap.history_size
+    if not snap.rows or len(snap.lines) != snap.rows or not 0 <= row < snap.rows:
+        return None
+    return list(snap.lines[row:])
+
+
 @t.runtime_checkable
 class Terminal(t.Protocol):
     """A program running in a terminal that politerm can read and type into."""
@@ -70,4 +95,32 @@ class Terminal(t.Protocol):
 
     def output_event(self) -> asyncio.Event:
         """An event set by the program's next output."""
+        ...
+
+    def subscribe(self, callback: Callable[[bytes], None]) -> Callable[[], None]:
+        """Call ``callback`` with each raw output chunk; returns the unsubscribe."""
+        ...
+
+    async def lines_from(self, snap: Snapshot, row: int) -> list[str]:
+        """The lines from ``row`` to the end of the screen ``snap`` was taken from.
+
+        Rows count history rows, then screen rows (``snap.history_size`` of them above the
+        screen); a terminal that cannot address rows gives the whole screen.
+        """
+        ...
+
+    async def capture_history(self) -> list[str]:
+        """The scrollback, then the screen."""
+        ...
+
+    async def get_option(self, name: str) -> str | None:
+        """A user option kept with the terminal (``@name``); None when unset."""
+        ...
+
+    async def set_option(self, name: str, value: str) -> None:
+        """Keep a user option with the terminal (a driver attaching later reads it)."""
+        ...
+
+    async def kill(self, *, grace: float = 3.0) -> None:
+        """Kill the program's whole process tree, verified gone."""
         ...

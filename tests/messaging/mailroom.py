@@ -12,7 +12,7 @@ import typing as t
 import psutil
 
 from politerm.agents.profile import load_profile
-from politerm.driver import AgentDriver, Host, TmuxPlace
+from politerm.driver import AgentDriver, Host
 from politerm.messaging.launch import prepare_launch
 from politerm.messaging.postman import Postman
 from politerm.messaging.service import Identity, Messenger
@@ -94,13 +94,12 @@ class Mailroom:
         argv, env = prepare_launch(
             self.config, name, "fake-claude", argv, {}, config_file=self.config_path
         )
-        client = await self.server.connect("mail")
         driver = await AgentDriver.start(
             name,
             load_profile("fake-claude"),
             argv=argv,
             env=env,
-            tmux=TmuxPlace(client, self.server, "mail", name.lower()),
+            host=Host(self.server, "mail"),
             cwd=self.root,
             ready_timeout=READY,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import typing as t
@@ -23,6 +24,7 @@ from politerm.ui.live import LiveState
 
 if t.TYPE_CHECKING:
     import pathlib
+    from collections.abc import Iterator
 
     import libtmux
 
@@ -96,17 +98,26 @@ async def test_sessions_of_other_projects_are_not_shown_and_store_changes_arrive
             await aretry_until(gone, 60, what="the killed session to leave the overview")
 
 
+@contextlib.contextmanager
+def _one_session(server: libtmux.Server, tmp_path: pathlib.Path) -> Iterator[LiveState]:
+    """A live view (not started) of a project whose agent A1 runs in tmux session "ours"."""
+    assert server.socket_name is not None
+    root = _project(tmp_path / "proj", server.socket_name)
+    _session(server.socket_name, "ours", "A1", str(root.resolve()))
+    config = load_config(root, env={})
+    with RunStore.open(config.store.resolved_path()) as store:
+        yield LiveState(config, store, project=root)
+
+
 async def test_store_changes_reuse_the_pane_list_until_tmux_announces_a_change(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
     # Every store change used to list every pane of the server again (issue 25: tmux work
     # per change that grows with the number of agents).
     assert server.socket_name is not None
-    root = _project(tmp_path / "proj", server.socket_name)
-    _session(server.socket_name, "ours", "A1", str(root.resolve()))
-    config = load_config(root, env={})
-    with RunStore.open(config.store.resolved_path()) as store:
-        live = LiveState(config, store, project=root)
+    root = tmp_path / "proj"
+    with _one_session(server, tmp_path) as live:
+        store = live.store
         live.panes_max_age = 3600.0  # only tmux's announcements read the list again
         async with live:
             assert live.pane_listings == 1
@@ -128,6 +139,42 @@ async def test_store_changes_reuse_the_pane_list_until_tmux_announces_a_change(
 
             await aretry_until(shown, 60, what="the announced new pane in the overview")
             assert live.pane_listings >= 2
+
+
+async def test_a_burst_of_store_changes_is_one_refresh_after_the_pause(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # A handoff commits several times within milliseconds, and each commit rebuilt the
+    # overview of every agent (issue 25: web CPU per task growing with the agents). A
+    # change seen during the pause after a refresh waits for it: counted, not timed.
+    with _one_session(server, tmp_path) as live:
+        store = live.store
+        live.min_refresh = 3600.0  # the pause after a refresh outlasts the test
+        live.panes_max_age = 3600.0  # a refresh then awaits nothing: it runs at once
+        with RunStore.open(store.path) as other:
+            await live.start()
+            try:
+                first = live.refreshes
+                other.add_event("note", agent="A1", detail="change 0")
+
+                async def refreshed() -> bool:
+                    return live.refreshes > first
+
+                await aretry_until(refreshed, 60, what="the overview after the first change")
+                for i in range(1, 4):
+                    other.add_event("note", agent="A1", detail=f"change {i}")
+
+                async def seen() -> bool:
+                    return live._dirty.is_set()
+
+                await aretry_until(seen, 60, what="the store watch to see the next changes")
+                for _ in range(5):
+                    await asyncio.sleep(0)  # a refresh loop not pausing would run now
+                assert live.refreshes == first + 1
+                details = [e["detail"] for e in live.overview["events"]]
+                assert "change 0" in details and "change 1" not in details
+            finally:
+                await live.close()
 
 
 async def test_a_pane_tmux_does_not_announce_shows_after_the_store_change(

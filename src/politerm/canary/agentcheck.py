@@ -204,7 +204,7 @@ async def check_agent(
     """
     # A diagnostic on top of the whole stack: imported here, not at the agents layer's top.
     from politerm.agents.approval import ApprovalPolicy
-    from politerm.driver import AgentDriver, TmuxPlace
+    from politerm.driver import AgentDriver, Host
     from politerm.errors import AgentError
     from politerm.tmux.server import TmuxServer
 
@@ -223,14 +223,15 @@ async def check_agent(
         )
         driver: AgentDriver | None = None
         try:
-            await server.ensure_session("check", window_name="idle")
-            client = await server.connect("check")
+            host = Host(server, "check")
+            await host.ensure(window="idle")
             try:
                 driver = await AgentDriver.start(
                     profile.name,
                     profile,
                     argv=command,
-                    tmux=TmuxPlace(client, server, "check", profile.name),
+                    host=host,
+                    window=profile.name,
                     cwd=workdir,
                     env={**profile.launch_env(unsafe=unsafe), **(env or {})},
                     setting="--command",

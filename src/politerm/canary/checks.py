@@ -119,7 +119,7 @@ async def run_checks(
     say: t.Callable[[str], None] | None = None,
 ) -> CanaryResult:
     """Run every check on one installed CLI; never raises for a CLI that misbehaves."""
-    from politerm.driver import AgentDriver, TmuxPlace
+    from politerm.driver import AgentDriver, Host
     from politerm.store import RunStore
     from politerm.tmux.server import TmuxServer
 
@@ -146,14 +146,16 @@ async def run_checks(
             return ok
 
         try:
-            await server.ensure_session("canary", window_name="idle")
-            client = await server.connect("canary")
+            host = Host(server, "canary")
+            await host.ensure(window="idle")
             try:
                 driver = await AgentDriver.start(
                     cli,
                     profile,
                     argv=[*spec.argv, *EXTRA_ARGS.get(cli, [])],
-                    tmux=TmuxPlace(client, server, "canary", cli, (200, 50)),
+                    host=host,
+                    window=cli,
+                    size=(200, 50),
                     cwd=spec.workdir,
                     env=spec.env,
                     ready_timeout=ready_timeout,

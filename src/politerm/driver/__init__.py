@@ -12,10 +12,10 @@ from politerm.driver.agent import AgentDriver
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, Window, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
-from politerm.driver.host import Host, Launched, Pane, state_dir
+from politerm.driver.host import Host, Pane, state_dir
+from politerm.driver.launch import Launched, check_program, launch
 from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.looking import Observation, watch
-from politerm.driver.place import TmuxPlace, check_program
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import Drift, Receipts, Source
 from politerm.driver.reports import ReportStream
@@ -40,7 +40,6 @@ __all__ = [
     "Receipts",
     "ReportStream",
     "Source",
-    "TmuxPlace",
     "TokenMeter",
     "TurnOutcome",
     "TurnResult",
@@ -48,6 +47,7 @@ __all__ = [
     "check_program",
     "clear_input",
     "deliver",
+    "launch",
     "run_turn",
     "state_dir",
     "turn_start",

@@ -42,9 +42,9 @@ from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, Window, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.journal import TurnLog
+from politerm.driver.launch import Launched, check_program, launch
 from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.looking import Observation
-from politerm.driver.place import TmuxPlace, check_program
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import (
     CLI_SESSION_META,
@@ -52,8 +52,6 @@ from politerm.driver.receipts import (
     PANE_OPTION,
     Drift,
     Receipts,
-    launch_with_hooks,
-    mark_pane,
     parse_option,
 )
 from politerm.driver.receiptwatch import (
@@ -78,7 +76,7 @@ from politerm.errors import (
 )
 from politerm.hooks.events import HookKind
 from politerm.pty.runner import PtyTerminal
-from politerm.tmux.pane import Pane, new_window
+from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -86,15 +84,15 @@ if t.TYPE_CHECKING:
     from politerm.agents.approval import PendingApproval
     from politerm.agents.profile import AgentProfile
     from politerm.agents.question import ApprovalRequest
+    from politerm.driver.host import Host
     from politerm.protocol.block import Block
     from politerm.pty.liveview import LiveView
     from politerm.store import RunStore
     from politerm.store.journal import Serves
-    from politerm.terminal import Snapshot
+    from politerm.terminal import Snapshot, Terminal
 
 log = logging.getLogger(__name__)
 
-AgentTerm = Pane | PtyTerminal
 T = t.TypeVar("T")
 Hook = t.Callable[[], "Awaitable[None]"]
 #: Moments of a delivery a hook may be attached to (:meth:`AgentDriver.on`).
@@ -102,7 +100,7 @@ HOOK_POINTS = frozenset({"before-paste", "after-confirm"})
 
 
 class AgentDriver:
-    """Drives one running agent TUI.
+    """Drives one running agent TUI: constructed on its terminal, or started by :meth:`start`.
 
     Parameters
     ----------
@@ -111,8 +109,9 @@ class AgentDriver:
     profile
         How to read and type into it.
     term
-        Its terminal: a tmux :class:`~politerm.tmux.pane.Pane` or a
-        :class:`~politerm.pty.PtyTerminal`.
+        Its terminal (a tmux :class:`~politerm.tmux.pane.Pane`, a
+        :class:`~politerm.pty.PtyTerminal`): the driver uses only the :class:`Terminal`
+        interface.
     store
         The run store for events, the agent's state row and pending approvals (optional).
     policy
@@ -133,7 +132,7 @@ class AgentDriver:
         self,
         name: str,
         profile: AgentProfile,
-        term: AgentTerm,
+        term: Terminal,
         *,
         store: RunStore | None = None,
         policy: ApprovalPolicy | None = None,
@@ -193,12 +192,13 @@ class AgentDriver:
         profile: AgentProfile,
         *,
         argv: Sequence[str] | None = None,
-        tmux: TmuxPlace | None = None,
+        host: Host | None = None,
+        window: str | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         setting: str | None = None,
         ready_timeout: float | None = 60.0,
-        size: tuple[int, int] = (200, 50),
+        size: tuple[int, int] | None = None,
         say: Callable[[str], None] | None = None,
         hooks: bool = True,
         hooks_dir: pathlib.Path | None = None,
@@ -209,14 +209,16 @@ class AgentDriver:
         limits: LimitPolicy | None = None,
         budget: Budget | None = None,
     ) -> AgentDriver:
-        """Start an agent in a new tmux window (``tmux``) or a PTY, and wait until ready.
+        """Start an agent in a new tmux window of ``host`` or a PTY, and wait until ready.
 
         Parameters
         ----------
         argv
             The command (default: the profile's ``command``).
-        tmux
-            Where to open the window; None runs the agent in a headless PTY.
+        host, window, size
+            The session to open its window in (:meth:`Host.launch`: ``window`` defaults to
+            its name in lower case); None runs the agent in a headless PTY (``size``
+            default 200x50).
         setting
             The configuration key naming the command, for the "not on PATH" message
             (default ``agents.<name>.command``).
@@ -242,40 +244,50 @@ class AgentDriver:
         check_program(argv, full_env, setting=setting or f"agents.{name}.command", cwd=cwd)
         # The store's [redact] patterns go to the hook and its receipts.
         own = store.redactor.extra if store is not None else ()
-        setup = launch_with_hooks(
-            name, profile.name, argv, full_env, hooks_dir, enabled=hooks, say=say, patterns=own
-        )
-        argv, full_env = setup.argv, setup.env
-        term: AgentTerm
-        if tmux is not None:
-            term = await new_window(
-                tmux.client,
-                tmux.server,
-                session=tmux.session,
-                name=tmux.window,
-                argv=argv,
+        launched: Launched[Terminal]
+        if host is not None:
+            launched = await host.launch(
+                name,
+                profile.name,
+                argv,
                 cwd=cwd,
                 env=full_env,
-                agent=name,
-                size=tmux.size,
+                hooks_dir=hooks_dir,
+                hooks=hooks,
+                patterns=own,
+                window=window,
+                size=size,
+                say=say,
             )
         else:
-            term = await PtyTerminal.spawn(argv, cwd=cwd, env=full_env, size=size, name=name)
+
+            async def spawn(argv: list[str], env: dict[str, str]) -> Terminal:
+                return await PtyTerminal.spawn(
+                    argv, cwd=cwd, env=env, size=size or (200, 50), name=name
+                )
+
+            launched = await launch(
+                name,
+                profile.name,
+                argv,
+                env=full_env,
+                hooks_dir=hooks_dir,
+                spawn=spawn,
+                hooks=hooks,
+                patterns=own,
+                say=say,
+            )
         where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
-        receipts = receipts or setup.receipts()
-        if isinstance(term, Pane):
-            with contextlib.suppress(TmuxError):
-                await mark_pane(term, setup)
         driver = cls(
             name,
             profile,
-            term,
+            launched.term,
             store=store,
             policy=policy,
             approval_key=approval_key,
             cwd=where,
             env=env,
-            receipts=receipts,
+            receipts=receipts or launched.receipts,
             limits=limits,
             budget=budget,
         )
@@ -462,8 +474,6 @@ class AgentDriver:
         if self._receipts_looked:
             return self._receipts
         self._receipts_looked = True
-        if not isinstance(self._term, Pane):
-            return None
         try:
             found = parse_option(await self._term.get_option(PANE_OPTION))
         except (TmuxError, ControlModeError):
@@ -730,6 +740,10 @@ class AgentDriver:
         await self._term.send_keys(*keys)
 
     # --- reading --------------------------------------------------------------------------
+
+    async def history(self) -> list[str]:
+        """Its terminal's scrollback, then its screen (what scrolled off the screen too)."""
+        return await self._term.capture_history()
 
     def last_words(self, limit: int = 6) -> list[str]:
         """The last lines the agent wrote, above its CLI's input box and footer (for errors)."""

@@ -210,24 +210,22 @@ class Approver:
     ) -> ApprovalRequest | None:
         """Read a question whose box starts above the screen again, with the history.
 
-        A terminal that keeps history (a tmux pane, a PTY) can; the box is read once per
+        Every terminal keeps history (a tmux pane, a PTY); the box is read once per
         screen, since it does not change while the question waits. None: the screen moved
         between the two reads, look again (a box read in part is never decided on a race).
         """
         if self._box is not None and self._box[0] == snap.lines:
             return self._box[1]
-        capture = getattr(self.term, "capture_history", None)
         found = request
-        if capture is not None:
-            lines: list[str] = await capture()
-            offset = len(lines) - len(snap.lines)
-            # The screen's first line may be the tail of a line wrapped out of history,
-            # which the joined history capture holds as part of that line.
-            if offset < 0 or tuple(lines[offset + 1 :]) != snap.lines[1:]:
-                return None
-            again = read_request(self.profile, lines, trailing_spaces=snap.trailing_spaces)
-            if again is not None and again.question == request.question:
-                found = again
+        lines = await self.term.capture_history()
+        offset = len(lines) - len(snap.lines)
+        # The screen's first line may be the tail of a line wrapped out of history,
+        # which the joined history capture holds as part of that line.
+        if offset < 0 or tuple(lines[offset + 1 :]) != snap.lines[1:]:
+            return None
+        again = read_request(self.profile, lines, trailing_spaces=snap.trailing_spaces)
+        if again is not None and again.question == request.question:
+            found = again
         self._box = (snap.lines, found)
         return found
 

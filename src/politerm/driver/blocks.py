@@ -17,7 +17,6 @@ from politerm.driver.transcripts import Tail, locate_transcript, open_tail
 from politerm.protocol import BlockParser, cross_check
 from politerm.protocol.contract import AfterPrompt, nonceless
 from politerm.protocol.echo import last_prompt_line
-from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -47,29 +46,6 @@ def turn_start(snap: Snapshot) -> int:
     -1
     """
     return -1 if snap.alternate_screen else snap.history_size + snap.cursor_y
-
-
-def on_screen(snap: Snapshot, start_line: int) -> list[str] | None:
-    """The window from pane row ``start_line`` on, read off ``snap`` when rows are lines.
-
-    That is when the window starts on the screen and no row of the screen is wrapped (then
-    tmux's joined capture has one line per row, and row ``n`` of the screen is line ``n``);
-    otherwise None, and the window must be captured by its row numbers.
-
-    Examples
-    --------
-    >>> from politerm.terminal import Snapshot
-    >>> on_screen(Snapshot(("a", "b", "c"), history_size=40, rows=3), 41)
-    ['b', 'c']
-    >>> on_screen(Snapshot(("a", "b c"), history_size=40, rows=3), 41) is None  # wrapped
-    True
-    >>> on_screen(Snapshot(("a", "b", "c"), history_size=40, rows=3), 39) is None  # history
-    True
-    """
-    row = start_line - snap.history_size
-    if not snap.rows or len(snap.lines) != snap.rows or not 0 <= row < snap.rows:
-        return None
-    return list(snap.lines[row:])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,13 +168,9 @@ class BlockReader:
 
     async def lines(self, snap: Snapshot, start_line: int) -> list[str]:
         """The turn's window: the lines from ``start_line`` to the end of the screen."""
-        if snap.alternate_screen or start_line < 0 or not isinstance(self.term, Pane):
+        if snap.alternate_screen or start_line < 0:
             return list(snap.lines)
-        window = on_screen(snap, start_line)
-        if window is not None:
-            return window
-        # Ask tmux for the range by its own row numbers (see the module docstring).
-        return await self.term.capture(start=start_line - snap.history_size, end="-")
+        return await self.term.lines_from(snap, start_line)
 
     async def read(
         self,

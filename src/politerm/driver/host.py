@@ -4,7 +4,7 @@ A workflow never opens a tmux window, lists panes or kills a session itself: it 
 :class:`Host` (one private tmux server and one session on it) to bring the session up, to
 start an agent there (with its hook receipts, in a new window or respawned in its old
 pane), to find the agents already running after a restart, and to take them down. Headless
-agents run in PTYs through :meth:`AgentDriver.start` without a place.
+agents run in PTYs through :meth:`AgentDriver.start` without a host.
 
 Layer: the driver's start path, above ``tmux/`` and ``pty/``; ``engine/``, ``messaging/``
 and ``manager/`` (and every other workflow) use it instead of them.
@@ -12,39 +12,25 @@ and ``manager/`` (and every other workflow) use it instead of them.
 
 from __future__ import annotations
 
-import dataclasses
-import logging
+import contextlib
 import typing as t
 
 from politerm.agents.profile import load_profile
 from politerm.driver.agent import AgentDriver
-from politerm.driver.place import TmuxPlace
-from politerm.driver.receipts import Receipts, launch_with_hooks, mark_pane
-from politerm.errors import HookError
+from politerm.driver.launch import Launched, launch
+from politerm.driver.receipts import PANE_OPTION
+from politerm.errors import TmuxError
 from politerm.tmux.pane import Pane, agent_panes, hide_tmux, new_window
 from politerm.tmux.server import TmuxServer, default_config_dir
 
 if t.TYPE_CHECKING:
+    import os
     import pathlib
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from politerm.agents.approval import ApprovalPolicy
     from politerm.config import Config
     from politerm.store import RunStore
-
-log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class Launched:
-    """An agent process just started by :meth:`Host.launch` (not yet ready)."""
-
-    pane: Pane
-    #: The command it runs, with the hook arguments its CLI was given.
-    argv: list[str]
-    #: Its hook receipts from the launch on (None without hooks): pass them to
-    #: :func:`~politerm.driver.ready.wait_ready`, then close them.
-    receipts: Receipts | None = None
 
 
 class Host:
@@ -115,11 +101,6 @@ class Host:
             self.session, window_name=window, argv=argv, cwd=cwd, options=options
         )
 
-    async def place(self, window: str, size: tuple[int, int] | None = None) -> TmuxPlace:
-        """Where :meth:`AgentDriver.start` opens an agent's window in this session."""
-        client = await self.server.connect(self.session)
-        return TmuxPlace(client, self.server, self.session, window, size)
-
     async def kill(self) -> None:
         """Kill the session; the server goes (socket, config) when it was its last one.
 
@@ -164,57 +145,56 @@ class Host:
         profile: str,
         argv: Sequence[str],
         *,
-        cwd: pathlib.Path,
+        cwd: str | os.PathLike[str] | None,
         env: Mapping[str, str],
         hooks_dir: pathlib.Path | None,
         hooks: bool = True,
         patterns: Sequence[str] = (),
         replace: Pane | None = None,
+        window: str | None = None,
+        size: tuple[int, int] | None = None,
         say: Callable[[str], None] | None = None,
-    ) -> Launched:
+    ) -> Launched[Pane]:
         """Start agent ``name`` with its CLI's hook receipts; it is not waited for.
 
-        It gets a new window named after it (lower case), or runs again in ``replace``
-        (its old pane, killing what ran there). The pane is tagged with the agent's name
-        and its hook channel, so a driver attaching later finds both.
-
-        Parameters
-        ----------
-        profile
-            The agent's profile name (which CLI's hooks to install).
-        hooks_dir
-            The session's private hooks directory (see :mod:`politerm.driver.receipts`).
-        patterns
-            The configuration's ``[redact] patterns``, for the hook.
+        It gets a new window (``window``, default its name in lower case; ``size``, default
+        the server's), or runs again in ``replace`` (its old pane, killing what ran there).
+        The pane is tagged with the agent's name and its hook channel, so a driver attaching
+        later finds both. See :func:`~politerm.driver.launch.launch` for the rest.
         """
-        setup = launch_with_hooks(
-            name, profile, argv, env, hooks_dir, enabled=hooks, say=say, patterns=patterns
-        )
-        receipts = None
-        if setup.cli is not None and setup.channel is not None:
-            # Opened before the process runs: what it reports is after the channel's end now
-            # (a resumed agent's channel holds its dead predecessor's receipts).
-            try:
-                receipts = Receipts.open(setup.cli, setup.channel)
-            except HookError as exc:
-                log.warning("%s: its receipts are not read while it starts: %s", name, exc)
-        if replace is not None:
-            await replace.respawn(setup.argv, cwd=cwd, env=setup.env)
-            pane = replace
-        else:
-            client = await self.server.connect(self.session)
-            pane = await new_window(
-                client,
+
+        async def spawn(argv: list[str], env: dict[str, str]) -> Pane:
+            if replace is not None:
+                await replace.respawn(argv, cwd=cwd, env=env)
+                return replace
+            return await new_window(
+                await self.server.connect(self.session),
                 self.server,
                 session=self.session,
-                name=name.lower(),
-                argv=setup.argv,
+                name=window or name.lower(),
+                argv=argv,
                 cwd=cwd,
-                env=setup.env,
+                env=env,
                 agent=name,
+                size=size,
             )
-        await mark_pane(pane, setup)
-        return Launched(pane, setup.argv, receipts)
+
+        launched = await launch(
+            name,
+            profile,
+            argv,
+            env=env,
+            hooks_dir=hooks_dir,
+            spawn=spawn,
+            hooks=hooks,
+            patterns=patterns,
+            say=say,
+        )
+        if launched.option is not None:
+            # A window whose agent died at once cannot be tagged: its start says so.
+            with contextlib.suppress(TmuxError):
+                await launched.term.set_option(PANE_OPTION, launched.option)
+        return launched
 
     async def find_or_start(
         self,
@@ -251,7 +231,7 @@ class Host:
             name,
             agent_profile,
             argv=argv or None,
-            tmux=await self.place(name.lower()),
+            host=self,
             cwd=cwd,
             setting=setting,
             ready_timeout=ready_timeout,

@@ -34,7 +34,6 @@ if t.TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable, Mapping, Sequence
 
-    from politerm.tmux.pane import Pane
 
 log = logging.getLogger(__name__)
 
@@ -217,11 +216,11 @@ class HookSetup:
         """The value of the pane's :data:`PANE_OPTION`."""
         return None if self.channel is None else f"{self.cli}:{self.channel}"
 
-    def receipts(self) -> Receipts | None:
-        """A reader of the channel from its start (None when no hooks were installed)."""
+    def receipts(self, *, from_start: bool = True) -> Receipts | None:
+        """A reader of the channel, from its start or its end (None without hooks)."""
         if self.cli is None or self.channel is None:
             return None
-        rc = Receipts.open(self.cli, self.channel, from_start=True)
+        rc = Receipts.open(self.cli, self.channel, from_start=from_start)
         rc.owned_dir = self.channel.parent if self.temporary else None
         return rc
 
@@ -282,12 +281,6 @@ def launch_with_hooks(
         if say is not None:
             say(note)
         return HookSetup(list(argv), dict(env))
-
-
-async def mark_pane(pane: Pane, setup: HookSetup) -> None:
-    """Name the channel on the agent's pane, so any driver that attaches finds it."""
-    if setup.option is not None:
-        await pane.set_option(PANE_OPTION, setup.option)
 
 
 def parse_option(value: str | None) -> tuple[str, pathlib.Path] | None:

@@ -9,16 +9,15 @@ import codecs
 import typing as t
 
 from politerm.protocol.report import ReportParser
-from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable
 
     from politerm.protocol.report import ReportSignal
-    from politerm.pty.runner import PtyTerminal
+    from politerm.terminal import Terminal
 
 
-def tap(term: Pane | PtyTerminal, on_text: Callable[[str], None]) -> Callable[[], None]:
+def tap(term: Terminal, on_text: Callable[[str], None]) -> Callable[[], None]:
     """Send the program's output, decoded as it arrives, to ``on_text``; returns a remover.
 
     The remover sends what the decoder still holds (a character cut at the end) first.
@@ -28,10 +27,7 @@ def tap(term: Pane | PtyTerminal, on_text: Callable[[str], None]) -> Callable[[]
     def feed(data: bytes) -> None:
         on_text(decoder.decode(data))
 
-    if isinstance(term, Pane):
-        unsubscribe = term.client.subscribe(term.pane_id, lambda _pane, data: feed(data))
-    else:
-        unsubscribe = term.subscribe(feed)
+    unsubscribe = term.subscribe(feed)
 
     def remove() -> None:
         unsubscribe()
@@ -52,7 +48,7 @@ class ReportStream:
 
     def __init__(
         self,
-        term: Pane | PtyTerminal,
+        term: Terminal,
         session_id: str,
         *,
         on_text: Callable[[str], None] | None = None,

@@ -224,7 +224,7 @@ class Session:
                 replace=pane,
                 say=say,
             )
-            pane, argv = launched.pane, launched.argv
+            pane, argv = launched.term, launched.argv
             if launched.receipts is not None:
                 receipts[name] = launched.receipts
             self.store.upsert_agent(

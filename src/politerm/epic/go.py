@@ -463,19 +463,17 @@ class EpicRunner:
     async def _start(self, label: str, sid: str) -> AgentDriver:
         """The session's agent, started (not yet ready) in a PTY or a tmux window."""
         size = (self.config.epic.width, self.config.epic.height)
-        place = None
-        if self.options.tmux:
-            if self._host is None:
-                self._host = Host.of(self.config, TMUX_SESSION)
-                # The session's first window holds it open between the sessions' windows.
-                idle = [sys.executable, "-c", "import signal; signal.pause()"]
-                await self._host.ensure(argv=idle)
-            place = await self._host.place(label[:30], size)
+        if self.options.tmux and self._host is None:
+            self._host = Host.of(self.config, TMUX_SESSION)
+            # The session's first window holds it open between the sessions' windows.
+            idle = [sys.executable, "-c", "import signal; signal.pause()"]
+            await self._host.ensure(argv=idle)
         driver = await AgentDriver.start(
             f"epic.{sid[:8]}",
             self.profile,
             argv=self.argv,
-            tmux=place,
+            host=self._host,
+            window=label[:30],
             cwd=self.repo,
             setting=f"epic.commands.{self.agent}",
             ready_timeout=None,
@@ -488,10 +486,10 @@ class EpicRunner:
             ),
             limits=LimitPolicy(**self.config.limits.model_dump()),
         )
-        if driver.pane is not None:
+        if self._host is not None:
             socket = self.config.tmux.socket
             self.say(
-                f"{label}: in tmux pane {driver.pane.pane_id} "
+                f"{label}: in tmux pane {driver.terminal_name} "
                 f"(tmux -L {socket} attach -t {TMUX_SESSION})"
             )
         return driver

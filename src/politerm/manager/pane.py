@@ -222,11 +222,8 @@ class PaneChannel:
         self._instructions[step_id(task_id, step)] = instruction
 
     async def _history(self, driver: AgentDriver) -> str:
-        pane = driver.pane
-        if pane is None:
-            return ""
         try:
-            return "\n".join(await pane.capture_history())
+            return "\n".join(await driver.history())
         except TmuxError:
             return ""
 

@@ -132,6 +132,7 @@ class PtyTerminal:
         self._stream = pyte.ByteStream(self.screen)
         self._event = asyncio.Event()
         self._callbacks: list[ByteCallback] = []
+        self._options: dict[str, str] = {}
         self._write_lock = asyncio.Lock()
         self._eof = False
         self._exited = asyncio.Event()
@@ -244,6 +245,18 @@ class PtyTerminal:
     def output_event(self) -> asyncio.Event:
         """An event set by the program's next output (or its exit)."""
         return self._event
+
+    async def lines_from(self, snap: Snapshot, row: int) -> list[str]:
+        """The whole screen: a rendered screen's rows cannot be addressed past it."""
+        return list(snap.lines)
+
+    async def get_option(self, name: str) -> str | None:
+        """A user option kept with this terminal (in memory); None when unset."""
+        return self._options.get(name)
+
+    async def set_option(self, name: str, value: str) -> None:
+        """Keep a user option with this terminal, for as long as this process runs it."""
+        self._options[name] = value
 
     # --- beyond Terminal ------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import psutil
 
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.errors import PaneNotFound, TmuxCommandError
-from politerm.terminal import Snapshot
+from politerm.terminal import Snapshot, on_screen
 from politerm.tmux._staging import staged
 
 if t.TYPE_CHECKING:
@@ -248,6 +248,22 @@ class Pane:
     async def capture_history(self) -> list[str]:
         """The whole scrollback plus the screen."""
         return await self.capture(start="-", end="-")
+
+    async def lines_from(self, snap: Snapshot, row: int) -> list[str]:
+        """The lines from tmux row ``row`` (history rows, then screen rows) to the screen's end.
+
+        Read off ``snap`` when that row is on it and no row of it is wrapped; else captured
+        by tmux's own row numbers (``capture-pane -S``), so rows tmux wrapped and joined
+        (``-J``) cannot shift the range.
+        """
+        window = on_screen(snap, row)
+        if window is not None:
+            return window
+        return await self.capture(start=row - snap.history_size, end="-")
+
+    def subscribe(self, callback: t.Callable[[bytes], None]) -> t.Callable[[], None]:
+        """Call ``callback`` with each decoded output chunk of the pane; returns the remover."""
+        return self.client.subscribe(self.pane_id, lambda _pane, data: callback(data))
 
     async def paste(self, data: bytes, *, bracketed: bool = True, keep_lf: bool = True) -> None:
         """Paste ``data`` into the pane through a uniquely named buffer.

@@ -46,6 +46,11 @@ Listener = t.Callable[[dict[str, t.Any]], None]
 PANES_MAX_AGE = 2.0
 """Seconds a store change may reuse the pane list read before it (see the module's text)."""
 
+MIN_REFRESH = 0.1
+"""Seconds between two refreshes: the store changes of a burst (a handoff commits several
+within milliseconds) make one more refresh, not one each. A refresh rebuilds the overview
+of every agent, 500 rows at 500 agents; a change after a quiet spell shows at once."""
+
 HOLD_BACK = 0.03
 """Longest a mirror holds an unfinished line back waiting for the rest of a secret."""
 
@@ -118,6 +123,7 @@ class LiveState:
         self._dirty = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
         self.panes_max_age = PANES_MAX_AGE
+        self.min_refresh = MIN_REFRESH
         self.pane_listings = 0
         """How many times the pane list was read from tmux."""
         self._panes_at: float | None = None  # when; None: tmux announced a change since
@@ -199,6 +205,7 @@ class LiveState:
                 await self._refresh()
             except Exception:
                 log.exception("refreshing the overview failed")
+            await asyncio.sleep(self.min_refresh)  # changes meanwhile: one refresh after
 
     async def _refresh(self) -> None:
         now = time.monotonic()

@@ -7,6 +7,7 @@ mirror of that session, closed by :meth:`Observer.close`) and offers:
 
 - :meth:`~Observer.panes`: every pane with the agent it runs (one ``list-panes -a``);
   :meth:`~Observer.sessions`: every session with its project and store;
+  :meth:`~Observer.processes`: every pane with its process tree's programs;
 - :meth:`~Observer.listen`: each :class:`Change` tmux announces on a followed session, the
   sessions, windows or panes changed (``LAYOUT``) or an agent's program exited (``EXITED``,
   once per death: a respawned pane's next death is news again);
@@ -35,6 +36,7 @@ import typing as t
 from politerm.agents.state import AgentState
 from politerm.driver.mirror import start_mirror
 from politerm.driver.panes import FORMAT, mine, parse_panes
+from politerm.driver.processes import list_panes as list_processes
 from politerm.errors import PaneNotFound, PolitermError, TmuxError
 from politerm.tmux.pane import Pane
 from politerm.tmux.server import TmuxServer
@@ -46,6 +48,7 @@ if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver.mirror import Mirror, Sink
     from politerm.driver.panes import PaneEntry
+    from politerm.driver.processes import PaneProcesses
     from politerm.store.models import Agent
     from politerm.tmux.control import ControlClient, Notification
 
@@ -267,6 +270,16 @@ class Observer:
                 )
             )
         return found
+
+    async def processes(self) -> list[PaneProcesses]:
+        """Every pane with the programs of its process tree (``poli panes``).
+
+        Raises
+        ------
+        TmuxLookupError
+            tmux did not answer (an empty list: no server, or no panes).
+        """
+        return await list_processes(self._server)
 
     # --- agent states ---------------------------------------------------------------------
 

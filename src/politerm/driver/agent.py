@@ -277,6 +277,8 @@ class AgentDriver:
                 patterns=own,
                 say=say,
             )
+        if receipts is not None and launched.receipts is not None:
+            await launched.receipts.close()  # the caller's own reader stands in for it
         where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
         driver = cls(
             name,

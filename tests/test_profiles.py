@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import shlex
 import sys
 import typing as t
 
@@ -548,3 +549,46 @@ async def test_router_asks_the_user_and_applies_poli_approve(
         await loop.session.down()
         await loop.session.host.server.close()
         loop.store.close()
+
+
+async def test_a_wrapped_row_above_the_prompt_keeps_the_cursor_on_it(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # aider (the cursor must be on its prompt) sat ready at "diff> " while a line of its
+    # prompt's echo, wider than the pane, stayed wrapped on the screen: tmux's capture
+    # joins the two rows, the cursor's row named the line below the prompt, and the
+    # router read "busy: cursor off the prompt" until the task timed out (issue 23's
+    # ask+patterns loop, 2 of 10 runs).
+    from politerm.tmux.pane import new_window
+
+    (tmp_path / "wide").write_text("- " + "x" * 300 + "\n")
+    wide, go = shlex.quote(str(tmp_path / "wide")), shlex.quote(str(tmp_path / "go"))
+    script = (
+        f"cat {wide}; printf 'diff> '; "
+        f"while [ ! -e {go} ]; do sleep 0.05; done; printf '\\nRunning it\\n'; exec sleep 600"
+    )
+    pane = await new_window(
+        tmux_session, tmux_server, session="t", name="wrap", argv=["sh", "-c", script],
+        size=(200, 20),
+    )  # fmt: skip
+    aider = load_profile("aider")
+    try:
+
+        async def at_prompt() -> bool:
+            return (await pane.snapshot()).cursor_x == len("diff> ")
+
+        await aretry_until(at_prompt, 30, what="the pane to show its prompt")
+        snap = await pane.snapshot()
+        assert len(snap.lines) == snap.rows - 1  # the wide line's two rows joined into one
+        assert snap.lines[snap.cursor_line].rstrip() == "diff>"
+        reading = aider.detect(snap)
+        assert (reading.state, reading.input_text) == (AgentState.READY, ""), reading
+        # Working (the cursor left the prompt) still reads busy.
+        (tmp_path / "go").touch()
+
+        async def working() -> bool:
+            return aider.detect(await pane.snapshot()).state is AgentState.BUSY
+
+        await aretry_until(working, 30, what="the cursor to leave the prompt")
+    finally:
+        await pane.kill()

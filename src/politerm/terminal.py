@@ -39,6 +39,30 @@ class Snapshot:
     trailing_spaces: bool = True
     rows: int = 0
 
+    @property
+    def cursor_line(self) -> int:
+        """The index in ``lines`` of the cursor's row (-1 when it cannot be on one).
+
+        tmux joins each row it wrapped onto the row before it (``capture-pane -J``), so a
+        wrapped line above the cursor leaves fewer lines than rows and ``cursor_y`` names a
+        line below the cursor's own (an idle aider read as busy, "cursor off the prompt",
+        while a long line of its prompt's echo stayed wrapped on the screen). The rows
+        joined are taken to be above the cursor: a program waiting at its prompt has drawn
+        nothing below it.
+
+        Examples
+        --------
+        >>> Snapshot(("a", "b", "> "), cursor_y=2, rows=3).cursor_line
+        2
+        >>> Snapshot(("a long line wrapped once", "> "), cursor_y=2, rows=3).cursor_line
+        1
+        >>> Snapshot(("a", "> "), cursor_y=1).cursor_line  # rows unknown: as given
+        1
+        """
+        joined = self.rows - len(self.lines) if self.rows > len(self.lines) else 0
+        line = self.cursor_y - joined
+        return line if 0 <= line < len(self.lines) else -1
+
     def tail(self, n: int = 8) -> list[str]:
         """The last ``n`` non-blank lines, for error messages and evidence."""
         lines = [ln.rstrip() for ln in self.lines if ln.strip()]

@@ -314,9 +314,8 @@ class AgentProfile(_Model):
         """The lines that may hold the input line, nearest first; None: no input box."""
         lines = snap.lines
         if self.detectors.input_at_cursor:
-            if not 0 <= snap.cursor_y < len(lines):
-                return None
-            return [lines[snap.cursor_y]]
+            at = snap.cursor_line  # cursor_y less the wrapped rows tmux joined above it
+            return None if at < 0 else [lines[at]]
         anchor = self._anchor_re
         if anchor is None:
             return lines[::-1]

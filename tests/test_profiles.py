@@ -558,7 +558,7 @@ async def test_a_wrapped_row_above_the_prompt_keeps_the_cursor_on_it(
     # prompt's echo, wider than the pane, stayed wrapped on the screen: tmux's capture
     # joins the two rows, the cursor's row named the line below the prompt, and the
     # router read "busy: cursor off the prompt" until the task timed out (issue 23's
-    # ask+patterns loop, 2 of 10 runs).
+    # ask+patterns loop, 2 of 13 runs).
     from politerm.tmux.pane import new_window
 
     (tmp_path / "wide").write_text("- " + "x" * 300 + "\n")

@@ -14,14 +14,8 @@ import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.driver import Window
-from politerm.engine.routebase import (
-    ACTIVE,
-    EXECUTER,
-    FINAL_TYPES,
-    PLANNER,
-    USER_TARGETS,
-    RouterBase,
-)
+from politerm.engine import decide
+from politerm.engine.routebase import ACTIVE, PLANNER, USER_TARGETS, RouterBase
 from politerm.protocol.contract import after_prompt, status_task
 from politerm.protocol.parser import last_prompt_line
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
@@ -98,23 +92,26 @@ class BlockEffects(RouterBase):
     def _approval_task_state(self, driver: AgentDriver, task: Task, obs: Observation) -> None:
         """A question waiting for the user shows on the task, and goes when answered."""
         pending = driver.pending_approval if obs.state is AgentState.WAITING_APPROVAL else None
+        asking = None
         if pending is not None:
-            if task.state is TaskState.WAITING_APPROVAL or task.state not in ACTIVE:
-                return
-            question = (
+            asking = (
                 f"{driver.name} asks {pending.asks}: answer with "
                 f"`poli approve {driver.approval_key}` (or --deny)"
             )
-            with self.store.batch():
-                self.store.set_meta(f"{_APPROVAL_RETURN}{task.id}", task.state.value)
-                self.store.update_task(task.id, state=TaskState.WAITING_APPROVAL, question=question)
-            return
-        if task.state is TaskState.WAITING_APPROVAL and obs.state not in (
-            AgentState.WAITING_APPROVAL,
-            AgentState.UNKNOWN,
-        ):
-            back = self.store.get_meta(f"{_APPROVAL_RETURN}{task.id}") or TaskState.PLANNING.value
-            self.store.update_task(task.id, state=TaskState(back), clear=("question",))
+        waiting, unknown = (
+            obs.state is s for s in (AgentState.WAITING_APPROVAL, AgentState.UNKNOWN)
+        )
+        match decide.approval_change(task.state, asking, waiting, unknown):
+            case decide.AwaitApproval(question=question):
+                with self.store.batch():
+                    self.store.set_meta(f"{_APPROVAL_RETURN}{task.id}", task.state.value)
+                    self.store.update_task(
+                        task.id, state=TaskState.WAITING_APPROVAL, question=question
+                    )
+            case decide.Approved():
+                back = self.store.get_meta(f"{_APPROVAL_RETURN}{task.id}")
+                state = TaskState(back or TaskState.PLANNING.value)
+                self.store.update_task(task.id, state=state, clear=("question",))
 
     async def _recipient_ready(self, name: str, block: Block) -> Snapshot | None:
         """The screen of the agent ``block`` is forwarded to, if it can take it right now.
@@ -143,6 +140,85 @@ class BlockEffects(RouterBase):
             return None
         return snap
 
+    def _apply_block(
+        self, name: str, turn: Turn, block: Block, *, ready: Snapshot | None = None
+    ) -> bool:
+        """Apply one block's effects (inside a batch); True when a delivery was begun."""
+        own_status = block.type == "status" and status_task(block.id, turn.task_id)
+        task = None if own_status else self.store.get_task(block.id)
+        target = self._agent_named(block.to)
+        forwarded, rounds = False, 0
+        if task is not None and target is not None and task.state in ACTIVE:
+            rounds = self.store.count_messages(task.id, "plan")
+            if block.type == "plan" and rounds >= task.max_rounds:
+                forwarded = self.store.find_message(f"{block.dedupe_key}:{target}") is not None
+        facts = decide.BlockFacts(
+            agent=name,
+            agents=tuple(self.agents),
+            turn_task=turn.task_id,
+            own_status=own_status,
+            task=decide.TaskFacts(task.id, task.state, task.max_rounds) if task else None,
+            rounds=rounds,
+            forwarded=forwarded,
+        )
+        handed = False
+        for action in decide.block_effects(facts, block):
+            handed = self._carry_block(name, turn, block, action, task, facts, ready) or handed
+        return handed
+
+    def _carry_block(
+        self,
+        name: str,
+        turn: Turn,
+        block: Block,
+        action: decide.BlockAction,
+        task: Task | None,
+        facts: decide.BlockFacts,
+        ready: Snapshot | None,
+    ) -> bool:
+        """Carry out one action of a block (inside its batch); True when a delivery was begun."""
+        match action:
+            case decide.Record(task_id=task_id, accepted=accepted, reason=reason):
+                first = self.store.record_block(
+                    agent=name, task_id=task_id, type=block.type, msg_id=block.id,
+                    nonce=block.nonce, dedupe_key=block.dedupe_key, header=block.header,
+                    body=block.body, accepted=accepted, reason=reason,
+                )  # fmt: skip
+                if first and accepted:
+                    own = f" ({block.id})" if task is None else ""
+                    self.store.add_event(
+                        "block",
+                        task_id=task_id,
+                        agent=name,
+                        detail=f"{name} → {block.to}: {block.type}{own}",
+                        data={"type": block.type, "to": block.to, "body": block.body},
+                    )
+            case decide.Rejected(task_id=task_id, detail=detail):
+                self.store.add_event("rejected", task_id=task_id, agent=name, detail=detail)
+            case decide.EndAnswered():
+                self._end_turn(name, turn)
+            case decide.Ask(question=question) if task is not None:
+                self.store.update_task(task.id, state=TaskState.WAITING_USER, question=question)
+                self.store.clear_expectation(task.id)
+                self.store.set_meta(f"asker:{task.id}", name)
+                self._answered(name, turn)
+            case decide.Done(report=report) if task is not None:
+                self.store.update_task(task.id, state=TaskState.DONE, report=report)
+                self.store.clear_expectation(task.id)
+                self.store.add_event("done", task_id=task.id, agent=name, detail=report)
+                self._answered(name, turn)
+            case decide.RoundLimit(why=why) if task is not None:
+                self.store.update_task(task.id, state=TaskState.FAILED, error=why)
+                self.store.clear_expectation(task.id)
+                self.store.add_event(
+                    "failed", task_id=task.id, agent=name, detail="round limit reached"
+                )
+                self._answered(name, turn)
+                self._end_task_turns(task.id, TurnEnd.TASK_ENDED)
+            case decide.Forward() if task is not None:
+                return self._forward(name, turn, block, action, task, facts.rounds, ready)
+        return False
+
     def _hand_off(
         self, target: str, msg: Message, snap: Snapshot, task: Task | None = None
     ) -> bool:
@@ -152,124 +228,42 @@ class BlockEffects(RouterBase):
         """
         return False
 
-    def _wrong_address(self, name: str, block: Block, target: str | None) -> str:
-        """Why a block addressed to ``target`` (None: no agent of that name) goes nowhere."""
-        others = [a for a in self.agents if a != name]
-        hint = {"plan": EXECUTER, "result": PLANNER}.get(block.type)
-        where = (
-            f"a {block.type} block goes to {hint}"
-            if hint is not None and hint in self.agents
-            else f"address {' or '.join([*others, 'USER'])}"
-        )
-        if target == name:
-            return f"{name} addressed its {block.type} block to itself; {where}"
-        agents = ", ".join(self.agents)
-        return f"no agent is named {block.to!r} (agents: {agents}; USER); {where}"
+    def _answered(self, name: str, turn: Turn) -> None:
+        """The block answered the turn: its prompt is acknowledged and the turn ends."""
+        self._ack_turn(turn)
+        self._end_turn(name, turn)
 
-    def _apply_block(
-        self, name: str, turn: Turn, block: Block, *, ready: Snapshot | None = None
+    def _forward(
+        self,
+        name: str,
+        turn: Turn,
+        block: Block,
+        fw: decide.Forward,
+        task: Task,
+        rounds: int,
+        ready: Snapshot | None,
     ) -> bool:
-        """Apply one block's effects (inside a batch); True when a delivery was begun."""
-        key = block.dedupe_key
-        if block.type == "status" and status_task(block.id, turn.task_id):
-            # A status block with its own id (<task>-status-N): the turn's task's progress.
-            first = self.store.record_block(
-                agent=name, task_id=turn.task_id, type=block.type, msg_id=block.id,
-                nonce=block.nonce, dedupe_key=key, header=block.header, body=block.body,
-                accepted=True, reason=None,
-            )  # fmt: skip
-            if first:
-                self.store.add_event(
-                    "block",
-                    task_id=turn.task_id,
-                    agent=name,
-                    detail=f"{name} → {block.to}: status ({block.id})",
-                    data={"type": block.type, "to": block.to, "body": block.body},
-                )
-            return False
-        task = self.store.get_task(block.id)
-        if task is None or (turn.task_id is not None and block.id != turn.task_id):
-            why = "unknown task id" if task is None else f"belongs to task {turn.task_id}"
-            self.store.record_block(
-                agent=name, task_id=turn.task_id, type=block.type, msg_id=block.id,
-                nonce=block.nonce, dedupe_key=key, header=block.header, body=block.body,
-                accepted=False, reason=f"id {block.id!r}: {why}",
-            )  # fmt: skip
-            self.store.add_event(
-                "rejected", task_id=turn.task_id, agent=name, detail=f"block id {block.id}: {why}"
-            )
-            return False
-        first = self.store.record_block(
-            agent=name, task_id=task.id, type=block.type, msg_id=block.id, nonce=block.nonce,
-            dedupe_key=key, header=block.header, body=block.body, accepted=True, reason=None,
-        )  # fmt: skip
-        if first:
-            self.store.add_event(
-                "block",
-                task_id=task.id,
-                agent=name,
-                detail=f"{name} → {block.to}: {block.type}",
-                data={"type": block.type, "to": block.to, "body": block.body},
-            )
-        if task.state not in ACTIVE:
-            self._end_turn(name, turn)
-            return False
-        if block.type == "status":
-            return False  # recorded and shown, never forwarded; the turn goes on
-        if block.type == "question":
-            self.store.update_task(task.id, state=TaskState.WAITING_USER, question=block.body)
-            self.store.clear_expectation(task.id)
-            self.store.set_meta(f"asker:{task.id}", name)
-            self._ack_turn(turn)
-            self._end_turn(name, turn)
-            return False
-        target = self._agent_named(block.to)
-        if block.type in FINAL_TYPES and (target is None or block.to.upper() in USER_TARGETS):
-            self.store.update_task(task.id, state=TaskState.DONE, report=block.body)
-            self.store.clear_expectation(task.id)
-            self.store.add_event("done", task_id=task.id, agent=name, detail=block.body)
-            self._ack_turn(turn)
-            self._end_turn(name, turn)
-            return False
-        if target is None or target == name:
-            self.store.add_event(
-                "rejected",
-                task_id=task.id,
-                agent=name,
-                detail=f"block to {block.to!r}: {self._wrong_address(name, block, target)}",
-            )
-            return False
-        kind = block.type if block.type in ("plan", "result") else "message"
-        rounds = self.store.count_messages(task.id, "plan")
-        if (
-            kind == "plan"
-            and rounds >= task.max_rounds
-            and self.store.find_message(f"{key}:{target}") is None
-        ):
-            self._finish_round_limit(name, turn, task)
-            return False
+        target = fw.target
         fwd = self.store.add_message(
             task_id=task.id,
             sender=name,
             recipient=target,
-            type=kind,
+            type=fw.kind,
             msg_id=task.id,
             body=block.body,
             header=block.header,
             nonce=block.nonce,
-            dedupe_key=f"{key}:{target}",
+            dedupe_key=f"{block.dedupe_key}:{target}",
             ttl=self.config.routing.message_ttl,
         )
-        rounds += kind == "plan" and fwd is not None  # the plan just added (not a re-read)
-        state = TaskState.EXECUTING if target == EXECUTER else TaskState.PLANNING
-        task = self.store.update_task(task.id, state=state, round=rounds, clear=("question",))
-        self._expect(task.id, target, "result" if kind == "plan" else "plan")
+        rounds += fw.kind == "plan" and fwd is not None  # the plan just added (not a re-read)
+        task = self.store.update_task(task.id, state=fw.state, round=rounds, clear=("question",))
+        self._expect(task.id, target, fw.expect)
         if fwd is not None:
             self.store.add_event(
-                "queued", task_id=task.id, agent=target, detail=f"{name} → {target}: {kind}"
+                "queued", task_id=task.id, agent=target, detail=f"{name} → {target}: {fw.kind}"
             )
-        self._ack_turn(turn)
-        self._end_turn(name, turn)
+        self._answered(name, turn)
         handed = False
         if ready is not None and fwd is not None and self.store.current_turn(target) is None:
             first_in_line = self.store.next_queued(target)
@@ -283,19 +277,6 @@ class BlockEffects(RouterBase):
         self.store.set_expectation(
             task_id, sender=sender, type=typ, deadline=time.time() + self._step_timeout(sender)
         )
-
-    def _finish_round_limit(self, name: str, turn: Turn, task: Task) -> None:
-        limit = task.max_rounds
-        self.store.update_task(
-            task.id,
-            state=TaskState.FAILED,
-            error=f"round limit {limit} reached: {name} sent plan {limit + 1} for task {task.id}",
-        )
-        self.store.clear_expectation(task.id)
-        self.store.add_event("failed", task_id=task.id, agent=name, detail="round limit reached")
-        self._ack_turn(turn)
-        self._end_turn(name, turn)
-        self._end_task_turns(task.id, TurnEnd.TASK_ENDED)
 
     def _idle_without_block(self, driver: AgentDriver, turn: Turn, now: float) -> bool:
         if driver.state is not AgentState.READY or turn.message_id is None:

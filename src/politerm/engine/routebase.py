@@ -20,6 +20,17 @@ from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver
 from politerm.driver.limits import driver_settings
+from politerm.engine import decide
+from politerm.engine.decide import (
+    ACTIVE,
+    EXECUTER,
+    FINAL_TYPES,
+    FOLLOW_UPS,
+    PLANNER,
+    USER_TARGETS,
+    FailTask,
+    Involvement,
+)
 from politerm.engine.templates import Templates
 from politerm.errors import StoreError
 from politerm.protocol.contract import Contract, nonce_required
@@ -35,14 +46,19 @@ if t.TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PLANNER = "PLANNER"
-EXECUTER = "EXECUTER"
-USER_TARGETS = frozenset({"USER", "ORCH", "ORCHESTRATOR", "HUMAN"})
-FINAL_TYPES = frozenset({"final", "done"})
-FOLLOW_UPS = ("nudge", "retry")
-ACTIVE = frozenset(
-    {TaskState.PENDING, TaskState.PLANNING, TaskState.EXECUTING, TaskState.WAITING_APPROVAL}
-)
+__all__ = [
+    "ACTIVE",
+    "EXECUTER",
+    "FINAL_TYPES",
+    "FOLLOW_UPS",
+    "PLANNER",
+    "RESUME_META",
+    "RESUME_MSG",
+    "USER_TARGETS",
+    "RouterBase",
+    "agent_env",
+]
+
 RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
 
@@ -244,45 +260,34 @@ class RouterBase:
         screen = " | ".join(evidence)
         self.store.add_event("agent-exited", agent=name, detail=screen)
         turn = self.store.current_turn(name)
+        for failure in decide.tasks_of_dead_agent(
+            name, screen, turn.task_id if turn else None, self._involvements()
+        ):
+            self._carry_fail(failure)
+
+    def _involvements(self) -> list[Involvement]:
+        """The active tasks, with the agent each one's step waits for."""
+        out = []
         for task in self.store.list_tasks(active_only=True):
-            if task.state is TaskState.PENDING:
-                continue
-            exp = self.store.get_expectation(task.id)
-            involved = (exp is not None and exp.sender == name) or (
-                turn is not None and turn.task_id == task.id
+            exp = (
+                self.store.get_expectation(task.id) if task.state is not TaskState.PENDING else None
             )
-            if involved:
-                step = "plan" if name == PLANNER else "exec"
-                self._fail(
-                    task.id,
-                    f"agent {name} exited during the {step} step of task {task.id} "
-                    f"({screen}); run `poli up --resume` to restart it and continue",
-                    resumable=task.state,
-                    reason=TurnEnd.AGENT_DIED,
-                )
+            out.append(Involvement(task.id, task.state, exp.sender if exp else None))
+        return out
+
+    def _carry_fail(self, failure: FailTask) -> None:
+        self._fail(failure.task_id, failure.why, resumable=failure.resumable, reason=failure.reason)
 
     def _server_gone(self, why: str) -> None:
         if self._fatal is not None:
             return
         self._fatal = why
-        for task in self.store.list_tasks(active_only=True):
-            if task.state is TaskState.PENDING:
-                continue  # nothing of it was sent: the next router starts it as usual
-            self._fail(
-                task.id,
-                f"the tmux server is gone ({why}); run `poli up --resume` to restart the agents "
-                "and continue",
-                resumable=task.state,
-                reason=TurnEnd.AGENT_DIED,
-            )
+        for failure in decide.server_gone_failures(why, self._involvements()):
+            self._carry_fail(failure)
         self.stop()
 
     def _agent_named(self, name: str) -> str | None:
-        upper = name.upper()
-        for agent in self.agents:
-            if agent.upper() == upper:
-                return agent
-        return None
+        return decide.agent_named(self.agents, name)
 
     def _event(self, kind: str, msg: Message, *, detail: str) -> None:
         self.store.add_event(kind, task_id=msg.task_id, agent=msg.recipient, detail=detail)

@@ -14,6 +14,7 @@ import typing as t
 
 from politerm.driver import Outcome
 from politerm.driver.leftover import left_over
+from politerm.engine import decide
 from politerm.engine.deadlines import Deadlines
 from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, Begun
 from politerm.protocol.primer import new_nonce
@@ -160,73 +161,80 @@ class Sending(Deadlines):
         """Record how a delivery ended: delivered, retried later, or dead-lettered."""
         name = driver.name
         evidence = " | ".join(result.evidence)
-        if result.outcome is Outcome.DELIVERED or (
-            result.outcome is Outcome.BLOCKED and result.submitted
-        ):
-            with self.store.batch():
-                self.store.transition(
-                    msg.id,
-                    MessageState.DELIVERED,
-                    expect=MessageState.DELIVERING,
-                    evidence=evidence,
-                )
-                self.store.set_turn_state(name, nonce, TurnState.WAITING)
-                if msg.task_id is not None and not follow_up:
-                    self._restart_clock(msg.task_id, name, time.time())
-                driver.turn_delivered(msg.task_id)
-                how = "recovered" if recovered else "delivered"
-                self._event(
-                    how,
-                    msg,
-                    detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
-                    f"({result.submits} submit, {result.elapsed * 1000:.0f} ms, "
-                    f"confirmed by {result.source})",
-                )
-            return
-        if result.outcome is Outcome.AGENT_EXITED:
-            with self.store.batch():
-                self.store.transition(
-                    msg.id,
-                    MessageState.RETRIED,
-                    expect=MessageState.DELIVERING,
-                    error="agent exited",
-                )
-            self._agent_died(name, result.evidence)
-            return
-        # STRANDED, or BLOCKED before submitting: try again later, then dead-letter.
-        task = self.store.get_task(msg.task_id) if msg.task_id else None
+        actions = decide.delivery_ended(
+            decide.Delivery(
+                result.outcome,
+                result.submitted,
+                result.rule,
+                evidence,
+                name,
+                msg.type,
+                msg.attempts,
+                self.config.routing.max_attempts,
+                follow_up,
+                msg.task_id,  # a task gone meanwhile is not failed (see _fail)
+            )
+        )
         with self.store.batch():
-            if not follow_up:
-                self.store.end_turn(name, nonce, TurnEnd.NOT_DELIVERED)
-                self.loops[name].turn_nonce = None
-            if msg.attempts < self.config.routing.max_attempts:
-                self.loops[name].retry_at = time.monotonic() + retry_backoff(msg.attempts)
-                self.store.transition(
-                    msg.id,
-                    MessageState.RETRIED,
-                    expect=MessageState.DELIVERING,
-                    error=f"{result.outcome.value}: {result.rule}",
-                    evidence=evidence,
-                )
-                self._event("retry", msg, detail=f"{result.outcome.value}: {evidence}")
-                return
-            self.store.transition(
-                msg.id,
-                MessageState.DEAD,
-                expect=MessageState.DELIVERING,
-                error=f"{result.outcome.value} after {msg.attempts} attempts: {result.rule}",
-                evidence=evidence,
-            )
-            self._event("dead-letter", msg, detail=f"{result.outcome.value}: {evidence}")
-        if result.outcome is Outcome.STRANDED:
-            self._clear_later.add(name)  # its text must not join the next prompt
-        if task is not None:
-            self._fail(
-                task.id,
-                f"could not deliver the {msg.type} message to {name} "
-                f"({result.outcome.value}: {result.rule}); last screen: {evidence}",
-                reason=TurnEnd.DEAD_LETTER,
-            )
+            for action in actions:
+                match action:
+                    case decide.Confirmed(restart_clock=restart):
+                        self.store.transition(
+                            msg.id,
+                            MessageState.DELIVERED,
+                            expect=MessageState.DELIVERING,
+                            evidence=evidence,
+                        )
+                        self.store.set_turn_state(name, nonce, TurnState.WAITING)
+                        if restart and msg.task_id is not None:
+                            self._restart_clock(msg.task_id, name, time.time())
+                        driver.turn_delivered(msg.task_id)
+                        self._event(
+                            "recovered" if recovered else "delivered",
+                            msg,
+                            detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
+                            f"({result.submits} submit, {result.elapsed * 1000:.0f} ms, "
+                            f"confirmed by {result.source})",
+                        )
+                    case decide.AgentGone():
+                        self.store.transition(
+                            msg.id,
+                            MessageState.RETRIED,
+                            expect=MessageState.DELIVERING,
+                            error="agent exited",
+                        )
+                    case decide.EndTurn(reason=reason):
+                        self.store.end_turn(name, nonce, reason)
+                        self.loops[name].turn_nonce = None
+                    case decide.RetryLater(after=after, error=error):
+                        self.loops[name].retry_at = time.monotonic() + after
+                        self.store.transition(
+                            msg.id,
+                            MessageState.RETRIED,
+                            expect=MessageState.DELIVERING,
+                            error=error,
+                            evidence=evidence,
+                        )
+                        self._event("retry", msg, detail=f"{result.outcome.value}: {evidence}")
+                    case decide.DeadLetter(error=error, clear_input=clear):
+                        self.store.transition(
+                            msg.id,
+                            MessageState.DEAD,
+                            expect=MessageState.DELIVERING,
+                            error=error,
+                            evidence=evidence,
+                        )
+                        self._event(
+                            "dead-letter", msg, detail=f"{result.outcome.value}: {evidence}"
+                        )
+                        if clear:
+                            self._clear_later.add(name)  # its text must not join the next prompt
+        # Endings wake other loops and write their own batches: after the outcome's commit.
+        for action in actions:
+            if isinstance(action, decide.AgentGone):
+                self._agent_died(name, result.evidence)
+            elif isinstance(action, decide.FailTask):
+                self._carry_fail(action)
 
     def _render(self, msg: Message, nonce: str, task: Task | None = None) -> str:
         if task is None or task.id != msg.task_id:
@@ -313,18 +321,3 @@ class Sending(Deadlines):
 def _serves(msg: Message) -> Serves:
     """A loop message's record in the journal of turns."""
     return Serves(Workflow.LOOP, "messages", (msg.id,))
-
-
-RETRY_FIRST = 1.0
-RETRY_MAX = 15.0
-
-
-def retry_backoff(attempts: int) -> float:
-    """Seconds before a delivery that did not get through is tried again.
-
-    Examples
-    --------
-    >>> [retry_backoff(n) for n in (1, 2, 3, 5, 9)]
-    [1.0, 2.0, 4.0, 15.0, 15.0]
-    """
-    return min(RETRY_MAX, RETRY_FIRST * 2.0 ** max(0, attempts - 1))

@@ -15,15 +15,18 @@ import typing as t
 from politerm.agents.state import AgentState
 from politerm.driver import Window
 from politerm.engine import decide
-from politerm.engine.routebase import ACTIVE, PLANNER, USER_TARGETS, RouterBase
+from politerm.engine.routebase import ACTIVE, PLANNER, USER_TARGETS
 from politerm.protocol.contract import after_prompt, status_task
 from politerm.protocol.parser import last_prompt_line
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Observation
+    from politerm.engine.deadlines import Deadlines
+    from politerm.engine.routebase import Endings, Routing
+    from politerm.engine.sending import Sending
     from politerm.protocol.block import Block
-    from politerm.store.models import Message, Task, Turn
+    from politerm.store.models import Task, Turn
     from politerm.terminal import Snapshot
 
 # An agent idle this long after a prompt, with no block, has answered without one.
@@ -33,16 +36,40 @@ _NOT_IDLE = frozenset({AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.
 _APPROVAL_RETURN = "approval-return:"
 
 
-class BlockEffects(RouterBase):
-    """Reading a turn's blocks and applying their effects (part of the router)."""
+class BlockEffects:
+    """Reading a turn's blocks and carrying out their actions (the router's effects).
 
-    async def _scan_turn(self, driver: AgentDriver, turn: Turn, obs: Observation) -> None:
-        loop = self.loops[driver.name]
+    Parameters
+    ----------
+    routing
+        The router's shared state.
+    endings
+        Ends the turns the blocks answer, and the tasks they finish.
+    deadlines
+        Sets the clock of the step a forwarded block starts.
+    sending
+        Begins a forwarded prompt's delivery in the block's own commit.
+    """
+
+    def __init__(
+        self, routing: Routing, endings: Endings, deadlines: Deadlines, sending: Sending
+    ) -> None:
+        self.routing, self.store, self.config = routing, routing.store, routing.config
+        self.endings, self.deadlines, self.sending = endings, deadlines, sending
+
+    async def scan_turn(self, driver: AgentDriver, turn: Turn, obs: Observation) -> None:
+        """Read the blocks of ``driver``'s open turn and carry out their effects."""
+        loop = self.routing.loops[driver.name]
         if loop.held_nonce != turn.nonce:
             loop.held, loop.held_nonce = [], turn.nonce
         prompt = self._turn_prompt(driver.name, turn)
         window = Window(
-            turn.start_line, turn.nonce, prompt, turn.task_id, self._nonce_required, self._poliseed
+            turn.start_line,
+            turn.nonce,
+            prompt,
+            turn.task_id,
+            self.routing.nonce_required,
+            self.routing.poliseed,
         )
         fresh = await driver.read_window(obs.snap, window, idle=obs.state is AgentState.READY)
         blocks, loop.held = [*loop.held, *fresh], []
@@ -61,13 +88,13 @@ class BlockEffects(RouterBase):
             # without waiting for the disk: its delivery's outcome commit is durable.
             with self.store.batch(durable=ready is None):
                 driver.record_row()
-                handed = self._apply_block(driver.name, current, block, ready=ready)
+                handed = self.apply_block(driver.name, current, block, ready=ready)
             if ready is not None and not handed:
                 self.store.sync()
 
     def _turn_prompt(self, name: str, turn: Turn) -> str | None:
         # A message's text is set when it goes DELIVERING, with the turn's nonce: read once.
-        loop, key = self.loops[name], (turn.nonce, turn.message_id)
+        loop, key = self.routing.loops[name], (turn.nonce, turn.message_id)
         if loop.prompt is None or loop.prompt[0] != key:
             msg = self.store.get_message(turn.message_id) if turn.message_id else None
             loop.prompt = (key, msg.text if msg is not None else None)
@@ -89,7 +116,7 @@ class BlockEffects(RouterBase):
                 f"{obs.state.value}, so the turn stays open until it is idle",
             )
 
-    def _approval_task_state(self, driver: AgentDriver, task: Task, obs: Observation) -> None:
+    def approval_task_state(self, driver: AgentDriver, task: Task, obs: Observation) -> None:
         """A question waiting for the user shows on the task, and goes when answered."""
         pending = driver.pending_approval if obs.state is AgentState.WAITING_APPROVAL else None
         asking = None
@@ -120,19 +147,19 @@ class BlockEffects(RouterBase):
         or clear, no delivery already handed to it, and the router not stopping. The
         screen is reused when nothing was printed since it was taken.
         """
-        target = self._agent_named(block.to)
+        target = self.routing.agent_named(block.to)
         if target is None or target == name or block.to.upper() in USER_TARGETS:
             return None
-        if self._stop.is_set():
+        if self.routing.stopping.is_set():
             return None  # no loop is left to type it (a stopping router's last look)
-        driver, loop = self.agents[target], self.loops[target]
+        driver, loop = self.routing.agents[target], self.routing.loops[target]
         if (
             driver.dead
             or driver.state is not AgentState.READY
             or not loop.settled
             or loop.handoff is not None
             or loop.turn_nonce is not None
-            or target in self._clear_later
+            or target in self.routing.clear_later
         ):
             return None
         snap = await driver.look()
@@ -140,13 +167,13 @@ class BlockEffects(RouterBase):
             return None
         return snap
 
-    def _apply_block(
+    def apply_block(
         self, name: str, turn: Turn, block: Block, *, ready: Snapshot | None = None
     ) -> bool:
         """Apply one block's effects (inside a batch); True when a delivery was begun."""
         own_status = block.type == "status" and status_task(block.id, turn.task_id)
         task = None if own_status else self.store.get_task(block.id)
-        target = self._agent_named(block.to)
+        target = self.routing.agent_named(block.to)
         forwarded, rounds = False, 0
         if task is not None and target is not None and task.state in ACTIVE:
             rounds = self.store.count_messages(task.id, "plan")
@@ -154,7 +181,7 @@ class BlockEffects(RouterBase):
                 forwarded = self.store.find_message(f"{block.dedupe_key}:{target}") is not None
         facts = decide.BlockFacts(
             agent=name,
-            agents=tuple(self.agents),
+            agents=tuple(self.routing.agents),
             turn_task=turn.task_id,
             own_status=own_status,
             task=decide.TaskFacts(task.id, task.state, task.max_rounds) if task else None,
@@ -196,7 +223,7 @@ class BlockEffects(RouterBase):
             case decide.Rejected(task_id=task_id, detail=detail):
                 self.store.add_event("rejected", task_id=task_id, agent=name, detail=detail)
             case decide.EndAnswered():
-                self._end_turn(name, turn)
+                self.endings.end_turn(name, turn)
             case decide.Ask(question=question) if task is not None:
                 self.store.update_task(task.id, state=TaskState.WAITING_USER, question=question)
                 self.store.clear_expectation(task.id)
@@ -214,24 +241,15 @@ class BlockEffects(RouterBase):
                     "failed", task_id=task.id, agent=name, detail="round limit reached"
                 )
                 self._answered(name, turn)
-                self._end_task_turns(task.id, TurnEnd.TASK_ENDED)
+                self.endings.end_task_turns(task.id, TurnEnd.TASK_ENDED)
             case decide.Forward() if task is not None:
                 return self._forward(name, turn, block, action, task, facts.rounds, ready)
         return False
 
-    def _hand_off(
-        self, target: str, msg: Message, snap: Snapshot, task: Task | None = None
-    ) -> bool:
-        """Begin delivering ``msg`` (of ``task``) inside the current batch; its loop types it.
-
-        Overridden by the router's sending part; False: nothing was begun.
-        """
-        return False
-
     def _answered(self, name: str, turn: Turn) -> None:
         """The block answered the turn: its prompt is acknowledged and the turn ends."""
-        self._ack_turn(turn)
-        self._end_turn(name, turn)
+        self.endings.ack_turn(turn)
+        self.endings.end_turn(name, turn)
 
     def _forward(
         self,
@@ -258,7 +276,7 @@ class BlockEffects(RouterBase):
         )
         rounds += fw.kind == "plan" and fwd is not None  # the plan just added (not a re-read)
         task = self.store.update_task(task.id, state=fw.state, round=rounds, clear=("question",))
-        self._expect(task.id, target, fw.expect)
+        self.deadlines.expect(task.id, target, fw.expect)
         if fwd is not None:
             self.store.add_event(
                 "queued", task_id=task.id, agent=target, detail=f"{name} → {target}: {fw.kind}"
@@ -268,17 +286,12 @@ class BlockEffects(RouterBase):
         if ready is not None and fwd is not None and self.store.current_turn(target) is None:
             first_in_line = self.store.next_queued(target)
             if first_in_line is not None and first_in_line.id == fwd.id:
-                handed = self._hand_off(target, fwd, ready, task)
-        self.wake(target)
+                handed = self.sending.hand_off(target, fwd, ready, task)
+        self.routing.wake(target)
         return handed
 
-    def _expect(self, task_id: str, sender: str, typ: str) -> None:
-        # The deadline is set again when the prompt is confirmed (deadlines start there).
-        self.store.set_expectation(
-            task_id, sender=sender, type=typ, deadline=time.time() + self._step_timeout(sender)
-        )
-
-    def _idle_without_block(self, driver: AgentDriver, turn: Turn, now: float) -> bool:
+    def idle_without_block(self, driver: AgentDriver, turn: Turn, now: float) -> bool:
+        """Whether the agent has gone quiet after its prompt without printing a block."""
         if driver.state is not AgentState.READY or turn.message_id is None:
             return False
         if driver.blocks_settling:
@@ -290,7 +303,8 @@ class BlockEffects(RouterBase):
             driver.busy_seen or time.time() - turn.started >= IDLE_GRACE * 2
         )
 
-    def _answered_without_block(self, driver: AgentDriver, turn: Turn, snap: Snapshot) -> None:
+    def answered_without_block(self, driver: AgentDriver, turn: Turn, snap: Snapshot) -> None:
+        """A turn answered in prose: a planner's answer to a result is the task's report."""
         msg = self.store.get_message(turn.message_id) if turn.message_id else None
         task = self.store.get_task(turn.task_id) if turn.task_id else None
         if msg is None or task is None or task.state not in ACTIVE:
@@ -307,8 +321,8 @@ class BlockEffects(RouterBase):
                     agent=driver.name,
                     detail="planner went idle: screen is the report",
                 )
-                self._ack_turn(turn)
-                self._end_turn(driver.name, turn)
+                self.endings.ack_turn(turn)
+                self.endings.end_turn(driver.name, turn)
 
 
 _PROMPT_ENDS: t.Final = (">", "$", "#", "%", "❯", "›")

@@ -405,14 +405,18 @@ async def _web(root: pathlib.Path) -> _Web:
     import websockets
 
     token = "scale-bench-" + os.urandom(8).hex()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "politerm", "web", "--port", "0", "--token", token,
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    errors = root / "poli-web.stderr"
+    with errors.open("wb") as err_file:  # the child keeps its own copy of the descriptor
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "politerm", "web", "--port", "0", "--token", token,
+            cwd=root, stdout=subprocess.PIPE, stderr=err_file,
+        )  # fmt: skip
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
     port = line.rsplit("127.0.0.1:", 1)[-1].split("/", 1)[0]
-    check(port.isdigit(), f"poli web did not say its address: {line!r}")
+    # Its one-line error says why (e.g. no xterm.js where POLI_WEB_ASSETS points).
+    why = "" if port.isdigit() else errors.read_text(errors="replace").strip()
+    check(port.isdigit(), f"poli web did not say its address: {line!r}; stderr: {why!r}")
     start = time.perf_counter()
     ws = await websockets.connect(f"ws://127.0.0.1:{port}/ws/overview?token={token}")
     await ws.recv()

@@ -68,6 +68,12 @@ class Loop:
     def replies(self, agent: str) -> list[dict[str, t.Any]]:
         return [e for e in self.log(agent) if e["event"] == "reply"]
 
+    def pid(self, agent: str) -> int:
+        """The process id of the agent's last start (from its log)."""
+        starts = [e for e in self.log(agent) if e["event"] == "start"]
+        assert starts, f"{agent} logged no start"
+        return int(starts[-1]["pid"])
+
 
 def write_project(
     root: pathlib.Path,

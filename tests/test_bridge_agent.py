@@ -17,6 +17,7 @@ from politerm.config import load_config
 from politerm.driver import TurnOutcome
 from politerm.store import RunStore
 from politerm.store.bridge import BridgeJournal
+from politerm.store.journal import Serves, Workflow
 from politerm.testing.fakeagent import prompts
 from politerm.testing.retry import aretry_until
 
@@ -236,8 +237,12 @@ def test_a_task_whose_turn_was_cut_by_a_restart_is_never_delivered_again(
     # As if a bridge handed both over, journalled the agent turn, and was killed -9.
     assert bridge._prepare("good")
     assert bridge._prepare("undone")
+    queue = str(bridge.queue.path)
     for tid in ("good", "undone"):
         bridge.journal.start(tid, 0, "agent", {"agent": "EDITOR", "nonce": "dead"})
+        # the dead bridge's driver had handed the prompt (its row in the journal of turns)
+        serves = Serves(Workflow.BRIDGE, "bridge_steps", (queue, tid, 0))
+        store.journal_hand("EDITOR", serves, text=f"task {tid}", nonce="dead")
     (tmp_path / "f.txt").write_text("a\nb\nc\n")  # the agent had finished "good"
     restarted = make_bridge(tmp_path, store, config)
     asyncio.run(run(restarted))
@@ -246,6 +251,11 @@ def test_a_task_whose_turn_was_cut_by_a_restart_is_never_delivered_again(
     assert not (tmp_path / "agent").exists()
     err = json.loads((archived(tmp_path, "failed", "undone") / "error.json").read_text())
     assert "not handed over again" in err["error"]
+    rows = [store.journal_of("bridge_steps", (queue, t, 0)) for t in ("good", "undone")]
+    assert [[(r.state.value, r.outcome) for r in each] for each in rows] == [
+        [("abandoned", "the bridge restarted during the turn")]
+    ] * 2
+    assert store.journal_open() == []
 
 
 def test_cli_serves_the_queue_with_an_agent(

@@ -201,7 +201,7 @@ async def test_a_block_seen_once_is_looked_at_again_after_the_profiles_settle_ti
 ) -> None:
     # The second look that lets a block count (BlockParser settle) is the profile's
     # block_settle after the first, not the 0.5 s bound of a quiet agent in a turn: the
-    # fake agent draws each screen in one write and takes 0.02 s, opencode keeps 0.5 s.
+    # fake agent draws each screen in one write and takes 0.005 s, opencode keeps 0.5 s.
     router, store, _ = await _router_over_a_fake_agent(tmux_session, tmux_server, tmp_path, profile)
     try:
         driver = router.agents["A"]
@@ -210,7 +210,7 @@ async def test_a_block_seen_once_is_looked_at_again_after_the_profiles_settle_ti
         assert router._sleep_for(driver) == TURN_BACKSTOP
         await driver.read_blocks(Snapshot(tuple(SETTLE_SCREEN)), -1, None)  # seen once
         assert driver.blocks_settling
-        expected = 0.02 if profile.startswith("fake") else 0.5
+        expected = 0.005 if profile.startswith("fake") else 0.5
         assert router._sleep_for(driver) == driver.profile.block_settle == expected
     finally:
         store.close()

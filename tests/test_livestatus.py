@@ -8,7 +8,8 @@ import signal
 import typing as t
 
 from politerm import livestatus
-from politerm.livestatus import LiveAgents, watch
+from politerm.driver.observer import Observer
+from politerm.livestatus import watch
 from politerm.status import collect
 from politerm.testing.retry import retry_until
 from tests.loophelpers import started, write_project
@@ -19,14 +20,6 @@ if t.TYPE_CHECKING:
     import libtmux
     import pytest
 
-    from tests.loophelpers import Loop
-
-
-def _pid(loop: Loop, agent: str) -> int:
-    starts = [e for e in loop.log(agent) if e["event"] == "start"]
-    assert starts, f"{agent} logged no start"
-    return int(starts[-1]["pid"])
-
 
 async def test_a_dead_pane_is_exited_at_once(
     server: libtmux.Server, tmp_path: pathlib.Path
@@ -34,12 +27,12 @@ async def test_a_dead_pane_is_exited_at_once(
     assert server.socket_name is not None
     write_project(tmp_path, server.socket_name)
     async with started(tmp_path) as loop:
-        live = LiveAgents(loop.session.host.server)
+        live = Observer(loop.session.host.server)
         try:
             states = await live.states(loop.store.list_agents())
             assert states == {"PLANNER": "ready", "EXECUTER": "ready"}
             # The store still says READY: no router ran to notice the death.
-            os.kill(_pid(loop, "EXECUTER"), signal.SIGKILL)
+            os.kill(loop.pid("EXECUTER"), signal.SIGKILL)
             executer = loop.store.get_agent("EXECUTER")
             assert executer is not None
             pane = await loop.session.host.server.pane("t", executer.pane_id)
@@ -47,7 +40,7 @@ async def test_a_dead_pane_is_exited_at_once(
                 while await pane.is_alive():
                     await pane.wait_output(0.5)
             # A fresh reading (one `poli status`) lists the panes: exited at once.
-            fresh = LiveAgents(loop.session.host.server)
+            fresh = Observer(loop.session.host.server)
             try:
                 assert (await fresh.states(loop.store.list_agents()))["EXECUTER"] == "exited"
             finally:
@@ -84,7 +77,7 @@ async def test_watch_redraws_on_a_commit_and_on_a_death_not_on_a_timer(
         await asyncio.to_thread(
             retry_until, lambda: "EXECUTER" in control_window(), 20, what="the control window"
         )
-        live = LiveAgents(loop.session.host.server)
+        live = Observer(loop.session.host.server)
         frames: list[dict[str, t.Any]] = []
         drawn = asyncio.Event()
 
@@ -126,7 +119,7 @@ async def test_watch_redraws_on_a_commit_and_on_a_death_not_on_a_timer(
             loop.store.add_event("note", detail="hello from a commit")
             frame = await next_frame("a commit")
             assert frame["events"][-1]["detail"] == "hello from a commit"
-            os.kill(_pid(loop, "PLANNER"), signal.SIGKILL)
+            os.kill(loop.pid("PLANNER"), signal.SIGKILL)
             # tmux's pane_dead notification redraws at once (it was lost when the subscription
             # ran before the client's attach: fixed, see test_tmux_control).
             for i in range(10):
@@ -149,7 +142,7 @@ async def test_a_redraw_does_not_list_the_panes_again(
     assert server.socket_name is not None
     write_project(tmp_path, server.socket_name)
     async with started(tmp_path) as loop:
-        live = LiveAgents(loop.session.host.server)
+        live = Observer(loop.session.host.server)
         try:
             states = await live.states(loop.store.list_agents())
             assert states == {"PLANNER": "ready", "EXECUTER": "ready"}
@@ -159,7 +152,7 @@ async def test_a_redraw_does_not_list_the_panes_again(
                 states = await live.states(loop.store.list_agents())
             assert states == {"PLANNER": "ready", "EXECUTER": "ready"}
             assert live.pane_listings == 1
-            os.kill(_pid(loop, "EXECUTER"), signal.SIGKILL)
+            os.kill(loop.pid("EXECUTER"), signal.SIGKILL)
 
             async def exited() -> bool:
                 await live.event().wait()

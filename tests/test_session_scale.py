@@ -36,6 +36,14 @@ def _project(root: pathlib.Path, socket: str) -> pathlib.Path:
     return root
 
 
+def _session(server: libtmux.Server, tmp_path: pathlib.Path) -> tuple[Session, RunStore]:
+    """A session (not up) of :data:`NAMES` on ``server``, and its open store."""
+    assert server.socket_name is not None
+    config = load_config(_project(tmp_path / "proj", server.socket_name), env={})
+    store = RunStore.open(config.store.resolved_path())
+    return Session(config, store), store
+
+
 def _count_listings(client: ControlClient) -> list[str]:
     """Record every ``list-panes`` the client sends from now on (the command still runs)."""
     sent: list[str] = []
@@ -67,13 +75,9 @@ async def test_agent_panes_names_every_agent_pane_once(
 async def test_up_attach_and_down_list_the_panes_once_for_all_agents(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
-    assert server.socket_name is not None
-    root = _project(tmp_path / "proj", server.socket_name)
-    config = load_config(root, env={})
-    store = RunStore.open(config.store.resolved_path())
-    session = Session(config, store)
+    session, store = _session(server, tmp_path)
     try:
-        await session.host.server.ensure_session("scale", cwd=root)
+        await session.host.server.ensure_session("scale", cwd=tmp_path / "proj")
         client = await session.host.server.connect("scale")
         sent = _count_listings(client)
         # "resume" reuses the session made above, so the counting client is the one used.
@@ -88,6 +92,44 @@ async def test_up_attach_and_down_list_the_panes_once_for_all_agents(
         stopped = await session.down()
         assert sorted(stopped) == sorted(agents)
         assert len(sent) == 3, sent
+    finally:
+        await session.host.server.close()
+        store.close()
+
+
+class _Commits:
+    """Durable and undurable commits of a store's connection, from its SQL trace."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.durable = self.undurable = 0
+        self._normal = False
+        store._conn.set_trace_callback(self._seen)  # counting, not changing
+
+    def _seen(self, statement: str) -> None:
+        if statement.startswith("PRAGMA synchronous"):
+            self._normal = statement.endswith("NORMAL")
+        elif statement == "COMMIT":
+            if self._normal:
+                self.undurable += 1
+            else:
+                self.durable += 1
+
+
+async def test_up_syncs_the_store_once_for_all_agents_not_once_per_agent(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # Each agent's row and its READY state were a commit with an fsync of their own:
+    # 1,000 fsyncs (about 3 s of waiting here) at 500 agents.
+    session, store = _session(server, tmp_path)
+    try:
+        commits = _Commits(store)
+        agents = await session.up()
+        assert sorted(agents) == sorted(NAMES)
+        assert commits.undurable >= 2 * len(NAMES)  # a row and a READY state each
+        assert commits.durable < len(NAMES), commits.durable
+        assert not store._unsynced  # and the store synced once after them
+        assert {a.name: a.state for a in store.list_agents()} == dict.fromkeys(NAMES, "ready")
+        await session.down()
     finally:
         await session.host.server.close()
         store.close()

@@ -12,6 +12,7 @@ from politerm._internal.sanitize import escape_controls
 from politerm.cli._common import format_event
 from politerm.status import collect, render
 from politerm.store import RunStore
+from politerm.store.journal import JournalState, Serves, Workflow
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -43,6 +44,24 @@ def test_a_capped_agents_table_draws_that_many_rows_and_counts_the_rest(
     assert "… 51 more" in capped and "poli status --json lists all" in capped
     # A cap the agents fit under changes nothing.
     assert _text(render(data, format_event, max_agents=60)) == every
+
+
+def test_prompts_in_flight_are_listed_from_the_journal_of_turns(tmp_path: pathlib.Path) -> None:
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        store.upsert_agent(
+            "W1", session="s", pane_id="%1", command="x", cwd=".", profile="fake-plain",
+            resume_command=None,
+        )  # fmt: skip
+        serves = Serves(Workflow.PIPELINE, "pipeline-step", ("run-1", 2))
+        open_row = store.journal_hand("W1", serves, text="do step 2", nonce="n2")
+        done = store.journal_hand("W1", Serves(Workflow.EPIC, "session_records", ("s1",)), text="x")
+        store.journal_move(done.id, JournalState.FAILED, outcome="stranded")
+        data = collect(store, events=0)
+    assert [(t["id"], t["state"], t["record_key"]) for t in data["turns"]] == [
+        (open_row.id, "handed", ["run-1", 2])
+    ]
+    shown = _text(render(data, format_event))
+    assert "prompts in flight" in shown and "pipeline-step run-1/2" in shown
 
 
 def test_a_capped_table_escapes_the_rows_it_draws_not_every_agent(

@@ -20,6 +20,7 @@ from politerm.engine.router import Router
 from politerm.engine.session import RouterLock
 from politerm.errors import IdError, TransitionRejected
 from politerm.store import RunStore
+from politerm.store.journal import Serves, Workflow
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 from politerm.store.turns import MESSAGE_TRANSITIONS, TURN_TRANSITIONS, turn_step
 from politerm.testing.retry import aretry_until
@@ -201,6 +202,9 @@ async def test_recovered_text_in_the_box_is_submitted_and_confirmed(
                 "PLANNER", nonce=nonce, task_id=task.id, message_id=msg.id,
                 start_line=turn_start(snap),
             )  # fmt: skip
+        # its driver's row in the journal of turns, written before it pasted
+        serves = Serves(Workflow.LOOP, "messages", (msg.id,))
+        loop.store.journal_hand("PLANNER", serves, text=text, nonce=nonce)
         # The dead router had pasted; its Enter never came. The agent swallows the next one.
         pane = planner_driver.pane
         assert pane is not None
@@ -217,6 +221,10 @@ async def test_recovered_text_in_the_box_is_submitted_and_confirmed(
         swallowed = [e for e in loop.log("PLANNER") if e["event"] == "swallowed_enter"]
         assert swallowed, "the fault did not strike"
         assert len([p for p in loop.prompts("PLANNER") if p.startswith("TASK_ID=T-box")]) == 1
+        # the recovery went on in the dead router's row: one row for the one prompt
+        (row,) = loop.store.journal_of("messages", (msg.id,))
+        assert (row.state.value, row.outcome, row.attempt) == ("ended", "answered", 1)
+        assert row.proof["submits"] >= 1 and row.delivered is not None
 
 
 # --- 5. a paste onto text already in the box --------------------------------------------

@@ -32,10 +32,12 @@ def collect(
 ) -> dict[str, t.Any]:
     """Everything ``poli status`` shows, as plain data (``--json`` prints it as is).
 
-    ``live`` maps agent names to their live state (see :class:`politerm.livestatus.LiveAgents`);
+    ``live`` maps agent names to their state as the driver's observer gives it (see
+    :meth:`politerm.driver.observer.Observer.states`: EXITED once a pane is gone or dead);
     without it the state last stored is shown. A LIMITED agent's ``limit`` says when its
     limit resets: as its driver keeps it in the store, else as ``resets`` (read from its
-    screen) says. ``agents``: the store's agents when the caller has just read them.
+    screen by the observer) says. ``agents``: the store's agents when the caller has just
+    read them.
     """
     agents = store.list_agents() if agents is None else agents
     turns = {tn.agent: tn for tn in store.list_turns()}

@@ -248,7 +248,7 @@ async def test_mcp_send_message_waits_for_a_fake_workers_reply(room: Mailroom) -
 
 
 async def test_panes_are_found_by_the_program_they_run(room: Mailroom) -> None:
-    from politerm.messaging.panes import find_panes_running, list_panes
+    from politerm.driver.processes import find_panes_running, list_panes
 
     await room.start_agent("W1")
     panes = await list_panes(room.server)

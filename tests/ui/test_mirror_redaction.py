@@ -86,16 +86,14 @@ async def test_a_stopped_mirror_sends_nothing_more_not_even_its_held_back_tail(
     with RunStore.open(config.store.resolved_path()) as store:
         async with LiveState(config, store, project=root) as live:
             mirror = await live.mirror("A1", chunks.append)
-            entry = live.pane("A1")
-            assert entry is not None
-            client = await live.client_for(entry)
 
-            def stop_at_once(_pane: str, _data: bytes) -> None:
-                # Called right after the mirror got the chunk, before its hold-back ends.
+            def stop_at_once(_data: bytes) -> None:
+                # A second mirror started later gets each chunk right after the first one
+                # did, before the first one's hold-back ends.
                 mirror.stop()
                 seen.set()
 
-            unsubscribe = client.subscribe(entry.pane_id, stop_at_once)
+            unsubscribe = (await live.mirror("A1", stop_at_once, redact=False)).stop
             try:
                 (root / "go").touch()
                 async with asyncio.timeout(60):

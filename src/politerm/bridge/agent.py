@@ -27,6 +27,7 @@ from politerm.bridge.executor import Handoff, Outcome
 from politerm.bridge.models import TaskResult, TaskStatus, Tool
 from politerm.bridge.queue import TaskQueue, find
 from politerm.driver import AgentDriver, Expect, TurnOutcome
+from politerm.driver.leftover import abandon
 from politerm.driver.limits import driver_settings
 from politerm.errors import AgentError, BridgeError, EditError
 from politerm.protocol.report import ReportStatus
@@ -306,6 +307,11 @@ class AgentExecutor:
             StepState.DONE if outcome.ok else StepState.FAILED,
             {"message": outcome.result.message, "error": outcome.error},
         )
+        # Its prompt's row in the journal of turns is not followed any more.
+        store, key = handoff.journal.store, (handoff.journal.queue, tid, STEP)
+        for row in store.journal_of("bridge_steps", key):
+            if row.open:
+                abandon(store, row, "the bridge restarted during the turn")
         handoff.files.log("settled after a restart: " + ("done" if outcome.ok else "failed"))
         return outcome
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import typing as t
 
 import click
 
 from politerm.cli._common import config_option
 from politerm.cli._messaging import echo_json, load_messaging
-from politerm.messaging.panes import PaneProcesses, list_panes
-from politerm.tmux.server import TmuxServer
+from politerm.driver.observer import Observer
+
+if t.TYPE_CHECKING:
+    from politerm.driver.processes import PaneProcesses
 
 
 @click.command("panes")
@@ -26,11 +29,8 @@ def command(program: str | None, as_json: bool, config_path: pathlib.Path | None
     config = load_messaging(config_path)
 
     async def main() -> list[PaneProcesses]:
-        server = TmuxServer(config.tmux.socket)
-        try:
-            return await list_panes(server)
-        finally:
-            await server.close()
+        async with Observer.of(config) as observer:
+            return await observer.processes()
 
     panes = asyncio.run(main())
     if program is not None:

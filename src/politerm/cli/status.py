@@ -15,18 +15,15 @@ from politerm._internal.sanitize import color_system, escape_controls, trusted_s
 from politerm.cli import _complete
 from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.cli._output import show
-from politerm.driver import Host
+from politerm.driver.observer import Observer
 from politerm.engine import service
 from politerm.errors import ConfigError
-from politerm.livestatus import LiveAgents, all_sessions
+from politerm.livestatus import all_sessions
 from politerm.livestatus import watch as watch_status
 from politerm.project import PROJECT_ENV
 from politerm.status import collect, render
 from politerm.store import RunStore
 from politerm.store.watch import StoreWatch
-
-if t.TYPE_CHECKING:
-    from politerm.tmux.server import TmuxServer
 
 PIPELINE_BACKSTOP = 5.0
 """Longest the pipeline view sleeps without a store commit."""
@@ -86,7 +83,7 @@ def command(
         return
     config = load(config_path)
     if all_projects:
-        _show_all(Host.of(config).server, as_json=as_json)
+        _show_all(Observer.of(config), as_json=as_json)
         return
     here = config.project.root
     with_runs = bool(project_runs(here))
@@ -94,7 +91,7 @@ def command(
         config = config.model_copy(
             update={"tmux": config.tmux.model_copy(update={"socket": socket})}
         )
-    server = Host.of(config).server
+    observer = Observer.of(config)
     if store_path is not None and not store_path.exists():
         # Looking must not create: a mistyped path is an error, not a new empty store.
         msg = f"--store {store_path}: no run store there"
@@ -116,7 +113,7 @@ def command(
 
     with RunStore.open(store_path) if store_path else open_store(config) as store:
         if as_json:
-            data = with_router(collect(store, **asyncio.run(_live_once(store, server))))
+            data = with_router(collect(store, **asyncio.run(_live_once(store, observer))))
             if with_runs:
                 data["pipelines"] = _pipelines(here, None)
             click.echo(json.dumps(data, indent=2, default=str))
@@ -132,7 +129,7 @@ def command(
             return Group(*parts)
 
         if not watch:
-            show(view(collect(store, **asyncio.run(_live_once(store, server)))))
+            show(view(collect(store, **asyncio.run(_live_once(store, observer)))))
             return
         console = Console(highlight=False, color_system=color_system())
         from rich.live import Live
@@ -145,26 +142,24 @@ def command(
                 live_view.update(view(data, max(3, console.height - 6)), refresh=True)
 
             with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(_watch(store, server, draw))
+                asyncio.run(_watch(store, observer, draw))
 
 
-def _show_all(server: TmuxServer, *, as_json: bool) -> None:
+def _show_all(observer: Observer, *, as_json: bool) -> None:
     async def read() -> list[dict[str, t.Any]]:
-        try:
-            return await all_sessions(server)
-        finally:
-            await server.close()
+        async with observer:
+            return await all_sessions(observer)
 
     sessions = asyncio.run(read())
     if as_json:
         click.echo(json.dumps({"sessions": sessions}, indent=2))
         return
     if not sessions:
-        click.echo(f"no politerm sessions on socket {server.socket_name!r}")
+        click.echo(f"no politerm sessions on socket {observer.socket!r}")
         return
     from rich.table import Table
 
-    table = Table(title=f"sessions on socket {server.socket_name}", expand=True)
+    table = Table(title=f"sessions on socket {observer.socket}", expand=True)
     for col in ("session", "project", "windows", "attached", "agents"):
         table.add_column(col, overflow="fold")
     for ses in sessions:
@@ -179,26 +174,18 @@ def _show_all(server: TmuxServer, *, as_json: bool) -> None:
     show(table)
 
 
-async def _live_once(store: RunStore, server: TmuxServer) -> dict[str, t.Any]:
-    """``collect``'s ``live`` and ``resets`` arguments, read from the agents' panes."""
-    live = LiveAgents(server)
-    try:
-        states = await live.states(store.list_agents())
-        return {"live": states, "resets": live.resets}
-    finally:
-        await live.close()
-        await server.close()
+async def _live_once(store: RunStore, observer: Observer) -> dict[str, t.Any]:
+    """``collect``'s ``live`` and ``resets`` arguments, from the agents' observer."""
+    async with observer:
+        states = await observer.states(store.list_agents())
+        return {"live": states, "resets": observer.resets}
 
 
 async def _watch(
-    store: RunStore, server: TmuxServer, draw: t.Callable[[dict[str, t.Any]], None]
+    store: RunStore, observer: Observer, draw: t.Callable[[dict[str, t.Any]], None]
 ) -> None:
-    live = LiveAgents(server)
-    try:
-        await watch_status(store, live, draw, collect=collect)
-    finally:
-        await live.close()
-        await server.close()
+    async with observer:
+        await watch_status(store, observer, draw, collect=collect)
 
 
 def _show_pipelines(root: pathlib.Path, run_id: str | None, *, as_json: bool, watch: bool) -> None:

@@ -277,6 +277,8 @@ class AgentDriver:
                 patterns=own,
                 say=say,
             )
+        if receipts is not None and launched.receipts is not None:
+            await launched.receipts.close()  # the caller's own reader stands in for it
         where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
         driver = cls(
             name,
@@ -640,6 +642,8 @@ class AgentDriver:
         DELIVERED or FAILED there with what the delivery saw (:mod:`politerm.driver.journal`);
         the result's ``turn_id`` names its row.
         """
+        if serves is not None and start_line is None and (snap := self.fresh_snapshot()):
+            start_line = self.turn_start(snap)  # where a recovery reads it back from
         row = self._turns.hand(
             serves,
             text,
@@ -664,7 +668,7 @@ class AgentDriver:
     ) -> int | None:
         """Record in the journal that ``text`` reached the agent before a crash; its row id.
 
-        What a recovery found (:func:`politerm.driver.leftover.left_over`) confirms the
+        What a recovery found (:func:`politerm.driver.leftover.resume`) confirms the
         attempt's open row (or a row written now, if the crash came before it): nothing is
         typed again.
         """

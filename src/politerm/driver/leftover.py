@@ -1,8 +1,11 @@
 """What a crash left of a delivery: the one recovery of a prompt handed to an agent.
 
-A watcher (the router, a pipeline runner) that died between pasting a prompt and recording
-its confirmation leaves three possible states behind. :func:`left_over` reads which one from
-the agent itself, so the prompt is never pasted twice and never lost:
+What was in flight is the journal of turns' open rows (:mod:`politerm.store.journal`): the
+driver writes a prompt's row before anything is typed, so a prompt without one was never
+typed. :func:`resume` settles one open row: a DELIVERED row's turn goes on; a HANDED one
+was cut between the paste and its confirmation, and leaves three possible states behind.
+:func:`left_over` reads which one from the agent itself, so the prompt is never pasted
+twice and never lost:
 
 - delivered: the agent works on it, the turn's nonce is on screen (outside the input box),
   or the agent's own record (its prompt hook, its transcript) holds the text;
@@ -17,10 +20,13 @@ import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.driver.records import records_of
+from politerm.store.journal import JournalState
 
 if t.TYPE_CHECKING:
     from politerm.driver.agent import AgentDriver
     from politerm.driver.receipts import Source
+    from politerm.store import RunStore
+    from politerm.store.journal import JournalRow
     from politerm.terminal import Snapshot
 
 
@@ -57,6 +63,30 @@ async def left_over(
     if reading.input_text and pasted(driver, reading.input_text, text):
         return LeftOver("pasted", "our text is in the input box", (reading.input_text,))
     return LeftOver(None, "nothing of it is there")
+
+
+async def resume(driver: AgentDriver, row: JournalRow, text: str, snap: Snapshot) -> LeftOver:
+    """Settle journal row ``row`` (the prompt ``text``, open after a crash) on ``snap``.
+
+    A DELIVERED row was confirmed: only its answer is awaited. A HANDED one is read off the
+    agent (:func:`left_over`, the window from the row's start line, or the whole history
+    when it has none); when the agent has it, the row is DELIVERED with what was found.
+    """
+    if row.delivered is not None:
+        return LeftOver("delivered", "its journal row says delivered", (row.head,))
+    start = row.start_line if row.start_line is not None else 0
+    found = await left_over(driver, snap, text, row.nonce, start)
+    if found.resumed == "delivered":
+        proof = {"rule": found.rule, "evidence": list(found.evidence[-3:])}
+        driver.confirmed_earlier(
+            text, row.serves, proof, nonce=row.nonce, start_line=row.start_line
+        )
+    return found
+
+
+def abandon(store: RunStore, row: JournalRow, why: str) -> None:
+    """ABANDON an open row no driver can settle (its agent or its record is gone)."""
+    store.journal_move(row.id, JournalState.ABANDONED, outcome=why)
 
 
 def pasted(driver: AgentDriver, box: str, text: str) -> bool:

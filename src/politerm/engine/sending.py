@@ -2,9 +2,11 @@
 
 A message goes DELIVERING together with its turn (before anything is typed), then the
 driver delivers it with confirmation. A DELIVERING message found after a restart is
-settled from the agent's screen and confirmed like a fresh delivery, before anything else
-is sent to that agent: busy or its answer on screen → delivered; its text in the input box
-→ submit and confirm; nothing there → deliver it again (same text, same nonce).
+settled before anything else is sent to that agent, from its open row in the journal of
+turns by the driver layer's one recovery (:func:`politerm.driver.leftover.resume`), and
+confirmed like a fresh delivery: busy or its answer on screen → delivered; its text in the
+input box → submit and confirm; nothing there, or no row (never typed) → deliver it again
+(same text, same nonce).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 import typing as t
 
 from politerm.driver import Outcome
-from politerm.driver.leftover import left_over
+from politerm.driver.leftover import resume
 from politerm.engine import decide
 from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, Begun
 from politerm.protocol.primer import new_nonce
@@ -311,12 +313,10 @@ class Sending:
 
         text = msg.text or self.render(msg, msg.turn_nonce or new_nonce())
         start = None if turn is None else turn.start_line
-        found = await left_over(driver, snap, text, msg.turn_nonce, start)
-        if found.resumed == "delivered":
-            proof = {"rule": found.rule, "evidence": list(found.evidence[-3:])}
-            turn_id = driver.confirmed_earlier(
-                text, _serves(msg), proof, nonce=msg.turn_nonce, start_line=start
-            )
+        mine = [r for r in self.store.journal_open(agent=driver.name) if r.serves == _serves(msg)]
+        # The driver writes a prompt's row before it types: without one it never went in.
+        found = await resume(driver, mine[-1], text, snap) if mine else None
+        if found is not None and found.resumed == "delivered":
             return DeliveryResult(
                 Outcome.DELIVERED,
                 found.evidence,
@@ -325,13 +325,13 @@ class Sending:
                 0.0,
                 found.rule,
                 sources=found.sources,
-                turn_id=turn_id,
+                turn_id=mine[-1].id,
             )
         # Our paste in the box is submitted and confirmed, never pasted twice; anything else
         # (nothing, or someone else's words, which delivery clears first): send it.
         return await driver.deliver(
             text,
-            already_pasted=found.resumed == "pasted",
+            already_pasted=found is not None and found.resumed == "pasted",
             serves=_serves(msg),
             nonce=msg.turn_nonce,
             start_line=start,

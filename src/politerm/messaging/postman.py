@@ -16,10 +16,12 @@ questions by policy. The postman adds what messaging needs on top:
   still while the receiver waits for a usage limit to reset (its driver keeps the limit
   in the store, :mod:`politerm.store.limits`), and the receiver is kept looked at so that
   its driver sends the resume at the reset;
-- after a ``kill -9``, DELIVERING messages are settled from the receiver's screen before
-  anything new is sent: still in the input box → submitted; on screen, the receiver busy,
-  or in its own records (hook receipts, transcript: a collapsed paste shows no marker)
-  → DELIVERED; otherwise never arrived → QUEUED again (so no request runs twice);
+- after a ``kill -9``, what was in flight is the journal of turns' open rows, settled
+  before anything new is sent by the driver layer's one recovery
+  (:func:`politerm.driver.leftover.resume`): still in the input box → submitted; on
+  screen, the receiver busy, or in its own records (hook receipts, transcript: a collapsed
+  paste shows no marker) → DELIVERED; otherwise never arrived → QUEUED again (so no request
+  runs twice); a DELIVERING message without a row was never typed → QUEUED;
 - response lines typed by hand (``[RESPONSE from=%N] <path>``, the raw protocol) in a
   sender's pane are recognised when the sender is a politerm agent; the path must be a
   file in the session's message directory, and the line answers only the request it names,
@@ -46,11 +48,12 @@ from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Host, LimitPolicy, Outcome
 from politerm.driver.idle import wait_idle
+from politerm.driver.leftover import abandon, resume
 from politerm.errors import MessagingError, PolitermError, UnsafeMessagePath
 from politerm.messaging.answers import Take, judge, named_ids
 from politerm.messaging.daemon import PostmanLock
-from politerm.messaging.protocol import find_response_lines, marker_line
-from politerm.store.journal import Serves, Workflow
+from politerm.messaging.protocol import find_response_lines
+from politerm.store.journal import JournalRow, Serves, Workflow
 from politerm.store.limits import stored_limit
 from politerm.store.mail import Mail, MailKind, MailState
 
@@ -306,7 +309,9 @@ class Postman:
         if readonly:
             driver.policy = readonly_policy()
         try:
-            result = await driver.deliver(self.m.request_text(mail), serves=_serves(mail))
+            result = await driver.deliver(
+                self.m.request_text(mail), serves=_serves(mail), nonce=mail.id
+            )
             if result.ok:
                 self._delivered(
                     mail, f"delivered to {mail.recipient_pane} ({result.rule or 'confirmed'})"
@@ -369,12 +374,6 @@ class Postman:
         began = mail.updated if mail.state is MailState.DELIVERING else True
         self.m.change(mail, MailState.DELIVERED, delivered=began, started=True, reason=reason)
 
-    def _settled(self, driver: AgentDriver, mail: Mail, why: str) -> None:
-        """DELIVERED after a restart on what the receiver shows; its journal row too."""
-        self._delivered(mail, f"settled after a restart: {why}")
-        text = self.m.request_text(mail)
-        driver.end_turn(driver.confirmed_earlier(text, _serves(mail), {"rule": why}), "settled")
-
     def _paused(self, mail: Mail) -> bool:
         """Whether the receiver waits for a usage limit to reset (its clock stands still)."""
         return stored_limit(self.m.store, mail.recipient) is not None
@@ -389,56 +388,50 @@ class Postman:
     # --- recovery -------------------------------------------------------------------------
 
     async def settle_in_flight(self) -> None:
-        """Decide every DELIVERING message from the receiver's screen (see the module doc)."""
-        for mail in self.m.mailbox.select(states=[MailState.DELIVERING]):
+        """Settle what a killed postman left: the journal of turns' open rows (module doc)."""
+        for row in self.m.store.journal_open(workflow=Workflow.MESSAGING):
+            mail = self.m.mailbox.get(str(row.serves.key[0]))
+            if mail is None or mail.state.is_final:
+                abandon(self.m.store, row, "its message ended")
+                continue
             driver = await self.driver(mail.recipient, mail.recipient_pane)
             if driver is None:
                 self._dead_letters(mail.recipient, f"receiver {mail.recipient} is gone")
+                abandon(self.m.store, row, "its receiver is gone")
                 continue
             obs = await driver.observe()
             if obs.state is AgentState.EXITED:
                 self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited")
+                driver.end_turn(row.id, "exited")
                 continue
-            marker = marker_line(mail.id, mail.sender, mail.sender_pane)
-            history = "\n".join(await driver.history())
-            boxed = driver.profile.input_text(obs.snap)
-            if boxed and marker in history:
-                result = await driver.deliver(
-                    self.m.request_text(mail), already_pasted=True, serves=_serves(mail)
-                )
-                if result.ok:
-                    self._delivered(
-                        mail, "settled after a restart: submitted the text left in the box"
-                    )
-                    # Its turn is not followed after a restart; its row says so.
-                    driver.end_turn(result.turn_id, "settled")
-                    continue
-            took = None if boxed else await self._records_took(driver, mail)
-            if obs.state in (AgentState.BUSY, AgentState.WAITING_APPROVAL) or (
-                marker in history and not boxed
-            ):
-                self._settled(driver, mail, "the receiver has it")
-            elif took is not None:
-                # a collapsed paste shows no marker line: the agent's own records say
-                self._settled(driver, mail, took)
-            else:
-                if boxed:
-                    await driver.clear_input()
-                self.m.change(
-                    mail, MailState.QUEUED, reason="settled after a restart: it never arrived"
-                )
+            over = "settled"  # its turn is not followed after a restart; its row says so
+            if mail.state is MailState.DELIVERING:
+                over = await self._settle(driver, mail, row, obs.snap)
+            driver.end_turn(row.id, over)
             self.say(f"{mail.id} settled: {self.m.mailbox.require(mail.id).state.value}")
+        # The driver writes a prompt's row before it types: one claimed without a row was
+        # never typed.
+        for mail in self.m.mailbox.select(states=[MailState.DELIVERING]):
+            self.m.change(mail, MailState.QUEUED, reason="settled after a restart: never typed")
 
-    async def _records_took(self, driver: AgentDriver, mail: Mail) -> str | None:
-        """How the receiver's own records (hooks, transcript) show it took ``mail``; or None."""
-        from politerm.driver.records import records_of
-
-        try:
-            found = (await records_of(driver)).submitted(self.m.request_text(mail))
-        except (PolitermError, OSError) as exc:
-            self.say(f"{mail.id}: the receiver's records were not read: {exc}")
-            return None
-        return found[1] if found is not None else None
+    async def _settle(self, driver: AgentDriver, mail: Mail, row: JournalRow, snap: t.Any) -> str:
+        """A DELIVERING mail's fate from the receiver itself (:func:`resume`), in a word."""
+        text = self.m.request_text(mail)
+        found = await resume(driver, row, text, snap)
+        if found.resumed == "pasted":
+            result = await driver.deliver(
+                text, already_pasted=True, serves=_serves(mail), nonce=mail.id
+            )
+            if result.ok:
+                self._delivered(mail, "settled after a restart: submitted the text left in the box")
+                return "settled"
+        elif found.resumed == "delivered":
+            said = f": {found.evidence[0]}" if found.sources else ""
+            self._delivered(mail, f"settled after a restart: {found.rule}{said}")
+            return "settled"
+        await driver.clear_input()
+        self.m.change(mail, MailState.QUEUED, reason="settled after a restart: it never arrived")
+        return "never arrived"
 
     # --- answers typed by hand ------------------------------------------------------------
 

@@ -82,7 +82,6 @@ class StepRecord:
     nonce: str | None = None
     pane: str | None = None
     start_line: int = -1
-    delivered: bool = False
     started: float | None = None
     finished: float | None = None
     error: str | None = None

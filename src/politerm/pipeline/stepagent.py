@@ -19,7 +19,7 @@ import typing as t
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import AgentDriver, Outcome
-from politerm.driver.leftover import left_over
+from politerm.driver.leftover import resume
 from politerm.driver.limits import driver_settings
 from politerm.driver.turn import Expect, TurnOutcome
 from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
@@ -38,6 +38,8 @@ if t.TYPE_CHECKING:
     from politerm.pipeline.model import Step
     from politerm.pipeline.runner import PipelineRunner
 
+#: A step attempt, as the journal of turns names the record its prompt serves.
+STEP_RECORD = "pipeline-step"
 # How often a headless step's exit file is looked for.
 _POLL = 0.1
 
@@ -138,7 +140,7 @@ class StepAgent:
             nonce=nonce,
             pane=None,
             start_line=-1,
-            delivered=False,
+            turn_id=None,
             started=time.time(),
             finished=None,
             error=None,
@@ -207,7 +209,7 @@ class StepAgent:
         """Deliver the step's prompt (unless ``resumed`` says it was), then wait for its end."""
         run = self.run
         rec = run.record.step(step.num)
-        serves = Serves(Workflow.PIPELINE, "pipeline-step", (run.record.run_id, step.num))
+        serves = Serves(Workflow.PIPELINE, STEP_RECORD, (run.record.run_id, step.num))
         if spec.interactive:
             if resumed == "delivered":
                 turn_id = driver.confirmed_earlier(
@@ -277,10 +279,8 @@ class StepAgent:
 
     def _delivered(self, step: Step, turn_id: int | None) -> None:
         self.run.marks[f"delivered:{step.num}"] = time.monotonic()
-        changes: dict[str, t.Any] = {"delivered": True}
         if turn_id is not None:
-            changes["turn_id"] = turn_id
-        self.run.state.set_step(step.num, StepStatus.RUNNING, **changes)
+            self.run.state.set_step(step.num, StepStatus.RUNNING, turn_id=turn_id)
 
     async def wait_person(self, step: Step, driver: AgentDriver) -> str | None:
         """An ``interactive`` step: a person works with the agent, then marks it done."""
@@ -357,12 +357,16 @@ class StepAgent:
             return await self.deliver_and_wait(
                 step, spec, driver, text, deadline, resumed="delivered"
             )
-        if rec.start_line < 0:
-            # Killed before the agent was ready: the prompt never went in.
+        key = (run.record.run_id, step.num)
+        rows = [r for r in run.state.store.journal_of(STEP_RECORD, key) if r.open]
+        row = next((r for r in rows if r.nonce == rec.nonce), None)
+        if row is None:
+            # The driver writes a prompt's row before it types: the prompt never went in.
             return await self.start_tui(step, spec, driver, text, deadline)
-        found = await left_over(driver, snap, text, rec.nonce, rec.start_line)
-        resumed = "delivered" if rec.delivered else found.resumed
-        return await self.deliver_and_wait(step, spec, driver, text, deadline, resumed=resumed)
+        found = await resume(driver, row, text, snap)
+        return await self.deliver_and_wait(
+            step, spec, driver, text, deadline, resumed=found.resumed
+        )
 
     async def stop_agent(self, driver: AgentDriver) -> None:
         """Kill the agent's process tree; the dead pane keeps its last screen."""

@@ -17,7 +17,7 @@ A row's states and the changes allowed between them (:data:`JOURNAL_TRANSITIONS`
 
 - HANDED: written before the paste; a crash here leaves the prompt typed, pasted or not
   typed at all, which only the agent's screen and records can tell
-  (:func:`politerm.driver.leftover.left_over`).
+  (:func:`politerm.driver.leftover.resume`).
 - DELIVERED: the driver confirmed it (``proof``: what it saw, and which sources said so).
 - ENDED: the turn is over, ``outcome`` says how (answered, timeout, exited, …).
 - FAILED: the delivery did not get through; the next attempt is a row of its own.
@@ -169,6 +169,11 @@ class JournalRow:
     def open(self) -> bool:
         """Not ended: a crash would leave it for the recovery."""
         return self.state in OPEN_STATES
+
+    @property
+    def serves(self) -> Serves:
+        """The record the prompt serves."""
+        return Serves(Workflow(self.workflow), self.record, tuple(json.loads(self.record_key)))
 
     def to_json(self) -> dict[str, t.Any]:
         """JSON-ready (``poli status --json``)."""

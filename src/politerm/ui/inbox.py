@@ -25,8 +25,8 @@ from politerm.agents.approval import all_pending
 if t.TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
+    from politerm.driver.panes import PaneEntry
     from politerm.store import RunStore
-    from politerm.ui.panes import PaneEntry
     from politerm.ui.projects import ProjectRef
 
 #: Every kind of item, in the words the views print.
@@ -51,7 +51,7 @@ def approval_panes(
 
     Examples
     --------
-    >>> from politerm.ui.panes import parse_panes
+    >>> from politerm.driver.panes import parse_panes
     >>> ps = parse_panes("run\tw\t%4\tstep-2\t0\tsh\t80\t24\t0\t\n"
     ...                  "poli\tw\t%1\tEXECUTER\t0\tsh\t80\t24\t0\t/p\n")
     >>> approval_panes(ps, [{"run_id": "r1", "session": "run"}])

@@ -1,14 +1,14 @@
 """The live state both views share: the overview, kept fresh by events, and pane mirrors.
 
 :class:`LiveState` recomputes the overview when the run store changes (inotify, confirmed by
-``PRAGMA data_version``) or tmux announces a session, window or pane change on one of its
-control connections, and tells its listeners. Mirrors ride on the same control connections.
-Nothing here wakes up on a timer of its own.
+``PRAGMA data_version``) or the driver's :class:`~politerm.driver.observer.Observer`
+announces a session, window or pane change or an agent's exit, and tells its listeners.
+Mirrors come from the same observer. Nothing here wakes up on a timer of its own, and
+nothing here talks to tmux: the observer is the views' one door to the agents.
 
 The pane list (one ``list-panes -a``, work for the tmux server that grows with the number of
-panes) is read again when tmux announces a change of sessions, windows or panes; a store
-change alone reuses it unless it is older than :data:`PANES_MAX_AGE` (its pane activity
-times, and a pane's death, which tmux does not announce, are that fresh).
+panes) is read again when the observer announces a change; a store change alone reuses it
+unless it is older than :data:`PANES_MAX_AGE` (its pane activity times are that fresh).
 """
 
 from __future__ import annotations
@@ -19,15 +19,14 @@ import logging
 import time
 import typing as t
 
-from politerm.errors import PaneNotFound, TmuxError, UiError
+from politerm.driver.observer import Observer
+from politerm.driver.panes import PaneEntry, find
+from politerm.errors import PaneNotFound, UiError
 from politerm.project import project_key
 from politerm.redact import ChunkRedactor, Redactor
 from politerm.store import RunStore
 from politerm.store.watch import StoreWatch, changed_since
-from politerm.tmux import TmuxServer
-from politerm.ui.mirror import start_mirror
 from politerm.ui.overview import Cleaner, collect_overview
-from politerm.ui.panes import PaneEntry, find, list_panes
 from politerm.ui.projects import ProjectRef, home_ref
 
 if t.TYPE_CHECKING:
@@ -35,9 +34,8 @@ if t.TYPE_CHECKING:
     from collections.abc import Callable
 
     from politerm.config import Config
-    from politerm.tmux import ControlClient
-    from politerm.tmux.control import Notification
-    from politerm.ui.mirror import Mirror, Sink
+    from politerm.driver.mirror import Mirror, Sink
+    from politerm.driver.observer import Change
 
 log = logging.getLogger(__name__)
 
@@ -53,22 +51,6 @@ of every agent, 500 rows at 500 agents; a change after a quiet spell shows at on
 
 HOLD_BACK = 0.03
 """Longest a mirror holds an unfinished line back waiting for the rest of a secret."""
-
-# tmux notifications after which the pane list may differ
-_LAYOUT = frozenset(
-    {
-        "sessions-changed",
-        "session-changed",
-        "window-add",
-        "window-close",
-        "unlinked-window-close",
-        "window-renamed",
-        "layout-change",
-        "pane-mode-changed",
-        "subscription-changed",
-        "exit",
-    }
-)
 
 
 class LiveState:
@@ -93,7 +75,7 @@ class LiveState:
         store: RunStore,
         *,
         project: pathlib.Path | None = None,
-        server: TmuxServer | None = None,
+        observer: Observer | None = None,
         others: t.Sequence[ProjectRef] = (),
     ) -> None:
         self.config = config
@@ -101,9 +83,7 @@ class LiveState:
         self.project = project
         self.redactor = Redactor(config.redact.patterns)
         self.cleaner = Cleaner(self.redactor)
-        self.server = server or TmuxServer(
-            config.tmux.socket, width=config.tmux.width, height=config.tmux.height
-        )
+        self.observer = observer or Observer.of(config)
         self.panes: list[PaneEntry] = []
         self.home = (
             home_ref(config)
@@ -115,7 +95,7 @@ class LiveState:
         self.overview: dict[str, t.Any] = {}
         self.refreshes = 0
         self._listeners: list[Listener] = []
-        self._clients: dict[str, ControlClient] = {}
+        self._followed: set[str] = set()
         self._unhook: list[Callable[[], None]] = []
         self._watch = StoreWatch(store.path)
         self._seen = -1
@@ -136,6 +116,7 @@ class LiveState:
         await self._watch.start()
         self._seen = self.store.data_version()
         self._unhook.append(self._watch.subscribe(self._on_store))
+        self._unhook.append(self.observer.listen(self._on_change))
         for ref in self.others:
             other = RunStore.open(ref.store_path)
             self.stores[ref.key] = other
@@ -148,7 +129,7 @@ class LiveState:
         self._refresher = asyncio.create_task(self._refresh_loop(), name="poli-ui-refresh")
 
     async def close(self) -> None:
-        """Stop following events and close the control connections."""
+        """Stop following events and close the observer."""
         await self._watch.close()
         for watch in self._watches:
             await watch.close()
@@ -164,8 +145,8 @@ class LiveState:
         for undo in self._unhook:
             undo()
         self._unhook.clear()
-        await self.server.close()
-        self._clients.clear()
+        await self.observer.close()
+        self._followed.clear()
 
     async def __aenter__(self) -> t.Self:
         await self.start()
@@ -211,9 +192,9 @@ class LiveState:
         now = time.monotonic()
         if self._panes_at is None or now - self._panes_at >= self.panes_max_age:
             self._panes_at = now
-            self.panes = await list_panes(self.server)
+            self.panes = await self.observer.panes()
             self.pane_listings += 1
-            await self._attach_sessions()
+            await self._follow_sessions()
         elif self._recheck is None:
             # What the store change was about may be a pane tmux does not announce (a new
             # session before any connection follows it, a pane that died): look once more
@@ -240,20 +221,17 @@ class LiveState:
         self._recheck = None
         self._dirty.set()
 
-    async def _attach_sessions(self) -> None:
-        for session in {p.session for p in self.panes} - set(self._clients):
-            try:
-                client = await self.server.connect(session)
-            except TmuxError as exc:
-                log.info("not following session %s: %s", session, exc)
-                continue
-            self._clients[session] = client
-            self._unhook.append(client.on_notification(self._on_notification))
+    async def _follow_sessions(self) -> None:
+        for session in {p.session for p in self.panes} - self._followed:
+            if await self.observer.follow(session):
+                self._followed.add(session)
+            else:
+                log.info("not following session %s: it is gone", session)
 
-    def _on_notification(self, note: Notification) -> None:
-        if note.name in _LAYOUT:
-            self._panes_at = None
-            self._dirty.set()
+    def _on_change(self, _change: Change) -> None:
+        # Any change the observer announces (layout, an exit) may change the pane list.
+        self._panes_at = None
+        self._dirty.set()
 
     # --- the projects shown ---------------------------------------------------------------
 
@@ -285,16 +263,8 @@ class LiveState:
     # --- panes and mirrors -----------------------------------------------------------------
 
     def pane(self, name: str) -> PaneEntry | None:
-        """The pane of agent ``name`` or with id ``name`` (see :func:`politerm.ui.panes.find`)."""
+        """The pane of agent ``name`` or with id ``name`` (:func:`politerm.driver.panes.find`)."""
         return find(self.panes, name)
-
-    async def client_for(self, entry: PaneEntry) -> ControlClient:
-        """The control connection of the pane's session."""
-        client = self._clients.get(entry.session)
-        if client is None or not client.connected:
-            client = await self.server.connect(entry.session)
-            self._clients[entry.session] = client
-        return client
 
     async def mirror(self, name: str, sink: Sink, *, redact: bool = True) -> Mirror:
         """Start mirroring the pane ``name`` into ``sink`` (redacted unless told otherwise).
@@ -306,16 +276,15 @@ class LiveState:
         """
         entry = self.pane(name)
         if entry is None:
-            self.panes = await list_panes(self.server)
+            self.panes = await self.observer.panes()
             entry = self.pane(name)
         if entry is None:
             raise PaneNotFound(name, "no agent or pane of that name on the private server")
-        client = await self.client_for(entry)
         if not redact:
-            return await start_mirror(client, self.server, entry.pane_id, sink)
+            return await self.observer.mirror(entry, sink)
         out, cancel = self._redacting(sink)
         try:
-            mirror = await start_mirror(client, self.server, entry.pane_id, out)
+            mirror = await self.observer.mirror(entry, out)
         except BaseException:
             cancel()
             raise

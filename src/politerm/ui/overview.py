@@ -27,8 +27,8 @@ from politerm.ui.projects import ProjectRef, owner_of
 from politerm.ui.sessions import bridge_sessions, epic_sessions, tmux_sessions
 
 if t.TYPE_CHECKING:
+    from politerm.driver.panes import PaneEntry
     from politerm.store import RunStore
-    from politerm.ui.panes import PaneEntry
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -289,9 +289,10 @@ def collect_overview(
     store
         The view's own project's run store.
     panes
-        The private server's panes (:func:`politerm.ui.panes.list_panes`), all of them: each
-        is shown with the project that claims it (:func:`politerm.ui.projects.owner_of`);
-        one no project claims is shown with the view's own.
+        The private server's panes (:meth:`politerm.driver.observer.Observer.panes`), all of
+        them: each is shown with the project that claims it
+        (:func:`politerm.ui.projects.owner_of`); one no project claims is shown with the
+        view's own.
     project
         The project directory, for its pipeline runs.
     loop_session

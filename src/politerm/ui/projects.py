@@ -22,7 +22,7 @@ from politerm.store.runstore import PROJECT_ROOT_META as ROOT_META
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
-    from politerm.ui.panes import PaneEntry
+    from politerm.driver.panes import PaneEntry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +101,7 @@ def owner_of(
 
     Examples
     --------
-    >>> from politerm.ui.panes import parse_panes
+    >>> from politerm.driver.panes import parse_panes
     >>> a = ProjectRef("a-1", pathlib.Path("/a"), pathlib.Path("/s/a"))
     >>> b = ProjectRef("b-2", pathlib.Path("/b"), pathlib.Path("/s/b"))
     >>> ps = parse_panes("poli-b-2-mgr-x\tw\t%1\tM\t0\tsh\t80\t24\t0\t\n"

@@ -18,8 +18,8 @@ import typing as t
 if t.TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
+    from politerm.driver.panes import PaneEntry
     from politerm.store import RunStore
-    from politerm.ui.panes import PaneEntry
 
 #: ``<run id>`` of a pipeline run (see ``politerm.pipeline.state.new_run_id``).
 _RUN_ID = re.compile(r"-\d{8}T\d{6}Z-[0-9a-f]{4}$")

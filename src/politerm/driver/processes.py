@@ -3,7 +3,7 @@
 The original protocol finds a worker's pane by walking each pane's ``pane_pid`` process tree
 and matching the program as a piece of the command lines (``grep -F``);
 :func:`find_panes_running` does that, and :func:`list_panes` is what ``poli panes --json``
-prints.
+prints (through :meth:`politerm.driver.observer.Observer.processes`).
 """
 
 from __future__ import annotations

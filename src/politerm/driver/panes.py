@@ -1,9 +1,10 @@
 """Which panes exist on the private server, and which agent runs in each.
 
-Every workflow (loop, pipeline run, epic run with ``--tmux``, manager, bridge) starts its
-agents with :func:`politerm.tmux.pane.new_window`, which tags the pane with ``@poli_agent``.
-One ``list-panes -a`` therefore finds every agent of every session; it runs when a view
-starts and when tmux announces a session or window change, never on a timer.
+Every workflow starts its agents through :class:`politerm.driver.host.Host`, which tags the
+pane with ``@poli_agent``. One ``list-panes -a`` in :data:`FORMAT` therefore finds every
+agent of every session (:meth:`politerm.driver.observer.Observer.panes` runs it when a view
+starts and when tmux announces a session or window change, never on a timer); this module
+reads its answer.
 """
 
 from __future__ import annotations
@@ -11,10 +12,7 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
-if t.TYPE_CHECKING:
-    from politerm.tmux import TmuxServer
-
-_FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better
+FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better
     (
         "#{session_name}",
         "#{window_name}",
@@ -52,7 +50,7 @@ class PaneEntry:
 
 
 def parse_panes(text: str) -> list[PaneEntry]:
-    r"""Parse ``list-panes -a`` output in :data:`_FORMAT`.
+    r"""Parse ``list-panes -a`` output in :data:`FORMAT`.
 
     Examples
     --------
@@ -82,18 +80,6 @@ def parse_panes(text: str) -> list[PaneEntry]:
             )
         )
     return out
-
-
-async def list_panes(server: TmuxServer, project: str | None = None) -> list[PaneEntry]:
-    """The panes of the private server (empty when the server is not running).
-
-    With ``project``, sessions that another project claims (``@poli_project``) are left
-    out; sessions no project claims (pipeline runs, manager...) are kept.
-    """
-    rc, out, _ = await server.run("list-panes", "-a", "-F", _FORMAT)
-    if rc != 0:
-        return []
-    return mine(parse_panes(out), project)
 
 
 def mine(panes: t.Sequence[PaneEntry], project: str | None) -> list[PaneEntry]:

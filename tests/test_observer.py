@@ -1,0 +1,165 @@
+"""The driver's observer: the views' one door to the agents (real tmux, fake agents)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import signal
+import typing as t
+
+from politerm.agents import load_profile
+from politerm.agents.approval import ApprovalPolicy
+from politerm.driver import AgentDriver
+from politerm.driver.observer import Change, ChangeKind, Observer
+from politerm.status import collect
+from politerm.store import RunStore
+from politerm.testing.retry import aretry_until
+from politerm.tmux.pane import new_window
+from tests.loophelpers import started, write_project
+from tests.test_approval_questions import OUTPUT, lines_of
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    import libtmux
+
+    from politerm.tmux import ControlClient, TmuxServer
+
+
+async def test_a_pane_that_dies_is_reported_exited_once(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    assert server.socket_name is not None
+    write_project(tmp_path, server.socket_name)
+    async with started(tmp_path) as loop:
+        panes = {a.name: a.pane_id for a in loop.store.list_agents()}
+        observer = Observer(loop.session.host.server)
+        changes: list[Change] = []
+        arrived = asyncio.Event()
+
+        def heard(change: Change) -> None:
+            changes.append(change)
+            arrived.set()
+
+        observer.listen(heard)
+        try:
+            assert await observer.follow("t")
+            assert await observer.states(loop.store.list_agents()) == {
+                "PLANNER": "ready",
+                "EXECUTER": "ready",
+            }
+
+            async def exited(pane: str) -> None:
+                async with asyncio.timeout(60):
+                    while not any(
+                        c.kind is ChangeKind.EXITED and c.pane_id == pane for c in changes
+                    ):
+                        arrived.clear()
+                        await arrived.wait()
+
+            os.kill(loop.pid("EXECUTER"), signal.SIGKILL)
+            await exited(panes["EXECUTER"])
+            # A later death is news of its own; the first one is not told again.
+            os.kill(loop.pid("PLANNER"), signal.SIGKILL)
+            await exited(panes["PLANNER"])
+            deaths = [c.pane_id for c in changes if c.kind is ChangeKind.EXITED]
+            assert deaths == [panes["EXECUTER"], panes["PLANNER"]], changes
+            assert {c.session for c in changes} == {"t"}
+            # The views show both EXITED although the store (no router ran) says ready.
+            states = await observer.states(loop.store.list_agents())
+            assert states == {"PLANNER": "exited", "EXECUTER": "exited"}
+            assert {a.state for a in loop.store.list_agents()} == {"ready"}
+        finally:
+            await observer.close()
+
+
+async def test_an_approval_shown_by_the_driver_appears_in_the_view(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # An aider agent whose screen asks a question (a recorded real screen).
+    screen = tmp_path / "question.screen"
+    screen.write_text("\n".join(lines_of("aider-open-output-question.txt")))
+    argv = ["sh", "-c", f"cat {shlex.quote(str(screen))}; exec sleep 600"]
+    pane = await new_window(
+        tmux_session, tmux_server, session="t", name="executer", argv=argv,
+        agent="EXECUTER", size=(200, 50),
+    )  # fmt: skip
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        store.upsert_agent(
+            "EXECUTER", session="t", pane_id=pane.pane_id, command="aider",
+            cwd=str(tmp_path), profile="aider", resume_command=None,
+        )  # fmt: skip
+        store.set_agent_state("EXECUTER", "ready")
+        observer = Observer(tmux_server)
+        try:
+            # The view says what the driver said last: it never reads the screen itself.
+            assert await observer.states(store.list_agents()) == {"EXECUTER": "ready"}
+            driver = AgentDriver(
+                "EXECUTER", load_profile("aider"), pane, store=store,
+                policy=ApprovalPolicy.of("ask"),
+            )  # fmt: skip
+            async with asyncio.timeout(60):
+                while (await driver.observe()).approval != "asked":
+                    await pane.wait_output(0.5)
+            states = await observer.states(store.list_agents())
+            assert states == {"EXECUTER": "waiting_approval"}
+            data = collect(store, live=states)
+            assert [a["state"] for a in data["agents"]] == ["waiting_approval"]
+            [asked] = data["approvals"]
+            assert (asked["agent"], asked["question"]) == ("EXECUTER", OUTPUT)
+        finally:
+            await observer.close()
+
+
+def _collector(needle: bytes) -> tuple[list[bytes], asyncio.Event, t.Callable[[bytes], None]]:
+    """A mirror's sink: what it got, and an event set once ``needle`` was among it."""
+    chunks: list[bytes] = []
+    found = asyncio.Event()
+
+    def sink(data: bytes) -> None:
+        chunks.append(data)
+        if needle in b"".join(chunks):
+            found.set()
+
+    return chunks, found, sink
+
+
+async def test_the_mirror_shows_the_screen_then_the_output(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    script = 'echo before; while read -r line; do echo "got $line"; done'
+    pane = await new_window(
+        tmux_session, tmux_server, session="t", name="echo", argv=["sh", "-c", script],
+        agent="ECHO",
+    )  # fmt: skip
+
+    async def shown() -> bool:
+        return "before" in (await pane.snapshot()).lines
+
+    await aretry_until(shown, 60, what="the pane to print its first line")
+    observer = Observer(tmux_server)
+    chunks, got, sink = _collector(b"got hello")
+    try:
+        [entry] = [p for p in await observer.panes() if p.agent == "ECHO"]
+        mirror = await observer.mirror(entry, sink)
+        assert b"before" in mirror.initial
+        assert (mirror.pane_id, mirror.width) == (entry.pane_id, entry.width)
+        await tmux_session.cmd("send-keys", "-t", entry.pane_id, "-l", "hello")
+        await tmux_session.cmd("send-keys", "-t", entry.pane_id, "Enter")
+        async with asyncio.timeout(60):
+            await got.wait()
+        mirror.stop()
+        chunks.clear()
+        await tmux_session.cmd("send-keys", "-t", entry.pane_id, "-l", "again")
+        await tmux_session.cmd("send-keys", "-t", entry.pane_id, "Enter")
+        # A second, live mirror sees the next line; the stopped one got nothing of it.
+        _, again, second = _collector(b"got again")
+        other = await observer.mirror(entry, second)
+        if b"got again" not in other.initial:
+            async with asyncio.timeout(60):
+                await again.wait()
+        other.stop()
+        assert chunks == []
+    finally:
+        await observer.close()

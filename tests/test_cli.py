@@ -128,3 +128,33 @@ def test_abort_interrupts_the_working_agent(server: libtmux.Server, tmp_path: pa
     finally:
         router.kill()
         poli(tmp_path, "down")
+
+
+def test_an_agent_given_only_a_profile_starts_that_profiles_program(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # Issue 23: `profile = "fake"` with no command kept the built-in fake agent in codex mode
+    # and `poli up` failed after 60 s (not ready … unknown); `profile = "fake-plain"` said
+    # `command: missing`. Each agent here has a profile and nothing else.
+    agents = '[agents.PLANNER]\nprofile = "fake-plain"\n\n[agents.EXECUTER]\nprofile = "fake"\n'
+    tmux = f'[tmux]\nsocket = "{server.socket_name}"\nsession = "p"\n\n'
+    store = '[store]\npath = "runs.sqlite3"\n\n[timeouts]\nready = 30\n\n'
+    (tmp_path / "poli.toml").write_text(tmux + store + agents)
+    up = poli(tmp_path, "up", timeout=90)
+    assert up.returncode == 0, up.stderr + up.stdout
+    try:
+        status = json.loads(poli(tmp_path, "status", "--json").stdout)
+        rows = {a["name"]: a for a in status["agents"]}
+        assert {n: rows[n]["profile"] for n in ("PLANNER", "EXECUTER")} == {
+            "PLANNER": "fake-plain",
+            "EXECUTER": "fake",
+        }, rows
+        assert {rows[n]["state"] for n in ("PLANNER", "EXECUTER")} <= {"ready", "idle"}, rows
+        # the profiles' own programs, in their own modes, run in the panes
+        for name, mode in (("PLANNER", "plain"), ("EXECUTER", "claude")):
+            command = rows[name]["command"]
+            assert "politerm.testing.fakeagent" in command, command
+            assert f"--mode {mode}" in command, command
+    finally:
+        down = poli(tmp_path, "down")
+        assert down.returncode == 0, down.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pathlib
 import time
+import typing as t
 
 from politerm.config import Config, StoreConfig, TmuxConfig
 from politerm.engine.decide import PLANNER
@@ -17,12 +18,24 @@ from politerm.engine.router import Router
 from politerm.store import RunStore
 from politerm.store.models import MessageState, TaskState
 
+if t.TYPE_CHECKING:
+    from politerm.store.models import Message, Task
+
 
 def _config(tmp_path: pathlib.Path) -> Config:
     return Config(
         tmux=TmuxConfig(socket=f"poli-absent-{tmp_path.name}", session="t"),
         store=StoreConfig(path=tmp_path / "runs.sqlite3"),
     )
+
+
+def _started(config: Config, store: RunStore, task_id: str) -> tuple[Router, Task, Message]:
+    """A router with no agents, and a task it started: its prompt to the planner queued."""
+    router = Router(config, store, {})
+    task = submit(store, config, "do it", task_id=task_id)
+    router.deadlines.start_task(task)
+    (prompt,) = store.list_messages(task_id=task.id)
+    return router, task, prompt
 
 
 def _kinds(store: RunStore, task_id: str) -> list[str]:
@@ -34,10 +47,7 @@ def test_a_steps_clock_waits_for_delivery_then_nudges_retries_and_times_out(
 ) -> None:
     config = _config(tmp_path)
     with RunStore.open(tmp_path / "runs.sqlite3") as store:
-        router = Router(config, store, {})
-        task = submit(store, config, "do it", task_id="T-clock")
-        router.deadlines.start_task(task)
-        (prompt,) = store.list_messages(task_id=task.id)
+        router, task, prompt = _started(config, store, "T-clock")
         assert (prompt.recipient, prompt.type, prompt.state) == (
             PLANNER,
             "task",
@@ -74,10 +84,7 @@ def test_a_failed_task_ends_its_turns_and_a_second_failure_changes_nothing(
 ) -> None:
     config = _config(tmp_path)
     with RunStore.open(tmp_path / "runs.sqlite3") as store:
-        router = Router(config, store, {})
-        task = submit(store, config, "do it", task_id="T-end")
-        router.deadlines.start_task(task)
-        (prompt,) = store.list_messages(task_id=task.id)
+        router, task, prompt = _started(config, store, "T-end")
         store.start_turn(PLANNER, nonce="n1", task_id=task.id, message_id=prompt.id, start_line=0)
         router.endings.fail(task.id, "first")
         router.endings.fail(task.id, "second")

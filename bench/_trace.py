@@ -136,7 +136,7 @@ class PathTrace:
         patch(Router, "_step", around(lambda _r, d: f"step {d.name}"))
         patch(AgentDriver, "observe", around(lambda d, **_k: f"observe {d.name}"))
         patch(BlockReader, "scan", around_sync("scan"))
-        patch(BlockEffects, "_apply_block", around_sync("effects"))
+        patch(BlockEffects, "apply_block", around_sync("effects"))
         patch(RunStore, "batch", batch)
         patch(Pane, "send_keys", around(lambda p, *_k: f"keys {self._panes.get(p.pane_id)}"))
         try:

@@ -271,15 +271,15 @@ async def test_a_handed_off_prompt_whose_task_ended_meanwhile_is_not_typed(
         snap = await executer.look()
         assert snap is not None
         with store.batch(durable=False):
-            assert router._hand_off("EXECUTER", fwd, snap)
+            assert router.sending.hand_off("EXECUTER", fwd, snap)
         begun = router.loops["EXECUTER"].handoff
         assert begun is not None
         msg = store.get_message(fwd.id)
         assert msg is not None and msg.state is MessageState.DELIVERING
         # The task ends before the recipient's loop gets to type it.
-        router._fail(task.id, "aborted in between")
+        router.endings.fail(task.id, "aborted in between")
         router.loops["EXECUTER"].handoff = None
-        await router._send_handoff(executer, begun)
+        await router.sending.send_handoff(executer, begun)
         msg = store.get_message(fwd.id)
         assert msg is not None and msg.state is MessageState.DEAD, msg
         assert store.current_turn("EXECUTER") is None

@@ -116,7 +116,7 @@ async def test_delivering_before_the_paste_is_sent_after_a_restart(
     async with started(project) as loop:
         task = submit(loop.store, loop.config, "make hello", task_id="T-dlv")
         router = await _router(loop)
-        router._start_task(task)
+        router.deadlines.start_task(task)
         # Exactly what a router writes before it types anything, and then dies (kill -9).
         msg = loop.store.next_queued("PLANNER")
         assert msg is not None
@@ -129,7 +129,7 @@ async def test_delivering_before_the_paste_is_sent_after_a_restart(
                 msg.id,
                 MessageState.DELIVERING,
                 turn_nonce=nonce,
-                text=router._render(msg, nonce),
+                text=router.sending.render(msg, nonce),
             )
             loop.store.start_turn(
                 "PLANNER", nonce=nonce, task_id=task.id, message_id=msg.id,
@@ -188,11 +188,11 @@ async def test_recovered_text_in_the_box_is_submitted_and_confirmed(
     async with started(project) as loop:
         task = submit(loop.store, loop.config, "make hello", task_id="T-box")
         router = await _router(loop)
-        router._start_task(task)
+        router.deadlines.start_task(task)
         msg = loop.store.next_queued("PLANNER")
         assert msg is not None
         nonce = "cd34ef"
-        text = router._render(msg, nonce)
+        text = router.sending.render(msg, nonce)
         planner_driver = router.agents["PLANNER"]
         snap = await planner_driver.snapshot()
         assert snap is not None

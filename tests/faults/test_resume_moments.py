@@ -232,10 +232,10 @@ async def test_task_not_started_when_the_server_dies_runs_after_resume(
     async with started(root) as loop:
         running = submit(loop.store, loop.config, "make hello", task_id="T-run")
         router = await _router(loop)
-        router._start_task(running)
+        router.deadlines.start_task(running)
         submit(loop.store, loop.config, "make hello", task_id="T-later")  # still PENDING
         # The exact moment: a loop has just found the server gone.
-        router._server_gone("server exited unexpectedly")
+        router.endings.server_gone("server exited unexpectedly")
         later = loop.store.get_task("T-later")
         assert later is not None and later.state is TaskState.PENDING, later
         first = loop.store.get_task("T-run")

@@ -10,15 +10,17 @@ and whether the nudge and the retry were actually delivered.
 
 from __future__ import annotations
 
+import time
 import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.driver.blocks import rejected_fact
-from politerm.engine.effects import BlockEffects
+from politerm.engine import decide
 from politerm.engine.routebase import FOLLOW_UPS, PLANNER
 from politerm.store.models import MessageState, TaskState, TurnEnd
 
 if t.TYPE_CHECKING:
+    from politerm.engine.routebase import Endings, Routing
     from politerm.store.models import Expectation, Task
 
 _UNDELIVERED = (
@@ -29,10 +31,38 @@ _UNDELIVERED = (
 )
 
 
-class Deadlines(BlockEffects):
-    """Tasks, deadlines and follow-ups (part of the router)."""
+def _paused_key(exp: Expectation) -> str:
+    """The store meta key of the time a step had left when its agent's limit began."""
+    return f"limit-paused:{exp.task_id}:{exp.sender}"
 
-    def _start_task(self, task: Task) -> None:
+
+class Deadlines:
+    """Tasks, the clocks of their steps, and follow-ups (a part of the router).
+
+    Parameters
+    ----------
+    routing
+        The router's shared state.
+    endings
+        Fails a task whose step timed out.
+    """
+
+    def __init__(self, routing: Routing, endings: Endings) -> None:
+        self.routing, self.store, self.config = routing, routing.store, routing.config
+        self.endings = endings
+
+    def expect(self, task_id: str, sender: str, typ: str) -> None:
+        """The step of ``task_id`` now waits for ``sender``'s ``typ`` block."""
+        # The deadline is set again when the prompt is confirmed (deadlines start there).
+        self.store.set_expectation(
+            task_id,
+            sender=sender,
+            type=typ,
+            deadline=time.time() + self.routing.step_timeout(sender),
+        )
+
+    def start_task(self, task: Task) -> None:
+        """A new task: its prompt goes to the planner, whose plan step starts."""
         with self.store.batch():
             self.store.add_message(
                 task_id=task.id,
@@ -46,13 +76,13 @@ class Deadlines(BlockEffects):
                 ttl=self.config.routing.message_ttl,
             )
             self.store.update_task(task.id, state=TaskState.PLANNING)
-            self._expect(task.id, PLANNER, "plan")
+            self.expect(task.id, PLANNER, "plan")
             self.store.add_event(
                 "queued", task_id=task.id, agent=PLANNER, detail="USER → PLANNER: task"
             )
-        self.wake(PLANNER)
+        self.routing.wake(PLANNER)
 
-    def _restart_clock(self, task_id: str, sender: str, now: float) -> None:
+    def restart_clock(self, task_id: str, sender: str, now: float) -> None:
         """The step's prompt was just confirmed: its deadline starts now."""
         exp = self.store.get_expectation(task_id)
         if exp is None or exp.sender != sender:
@@ -61,7 +91,7 @@ class Deadlines(BlockEffects):
             task_id,
             sender=sender,
             type=exp.type,
-            deadline=now + self._step_timeout(sender),
+            deadline=now + self.routing.step_timeout(sender),
             nudged=exp.nudged,
         )
 
@@ -72,90 +102,81 @@ class Deadlines(BlockEffects):
                 return True
         return False
 
-    def _check_deadlines(self, now: float) -> None:
+    def check(self, now: float) -> None:
+        """Carry out what each step's clock calls for at ``now`` (a store tick)."""
         for exp in self.store.list_expectations():
             task = self.store.get_task(exp.task_id)
-            if task is None or task.state not in (
-                TaskState.PLANNING,
-                TaskState.EXECUTING,
-                TaskState.PENDING,
-            ):
-                if task is None or task.state.is_terminal:
-                    self.store.clear_expectation(exp.task_id)
-                continue
-            if self._waiting_for_delivery(exp):
-                if exp.sender in self._dead:
-                    # Its prompt can never be delivered: fail it resumably, not wait forever.
-                    self._fail(
-                        task.id,
-                        f"agent {exp.sender} exited before it got its prompt for task {task.id}; "
-                        "run `poli up --resume` to restart it and continue",
-                        resumable=task.state,
-                        reason=TurnEnd.AGENT_DIED,
-                    )
-                continue  # its clock starts at confirmed delivery
-            if self._paused_for_limit(task, exp, now):
-                continue
-            total = self._step_timeout(exp.sender)
-            started = exp.deadline - total
-            if not exp.nudged and now >= started + total * self.config.timeouts.nudge_fraction:
-                self.store.mark_nudged(exp.task_id)
-                self._follow_up(task, exp.sender, "nudge")
-                continue
-            if now < exp.deadline:
-                continue
-            retries = int(self.store.get_meta(f"retries:{task.id}:{exp.sender}") or 0)
-            if retries < 1:
-                self.store.set_meta(f"retries:{task.id}:{exp.sender}", str(retries + 1))
-                self.store.set_expectation(
-                    task.id, sender=exp.sender, type=exp.type, deadline=now + total, nudged=True
-                )
-                self._follow_up(task, exp.sender, "retry")
-                continue
-            self._fail(task.id, self._timeout_message(task, exp, total), reason=TurnEnd.TIMED_OUT)
+            action = decide.step_clock(self._clock(exp, task, now), now)
+            if action is not None:
+                self._carry_clock(exp, task, action)
 
-    def _paused_for_limit(self, task: Task, exp: Expectation, now: float) -> bool:
-        """While the step's agent waits for a usage limit to reset, its clock stands still.
+    def _clock(self, exp: Expectation, task: Task | None, now: float) -> decide.StepClock:
+        """The facts of one step's clock the decision needs (read only as far as needed)."""
+        state = task.state if task is not None else None
+        clocked = state in (TaskState.PLANNING, TaskState.EXECUTING, TaskState.PENDING)
+        undelivered = clocked and self._waiting_for_delivery(exp)
+        driver = self.routing.agents.get(exp.sender)
+        left = self.store.get_meta(_paused_key(exp)) if clocked and not undelivered else None
+        due = clocked and now >= exp.deadline
+        retries = self.store.get_meta(f"retries:{exp.task_id}:{exp.sender}") if due else None
+        return decide.StepClock(
+            task_id=exp.task_id,
+            task_state=state,
+            sender=exp.sender,
+            deadline=exp.deadline,
+            total=self.routing.step_timeout(exp.sender),
+            nudged=exp.nudged,
+            nudge_fraction=self.config.timeouts.nudge_fraction,
+            undelivered=undelivered,
+            sender_dead=exp.sender in self.routing.dead,
+            limited=driver is not None and driver.state is AgentState.LIMITED,
+            paused_left=float(left) if left else None,
+            retries=int(retries or 0),
+        )
 
-        The time left is kept in the store when the limit starts (so a restarted router
-        keeps it), and the deadline is set that far from the moment the limit ends.
-        """
-        key = f"limit-paused:{task.id}:{exp.sender}"
-        driver = self.agents.get(exp.sender)
-        limited = driver is not None and driver.state is AgentState.LIMITED
-        left = self.store.get_meta(key)
-        if limited:
-            if not left:
-                self.store.set_meta(key, repr(max(0.0, exp.deadline - now)))
+    def _carry_clock(self, exp: Expectation, task: Task | None, action: decide.ClockAction) -> None:
+        """Carry out what a step's clock called for."""
+        key, name = _paused_key(exp), exp.sender
+        match action:
+            case decide.ClearClock():
+                self.store.clear_expectation(exp.task_id)
+            case decide.FailTask():
+                self.endings.carry_fail(action)
+            case decide.PauseClock(left=left):
+                self.store.set_meta(key, repr(left))
                 self.store.add_event(
                     "deadline-paused",
-                    task_id=task.id,
-                    agent=exp.sender,
-                    detail=f"{exp.sender} is limited: the {exp.type} step's clock stops",
+                    task_id=exp.task_id,
+                    agent=name,
+                    detail=f"{name} is limited: the {exp.type} step's clock stops",
                 )
-            return True
-        if left:
-            self.store.set_meta(key, "")
-            self.store.set_expectation(
-                task.id,
-                sender=exp.sender,
-                type=exp.type,
-                deadline=now + float(left),
-                nudged=exp.nudged,
-            )
-            self.store.add_event(
-                "deadline-resumed",
-                task_id=task.id,
-                agent=exp.sender,
-                detail=f"{exp.sender}'s limit ended: {float(left):.0f}s left "
-                f"for the {exp.type} step",
-            )
-            return True
-        return False
+            case decide.ResumeClock(deadline=deadline, left=left):
+                self.store.set_meta(key, "")
+                self.store.set_expectation(
+                    exp.task_id, sender=name, type=exp.type, deadline=deadline, nudged=exp.nudged
+                )
+                self.store.add_event(
+                    "deadline-resumed",
+                    task_id=exp.task_id,
+                    agent=name,
+                    detail=f"{name}'s limit ended: {left:.0f}s left for the {exp.type} step",
+                )
+            case decide.Nudge() if task is not None:
+                self.store.mark_nudged(exp.task_id)
+                self._follow_up(task, name, "nudge")
+            case decide.RetryStep(deadline=deadline, retries=retries) if task is not None:
+                self.store.set_meta(f"retries:{task.id}:{name}", str(retries))
+                self.store.set_expectation(
+                    task.id, sender=name, type=exp.type, deadline=deadline, nudged=True
+                )
+                self._follow_up(task, name, "retry")
+            case decide.TimedOut(total=total) if task is not None:
+                why = self._timeout_message(task, exp, total)
+                self.endings.fail(task.id, why, reason=TurnEnd.TIMED_OUT)
 
     def _timeout_message(self, task: Task, exp: Expectation, total: float) -> str:
-        step = "plan" if exp.sender == PLANNER else "exec"
-        driver = self.agents.get(exp.sender)
+        step = decide.step_name(exp.sender)
+        driver = self.routing.agents.get(exp.sender)
         # From the task's events, not the driver's turn: a nudge begins a new turn, and the
         # router refuses blocks of its own (addressed to no agent, another task's id).
         events = [
@@ -177,7 +198,9 @@ class Deadlines(BlockEffects):
             # waits (held) for it to be idle: say where the step stood.
             turn = self.store.current_turn(exp.sender)
             where = f"its turn {turn.state.value}" if turn is not None else "no open turn"
-            held = len(self.loops[exp.sender].held) if exp.sender in self.loops else 0
+            held = (
+                len(self.routing.loops[exp.sender].held) if exp.sender in self.routing.loops else 0
+            )
             facts.append(f"{exp.sender} reads {driver.state.value}, {where}, {held} block(s) held")
         for kind in FOLLOW_UPS:
             sent = [
@@ -208,8 +231,8 @@ class Deadlines(BlockEffects):
             body="",
             header={},
             dedupe_key=f"{kind}:{task.id}:{agent}:{task.round}:{n}",
-            ttl=self._step_timeout(agent),
+            ttl=self.routing.step_timeout(agent),
         )
         if msg is not None:
             self.store.add_event(kind, task_id=task.id, agent=agent, detail=f"{kind} {agent}")
-        self.wake(agent)
+        self.routing.wake(agent)

@@ -14,22 +14,19 @@ import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.driver import Window
-from politerm.engine.routebase import (
-    ACTIVE,
-    EXECUTER,
-    FINAL_TYPES,
-    PLANNER,
-    USER_TARGETS,
-    RouterBase,
-)
+from politerm.engine import decide
+from politerm.engine.routebase import ACTIVE, PLANNER, USER_TARGETS
 from politerm.protocol.contract import after_prompt, status_task
 from politerm.protocol.parser import last_prompt_line
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Observation
+    from politerm.engine.deadlines import Deadlines
+    from politerm.engine.routebase import Endings, Routing
+    from politerm.engine.sending import Sending
     from politerm.protocol.block import Block
-    from politerm.store.models import Message, Task, Turn
+    from politerm.store.models import Task, Turn
     from politerm.terminal import Snapshot
 
 # An agent idle this long after a prompt, with no block, has answered without one.
@@ -39,16 +36,40 @@ _NOT_IDLE = frozenset({AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.
 _APPROVAL_RETURN = "approval-return:"
 
 
-class BlockEffects(RouterBase):
-    """Reading a turn's blocks and applying their effects (part of the router)."""
+class BlockEffects:
+    """Reading a turn's blocks and carrying out their actions (the router's effects).
 
-    async def _scan_turn(self, driver: AgentDriver, turn: Turn, obs: Observation) -> None:
-        loop = self.loops[driver.name]
+    Parameters
+    ----------
+    routing
+        The router's shared state.
+    endings
+        Ends the turns the blocks answer, and the tasks they finish.
+    deadlines
+        Sets the clock of the step a forwarded block starts.
+    sending
+        Begins a forwarded prompt's delivery in the block's own commit.
+    """
+
+    def __init__(
+        self, routing: Routing, endings: Endings, deadlines: Deadlines, sending: Sending
+    ) -> None:
+        self.routing, self.store, self.config = routing, routing.store, routing.config
+        self.endings, self.deadlines, self.sending = endings, deadlines, sending
+
+    async def scan_turn(self, driver: AgentDriver, turn: Turn, obs: Observation) -> None:
+        """Read the blocks of ``driver``'s open turn and carry out their effects."""
+        loop = self.routing.loops[driver.name]
         if loop.held_nonce != turn.nonce:
             loop.held, loop.held_nonce = [], turn.nonce
         prompt = self._turn_prompt(driver.name, turn)
         window = Window(
-            turn.start_line, turn.nonce, prompt, turn.task_id, self._nonce_required, self._poliseed
+            turn.start_line,
+            turn.nonce,
+            prompt,
+            turn.task_id,
+            self.routing.nonce_required,
+            self.routing.poliseed,
         )
         fresh = await driver.read_window(obs.snap, window, idle=obs.state is AgentState.READY)
         blocks, loop.held = [*loop.held, *fresh], []
@@ -67,13 +88,13 @@ class BlockEffects(RouterBase):
             # without waiting for the disk: its delivery's outcome commit is durable.
             with self.store.batch(durable=ready is None):
                 driver.record_row()
-                handed = self._apply_block(driver.name, current, block, ready=ready)
+                handed = self.apply_block(driver.name, current, block, ready=ready)
             if ready is not None and not handed:
                 self.store.sync()
 
     def _turn_prompt(self, name: str, turn: Turn) -> str | None:
         # A message's text is set when it goes DELIVERING, with the turn's nonce: read once.
-        loop, key = self.loops[name], (turn.nonce, turn.message_id)
+        loop, key = self.routing.loops[name], (turn.nonce, turn.message_id)
         if loop.prompt is None or loop.prompt[0] != key:
             msg = self.store.get_message(turn.message_id) if turn.message_id else None
             loop.prompt = (key, msg.text if msg is not None else None)
@@ -95,26 +116,29 @@ class BlockEffects(RouterBase):
                 f"{obs.state.value}, so the turn stays open until it is idle",
             )
 
-    def _approval_task_state(self, driver: AgentDriver, task: Task, obs: Observation) -> None:
+    def approval_task_state(self, driver: AgentDriver, task: Task, obs: Observation) -> None:
         """A question waiting for the user shows on the task, and goes when answered."""
         pending = driver.pending_approval if obs.state is AgentState.WAITING_APPROVAL else None
+        asking = None
         if pending is not None:
-            if task.state is TaskState.WAITING_APPROVAL or task.state not in ACTIVE:
-                return
-            question = (
+            asking = (
                 f"{driver.name} asks {pending.asks}: answer with "
                 f"`poli approve {driver.approval_key}` (or --deny)"
             )
-            with self.store.batch():
-                self.store.set_meta(f"{_APPROVAL_RETURN}{task.id}", task.state.value)
-                self.store.update_task(task.id, state=TaskState.WAITING_APPROVAL, question=question)
-            return
-        if task.state is TaskState.WAITING_APPROVAL and obs.state not in (
-            AgentState.WAITING_APPROVAL,
-            AgentState.UNKNOWN,
-        ):
-            back = self.store.get_meta(f"{_APPROVAL_RETURN}{task.id}") or TaskState.PLANNING.value
-            self.store.update_task(task.id, state=TaskState(back), clear=("question",))
+        waiting, unknown = (
+            obs.state is s for s in (AgentState.WAITING_APPROVAL, AgentState.UNKNOWN)
+        )
+        match decide.approval_change(task.state, asking, waiting, unknown):
+            case decide.AwaitApproval(question=question):
+                with self.store.batch():
+                    self.store.set_meta(f"{_APPROVAL_RETURN}{task.id}", task.state.value)
+                    self.store.update_task(
+                        task.id, state=TaskState.WAITING_APPROVAL, question=question
+                    )
+            case decide.Approved():
+                back = self.store.get_meta(f"{_APPROVAL_RETURN}{task.id}")
+                state = TaskState(back or TaskState.PLANNING.value)
+                self.store.update_task(task.id, state=state, clear=("question",))
 
     async def _recipient_ready(self, name: str, block: Block) -> Snapshot | None:
         """The screen of the agent ``block`` is forwarded to, if it can take it right now.
@@ -123,19 +147,19 @@ class BlockEffects(RouterBase):
         or clear, no delivery already handed to it, and the router not stopping. The
         screen is reused when nothing was printed since it was taken.
         """
-        target = self._agent_named(block.to)
+        target = self.routing.agent_named(block.to)
         if target is None or target == name or block.to.upper() in USER_TARGETS:
             return None
-        if self._stop.is_set():
+        if self.routing.stopping.is_set():
             return None  # no loop is left to type it (a stopping router's last look)
-        driver, loop = self.agents[target], self.loops[target]
+        driver, loop = self.routing.agents[target], self.routing.loops[target]
         if (
             driver.dead
             or driver.state is not AgentState.READY
             or not loop.settled
             or loop.handoff is not None
             or loop.turn_nonce is not None
-            or target in self._clear_later
+            or target in self.routing.clear_later
         ):
             return None
         snap = await driver.look()
@@ -143,161 +167,131 @@ class BlockEffects(RouterBase):
             return None
         return snap
 
-    def _hand_off(
-        self, target: str, msg: Message, snap: Snapshot, task: Task | None = None
-    ) -> bool:
-        """Begin delivering ``msg`` (of ``task``) inside the current batch; its loop types it.
-
-        Overridden by the router's sending part; False: nothing was begun.
-        """
-        return False
-
-    def _wrong_address(self, name: str, block: Block, target: str | None) -> str:
-        """Why a block addressed to ``target`` (None: no agent of that name) goes nowhere."""
-        others = [a for a in self.agents if a != name]
-        hint = {"plan": EXECUTER, "result": PLANNER}.get(block.type)
-        where = (
-            f"a {block.type} block goes to {hint}"
-            if hint is not None and hint in self.agents
-            else f"address {' or '.join([*others, 'USER'])}"
-        )
-        if target == name:
-            return f"{name} addressed its {block.type} block to itself; {where}"
-        agents = ", ".join(self.agents)
-        return f"no agent is named {block.to!r} (agents: {agents}; USER); {where}"
-
-    def _apply_block(
+    def apply_block(
         self, name: str, turn: Turn, block: Block, *, ready: Snapshot | None = None
     ) -> bool:
         """Apply one block's effects (inside a batch); True when a delivery was begun."""
-        key = block.dedupe_key
-        if block.type == "status" and status_task(block.id, turn.task_id):
-            # A status block with its own id (<task>-status-N): the turn's task's progress.
-            first = self.store.record_block(
-                agent=name, task_id=turn.task_id, type=block.type, msg_id=block.id,
-                nonce=block.nonce, dedupe_key=key, header=block.header, body=block.body,
-                accepted=True, reason=None,
-            )  # fmt: skip
-            if first:
+        own_status = block.type == "status" and status_task(block.id, turn.task_id)
+        task = None if own_status else self.store.get_task(block.id)
+        target = self.routing.agent_named(block.to)
+        forwarded, rounds = False, 0
+        if task is not None and target is not None and task.state in ACTIVE:
+            rounds = self.store.count_messages(task.id, "plan")
+            if block.type == "plan" and rounds >= task.max_rounds:
+                forwarded = self.store.find_message(f"{block.dedupe_key}:{target}") is not None
+        facts = decide.BlockFacts(
+            agent=name,
+            agents=tuple(self.routing.agents),
+            turn_task=turn.task_id,
+            own_status=own_status,
+            task=decide.TaskFacts(task.id, task.state, task.max_rounds) if task else None,
+            rounds=rounds,
+            forwarded=forwarded,
+        )
+        handed = False
+        for action in decide.block_effects(facts, block):
+            handed = self._carry_block(name, turn, block, action, task, facts, ready) or handed
+        return handed
+
+    def _carry_block(
+        self,
+        name: str,
+        turn: Turn,
+        block: Block,
+        action: decide.BlockAction,
+        task: Task | None,
+        facts: decide.BlockFacts,
+        ready: Snapshot | None,
+    ) -> bool:
+        """Carry out one action of a block (inside its batch); True when a delivery was begun."""
+        match action:
+            case decide.Record(task_id=task_id, accepted=accepted, reason=reason):
+                first = self.store.record_block(
+                    agent=name, task_id=task_id, type=block.type, msg_id=block.id,
+                    nonce=block.nonce, dedupe_key=block.dedupe_key, header=block.header,
+                    body=block.body, accepted=accepted, reason=reason,
+                )  # fmt: skip
+                if first and accepted:
+                    own = f" ({block.id})" if task is None else ""
+                    self.store.add_event(
+                        "block",
+                        task_id=task_id,
+                        agent=name,
+                        detail=f"{name} → {block.to}: {block.type}{own}",
+                        data={"type": block.type, "to": block.to, "body": block.body},
+                    )
+            case decide.Rejected(task_id=task_id, detail=detail):
+                self.store.add_event("rejected", task_id=task_id, agent=name, detail=detail)
+            case decide.EndAnswered():
+                self.endings.end_turn(name, turn)
+            case decide.Ask(question=question) if task is not None:
+                self.store.update_task(task.id, state=TaskState.WAITING_USER, question=question)
+                self.store.clear_expectation(task.id)
+                self.store.set_meta(f"asker:{task.id}", name)
+                self._answered(name, turn)
+            case decide.Done(report=report) if task is not None:
+                self.store.update_task(task.id, state=TaskState.DONE, report=report)
+                self.store.clear_expectation(task.id)
+                self.store.add_event("done", task_id=task.id, agent=name, detail=report)
+                self._answered(name, turn)
+            case decide.RoundLimit(why=why) if task is not None:
+                self.store.update_task(task.id, state=TaskState.FAILED, error=why)
+                self.store.clear_expectation(task.id)
                 self.store.add_event(
-                    "block",
-                    task_id=turn.task_id,
-                    agent=name,
-                    detail=f"{name} → {block.to}: status ({block.id})",
-                    data={"type": block.type, "to": block.to, "body": block.body},
+                    "failed", task_id=task.id, agent=name, detail="round limit reached"
                 )
-            return False
-        task = self.store.get_task(block.id)
-        if task is None or (turn.task_id is not None and block.id != turn.task_id):
-            why = "unknown task id" if task is None else f"belongs to task {turn.task_id}"
-            self.store.record_block(
-                agent=name, task_id=turn.task_id, type=block.type, msg_id=block.id,
-                nonce=block.nonce, dedupe_key=key, header=block.header, body=block.body,
-                accepted=False, reason=f"id {block.id!r}: {why}",
-            )  # fmt: skip
-            self.store.add_event(
-                "rejected", task_id=turn.task_id, agent=name, detail=f"block id {block.id}: {why}"
-            )
-            return False
-        first = self.store.record_block(
-            agent=name, task_id=task.id, type=block.type, msg_id=block.id, nonce=block.nonce,
-            dedupe_key=key, header=block.header, body=block.body, accepted=True, reason=None,
-        )  # fmt: skip
-        if first:
-            self.store.add_event(
-                "block",
-                task_id=task.id,
-                agent=name,
-                detail=f"{name} → {block.to}: {block.type}",
-                data={"type": block.type, "to": block.to, "body": block.body},
-            )
-        if task.state not in ACTIVE:
-            self._end_turn(name, turn)
-            return False
-        if block.type == "status":
-            return False  # recorded and shown, never forwarded; the turn goes on
-        if block.type == "question":
-            self.store.update_task(task.id, state=TaskState.WAITING_USER, question=block.body)
-            self.store.clear_expectation(task.id)
-            self.store.set_meta(f"asker:{task.id}", name)
-            self._ack_turn(turn)
-            self._end_turn(name, turn)
-            return False
-        target = self._agent_named(block.to)
-        if block.type in FINAL_TYPES and (target is None or block.to.upper() in USER_TARGETS):
-            self.store.update_task(task.id, state=TaskState.DONE, report=block.body)
-            self.store.clear_expectation(task.id)
-            self.store.add_event("done", task_id=task.id, agent=name, detail=block.body)
-            self._ack_turn(turn)
-            self._end_turn(name, turn)
-            return False
-        if target is None or target == name:
-            self.store.add_event(
-                "rejected",
-                task_id=task.id,
-                agent=name,
-                detail=f"block to {block.to!r}: {self._wrong_address(name, block, target)}",
-            )
-            return False
-        kind = block.type if block.type in ("plan", "result") else "message"
-        rounds = self.store.count_messages(task.id, "plan")
-        if (
-            kind == "plan"
-            and rounds >= task.max_rounds
-            and self.store.find_message(f"{key}:{target}") is None
-        ):
-            self._finish_round_limit(name, turn, task)
-            return False
+                self._answered(name, turn)
+                self.endings.end_task_turns(task.id, TurnEnd.TASK_ENDED)
+            case decide.Forward() if task is not None:
+                return self._forward(name, turn, block, action, task, facts.rounds, ready)
+        return False
+
+    def _answered(self, name: str, turn: Turn) -> None:
+        """The block answered the turn: its prompt is acknowledged and the turn ends."""
+        self.endings.ack_turn(turn)
+        self.endings.end_turn(name, turn)
+
+    def _forward(
+        self,
+        name: str,
+        turn: Turn,
+        block: Block,
+        fw: decide.Forward,
+        task: Task,
+        rounds: int,
+        ready: Snapshot | None,
+    ) -> bool:
+        target = fw.target
         fwd = self.store.add_message(
             task_id=task.id,
             sender=name,
             recipient=target,
-            type=kind,
+            type=fw.kind,
             msg_id=task.id,
             body=block.body,
             header=block.header,
             nonce=block.nonce,
-            dedupe_key=f"{key}:{target}",
+            dedupe_key=f"{block.dedupe_key}:{target}",
             ttl=self.config.routing.message_ttl,
         )
-        rounds += kind == "plan" and fwd is not None  # the plan just added (not a re-read)
-        state = TaskState.EXECUTING if target == EXECUTER else TaskState.PLANNING
-        task = self.store.update_task(task.id, state=state, round=rounds, clear=("question",))
-        self._expect(task.id, target, "result" if kind == "plan" else "plan")
+        rounds += fw.kind == "plan" and fwd is not None  # the plan just added (not a re-read)
+        task = self.store.update_task(task.id, state=fw.state, round=rounds, clear=("question",))
+        self.deadlines.expect(task.id, target, fw.expect)
         if fwd is not None:
             self.store.add_event(
-                "queued", task_id=task.id, agent=target, detail=f"{name} → {target}: {kind}"
+                "queued", task_id=task.id, agent=target, detail=f"{name} → {target}: {fw.kind}"
             )
-        self._ack_turn(turn)
-        self._end_turn(name, turn)
+        self._answered(name, turn)
         handed = False
         if ready is not None and fwd is not None and self.store.current_turn(target) is None:
             first_in_line = self.store.next_queued(target)
             if first_in_line is not None and first_in_line.id == fwd.id:
-                handed = self._hand_off(target, fwd, ready, task)
-        self.wake(target)
+                handed = self.sending.hand_off(target, fwd, ready, task)
+        self.routing.wake(target)
         return handed
 
-    def _expect(self, task_id: str, sender: str, typ: str) -> None:
-        # The deadline is set again when the prompt is confirmed (deadlines start there).
-        self.store.set_expectation(
-            task_id, sender=sender, type=typ, deadline=time.time() + self._step_timeout(sender)
-        )
-
-    def _finish_round_limit(self, name: str, turn: Turn, task: Task) -> None:
-        limit = task.max_rounds
-        self.store.update_task(
-            task.id,
-            state=TaskState.FAILED,
-            error=f"round limit {limit} reached: {name} sent plan {limit + 1} for task {task.id}",
-        )
-        self.store.clear_expectation(task.id)
-        self.store.add_event("failed", task_id=task.id, agent=name, detail="round limit reached")
-        self._ack_turn(turn)
-        self._end_turn(name, turn)
-        self._end_task_turns(task.id, TurnEnd.TASK_ENDED)
-
-    def _idle_without_block(self, driver: AgentDriver, turn: Turn, now: float) -> bool:
+    def idle_without_block(self, driver: AgentDriver, turn: Turn, now: float) -> bool:
+        """Whether the agent has gone quiet after its prompt without printing a block."""
         if driver.state is not AgentState.READY or turn.message_id is None:
             return False
         if driver.blocks_settling:
@@ -309,7 +303,8 @@ class BlockEffects(RouterBase):
             driver.busy_seen or time.time() - turn.started >= IDLE_GRACE * 2
         )
 
-    def _answered_without_block(self, driver: AgentDriver, turn: Turn, snap: Snapshot) -> None:
+    def answered_without_block(self, driver: AgentDriver, turn: Turn, snap: Snapshot) -> None:
+        """A turn answered in prose: a planner's answer to a result is the task's report."""
         msg = self.store.get_message(turn.message_id) if turn.message_id else None
         task = self.store.get_task(turn.task_id) if turn.task_id else None
         if msg is None or task is None or task.state not in ACTIVE:
@@ -326,8 +321,8 @@ class BlockEffects(RouterBase):
                     agent=driver.name,
                     detail="planner went idle: screen is the report",
                 )
-                self._ack_turn(turn)
-                self._end_turn(driver.name, turn)
+                self.endings.ack_turn(turn)
+                self.endings.end_turn(driver.name, turn)
 
 
 _PROMPT_ENDS: t.Final = (">", "$", "#", "%", "❯", "›")

@@ -40,7 +40,7 @@ if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver.receipts import Source
     from politerm.driver.records import AgentRecords
-    from politerm.engine.sending import Sending
+    from politerm.engine.router import Router
     from politerm.store import RunStore
     from politerm.store.models import Message, Task
 
@@ -57,7 +57,7 @@ def resume_work(
     say: t.Callable[[str], None] = lambda _msg: None,
     *,
     records: Mapping[str, AgentRecords] | None = None,
-    router: Sending | None = None,
+    router: Router | None = None,
 ) -> None:
     """Put back in flight what died with the agents in ``restarted`` (or the tmux server).
 
@@ -100,7 +100,7 @@ class _Kept:
     def __init__(
         self,
         records: Mapping[str, AgentRecords],
-        router: Sending | None,
+        router: Router | None,
         say: t.Callable[[str], None],
     ) -> None:
         self.records = records if router is not None else {}
@@ -141,7 +141,7 @@ class _Kept:
             sources=(source,),
         )  # fmt: skip
         driver = self.router.agents[name]
-        self.router._settled(driver, msg, nonce, result, follow_up=False, recovered=True)
+        self.router.sending.settled(driver, msg, nonce, result, follow_up=False, recovered=True)
         self.say(f"{name}: the {msg.type} message was taken ({evidence})")
 
     def answered(self, store: RunStore, name: str, turn: Turn) -> bool:
@@ -155,7 +155,7 @@ class _Kept:
         ended = False
         for block in blocks:
             with store.batch():
-                router._apply_block(name, turn, block)
+                router.effects.apply_block(name, turn, block)
             store.add_event(
                 "recovered",
                 task_id=turn.task_id,

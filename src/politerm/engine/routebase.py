@@ -1,4 +1,9 @@
-"""What every part of the router shares: its agents, the store, and how things end.
+"""What every part of the router shares (:class:`Routing`), and how things end (:class:`Endings`).
+
+The router is composed, not inherited: :class:`Routing` holds the store, the agents and
+their loops' state; :class:`Endings`, :class:`~politerm.engine.deadlines.Deadlines`,
+:class:`~politerm.engine.sending.Sending` and :class:`~politerm.engine.effects.BlockEffects`
+each get what they use, and :class:`~politerm.engine.router.Router` wires them together.
 
 Endings are where a routed task can wedge an agent, so they live in one place: a turn ends
 (with a :class:`~politerm.store.turns.TurnEnd` reason) on every path that finishes it —
@@ -13,13 +18,23 @@ import contextlib
 import dataclasses
 import logging
 import pathlib
-import time
 import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver
 from politerm.driver.limits import driver_settings
+from politerm.engine import decide
+from politerm.engine.decide import (
+    ACTIVE,
+    EXECUTER,
+    FINAL_TYPES,
+    FOLLOW_UPS,
+    PLANNER,
+    USER_TARGETS,
+    FailTask,
+    Involvement,
+)
 from politerm.engine.templates import Templates
 from politerm.errors import StoreError
 from politerm.protocol.contract import Contract, nonce_required
@@ -35,14 +50,20 @@ if t.TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PLANNER = "PLANNER"
-EXECUTER = "EXECUTER"
-USER_TARGETS = frozenset({"USER", "ORCH", "ORCHESTRATOR", "HUMAN"})
-FINAL_TYPES = frozenset({"final", "done"})
-FOLLOW_UPS = ("nudge", "retry")
-ACTIVE = frozenset(
-    {TaskState.PENDING, TaskState.PLANNING, TaskState.EXECUTING, TaskState.WAITING_APPROVAL}
-)
+__all__ = [
+    "ACTIVE",
+    "EXECUTER",
+    "FINAL_TYPES",
+    "FOLLOW_UPS",
+    "PLANNER",
+    "RESUME_META",
+    "RESUME_MSG",
+    "USER_TARGETS",
+    "Endings",
+    "Routing",
+    "agent_env",
+]
+
 RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
 
@@ -92,8 +113,8 @@ class LoopState:
     retry_at: float | None = None
 
 
-class RouterBase:
-    """The router's shared state and its endings (see :class:`~politerm.engine.router.Router`).
+class Routing:
+    """The router's shared state: its agents and their loops, the store, and its flags.
 
     Parameters
     ----------
@@ -118,19 +139,20 @@ class RouterBase:
         self.config = config
         self.store = store
         self.templates = templates or Templates(contract=config.routing.contract)
-        self._nonce_required = nonce_required(config.routing.require_nonce, config.routing.contract)
-        self._poliseed = config.routing.contract == Contract.POLISEED.value
+        self.nonce_required = nonce_required(config.routing.require_nonce, config.routing.contract)
+        self.poliseed = config.routing.contract == Contract.POLISEED.value
         self.policy = ApprovalPolicy.of(config.routing.approval, config.routing.approval_patterns)
         self.agents: dict[str, AgentDriver] = {
             name: spec if isinstance(spec, AgentDriver) else self._attach(name, *spec)
             for name, spec in agents.items()
         }
         self.loops = {name: LoopState() for name in self.agents}
-        self._stop = asyncio.Event()
-        self._fatal: str | None = None
+        self.stopping = asyncio.Event()
+        # Why routing stopped for good (tmux server gone), if it did.
+        self.fatal: str | None = None
         # Agents whose input box holds a dead-lettered prompt, to be cleared.
-        self._clear_later: set[str] = set()
-        self._dead: set[str] = set()
+        self.clear_later: set[str] = set()
+        self.dead: set[str] = set()
 
     def _attach(self, name: str, profile: AgentProfile, pane: Pane) -> AgentDriver:
         acfg = self.config.agents.get(name)
@@ -156,30 +178,52 @@ class RouterBase:
 
     def stop(self) -> None:
         """Ask every loop to finish (a step under way completes first)."""
-        self._stop.set()
+        self.stopping.set()
         for loop in self.loops.values():
             loop.wake.set()
 
-    @property
-    def fatal(self) -> str | None:
-        """Why routing stopped for good (tmux server gone), if it did."""
-        return self._fatal
+    def agent_named(self, name: str) -> str | None:
+        """The agent called ``name`` (any case), if there is one."""
+        return decide.agent_named(self.agents, name)
 
-    # --- endings --------------------------------------------------------------------------
+    def event(self, kind: str, msg: Message, *, detail: str) -> None:
+        """Record an event about ``msg`` (its task, its recipient)."""
+        self.store.add_event(kind, task_id=msg.task_id, agent=msg.recipient, detail=detail)
 
-    def _ack_turn(self, turn: Turn) -> None:
+    def step_timeout(self, agent: str) -> float:
+        """How long ``agent``'s step (plan or exec) may take."""
+        timeouts = self.config.timeouts
+        return timeouts.plan if agent == PLANNER else timeouts.exec
+
+
+class Endings:
+    """How things end, in one place: turns, failed tasks, dead agents, a dead server.
+
+    Parameters
+    ----------
+    routing
+        The router's shared state.
+    """
+
+    def __init__(self, routing: Routing) -> None:
+        self.routing = routing
+        self.store = routing.store
+
+    def ack_turn(self, turn: Turn) -> None:
+        """The turn's prompt was answered: DELIVERED → ACKNOWLEDGED."""
         if turn.message_id is None:
             return
         msg = self.store.get_message(turn.message_id)
         if msg is not None and msg.state is MessageState.DELIVERED:
             self.store.transition(msg.id, MessageState.ACKNOWLEDGED, expect=MessageState.DELIVERED)
 
-    def _end_turn(self, name: str, turn: Turn, reason: TurnEnd = TurnEnd.ANSWERED) -> None:
+    def end_turn(self, name: str, turn: Turn, reason: TurnEnd = TurnEnd.ANSWERED) -> None:
+        """End ``name``'s turn; the follow-ups queued for it die with it."""
         self.store.end_turn(name, turn.nonce, reason)
-        driver = self.agents.get(name)
+        driver = self.routing.agents.get(name)
         if driver is not None:
             driver.turn_ended()
-        loop = self.loops.get(name)
+        loop = self.routing.loops.get(name)
         if loop is not None and loop.turn_nonce == turn.nonce:
             loop.turn_nonce = None
         # Follow-ups for a turn that is over are moot.
@@ -188,14 +232,14 @@ class RouterBase:
             if m.type in FOLLOW_UPS:
                 self.store.transition(m.id, MessageState.DEAD, error="turn already over")
 
-    def _end_task_turns(self, task_id: str, reason: TurnEnd, *, resumable: bool = False) -> None:
+    def end_task_turns(self, task_id: str, reason: TurnEnd, *, resumable: bool = False) -> None:
         """End every open turn of ``task_id``: a finished task never leaves an agent busy.
 
         Its queued messages die with it, unless the task may be resumed: then only each
         turn's own undelivered prompt does (``poli up --resume`` sends it once, as a copy).
         """
         for turn in self.store.turns_of_task(task_id):
-            self._end_turn(turn.agent, turn, reason)
+            self.end_turn(turn.agent, turn, reason)
             msg = self.store.get_message(turn.message_id) if turn.message_id else None
             if msg is None:
                 continue
@@ -211,7 +255,7 @@ class RouterBase:
             if m.state in (MessageState.QUEUED, MessageState.RETRIED, MessageState.PARSED):
                 self.store.transition(m.id, MessageState.DEAD, error=f"task {task_id} ended")
 
-    def _fail(
+    def fail(
         self,
         task_id: str,
         why: str,
@@ -219,78 +263,57 @@ class RouterBase:
         resumable: TaskState | None = None,
         reason: TurnEnd = TurnEnd.TASK_ENDED,
     ) -> None:
+        """Fail an active task: its turns end, its queued messages die, the loops wake."""
         task = self.store.get_task(task_id)
         if task is None or task.state not in (*ACTIVE, TaskState.WAITING_USER):
             return
         with self.store.batch():
             if resumable is not None:
                 self.store.set_meta(f"{RESUME_META}{task_id}", resumable.value)
-            self._end_task_turns(task_id, reason, resumable=resumable is not None)
+            self.end_task_turns(task_id, reason, resumable=resumable is not None)
             self.store.update_task(task_id, state=TaskState.FAILED, error=why)
             self.store.clear_expectation(task_id)
             self.store.add_event("failed", task_id=task_id, detail=why)
-        for name in self.agents:
-            self.wake(name)
+        for name in self.routing.agents:
+            self.routing.wake(name)
         log.error("task %s failed: %s", task_id, why)
 
-    def _agent_died(self, name: str, evidence: t.Sequence[str]) -> None:
-        if name in self._dead:
+    def agent_died(self, name: str, evidence: t.Sequence[str]) -> None:
+        """The agent exited: mark it, and fail (resumably) the tasks it had."""
+        if name in self.routing.dead:
             return
-        self._dead.add(name)
-        self.agents[name].mark_exited()
+        self.routing.dead.add(name)
+        self.routing.agents[name].mark_exited()
         with contextlib.suppress(StoreError):
             if self.store.get_agent(name) is not None:
                 self.store.set_agent_state(name, AgentState.EXITED.value)
         screen = " | ".join(evidence)
         self.store.add_event("agent-exited", agent=name, detail=screen)
         turn = self.store.current_turn(name)
-        for task in self.store.list_tasks(active_only=True):
-            if task.state is TaskState.PENDING:
-                continue
-            exp = self.store.get_expectation(task.id)
-            involved = (exp is not None and exp.sender == name) or (
-                turn is not None and turn.task_id == task.id
-            )
-            if involved:
-                step = "plan" if name == PLANNER else "exec"
-                self._fail(
-                    task.id,
-                    f"agent {name} exited during the {step} step of task {task.id} "
-                    f"({screen}); run `poli up --resume` to restart it and continue",
-                    resumable=task.state,
-                    reason=TurnEnd.AGENT_DIED,
-                )
+        for failure in decide.tasks_of_dead_agent(
+            name, screen, turn.task_id if turn else None, self.involvements()
+        ):
+            self.carry_fail(failure)
 
-    def _server_gone(self, why: str) -> None:
-        if self._fatal is not None:
+    def involvements(self) -> list[Involvement]:
+        """The active tasks, with the agent each one's step waits for."""
+        out = []
+        for task in self.store.list_tasks(active_only=True):
+            exp = (
+                self.store.get_expectation(task.id) if task.state is not TaskState.PENDING else None
+            )
+            out.append(Involvement(task.id, task.state, exp.sender if exp else None))
+        return out
+
+    def carry_fail(self, failure: FailTask) -> None:
+        """Carry out a decided failure."""
+        self.fail(failure.task_id, failure.why, resumable=failure.resumable, reason=failure.reason)
+
+    def server_gone(self, why: str) -> None:
+        """The tmux server died: fail (resumably) every started task and stop routing."""
+        if self.routing.fatal is not None:
             return
-        self._fatal = why
-        for task in self.store.list_tasks(active_only=True):
-            if task.state is TaskState.PENDING:
-                continue  # nothing of it was sent: the next router starts it as usual
-            self._fail(
-                task.id,
-                f"the tmux server is gone ({why}); run `poli up --resume` to restart the agents "
-                "and continue",
-                resumable=task.state,
-                reason=TurnEnd.AGENT_DIED,
-            )
-        self.stop()
-
-    def _agent_named(self, name: str) -> str | None:
-        upper = name.upper()
-        for agent in self.agents:
-            if agent.upper() == upper:
-                return agent
-        return None
-
-    def _event(self, kind: str, msg: Message, *, detail: str) -> None:
-        self.store.add_event(kind, task_id=msg.task_id, agent=msg.recipient, detail=detail)
-
-    def _step_timeout(self, agent: str) -> float:
-        timeouts = self.config.timeouts
-        return timeouts.plan if agent == PLANNER else timeouts.exec
-
-    @staticmethod
-    def _now() -> float:
-        return time.time()
+        self.routing.fatal = why
+        for failure in decide.server_gone_failures(why, self.involvements()):
+            self.carry_fail(failure)
+        self.routing.stop()

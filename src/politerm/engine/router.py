@@ -27,6 +27,8 @@ import zlib
 
 from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
+from politerm.engine.deadlines import Deadlines
+from politerm.engine.effects import BlockEffects
 from politerm.engine.routebase import (
     ACTIVE,
     EXECUTER,
@@ -36,6 +38,8 @@ from politerm.engine.routebase import (
     RESUME_META,
     RESUME_MSG,
     USER_TARGETS,
+    Endings,
+    Routing,
 )
 from politerm.engine.sending import Sending
 from politerm.errors import (
@@ -49,7 +53,11 @@ from politerm.store.models import TaskState, TurnEnd, TurnState
 from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
+    from politerm.config import Config
     from politerm.driver import AgentDriver, Observation
+    from politerm.engine.routebase import AgentSpec
+    from politerm.engine.templates import Templates
+    from politerm.store import RunStore
     from politerm.store.models import Task, Turn
 
 log = logging.getLogger(__name__)
@@ -116,8 +124,12 @@ def idle_backstop(name: str) -> float:
     return IDLE_BACKSTOP * (1 + spread)
 
 
-class Router(Sending):
+class Router:
     """Routes messages between the agents of one session.
+
+    Composed of its parts, each an object with its own interface: :class:`Routing` (the
+    shared state), :class:`Endings`, :class:`Deadlines`, :class:`Sending` and
+    :class:`BlockEffects`; the decisions they carry out are :mod:`politerm.engine.decide`'s.
 
     Parameters
     ----------
@@ -131,6 +143,39 @@ class Router(Sending):
     templates
         The prompts.
     """
+
+    def __init__(
+        self,
+        config: Config,
+        store: RunStore,
+        agents: t.Mapping[str, AgentSpec],
+        *,
+        templates: Templates | None = None,
+    ) -> None:
+        self.routing = Routing(config, store, agents, templates=templates)
+        self.config, self.store = config, store
+        self.agents, self.loops = self.routing.agents, self.routing.loops
+        self.endings = Endings(self.routing)
+        self.deadlines = Deadlines(self.routing, self.endings)
+        self.sending = Sending(self.routing, self.endings, self.deadlines)
+        self.effects = BlockEffects(self.routing, self.endings, self.deadlines, self.sending)
+        self._data_version = -1
+        self._next_scan = 0.0
+        self._in_flight = True
+        self._events: EventCursor | None = None
+
+    def wake(self, name: str) -> None:
+        """Wake one agent's loop."""
+        self.routing.wake(name)
+
+    def stop(self) -> None:
+        """Ask every loop to finish (a step under way completes first)."""
+        self.routing.stop()
+
+    @property
+    def fatal(self) -> str | None:
+        """Why routing stopped for good (tmux server gone), if it did."""
+        return self.routing.fatal
 
     async def run(self, *, until: t.Callable[[], bool] | None = None) -> None:
         """Route until :meth:`stop`, a fatal error, or ``until()`` turns true.
@@ -149,22 +194,22 @@ class Router(Sending):
         self._in_flight = True
         loops = [
             asyncio.create_task(self._agent_loop(d), name=f"agent-{d.name}")
-            for d in self.agents.values()
+            for d in self.routing.agents.values()
         ]
         # Woken by commits (any process) instead of a timer; see politerm.store.watch.
         watch = StoreWatch(self.store.path)
         await watch.start()
         self._events = EventCursor(self.store)
         try:
-            while not self._stop.is_set():
+            while not self.routing.stopping.is_set():
                 committed = watch.event()
                 await self._tick()
-                if self._fatal is not None:
+                if self.routing.fatal is not None:
                     break
                 if until is not None and until():
                     break
                 bound = SCAN_EVERY if self._in_flight else IDLE_TICK
-                await _first(self._stop, committed, timeout=bound)
+                await _first(self.routing.stopping, committed, timeout=bound)
                 self._next_scan = 0.0 if committed.is_set() else self._next_scan
         finally:
             await watch.close()
@@ -175,18 +220,18 @@ class Router(Sending):
             for task in loops:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            if self._fatal is None:
+            if self.routing.fatal is None:
                 await self._last_look()
-        if self._fatal is not None:
-            raise ServerNotRunning(self._fatal)
+        if self.routing.fatal is not None:
+            raise ServerNotRunning(self.routing.fatal)
 
     async def recover(self) -> None:
         """Settle every delivery a previous router left half-done (``kill -9``)."""
-        for driver in self.agents.values():
+        for driver in self.routing.agents.values():
             snap = await driver.snapshot()
             if snap is not None:
-                await self._settle_in_flight(driver, snap)
-            self.loops[driver.name].settled = True
+                await self.sending.settle_in_flight(driver, snap)
+            self.routing.loops[driver.name].settled = True
 
     async def _last_look(self) -> None:
         """Read each open turn's answer already on screen once more before stopping.
@@ -195,7 +240,7 @@ class Router(Sending):
         the agent or the tmux server dies before the next router reads it, the resume would
         have to send its prompt again.
         """
-        for driver in self.agents.values():
+        for driver in self.routing.agents.values():
             turn = self.store.current_turn(driver.name)
             if driver.dead or turn is None or turn.state is TurnState.DELIVERING:
                 continue
@@ -218,10 +263,10 @@ class Router(Sending):
             obs = await driver.observe(task_id=turn.task_id)
             if obs.state is AgentState.EXITED:
                 return
-            await self._scan_turn(driver, turn, obs)
+            await self.effects.scan_turn(driver, turn, obs)
             current = self.store.current_turn(driver.name)
             # A block seen once waits for a second look (BlockParser settle) before it counts.
-            waiting = self.loops[driver.name].held or driver.blocks_settling
+            waiting = self.routing.loops[driver.name].held or driver.blocks_settling
             if not waiting or current is None or current.nonce != turn.nonce:
                 return
             await wait_event(output, 0.25)
@@ -229,9 +274,9 @@ class Router(Sending):
     # --- the loops ------------------------------------------------------------------------
 
     async def _agent_loop(self, driver: AgentDriver) -> None:
-        loop = self.loops[driver.name]
+        loop = self.routing.loops[driver.name]
         # A delivery handed to this loop is typed even when the router is stopping.
-        while not driver.dead and (not self._stop.is_set() or loop.handoff is not None):
+        while not driver.dead and (not self.routing.stopping.is_set() or loop.handoff is not None):
             output = driver.output_event()
             loop.wake.clear()
             try:
@@ -240,10 +285,10 @@ class Router(Sending):
                 log.warning("agent %s: %s", driver.name, exc)
                 pane = driver.pane
                 if pane is not None and pane.client.dead_reason is not None:
-                    self._server_gone(pane.client.dead_reason)
+                    self.endings.server_gone(pane.client.dead_reason)
                     return
             except ServerNotRunning as exc:
-                self._server_gone(str(exc))
+                self.endings.server_gone(str(exc))
                 return
             except TmuxLookupError as exc:
                 # tmux did not answer in time; look again at the next wake-up.
@@ -255,7 +300,7 @@ class Router(Sending):
                 log.exception("agent %s: routing step failed; retrying", driver.name)
                 self.store.add_event("error", agent=driver.name, detail="routing step failed")
                 await asyncio.sleep(0.5)
-            if self._stop.is_set() and loop.handoff is None:
+            if self.routing.stopping.is_set() and loop.handoff is None:
                 return
             if loop.handoff is not None:
                 continue
@@ -290,7 +335,7 @@ class Router(Sending):
         due = driver.limit_due_in()
         if due is not None:
             return max(0.5, min(due, IDLE_BACKSTOP))  # the resume at the limit's reset
-        loop = self.loops[driver.name]
+        loop = self.routing.loops[driver.name]
         if loop.turn_nonce is not None:
             if driver.blocks_settling:
                 return driver.profile.block_settle  # the second look that lets a block count
@@ -310,11 +355,11 @@ class Router(Sending):
 
     async def _step(self, driver: AgentDriver) -> None:
         name = driver.name
-        loop = self.loops[name]
+        loop = self.routing.loops[name]
         if loop.handoff is not None:
             # Begun in the commit of the block that forwarded it: type it now.
             begun, loop.handoff = loop.handoff, None
-            await self._send_handoff(driver, begun)
+            await self.sending.send_handoff(driver, begun)
             return
         turn = self.store.current_turn(name)
         # The state row the look brings joins this step's own commit (a block's effects,
@@ -327,18 +372,18 @@ class Router(Sending):
 
     async def _after_look(self, driver: AgentDriver, turn: Turn | None, obs: Observation) -> None:
         name = driver.name
-        loop = self.loops[name]
+        loop = self.routing.loops[name]
         if obs.state is AgentState.EXITED:
-            self._agent_died(name, obs.reading.evidence)
+            self.endings.agent_died(name, obs.reading.evidence)
             return
         if not loop.settled:
             # A delivery a previous router left half-done comes before anything else.
             loop.settled = True
             if self.store.in_flight(name):
-                await self._settle_in_flight(driver, obs.snap)
+                await self.sending.settle_in_flight(driver, obs.snap)
                 return
-        if name in self._clear_later and obs.state is AgentState.READY:
-            self._clear_later.discard(name)
+        if name in self.routing.clear_later and obs.state is AgentState.READY:
+            self.routing.clear_later.discard(name)
             await driver.clear_input()
             return
         task: Task | None = None
@@ -346,31 +391,31 @@ class Router(Sending):
             task = self.store.get_task(turn.task_id)
             if task is None or task.state not in ACTIVE:
                 # Its task ended elsewhere (failed, aborted, answered): the agent is free.
-                self._end_turn(name, turn, TurnEnd.TASK_ENDED)
+                self.endings.end_turn(name, turn, TurnEnd.TASK_ENDED)
                 turn = None
         loop.turn_nonce = turn.nonce if turn else None
         if turn is not None:
             loop.last_nonce = turn.nonce
             loop.turn_seen = time.monotonic()
             if task is not None:
-                self._approval_task_state(driver, task, obs)
+                self.effects.approval_task_state(driver, task, obs)
             if await self._over_budget(driver, turn):
                 return
-            await self._scan_turn(driver, turn, obs)
+            await self.effects.scan_turn(driver, turn, obs)
             turn = self.store.current_turn(name)
             loop.turn_nonce = turn.nonce if turn else None
         elif driver.profile.transcript is not None:
             # The turn was answered on screen; the transcript may still be catching up, and
             # its copy of the block is cross-checked when it arrives.
-            nonce = loop.last_nonce if self._nonce_required else None
+            nonce = loop.last_nonce if self.routing.nonce_required else None
             driver.follow_transcript(nonce)
         now = time.monotonic()
         if (
             turn is not None
             and turn.state is TurnState.WAITING
-            and self._idle_without_block(driver, turn, now)
+            and self.effects.idle_without_block(driver, turn, now)
         ):
-            self._answered_without_block(driver, turn, obs.snap)
+            self.effects.answered_without_block(driver, turn, obs.snap)
             turn = self.store.current_turn(name)
         if driver.state is not AgentState.READY:
             return
@@ -384,7 +429,7 @@ class Router(Sending):
         else:
             msg = self.store.next_queued(name)
         if msg is not None:
-            await self._deliver(driver, msg, turn, obs.snap)
+            await self.sending.deliver(driver, msg, turn, obs.snap)
 
     async def _over_budget(self, driver: AgentDriver, turn: Turn) -> bool:
         """Count the turn's tokens; over a ``[budget]`` cap, interrupt it and fail its task."""
@@ -395,7 +440,7 @@ class Router(Sending):
         self.store.add_event(
             "budget", task_id=turn.task_id, agent=driver.name, detail=f"turn ended: {over}"
         )
-        self._fail(turn.task_id, over, reason=TurnEnd.OVER_BUDGET)
+        self.endings.fail(turn.task_id, over, reason=TurnEnd.OVER_BUDGET)
         return True
 
     # --- the store tick: new tasks, deadlines, aborts -------------------------------------
@@ -406,8 +451,10 @@ class Router(Sending):
         if version != self._data_version:
             # Another process committed: wake only the loops it gave something to do.
             self._data_version = version
-            for name in agents_with_work(self.store, self.agents, self._events.read()):
-                self.wake(name)
+            for name in agents_with_work(
+                self.store, self.routing.agents, self._events.read() if self._events else ()
+            ):
+                self.routing.wake(name)
         elif now < self._next_scan:
             return
         self._next_scan = now + SCAN_EVERY
@@ -415,10 +462,10 @@ class Router(Sending):
         self._in_flight = bool(active) or bool(self.store.list_expectations())
         for task in active:
             if task.state is TaskState.PENDING:
-                self._start_task(task)
-        self._check_deadlines(time.time())
+                self.deadlines.start_task(task)
+        self.deadlines.check(time.time())
         for msg in self.store.expire_messages(time.time()):
-            self._event("dead-letter", msg, detail="ttl expired")
+            self.routing.event("dead-letter", msg, detail="ttl expired")
 
 
 async def _first(*events: asyncio.Event, timeout: float) -> None:

@@ -16,7 +16,7 @@ import typing as t
 
 from politerm.driver import Outcome
 from politerm.driver.leftover import resume
-from politerm.engine.deadlines import Deadlines
+from politerm.engine import decide
 from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, Begun
 from politerm.protocol.primer import new_nonce
 from politerm.store.journal import Serves, Workflow
@@ -24,24 +24,41 @@ from politerm.store.models import MessageState, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, DeliveryResult
+    from politerm.engine.deadlines import Deadlines
+    from politerm.engine.routebase import Endings, Routing
     from politerm.store.models import Message, Task, Turn
     from politerm.terminal import Snapshot
 
 
-class Sending(Deadlines):
-    """Delivering messages and settling in-flight ones (part of the router)."""
+class Sending:
+    """Delivering messages and settling in-flight ones (a part of the router).
 
-    async def _deliver(
+    Parameters
+    ----------
+    routing
+        The router's shared state.
+    endings
+        Marks an agent dead, fails a task whose message was dead-lettered.
+    deadlines
+        Starts a step's clock when its prompt is confirmed.
+    """
+
+    def __init__(self, routing: Routing, endings: Endings, deadlines: Deadlines) -> None:
+        self.routing, self.store, self.config = routing, routing.store, routing.config
+        self.endings, self.deadlines = endings, deadlines
+
+    async def deliver(
         self, driver: AgentDriver, msg: Message, turn: Turn | None, snap: Snapshot
     ) -> None:
+        """Begin ``msg``'s delivery (its turn opens) and type it."""
         # The intent is committed without waiting for the disk: the outcome's commit right
         # after the delivery is durable and takes it along (see RunStore.batch).
         with self.store.batch(durable=False):
             driver.record_row()
-            begun = self._begin(driver, msg, turn, snap)
-        await self._send(driver, begun)
+            begun = self.begin(driver, msg, turn, snap)
+        await self.send(driver, begun)
 
-    def _begin(
+    def begin(
         self,
         driver: AgentDriver,
         msg: Message,
@@ -73,7 +90,7 @@ class Sending(Deadlines):
         else:
             nonce = turn.nonce if follow_up and turn is not None else new_nonce()
         kept = msg.text if msg.turn_nonce == nonce else None
-        text = kept or self._render(msg, nonce, task)
+        text = kept or self.render(msg, nonce, task)
         msg = self.store.transition(
             msg.id,
             MessageState.DELIVERING,
@@ -89,11 +106,11 @@ class Sending(Deadlines):
                 message_id=msg.id,
                 start_line=driver.turn_start(snap),
             )
-            self.loops[driver.name].turn_nonce = nonce
+            self.routing.loops[driver.name].turn_nonce = nonce
             driver.new_turn()
         return Begun(msg, nonce, text, stranded=stranded, follow_up=follow_up)
 
-    async def _send(self, driver: AgentDriver, begun: Begun | None) -> None:
+    async def send(self, driver: AgentDriver, begun: Begun | None) -> None:
         """Type a begun delivery and record its outcome (durably, on every path)."""
         try:
             if begun is not None:
@@ -103,25 +120,24 @@ class Sending(Deadlines):
                     serves=_serves(begun.msg),
                     nonce=begun.nonce,
                 )
-                self._settled(driver, begun.msg, begun.nonce, result, follow_up=begun.follow_up)
+                self.settled(driver, begun.msg, begun.nonce, result, follow_up=begun.follow_up)
         finally:
             self.store.sync()
 
-    def _hand_off(
-        self, target: str, msg: Message, snap: Snapshot, task: Task | None = None
-    ) -> bool:
-        driver, loop = self.agents[target], self.loops[target]
+    def hand_off(self, target: str, msg: Message, snap: Snapshot, task: Task | None = None) -> bool:
+        """Begin ``msg``'s delivery for ``target``'s loop to type (inside a block's batch)."""
+        driver, loop = self.routing.agents[target], self.routing.loops[target]
         if (
             driver.dead
             or loop.handoff is not None
             or not loop.settled
-            or target in self._clear_later
+            or target in self.routing.clear_later
         ):
             return False
-        loop.handoff = self._begin(driver, msg, None, snap, task)
+        loop.handoff = self.begin(driver, msg, None, snap, task)
         return loop.handoff is not None
 
-    async def _send_handoff(self, driver: AgentDriver, begun: Begun) -> None:
+    async def send_handoff(self, driver: AgentDriver, begun: Begun) -> None:
         """Deliver what a block's commit began for this agent (see BlockEffects).
 
         Between that commit and now its task may have ended (an abort, a failure): then
@@ -147,9 +163,9 @@ class Sending(Deadlines):
                 if turn is not None and turn.nonce == begun.nonce:
                     self.store.end_turn(driver.name, turn.nonce, TurnEnd.TASK_ENDED)
             return
-        await self._send(driver, begun)
+        await self.send(driver, begun)
 
-    def _settled(
+    def settled(
         self,
         driver: AgentDriver,
         msg: Message,
@@ -162,79 +178,91 @@ class Sending(Deadlines):
         """Record how a delivery ended: delivered, retried later, or dead-lettered."""
         name = driver.name
         evidence = " | ".join(result.evidence)
-        if result.outcome is Outcome.DELIVERED or (
-            result.outcome is Outcome.BLOCKED and result.submitted
-        ):
-            with self.store.batch():
-                self.store.transition(
-                    msg.id,
-                    MessageState.DELIVERED,
-                    expect=MessageState.DELIVERING,
-                    evidence=evidence,
-                )
-                self.store.set_turn_state(name, nonce, TurnState.WAITING)
-                if msg.task_id is not None and not follow_up:
-                    self._restart_clock(msg.task_id, name, time.time())
-                driver.turn_delivered(msg.task_id)
-                how = "recovered" if recovered else "delivered"
-                self._event(
-                    how,
-                    msg,
-                    detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
-                    f"({result.submits} submit, {result.elapsed * 1000:.0f} ms, "
-                    f"confirmed by {result.source})",
-                )
-            return
-        if result.outcome is Outcome.AGENT_EXITED:
-            with self.store.batch():
-                self.store.transition(
-                    msg.id,
-                    MessageState.RETRIED,
-                    expect=MessageState.DELIVERING,
-                    error="agent exited",
-                )
-            self._agent_died(name, result.evidence)
-            return
-        # STRANDED, or BLOCKED before submitting: try again later, then dead-letter.
-        task = self.store.get_task(msg.task_id) if msg.task_id else None
+        actions = decide.delivery_ended(
+            decide.Delivery(
+                result.outcome,
+                result.submitted,
+                result.rule,
+                evidence,
+                name,
+                msg.type,
+                msg.attempts,
+                self.config.routing.max_attempts,
+                follow_up,
+                msg.task_id,  # a task gone meanwhile is not failed (see _fail)
+            )
+        )
         with self.store.batch():
-            if not follow_up:
-                self.store.end_turn(name, nonce, TurnEnd.NOT_DELIVERED)
-                self.loops[name].turn_nonce = None
-            if msg.attempts < self.config.routing.max_attempts:
-                self.loops[name].retry_at = time.monotonic() + retry_backoff(msg.attempts)
-                self.store.transition(
-                    msg.id,
-                    MessageState.RETRIED,
-                    expect=MessageState.DELIVERING,
-                    error=f"{result.outcome.value}: {result.rule}",
-                    evidence=evidence,
-                )
-                self._event("retry", msg, detail=f"{result.outcome.value}: {evidence}")
-                return
-            self.store.transition(
-                msg.id,
-                MessageState.DEAD,
-                expect=MessageState.DELIVERING,
-                error=f"{result.outcome.value} after {msg.attempts} attempts: {result.rule}",
-                evidence=evidence,
-            )
-            self._event("dead-letter", msg, detail=f"{result.outcome.value}: {evidence}")
-        if result.outcome is Outcome.STRANDED:
-            self._clear_later.add(name)  # its text must not join the next prompt
-        if task is not None:
-            self._fail(
-                task.id,
-                f"could not deliver the {msg.type} message to {name} "
-                f"({result.outcome.value}: {result.rule}); last screen: {evidence}",
-                reason=TurnEnd.DEAD_LETTER,
-            )
+            for action in actions:
+                match action:
+                    case decide.Confirmed(restart_clock=restart):
+                        self.store.transition(
+                            msg.id,
+                            MessageState.DELIVERED,
+                            expect=MessageState.DELIVERING,
+                            evidence=evidence,
+                        )
+                        self.store.set_turn_state(name, nonce, TurnState.WAITING)
+                        if restart and msg.task_id is not None:
+                            self.deadlines.restart_clock(msg.task_id, name, time.time())
+                        driver.turn_delivered(msg.task_id)
+                        self.routing.event(
+                            "recovered" if recovered else "delivered",
+                            msg,
+                            detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
+                            f"({result.submits} submit, {result.elapsed * 1000:.0f} ms, "
+                            f"confirmed by {result.source})",
+                        )
+                    case decide.AgentGone():
+                        self.store.transition(
+                            msg.id,
+                            MessageState.RETRIED,
+                            expect=MessageState.DELIVERING,
+                            error="agent exited",
+                        )
+                    case decide.EndTurn(reason=reason):
+                        self.store.end_turn(name, nonce, reason)
+                        self.routing.loops[name].turn_nonce = None
+                    case decide.RetryLater(after=after, error=error):
+                        self.routing.loops[name].retry_at = time.monotonic() + after
+                        self.store.transition(
+                            msg.id,
+                            MessageState.RETRIED,
+                            expect=MessageState.DELIVERING,
+                            error=error,
+                            evidence=evidence,
+                        )
+                        self.routing.event(
+                            "retry", msg, detail=f"{result.outcome.value}: {evidence}"
+                        )
+                    case decide.DeadLetter(error=error, clear_input=clear):
+                        self.store.transition(
+                            msg.id,
+                            MessageState.DEAD,
+                            expect=MessageState.DELIVERING,
+                            error=error,
+                            evidence=evidence,
+                        )
+                        self.routing.event(
+                            "dead-letter", msg, detail=f"{result.outcome.value}: {evidence}"
+                        )
+                        if clear:
+                            self.routing.clear_later.add(
+                                name
+                            )  # its text must not join the next prompt
+        # Endings wake other loops and write their own batches: after the outcome's commit.
+        for action in actions:
+            if isinstance(action, decide.AgentGone):
+                self.endings.agent_died(name, result.evidence)
+            elif isinstance(action, decide.FailTask):
+                self.endings.carry_fail(action)
 
-    def _render(self, msg: Message, nonce: str, task: Task | None = None) -> str:
+    def render(self, msg: Message, nonce: str, task: Task | None = None) -> str:
+        """The prompt of ``msg`` with ``nonce``, from the templates."""
         if task is None or task.id != msg.task_id:
             task = self.store.get_task(msg.task_id) if msg.task_id else None
-        name = msg.type if msg.type in self.templates.texts else "message"
-        return self.templates.render(
+        name = msg.type if msg.type in self.routing.templates.texts else "message"
+        return self.routing.templates.render(
             name,
             msg_id=msg.msg_id,
             nonce=nonce,
@@ -248,7 +276,7 @@ class Sending(Deadlines):
 
     # --- settling what a stopped router left --------------------------------------------
 
-    async def _settle_in_flight(self, driver: AgentDriver, snap: Snapshot) -> None:
+    async def settle_in_flight(self, driver: AgentDriver, snap: Snapshot) -> None:
         """Settle every DELIVERING message of this agent before anything else is sent to it."""
         for msg in self.store.in_flight(driver.name):
             nonce = msg.turn_nonce or new_nonce()
@@ -274,8 +302,8 @@ class Sending(Deadlines):
                 detail=f"{msg.type} message found mid-delivery after a restart: {result.rule}",
             )
             if not follow_up:
-                self.loops[driver.name].turn_nonce = nonce
-            self._settled(driver, msg, nonce, result, follow_up=follow_up, recovered=True)
+                self.routing.loops[driver.name].turn_nonce = nonce
+            self.settled(driver, msg, nonce, result, follow_up=follow_up, recovered=True)
             snap = (await driver.snapshot()) or snap
 
     async def _confirm_left_over(
@@ -283,7 +311,7 @@ class Sending(Deadlines):
     ) -> DeliveryResult:
         from politerm.driver import DeliveryResult
 
-        text = msg.text or self._render(msg, msg.turn_nonce or new_nonce())
+        text = msg.text or self.render(msg, msg.turn_nonce or new_nonce())
         start = None if turn is None else turn.start_line
         mine = [r for r in self.store.journal_open(agent=driver.name) if r.serves == _serves(msg)]
         # The driver writes a prompt's row before it types: without one it never went in.
@@ -313,18 +341,3 @@ class Sending(Deadlines):
 def _serves(msg: Message) -> Serves:
     """A loop message's record in the journal of turns."""
     return Serves(Workflow.LOOP, "messages", (msg.id,))
-
-
-RETRY_FIRST = 1.0
-RETRY_MAX = 15.0
-
-
-def retry_backoff(attempts: int) -> float:
-    """Seconds before a delivery that did not get through is tried again.
-
-    Examples
-    --------
-    >>> [retry_backoff(n) for n in (1, 2, 3, 5, 9)]
-    [1.0, 2.0, 4.0, 15.0, 15.0]
-    """
-    return min(RETRY_MAX, RETRY_FIRST * 2.0 ** max(0, attempts - 1))

@@ -133,8 +133,12 @@ async def test_repl_through_a_pty(tmp_path: pathlib.Path) -> None:
             await c.wait_for("Ctrl-C stops the current step; Ctrl-D quits.")
             await c.type(f"project add web {tmp_path / 'proj'} --goal 'A web server'")
             await c.wait_for("project web added")
+            # Keys typed before readline takes the terminal again are not completed (seen
+            # under load): wait for the fresh prompt, then for the completion on the input
+            # line itself (the help above also says "project select").
+            await c.wait_for_input_line("manager (no project)>")
             await term.write(b"project sel\t")  # completion of commands and project names
-            await c.wait_for("project select")
+            await c.wait_for_input_line("manager (no project)> project select")
             await term.write(b" w\t")
             await c.wait_for("project select web")
             await term.write(b"\r")

@@ -37,6 +37,11 @@ need_venv() {
     fi
 }
 
+# The fleet tests start their own private redis-server (Debian's package).
+need_redis() {
+    need_apt redis-server redis-server "install Debian's redis-server"
+}
+
 # The web monitor's browser tests drive Debian's chromium through playwright.
 need_chromium() {
     need_apt chromium chromium "install Debian's chromium"

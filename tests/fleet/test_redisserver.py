@@ -1,0 +1,21 @@
+"""The fleet tests' redis-server: authenticated, durable across kill -9, pausable."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from tests.fleet.redisserver import RedisServer
+
+
+def test_the_server_refuses_the_default_user_and_keeps_acknowledged_writes_across_kill_9(
+    redis_server: RedisServer,
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    entry = client.xadd("s", {"k": "v"})
+    anonymous = redis.Redis.from_url(redis_server.anonymous_url)
+    with pytest.raises((redis.AuthenticationError, redis.ResponseError), match=r"(?i)auth"):
+        anonymous.ping()
+    redis_server.restart()
+    client = redis.Redis.from_url(redis_server.url)
+    assert [e[0] for e in client.xrange("s")] == [entry]

@@ -126,6 +126,8 @@ class Routing:
         The running agents: name → driver, or name → (profile, pane) to attach one.
     templates
         The prompts.
+    remote
+        The agents hosted on other nodes of the fleet (their turns go through its queue).
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class Routing:
         agents: t.Mapping[str, AgentSpec],
         *,
         templates: Templates | None = None,
+        remote: t.Collection[str] = (),
     ) -> None:
         self.config = config
         self.store = store
@@ -146,7 +149,9 @@ class Routing:
             name: spec if isinstance(spec, AgentDriver) else self._attach(name, *spec)
             for name, spec in agents.items()
         }
-        self.loops = {name: LoopState() for name in self.agents}
+        # Agents hosted on other nodes of the fleet: no driver here (engine/remote.py).
+        self.remote = frozenset(remote) - set(self.agents)
+        self.loops = {name: LoopState() for name in self.names}
         self.stopping = asyncio.Event()
         # Why routing stopped for good (tmux server gone), if it did.
         self.fatal: str | None = None
@@ -170,6 +175,11 @@ class Routing:
             **driver_settings(self.config),
         )
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every agent routed: those driven here, then those hosted on other nodes."""
+        return (*self.agents, *sorted(self.remote))
+
     def wake(self, name: str) -> None:
         """Wake one agent's loop."""
         loop = self.loops.get(name)
@@ -184,7 +194,7 @@ class Routing:
 
     def agent_named(self, name: str) -> str | None:
         """The agent called ``name`` (any case), if there is one."""
-        return decide.agent_named(self.agents, name)
+        return decide.agent_named(self.names, name)
 
     def event(self, kind: str, msg: Message, *, detail: str) -> None:
         """Record an event about ``msg`` (its task, its recipient)."""
@@ -274,7 +284,7 @@ class Endings:
             self.store.update_task(task_id, state=TaskState.FAILED, error=why)
             self.store.clear_expectation(task_id)
             self.store.add_event("failed", task_id=task_id, detail=why)
-        for name in self.routing.agents:
+        for name in self.routing.names:
             self.routing.wake(name)
         log.error("task %s failed: %s", task_id, why)
 
@@ -283,7 +293,8 @@ class Endings:
         if name in self.routing.dead:
             return
         self.routing.dead.add(name)
-        self.routing.agents[name].mark_exited()
+        if name in self.routing.agents:
+            self.routing.agents[name].mark_exited()
         with contextlib.suppress(StoreError):
             if self.store.get_agent(name) is not None:
                 self.store.set_agent_state(name, AgentState.EXITED.value)

@@ -13,7 +13,7 @@ import psutil
 
 from politerm.agents.profile import load_profile
 from politerm.driver import AgentDriver, Host
-from politerm.messaging.launch import prepare_launch
+from politerm.driver.launch import prepare_launch
 from politerm.messaging.postman import Postman
 from politerm.messaging.service import Identity, Messenger
 from politerm.store import RunStore

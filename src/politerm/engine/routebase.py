@@ -23,6 +23,7 @@ import typing as t
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver
+from politerm.driver.launch import agent_env
 from politerm.driver.limits import driver_settings
 from politerm.engine import decide
 from politerm.engine.decide import (
@@ -42,7 +43,7 @@ from politerm.store.models import MessageState, TaskState, TurnEnd
 
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
-    from politerm.config import AgentConfig, Config
+    from politerm.config import Config
     from politerm.driver import Pane
     from politerm.protocol.block import Block
     from politerm.store import RunStore
@@ -61,22 +62,12 @@ __all__ = [
     "USER_TARGETS",
     "Endings",
     "Routing",
-    "agent_env",
 ]
 
 RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
 
 AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
-
-
-def agent_env(name: str, acfg: AgentConfig, profile: AgentProfile) -> dict[str, str]:
-    """The environment of a session agent: its profile's, its own history file's, its own.
-
-    Every driver of the agent uses it too, so that they read the history file it writes.
-    """
-    cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
-    return {**profile.env, **profile.history_env(name, cwd), **acfg.env}
 
 
 @dataclasses.dataclass(frozen=True)

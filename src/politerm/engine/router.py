@@ -300,9 +300,9 @@ class Router:
                 await self._step(driver)
             except (PaneNotFound, ControlModeError) as exc:
                 log.warning("agent %s: %s", driver.name, exc)
-                pane = driver.pane
-                if pane is not None and pane.client.dead_reason is not None:
-                    self.endings.server_gone(pane.client.dead_reason)
+                gone = driver.host_gone()
+                if gone is not None:
+                    self.endings.server_gone(gone)
                     return
             except ServerNotRunning as exc:
                 self.endings.server_gone(str(exc))

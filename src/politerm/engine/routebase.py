@@ -23,6 +23,7 @@ import typing as t
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver
+from politerm.driver.launch import agent_env
 from politerm.driver.limits import driver_settings
 from politerm.engine import decide
 from politerm.engine.decide import (
@@ -42,7 +43,7 @@ from politerm.store.models import MessageState, TaskState, TurnEnd
 
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
-    from politerm.config import AgentConfig, Config
+    from politerm.config import Config
     from politerm.driver import Pane
     from politerm.protocol.block import Block
     from politerm.store import RunStore
@@ -61,22 +62,12 @@ __all__ = [
     "USER_TARGETS",
     "Endings",
     "Routing",
-    "agent_env",
 ]
 
 RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
 
 AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
-
-
-def agent_env(name: str, acfg: AgentConfig, profile: AgentProfile) -> dict[str, str]:
-    """The environment of a session agent: its profile's, its own history file's, its own.
-
-    Every driver of the agent uses it too, so that they read the history file it writes.
-    """
-    cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
-    return {**profile.env, **profile.history_env(name, cwd), **acfg.env}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +117,8 @@ class Routing:
         The running agents: name → driver, or name → (profile, pane) to attach one.
     templates
         The prompts.
+    remote
+        The agents hosted on other nodes of the fleet (their turns go through its queue).
     """
 
     def __init__(
@@ -135,6 +128,7 @@ class Routing:
         agents: t.Mapping[str, AgentSpec],
         *,
         templates: Templates | None = None,
+        remote: t.Collection[str] = (),
     ) -> None:
         self.config = config
         self.store = store
@@ -146,7 +140,9 @@ class Routing:
             name: spec if isinstance(spec, AgentDriver) else self._attach(name, *spec)
             for name, spec in agents.items()
         }
-        self.loops = {name: LoopState() for name in self.agents}
+        # Agents hosted on other nodes of the fleet: no driver here (engine/remote.py).
+        self.remote = frozenset(remote) - set(self.agents)
+        self.loops = {name: LoopState() for name in self.names}
         self.stopping = asyncio.Event()
         # Why routing stopped for good (tmux server gone), if it did.
         self.fatal: str | None = None
@@ -170,6 +166,11 @@ class Routing:
             **driver_settings(self.config),
         )
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every agent routed: those driven here, then those hosted on other nodes."""
+        return (*self.agents, *sorted(self.remote))
+
     def wake(self, name: str) -> None:
         """Wake one agent's loop."""
         loop = self.loops.get(name)
@@ -184,7 +185,7 @@ class Routing:
 
     def agent_named(self, name: str) -> str | None:
         """The agent called ``name`` (any case), if there is one."""
-        return decide.agent_named(self.agents, name)
+        return decide.agent_named(self.names, name)
 
     def event(self, kind: str, msg: Message, *, detail: str) -> None:
         """Record an event about ``msg`` (its task, its recipient)."""
@@ -274,7 +275,7 @@ class Endings:
             self.store.update_task(task_id, state=TaskState.FAILED, error=why)
             self.store.clear_expectation(task_id)
             self.store.add_event("failed", task_id=task_id, detail=why)
-        for name in self.routing.agents:
+        for name in self.routing.names:
             self.routing.wake(name)
         log.error("task %s failed: %s", task_id, why)
 
@@ -283,7 +284,8 @@ class Endings:
         if name in self.routing.dead:
             return
         self.routing.dead.add(name)
-        self.routing.agents[name].mark_exited()
+        if name in self.routing.agents:
+            self.routing.agents[name].mark_exited()
         with contextlib.suppress(StoreError):
             if self.store.get_agent(name) is not None:
                 self.store.set_agent_state(name, AgentState.EXITED.value)

@@ -11,6 +11,7 @@ input box → submit and confirm; nothing there, or no row (never typed) → del
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import typing as t
 
@@ -71,11 +72,10 @@ class Sending:
         None when its task ended meanwhile (the message is dead-lettered instead). ``task``:
         its task as read in this same batch, if the caller has it.
         """
-        if task is None or task.id != msg.task_id:
-            task = self.store.get_task(msg.task_id) if msg.task_id else None
-        if task is not None and task.state not in ACTIVE:
-            self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
+        live = self._live_task(msg, task)
+        if live is False:
             return None
+        task = live
         follow_up = msg.type in FOLLOW_UPS and turn is not None
         # A STRANDED attempt left the text (with its nonce) in the input box: submit that,
         # do not paste it again.
@@ -89,6 +89,39 @@ class Sending:
             nonce = msg.turn_nonce
         else:
             nonce = turn.nonce if follow_up and turn is not None else new_nonce()
+        begun = self._open(driver.name, msg, task, nonce, driver.turn_start(snap), follow_up)
+        if not follow_up:
+            driver.new_turn()
+        return dataclasses.replace(begun, stranded=stranded)
+
+    def begin_remote(self, name: str, msg: Message) -> Begun | None:
+        """Mark ``msg`` DELIVERING for an agent on another node (inside a store batch).
+
+        Its node types it under a lease of the fleet's work; None when its task ended.
+        """
+        task = self._live_task(msg, None)
+        if task is False:
+            return None
+        return self._open(name, msg, task, new_nonce(), -1, follow_up=False)
+
+    def _live_task(self, msg: Message, task: Task | None) -> Task | t.Literal[False] | None:
+        """``msg``'s task (None: it has none); False when it ended (``msg`` goes DEAD)."""
+        if task is None or task.id != msg.task_id:
+            task = self.store.get_task(msg.task_id) if msg.task_id else None
+        if task is not None and task.state not in ACTIVE:
+            self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
+            return False
+        return task
+
+    def _open(
+        self,
+        name: str,
+        msg: Message,
+        task: Task | None,
+        nonce: str,
+        start_line: int,
+        follow_up: bool,
+    ) -> Begun:
         kept = msg.text if msg.turn_nonce == nonce else None
         text = kept or self.render(msg, nonce, task)
         msg = self.store.transition(
@@ -100,15 +133,10 @@ class Sending:
         )
         if not follow_up:
             self.store.start_turn(
-                driver.name,
-                nonce=nonce,
-                task_id=msg.task_id,
-                message_id=msg.id,
-                start_line=driver.turn_start(snap),
+                name, nonce=nonce, task_id=msg.task_id, message_id=msg.id, start_line=start_line
             )
-            self.routing.loops[driver.name].turn_nonce = nonce
-            driver.new_turn()
-        return Begun(msg, nonce, text, stranded=stranded, follow_up=follow_up)
+            self.routing.loops[name].turn_nonce = nonce
+        return Begun(msg, nonce, text, follow_up=follow_up)
 
     async def send(self, driver: AgentDriver, begun: Begun | None) -> None:
         """Type a begun delivery and record its outcome (durably, on every path)."""
@@ -176,7 +204,22 @@ class Sending:
         recovered: bool = False,
     ) -> None:
         """Record how a delivery ended: delivered, retried later, or dead-lettered."""
-        name = driver.name
+        self.outcome(
+            driver.name, msg, nonce, result, follow_up=follow_up, recovered=recovered, driver=driver
+        )
+
+    def outcome(
+        self,
+        name: str,
+        msg: Message,
+        nonce: str,
+        result: DeliveryResult,
+        *,
+        follow_up: bool,
+        recovered: bool = False,
+        driver: AgentDriver | None = None,
+    ) -> None:
+        """Record how ``name``'s delivery ended (its driver, when it runs here, is told)."""
         evidence = " | ".join(result.evidence)
         actions = decide.delivery_ended(
             decide.Delivery(
@@ -205,7 +248,8 @@ class Sending:
                         self.store.set_turn_state(name, nonce, TurnState.WAITING)
                         if restart and msg.task_id is not None:
                             self.deadlines.restart_clock(msg.task_id, name, time.time())
-                        driver.turn_delivered(msg.task_id)
+                        if driver is not None:
+                            driver.turn_delivered(msg.task_id)
                         self.routing.event(
                             "recovered" if recovered else "delivered",
                             msg,

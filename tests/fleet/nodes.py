@@ -79,6 +79,16 @@ class FleetNode:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+    def pause_node(self) -> None:
+        """Stop the node process (SIGSTOP): cut off from Redis and its agents, as in a partition."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume_node(self) -> None:
+        """Let a paused node run again."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def stop_node(self) -> None:
         """End the node process (SIGCONT first, in case a test paused it)."""
         if self.proc is not None and self.proc.poll() is None:

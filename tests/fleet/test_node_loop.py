@@ -113,3 +113,40 @@ def test_a_node_killed_mid_turn_its_work_finishes_on_another_node(
         assert dead.lease_until is not None and took.started >= dead.lease_until
     finally:
         tear_down(nodes)
+
+
+def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejected(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    slow = _slow_executer(3)
+    nodes = make_fleet(
+        tmp_path, redis_server, ["a", "b", "c"], executer_nodes=("b", "c"), executer=slow
+    )
+    a = nodes["a"]
+    try:
+        for name in ("b", "c"):
+            nodes[name].start_node()
+        assert a.poli("up").returncode == 0
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
+        first = _first_to_take([nodes["b"], nodes["c"]])
+        first.pause_node()  # cut off mid-turn (SIGSTOP): its lease runs out
+        other = nodes["c"] if first is nodes["b"] else nodes["b"]
+        out, _ = task.communicate(timeout=180)
+        assert task.returncode == 0, out + other.log()
+        first.resume_node()  # back: its agent answered meanwhile; its result is late
+
+        def verdict() -> str | None:
+            with first.store() as store:
+                rows = store.journal_leased()
+            return rows[0].verdict if rows and rows[0].verdict else None
+
+        said = retry_until(verdict, 60, what="the fenced node to record its late result")
+        assert said.startswith(("rejected", "fenced")), said
+        with other.store() as store:
+            (took,) = store.journal_leased()
+        assert took.verdict == "accepted"
+        # The plan was handed once to each EXECUTER: nothing typed again by the fenced node.
+        for node in (first, other):
+            assert len([p for p in node.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+    finally:
+        tear_down(nodes)

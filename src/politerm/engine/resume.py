@@ -31,14 +31,7 @@ import time
 import typing as t
 
 from politerm.driver.leftover import LeftOver, abandon
-from politerm.engine.routebase import (
-    ACTIVE,
-    FOLLOW_UPS,
-    PLANNER,
-    RESUME_META,
-    RESUME_MSG,
-    Begun,
-)
+from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, PLANNER, RESUME_META, RESUME_MSG
 from politerm.engine.sending import handed
 from politerm.store.models import MessageState, TaskState, Turn, TurnEnd, TurnState
 
@@ -146,8 +139,9 @@ class _Kept:
         source, evidence = taken
         result = LeftOver("delivered", "the agent's own record", (evidence,), (source,))
         driver = self.router.agents[name]
-        begun = Begun(msg, nonce, msg.text or "")
-        self.router.sending.settled(driver, begun, result.confirmed(), recovered=True)
+        self.router.sending.outcome(
+            name, msg, nonce, result.confirmed(), follow_up=False, recovered=True, driver=driver
+        )
         self.say(f"{name}: the {msg.type} message was taken ({evidence})")
 
     def answered(self, store: RunStore, name: str, turn: Turn) -> bool:

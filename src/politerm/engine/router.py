@@ -29,6 +29,7 @@ from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
 from politerm.engine.deadlines import Deadlines
 from politerm.engine.effects import BlockEffects
+from politerm.engine.remote import RemoteTurns
 from politerm.engine.routebase import (
     ACTIVE,
     EXECUTER,
@@ -55,6 +56,7 @@ from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver import AgentDriver, Observation
+    from politerm.engine.remote import TurnPost
     from politerm.engine.routebase import AgentSpec
     from politerm.engine.templates import Templates
     from politerm.store import RunStore
@@ -142,6 +144,9 @@ class Router:
         (profile, pane) to attach a driver to.
     templates
         The prompts.
+    remote
+        The fleet's queue, and the agents hosted on other nodes whose turns go through it
+        (:mod:`politerm.engine.remote`).
     """
 
     def __init__(
@@ -151,14 +156,21 @@ class Router:
         agents: t.Mapping[str, AgentSpec],
         *,
         templates: Templates | None = None,
+        remote: tuple[TurnPost, t.Collection[str]] | None = None,
     ) -> None:
-        self.routing = Routing(config, store, agents, templates=templates)
+        post, hosted_elsewhere = remote if remote is not None else (None, ())
+        self.routing = Routing(config, store, agents, templates=templates, remote=hosted_elsewhere)
         self.config, self.store = config, store
         self.agents, self.loops = self.routing.agents, self.routing.loops
         self.endings = Endings(self.routing)
         self.deadlines = Deadlines(self.routing, self.endings)
         self.sending = Sending(self.routing, self.endings, self.deadlines)
         self.effects = BlockEffects(self.routing, self.endings, self.deadlines, self.sending)
+        self.remote = (
+            RemoteTurns(self.routing, self.endings, self.sending, self.effects, post)
+            if post is not None
+            else None
+        )
         self._data_version = -1
         self._next_scan = 0.0
         self._in_flight = True
@@ -196,6 +208,11 @@ class Router:
             asyncio.create_task(self._agent_loop(d), name=f"agent-{d.name}")
             for d in self.routing.agents.values()
         ]
+        if self.remote is not None:
+            loops += [
+                asyncio.create_task(self.remote.run(name), name=f"remote-{name}")
+                for name in sorted(self.routing.remote)
+            ]
         # Woken by commits (any process) instead of a timer; see politerm.store.watch.
         watch = StoreWatch(self.store.path)
         await watch.start()
@@ -283,9 +300,9 @@ class Router:
                 await self._step(driver)
             except (PaneNotFound, ControlModeError) as exc:
                 log.warning("agent %s: %s", driver.name, exc)
-                pane = driver.pane
-                if pane is not None and pane.client.dead_reason is not None:
-                    self.endings.server_gone(pane.client.dead_reason)
+                gone = driver.host_gone()
+                if gone is not None:
+                    self.endings.server_gone(gone)
                     return
             except ServerNotRunning as exc:
                 self.endings.server_gone(str(exc))
@@ -451,7 +468,7 @@ class Router:
             # Another process committed: wake only the loops it gave something to do.
             self._data_version = version
             for name in agents_with_work(
-                self.store, self.routing.agents, self._events.read() if self._events else ()
+                self.store, self.routing.names, self._events.read() if self._events else ()
             ):
                 self.routing.wake(name)
         elif now < self._next_scan:

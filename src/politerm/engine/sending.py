@@ -12,6 +12,7 @@ answer on screen → delivered; its text in the input box → submit and confirm
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import typing as t
@@ -75,11 +76,10 @@ class Sending:
         None when its task ended meanwhile (the message is dead-lettered instead). ``task``:
         its task as read in this same batch, if the caller has it.
         """
-        if task is None or task.id != msg.task_id:
-            task = self.store.get_task(msg.task_id) if msg.task_id else None
-        if task is not None and task.state not in ACTIVE:
-            self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
+        live = self._live_task(msg, task)
+        if live is False:
             return None
+        task = live
         follow_up = msg.type in FOLLOW_UPS and turn is not None
         # A STRANDED attempt left the text (with its nonce) in the input box: submit that,
         # do not paste it again.
@@ -93,6 +93,42 @@ class Sending:
             nonce = msg.turn_nonce
         else:
             nonce = turn.nonce if follow_up and turn is not None else new_nonce()
+        start = driver.turn_start(snap)
+        begun = self._open(driver.name, msg, task, nonce, start, follow_up)
+        if not follow_up:
+            driver.new_turn()
+        # The journal row commits with the message: an open row is a prompt in flight.
+        driver.hand(begun.text, _serves(msg), nonce=nonce, start_line=start)
+        return dataclasses.replace(begun, stranded=stranded)
+
+    def begin_remote(self, name: str, msg: Message) -> Begun | None:
+        """Mark ``msg`` DELIVERING for an agent on another node (inside a store batch).
+
+        Its node types it under a lease of the fleet's work; None when its task ended.
+        """
+        task = self._live_task(msg, None)
+        if task is False:
+            return None
+        return self._open(name, msg, task, new_nonce(), -1, follow_up=False)
+
+    def _live_task(self, msg: Message, task: Task | None) -> Task | t.Literal[False] | None:
+        """``msg``'s task (None: it has none); False when it ended (``msg`` goes DEAD)."""
+        if task is None or task.id != msg.task_id:
+            task = self.store.get_task(msg.task_id) if msg.task_id else None
+        if task is not None and task.state not in ACTIVE:
+            self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
+            return False
+        return task
+
+    def _open(
+        self,
+        name: str,
+        msg: Message,
+        task: Task | None,
+        nonce: str,
+        start_line: int,
+        follow_up: bool,
+    ) -> Begun:
         kept = msg.text if msg.turn_nonce == nonce else None
         text = kept or self.render(msg, nonce, task)
         msg = self.store.transition(
@@ -102,16 +138,12 @@ class Sending:
             turn_nonce=nonce,
             text=text,
         )
-        start = driver.turn_start(snap)
         if not follow_up:
             self.store.start_turn(
-                driver.name, nonce=nonce, task_id=msg.task_id, message_id=msg.id, start_line=start
+                name, nonce=nonce, task_id=msg.task_id, message_id=msg.id, start_line=start_line
             )
-            self.routing.loops[driver.name].turn_nonce = nonce
-            driver.new_turn()
-        # The journal row commits with the message: an open row is a prompt in flight.
-        driver.hand(text, _serves(msg), nonce=nonce, start_line=start)
-        return Begun(msg, nonce, text, stranded=stranded, follow_up=follow_up)
+            self.routing.loops[name].turn_nonce = nonce
+        return Begun(msg, nonce, text, follow_up=follow_up)
 
     async def send(self, driver: AgentDriver, begun: Begun | None) -> None:
         """Type a begun delivery and record its outcome (durably, on every path)."""
@@ -128,7 +160,9 @@ class Sending:
         actions: list[decide.DeliveryAction] = []
 
         def record(result: DeliveryResult) -> None:
-            actions.extend(self._record(driver, begun, result, recovered=recovered))
+            actions.extend(
+                self._record(driver.name, begun, result, recovered=recovered, driver=driver)
+            )
 
         result = await driver.deliver(
             begun.text,
@@ -180,19 +214,34 @@ class Sending:
             return
         await self.send(driver, begun)
 
-    def settled(
-        self, driver: AgentDriver, begun: Begun, result: DeliveryResult, *, recovered: bool
+    def outcome(
+        self,
+        name: str,
+        msg: Message,
+        nonce: str,
+        result: DeliveryResult,
+        *,
+        follow_up: bool,
+        recovered: bool = False,
+        driver: AgentDriver | None = None,
     ) -> None:
-        """Record how a delivery found after a crash ended (its row was settled already)."""
+        """Record how ``name``'s delivery ended (its driver, when it runs here, is told)."""
+        begun = Begun(msg, nonce, msg.text or "", follow_up=follow_up)
         with self.store.batch():
-            actions = self._record(driver, begun, result, recovered=recovered)
-        self._after(driver.name, actions, result)
+            actions = self._record(name, begun, result, recovered=recovered, driver=driver)
+        self._after(name, actions, result)
 
     def _record(
-        self, driver: AgentDriver, begun: Begun, result: DeliveryResult, *, recovered: bool
+        self,
+        name: str,
+        begun: Begun,
+        result: DeliveryResult,
+        *,
+        recovered: bool,
+        driver: AgentDriver | None,
     ) -> tuple[decide.DeliveryAction, ...]:
         """Write how a delivery ended (delivered, retried later, dead-lettered); in a batch."""
-        name, msg, nonce = driver.name, begun.msg, begun.nonce
+        msg, nonce = begun.msg, begun.nonce
         evidence = " | ".join(result.evidence)
         actions = decide.delivery_ended(
             decide.Delivery(
@@ -219,10 +268,12 @@ class Sending:
                     if self.store.set_turn_state(name, nonce, TurnState.WAITING) is None:
                         # Its turn ended with its task while it was typed: over at once.
                         self.store.transition(msg.id, MessageState.ACKNOWLEDGED)
-                        driver.end_turn(result.turn_id, TurnEnd.TASK_ENDED.value)
+                        if driver is not None:
+                            driver.end_turn(result.turn_id, TurnEnd.TASK_ENDED.value)
                     elif restart and msg.task_id is not None:
                         self.deadlines.restart_clock(msg.task_id, name, time.time())
-                    driver.turn_delivered(msg.task_id)
+                    if driver is not None:
+                        driver.turn_delivered(msg.task_id)
                     self.routing.event(
                         "recovered" if recovered else "delivered",
                         msg,
@@ -298,7 +349,15 @@ class Sending:
                 detail=f"{msg.type} message found mid-delivery after a restart: {found.rule}",
             )
             if found.resumed == "delivered":
-                self.settled(driver, begun, found.confirmed(row.id), recovered=True)
+                self.outcome(
+                    driver.name,
+                    msg,
+                    begun.nonce,
+                    found.confirmed(row.id),
+                    follow_up=follow_up,
+                    recovered=True,
+                    driver=driver,
+                )
             elif task is not None and task.state not in ACTIVE:
                 with self.store.batch():
                     why = f"task {task.state.value} before its prompt was typed"

@@ -6,6 +6,7 @@ store), the fake agents; what each agent was handed is read from its own log.
 
 from __future__ import annotations
 
+import json
 import typing as t
 
 import pytest
@@ -148,5 +149,40 @@ def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejec
         # The plan was handed once to each EXECUTER: nothing typed again by the fenced node.
         for node in (first, other):
             assert len([p for p in node.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+    finally:
+        tear_down(nodes)
+
+
+def test_an_approval_given_on_node_a_reaches_the_executer_on_node_b(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    # EXECUTER asks to run a command before it answers; approval "ask": a person decides.
+    executer = EXECUTER_OK.replace("write_file =", 'approval = "echo hi > ran.txt"\nwrite_file =')
+    ask = '[routing]\napproval = "ask"\n'
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=executer, extra=ask)
+    a, b = nodes["a"], nodes["b"]
+    try:
+        b.start_node()
+        assert a.poli("up").returncode == 0
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "120")
+
+        def asking() -> dict[str, t.Any] | None:
+            shown = a.poli("fleet", "status", "--json")
+            assert shown.returncode == 0, shown.stderr
+            found: dict[str, t.Any] | None = json.loads(shown.stdout)["approvals"].get("EXECUTER")
+            return found
+
+        # Node b's question shows on node a (from b's heartbeat), and a's answer reaches it.
+        asks = retry_until(asking, 90, what="node b's EXECUTER to ask (fleet status on a)")
+        assert asks["node"] == "b" and "echo hi > ran.txt" in asks["asks"]
+        said = a.poli("approve", "EXECUTER")
+        assert said.returncode == 0, said.stderr
+        assert "on node b" in said.stdout
+        out, _ = task.communicate(timeout=150)
+        assert task.returncode == 0, out + b.log()
+        answers = [e for e in b.events("EXECUTER") if e["event"] == "approval"]
+        assert [e["approved"] for e in answers] == [True]
+        text = a.poli("fleet", "status").stdout
+        assert "b: alive" in text and "agent EXECUTER: b" in text
     finally:
         tear_down(nodes)

@@ -26,15 +26,21 @@ import contextlib
 import dataclasses
 import logging
 import os
-import time
 import typing as t
 
-from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.approval import ApprovalPolicy, Decision, answer_pending
 from politerm.driver import Expect, run_turn
 from politerm.engine.placement import hosted_here, node_config
 from politerm.engine.routebase import attach_driver
 from politerm.engine.session import Session
-from politerm.engine.turnwork import TURN_KIND, TurnReply, TurnWork
+from politerm.engine.turnwork import (
+    ANSWER_KIND,
+    TURN_KIND,
+    TurnReply,
+    TurnWork,
+    answer_stream,
+    answered_agent,
+)
 from politerm.errors import FleetError, LeaseLost, PolitermError
 from politerm.protocol.block import MessageType
 from politerm.store.journal import Serves, Workflow
@@ -124,7 +130,9 @@ class Node:
         beat = asyncio.create_task(self._heartbeats(), name="node-heartbeat")
         try:
             while not self.stopping.is_set():
-                free = [a for a in self.agents if a not in self.busy]
+                # Answers to an agent's question are claimed while its turn runs.
+                streams = [*self.agents, *map(answer_stream, self.agents)]
+                free = [a for a in streams if a not in self.busy]
                 if not free:
                     await self._wait_for_a_free_agent()
                     continue
@@ -168,7 +176,16 @@ class Node:
         assert self.config.fleet is not None
         every = self.config.fleet.heartbeat
         while True:
-            load = {"busy": sorted(self.busy), "pid": os.getpid(), "at": time.time()}
+            load = {
+                "busy": sorted(a for a in self.busy if answered_agent(a) is None),
+                "pid": os.getpid(),
+                # What waits for a person here: `poli approve AGENT` on any node answers it.
+                "approvals": {
+                    name: d.pending_approval.what
+                    for name, d in self.drivers.items()
+                    if d.pending_approval is not None
+                },
+            }
             try:
                 await asyncio.to_thread(self.queue.heartbeat, self.agents, load)
             except FleetError as exc:
@@ -179,6 +196,10 @@ class Node:
 
     async def _work(self, lease: Lease) -> None:
         work = lease.work
+        asker = answered_agent(work.agent)
+        if asker is not None and work.kind.value == ANSWER_KIND:
+            await self._complete(lease, self._answer(asker, work.payload))
+            return
         if work.kind.value != TURN_KIND:
             # Other kinds (answers, messages, bridge tasks) are done by their own workflows.
             await self._complete(lease, {"error": f"{work.kind.value} work is not run by nodes"})
@@ -200,6 +221,16 @@ class Node:
         reply = await self._turn(driver, turn, lease)
         if reply is not None:
             await self._complete(lease, reply.payload())
+
+    def _answer(self, agent: str, payload: Mapping[str, t.Any]) -> dict[str, t.Any]:
+        """An approval given on another node: recorded here, where the agent's driver reads it."""
+        try:
+            decision = Decision(str(payload.get("decision")))
+            origin = str(payload.get("by") or "another node")
+            pending = answer_pending(self.store, agent, decision, by=f"{origin} via {self.name}")
+        except (ValueError, PolitermError) as exc:
+            return {"error": str(exc), "node": self.name}
+        return {"answered": pending.answered(decision), "node": self.name}
 
     async def _driver(self, agent: str) -> AgentDriver:
         """The agent's driver here; the agent is started first when it does not run."""

@@ -42,7 +42,7 @@ from politerm.engine.routebase import (
     Endings,
     Routing,
 )
-from politerm.engine.sending import Sending
+from politerm.engine.sending import Sending, handed
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,
@@ -337,7 +337,7 @@ class Router:
             await asyncio.sleep(0)  # let the other loops run between bursts
 
     def _handed_back(self, driver: AgentDriver) -> None:
-        for msg in self.store.in_flight(driver.name):
+        for _row, msg in handed(self.store, driver.name):
             self.store.add_event(
                 "handed-back",
                 task_id=msg.task_id,
@@ -396,8 +396,7 @@ class Router:
         if not loop.settled:
             # A delivery a previous router left half-done comes before anything else.
             loop.settled = True
-            if self.store.in_flight(name):
-                await self.sending.settle_in_flight(driver, obs.snap)
+            if await self.sending.settle_in_flight(driver, obs.snap):
                 return
         if name in self.routing.clear_later and obs.state is AgentState.READY:
             self.routing.clear_later.discard(name)

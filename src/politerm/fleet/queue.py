@@ -221,15 +221,15 @@ class WorkQueue:
                         raise
                 self._grouped.add(agent)
 
-    def _start(self, node: str, args: list[t.Any], agent: str) -> Lease | None:
+    def _start(self, node: str, agents: Sequence[str], args: list[t.Any]) -> Lease | None:
         sent = time.monotonic()
         reply = self._claim(
             keys=[
-                self.keys.stream(agent),
                 self.keys.epochs,
                 self.keys.leased,
                 self.keys.results,
                 self.keys.dead,
+                *(self.keys.stream(a) for a in agents),
             ],
             args=[
                 GROUP,
@@ -244,7 +244,7 @@ class WorkQueue:
         )
         if not reply:
             return None
-        _, work_id, entry, epoch, expires, attempt, kind, payload, _now = reply
+        _, work_id, entry, epoch, expires, attempt, kind, payload, agent = reply
         work = Work(
             id=work_id,
             agent=agent,
@@ -284,33 +284,31 @@ class WorkQueue:
         deadline = time.monotonic() + block_ms / 1000
         with self.conn.talking(what):
             self._ensure_groups(names)
-            lease = self._from_backlog(node)
-            for agent in names:
-                lease = lease or self._start(node, ["reclaim"], agent)
+            lease = self._from_backlog(node) or self._start(node, names, ["any"])
             while lease is None:
                 left_ms = int((deadline - time.monotonic()) * 1000)
-                block = min(max(left_ms, 0), int(self.conn.timeout * 1000 * _BLOCK_SHARE))
+                if left_ms <= 0:
+                    break
+                # In slices, so that no read outlasts the command timeout, and an expired
+                # lease is looked for again after each slice.
+                block = max(1, min(left_ms, int(self.conn.timeout * 1000 * _BLOCK_SHARE)))
                 got = self.conn.cmd.xreadgroup(
-                    GROUP,
-                    node,
-                    {self.keys.stream(a): ">" for a in names},
-                    count=1,
-                    block=block if block > 0 else None,
+                    GROUP, node, {self.keys.stream(a): ">" for a in names}, count=1, block=block
                 )
                 backlog = self._backlog.setdefault(node, [])
                 for stream, entries in got or []:
                     agent = stream[len(self.keys.stream("")) :]
                     backlog.extend((agent, entry, f.get("id", "")) for entry, f in entries)
                 lease = self._from_backlog(node)
-                if left_ms <= 0 or time.monotonic() >= deadline:
-                    break
+                if lease is None and not got:
+                    lease = self._start(node, names, ["any"])
             return lease
 
     def _from_backlog(self, node: str) -> Lease | None:
         backlog = self._backlog.get(node, [])
         while backlog:
             agent, entry, work_id = backlog.pop(0)
-            lease = self._start(node, ["new", entry, work_id], agent)
+            lease = self._start(node, [agent], ["new", entry, work_id])
             if lease is not None:
                 return lease
         return None

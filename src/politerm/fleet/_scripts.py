@@ -150,7 +150,10 @@ for s = 5, #KEYS do
     end
   end
 end
-return nil
+-- Nothing to start: when does the next lease of the project run out (ms from now, -1: none)?
+local soonest = redis.call('ZRANGE', leased, 0, 0, 'WITHSCORES')
+if #soonest == 0 then return {'none', -1} end
+return {'none', math.max(0, tonumber(soonest[2]) - now)}
 """
 )
 

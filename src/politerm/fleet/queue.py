@@ -60,6 +60,9 @@ __all__ = ["LateResult", "WorkQueue"]
 _GIVEN_BACK_IDLE = 10**10
 # The longest one blocking read may take, as a share of the command timeout.
 _BLOCK_SHARE = 0.5
+# A blocking read that waits for a lease to run out wakes this much after (Redis's clock
+# is in ms; a read woken early would find the lease still live).
+_EXPIRY_SLACK_MS = 2
 
 
 class LateResult(t.NamedTuple):
@@ -151,6 +154,9 @@ class WorkQueue:
         self._complete = client.register_script(_scripts.COMPLETE)
         self._give_back = client.register_script(_scripts.GIVE_BACK)
         self._grouped: set[str] = set()
+        # From the last claim that found nothing: ms until the project's next lease runs
+        # out (-1: none is held).
+        self._next_expiry = -1
         # Entries XREADGROUP handed a node beyond the one started (one per stream per
         # read), by node: (agent, entry, work id). Lost with the process, they are
         # re-claimed after a lease like any entry whose node never started it.
@@ -242,7 +248,8 @@ class WorkQueue:
                 *args,
             ],
         )
-        if not reply:
+        if not reply or reply[0] == "none":
+            self._next_expiry = int(reply[1]) if reply else -1
             return None
         _, work_id, entry, epoch, expires, attempt, kind, payload, agent = reply
         work = Work(
@@ -289,9 +296,12 @@ class WorkQueue:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
                     break
-                # In slices, so that no read outlasts the command timeout, and an expired
-                # lease is looked for again after each slice.
-                block = max(1, min(left_ms, int(self.conn.timeout * 1000 * _BLOCK_SHARE)))
+                # In slices, so that no read outlasts the command timeout, each ending when
+                # the project's next lease runs out: its work is re-claimed at once.
+                block = min(left_ms, int(self.conn.timeout * 1000 * _BLOCK_SHARE))
+                if self._next_expiry >= 0:
+                    block = min(block, self._next_expiry + _EXPIRY_SLACK_MS)
+                block = max(1, block)
                 got = self.conn.cmd.xreadgroup(
                     GROUP, node, {self.keys.stream(a): ">" for a in names}, count=1, block=block
                 )

@@ -720,6 +720,10 @@ class AgentDriver:
         self._record_session()
         self._turns.ended(turn_id, outcome, conversation=self._session_row or None)
 
+    def abandon_turn(self, why: str) -> None:
+        """The caller gave up the turn under way: its journal row is ABANDONED with ``why``."""
+        self._turns.abandoned(why)
+
     async def _deliver(self, text: str | bytes, *, already_pasted: bool) -> DeliveryResult:
         self._tracker.input_sent()
         check = await self._agent_checks(text)

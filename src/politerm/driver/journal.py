@@ -122,3 +122,12 @@ class TurnLog:
             self.store.journal_move(turn_id, done, outcome=outcome, conversation=conversation)
         if self.current == turn_id:
             self.current = None
+
+    def abandoned(self, why: str) -> None:
+        """The caller gave up the turn of the prompt handed last: its open row is ABANDONED."""
+        if self.current is None or self.store is None:
+            return
+        row = self.store.journal_row(self.current)
+        if row is not None and row.open:
+            self.store.journal_move(row.id, JournalState.ABANDONED, outcome=why)
+        self.current = None

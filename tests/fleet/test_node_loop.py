@@ -11,6 +11,10 @@ import typing as t
 
 import pytest
 
+from politerm.config import load_config
+from politerm.engine.fleetlink import open_queue
+from politerm.fleet.budget import Caps, FleetBudget
+from politerm.protocol.usage import Usage
 from politerm.testing.retry import retry_until
 from tests.fleet.nodes import FleetNode, make_fleet, tear_down
 from tests.loophelpers import EXECUTER_OK
@@ -184,5 +188,50 @@ def test_an_approval_given_on_node_a_reaches_the_executer_on_node_b(
         assert [e["approved"] for e in answers] == [True]
         text = a.poli("fleet", "status").stdout
         assert "b: alive" in text and "agent EXECUTER: b" in text
+    finally:
+        tear_down(nodes)
+
+
+def test_the_fleet_budget_breaker_stops_a_turn_on_its_node_before_anything_is_typed(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    caps = "[fleet.budget]\nagent_tokens_per_day = 5\n"
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], extra=caps)
+    a, b = nodes["a"], nodes["b"]
+    config = load_config(b.root, env={"POLI_FLEET_NODE": "b"})
+    assert config.fleet is not None
+    # EXECUTER already spent its day's tokens (on any node: the count is the fleet's).
+    breaker = FleetBudget(open_queue(config), Caps.from_config(config.fleet.budget))
+    breaker.charge("EXECUTER", Usage(10, 0))
+    try:
+        b.start_node()
+        assert a.poli("up").returncode == 0
+        done = a.poli("task", "make hello", "--id", "T-1", "--timeout", "90")
+        assert done.returncode != 0, done.stdout
+        assert "agent EXECUTER spent 10 tokens, its cap is 5" in done.stdout + done.stderr
+        # The plan was never typed into EXECUTER: its node refused the turn first.
+        assert [p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)] == []
+    finally:
+        tear_down(nodes)
+
+
+def test_redis_restarted_mid_turn_nothing_acknowledged_is_lost(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=_slow_executer(3), lease=10)
+    a, b = nodes["a"], nodes["b"]
+    try:
+        b.start_node()
+        assert a.poli("up").returncode == 0
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "120")
+        _first_to_take([b])
+        redis_server.restart()  # kill -9 and start again on its AOF, mid-turn
+        out, _ = task.communicate(timeout=150)
+        assert task.returncode == 0, out + b.log()
+        assert "final report (T-1)" in out
+        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        with b.store() as store:
+            (row,) = store.journal_leased()
+        assert row.verdict == "accepted"
     finally:
         tear_down(nodes)

@@ -23,7 +23,7 @@ import typing as t
 
 from politerm.driver import DeliveryResult, Outcome
 from politerm.engine.routebase import ACTIVE, FOLLOW_UPS
-from politerm.engine.turnwork import TurnReply, TurnWork
+from politerm.engine.turnwork import OVER_BUDGET, TurnReply, TurnWork
 from politerm.errors import PolitermError
 from politerm.store.models import MessageState, TurnEnd
 
@@ -184,6 +184,14 @@ class RemoteTurns:
     def apply(self, name: str, turn: Turn, msg: Message, reply: TurnReply) -> None:
         """Record the delivery's outcome, then apply the answering block (or end the turn)."""
         where = f" on node {reply.node}" if reply.node else ""
+        if reply.outcome == OVER_BUDGET and turn.task_id is not None:
+            # The fleet's budget breaker: no new turn until the next day, a cap or a reset.
+            with self.store.batch():
+                self.store.transition(msg.id, MessageState.DEAD, error=reply.error)
+            self.endings.fail(
+                turn.task_id, f"{name}{where}: {reply.error}", reason=TurnEnd.OVER_BUDGET
+            )
+            return
         if msg.state is MessageState.DELIVERING:
             result = _delivery(reply, where)
             self.sending.outcome(name, msg, turn.nonce, result, follow_up=False)

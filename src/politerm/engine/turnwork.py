@@ -19,6 +19,8 @@ from politerm.protocol.block import Block
 TURN_KIND: t.Final = "turn"
 #: The work kind of an answer to an agent's question (an approval given on any node).
 ANSWER_KIND: t.Final = "answer"
+#: A turn's outcome when the fleet's budget breaker refused it (nothing was typed).
+OVER_BUDGET: t.Final = "over_budget"
 #: The suffix of an agent's answer stream: answers are claimed while its turn runs.
 ANSWER_SUFFIX: t.Final = ".answer"
 #: Block types that never answer a turn (recorded and shown only).

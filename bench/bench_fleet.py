@@ -12,6 +12,9 @@ commands per cycle
     trips (EVALSHA, XREADGROUP) and every command they ran inside Redis, per cycle.
 cycle latency
     claim → check → complete, and submit alone, p50/p99, against the SQLite baseline.
+re-claim
+    Node a claims a work and dies (never renews); node b waits in a blocking claim. The
+    delay from a's lease running out to b's new attempt starting, both by Redis's clock.
 three nodes
     300 works claimed and completed by 3 node threads (one connection each), works per
     second, against 3 threads on the SQLite baseline.
@@ -179,6 +182,26 @@ def bench_latency(queue: WorkQueue, base: SqliteQueue, n: int) -> list[Row]:
     return rows
 
 
+def bench_reclaim(server: RedisServer, n: int, lease: float = 0.5) -> list[Row]:
+    queue_a = WorkQueue(connect(server.url), "reclaim", lease=lease, margin=0.1)
+    queue_b = WorkQueue(connect(server.url), "reclaim", lease=lease, margin=0.1)
+    delays = []
+    for i in range(n):
+        queue_a.submit(Work(f"r-{i}", AGENT))
+        dead = queue_a.claim("a", [AGENT])
+        check(dead is not None, "node a got no work")
+        assert dead is not None
+        taken = queue_b.claim("b", [AGENT], block_ms=round(lease * 4000))
+        check(taken is not None and taken.work.id == dead.work.id, "node b did not re-claim")
+        assert taken is not None
+        started = taken.expires_at - lease  # b's attempt began a lease before it expires
+        delays.append((started - dead.expires_at) * 1000)
+        queue_b.complete(taken, {})
+    s = Stats.of(delays)
+    measure = f"lease {lease:g} s ran out → re-claimed"
+    return [{"measure": measure, "n": s.n, "p50 ms": s.p50, "p99 ms": s.p99, "max ms": s.max}]
+
+
 def _three_nodes(work: t.Callable[[str], int], total: int) -> float:
     """Run ``work(node)`` in 3 threads until ``total`` works are done; works per second."""
     counts: list[int] = []
@@ -241,6 +264,7 @@ def main(quick: bool = False) -> list[Row]:
             _cycle(queue, "warm-up")  # scripts loaded, group created
             rows = print_table("fleet: Redis commands per cycle", bench_commands(queue, n))
             rows += print_table("fleet: cycle latency", bench_latency(queue, base, n))
+            rows += print_table("fleet: re-claim", bench_reclaim(server, 3 if quick else 10))
             tput = bench_nodes(server, base, 60 if quick else 300)
             rows += print_table("fleet: three nodes", tput)
         finally:

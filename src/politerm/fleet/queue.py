@@ -30,8 +30,6 @@ import json
 import time
 import typing as t
 
-import redis
-
 from politerm.errors import Fenced, LeaseExpiring, ResultTimeout, WorkInvalid
 from politerm.fleet import _scripts
 from politerm.fleet.keys import GROUP, Keys, check_name
@@ -60,6 +58,9 @@ __all__ = ["LateResult", "WorkQueue"]
 _GIVEN_BACK_IDLE = 10**10
 # The longest one blocking read may take, as a share of the command timeout.
 _BLOCK_SHARE = 0.5
+# A blocking read that waits for a lease to run out wakes this much after (Redis's clock
+# is in ms; a read woken early would find the lease still live).
+_EXPIRY_SLACK_MS = 2
 
 
 class LateResult(t.NamedTuple):
@@ -150,7 +151,9 @@ class WorkQueue:
         self._renew = client.register_script(_scripts.RENEW)
         self._complete = client.register_script(_scripts.COMPLETE)
         self._give_back = client.register_script(_scripts.GIVE_BACK)
-        self._grouped: set[str] = set()
+        # From the last claim that found nothing: ms until the project's next lease runs
+        # out (-1: none is held).
+        self._next_expiry = -1
         # Entries XREADGROUP handed a node beyond the one started (one per stream per
         # read), by node: (agent, entry, work id). Lost with the process, they are
         # re-claimed after a lease like any entry whose node never started it.
@@ -202,24 +205,9 @@ class WorkQueue:
         if reply[0] == "exists" and reply[2] != work.agent:
             msg = f"work {work.id} was already submitted for {reply[2]}, not {work.agent}"
             raise WorkInvalid(msg)
-        self._grouped.add(work.agent)
         return bool(reply[0] == "new")
 
     # --- claiming -----------------------------------------------------------------------
-
-    def _ensure_groups(self, agents: Sequence[str]) -> None:
-        missing = [a for a in agents if a not in self._grouped]
-        if not missing:
-            return
-        client = self.conn.cmd
-        with self.conn.talking("creating the work streams' consumer group"):
-            for agent in missing:
-                try:
-                    client.xgroup_create(self.keys.stream(agent), GROUP, id="0", mkstream=True)
-                except redis.ResponseError as exc:  # BUSYGROUP: it exists, as it should
-                    if "BUSYGROUP" not in str(exc):
-                        raise
-                self._grouped.add(agent)
 
     def _start(self, node: str, agents: Sequence[str], args: list[t.Any]) -> Lease | None:
         sent = time.monotonic()
@@ -242,7 +230,8 @@ class WorkQueue:
                 *args,
             ],
         )
-        if not reply:
+        if not reply or reply[0] == "none":
+            self._next_expiry = int(reply[1]) if reply else -1
             return None
         _, work_id, entry, epoch, expires, attempt, kind, payload, agent = reply
         work = Work(
@@ -283,15 +272,17 @@ class WorkQueue:
         what = f"claiming work for {', '.join(names)} as node {node}"
         deadline = time.monotonic() + block_ms / 1000
         with self.conn.talking(what):
-            self._ensure_groups(names)
             lease = self._from_backlog(node) or self._start(node, names, ["any"])
             while lease is None:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
                     break
-                # In slices, so that no read outlasts the command timeout, and an expired
-                # lease is looked for again after each slice.
-                block = max(1, min(left_ms, int(self.conn.timeout * 1000 * _BLOCK_SHARE)))
+                # In slices, so that no read outlasts the command timeout, each ending when
+                # the project's next lease runs out: its work is re-claimed at once.
+                block = min(left_ms, int(self.conn.timeout * 1000 * _BLOCK_SHARE))
+                if self._next_expiry >= 0:
+                    block = min(block, self._next_expiry + _EXPIRY_SLACK_MS)
+                block = max(1, block)
                 got = self.conn.cmd.xreadgroup(
                     GROUP, node, {self.keys.stream(a): ">" for a in names}, count=1, block=block
                 )

@@ -405,6 +405,27 @@ class JournalRows(StoreCore):
             ).fetchall()
         return [_row(r) for r in rows]
 
+    def journal_conversation(self, agent: str, conversation: str | None = None) -> str:
+        """``agent``'s CLI conversation id, as its newest row that names one keeps it.
+
+        With ``conversation`` (the id its CLI named now), the agent's newest row is told
+        first (a CLI may name it after the turn's end); "" when no row names one.
+        """
+        if conversation:
+            with self._writing() as c:
+                c.execute(
+                    "UPDATE turn_journal SET conversation = ? WHERE id ="
+                    " (SELECT MAX(id) FROM turn_journal WHERE agent = ?)",
+                    (conversation, agent),
+                )
+        with self._reading() as c:
+            row = c.execute(
+                "SELECT conversation FROM turn_journal WHERE agent = ?"
+                " AND conversation IS NOT NULL ORDER BY id DESC LIMIT 1",
+                (agent,),
+            ).fetchone()
+        return "" if row is None else str(row[0])
+
     def journal_row(self, turn_id: int) -> JournalRow | None:
         """The row ``turn_id``, if any."""
         with self._reading() as c:

@@ -722,7 +722,7 @@ class AgentDriver:
 
     def abandon_turn(self, why: str) -> None:
         """The caller gave up the turn under way: its journal row is ABANDONED with ``why``."""
-        self._turns.abandoned(why)
+        self._turns.ended(self._turns.current, why, conversation=None, given_up=True)
 
     async def _deliver(self, text: str | bytes, *, already_pasted: bool) -> DeliveryResult:
         self._tracker.input_sent()

@@ -68,6 +68,9 @@ JOURNAL_TRANSITIONS: t.Final[t.Mapping[JournalState, frozenset[JournalState]]] =
 }
 """Allowed changes of a journal row; anything else is a bug in the caller."""
 
+#: The journal rows of an agent's loop messages still being delivered.
+_TYPING: t.Final = "SELECT turn_id FROM messages WHERE recipient = ? AND state = 'delivering'"
+
 OPEN_STATES: t.Final = frozenset({JournalState.HANDED, JournalState.DELIVERED})
 """A row in one of these is in flight: a crash leaves it for the recovery."""
 
@@ -346,13 +349,7 @@ class JournalRows(StoreCore):
         after a crash) settles the row with the message. Returns the ids of the rows ended.
         """
         with self._writing() as c:
-            typing = {
-                r[0]
-                for r in c.execute(
-                    "SELECT turn_id FROM messages WHERE recipient = ? AND state = 'delivering'",
-                    (agent,),
-                )
-            }
+            typing = {r[0] for r in c.execute(_TYPING, (agent,))}
             rows = [r for r in self.journal_open(agent=agent, nonce=nonce) if r.id not in typing]
             for row in rows:
                 done = (

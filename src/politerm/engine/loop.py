@@ -13,6 +13,7 @@ import typing as t
 
 from politerm._internal.ids import check_id
 from politerm.engine import service
+from politerm.engine.placement import here_config
 from politerm.engine.router import ACTIVE, PLANNER, Router
 from politerm.engine.session import RouterLock, Session
 from politerm.engine.templates import Templates
@@ -22,6 +23,7 @@ from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
+    from politerm.engine.remote import TurnPost
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
@@ -70,7 +72,13 @@ async def route(
     cursor = EventCursor(store)
     try:
         agents = await session.attach()
-        router = Router(config, store, agents, templates=templates_for(config))
+        router = Router(
+            session.config,
+            store,
+            agents,
+            templates=templates_for(config),
+            remote=_remote(config, store),
+        )
         if printer is not None:
             follower = asyncio.create_task(follow(store, printer, cursor=cursor))
         await router.run(until=until)
@@ -83,6 +91,16 @@ async def route(
                 printer(event)
         lock.release()
         await session.host.close()
+
+
+def _remote(config: Config, store: RunStore) -> tuple[TurnPost, list[str]] | None:
+    """The fleet's queue and the agents whose turns go through it (None without a fleet)."""
+    elsewhere = here_config(config)[1]
+    if not elsewhere:
+        return None
+    from politerm.engine.fleetlink import FleetPost, open_queue
+
+    return FleetPost(open_queue(config, store)), elsewhere
 
 
 FOLLOW_BACKSTOP = 30.0

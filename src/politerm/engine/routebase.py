@@ -70,6 +70,31 @@ RESUME_MSG = "resume-message:"
 AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
 
 
+def attach_driver(
+    config: Config,
+    store: RunStore,
+    policy: ApprovalPolicy,
+    name: str,
+    profile: AgentProfile,
+    pane: Pane,
+) -> AgentDriver:
+    """A driver for configured agent ``name`` running in ``pane`` (a router's, a node's)."""
+    acfg = config.agents.get(name)
+    # Long bodies come as files in the agent's working directory; nowhere else.
+    cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
+    env = agent_env(name, acfg, profile) if acfg is not None else {}
+    return AgentDriver(
+        name,
+        profile,
+        pane,
+        store=store,
+        policy=policy,
+        cwd=cwd,
+        env=env,
+        **driver_settings(config),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Begun:
     """A delivery written to the store (DELIVERING, its turn open) and not typed yet."""
@@ -117,6 +142,8 @@ class Routing:
         The running agents: name → driver, or name → (profile, pane) to attach one.
     templates
         The prompts.
+    remote
+        The agents hosted on other nodes of the fleet (their turns go through its queue).
     """
 
     def __init__(
@@ -126,6 +153,7 @@ class Routing:
         agents: t.Mapping[str, AgentSpec],
         *,
         templates: Templates | None = None,
+        remote: t.Collection[str] = (),
     ) -> None:
         self.config = config
         self.store = store
@@ -137,7 +165,9 @@ class Routing:
             name: spec if isinstance(spec, AgentDriver) else self._attach(name, *spec)
             for name, spec in agents.items()
         }
-        self.loops = {name: LoopState() for name in self.agents}
+        # Agents hosted on other nodes of the fleet: no driver here (engine/remote.py).
+        self.remote = frozenset(remote) - set(self.agents)
+        self.loops = {name: LoopState() for name in self.names}
         self.stopping = asyncio.Event()
         # Why routing stopped for good (tmux server gone), if it did.
         self.fatal: str | None = None
@@ -146,20 +176,12 @@ class Routing:
         self.dead: set[str] = set()
 
     def _attach(self, name: str, profile: AgentProfile, pane: Pane) -> AgentDriver:
-        acfg = self.config.agents.get(name)
-        # Long bodies come as files in the agent's working directory; nowhere else.
-        cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
-        env = agent_env(name, acfg, profile) if acfg is not None else {}
-        return AgentDriver(
-            name,
-            profile,
-            pane,
-            store=self.store,
-            policy=self.policy,
-            cwd=cwd,
-            env=env,
-            **driver_settings(self.config),
-        )
+        return attach_driver(self.config, self.store, self.policy, name, profile, pane)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every agent routed: those driven here, then those hosted on other nodes."""
+        return (*self.agents, *sorted(self.remote))
 
     def wake(self, name: str) -> None:
         """Wake one agent's loop."""
@@ -175,7 +197,7 @@ class Routing:
 
     def agent_named(self, name: str) -> str | None:
         """The agent called ``name`` (any case), if there is one."""
-        return decide.agent_named(self.agents, name)
+        return decide.agent_named(self.names, name)
 
     def event(self, kind: str, msg: Message, *, detail: str) -> None:
         """Record an event about ``msg`` (its task, its recipient)."""
@@ -265,7 +287,7 @@ class Endings:
             self.store.update_task(task_id, state=TaskState.FAILED, error=why)
             self.store.clear_expectation(task_id)
             self.store.add_event("failed", task_id=task_id, detail=why)
-        for name in self.routing.agents:
+        for name in self.routing.names:
             self.routing.wake(name)
         log.error("task %s failed: %s", task_id, why)
 
@@ -274,7 +296,8 @@ class Endings:
         if name in self.routing.dead:
             return
         self.routing.dead.add(name)
-        self.routing.agents[name].mark_exited()
+        if name in self.routing.agents:
+            self.routing.agents[name].mark_exited()
         with contextlib.suppress(StoreError):
             if self.store.get_agent(name) is not None:
                 self.store.set_agent_state(name, AgentState.EXITED.value)

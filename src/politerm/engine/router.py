@@ -29,6 +29,7 @@ from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
 from politerm.engine.deadlines import Deadlines
 from politerm.engine.effects import BlockEffects
+from politerm.engine.remote import RemoteTurns
 from politerm.engine.routebase import (
     ACTIVE,
     EXECUTER,
@@ -41,7 +42,7 @@ from politerm.engine.routebase import (
     Endings,
     Routing,
 )
-from politerm.engine.sending import Sending
+from politerm.engine.sending import Sending, handed
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,
@@ -55,6 +56,7 @@ from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver import AgentDriver, Observation
+    from politerm.engine.remote import TurnPost
     from politerm.engine.routebase import AgentSpec
     from politerm.engine.templates import Templates
     from politerm.store import RunStore
@@ -142,6 +144,9 @@ class Router:
         (profile, pane) to attach a driver to.
     templates
         The prompts.
+    remote
+        The fleet's queue, and the agents hosted on other nodes whose turns go through it
+        (:mod:`politerm.engine.remote`).
     """
 
     def __init__(
@@ -151,14 +156,21 @@ class Router:
         agents: t.Mapping[str, AgentSpec],
         *,
         templates: Templates | None = None,
+        remote: tuple[TurnPost, t.Collection[str]] | None = None,
     ) -> None:
-        self.routing = Routing(config, store, agents, templates=templates)
+        post, hosted_elsewhere = remote if remote is not None else (None, ())
+        self.routing = Routing(config, store, agents, templates=templates, remote=hosted_elsewhere)
         self.config, self.store = config, store
         self.agents, self.loops = self.routing.agents, self.routing.loops
         self.endings = Endings(self.routing)
         self.deadlines = Deadlines(self.routing, self.endings)
         self.sending = Sending(self.routing, self.endings, self.deadlines)
         self.effects = BlockEffects(self.routing, self.endings, self.deadlines, self.sending)
+        self.remote = (
+            RemoteTurns(self.routing, self.endings, self.sending, self.effects, post)
+            if post is not None
+            else None
+        )
         self._data_version = -1
         self._next_scan = 0.0
         self._in_flight = True
@@ -196,6 +208,11 @@ class Router:
             asyncio.create_task(self._agent_loop(d), name=f"agent-{d.name}")
             for d in self.routing.agents.values()
         ]
+        if self.remote is not None:
+            loops += [
+                asyncio.create_task(self.remote.run(name), name=f"remote-{name}")
+                for name in sorted(self.routing.remote)
+            ]
         # Woken by commits (any process) instead of a timer; see politerm.store.watch.
         watch = StoreWatch(self.store.path)
         await watch.start()
@@ -320,7 +337,7 @@ class Router:
             await asyncio.sleep(0)  # let the other loops run between bursts
 
     def _handed_back(self, driver: AgentDriver) -> None:
-        for msg in self.store.in_flight(driver.name):
+        for _row, msg in handed(self.store, driver.name):
             self.store.add_event(
                 "handed-back",
                 task_id=msg.task_id,
@@ -379,8 +396,7 @@ class Router:
         if not loop.settled:
             # A delivery a previous router left half-done comes before anything else.
             loop.settled = True
-            if self.store.in_flight(name):
-                await self.sending.settle_in_flight(driver, obs.snap)
+            if await self.sending.settle_in_flight(driver, obs.snap):
                 return
         if name in self.routing.clear_later and obs.state is AgentState.READY:
             self.routing.clear_later.discard(name)
@@ -452,7 +468,7 @@ class Router:
             # Another process committed: wake only the loops it gave something to do.
             self._data_version = version
             for name in agents_with_work(
-                self.store, self.routing.agents, self._events.read() if self._events else ()
+                self.store, self.routing.names, self._events.read() if self._events else ()
             ):
                 self.routing.wake(name)
         elif now < self._next_scan:

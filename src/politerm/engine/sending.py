@@ -1,21 +1,24 @@
 """Sending a message to an agent, and settling a delivery a stopped router left behind.
 
-A message goes DELIVERING together with its turn (before anything is typed), then the
-driver delivers it with confirmation. A DELIVERING message found after a restart is
-settled before anything else is sent to that agent, from its open row in the journal of
-turns by the driver layer's one recovery (:func:`politerm.driver.leftover.resume`), and
-confirmed like a fresh delivery: busy or its answer on screen → delivered; its text in the
-input box → submit and confirm; nothing there, or no row (never typed) → deliver it again
-(same text, same nonce).
+A message goes DELIVERING together with its turn and its row in the journal of turns
+(before anything is typed), then the driver delivers it with confirmation and records the
+outcome in one commit with the message's. So a prompt in flight is an open journal row,
+and that is all a new router reads: each HANDED row of an agent's loop messages is settled
+before anything else is sent to that agent, by the driver layer's one recovery
+(:func:`politerm.driver.leftover.resume`), and confirmed like a fresh delivery: busy or its
+answer on screen → delivered; its text in the input box → submit and confirm; nothing there
+→ deliver it again (same text, same nonce); its task ended meanwhile → not typed again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 import typing as t
 
 from politerm.driver import Outcome
-from politerm.driver.leftover import resume
+from politerm.driver.leftover import abandon, resume
 from politerm.engine import decide
 from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, Begun
 from politerm.protocol.primer import new_nonce
@@ -26,6 +29,8 @@ if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, DeliveryResult
     from politerm.engine.deadlines import Deadlines
     from politerm.engine.routebase import Endings, Routing
+    from politerm.store import RunStore
+    from politerm.store.journal import JournalRow
     from politerm.store.models import Message, Task, Turn
     from politerm.terminal import Snapshot
 
@@ -66,16 +71,15 @@ class Sending:
         snap: Snapshot,
         task: Task | None = None,
     ) -> Begun | None:
-        """Mark ``msg`` DELIVERING (and open its turn); call inside a store batch.
+        """Mark ``msg`` DELIVERING, open its turn and its journal row; inside a store batch.
 
         None when its task ended meanwhile (the message is dead-lettered instead). ``task``:
         its task as read in this same batch, if the caller has it.
         """
-        if task is None or task.id != msg.task_id:
-            task = self.store.get_task(msg.task_id) if msg.task_id else None
-        if task is not None and task.state not in ACTIVE:
-            self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
+        live = self._live_task(msg, task)
+        if live is False:
             return None
+        task = live
         follow_up = msg.type in FOLLOW_UPS and turn is not None
         # A STRANDED attempt left the text (with its nonce) in the input box: submit that,
         # do not paste it again.
@@ -89,6 +93,42 @@ class Sending:
             nonce = msg.turn_nonce
         else:
             nonce = turn.nonce if follow_up and turn is not None else new_nonce()
+        start = driver.turn_start(snap)
+        begun = self._open(driver.name, msg, task, nonce, start, follow_up)
+        if not follow_up:
+            driver.new_turn()
+        # The journal row commits with the message: an open row is a prompt in flight.
+        driver.hand(begun.text, _serves(msg), nonce=nonce, start_line=start)
+        return dataclasses.replace(begun, stranded=stranded)
+
+    def begin_remote(self, name: str, msg: Message) -> Begun | None:
+        """Mark ``msg`` DELIVERING for an agent on another node (inside a store batch).
+
+        Its node types it under a lease of the fleet's work; None when its task ended.
+        """
+        task = self._live_task(msg, None)
+        if task is False:
+            return None
+        return self._open(name, msg, task, new_nonce(), -1, follow_up=False)
+
+    def _live_task(self, msg: Message, task: Task | None) -> Task | t.Literal[False] | None:
+        """``msg``'s task (None: it has none); False when it ended (``msg`` goes DEAD)."""
+        if task is None or task.id != msg.task_id:
+            task = self.store.get_task(msg.task_id) if msg.task_id else None
+        if task is not None and task.state not in ACTIVE:
+            self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
+            return False
+        return task
+
+    def _open(
+        self,
+        name: str,
+        msg: Message,
+        task: Task | None,
+        nonce: str,
+        start_line: int,
+        follow_up: bool,
+    ) -> Begun:
         kept = msg.text if msg.turn_nonce == nonce else None
         text = kept or self.render(msg, nonce, task)
         msg = self.store.transition(
@@ -100,29 +140,49 @@ class Sending:
         )
         if not follow_up:
             self.store.start_turn(
-                driver.name,
-                nonce=nonce,
-                task_id=msg.task_id,
-                message_id=msg.id,
-                start_line=driver.turn_start(snap),
+                name, nonce=nonce, task_id=msg.task_id, message_id=msg.id, start_line=start_line
             )
-            self.routing.loops[driver.name].turn_nonce = nonce
-            driver.new_turn()
-        return Begun(msg, nonce, text, stranded=stranded, follow_up=follow_up)
+            self.routing.loops[name].turn_nonce = nonce
+        return Begun(msg, nonce, text, follow_up=follow_up)
 
     async def send(self, driver: AgentDriver, begun: Begun | None) -> None:
         """Type a begun delivery and record its outcome (durably, on every path)."""
         try:
             if begun is not None:
-                result = await driver.deliver(
-                    begun.text,
-                    already_pasted=begun.stranded,
-                    serves=_serves(begun.msg),
-                    nonce=begun.nonce,
-                )
-                self.settled(driver, begun.msg, begun.nonce, result, follow_up=begun.follow_up)
+                await self._type(driver, begun, pasted=begun.stranded)
         finally:
             self.store.sync()
+
+    async def _type(
+        self, driver: AgentDriver, begun: Begun, *, pasted: bool, recovered: bool = False
+    ) -> None:
+        """Deliver a begun message; its outcome and its journal row commit together."""
+        actions: list[decide.DeliveryAction] = []
+
+        def record(result: DeliveryResult) -> None:
+            actions.extend(
+                self._record(driver.name, begun, result, recovered=recovered, driver=driver)
+            )
+
+        result = await driver.deliver(
+            begun.text,
+            already_pasted=pasted,
+            serves=_serves(begun.msg),
+            nonce=begun.nonce,
+            then=record,
+        )
+        self._after(driver.name, actions, result)
+
+    def _not_typed(self, name: str, msg: Message, why: str) -> None:
+        """``msg`` is not typed after all (its task ended): DEAD, its turn and row over."""
+        with self.store.batch():
+            self.store.transition(msg.id, MessageState.DEAD, error=why)
+            turn = self.store.current_turn(name)
+            if turn is not None and turn.nonce == msg.turn_nonce:
+                self.store.end_turn(name, turn.nonce, TurnEnd.TASK_ENDED)  # and its row
+            row = self.store.journal_row(msg.turn_id) if msg.turn_id else None
+            if row is not None and row.open:
+                abandon(self.store, row, why)
 
     def hand_off(self, target: str, msg: Message, snap: Snapshot, task: Task | None = None) -> bool:
         """Begin ``msg``'s delivery for ``target``'s loop to type (inside a block's batch)."""
@@ -153,30 +213,38 @@ class Sending:
             or turn.nonce != begun.nonce
             or (task is not None and task.state not in ACTIVE)
         ):
-            with self.store.batch():
-                self.store.transition(
-                    msg.id,
-                    MessageState.DEAD,
-                    expect=MessageState.DELIVERING,
-                    error="its task ended before the prompt was typed",
-                )
-                if turn is not None and turn.nonce == begun.nonce:
-                    self.store.end_turn(driver.name, turn.nonce, TurnEnd.TASK_ENDED)
+            self._not_typed(driver.name, msg, "its task ended before the prompt was typed")
             return
         await self.send(driver, begun)
 
-    def settled(
+    def outcome(
         self,
-        driver: AgentDriver,
+        name: str,
         msg: Message,
         nonce: str,
         result: DeliveryResult,
         *,
         follow_up: bool,
         recovered: bool = False,
+        driver: AgentDriver | None = None,
     ) -> None:
-        """Record how a delivery ended: delivered, retried later, or dead-lettered."""
-        name = driver.name
+        """Record how ``name``'s delivery ended (its driver, when it runs here, is told)."""
+        begun = Begun(msg, nonce, msg.text or "", follow_up=follow_up)
+        with self.store.batch():
+            actions = self._record(name, begun, result, recovered=recovered, driver=driver)
+        self._after(name, actions, result)
+
+    def _record(
+        self,
+        name: str,
+        begun: Begun,
+        result: DeliveryResult,
+        *,
+        recovered: bool,
+        driver: AgentDriver | None,
+    ) -> tuple[decide.DeliveryAction, ...]:
+        """Write how a delivery ended (delivered, retried later, dead-lettered); in a batch."""
+        msg, nonce = begun.msg, begun.nonce
         evidence = " | ".join(result.evidence)
         actions = decide.delivery_ended(
             decide.Delivery(
@@ -188,68 +256,56 @@ class Sending:
                 msg.type,
                 msg.attempts,
                 self.config.routing.max_attempts,
-                follow_up,
+                begun.follow_up,
                 msg.task_id,  # a task gone meanwhile is not failed (see _fail)
             )
         )
-        with self.store.batch():
-            for action in actions:
-                match action:
-                    case decide.Confirmed(restart_clock=restart):
-                        self.store.transition(
-                            msg.id,
-                            MessageState.DELIVERED,
-                            expect=MessageState.DELIVERING,
-                            evidence=evidence,
-                        )
-                        self.store.set_turn_state(name, nonce, TurnState.WAITING)
-                        if restart and msg.task_id is not None:
-                            self.deadlines.restart_clock(msg.task_id, name, time.time())
+        # The one move each outcome makes of the message, from DELIVERING.
+        move = functools.partial(
+            self.store.transition, msg.id, expect=MessageState.DELIVERING, evidence=evidence
+        )
+        for action in actions:
+            match action:
+                case decide.Confirmed(restart_clock=restart):
+                    move(MessageState.DELIVERED)
+                    if self.store.set_turn_state(name, nonce, TurnState.WAITING) is None:
+                        # Its turn ended with its task while it was typed: over at once.
+                        self.store.transition(msg.id, MessageState.ACKNOWLEDGED)
+                        if driver is not None:
+                            driver.end_turn(result.turn_id, TurnEnd.TASK_ENDED.value)
+                    elif restart and msg.task_id is not None:
+                        self.deadlines.restart_clock(msg.task_id, name, time.time())
+                    if driver is not None:
                         driver.turn_delivered(msg.task_id)
-                        self.routing.event(
-                            "recovered" if recovered else "delivered",
-                            msg,
-                            detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
-                            f"({result.submits} submit, {result.elapsed * 1000:.0f} ms, "
-                            f"confirmed by {result.source})",
-                        )
-                    case decide.AgentGone():
-                        self.store.transition(
-                            msg.id,
-                            MessageState.RETRIED,
-                            expect=MessageState.DELIVERING,
-                            error="agent exited",
-                        )
-                    case decide.EndTurn(reason=reason):
-                        self.store.end_turn(name, nonce, reason)
-                        self.routing.loops[name].turn_nonce = None
-                    case decide.RetryLater(after=after, error=error):
-                        self.routing.loops[name].retry_at = time.monotonic() + after
-                        self.store.transition(
-                            msg.id,
-                            MessageState.RETRIED,
-                            expect=MessageState.DELIVERING,
-                            error=error,
-                            evidence=evidence,
-                        )
-                        self.routing.event(
-                            "retry", msg, detail=f"{result.outcome.value}: {evidence}"
-                        )
-                    case decide.DeadLetter(error=error, clear_input=clear):
-                        self.store.transition(
-                            msg.id,
-                            MessageState.DEAD,
-                            expect=MessageState.DELIVERING,
-                            error=error,
-                            evidence=evidence,
-                        )
-                        self.routing.event(
-                            "dead-letter", msg, detail=f"{result.outcome.value}: {evidence}"
-                        )
-                        if clear:
-                            self.routing.clear_later.add(
-                                name
-                            )  # its text must not join the next prompt
+                    self.routing.event(
+                        "recovered" if recovered else "delivered",
+                        msg,
+                        detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
+                        f"({result.submits} submit, {result.elapsed * 1000:.0f} ms, "
+                        f"confirmed by {result.source})",
+                    )
+                case decide.AgentGone():
+                    move(MessageState.RETRIED, error="agent exited")
+                case decide.EndTurn(reason=reason):
+                    self.store.end_turn(name, nonce, reason)
+                    self.routing.loops[name].turn_nonce = None
+                case decide.RetryLater(after=after, error=error):
+                    self.routing.loops[name].retry_at = time.monotonic() + after
+                    move(MessageState.RETRIED, error=error)
+                    self.routing.event("retry", msg, detail=f"{result.outcome.value}: {evidence}")
+                case decide.DeadLetter(error=error, clear_input=clear):
+                    move(MessageState.DEAD, error=error)
+                    self.routing.event(
+                        "dead-letter", msg, detail=f"{result.outcome.value}: {evidence}"
+                    )
+                    if clear:
+                        # Its text must not join the next prompt.
+                        self.routing.clear_later.add(name)
+        return actions
+
+    def _after(
+        self, name: str, actions: t.Sequence[decide.DeliveryAction], result: DeliveryResult
+    ) -> None:
         # Endings wake other loops and write their own batches: after the outcome's commit.
         for action in actions:
             if isinstance(action, decide.AgentGone):
@@ -276,66 +332,60 @@ class Sending:
 
     # --- settling what a stopped router left --------------------------------------------
 
-    async def settle_in_flight(self, driver: AgentDriver, snap: Snapshot) -> None:
-        """Settle every DELIVERING message of this agent before anything else is sent to it."""
-        for msg in self.store.in_flight(driver.name):
-            nonce = msg.turn_nonce or new_nonce()
+    async def settle_in_flight(self, driver: AgentDriver, snap: Snapshot) -> bool:
+        """Settle each prompt handed to this agent and not settled (a crash cut it short).
+
+        Those are the HANDED rows of its loop messages in the journal of turns; True if
+        there was one.
+        """
+        rows = handed(self.store, driver.name)
+        for row, msg in rows:
             turn = self.store.current_turn(driver.name)
             follow_up = msg.type in FOLLOW_UPS and (turn is None or turn.message_id != msg.id)
-            if not follow_up and (turn is None or turn.nonce != nonce):
-                # The turn row and the message go together; one without the other is an old
-                # store: open the turn again so the answer is read from where it starts.
-                if turn is not None:
-                    self.store.end_turn(driver.name, turn.nonce, TurnEnd.HANDED_BACK)
-                turn = self.store.start_turn(
-                    driver.name,
-                    nonce=nonce,
-                    task_id=msg.task_id,
-                    message_id=msg.id,
-                    start_line=-1 if snap.alternate_screen else 0,
-                )
-            result = await self._confirm_left_over(driver, msg, turn, snap)
+            begun = Begun(msg, row.nonce or "", msg.text or "", follow_up=follow_up)
+            task = self.store.get_task(msg.task_id) if msg.task_id else None
+            found = await resume(driver, row, begun.text, snap)
             self.store.add_event(
                 "recovered",
                 task_id=msg.task_id,
                 agent=driver.name,
-                detail=f"{msg.type} message found mid-delivery after a restart: {result.rule}",
+                detail=f"{msg.type} message found mid-delivery after a restart: {found.rule}",
             )
-            if not follow_up:
-                self.routing.loops[driver.name].turn_nonce = nonce
-            self.settled(driver, msg, nonce, result, follow_up=follow_up, recovered=True)
+            if found.resumed == "delivered":
+                self.outcome(
+                    driver.name,
+                    msg,
+                    begun.nonce,
+                    found.confirmed(row.id),
+                    follow_up=follow_up,
+                    recovered=True,
+                    driver=driver,
+                )
+            elif task is not None and task.state not in ACTIVE:
+                self._not_typed(driver.name, msg, f"task {task.state.value}")
+                if found.resumed == "pasted":
+                    self.routing.clear_later.add(driver.name)
+            else:
+                if not follow_up:
+                    self.routing.loops[driver.name].turn_nonce = begun.nonce
+                # Our paste in the box is submitted and confirmed, never pasted twice;
+                # anything else (nothing, or someone else's words, cleared first): send it.
+                await self._type(driver, begun, pasted=found.resumed == "pasted", recovered=True)
             snap = (await driver.snapshot()) or snap
+        return bool(rows)
 
-    async def _confirm_left_over(
-        self, driver: AgentDriver, msg: Message, turn: Turn | None, snap: Snapshot
-    ) -> DeliveryResult:
-        from politerm.driver import DeliveryResult
 
-        text = msg.text or self.render(msg, msg.turn_nonce or new_nonce())
-        start = None if turn is None else turn.start_line
-        mine = [r for r in self.store.journal_open(agent=driver.name) if r.serves == _serves(msg)]
-        # The driver writes a prompt's row before it types: without one it never went in.
-        found = await resume(driver, mine[-1], text, snap) if mine else None
-        if found is not None and found.resumed == "delivered":
-            return DeliveryResult(
-                Outcome.DELIVERED,
-                found.evidence,
-                0,
-                True,
-                0.0,
-                found.rule,
-                sources=found.sources,
-                turn_id=mine[-1].id,
-            )
-        # Our paste in the box is submitted and confirmed, never pasted twice; anything else
-        # (nothing, or someone else's words, which delivery clears first): send it.
-        return await driver.deliver(
-            text,
-            already_pasted=found is not None and found.resumed == "pasted",
-            serves=_serves(msg),
-            nonce=msg.turn_nonce,
-            start_line=start,
-        )
+def handed(store: RunStore, agent: str) -> list[tuple[JournalRow, Message]]:
+    """``agent``'s loop messages handed and not settled: HANDED rows, DELIVERING messages.
+
+    The two commit together (see :class:`Sending`), so an open row is the whole story.
+    """
+    found = []
+    for row in store.journal_open(agent=agent, workflow=Workflow.LOOP):
+        msg = store.get_message(int(row.serves.key[0]))
+        if msg is not None and msg.state is MessageState.DELIVERING:
+            found.append((row, msg))
+    return found
 
 
 def _serves(msg: Message) -> Serves:

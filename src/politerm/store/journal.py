@@ -68,6 +68,9 @@ JOURNAL_TRANSITIONS: t.Final[t.Mapping[JournalState, frozenset[JournalState]]] =
 }
 """Allowed changes of a journal row; anything else is a bug in the caller."""
 
+#: The journal rows of an agent's loop messages still being delivered.
+_TYPING: t.Final = "SELECT turn_id FROM messages WHERE recipient = ? AND state = 'delivering'"
+
 OPEN_STATES: t.Final = frozenset({JournalState.HANDED, JournalState.DELIVERED})
 """A row in one of these is in flight: a crash leaves it for the recovery."""
 
@@ -97,6 +100,7 @@ class Workflow(enum.StrEnum):
     MANAGER = "manager"
     BRIDGE = "bridge"
     MESSAGING = "messaging"
+    FLEET = "fleet"
 
 
 #: The workflow records kept in a table of this store, by the columns of their key; the
@@ -164,6 +168,16 @@ class JournalRow:
     delivered: float | None
     ended: float | None
     outcome: str | None
+    work: str | None = None
+    """The fleet's work this prompt serves, when a node typed it under a lease."""
+    node: str | None = None
+    """The node holding that lease."""
+    epoch: int | None = None
+    """The lease's fencing epoch: a later claim of the work has a higher one."""
+    lease_until: float | None = None
+    """When the lease expired, as last renewed before the paste (epoch seconds)."""
+    verdict: str | None = None
+    """The queue's word on the result: ``accepted``, or ``rejected: …`` (fenced)."""
 
     @property
     def open(self) -> bool:
@@ -328,13 +342,15 @@ class JournalRows(StoreCore):
         return _row(row)
 
     def journal_end_nonce(self, agent: str, nonce: str, outcome: str) -> list[int]:
-        """End every open row of ``agent``'s turn ``nonce`` (the loop ends its turns so).
+        """End the open rows of ``agent``'s turn ``nonce`` (the loop ends its turns so).
 
         A DELIVERED row ENDS with ``outcome``; one still HANDED was never confirmed and is
-        ABANDONED. Returns the ids of the rows ended.
+        ABANDONED, unless its message is still DELIVERING: that delivery (or the recovery
+        after a crash) settles the row with the message. Returns the ids of the rows ended.
         """
-        with self._writing():
-            rows = self.journal_open(agent=agent, nonce=nonce)
+        with self._writing() as c:
+            typing = {r[0] for r in c.execute(_TYPING, (agent,))}
+            rows = [r for r in self.journal_open(agent=agent, nonce=nonce) if r.id not in typing]
             for row in rows:
                 done = (
                     JournalState.ENDED
@@ -343,6 +359,69 @@ class JournalRows(StoreCore):
                 )
                 self.journal_move(row.id, done, outcome=outcome)
         return [r.id for r in rows]
+
+    def journal_lease(
+        self, turn_id: int, *, work: str, node: str, epoch: int, until: float
+    ) -> JournalRow | None:
+        """Write the fleet lease a prompt is typed under, before the paste.
+
+        A row of another work, or with a higher epoch already, keeps what it has and is
+        returned as it is: the caller compares.
+        """
+        with self._writing() as c:
+            row = c.execute(
+                "UPDATE turn_journal SET work = ?, node = ?, epoch = ?, lease_until = ?"
+                " WHERE id = ? AND (work IS NULL OR (work = ? AND epoch <= ?)) RETURNING *",
+                (work, node, epoch, until, turn_id, work, epoch),
+            ).fetchone()
+        if row is None:
+            return self.journal_row(turn_id)
+        self._audit.append("journal.lease", id=turn_id, work=work, node=node, epoch=epoch)
+        return _row(row)
+
+    def journal_verdict(self, turn_id: int, verdict: str) -> None:
+        """Record the queue's word on a fleet row's result (accepted, or rejected and why)."""
+        with self._writing() as c:
+            c.execute("UPDATE turn_journal SET verdict = ? WHERE id = ?", (verdict, turn_id))
+        self._audit.append("journal.verdict", id=turn_id, verdict=verdict)
+
+    def journal_of_work(self, work: str) -> list[JournalRow]:
+        """Every row typed under a lease of fleet work ``work``, oldest first."""
+        with self._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM turn_journal WHERE work = ? ORDER BY id", (work,)
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def journal_leased(self, limit: int = 50) -> list[JournalRow]:
+        """The newest rows typed under a fleet lease (``poli fleet status``), newest first."""
+        with self._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM turn_journal WHERE work IS NOT NULL ORDER BY id DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def journal_conversation(self, agent: str, conversation: str | None = None) -> str:
+        """``agent``'s CLI conversation id, as its newest row that names one keeps it.
+
+        With ``conversation`` (the id its CLI named now), the agent's newest row is told
+        first (a CLI may name it after the turn's end); "" when no row names one.
+        """
+        if conversation:
+            with self._writing() as c:
+                c.execute(
+                    "UPDATE turn_journal SET conversation = ? WHERE id ="
+                    " (SELECT MAX(id) FROM turn_journal WHERE agent = ?)",
+                    (conversation, agent),
+                )
+        with self._reading() as c:
+            row = c.execute(
+                "SELECT conversation FROM turn_journal WHERE agent = ?"
+                " AND conversation IS NOT NULL ORDER BY id DESC LIMIT 1",
+                (agent,),
+            ).fetchone()
+        return "" if row is None else str(row[0])
 
     def journal_row(self, turn_id: int) -> JournalRow | None:
         """The row ``turn_id``, if any."""

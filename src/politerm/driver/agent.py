@@ -47,7 +47,6 @@ from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.looking import Observation
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import (
-    CLI_SESSION_META,
     HOOK_GRACE,
     PANE_OPTION,
     Drift,
@@ -71,6 +70,7 @@ from politerm.errors import (
     ControlModeError,
     HookError,
     PaneNotFound,
+    PromptNotDelivered,
     PtyError,
     StoreError,
     TmuxError,
@@ -163,7 +163,7 @@ class AgentDriver:
         self._stuck_reported = False
         self._row_due: str | None = None  # the state for the store row, until record_row()
         self._row_state: str | None = None  # what this driver last wrote there
-        self._session_row = ""  # the conversation id last recorded in the store
+        self._session_row = ""  # the conversation id last recorded in the journal
         self._session_checked = 0  # how many receipts had been read when it was looked for
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
@@ -539,7 +539,7 @@ class AgentDriver:
         """Bring the agent's row in the store up to the last look (no-op if it is).
 
         The CLI's own id of its conversation, once its hooks named it (or named a new
-        one), is recorded with it: ``poli up --resume`` resumes that conversation.
+        one), is recorded in the journal of turns: ``poli up --resume`` resumes that one.
         """
         self._record_session()
         state, self._row_due = self._row_due, None
@@ -575,7 +575,8 @@ class AgentDriver:
         session = own_conversation(named, self.profile.transcript, self.cwd, self._blocks.env)
         if session and session != self._session_row:
             try:
-                self.store.set_meta(CLI_SESSION_META + self.name, session)
+                # On its newest row in the journal of turns; its next prompt's row carries it.
+                self.store.journal_conversation(self.name, session)
                 self._session_row = session
             except StoreError:
                 log.warning("%s: conversation id %s not recorded", self.name, session)
@@ -599,7 +600,9 @@ class AgentDriver:
         """Wait (bounded) until the agent is ready, answering start-up dialogs.
 
         ``on_reading`` sees each reading taken, ``on_dialog`` each dialog answered (see
-        :func:`politerm.driver.ready.wait_ready`).
+        :func:`politerm.driver.ready.wait_ready`). Its receipts from the launch on hold a
+        CLI whose hooks report its session start until it did. Its READY row is committed
+        without an fsync (a display row; :meth:`RunStore.sync` for many agents at once).
 
         Raises
         ------
@@ -615,6 +618,7 @@ class AgentDriver:
                 say=say,
                 on_reading=on_reading,
                 on_dialog=on_dialog,
+                receipts=self._receipts,
             )
         except PaneNotFound as exc:
             msg = f"agent {self.name} exited while starting: {exc}"
@@ -627,10 +631,28 @@ class AgentDriver:
             self._tracker.state, self._tracker.latched = AgentState.READY, True
             self._tracker.ready_since = time.monotonic()
         if self.store is not None:
-            with contextlib.suppress(StoreError):
+            with contextlib.suppress(StoreError), self.store.batch(durable=False):
                 if self.store.get_agent(self.name) is not None:
                     self.store.set_agent_state(self.name, AgentState.READY.value)
         return reading
+
+    async def prime(self, text: str, *, timeout: float) -> None:
+        """Deliver the agent's primer (its instructions) and wait until it is ready again.
+
+        Raises
+        ------
+        PromptNotDelivered
+            The primer was not delivered; the message says how it ended.
+        AgentExited, AgentTimeout
+            It did not come back ready within ``timeout``.
+        """
+        result = await self.deliver(text)
+        if not result.ok:
+            msg = f"agent {self.name}: primer not delivered ({result.outcome.value}): {result.rule}"
+            raise PromptNotDelivered(msg)
+        # It answers the primer: let the screen leave the ready prompt it was confirmed on.
+        await asyncio.sleep(0.05)
+        await self.wait_ready(timeout)
 
     async def watch(
         self,
@@ -722,7 +744,7 @@ class AgentDriver:
 
     def abandon_turn(self, why: str) -> None:
         """The caller gave up the turn under way: its journal row is ABANDONED with ``why``."""
-        self._turns.abandoned(why)
+        self._turns.ended(self._turns.current, why, conversation=None, given_up=True)
 
     async def _deliver(self, text: str | bytes, *, already_pasted: bool) -> DeliveryResult:
         self._tracker.input_sent()

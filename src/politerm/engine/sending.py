@@ -173,6 +173,17 @@ class Sending:
         )
         self._after(driver.name, actions, result)
 
+    def _not_typed(self, name: str, msg: Message, why: str) -> None:
+        """``msg`` is not typed after all (its task ended): DEAD, its turn and row over."""
+        with self.store.batch():
+            self.store.transition(msg.id, MessageState.DEAD, error=why)
+            turn = self.store.current_turn(name)
+            if turn is not None and turn.nonce == msg.turn_nonce:
+                self.store.end_turn(name, turn.nonce, TurnEnd.TASK_ENDED)  # and its row
+            row = self.store.journal_row(msg.turn_id) if msg.turn_id else None
+            if row is not None and row.open:
+                abandon(self.store, row, why)
+
     def hand_off(self, target: str, msg: Message, snap: Snapshot, task: Task | None = None) -> bool:
         """Begin ``msg``'s delivery for ``target``'s loop to type (inside a block's batch)."""
         driver, loop = self.routing.agents[target], self.routing.loops[target]
@@ -202,15 +213,7 @@ class Sending:
             or turn.nonce != begun.nonce
             or (task is not None and task.state not in ACTIVE)
         ):
-            with self.store.batch():
-                self.store.transition(
-                    msg.id,
-                    MessageState.DEAD,
-                    expect=MessageState.DELIVERING,
-                    error="its task ended before the prompt was typed",
-                )
-                if turn is not None and turn.nonce == begun.nonce:
-                    self.store.end_turn(driver.name, turn.nonce, TurnEnd.TASK_ENDED)
+            self._not_typed(driver.name, msg, "its task ended before the prompt was typed")
             return
         await self.send(driver, begun)
 
@@ -359,10 +362,7 @@ class Sending:
                     driver=driver,
                 )
             elif task is not None and task.state not in ACTIVE:
-                with self.store.batch():
-                    why = f"task {task.state.value} before its prompt was typed"
-                    self.store.transition(msg.id, MessageState.DEAD, error=why)
-                    abandon(self.store, row, f"task {task.state.value}")
+                self._not_typed(driver.name, msg, f"task {task.state.value}")
                 if found.resumed == "pasted":
                     self.routing.clear_later.add(driver.name)
             else:

@@ -154,6 +154,7 @@ class WorkQueue:
         # From the last claim that found nothing: ms until the project's next lease runs
         # out (-1: none is held).
         self._next_expiry = -1
+        self._turn = 0
         # Entries XREADGROUP handed a node beyond the one started (one per stream per
         # read), by node: (agent, entry, work id). Lost with the process, they are
         # re-claimed after a lease like any entry whose node never started it.
@@ -270,6 +271,10 @@ class WorkQueue:
         if not names:
             return None
         what = f"claiming work for {', '.join(names)} as node {node}"
+        # Each claim starts the script's scan at the next agent: one agent's steady stream
+        # of work never starves the others of a node.
+        self._turn = (self._turn + 1) % len(names)
+        names = names[self._turn :] + names[: self._turn]
         deadline = time.monotonic() + block_ms / 1000
         with self.conn.talking(what):
             lease = self._from_backlog(node) or self._start(node, names, ["any"])

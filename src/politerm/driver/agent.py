@@ -70,6 +70,7 @@ from politerm.errors import (
     ControlModeError,
     HookError,
     PaneNotFound,
+    PromptNotDelivered,
     PtyError,
     StoreError,
     TmuxError,
@@ -599,7 +600,9 @@ class AgentDriver:
         """Wait (bounded) until the agent is ready, answering start-up dialogs.
 
         ``on_reading`` sees each reading taken, ``on_dialog`` each dialog answered (see
-        :func:`politerm.driver.ready.wait_ready`).
+        :func:`politerm.driver.ready.wait_ready`). Its receipts from the launch on hold a
+        CLI whose hooks report its session start until it did. Its READY row is committed
+        without an fsync (a display row; :meth:`RunStore.sync` for many agents at once).
 
         Raises
         ------
@@ -615,6 +618,7 @@ class AgentDriver:
                 say=say,
                 on_reading=on_reading,
                 on_dialog=on_dialog,
+                receipts=self._receipts,
             )
         except PaneNotFound as exc:
             msg = f"agent {self.name} exited while starting: {exc}"
@@ -627,10 +631,28 @@ class AgentDriver:
             self._tracker.state, self._tracker.latched = AgentState.READY, True
             self._tracker.ready_since = time.monotonic()
         if self.store is not None:
-            with contextlib.suppress(StoreError):
+            with contextlib.suppress(StoreError), self.store.batch(durable=False):
                 if self.store.get_agent(self.name) is not None:
                     self.store.set_agent_state(self.name, AgentState.READY.value)
         return reading
+
+    async def prime(self, text: str, *, timeout: float) -> None:
+        """Deliver the agent's primer (its instructions) and wait until it is ready again.
+
+        Raises
+        ------
+        PromptNotDelivered
+            The primer was not delivered; the message says how it ended.
+        AgentExited, AgentTimeout
+            It did not come back ready within ``timeout``.
+        """
+        result = await self.deliver(text)
+        if not result.ok:
+            msg = f"agent {self.name}: primer not delivered ({result.outcome.value}): {result.rule}"
+            raise PromptNotDelivered(msg)
+        # It answers the primer: let the screen leave the ready prompt it was confirmed on.
+        await asyncio.sleep(0.05)
+        await self.wait_ready(timeout)
 
     async def watch(
         self,

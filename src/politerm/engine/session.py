@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import importlib.resources
 import logging
 import os
@@ -12,10 +11,10 @@ import pathlib
 import shlex
 import typing as t
 
-from politerm._internal.private import private_dir
+from politerm._internal.pidlock import PidLock
 from politerm.agents.profile import AgentProfile
-from politerm.agents.state import AgentState, StateReading
-from politerm.driver import Host, check_program, deliver, state_dir, wait_ready
+from politerm.agents.state import AgentState
+from politerm.driver import AgentDriver, Host, check_program, state_dir
 from politerm.driver.launch import agent_env, agent_profile, prepare_launch
 from politerm.driver.records import AgentRecords
 from politerm.engine.placement import here_config
@@ -233,26 +232,23 @@ class Session:
                 )
             agents[name] = (profile, pane)
             say(f"{name}: started {shlex.join(argv)} in {pane.pane_id}")
-        waits = [
-            self.wait_ready(
-                name, profile, pane, say=say, receipts=receipts.get(name), durable=False
-            )
+        # The driver waits (dialogs, its session receipt) and primes; the router makes its
+        # own drivers, which find the receipts again through the pane.
+        drivers = [
+            AgentDriver(name, profile, pane, store=self.store, receipts=receipts.get(name))
             for name, (profile, pane) in agents.items()
         ]
+        ready = self.config.timeouts.ready
         try:
-            await asyncio.gather(*waits)
+            await asyncio.gather(*(d.wait_ready(ready, say=say) for d in drivers))
+            self.store.sync()  # the rows and ready states above, in one fsync
+            if primers:
+                primed = [d for d in drivers if d.name not in restarted]
+                await asyncio.gather(*(self._prime(d, say) for d in primed))
+                self.store.sync()
         finally:
             for rc in receipts.values():
                 await rc.close()
-        self.store.sync()  # the rows and ready states above, in one fsync
-        if primers:
-            await asyncio.gather(
-                *(
-                    self._prime(name, profile, pane, say)
-                    for name, (profile, pane) in agents.items()
-                    if name not in restarted
-                )
-            )
         if resume:
             # A router that does not run: it applies an answer found in a record as it
             # would apply one read on screen.
@@ -322,61 +318,17 @@ class Session:
         RouterLock(self.host.socket, self.name).discard()
         return stopped
 
-    async def wait_ready(
-        self,
-        name: str,
-        profile: AgentProfile,
-        pane: Pane,
-        *,
-        timeout: float | None = None,
-        say: t.Callable[[str], None] | None = None,
-        receipts: Receipts | None = None,
-        durable: bool = True,
-    ) -> StateReading:
-        """Wait until the agent is ready, answering start-up dialogs by its profile.
-
-        ``receipts`` (from its launch) hold it until its CLI reported its session start.
-        ``durable=False``: its READY row is committed without an fsync; the caller syncs
-        the store (:meth:`RunStore.sync`) once for many agents.
-
-        Raises
-        ------
-        AgentTimeout
-            Not ready within the ``ready`` timeout; the message shows the screen.
-        AgentExited
-            The agent exited while starting.
-        """
-        limit = timeout if timeout is not None else self.config.timeouts.ready
-        reading = await wait_ready(
-            pane, profile, timeout=limit, name=name, say=say, receipts=receipts
-        )
-        with self.store.batch(durable=durable):
-            self._set_state(name, AgentState.READY)
-        return reading
-
-    def _set_state(self, name: str, state: AgentState) -> None:
-        if self.store.get_agent(name) is not None:
-            self.store.set_agent_state(name, state.value)
-
-    async def _prime(
-        self, name: str, profile: AgentProfile, pane: Pane, say: t.Callable[[str], None]
-    ) -> None:
-        acfg = self.config.agents[name]
-        if acfg.primer is False:
+    async def _prime(self, driver: AgentDriver, say: t.Callable[[str], None]) -> None:
+        primer = self.config.agents[driver.name].primer
+        if primer is False:
             return
         text = (
-            pathlib.Path(acfg.primer).read_text()
-            if isinstance(acfg.primer, (str, os.PathLike))
-            else builtin_primer(name, self.config.routing.contract)
+            pathlib.Path(primer).read_text()
+            if isinstance(primer, (str, os.PathLike))
+            else builtin_primer(driver.name, self.config.routing.contract)
         )
-        result = await deliver(pane, text, profile)
-        if not result.ok:
-            msg = f"agent {name}: primer not delivered ({result.outcome.value}): {result.rule}"
-            raise RoutingError(msg)
-        say(f"{name}: primer delivered")
-        # The agent answers the primer; wait until it is ready for work again.
-        await asyncio.sleep(0.05)
-        await self.wait_ready(name, profile, pane)
+        await driver.prime(text, timeout=self.config.timeouts.ready)
+        say(f"{driver.name}: primer delivered")
 
 
 def _control_argv(store: pathlib.Path, socket: str) -> list[str]:
@@ -387,7 +339,7 @@ def _control_argv(store: pathlib.Path, socket: str) -> list[str]:
     return [*status, "--socket", socket]
 
 
-class RouterLock:
+class RouterLock(PidLock):
     """One router per tmux session: an exclusive ``flock`` keyed by socket and session.
 
     The lock belongs to the tmux session, not to a store: two routers with different
@@ -397,51 +349,7 @@ class RouterLock:
 
     def __init__(self, socket: str, session: str, directory: pathlib.Path | None = None) -> None:
         base = directory if directory is not None else state_dir()
-        self.path = base / f"router-{socket}-{session}.lock"
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        """Take the lock without waiting; False if another router holds it."""
-        private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return True
-
-    def holder(self) -> int | None:
-        """PID of the router holding the lock, if one does (never a dead one's)."""
-        try:
-            text = self.path.read_text().strip()
-        except OSError:
-            return None
-        if not text.isdigit():
-            return None
-        try:
-            os.kill(int(text), 0)
-        except ProcessLookupError:
-            return None  # left by a router killed with -9: the lock is free
-        except PermissionError:
-            pass  # alive, another user's
-        return int(text)
-
-    def release(self) -> None:
-        """Give the lock up; the file no longer names this process."""
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)
-            self._fd = None
-
-    def discard(self) -> None:
-        """Remove the lock file of a session that is gone, unless a router still holds it."""
-        if self.path.exists() and self.acquire():
-            self.path.unlink(missing_ok=True)
-            self.release()
+        super().__init__(base / f"router-{socket}-{session}.lock")
 
 
 __all__ = ["Agents", "RouterLock", "Session", "builtin_primer"]

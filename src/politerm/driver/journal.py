@@ -1,10 +1,12 @@
 """The driver's pen on the journal of turns (:mod:`politerm.store.journal`).
 
-The driver is the one writer of the journal: its delivery writes a prompt's row HANDED
-before anything is typed, DELIVERED or FAILED with what the delivery saw, and its turn
-ENDED with the turn's outcome. A workflow says which record a prompt serves
-(:class:`~politerm.store.journal.Serves`) and gets the row's id back
-(``DeliveryResult.turn_id``, ``TurnResult.turn_id``); it never writes a row itself.
+The driver writes the journal's rows: its delivery writes a prompt's row HANDED before
+anything is typed, DELIVERED or FAILED with what the delivery saw, and its turn ENDED with
+the turn's outcome (ABANDONED when its caller gives the turn up). Only closing a row happens
+elsewhere: a loop turn's end (``RunStore.end_turn``), a row no driver will settle
+(:func:`politerm.driver.leftover.abandon`), a fleet node's fenced attempt. A workflow says
+which record a prompt serves (:class:`~politerm.store.journal.Serves`) and gets the row's
+id back (``DeliveryResult.turn_id``, ``TurnResult.turn_id``); it never opens a row itself.
 Nudges, a soft stop's note and a usage limit's "continue" belong to the turn's row.
 """
 

@@ -21,7 +21,9 @@ A row's states and the changes allowed between them (:data:`JOURNAL_TRANSITIONS`
 - DELIVERED: the driver confirmed it (``proof``: what it saw, and which sources said so).
 - ENDED: the turn is over, ``outcome`` says how (answered, timeout, exited, …).
 - FAILED: the delivery did not get through; the next attempt is a row of its own.
-- ABANDONED: a resume or a restart of the agent superseded it before it ended.
+- ABANDONED: given up before it ended: superseded by a new attempt, its agent restarted by
+  a resume, its task ended before it was typed, its caller gave the turn up, a fleet
+  node's lease fenced, or no driver is left to settle it.
 
 A resumed attempt continues its open row (:meth:`JournalRows.journal_hand` returns it)
 instead of writing a second one, so there is one row per attempt. No prompt text is kept

@@ -127,8 +127,9 @@ class TurnRows(JournalRows):
     def end_turn(self, agent: str, nonce: str, reason: TurnEnd = TurnEnd.ANSWERED) -> bool:
         """End ``agent``'s turn if it is still the one with ``nonce``, saying why.
 
-        Its prompts' open rows in the journal end with it (a HANDED one is ABANDONED),
-        except when the turn is handed back: the next router settles those.
+        Its prompts' open rows in the journal end with it (a HANDED one is ABANDONED, unless
+        its message is still DELIVERING: its delivery or the recovery settles that one), except
+        when the turn is handed back (``HANDED_BACK``): the next router settles those.
 
         Returns
         -------

@@ -15,7 +15,7 @@ WAITING (delivery confirmed; the deadline starts here) → HOLDING (its answer a
 agent still asks something: the turn stays open until it is idle) → ENDED. A turn ENDS on
 every path, each with a :class:`TurnEnd` reason: answered, not delivered, its task ended
 (failed, timed out, aborted, done elsewhere), the agent died, the message was dead-lettered,
-a resume superseded it, or a stopping router handed it back.
+a resume superseded it, or its task went over its token budget.
 """
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ class MessageState(enum.StrEnum):
 MESSAGE_TRANSITIONS: t.Final[t.Mapping[MessageState, frozenset[MessageState]]] = {
     MessageState.PARSED: frozenset({MessageState.QUEUED, MessageState.DEAD}),
     MessageState.QUEUED: frozenset({MessageState.DELIVERING, MessageState.DEAD}),
-    # DELIVERING -> QUEUED: the prompt provably never reached the agent (e.g. the pane was not
-    # ready, or a resume restarted the agent: the new process never saw it), so it is safe to
-    # send again without counting it as a retry.
+    # DELIVERING -> QUEUED: a resume restarted the agent before the delivery was confirmed:
+    # the new process never saw it, so it is safe to send again without counting a retry.
     MessageState.DELIVERING: frozenset(
         {MessageState.DELIVERED, MessageState.RETRIED, MessageState.DEAD, MessageState.QUEUED}
     ),

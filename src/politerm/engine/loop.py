@@ -13,7 +13,9 @@ import typing as t
 
 from politerm._internal.ids import check_id
 from politerm.engine import service
-from politerm.engine.router import ACTIVE, PLANNER, Router
+from politerm.engine.decide import ACTIVE, PLANNER
+from politerm.engine.routebase import Routing
+from politerm.engine.router import Router
 from politerm.engine.session import RouterLock, Session
 from politerm.engine.templates import Templates
 from politerm.errors import RoutingError
@@ -70,7 +72,7 @@ async def route(
     cursor = EventCursor(store)
     try:
         agents = await session.attach()
-        router = Router(config, store, agents, templates=templates_for(config))
+        router = Router(Routing(config, store, agents, templates=templates_for(config)))
         if printer is not None:
             follower = asyncio.create_task(follow(store, printer, cursor=cursor))
         await router.run(until=until)

@@ -31,7 +31,8 @@ import time
 import typing as t
 
 from politerm.driver.delivery import DeliveryResult, Outcome
-from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, PLANNER, RESUME_META, RESUME_MSG
+from politerm.engine.decide import ACTIVE, FOLLOW_UPS, PLANNER
+from politerm.engine.routebase import RESUME_META, RESUME_MSG
 from politerm.store.models import MessageState, TaskState, Turn, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:

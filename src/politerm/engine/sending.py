@@ -11,21 +11,21 @@ input box → submit and confirm; nothing there, or no row (never typed) → del
 
 from __future__ import annotations
 
-import time
 import typing as t
 
 from politerm.driver import Outcome
 from politerm.driver.leftover import resume
-from politerm.engine import decide
-from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, Begun
+from politerm.engine import agentstep, decide
+from politerm.engine.decide import FOLLOW_UPS
+from politerm.engine.execute import At
 from politerm.protocol.primer import new_nonce
 from politerm.store.journal import Serves, Workflow
-from politerm.store.models import MessageState, TurnEnd, TurnState
+from politerm.store.models import MessageState, TurnEnd
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, DeliveryResult
-    from politerm.engine.deadlines import Deadlines
-    from politerm.engine.routebase import Endings, Routing
+    from politerm.engine.execute import Executor
+    from politerm.engine.routebase import Begun, Routing
     from politerm.store.models import Message, Task, Turn
     from politerm.terminal import Snapshot
 
@@ -33,19 +33,21 @@ if t.TYPE_CHECKING:
 class Sending:
     """Delivering messages and settling in-flight ones (a part of the router).
 
+    It types; what a delivery's start and outcome do is decided
+    (:func:`~politerm.engine.agentstep.begin_delivery`, :func:`~politerm.engine.decide.
+    delivery_ended`) and carried out by the executor.
+
     Parameters
     ----------
     routing
         The router's shared state.
-    endings
-        Marks an agent dead, fails a task whose message was dead-lettered.
-    deadlines
-        Starts a step's clock when its prompt is confirmed.
+    executor
+        Carries out what a delivery's start and outcome call for.
     """
 
-    def __init__(self, routing: Routing, endings: Endings, deadlines: Deadlines) -> None:
+    def __init__(self, routing: Routing, executor: Executor) -> None:
         self.routing, self.store, self.config = routing, routing.store, routing.config
-        self.endings, self.deadlines = endings, deadlines
+        self.executor = executor
 
     async def deliver(
         self, driver: AgentDriver, msg: Message, turn: Turn | None, snap: Snapshot
@@ -73,42 +75,23 @@ class Sending:
         """
         if task is None or task.id != msg.task_id:
             task = self.store.get_task(msg.task_id) if msg.task_id else None
-        if task is not None and task.state not in ACTIVE:
-            self.store.transition(msg.id, MessageState.DEAD, error=f"task {task.state.value}")
-            return None
-        follow_up = msg.type in FOLLOW_UPS and turn is not None
-        # A STRANDED attempt left the text (with its nonce) in the input box: submit that,
-        # do not paste it again.
-        stranded = bool(
-            (msg.last_error or "").startswith(Outcome.STRANDED.value)
-            and msg.text
-            and msg.turn_nonce
-            and driver.profile.input_text(snap)
-        )
-        if stranded and msg.turn_nonce:
-            nonce = msg.turn_nonce
-        else:
-            nonce = turn.nonce if follow_up and turn is not None else new_nonce()
-        kept = msg.text if msg.turn_nonce == nonce else None
-        text = kept or self.render(msg, nonce, task)
-        msg = self.store.transition(
-            msg.id,
-            MessageState.DELIVERING,
-            expect={MessageState.QUEUED, MessageState.RETRIED},
-            turn_nonce=nonce,
-            text=text,
-        )
-        if not follow_up:
-            self.store.start_turn(
-                driver.name,
-                nonce=nonce,
-                task_id=msg.task_id,
-                message_id=msg.id,
-                start_line=driver.turn_start(snap),
+        stranded = (msg.last_error or "").startswith(Outcome.STRANDED.value)
+        step = agentstep.begin_delivery(
+            agentstep.Outgoing(
+                kind=msg.type,
+                task_state=task.state if task is not None else None,
+                turn_nonce=turn.nonce if turn is not None else None,
+                nonce=msg.turn_nonce,
+                has_text=bool(msg.text),
+                stranded_before=stranded,
+                box_text=stranded and bool(driver.box_text(snap)),
+                fresh=new_nonce(),
             )
-            self.routing.loops[driver.name].turn_nonce = nonce
-            driver.new_turn()
-        return Begun(msg, nonce, text, stranded=stranded, follow_up=follow_up)
+        )
+        text = ""
+        if isinstance(step, agentstep.Begin):
+            text = msg.text if step.keep_text and msg.text else self.render(msg, step.nonce, task)
+        return self.executor.begin(step, At(driver.name, msg=msg), snap, text)
 
     async def send(self, driver: AgentDriver, begun: Begun | None) -> None:
         """Type a begun delivery and record its outcome (durably, on every path)."""
@@ -125,16 +108,13 @@ class Sending:
             self.store.sync()
 
     def hand_off(self, target: str, msg: Message, snap: Snapshot, task: Task | None = None) -> bool:
-        """Begin ``msg``'s delivery for ``target``'s loop to type (inside a block's batch)."""
-        driver, loop = self.routing.agents[target], self.routing.loops[target]
-        if (
-            driver.dead
-            or loop.handoff is not None
-            or not loop.settled
-            or target in self.routing.clear_later
-        ):
-            return False
-        loop.handoff = self.begin(driver, msg, None, snap, task)
+        """Begin ``msg``'s delivery for ``target``'s loop to type (inside a block's batch).
+
+        The caller made sure the recipient takes it (:func:`~politerm.engine.agentstep.
+        takes_handoff`).
+        """
+        loop = self.routing.loops[target]
+        loop.handoff = self.begin(self.routing.agents[target], msg, None, snap, task)
         return loop.handoff is not None
 
     async def send_handoff(self, driver: AgentDriver, begun: Begun) -> None:
@@ -144,24 +124,18 @@ class Sending:
         nothing is typed and the message goes DEAD.
         """
         msg = self.store.get_message(begun.msg.id)
-        turn = self.store.current_turn(driver.name)
-        task = self.store.get_task(begun.msg.task_id) if begun.msg.task_id else None
         if msg is None or msg.state is not MessageState.DELIVERING:
             return
-        if (
-            turn is None
-            or turn.nonce != begun.nonce
-            or (task is not None and task.state not in ACTIVE)
-        ):
-            with self.store.batch():
-                self.store.transition(
-                    msg.id,
-                    MessageState.DEAD,
-                    expect=MessageState.DELIVERING,
-                    error="its task ended before the prompt was typed",
-                )
-                if turn is not None and turn.nonce == begun.nonce:
-                    self.store.end_turn(driver.name, turn.nonce, TurnEnd.TASK_ENDED)
+        turn = self.store.current_turn(driver.name)
+        task = self.store.get_task(begun.msg.task_id) if begun.msg.task_id else None
+        drop = agentstep.handoff_stands(
+            msg.state,
+            turn.nonce if turn is not None else None,
+            begun.nonce,
+            task.state if task is not None else None,
+        )
+        if drop is not None:
+            self.executor.drop_handoff(driver.name, begun, drop)
             return
         await self.send(driver, begun)
 
@@ -192,70 +166,20 @@ class Sending:
                 msg.task_id,  # a task gone meanwhile is not failed (see _fail)
             )
         )
-        with self.store.batch():
-            for action in actions:
-                match action:
-                    case decide.Confirmed(restart_clock=restart):
-                        self.store.transition(
-                            msg.id,
-                            MessageState.DELIVERED,
-                            expect=MessageState.DELIVERING,
-                            evidence=evidence,
-                        )
-                        self.store.set_turn_state(name, nonce, TurnState.WAITING)
-                        if restart and msg.task_id is not None:
-                            self.deadlines.restart_clock(msg.task_id, name, time.time())
-                        driver.turn_delivered(msg.task_id)
-                        self.routing.event(
-                            "recovered" if recovered else "delivered",
-                            msg,
-                            detail=f"{msg.sender} → {msg.recipient}: {msg.type} "
-                            f"({result.submits} submit, {result.elapsed * 1000:.0f} ms, "
-                            f"confirmed by {result.source})",
-                        )
-                    case decide.AgentGone():
-                        self.store.transition(
-                            msg.id,
-                            MessageState.RETRIED,
-                            expect=MessageState.DELIVERING,
-                            error="agent exited",
-                        )
-                    case decide.EndTurn(reason=reason):
-                        self.store.end_turn(name, nonce, reason)
-                        self.routing.loops[name].turn_nonce = None
-                    case decide.RetryLater(after=after, error=error):
-                        self.routing.loops[name].retry_at = time.monotonic() + after
-                        self.store.transition(
-                            msg.id,
-                            MessageState.RETRIED,
-                            expect=MessageState.DELIVERING,
-                            error=error,
-                            evidence=evidence,
-                        )
-                        self.routing.event(
-                            "retry", msg, detail=f"{result.outcome.value}: {evidence}"
-                        )
-                    case decide.DeadLetter(error=error, clear_input=clear):
-                        self.store.transition(
-                            msg.id,
-                            MessageState.DEAD,
-                            expect=MessageState.DELIVERING,
-                            error=error,
-                            evidence=evidence,
-                        )
-                        self.routing.event(
-                            "dead-letter", msg, detail=f"{result.outcome.value}: {evidence}"
-                        )
-                        if clear:
-                            self.routing.clear_later.add(
-                                name
-                            )  # its text must not join the next prompt
-        # Endings wake other loops and write their own batches: after the outcome's commit.
-        for action in actions:
-            if isinstance(action, decide.AgentGone):
-                self.endings.agent_died(name, result.evidence)
-            elif isinstance(action, decide.FailTask):
-                self.endings.carry_fail(action)
+        detail = (
+            f"{msg.sender} → {msg.recipient}: {msg.type} ({result.submits} submit, "
+            f"{result.elapsed * 1000:.0f} ms, confirmed by {result.source})"
+        )
+        at = At(
+            name,
+            msg=msg,
+            nonce=nonce,
+            evidence=tuple(result.evidence),
+            outcome=result.outcome.value,
+            detail=detail,
+            recovered=recovered,
+        )
+        self.executor.carry(actions, at)
 
     def render(self, msg: Message, nonce: str, task: Task | None = None) -> str:
         """The prompt of ``msg`` with ``nonce``, from the templates."""

@@ -17,6 +17,7 @@ from politerm.errors import AgentNotFound
 from politerm.store import RunStore
 from politerm.testing.fakeagent import prompts, read_log
 from politerm.testing.retry import aretry_until
+from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     from politerm.tmux import ControlClient, TmuxServer
@@ -89,7 +90,8 @@ async def test_turn_on_tmux_answered_with_the_block(
     assert result.block.nonce == result.nonce
     assert result.delivery is not None and result.delivery.ok
     assert logged(tmp_path) == [f"DO T1 nonce={result.nonce}".encode()]
-    pid = (await driver.pane.info()).pid if driver.pane else 0
+    pid = await driver.pid()
+    assert pid is not None
     await driver.kill()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
@@ -176,9 +178,9 @@ async def test_text_left_in_the_box_is_cleared_before_the_paste(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:
     driver = await start(tmux_server, tmux_session, tmp_path, DONE_RULE.format(extra=""))
-    assert driver.pane is not None
     # A person (or a dead-lettered prompt) left text in the input box.
-    await driver.pane.paste(b"half-typed words of someone else")
+    pane = Pane(tmux_session, driver.terminal_name, tmux_server)
+    await pane.paste(b"half-typed words of someone else")
     await aretry_until(lambda: _box(driver), 10, what="the left-over text to show in the input box")
     async with asyncio.timeout(TURN):
         result = await driver.run_turn(prompt("T2"), Expect.block("done"), timeout=30)
@@ -194,12 +196,13 @@ async def test_a_turn_resumed_after_its_watcher_died_reads_the_answer_once(
     # same pane only watches (no second prompt) and reads the answer from the line recorded.
     first = await start(tmux_server, tmux_session, tmp_path, DONE_RULE.format(extra=""))
     snap = await first.snapshot()
-    assert snap is not None and first.pane is not None
+    assert snap is not None
     begin = first.turn_start(snap)
     nonce = "0123456789abcdef"
     sent = await first.deliver(f"DO R1 nonce={nonce}")
     assert sent.ok, sent.evidence
-    again = AgentDriver("AGENT", load_profile("fake-claude"), first.pane, cwd=tmp_path)
+    pane = Pane(tmux_session, first.terminal_name, tmux_server)
+    again = AgentDriver("AGENT", load_profile("fake-claude"), pane, cwd=tmp_path)
     async with asyncio.timeout(TURN):
         result = await again.run_turn(
             "never sent",
@@ -312,7 +315,6 @@ async def test_turn_window_counts_rows_like_the_capture(
         size=(80, 24),
         ready_timeout=None,
     )
-    assert driver.pane is not None
 
     async def printed() -> bool:
         snap = await driver.snapshot()

@@ -43,7 +43,7 @@ def _reaches(path: pathlib.Path, names: set[str]) -> list[str]:
 
 def test_nothing_outside_the_driver_reaches_into_its_parts() -> None:
     names = _private_names()
-    assert {"_term", "_tracker", "_approver", "_blocks", "_meter", "_limiter"} <= names
+    assert {"_term", "_pane", "_tracker", "_approver", "_blocks", "_meter", "_limiter"} <= names
     files = [
         p
         for top in ("src", "tests", "bench")
@@ -52,3 +52,16 @@ def test_nothing_outside_the_driver_reaches_into_its_parts() -> None:
     ]
     reached = [hit for path in files for hit in _reaches(path, names)]
     assert reached == [], "use the driver's public calls:\n" + "\n".join(reached)
+
+
+def test_the_terminal_is_reached_only_through_named_calls() -> None:
+    """No public attribute hands out the agent's pane or terminal: a caller says what it wants.
+
+    (``host_gone()`` for the router's dead-server check, ``terminal_name`` for a step's pane
+    record, ``pid()`` and ``stop()`` for a process check and a stop that keeps the screen.)
+    """
+    from politerm.driver import AgentDriver
+
+    public = {n for n in dir(AgentDriver) if not n.startswith("_")}
+    assert not {"pane", "term", "terminal"} & public
+    assert {"host_gone", "terminal_name", "pid", "stop"} <= public

@@ -197,21 +197,28 @@ def test_idle_backstops_of_many_agents_are_spread_not_one_burst() -> None:
 
 
 @pytest.mark.parametrize("profile", ["fake-claude", "opencode"])
-async def test_a_block_seen_once_is_looked_at_again_after_the_profiles_settle_time(
+async def test_a_block_is_taken_at_a_second_look_after_the_settle_time_or_at_once_without(
     tmux_session: ControlClient, tmux_server: TmuxServer, tmp_path: pathlib.Path, profile: str
 ) -> None:
     # The second look that lets a block count (BlockParser settle) is the profile's
-    # block_settle after the first, not the 0.5 s bound of a quiet agent in a turn: the
-    # fake agent draws each screen in one write and takes 0.005 s, opencode keeps 0.5 s.
+    # block_settle after the first, not the 0.5 s bound of a quiet agent in a turn:
+    # opencode keeps 0.5 s; the fake agent draws each screen in one write, its profile
+    # says 0 and its block counts at the first look.
     router, store, _ = await _router_over_a_fake_agent(tmux_session, tmux_server, tmp_path, profile)
     try:
         driver = router.agents["A"]
         router.loops["A"].turn_nonce = "0123abcd"  # a turn is open
         assert not driver.blocks_settling
         assert router._sleep_for(driver) == TURN_BACKSTOP
-        await driver.read_blocks(Snapshot(tuple(SETTLE_SCREEN)), -1, None)  # seen once
-        assert driver.blocks_settling
-        expected = 0.005 if profile.startswith("fake") else 0.5
-        assert router._sleep_for(driver) == driver.profile.block_settle == expected
+        taken = await driver.read_blocks(Snapshot(tuple(SETTLE_SCREEN)), -1, None)  # seen once
+        if profile.startswith("fake"):
+            assert driver.profile.block_settle == 0
+            assert [b.kind for b in taken] == ["plan"]
+            assert not driver.blocks_settling
+            assert router._sleep_for(driver) == TURN_BACKSTOP
+        else:
+            assert taken == []
+            assert driver.blocks_settling
+            assert router._sleep_for(driver) == driver.profile.block_settle == 0.5
     finally:
         store.close()

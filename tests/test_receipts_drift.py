@@ -26,6 +26,7 @@ from politerm.store import RunStore
 from politerm.testing.fakeagent import read_log
 from politerm.testing.fakeagent.eventlog import decode_text
 from politerm.testing.retry import aretry_until
+from politerm.tmux.pane import Pane
 from tests.test_driver import DONE_RULE, READY, TURN, prompt, scenario
 
 if t.TYPE_CHECKING:
@@ -149,8 +150,7 @@ async def test_hook_says_submitted_but_screen_disagrees_is_drift(
 
     async def hook_once_pasted() -> None:
         async def pasted() -> bool:
-            assert driver.pane is not None
-            snap = await driver.pane.snapshot()
+            snap = await Pane(tmux_session, driver.terminal_name, tmux_server).snapshot()
             return text in (driver.profile.input_text(snap) or "")
 
         await aretry_until(pasted, TURN, interval=0.05, what="the paste in the input box")

@@ -207,7 +207,7 @@ async def test_recovered_text_in_the_box_is_submitted_and_confirmed(
         serves = Serves(Workflow.LOOP, "messages", (msg.id,))
         loop.store.journal_hand("PLANNER", serves, text=text, nonce=nonce)
         # The dead router had pasted; its Enter never came. The agent swallows the next one.
-        pane = planner_driver.pane
+        pane = await loop.session.host.pane(planner_driver.terminal_name)
         assert pane is not None
         await pane.paste(text.encode())
 

@@ -30,6 +30,8 @@ if t.TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
+    "ENV_AGENT",
+    "ENV_CONFIG",
     "PROJECT_ENV",
     "PROJECT_OPTION",
     "STORE_OPTION",
@@ -40,6 +42,12 @@ __all__ = [
 
 PROJECT_ENV: t.Final = "POLI_PROJECT"
 """Environment variable naming the project directory (what ``--project`` sets)."""
+
+ENV_AGENT: t.Final = "POLI_AGENT"
+"""Environment variable naming the politerm agent a process runs in (set at agent start)."""
+
+ENV_CONFIG: t.Final = "POLI_CONFIG"
+"""Environment variable naming the configuration file of the agent's session."""
 
 PROJECT_OPTION: t.Final = "@poli_project"
 """tmux session option holding the project directory (``poli status --all`` reads it)."""

@@ -13,7 +13,7 @@ import psutil
 
 from politerm.agents.profile import load_profile
 from politerm.driver import AgentDriver, Host
-from politerm.messaging.launch import prepare_launch
+from politerm.driver.launch import prepare_launch
 from politerm.messaging.postman import Postman
 from politerm.messaging.service import Identity, Messenger
 from politerm.store import RunStore
@@ -76,9 +76,7 @@ class Mailroom:
         return read_log(self.log(name))
 
     def pane(self, name: str) -> str:
-        driver = self.drivers[name]
-        assert driver.pane is not None
-        return driver.pane.pane_id
+        return self.drivers[name].terminal_name
 
     def me(self, name: str) -> Identity:
         return Identity(name, self.pane(name))
@@ -103,11 +101,10 @@ class Mailroom:
             cwd=self.root,
             ready_timeout=READY,
         )
-        assert driver.pane is not None
         self.messenger.store.upsert_agent(
             name,
             session="mail",
-            pane_id=driver.pane.pane_id,
+            pane_id=driver.terminal_name,
             command=" ".join(argv),
             cwd=str(self.root),
             profile="fake-claude",

@@ -35,8 +35,8 @@ def paste_by_hand(socket: str, pane: str, line: str) -> None:
 
 async def agent_env(room: Mailroom, name: str) -> dict[str, str]:
     driver = room.drivers[name]
-    assert driver.pane is not None
-    pid = (await driver.pane.info()).pid
+    pid = await driver.pid()
+    assert pid is not None
     return {str(k): str(v) for k, v in psutil.Process(pid).environ().items()}
 
 

@@ -10,9 +10,10 @@ import typing as t
 
 import pytest
 
+from politerm.driver.launch import prepare_launch
 from politerm.errors import ConfigError, HookError
 from politerm.hooks.install import GEMINI_USER_LINK, gemini_home, gemini_settings
-from politerm.messaging.launch import prepare_launch, server_command
+from politerm.hooks.mcp import server_command
 from tests.messaging.helpers import config_of, write_config
 
 

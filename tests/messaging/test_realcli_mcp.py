@@ -24,8 +24,9 @@ import pytest
 from politerm.agents.state import AgentState
 from politerm.config import load_config
 from politerm.driver import AgentDriver
+from politerm.driver.launch import prepare_launch
 from politerm.engine.session import Session
-from politerm.messaging.launch import prepare_launch
+from politerm.hooks.channel import hooks_dir_for
 from politerm.messaging.service import Identity, Messenger
 from politerm.store import RunStore
 from politerm.store.mail import MailState
@@ -144,8 +145,8 @@ async def test_claude_calls_the_poli_mcp_tools(
         profile, pane = agents["ORCH"]
         orch = AgentDriver("ORCH", profile, pane)
         assert (await orch.wait_ready(READY)).state is AgentState.READY
-        # the registration lives in the session's private message directory
-        mcp_file = messenger.dir.path / "mcp-ORCH.claude.json"
+        # the registration lives in the session's private hooks directory
+        mcp_file = hooks_dir_for(config) / "mcp-ORCH.claude.json"
         registered = json.loads(mcp_file.read_text())["mcpServers"]["poli"]
         assert registered["env"]["POLI_AGENT"] == "ORCH"
 

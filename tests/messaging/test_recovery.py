@@ -226,8 +226,7 @@ async def test_a_collapsed_paste_whose_turn_ended_is_settled_from_the_agents_tra
         return (await w1.observe()).state is AgentState.READY
 
     await aretry_until(ready, WAIT, what="W1's turn over")
-    assert w1.pane is not None
-    history = "\n".join(await w1.pane.capture_history())
+    history = "\n".join(await w1.history())
     assert "[Pasted text #1" in history
     assert f"Message {a.id}" not in history  # the screen cannot tell
     room.start_postman()

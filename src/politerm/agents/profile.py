@@ -267,7 +267,8 @@ class AgentProfile(_Model):
     dialog_settle: float = pydantic.Field(default=0.0, ge=0, le=60)
     # A block seen once on the screen counts when a look this long after (with no output
     # since, which would look at once) sees it the same: a CLI that repaints in parts can
-    # be caught mid-repaint (opencode), and may pause there under load.
+    # be caught mid-repaint (opencode), and may pause there under load. 0: one look is
+    # enough (an agent that draws each screen in one write).
     block_settle: float = pydantic.Field(default=0.5, ge=0, le=10)
     stuck_after: float = pydantic.Field(default=0.0, ge=0)
     dialogs: list[Dialog] = []

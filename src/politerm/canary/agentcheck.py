@@ -324,12 +324,8 @@ async def _stop(driver: AgentDriver, report: CheckReport, say: Say) -> None:
     """Kill the agent's whole process tree (the driver's kill) and check every process is gone."""
     from politerm._internal.proctree import process_tree
 
-    pids: list[int] = []
-    pane = driver.pane
-    with contextlib.suppress(Exception):
-        info = await pane.info() if pane is not None else None
-        if info is not None and info.pid and not info.dead:
-            pids = [p.pid for p in process_tree(info.pid)]
+    pid = await driver.pid()
+    pids = [p.pid for p in process_tree(pid)] if pid is not None else []
     try:
         await driver.kill()
     except Exception as exc:  # noqa: BLE001  # reported as a failed step, never raised

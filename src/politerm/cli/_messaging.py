@@ -13,7 +13,8 @@ import typing as t
 import click
 
 from politerm.cli._common import load, open_store
-from politerm.messaging.service import ENV_CONFIG, Messenger
+from politerm.messaging.service import Messenger
+from politerm.project import ENV_CONFIG
 
 if t.TYPE_CHECKING:
     from politerm.config import Config

@@ -34,6 +34,7 @@ import pathlib
 import time
 import typing as t
 
+from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.chrome import chrome_top, reply_tail
 from politerm.agents.state import AgentState, StateReading
@@ -66,6 +67,7 @@ from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.driver.transcripts import hooked_home, own_conversation
 from politerm.driver.turn import run_turn
 from politerm.errors import (
+    AgentError,
     AgentExited,
     ControlModeError,
     HookError,
@@ -305,9 +307,36 @@ class AgentDriver:
         return driver
 
     @property
-    def pane(self) -> Pane | None:
-        """The tmux pane, when the agent runs in one."""
+    def _pane(self) -> Pane | None:
         return self._term if isinstance(self._term, Pane) else None
+
+    def host_gone(self) -> str | None:
+        """Why the agent's terminal host went away (its tmux server died); None while it is up."""
+        pane = self._pane
+        return pane.client.dead_reason if pane is not None else None
+
+    async def pid(self) -> int | None:
+        """The agent program's process id; None once it has exited (or its terminal is gone)."""
+        if isinstance(self._term, PtyTerminal):
+            return self._term.pid if self._term.proc.isalive() else None
+        pane = self._pane
+        try:
+            info = await pane.info() if pane is not None else None
+        except (PaneNotFound, ControlModeError):
+            return None
+        return info.pid if info is not None and info.pid and not info.dead else None
+
+    async def stop(self, *, grace: float = 3.0) -> None:
+        """Stop the agent's whole process tree; its terminal stays, with its last screen.
+
+        Unlike :meth:`kill`, a pane is kept (dead) for the operator to read, and a process
+        that survives SIGKILL is only logged.
+        """
+        pid = await self.pid()
+        if pid is not None:
+            procs = process_tree(pid)
+            with contextlib.suppress(AgentError):
+                await asyncio.to_thread(kill_processes, procs, grace=grace, what=self.name)
 
     # --- hooks ----------------------------------------------------------------------------
 

@@ -142,8 +142,10 @@ class BlockReader:
 
     def __post_init__(self) -> None:
         # A screen block counts once two reads in a row show it the same: a capture taken
-        # while a full-screen CLI repaints can show it closed but half drawn.
-        self.parser = BlockParser(detect_echo=True, message_dir=self.cwd, settle=True)
+        # while a full-screen CLI repaints can show it closed but half drawn. A profile
+        # whose agent draws each screen in one write (block_settle 0) needs no second look.
+        settle = self.profile.block_settle > 0
+        self.parser = BlockParser(detect_echo=True, message_dir=self.cwd, settle=settle)
         self.tparser = BlockParser(detect_echo=False, message_dir=self.cwd)
         # The window's other readings, each looking only at what changed since the last.
         self._after = AfterPrompt()

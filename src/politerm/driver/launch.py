@@ -2,7 +2,9 @@
 
 :func:`launch` is what every start shares: :meth:`Host.launch` opens a tmux window (or
 respawns an agent's old pane) with it, and :meth:`AgentDriver.start` a PTY when no host
-is given.
+is given. A configured agent of a session is started with its :func:`agent_profile` and
+what :func:`prepare_launch` adds to its command and :func:`agent_env`: who and where it
+is, no tmux handle, and ``poli mcp`` when its ``[agents.X] mcp`` asks for it.
 """
 
 from __future__ import annotations
@@ -14,12 +16,19 @@ import pathlib
 import shutil
 import typing as t
 
+from politerm.agents.profile import load_profile
 from politerm.driver.receipts import launch_with_hooks
-from politerm.errors import AgentNotFound, HookError
+from politerm.errors import AgentNotFound, ConfigError, HookError
+from politerm.hooks.channel import hooks_dir_for
+from politerm.hooks.mcp import MCP_CLIS, mcp_cli, register_mcp
+from politerm.project import ENV_AGENT, ENV_CONFIG, PROJECT_ENV
+from politerm.tmux.pane import hide_tmux
 
 if t.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from politerm.agents.profile import AgentProfile
+    from politerm.config import AgentConfig, Config
     from politerm.driver.receipts import Receipts
 
 log = logging.getLogger(__name__)
@@ -111,3 +120,85 @@ def check_program(
         where = setting.removesuffix(".command") + ".cwd" if setting.endswith(".command") else "cwd"
         msg = f"cannot start {argv[0]!r} in {cwd}: not a directory; create it or set {where}"
         raise AgentNotFound(msg)
+
+
+def agent_profile(cfg: AgentConfig) -> AgentProfile:
+    """The profile of a configured agent, sharpened by its ``ready_regex`` if it has one."""
+    profile = load_profile(cfg.profile or "generic")
+    if cfg.ready_regex:
+        detectors = profile.detectors.model_copy(
+            update={"ready": [*profile.detectors.ready, cfg.ready_regex]}
+        )
+        profile = profile.model_copy(update={"detectors": detectors})
+    return profile
+
+
+def agent_env(name: str, acfg: AgentConfig, profile: AgentProfile) -> dict[str, str]:
+    """The environment of a session agent: its profile's, its own history file's, its own.
+
+    Every driver of the agent uses it too, so that they read the history file it writes.
+    """
+    cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
+    return {**profile.env, **profile.history_env(name, cwd), **acfg.env}
+
+
+def identity_env(config: Config, name: str, config_file: pathlib.Path | None) -> dict[str, str]:
+    """The variables that tell a process in an agent's pane who and where it is.
+
+    That is how ``poli reply``, ``poli send`` and ``poli mcp`` inside its pane know who they
+    are and which store to use.
+
+    Examples
+    --------
+    >>> from politerm.config import Config
+    >>> sorted(identity_env(Config(), "W1", None))
+    ['POLI_AGENT', 'POLI_PROJECT', 'POLI_TMUX_SESSION', 'POLI_TMUX_SOCKET']
+    """
+    # the project too: an agent's directory may lie outside it (a worktree), and the
+    # project names the session's default store
+    env = {
+        ENV_AGENT: name,
+        PROJECT_ENV: str(config.project.root),
+        "POLI_TMUX_SOCKET": config.tmux.socket,
+        "POLI_TMUX_SESSION": config.tmux.session,
+    }
+    if config_file is not None:
+        env[ENV_CONFIG] = str(config_file)
+    return env
+
+
+def prepare_launch(
+    config: Config,
+    name: str,
+    profile_name: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    mcp: bool = False,
+    config_file: pathlib.Path | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment to start session agent ``name`` with.
+
+    Its :func:`identity_env` is added; tmux's own ``TMUX`` and ``TMUX_PANE`` are removed
+    (``env -u``), so a plain ``tmux`` in its pane talks to the user's default server and
+    agents reach each other through politerm, not by typing into each other's panes (a
+    guard against accidents, not a sandbox: docs/messaging.md). With ``mcp`` its CLI's
+    session configuration registers ``poli mcp`` (:mod:`politerm.hooks.mcp`).
+
+    Raises
+    ------
+    ConfigError
+        ``mcp`` is asked for an agent whose CLI cannot load MCP servers.
+    """
+    ident = identity_env(config, name, config_file)
+    out_argv, out_env = list(argv), {**env, **ident}
+    if mcp:
+        cli = mcp_cli(profile_name, argv)
+        if cli is None:
+            msg = (
+                f"agents.{name}.mcp: profile {profile_name!r} cannot load MCP servers "
+                f"(only {', '.join(sorted(MCP_CLIS))} can)"
+            )
+            raise ConfigError(msg)
+        out_argv, out_env = register_mcp(cli, out_argv, out_env, hooks_dir_for(config), name, ident)
+    return hide_tmux(out_argv), out_env

@@ -121,6 +121,8 @@ class BlockEffects:
         target = self.routing.agent_named(block.to)
         if target is None or target == name or block.to.upper() in USER_TARGETS:
             return None
+        if target in self.routing.remote:
+            return None  # its node types it (engine/remote.py)
         driver, loop = self.routing.agents[target], self.routing.loops[target]
         recipient = agentstep.Recipient(
             dead=driver.dead,
@@ -147,7 +149,7 @@ class BlockEffects:
                 forwarded = self.store.find_message(f"{block.dedupe_key}:{target}") is not None
         facts = decide.BlockFacts(
             agent=name,
-            agents=tuple(self.routing.agents),
+            agents=self.routing.names,
             turn_task=turn.task_id,
             own_status=own_status,
             task=decide.TaskFacts(task.id, task.state, task.max_rounds) if task else None,

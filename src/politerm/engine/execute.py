@@ -32,7 +32,6 @@ if t.TYPE_CHECKING:
     from politerm.engine.routebase import Routing
     from politerm.protocol.block import Block
     from politerm.store.models import Expectation, Message, Task, Turn
-    from politerm.terminal import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +135,9 @@ class Executor:
                 self.store.set_turn_state(name, at.nonce, TurnState.WAITING)
                 if restart and msg.task_id is not None:
                     self.restart_clock(msg.task_id, name, time.time())
-                self.routing.agents[name].turn_delivered(msg.task_id)
+                driver = self.routing.agents.get(name)  # none: it runs on another node
+                if driver is not None:
+                    driver.turn_delivered(msg.task_id)
                 kind = "recovered" if at.recovered else "delivered"
                 self.routing.event(kind, msg, detail=at.detail)
             case decide.AgentGone() if msg is not None:
@@ -236,9 +237,12 @@ class Executor:
     # --- a delivery begun -----------------------------------------------------------------
 
     def begin(
-        self, step: agentstep.Begin | agentstep.Drop, at: At, snap: Snapshot, text: str
+        self, step: agentstep.Begin | agentstep.Drop, at: At, text: str, start_line: int
     ) -> Begun | None:
-        """Carry out a decided delivery start (inside a store batch); None when dropped."""
+        """Carry out a decided delivery start (inside a store batch); None when dropped.
+
+        ``start_line``: where the answer starts on the agent's screen (-1: unknown).
+        """
         msg = at.msg
         assert msg is not None
         if isinstance(step, agentstep.Drop):
@@ -252,16 +256,17 @@ class Executor:
             text=text,
         )
         if not step.follow_up:
-            driver = self.routing.agents[at.agent]
             self.store.start_turn(
                 at.agent,
                 nonce=step.nonce,
                 task_id=msg.task_id,
                 message_id=msg.id,
-                start_line=driver.turn_start(snap),
+                start_line=start_line,
             )
             self.routing.loops[at.agent].turn_nonce = step.nonce
-            driver.new_turn()
+            driver = self.routing.agents.get(at.agent)  # none: it runs on another node
+            if driver is not None:
+                driver.new_turn()
         return Begun(msg, step.nonce, text, stranded=step.stranded, follow_up=step.follow_up)
 
     def drop_handoff(self, name: str, begun: Begun, drop: agentstep.Drop) -> None:
@@ -464,7 +469,7 @@ class Executor:
             self.store.update_task(task_id, state=TaskState.FAILED, error=why)
             self.store.clear_expectation(task_id)
             self.store.add_event("failed", task_id=task_id, detail=why)
-        for name in self.routing.agents:
+        for name in self.routing.names:
             self.routing.wake(name)
         log.error("task %s failed: %s", task_id, why)
 
@@ -476,7 +481,8 @@ class Executor:
         if name in self.routing.dead:
             return
         self.routing.dead.add(name)
-        self.routing.agents[name].mark_exited()
+        if name in self.routing.agents:
+            self.routing.agents[name].mark_exited()
         screen = " | ".join(evidence)
         self.store.add_event("agent-exited", agent=name, detail=screen)
         turn = self.store.current_turn(name)

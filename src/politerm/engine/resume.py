@@ -141,8 +141,7 @@ class _Kept:
             Outcome.DELIVERED, (evidence,), 0, True, 0.0, "the agent's own record",
             sources=(source,),
         )  # fmt: skip
-        driver = self.router.agents[name]
-        self.router.sending.settled(driver, msg, nonce, result, follow_up=False, recovered=True)
+        self.router.sending.settled(name, msg, nonce, result, follow_up=False, recovered=True)
         self.say(f"{name}: the {msg.type} message was taken ({evidence})")
 
     def answered(self, store: RunStore, name: str, turn: Turn) -> bool:

@@ -16,6 +16,7 @@ import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import AgentDriver
+from politerm.driver.launch import agent_env
 from politerm.driver.limits import driver_settings
 from politerm.engine import decide
 from politerm.engine.decide import PLANNER
@@ -24,27 +25,18 @@ from politerm.protocol.contract import Contract, nonce_required
 
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
-    from politerm.config import AgentConfig, Config
+    from politerm.config import Config
     from politerm.driver import Pane
     from politerm.protocol.block import Block
     from politerm.store import RunStore
     from politerm.store.models import Message
 
-__all__ = ["RESUME_META", "RESUME_MSG", "Begun", "LoopState", "Routing", "agent_env"]
+__all__ = ["RESUME_META", "RESUME_MSG", "Begun", "LoopState", "Routing"]
 
 RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
 
 AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
-
-
-def agent_env(name: str, acfg: AgentConfig, profile: AgentProfile) -> dict[str, str]:
-    """The environment of a session agent: its profile's, its own history file's, its own.
-
-    Every driver of the agent uses it too, so that they read the history file it writes.
-    """
-    cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
-    return {**profile.env, **profile.history_env(name, cwd), **acfg.env}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +86,8 @@ class Routing:
         The running agents: name → driver, or name → (profile, pane) to attach one.
     templates
         The prompts.
+    remote
+        The agents hosted on other nodes of the fleet (their turns go through its queue).
     """
 
     def __init__(
@@ -103,6 +97,7 @@ class Routing:
         agents: t.Mapping[str, AgentSpec],
         *,
         templates: Templates | None = None,
+        remote: t.Collection[str] = (),
     ) -> None:
         self.config = config
         self.store = store
@@ -114,7 +109,9 @@ class Routing:
             name: spec if isinstance(spec, AgentDriver) else self._attach(name, *spec)
             for name, spec in agents.items()
         }
-        self.loops = {name: LoopState() for name in self.agents}
+        # Agents hosted on other nodes of the fleet: no driver here (engine/remote.py).
+        self.remote = frozenset(remote) - set(self.agents)
+        self.loops = {name: LoopState() for name in self.names}
         self.stopping = asyncio.Event()
         # Why routing stopped for good (tmux server gone), if it did.
         self.fatal: str | None = None
@@ -138,6 +135,11 @@ class Routing:
             **driver_settings(self.config),
         )
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every agent routed: those driven here, then those hosted on other nodes."""
+        return (*self.agents, *sorted(self.remote))
+
     def wake(self, name: str) -> None:
         """Wake one agent's loop."""
         loop = self.loops.get(name)
@@ -152,7 +154,7 @@ class Routing:
 
     def agent_named(self, name: str) -> str | None:
         """The agent called ``name`` (any case), if there is one."""
-        return decide.agent_named(self.agents, name)
+        return decide.agent_named(self.names, name)
 
     def event(self, kind: str, msg: Message, *, detail: str) -> None:
         """Record an event about ``msg`` (its task, its recipient)."""

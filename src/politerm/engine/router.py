@@ -33,6 +33,7 @@ from politerm.engine.deadlines import Deadlines
 from politerm.engine.decide import FOLLOW_UPS
 from politerm.engine.effects import BlockEffects
 from politerm.engine.execute import At, Executor
+from politerm.engine.remote import RemoteTurns
 from politerm.engine.sending import Sending
 from politerm.errors import (
     ControlModeError,
@@ -46,6 +47,7 @@ from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Observation
+    from politerm.engine.remote import TurnPost
     from politerm.engine.routebase import Routing
     from politerm.store.models import Task, Turn
 
@@ -114,16 +116,25 @@ class Router:
     Parameters
     ----------
     routing
-        What it routes: the configuration, the store, the agents and the templates.
+        What it routes: the configuration, the store, the agents and the templates, and
+        the agents hosted on other nodes of the fleet.
+    post
+        The fleet's queue, through which those agents' turns go
+        (:mod:`politerm.engine.remote`).
     """
 
-    def __init__(self, routing: Routing) -> None:
+    def __init__(self, routing: Routing, *, post: TurnPost | None = None) -> None:
         self.routing, self.config, self.store = routing, routing.config, routing.store
         self.agents, self.loops = routing.agents, routing.loops
         self.executor = Executor(routing)
         self.deadlines = Deadlines(routing, self.executor)
         self.sending = Sending(routing, self.executor)
         self.effects = BlockEffects(routing, self.executor, self.sending)
+        self.remote = (
+            RemoteTurns(routing, self.executor, self.sending, self.effects, post)
+            if post is not None
+            else None
+        )
         self._data_version = -1
         self._next_scan = 0.0
         self._in_flight = True
@@ -161,6 +172,11 @@ class Router:
             asyncio.create_task(self._agent_loop(d), name=f"agent-{d.name}")
             for d in self.routing.agents.values()
         ]
+        if self.remote is not None:
+            loops += [
+                asyncio.create_task(self.remote.run(name), name=f"remote-{name}")
+                for name in sorted(self.routing.remote)
+            ]
         # Woken by commits (any process) instead of a timer; see politerm.store.watch.
         watch = StoreWatch(self.store.path)
         await watch.start()
@@ -425,7 +441,7 @@ class Router:
             # Another process committed: wake only the loops it gave something to do.
             self._data_version = version
             for name in agents_with_work(
-                self.store, self.routing.agents, self._events.read() if self._events else ()
+                self.store, self.routing.names, self._events.read() if self._events else ()
             ):
                 self.routing.wake(name)
         elif now < self._next_scan:

@@ -73,9 +73,23 @@ class Sending:
         None when its task ended meanwhile (the message is dead-lettered instead). ``task``:
         its task as read in this same batch, if the caller has it.
         """
+        return self._begin(driver.name, msg, turn, snap, task)
+
+    def begin_remote(self, name: str, msg: Message) -> Begun | None:
+        """Mark ``msg`` DELIVERING for an agent on another node (inside a store batch).
+
+        Its node types it under a lease of the fleet's work; None when its task ended.
+        """
+        return self._begin(name, msg, None, None, None)
+
+    def _begin(
+        self, name: str, msg: Message, turn: Turn | None, snap: Snapshot | None, task: Task | None
+    ) -> Begun | None:
         if task is None or task.id != msg.task_id:
             task = self.store.get_task(msg.task_id) if msg.task_id else None
+        driver = self.routing.agents.get(name) if snap is not None else None
         stranded = (msg.last_error or "").startswith(Outcome.STRANDED.value)
+        box = stranded and driver is not None and snap is not None and bool(driver.box_text(snap))
         step = agentstep.begin_delivery(
             agentstep.Outgoing(
                 kind=msg.type,
@@ -84,14 +98,16 @@ class Sending:
                 nonce=msg.turn_nonce,
                 has_text=bool(msg.text),
                 stranded_before=stranded,
-                box_text=stranded and bool(driver.box_text(snap)),
+                box_text=box,
                 fresh=new_nonce(),
             )
         )
-        text = ""
+        text, start = "", -1
         if isinstance(step, agentstep.Begin):
             text = msg.text if step.keep_text and msg.text else self.render(msg, step.nonce, task)
-        return self.executor.begin(step, At(driver.name, msg=msg), snap, text)
+        if driver is not None and snap is not None:
+            start = driver.turn_start(snap)
+        return self.executor.begin(step, At(name, msg=msg), text, start)
 
     async def send(self, driver: AgentDriver, begun: Begun | None) -> None:
         """Type a begun delivery and record its outcome (durably, on every path)."""
@@ -103,7 +119,7 @@ class Sending:
                     serves=_serves(begun.msg),
                     nonce=begun.nonce,
                 )
-                self.settled(driver, begun.msg, begun.nonce, result, follow_up=begun.follow_up)
+                self.settled(driver.name, begun.msg, begun.nonce, result, follow_up=begun.follow_up)
         finally:
             self.store.sync()
 
@@ -141,7 +157,7 @@ class Sending:
 
     def settled(
         self,
-        driver: AgentDriver,
+        name: str,
         msg: Message,
         nonce: str,
         result: DeliveryResult,
@@ -149,8 +165,10 @@ class Sending:
         follow_up: bool,
         recovered: bool = False,
     ) -> None:
-        """Record how a delivery ended: delivered, retried later, or dead-lettered."""
-        name = driver.name
+        """Record how ``name``'s delivery ended: delivered, retried later, or dead-lettered.
+
+        The agent may run on another node of the fleet (engine/remote.py): its node typed.
+        """
         evidence = " | ".join(result.evidence)
         actions = decide.delivery_ended(
             decide.Delivery(
@@ -227,7 +245,7 @@ class Sending:
             )
             if not follow_up:
                 self.routing.loops[driver.name].turn_nonce = nonce
-            self.settled(driver, msg, nonce, result, follow_up=follow_up, recovered=True)
+            self.settled(driver.name, msg, nonce, result, follow_up=follow_up, recovered=True)
             snap = (await driver.snapshot()) or snap
 
     async def _confirm_left_over(

@@ -78,19 +78,35 @@ def uptime_text(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-class ServiceLock:
-    """The service file of one tmux session: held (``flock``) by its supervisor."""
+ROUTER: t.Final = "service"
+"""The kind of the router's service (its file: ``service-<socket>-<session>.pid``)."""
+NODE: t.Final = "node"
+"""The kind of a fleet node's service (``poli node``: ``node-<socket>-<session>.pid``)."""
 
-    def __init__(self, socket: str, session: str, directory: pathlib.Path | None = None) -> None:
+
+class ServiceLock:
+    """The service file of one tmux session: held (``flock``) by its supervisor.
+
+    ``kind``: :data:`ROUTER` (the project's router) or :data:`NODE` (its fleet node).
+    """
+
+    def __init__(
+        self,
+        socket: str,
+        session: str,
+        directory: pathlib.Path | None = None,
+        *,
+        kind: str = ROUTER,
+    ) -> None:
         base = directory if directory is not None else state_dir()
-        self.path = base / f"service-{socket}-{session}.pid"
+        self.path = base / f"{kind}-{socket}-{session}.pid"
         self._fd: int | None = None
         self._info: ServiceInfo | None = None
 
     @classmethod
-    def of(cls, config: Config) -> ServiceLock:
+    def of(cls, config: Config, kind: str = ROUTER) -> ServiceLock:
         """The service lock of a configuration's session."""
-        return cls(config.tmux.socket, config.tmux.session)
+        return cls(config.tmux.socket, config.tmux.session, kind=kind)
 
     def acquire(self) -> bool:
         """Take the lock without waiting (a dead holder's lock is free); False if held."""
@@ -152,9 +168,15 @@ def router_argv(config_path: pathlib.Path | None) -> list[str]:
     return [sys.executable, "-m", "politerm", "route", "--as-service", *extra]
 
 
-def log_path(config: Config) -> pathlib.Path:
-    """Where the service and its router write their output (beside the store)."""
-    return config.store.resolved_path().parent / f"service-{config.tmux.session}.log"
+def node_argv(config_path: pathlib.Path | None) -> list[str]:
+    """The fleet node the node service supervises: ``poli node`` on this interpreter."""
+    extra = ["--config", str(config_path.resolve())] if config_path is not None else []
+    return [sys.executable, "-m", "politerm", "node", "--as-service", *extra]
+
+
+def log_path(config: Config, kind: str = ROUTER) -> pathlib.Path:
+    """Where the service and its child write their output (beside the store)."""
+    return config.store.resolved_path().parent / f"{kind}-{config.tmux.session}.log"
 
 
 def ensure(config: Config, config_path: pathlib.Path | None = None) -> None:
@@ -166,11 +188,13 @@ def ensure(config: Config, config_path: pathlib.Path | None = None) -> None:
     """
     lock = ServiceLock.of(config)
     if lock.path.exists() and lock.read() is None:
-        _spawn(config, config_path)
+        _spawn(config, config_path, ROUTER)
 
 
-def start(config: Config, config_path: pathlib.Path | None = None) -> ServiceInfo:
-    """Start the project's router service unless one runs; return the running one.
+def start(
+    config: Config, config_path: pathlib.Path | None = None, kind: str = ROUTER
+) -> ServiceInfo:
+    """Start the project's router service (or node: ``kind``) unless one runs; return it.
 
     Raises
     ------
@@ -179,11 +203,11 @@ def start(config: Config, config_path: pathlib.Path | None = None) -> ServiceInf
     """
     from politerm.errors import RoutingError
 
-    lock = ServiceLock.of(config)
+    lock = ServiceLock.of(config, kind)
     info = lock.read()
     if info is not None:
         return info
-    proc = _spawn(config, config_path)
+    proc = _spawn(config, config_path, kind)
     deadline = time.monotonic() + START_WAIT
     while time.monotonic() < deadline:
         info = lock.read()
@@ -195,16 +219,17 @@ def start(config: Config, config_path: pathlib.Path | None = None) -> ServiceInf
                 return info
             break
         time.sleep(0.05)
-    msg = f"the router service did not start (see {log_path(config)})"
+    what = "router" if kind == ROUTER else kind
+    msg = f"the {what} service did not start (see {log_path(config, kind)})"
     raise RoutingError(msg)
 
 
-def _spawn(config: Config, config_path: pathlib.Path | None) -> subprocess.Popen[bytes]:
-    log = log_path(config)
+def _spawn(config: Config, config_path: pathlib.Path | None, kind: str) -> subprocess.Popen[bytes]:
+    log = log_path(config, kind)
     private_dir(log.parent)
     session = [config.tmux.socket, config.tmux.session]
-    argv = [sys.executable, "-m", "politerm.engine.service", *session, "--"]
-    argv += router_argv(config_path)
+    argv = [sys.executable, "-m", "politerm.engine.service", "--kind", kind, *session, "--"]
+    argv += router_argv(config_path) if kind == ROUTER else node_argv(config_path)
     env = {**os.environ, "POLI_PROJECT": str(config.project.root), "PYTHONUNBUFFERED": "1"}
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
@@ -221,12 +246,12 @@ def _spawn(config: Config, config_path: pathlib.Path | None) -> subprocess.Popen
         os.close(fd)
 
 
-def stop(config: Config) -> ServiceInfo | None:
-    """Stop the project's router service (its router finishes the step under way).
+def stop(config: Config, kind: str = ROUTER) -> ServiceInfo | None:
+    """Stop the project's router service, or node (its child finishes the step under way).
 
     Returns the service that was stopped, or None when none ran.
     """
-    lock = ServiceLock.of(config)
+    lock = ServiceLock.of(config, kind)
     info = lock.read()
     if info is None:
         return None
@@ -271,25 +296,35 @@ def _session_up(socket: str, session: str) -> bool:
 
 
 def _wait_while_up(
-    child: subprocess.Popen[bytes], socket: str, session: str, stopping: threading.Event
+    child: subprocess.Popen[bytes],
+    socket: str,
+    session: str,
+    stopping: threading.Event,
+    kind: str = ROUTER,
 ) -> int:
     """Wait for the router to exit; stop it when the session is gone.
 
     An idle router learns of its tmux server's end only at its next command, which may be
-    minutes away; the session's end is the service's end.
+    minutes away; the session's end is the service's end. A node outlives its sessions: it
+    starts its agents when work for them comes, and ``poli down`` stops it.
     """
     while True:
         try:
             return child.wait(SESSION_LOOK)
         except subprocess.TimeoutExpired:
+            if kind == NODE:
+                continue
             if not stopping.is_set() and not _session_up(socket, session):
                 stopping.set()
                 child.send_signal(signal.SIGTERM)
 
 
-def supervise(socket: str, session: str, argv: list[str]) -> int:
-    """Run ``argv`` (the router) and restart it while the session is up; until SIGTERM."""
-    lock = ServiceLock(socket, session)
+def supervise(socket: str, session: str, argv: list[str], kind: str = ROUTER) -> int:
+    """Run ``argv`` (the router, or node) and restart it while the session is up; until SIGTERM.
+
+    A node (``kind`` :data:`NODE`) is restarted whether its sessions are up or not.
+    """
+    lock = ServiceLock(socket, session, kind=kind)
     if not lock.acquire():
         return 0  # one runs already
     stopping = threading.Event()
@@ -304,7 +339,7 @@ def supervise(socket: str, session: str, argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_term)
     restarts, backoff = 0, BACKOFF_FIRST
     try:
-        while not stopping.is_set() and _session_up(socket, session):
+        while not stopping.is_set() and (kind == NODE or _session_up(socket, session)):
             began = time.monotonic()
             # The supervisor runs no threads, so preexec_fn is safe here.
             child = subprocess.Popen(
@@ -313,12 +348,13 @@ def supervise(socket: str, session: str, argv: list[str]) -> int:
                 preexec_fn=_die_with_parent,  # noqa: PLW1509
             )
             lock.update(router=child.pid, restarts=restarts)
-            code = _wait_while_up(child, socket, session, stopping)
+            code = _wait_while_up(child, socket, session, stopping, kind)
             if stopping.is_set():
                 break
             if time.monotonic() - began > STABLE_AFTER:
                 backoff = BACKOFF_FIRST
-            print(f"router exited ({code}); restarting in {backoff:g}s", flush=True)
+            what = "router" if kind == ROUTER else kind
+            print(f"{what} exited ({code}); restarting in {backoff:g}s", flush=True)
             stopping.wait(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX)
             restarts += 1
@@ -334,11 +370,15 @@ def supervise(socket: str, session: str, argv: list[str]) -> int:
 
 
 def main(args: list[str]) -> int:
-    """``python -m politerm.engine.service SOCKET SESSION -- ROUTER ARGV...``."""
+    """``python -m politerm.engine.service [--kind KIND] SOCKET SESSION -- ARGV...``."""
+    kind = ROUTER
+    if args[:1] == ["--kind"] and len(args) > 1 and args[1] in (ROUTER, NODE):
+        kind, args = args[1], args[2:]
     if len(args) < 4 or args[2] != "--":
-        print("usage: python -m politerm.engine.service SOCKET SESSION -- ARGV...", file=sys.stderr)
+        usage = "usage: python -m politerm.engine.service [--kind KIND] SOCKET SESSION -- ARGV..."
+        print(usage, file=sys.stderr)
         return 2
-    return supervise(args[0], args[1], args[3:])
+    return supervise(args[0], args[1], args[3:], kind)
 
 
 if __name__ == "__main__":

@@ -13,22 +13,22 @@ import shlex
 import typing as t
 
 from politerm._internal.private import private_dir
-from politerm.agents.profile import AgentProfile, load_profile
+from politerm.agents.profile import AgentProfile
 from politerm.agents.state import AgentState, StateReading
 from politerm.driver import Host, check_program, deliver, state_dir, wait_ready
+from politerm.driver.launch import agent_env, agent_profile, prepare_launch
 from politerm.driver.receipts import CLI_SESSION_META
 from politerm.driver.records import AgentRecords
 from politerm.engine.resume import resume_work
-from politerm.engine.routebase import Routing, agent_env
+from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.errors import HookError, RoutingError, SessionNotFound
 from politerm.hooks.channel import channel_path, hooks_dir_for, remove_hooks_dir
 from politerm.hooks.install import GEMINI_HOME_ENV, gemini_home_path, hook_cli
-from politerm.messaging.launch import prepare_launch, session_config_file
 from politerm.project import PROJECT_OPTION, STORE_OPTION
 
 if t.TYPE_CHECKING:
-    from politerm.config import AgentConfig, Config
+    from politerm.config import Config
     from politerm.driver import Pane
     from politerm.driver.receipts import Receipts
     from politerm.store import RunStore
@@ -36,17 +36,6 @@ if t.TYPE_CHECKING:
 Agents = dict[str, tuple[AgentProfile, "Pane"]]
 
 log = logging.getLogger(__name__)
-
-
-def agent_profile(cfg: AgentConfig) -> AgentProfile:
-    """The profile of a configured agent, sharpened by its ``ready_regex`` if it has one."""
-    profile = load_profile(cfg.profile or "generic")
-    if cfg.ready_regex:
-        detectors = profile.detectors.model_copy(
-            update={"ready": [*profile.detectors.ready, cfg.ready_regex]}
-        )
-        profile = profile.model_copy(update={"detectors": detectors})
-    return profile
 
 
 def kept_records(
@@ -200,7 +189,7 @@ class Session:
                 argv = [*argv, *self._resume_args(name, profile, records[name].session, say)]
                 restarted.append(name)
             env = agent_env(name, acfg, profile)
-            # identity (POLI_AGENT…), no TMUX/TMUX_PANE, `poli mcp` when asked: messaging
+            # identity (POLI_AGENT…), no TMUX/TMUX_PANE, `poli mcp` when asked
             argv, env = prepare_launch(
                 self.config,
                 name,
@@ -208,7 +197,7 @@ class Session:
                 argv,
                 env,
                 mcp=acfg.mcp,
-                config_file=session_config_file(self.config),
+                config_file=self.config.project_file,
             )
             cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
             # the agent's own hooks report to the session's private hooks directory
@@ -455,4 +444,4 @@ class RouterLock:
             self.release()
 
 
-__all__ = ["Agents", "RouterLock", "Session", "agent_profile", "builtin_primer"]
+__all__ = ["Agents", "RouterLock", "Session", "builtin_primer"]

@@ -16,8 +16,10 @@ import pathlib
 import typing as t
 
 from politerm.errors import PolitermError
+from politerm.hooks.mcp import SERVER_NAME
 from politerm.messaging.daemon import start_postman
-from politerm.messaging.service import ENV_CONFIG, USER, Messenger
+from politerm.messaging.service import USER, Messenger
+from politerm.project import ENV_CONFIG
 from politerm.store.mail import Capability, MailKind
 
 if t.TYPE_CHECKING:
@@ -25,9 +27,6 @@ if t.TYPE_CHECKING:
 
     from politerm.config import Config
     from politerm.pipeline.handoff import Layout
-
-SERVER_NAME: t.Final = "poli"
-"""The name agents see the server under (Claude Code's tools become ``mcp__poli__*``)."""
 
 TOOL_NAMES: t.Final = (
     "list_agents",

@@ -48,6 +48,7 @@ from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Host, LimitPolicy, Outcome
 from politerm.driver.idle import wait_idle
+from politerm.driver.launch import agent_env, agent_profile
 from politerm.driver.leftover import abandon, resume
 from politerm.errors import MessagingError, PolitermError, UnsafeMessagePath
 from politerm.messaging.answers import Take, judge, named_ids
@@ -158,9 +159,6 @@ class Postman:
         agent = self.m.store.get_agent(name)
         configured = self.m.config.agents.get(name)
         if configured is not None:
-            from politerm.engine.routebase import agent_env
-            from politerm.engine.session import agent_profile
-
             profile = agent_profile(configured)
         else:
             profile = load_profile(agent.profile if agent else "generic")

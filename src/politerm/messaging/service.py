@@ -24,6 +24,7 @@ from politerm.errors import (
 )
 from politerm.messaging.files import MessageDir, message_dir_for, new_message_id, sha256_hex
 from politerm.messaging.protocol import render_request, response_line
+from politerm.project import ENV_AGENT
 from politerm.redact import Redactor
 from politerm.store.mail import Capability, Mail, Mailbox, MailKind, MailState
 
@@ -33,12 +34,6 @@ if t.TYPE_CHECKING:
 
 USER: t.Final = "user"
 """The sender name of a message sent from a plain terminal (not from an agent's pane)."""
-
-ENV_AGENT: t.Final = "POLI_AGENT"
-"""Environment variable naming the politerm agent a process runs in (set at agent start)."""
-
-ENV_CONFIG: t.Final = "POLI_CONFIG"
-"""Environment variable naming the configuration file of the agent's session."""
 
 DEFAULT_TTL: t.Final = 3600.0
 DEFAULT_MAX_ATTEMPTS: t.Final = 3

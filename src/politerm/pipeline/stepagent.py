@@ -168,9 +168,7 @@ class StepAgent:
             )
         except AgentError as exc:
             return str(exc)
-        pane = driver.pane
-        assert pane is not None  # a tmux place gives a pane
-        run.state.set_step(step.num, StepStatus.RUNNING, pane=pane.pane_id)
+        run.state.set_step(step.num, StepStatus.RUNNING, pane=driver.terminal_name)
         run.say(
             f"step {step.num} ({step.agent}, {spec.cli}{', headless' if spec.headless else ''})"
             f" attempt {attempt} started in window {step.window}",
@@ -179,7 +177,7 @@ class StepAgent:
         )
         deadline = time.monotonic() + run.pipeline.timeout_of(step)
         if spec.headless:
-            return await self.wait_exit(step, pane, deadline)
+            return await self.wait_exit(step, await run.host.pane(driver.terminal_name), deadline)
         return await self.start_tui(step, spec, driver, text, deadline)
 
     async def start_tui(
@@ -370,8 +368,7 @@ class StepAgent:
 
     async def stop_agent(self, driver: AgentDriver) -> None:
         """Kill the agent's process tree; the dead pane keeps its last screen."""
-        if driver.pane is not None:
-            await self._stop_pane(driver.pane)
+        await driver.stop()
 
     async def _stop_pane(self, pane: Pane | None) -> None:
         if pane is None:

@@ -400,6 +400,20 @@ _V8_JOURNAL = Migration(
     ),
 )
 
+_V9_LEASES = Migration(
+    9,
+    "the fleet's lease on a journal row (node, fencing epoch, expiry, work) and its verdict",
+    (
+        # A node writes the lease under which it types a fleet work's prompt before the
+        # paste; the queue's verdict on the result (accepted, or rejected: fenced) after.
+        "ALTER TABLE turn_journal ADD COLUMN work TEXT",
+        "ALTER TABLE turn_journal ADD COLUMN node TEXT",
+        "ALTER TABLE turn_journal ADD COLUMN epoch INTEGER",
+        "ALTER TABLE turn_journal ADD COLUMN lease_until REAL",
+        "ALTER TABLE turn_journal ADD COLUMN verdict TEXT",
+    ),
+)
+
 MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V1_INITIAL,
     _V2_EVENTS,
@@ -409,6 +423,7 @@ MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V6_TURN_STATES,
     _V7_MANAGER,
     _V8_JOURNAL,
+    _V9_LEASES,
 )
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 

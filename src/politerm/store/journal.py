@@ -97,6 +97,7 @@ class Workflow(enum.StrEnum):
     MANAGER = "manager"
     BRIDGE = "bridge"
     MESSAGING = "messaging"
+    FLEET = "fleet"
 
 
 #: The workflow records kept in a table of this store, by the columns of their key; the
@@ -164,6 +165,16 @@ class JournalRow:
     delivered: float | None
     ended: float | None
     outcome: str | None
+    work: str | None = None
+    """The fleet's work this prompt serves, when a node typed it under a lease."""
+    node: str | None = None
+    """The node holding that lease."""
+    epoch: int | None = None
+    """The lease's fencing epoch: a later claim of the work has a higher one."""
+    lease_until: float | None = None
+    """When the lease expired, as last renewed before the paste (epoch seconds)."""
+    verdict: str | None = None
+    """The queue's word on the result: ``accepted``, or ``rejected: …`` (fenced)."""
 
     @property
     def open(self) -> bool:
@@ -343,6 +354,39 @@ class JournalRows(StoreCore):
                 )
                 self.journal_move(row.id, done, outcome=outcome)
         return [r.id for r in rows]
+
+    def journal_lease(
+        self, turn_id: int, *, work: str, node: str, epoch: int, until: float
+    ) -> JournalRow | None:
+        """Write the fleet lease a prompt is typed under, before the paste.
+
+        A row of another work, or with a higher epoch already, keeps what it has and is
+        returned as it is: the caller compares.
+        """
+        with self._writing() as c:
+            row = c.execute(
+                "UPDATE turn_journal SET work = ?, node = ?, epoch = ?, lease_until = ?"
+                " WHERE id = ? AND (work IS NULL OR (work = ? AND epoch <= ?)) RETURNING *",
+                (work, node, epoch, until, turn_id, work, epoch),
+            ).fetchone()
+        if row is None:
+            return self.journal_row(turn_id)
+        self._audit.append("journal.lease", id=turn_id, work=work, node=node, epoch=epoch)
+        return _row(row)
+
+    def journal_verdict(self, turn_id: int, verdict: str) -> None:
+        """Record the queue's word on a fleet row's result (accepted, or rejected and why)."""
+        with self._writing() as c:
+            c.execute("UPDATE turn_journal SET verdict = ? WHERE id = ?", (verdict, turn_id))
+        self._audit.append("journal.verdict", id=turn_id, verdict=verdict)
+
+    def journal_of_work(self, work: str) -> list[JournalRow]:
+        """Every row typed under a lease of fleet work ``work``, oldest first."""
+        with self._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM turn_journal WHERE work = ? ORDER BY id", (work,)
+            ).fetchall()
+        return [_row(r) for r in rows]
 
     def journal_row(self, turn_id: int) -> JournalRow | None:
         """The row ``turn_id``, if any."""

@@ -1,0 +1,175 @@
+"""A loop turn as fleet work: what the router posts for an agent on another node, and the reply.
+
+The router hands a turn to an agent hosted elsewhere by posting a :class:`TurnWork` (the
+prompt as the store keeps it — redacted —, its nonce, the task and the blocks that answer
+it) and applies the :class:`TurnReply` the hosting node sends back: whether the prompt got
+in, how the turn ended, and the answering block, read there by the same ``run_turn`` a
+local workflow uses. Both are plain JSON-ready mappings on the wire (:meth:`payload`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from politerm.errors import RoutingError
+from politerm.protocol.block import Block
+
+#: The work kind of a loop turn (``poli node`` runs it with ``run_turn``).
+TURN_KIND: t.Final = "turn"
+#: The work kind of an answer to an agent's question (an approval given on any node).
+ANSWER_KIND: t.Final = "answer"
+#: Block types that never answer a turn (recorded and shown only).
+_NOT_ANSWERS: t.Final = frozenset({"status"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnWork:
+    """One loop turn for the node that hosts ``agent``.
+
+    Parameters
+    ----------
+    work_id
+        Unique per attempt of the router's message (message id and nonce): posting it
+        again is the same work.
+    agent
+        Who types it.
+    text
+        The prompt, as the store keeps it (secrets redacted).
+    nonce
+        The turn's nonce: the answering block carries it.
+    task_id
+        The task (the answering block's id).
+    timeout
+        Seconds the turn may take from confirmed delivery (the step's timeout).
+    """
+
+    work_id: str
+    agent: str
+    text: str
+    nonce: str
+    task_id: str | None
+    timeout: float
+
+    def payload(self) -> dict[str, t.Any]:
+        """The work's payload on the queue.
+
+        Examples
+        --------
+        >>> w = TurnWork("loop-3-ab12", "EXECUTER", "do it", "ab12", "T1", 60.0)
+        >>> TurnWork.from_payload(w.work_id, w.agent, w.payload()) == w
+        True
+        """
+        return {
+            "text": self.text,
+            "nonce": self.nonce,
+            "task": self.task_id,
+            "timeout": self.timeout,
+        }
+
+    @classmethod
+    def from_payload(cls, work_id: str, agent: str, payload: t.Mapping[str, t.Any]) -> TurnWork:
+        """Read a turn's work back (the node's side).
+
+        Raises
+        ------
+        RoutingError
+            A field is missing or of the wrong type.
+        """
+        try:
+            task = payload.get("task")
+            return cls(
+                work_id,
+                agent,
+                str(payload["text"]),
+                str(payload["nonce"]),
+                None if task is None else str(task),
+                float(payload["timeout"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"work {work_id}: not a turn ({exc!r})"
+            raise RoutingError(msg) from exc
+
+    def answers(self, block: Block) -> bool:
+        """Whether ``block`` answers this turn (any type but ``status``, the task's id).
+
+        Examples
+        --------
+        >>> w = TurnWork("w", "EXECUTER", "x", "n", "T1", 1.0)
+        >>> w.answers(Block("PLANNER", "result", "T1")), w.answers(Block("PLANNER", "status", "T1"))
+        (True, False)
+        """
+        return block.type not in _NOT_ANSWERS and (self.task_id is None or block.id == self.task_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnReply:
+    """How a remote turn went, as its node reports it.
+
+    Parameters
+    ----------
+    delivered
+        The prompt got in (confirmed by the driver on that node).
+    outcome
+        The driver's delivery outcome when it did not get in (``stranded``, ``blocked``,
+        ``agent_exited``), else the turn's (``answered``, ``timeout``, ``idle``, …).
+    blocks
+        The answering block(s), as read on the node.
+    error
+        What went wrong, in the driver's words.
+    node, epoch
+        Who ran it, under which lease.
+    """
+
+    delivered: bool
+    outcome: str
+    blocks: tuple[Block, ...] = ()
+    error: str = ""
+    node: str = ""
+    epoch: int = 0
+
+    def payload(self) -> dict[str, t.Any]:
+        """The reply on the queue.
+
+        Examples
+        --------
+        >>> r = TurnReply(True, "answered", (Block("PLANNER", "result", "T1", "ok"),), node="b")
+        >>> TurnReply.from_payload(r.payload()).blocks[0].body
+        'ok'
+        """
+        return {
+            "delivered": self.delivered,
+            "outcome": self.outcome,
+            "blocks": [
+                {"header": dict(b.header) or _header(b), "body": b.body} for b in self.blocks
+            ],
+            "error": self.error,
+            "node": self.node,
+            "epoch": self.epoch,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: t.Mapping[str, t.Any]) -> TurnReply:
+        """Read a reply back (the router's side); a malformed one is a failed turn."""
+        try:
+            blocks = tuple(
+                Block.from_header(b["header"], str(b.get("body", "")))
+                for b in payload.get("blocks", ())
+            )
+            return cls(
+                bool(payload["delivered"]),
+                str(payload["outcome"]),
+                blocks,
+                str(payload.get("error", "")),
+                str(payload.get("node", "")),
+                int(payload.get("epoch", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            return cls(False, "invalid", error=f"a malformed reply from its node: {exc!r}")
+
+
+def _header(block: Block) -> dict[str, t.Any]:
+    header: dict[str, t.Any] = {"to": block.to, "type": block.type, "id": block.id}
+    if block.nonce is not None:
+        header["nonce"] = block.nonce
+    return header

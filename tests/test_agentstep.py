@@ -224,8 +224,6 @@ SLEEP: dict[str, t.Any] = {
     "transcript_until": None,
     "next_change": None,
     "idle_bound": 300.0,
-    "turn_bound": 2.0,
-    "limit_bound": 300.0,
 }
 SLEEP_CASES = [
     Case("idle", {}, 300.0),

@@ -20,8 +20,9 @@ from politerm.agents import AgentState, load_profile
 from politerm.agents.profile import AgentProfile, Detectors
 from politerm.agents.tracker import StateTracker
 from politerm.config import Config, StoreConfig, TmuxConfig
+from politerm.engine.agentstep import IDLE_BACKSTOP, TURN_BACKSTOP
 from politerm.engine.routebase import Routing
-from politerm.engine.router import IDLE_BACKSTOP, TURN_BACKSTOP, Router, idle_backstop
+from politerm.engine.router import Router, idle_backstop
 from politerm.store import RunStore
 from politerm.store import watch as watch_mod
 from politerm.store.watch import StoreWatch

@@ -8,7 +8,7 @@ message (how: its nonce, whether its text is typed again or only submitted), han
 forwarded prompt straight over, and how long to sleep until the next look. Like
 :mod:`~politerm.engine.decide`, nothing here reads the store, a screen or a clock: the
 router gathers the facts and :class:`~politerm.engine.execute.Executor` carries the
-actions out (``tests/test_decide.py`` walks the tables).
+actions out (``tests/test_agentstep.py`` walks the tables).
 """
 
 from __future__ import annotations
@@ -21,6 +21,12 @@ from politerm.store.models import MessageState, TaskState, TurnEnd
 
 # An agent idle this long after a prompt, with no block, has answered without one.
 IDLE_GRACE = 1.5
+# Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
+# An idle agent's loop wakes on its output, pane death, copy mode, store work for it, or
+# when silence alone would change its state (StateTracker.next_change); the idle bound only
+# covers a notification lost in a tmux reconnect, and keeps every wait bounded.
+IDLE_BACKSTOP = 300.0
+TURN_BACKSTOP = 2.0
 # States in which a turn's answer must wait: the agent still works, or asks something.
 NOT_IDLE = frozenset({AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.DIALOG})
 
@@ -328,8 +334,8 @@ class Sleep:
 
     Attributes
     ----------
-    now
-        The time.
+    now, idle_bound
+        The time, and the loop's backstop while idle (see ``router.idle_backstop``).
     limit_due
         Seconds until an open usage limit's reset is acted on (None: no limit).
     turn_open, settling, block_settle, state
@@ -341,11 +347,10 @@ class Sleep:
         Until when a finished turn's transcript copy is looked for (None: no transcript).
     next_change
         When silence alone changes the agent's state (None: never).
-    idle_bound, turn_bound, limit_bound
-        The loop's backstops: idle, during a turn, at most while limited.
     """
 
     now: float
+    idle_bound: float
     limit_due: float | None
     turn_open: bool
     settling: bool
@@ -354,9 +359,6 @@ class Sleep:
     retry_at: float | None
     transcript_until: float | None
     next_change: float | None
-    idle_bound: float
-    turn_bound: float
-    limit_bound: float
 
 
 def sleep_bound(s: Sleep) -> float:
@@ -364,24 +366,23 @@ def sleep_bound(s: Sleep) -> float:
 
     Examples
     --------
-    >>> s = Sleep(100.0, None, False, False, 0.5, AgentState.READY, None, None, None,
-    ...           300.0, 2.0, 300.0)
+    >>> s = Sleep(100.0, 300.0, None, False, False, 0.5, AgentState.READY, None, None, None)
     >>> sleep_bound(s), sleep_bound(dataclasses.replace(s, retry_at=103.0))
     (300.0, 3.0)
     """
     if s.limit_due is not None:
-        return max(0.5, min(s.limit_due, s.limit_bound))  # the resume at the limit's reset
+        return max(0.5, min(s.limit_due, IDLE_BACKSTOP))  # the resume at the limit's reset
     if s.turn_open:
         if s.settling:
             return s.block_settle  # the second look that lets a block count
         if s.state is AgentState.READY:
             return 0.5  # an answer without a block shows as silence
-        return s.turn_bound
+        return TURN_BACKSTOP
     bound = s.idle_bound
     if s.retry_at is not None:
         bound = max(0.05, s.retry_at - s.now)  # no output announces a retry's time
     if s.transcript_until is not None and s.now < s.transcript_until:
-        bound = s.turn_bound
+        bound = TURN_BACKSTOP
     if s.next_change is not None:
         bound = min(bound, max(0.05, s.next_change - s.now))
     return bound

@@ -29,6 +29,7 @@ import zlib
 from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
 from politerm.engine import agentstep
+from politerm.engine.agentstep import IDLE_BACKSTOP
 from politerm.engine.deadlines import Deadlines
 from politerm.engine.decide import FOLLOW_UPS
 from politerm.engine.effects import BlockEffects
@@ -55,12 +56,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Router", "idle_backstop"]
 
-# Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
-# An idle agent's loop wakes on its output, pane death, copy mode, store work for it, or
-# when silence alone would change its state (StateTracker.next_change); the idle bound only
-# covers a notification lost in a tmux reconnect, and keeps every wait bounded.
-IDLE_BACKSTOP = 300.0
-TURN_BACKSTOP = 2.0
 # After a turn, an agent with a transcript is looked at this often for this long: the
 # transcript's copy of the answer (cross-checked) is a file write, which wakes no one.
 TRANSCRIPT_GRACE = 30.0
@@ -318,6 +313,7 @@ class Router:
         return agentstep.sleep_bound(
             agentstep.Sleep(
                 now=time.monotonic(),
+                idle_bound=idle_backstop(driver.name),
                 limit_due=driver.limit_due_in(),
                 turn_open=loop.turn_nonce is not None,
                 settling=driver.blocks_settling,
@@ -326,9 +322,6 @@ class Router:
                 retry_at=loop.retry_at,
                 transcript_until=seen,
                 next_change=driver.next_change(),
-                idle_bound=idle_backstop(driver.name),
-                turn_bound=TURN_BACKSTOP,
-                limit_bound=IDLE_BACKSTOP,
             )
         )
 

@@ -135,6 +135,8 @@ def _isolated_env(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> No
         "POLI_TMUX_SESSION",
         "POLI_PLAN_TIMEOUT",
         "POLI_EXEC_TIMEOUT",
+        "POLI_FLEET_NODE",
+        "POLI_FLEET_PASSWORD",
     ):
         monkeypatch.delenv(var, raising=False)
 

@@ -279,6 +279,45 @@ class RunnerError(BridgeError):
     """The command runner could not start or supervise a command."""
 
 
+# --- fleet (several machines, one project, work through Redis) -------------------------
+
+
+class FleetError(PolitermError):
+    """The fleet's Redis could not be used, or a piece of work could not go on."""
+
+
+class FleetRefused(FleetError, ValueError):
+    """A fleet URL or setting is refused before connecting (e.g. unauthenticated, not loopback)."""
+
+
+class FleetUnavailable(FleetError):
+    """Redis did not answer (down, unreachable, paused): we could not look, nothing is known."""
+
+
+class FleetAuthError(FleetError):
+    """Redis refused the fleet's user or password (or its ACL forbids a command)."""
+
+
+class WorkInvalid(FleetError, ValueError):
+    """A piece of work (its id, agent, kind or payload) is malformed; the message says why."""
+
+
+class LeaseLost(FleetError):
+    """A lease may no longer be used: nothing may be typed nor reported for its attempt."""
+
+
+class Fenced(LeaseLost):
+    """Another attempt of the work holds a newer epoch (or the work ended): this one is over."""
+
+
+class LeaseExpiring(LeaseLost):
+    """The lease is still current but has less time left than the margin a turn needs."""
+
+
+class ResultTimeout(FleetError):
+    """A bounded wait for a work's result ran out; the message names the work and its state."""
+
+
 # --- manager ----------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import click
 from politerm.cli._common import config_option, load, open_store, print_event, project_option
 from politerm.engine import service
 from politerm.engine.loop import follow_until_idle
+from politerm.engine.placement import hosted_here
 from politerm.engine.session import Session
 from politerm.errors import ConfigError
 from politerm.preflight import problems
@@ -52,6 +53,9 @@ def command(
                 return
             info = service.start(config, config_path)
             click.echo(f"router: service pid {info.pid} routes this project")
+            if config.fleet is not None and hosted_here(config, config.fleet.node):
+                node = service.start(config, config_path, service.NODE)
+                click.echo(f"node {config.fleet.node}: service pid {node.pid} claims its work")
             if resume and store.list_tasks(active_only=True):
                 await follow_until_idle(store, print_event)
 

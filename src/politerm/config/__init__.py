@@ -7,7 +7,7 @@ Layers, later ones winning key by key (tables are merged, not replaced):
 3. the project file, ``poli.toml`` in the project directory (or an explicit ``--config``);
 4. environment variables: ``PLANNER_CMD``, ``PLANNER_CWD``, ``EXECUTER_CMD``,
    ``EXECUTER_CWD``, ``POLI_TMUX_SOCKET``, ``POLI_TMUX_SESSION``, ``POLI_PLAN_TIMEOUT``,
-   ``POLI_EXEC_TIMEOUT``.
+   ``POLI_EXEC_TIMEOUT``, ``POLI_FLEET_NODE`` (``[fleet] node``, only with a ``[fleet]`` table).
 
 Every bad value raises a :class:`~politerm.errors.ConfigError` whose one-line message names
 where the value came from (file or variable), the dotted key and what was expected.
@@ -16,6 +16,7 @@ where the value came from (file or variable), the dotted key and what was expect
 from __future__ import annotations
 
 from politerm.agents.profile import guess_profile
+from politerm.config.fleet import FleetBudgetConfig, FleetConfig, redact_url
 from politerm.config.loading import ENV_VARS, load_config, use_config_file
 from politerm.config.sections import (
     CONFIG_FILENAME,
@@ -44,6 +45,8 @@ __all__ = [
     "AgentConfig",
     "Config",
     "EpicConfig",
+    "FleetBudgetConfig",
+    "FleetConfig",
     "NotifyConfig",
     "RedactConfig",
     "RoutingConfig",
@@ -55,6 +58,7 @@ __all__ = [
     "guess_profile",
     "load_config",
     "parse_seconds",
+    "redact_url",
     "use_config_file",
     "user_config_file",
 ]

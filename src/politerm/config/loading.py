@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from politerm.config.fleet import redact_url
 from politerm.config.sections import (
     _AGENT_NAME_RE,
     CONFIG_FILENAME,
@@ -190,11 +191,20 @@ ENV_VARS: tuple[str, ...] = (
     "POLI_TMUX_SESSION",
     "POLI_PLAN_TIMEOUT",
     "POLI_EXEC_TIMEOUT",
+    "POLI_FLEET_NODE",
 )
 """Environment variables that override the files."""
 
 
 # --- validation errors ------------------------------------------------------------------
+
+
+def _unwrap_optional(annotation: t.Any) -> t.Any:
+    """``X`` for an optional table ``X | None`` (``[fleet]``), else ``annotation`` as it is."""
+    args = [a for a in t.get_args(annotation) if a is not type(None)]
+    if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+        return args[0]
+    return annotation
 
 
 def _describe(error: Mapping[str, t.Any]) -> tuple[_Key, str, type[BaseModel] | None, str | None]:
@@ -217,7 +227,7 @@ def _describe(error: Mapping[str, t.Any]) -> tuple[_Key, str, type[BaseModel] | 
             if info is None:
                 break
             expected = info.description or expected
-            current = info.annotation
+            current = _unwrap_optional(info.annotation)
         elif t.get_origin(current) is dict and isinstance(part, str):
             key.append(part)
             current = t.get_args(current)[1]
@@ -276,6 +286,10 @@ def _config_error(exc: ValidationError, layers: _Layers) -> ConfigError:
     if kind == "missing":
         return ConfigError(f"{where}: missing, expected {expected or 'a value'}")
     found, value = _lookup(layers.data, key)
+    if key == ("fleet", "url") and isinstance(value, str):
+        value = redact_url(value)  # a bad URL is shown, its password never
+    elif key == ("fleet",) and isinstance(value, dict) and isinstance(value.get("url"), str):
+        value = {**value, "url": redact_url(value["url"])}
     got = repr(str(value) if isinstance(value, Path) else value) if found else "nothing"
     reason = ""
     if kind == "value_error":
@@ -352,6 +366,9 @@ def load_config(
         sources.append(project_file)
     for name, layer in _env_layer(env, Path.cwd()):
         layers.apply(layer, name)
+    # Each machine names its own node; the variable means nothing without a [fleet] table.
+    if (node := env.get("POLI_FLEET_NODE", "")) and isinstance(layers.data.get("fleet"), dict):
+        layers.apply({"fleet": {"node": node}}, "POLI_FLEET_NODE")
 
     data = layers.data
     # Per project by default: its own session and store (so its own work queue).

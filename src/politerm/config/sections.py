@@ -16,6 +16,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from politerm.agents.profile import guess_profile
+from politerm.config.fleet import NAME_PATTERN, FleetConfig
 from politerm.config.manager import ManagerConfig
 from politerm.errors import ConfigError
 from politerm.project import Project, find_project
@@ -142,6 +143,16 @@ class AgentConfig(_Section):
     hooks: bool = Field(
         default=True, description="true or false (install politerm's receipt hooks in the agent)"
     )
+    node: str | None = Field(
+        default=None,
+        pattern=NAME_PATTERN,
+        description="the fleet node this agent runs on ([fleet]; letters, digits, '_', '.', '-')",
+    )
+    nodes: list[t.Annotated[str, Field(pattern=NAME_PATTERN)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="a non-empty list of fleet node names that may host this agent (a pool)",
+    )
 
     @field_validator("command")
     @classmethod
@@ -177,10 +188,32 @@ class AgentConfig(_Section):
                 raise ValueError(msg) from None
         return value
 
+    @field_validator("nodes")
+    @classmethod
+    def _one_placement(cls, value: list[str] | None, info: t.Any) -> list[str] | None:
+        if value is not None and info.data.get("node") is not None:
+            msg = "give either node or nodes, not both"
+            raise ValueError(msg)
+        return value
+
     def model_post_init(self, context: t.Any, /) -> None:
         """Fill in the guessed profile."""
         if self.profile is None:
             self.profile = guess_profile(self.argv())
+
+    def hosts(self) -> tuple[str, ...] | None:
+        """The fleet nodes that may run this agent (``node`` or ``nodes``); None: any node.
+
+        Examples
+        --------
+        >>> AgentConfig(command="x", nodes=["a", "b", "a"]).hosts()
+        ('a', 'b')
+        >>> AgentConfig(command="x", node="b").hosts(), AgentConfig(command="x").hosts()
+        (('b',), None)
+        """
+        if self.node is not None:
+            return (self.node,)
+        return tuple(dict.fromkeys(self.nodes)) if self.nodes is not None else None
 
     def argv(self) -> list[str]:
         """Return the command as an argument vector (a string command is shlex-split).
@@ -357,6 +390,9 @@ class Config(_Section):
     manager: ManagerConfig = Field(default_factory=ManagerConfig, description="a table")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="a table")
     budget: BudgetConfig = Field(default_factory=BudgetConfig, description="a table")
+    fleet: FleetConfig | None = Field(
+        default=None, description="a table (url, node, lease: see docs/fleet.md)"
+    )
 
     _sources: list[Path] = PrivateAttr(default_factory=list)
     _project: Project | None = PrivateAttr(default=None)

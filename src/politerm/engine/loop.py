@@ -14,6 +14,7 @@ import typing as t
 from politerm._internal.ids import check_id
 from politerm.engine import service
 from politerm.engine.decide import ACTIVE, PLANNER
+from politerm.engine.placement import here_config
 from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.engine.session import RouterLock, Session
@@ -24,6 +25,7 @@ from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
+    from politerm.engine.remote import TurnPost
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
@@ -72,7 +74,11 @@ async def route(
     cursor = EventCursor(store)
     try:
         agents = await session.attach()
-        router = Router(Routing(config, store, agents, templates=templates_for(config)))
+        post, elsewhere = _remote(config, store) or (None, ())
+        routing = Routing(
+            session.config, store, agents, templates=templates_for(config), remote=elsewhere
+        )
+        router = Router(routing, post=post)
         if printer is not None:
             follower = asyncio.create_task(follow(store, printer, cursor=cursor))
         await router.run(until=until)
@@ -85,6 +91,16 @@ async def route(
                 printer(event)
         lock.release()
         await session.host.close()
+
+
+def _remote(config: Config, store: RunStore) -> tuple[TurnPost, list[str]] | None:
+    """The fleet's queue and the agents whose turns go through it (None without a fleet)."""
+    elsewhere = here_config(config)[1]
+    if not elsewhere:
+        return None
+    from politerm.engine.fleetlink import FleetPost, open_queue
+
+    return FleetPost(open_queue(config, store)), elsewhere
 
 
 FOLLOW_BACKSTOP = 30.0

@@ -39,6 +39,31 @@ RESUME_MSG = "resume-message:"
 AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
 
 
+def attach_driver(
+    config: Config,
+    store: RunStore,
+    policy: ApprovalPolicy,
+    name: str,
+    profile: AgentProfile,
+    pane: Pane,
+) -> AgentDriver:
+    """A driver for configured agent ``name`` running in ``pane`` (a router's, a node's)."""
+    acfg = config.agents.get(name)
+    # Long bodies come as files in the agent's working directory; nowhere else.
+    cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
+    env = agent_env(name, acfg, profile) if acfg is not None else {}
+    return AgentDriver(
+        name,
+        profile,
+        pane,
+        store=store,
+        policy=policy,
+        cwd=cwd,
+        env=env,
+        **driver_settings(config),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Begun:
     """A delivery written to the store (DELIVERING, its turn open) and not typed yet."""
@@ -120,20 +145,7 @@ class Routing:
         self.dead: set[str] = set()
 
     def _attach(self, name: str, profile: AgentProfile, pane: Pane) -> AgentDriver:
-        acfg = self.config.agents.get(name)
-        # Long bodies come as files in the agent's working directory; nowhere else.
-        cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
-        env = agent_env(name, acfg, profile) if acfg is not None else {}
-        return AgentDriver(
-            name,
-            profile,
-            pane,
-            store=self.store,
-            policy=self.policy,
-            cwd=cwd,
-            env=env,
-            **driver_settings(self.config),
-        )
+        return attach_driver(self.config, self.store, self.policy, name, profile, pane)
 
     @property
     def names(self) -> tuple[str, ...]:

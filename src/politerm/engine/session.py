@@ -19,6 +19,7 @@ from politerm.driver import Host, check_program, deliver, state_dir, wait_ready
 from politerm.driver.launch import agent_env, agent_profile, prepare_launch
 from politerm.driver.receipts import CLI_SESSION_META
 from politerm.driver.records import AgentRecords
+from politerm.engine.placement import here_config
 from politerm.engine.resume import resume_work
 from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
@@ -76,7 +77,8 @@ class Session:
     Parameters
     ----------
     config
-        Socket, session name, agents and timeouts.
+        Socket, session name, agents and timeouts. With ``[fleet]``, the agents hosted on
+        other nodes are left to them.
     store
         The run store; agents and their panes are recorded there.
     host
@@ -84,7 +86,9 @@ class Session:
     """
 
     def __init__(self, config: Config, store: RunStore, host: Host | None = None) -> None:
-        self.config = config
+        # In a fleet, only the agents this machine's router drives (engine/placement.py).
+        self.config = here_config(config)[0]
+        config = self.config
         self.store = store
         self.host = host or Host.of(config)
         self.name = self.host.session

@@ -388,6 +388,15 @@ class JournalRows(StoreCore):
             ).fetchall()
         return [_row(r) for r in rows]
 
+    def journal_leased(self, limit: int = 50) -> list[JournalRow]:
+        """The newest rows typed under a fleet lease (``poli fleet status``), newest first."""
+        with self._reading() as c:
+            rows = c.execute(
+                "SELECT * FROM turn_journal WHERE work IS NOT NULL ORDER BY id DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
     def journal_row(self, turn_id: int) -> JournalRow | None:
         """The row ``turn_id``, if any."""
         with self._reading() as c:

@@ -1,0 +1,71 @@
+"""The engine's side of the fleet's queue (:mod:`politerm.fleet`): a router's post of turns.
+
+Imported only when ``[fleet]`` is configured, so a project without one never needs redis-py.
+The queue's payloads and outcomes are redacted with the store's patterns before they leave
+the process (``WorkQueue(redact=…)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import typing as t
+
+from politerm.engine.turnwork import TURN_KIND, TurnReply
+from politerm.errors import ResultTimeout, WorkInvalid
+from politerm.fleet.connect import connect_config
+from politerm.fleet.queue import WorkQueue
+from politerm.fleet.work import Work, WorkKind, WorkState
+
+if t.TYPE_CHECKING:
+    from politerm.config import Config
+    from politerm.engine.turnwork import TurnWork
+    from politerm.store import RunStore
+
+#: Longest one wait for a reply blocks a thread (the router's loop looks again after it).
+REPLY_WAIT = 2.0
+
+
+def open_queue(config: Config, store: RunStore | None = None) -> WorkQueue:
+    """The project's work queue in the fleet's Redis (no command is sent yet).
+
+    Raises
+    ------
+    FleetRefused
+        ``[fleet] url`` is not one politerm connects to (unauthenticated and not loopback…).
+    """
+    assert config.fleet is not None
+    conn = connect_config(config.fleet)
+    redact = None if store is None else store.redact
+    return WorkQueue.from_config(conn, config.fleet, config.project.root, redact=redact)
+
+
+class FleetPost:
+    """A router's :class:`~politerm.engine.remote.TurnPost` over the fleet's queue."""
+
+    def __init__(self, queue: WorkQueue) -> None:
+        self.queue = queue
+
+    def post(self, work: TurnWork) -> None:
+        """Submit the turn (an id already known changes nothing)."""
+        self.queue.submit(Work(work.work_id, work.agent, WorkKind(TURN_KIND), work.payload()))
+
+    def reply(self, work: TurnWork) -> TurnReply | None:
+        """The node's reply, a dead letter as a turn not delivered, or None (not yet)."""
+        try:
+            result = self.queue.wait_result(work.work_id, 0)
+        except ResultTimeout:
+            return None
+        except WorkInvalid:
+            return None  # not known (expired after [fleet] keep): the caller posts it again
+        if result.state is WorkState.DEAD:
+            why = str(result.outcome.get("error") or "no node could run it")
+            return TurnReply(False, "blocked", error=f"dead-lettered by the fleet: {why}")
+        return TurnReply.from_payload(result.outcome)
+
+    async def wait(self, work: TurnWork, timeout: float) -> None:
+        """Sleep until ``work`` may have a reply (at most ``timeout``, and ``REPLY_WAIT``)."""
+        bound = min(timeout, REPLY_WAIT)
+        try:
+            await asyncio.to_thread(self.queue.wait_result, work.work_id, bound)
+        except (ResultTimeout, WorkInvalid):
+            return

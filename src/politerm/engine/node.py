@@ -1,0 +1,318 @@
+"""``poli node``: one machine's part of a fleet — its agents, driven for work claimed from Redis.
+
+A node hosts the agents whose ``[agents.X] node`` (or ``nodes``, a pool) names it. It
+claims work only for those, one piece per agent at a time, and does it only through the
+driver: a turn is one :func:`~politerm.driver.turn.run_turn` on the agent's
+:class:`~politerm.driver.AgentDriver`, in its own tmux session (``<session>-node``) of this
+machine's private tmux server, started on the first work for it (a pool agent is started
+where its work is claimed).
+
+Each prompt is typed under the claim's lease. The driver writes the prompt's row in the
+journal of turns first; then, right before the paste (the driver's ``before-paste`` point),
+the node renews the lease and writes it on that row (work, node, epoch, expiry): a lease
+that is lost or fenced (another node re-claimed the work, with a higher epoch) raises, and
+nothing is typed — not the prompt, not a nudge. The lease is renewed in the background
+while the turn runs. The turn's outcome is recorded in the journal (by ``run_turn``), and
+only then reported to the queue (``complete``: the queue acknowledges the stream entry
+after it accepted the outcome). A result the queue rejects — the attempt was fenced
+meanwhile — is recorded on the row as ``rejected`` with the queue's reason, and an event
+says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+import typing as t
+
+from politerm.agents.approval import ApprovalPolicy
+from politerm.driver import Expect, run_turn
+from politerm.engine.placement import hosted_here, node_config
+from politerm.engine.routebase import attach_driver
+from politerm.engine.session import Session
+from politerm.engine.turnwork import TURN_KIND, TurnReply, TurnWork
+from politerm.errors import FleetError, LeaseLost, PolitermError
+from politerm.protocol.block import MessageType
+from politerm.store.journal import Serves, Workflow
+
+if t.TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from politerm.config import Config
+    from politerm.driver import AgentDriver, TurnResult
+    from politerm.fleet.work import Lease
+    from politerm.store import RunStore
+
+log = logging.getLogger(__name__)
+
+#: The journal's record kind of a prompt typed for fleet work (its key: the work id).
+WORK_RECORD: t.Final = "fleet-work"
+#: Longest one claim call waits for work (the node's loop looks at its stop flag between).
+CLAIM_WAIT = 1.0
+#: After Redis could not be reached, how long before trying again.
+UNREACHABLE_BACKOFF = 1.0
+#: Block types that answer a loop turn (a status block is shown, never an answer).
+ANSWERS: t.Final = frozenset(m.value for m in MessageType) - {MessageType.STATUS.value}
+
+
+class NodeClaims(t.Protocol):
+    """What a node asks of the fleet's queue (:class:`politerm.fleet.nodes.NodeQueue`)."""
+
+    def claim(self, agents: Sequence[str], *, block: float) -> Lease | None:
+        """A lease on the next piece of work for one of ``agents``, waiting ``block`` s."""
+
+    def renew(self, lease: Lease) -> Lease:
+        """The lease extended; raises :class:`~politerm.errors.LeaseLost` when it is not."""
+
+    def check(self, lease: Lease) -> Lease:
+        """Renewed with more than the margin left (right before typing), or raise."""
+
+    def give_back(self, lease: Lease, error: str) -> None:
+        """End an attempt that could not run (the next claim starts another)."""
+
+    def complete(self, lease: Lease, outcome: Mapping[str, t.Any]) -> None:
+        """Report the outcome; raises :class:`~politerm.errors.Fenced` when it is late."""
+
+    def heartbeat(self, agents: Sequence[str], load: Mapping[str, t.Any]) -> None:
+        """Say this node is alive, which agents it hosts and how busy it is."""
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """The lease a piece of work is typed under, renewed as the turn goes on."""
+
+    lease: Lease
+    serves: Serves
+    lost: str | None = None
+
+
+class Node:
+    """One machine's node: claims work for the agents it hosts and drives them.
+
+    Parameters
+    ----------
+    config
+        The project's configuration (``[fleet]`` names this node).
+    store
+        This machine's run store (the journal of turns).
+    queue
+        The fleet's queue.
+    """
+
+    def __init__(self, config: Config, store: RunStore, queue: NodeClaims) -> None:
+        if config.fleet is None:
+            msg = "poli node needs a [fleet] table in poli.toml (url, node): see docs/fleet.md"
+            raise FleetError(msg)
+        self.config, self.store, self.queue = config, store, queue
+        self.name = config.fleet.node
+        self.lease_seconds = config.fleet.lease
+        self.agents = hosted_here(config, self.name)
+        self.session = Session(node_config(config, self.agents), store)
+        self.drivers: dict[str, AgentDriver] = {}
+        self.busy: dict[str, asyncio.Task[None]] = {}
+        self.attempts: dict[str, _Attempt] = {}
+        self.stopping = asyncio.Event()
+        self._starting = asyncio.Lock()  # one bring-up at a time (it holds the session's lock)
+        self.policy = ApprovalPolicy.of(config.routing.approval, config.routing.approval_patterns)
+
+    async def run(self) -> None:
+        """Claim and run work until :meth:`stop`; the turns under way finish first."""
+        beat = asyncio.create_task(self._heartbeats(), name="node-heartbeat")
+        try:
+            while not self.stopping.is_set():
+                free = [a for a in self.agents if a not in self.busy]
+                if not free:
+                    await self._wait_for_a_free_agent()
+                    continue
+                try:
+                    lease = await asyncio.to_thread(self._claim, free)
+                except FleetError as exc:
+                    log.warning("node %s: claiming: %s", self.name, exc)
+                    await _sleep_unless(self.stopping, UNREACHABLE_BACKOFF)
+                    continue
+                if lease is None:
+                    continue
+                agent = lease.work.agent
+                self.busy[agent] = asyncio.create_task(self._work(lease), name=f"work-{agent}")
+                self.busy[agent].add_done_callback(self._freed)
+        finally:
+            if self.busy:
+                await asyncio.wait(list(self.busy.values()))
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            await self.session.host.close()
+
+    def _freed(self, task: asyncio.Task[None]) -> None:
+        for agent, running in list(self.busy.items()):
+            if running is task:
+                del self.busy[agent]
+
+    def _claim(self, agents: list[str]) -> Lease | None:
+        return self.queue.claim(agents, block=CLAIM_WAIT)
+
+    def stop(self) -> None:
+        """Claim nothing more (the work under way finishes)."""
+        self.stopping.set()
+
+    async def _wait_for_a_free_agent(self) -> None:
+        waiters = [asyncio.ensure_future(self.stopping.wait()), *self.busy.values()]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        waiters[0].cancel()
+
+    async def _heartbeats(self) -> None:
+        assert self.config.fleet is not None
+        every = self.config.fleet.heartbeat
+        while True:
+            load = {"busy": sorted(self.busy), "pid": os.getpid(), "at": time.time()}
+            try:
+                await asyncio.to_thread(self.queue.heartbeat, self.agents, load)
+            except FleetError as exc:
+                log.warning("node %s: heartbeat: %s", self.name, exc)
+            await asyncio.sleep(every)
+
+    # --- one piece of work ------------------------------------------------------------------
+
+    async def _work(self, lease: Lease) -> None:
+        work = lease.work
+        if work.kind.value != TURN_KIND:
+            # Other kinds (answers, messages, bridge tasks) are done by their own workflows.
+            await self._complete(lease, {"error": f"{work.kind.value} work is not run by nodes"})
+            return
+        try:
+            turn = TurnWork.from_payload(work.id, work.agent, work.payload)
+        except PolitermError as exc:
+            bad = TurnReply(False, "blocked", error=str(exc), node=self.name, epoch=lease.epoch)
+            await self._complete(lease, bad.payload())
+            return
+        try:
+            driver = await self._driver(work.agent)
+        except PolitermError as exc:
+            # The agent would not start here: another attempt (maybe on another node) may.
+            log.warning("node %s: %s: %s", self.name, lease, exc)
+            with contextlib.suppress(FleetError):
+                await asyncio.to_thread(self.queue.give_back, lease, str(exc))
+            return
+        reply = await self._turn(driver, turn, lease)
+        if reply is not None:
+            await self._complete(lease, reply.payload())
+
+    async def _driver(self, agent: str) -> AgentDriver:
+        """The agent's driver here; the agent is started first when it does not run."""
+        driver = self.drivers.get(agent)
+        if driver is not None and not driver.dead:
+            return driver
+        config = node_config(self.config, [agent])
+        session = Session(config, self.store, self.session.host)
+        async with self._starting:
+            # Reuses a live agent's pane; starts (or restarts) it otherwise.
+            found = await session.up(resume=True, primers=True)
+        profile, pane = found[agent]
+        driver = attach_driver(self.config, self.store, self.policy, agent, profile, pane)
+        driver.on("before-paste", lambda: self._check_lease(agent))
+        self.drivers[agent] = driver
+        return driver
+
+    async def _turn(self, driver: AgentDriver, turn: TurnWork, lease: Lease) -> TurnReply | None:
+        serves = Serves(Workflow.FLEET, WORK_RECORD, (turn.work_id,))
+        attempt = self.attempts[turn.agent] = _Attempt(lease, serves)
+        renewer = asyncio.create_task(self._renew(attempt), name=f"renew-{turn.agent}")
+        try:
+            result = await run_turn(
+                driver,
+                turn.text,
+                Expect(frozenset(ANSWERS), turn.task_id),
+                timeout=turn.timeout,
+                nonce=turn.nonce,
+                task_id=turn.task_id,
+                serves=serves,
+            )
+        except (LeaseLost, FleetError) as exc:
+            # Raised right before a paste: nothing was typed for this attempt's paste.
+            self._abandon(driver.name, serves, f"fenced: {exc}")
+            return None
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            self.attempts.pop(turn.agent, None)
+        return _reply(result, self.name, attempt.lease.epoch)
+
+    async def _check_lease(self, agent: str) -> None:
+        """Right before a paste: the lease renewed and written on the prompt's row, or raise."""
+        attempt = self.attempts.get(agent)
+        if attempt is None:
+            return  # a paste that is no fleet work's (a primer)
+        if attempt.lost is not None:
+            raise LeaseLost(attempt.lost)
+        # Redis unreachable, the lease fenced or nearly out: nothing is typed (raises).
+        attempt.lease = await asyncio.to_thread(self.queue.check, attempt.lease)
+        lease = attempt.lease
+        rows = self.store.journal_open(agent=agent, record=WORK_RECORD)
+        mine = [r for r in rows if r.serves == attempt.serves]
+        if not mine:
+            return
+        row = self.store.journal_lease(
+            mine[-1].id,
+            work=lease.work.id,
+            node=self.name,
+            epoch=lease.epoch,
+            until=lease.expires_at,
+        )
+        if row is None or row.epoch != lease.epoch:
+            why = f"{lease}: the journal holds epoch {None if row is None else row.epoch}"
+            raise LeaseLost(why)
+
+    async def _renew(self, attempt: _Attempt) -> None:
+        """Keep the lease while the turn runs; note it lost (nothing more is typed then)."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                attempt.lease = await asyncio.to_thread(self.queue.renew, attempt.lease)
+            except LeaseLost as exc:
+                attempt.lost = str(exc)
+                self.store.add_event("fenced", agent=attempt.lease.work.agent, detail=str(exc))
+                return
+            except FleetError as exc:
+                log.warning("node %s: renewing %s: %s", self.name, attempt.lease, exc)
+
+    async def _complete(self, lease: Lease, outcome: Mapping[str, t.Any]) -> None:
+        """Report the outcome (after the journal has it); a late one is recorded as rejected."""
+        rows = [r for r in self.store.journal_of_work(lease.work.id) if r.epoch == lease.epoch]
+        try:
+            await asyncio.to_thread(self.queue.complete, lease, outcome)
+        except LeaseLost as exc:
+            why = f"rejected: {exc}"
+            for row in rows:
+                self.store.journal_verdict(row.id, why)
+            self.store.add_event(
+                "late-result", agent=lease.work.agent, detail=f"{lease}: result {why}"
+            )
+            return
+        for row in rows:
+            self.store.journal_verdict(row.id, "accepted")
+
+    def _abandon(self, agent: str, serves: Serves, why: str) -> None:
+        from politerm.store.journal import JournalState
+
+        for row in self.store.journal_open(agent=agent, record=WORK_RECORD):
+            if row.serves == serves:
+                self.store.journal_move(row.id, JournalState.ABANDONED, outcome="fenced")
+                self.store.journal_verdict(row.id, why)
+        self.store.add_event("fenced", agent=agent, detail=why)
+
+
+def _reply(result: TurnResult, node: str, epoch: int) -> TurnReply:
+    delivery = result.delivery
+    delivered = delivery is None or delivery.ok or delivery.submitted
+    outcome = result.outcome.value if delivered else delivery.outcome.value  # type: ignore[union-attr]
+    return TurnReply(delivered, outcome, result.blocks, result.error, node, epoch)
+
+
+async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)

@@ -1,0 +1,202 @@
+"""The queue's Lua scripts: every change of a work's state is one atomic script.
+
+Redis runs a script alone, so "is this epoch still the work's newest?" and the change that
+depends on the answer can never be split by another node's claim. Times are Redis's own
+clock (``TIME``), in milliseconds: the nodes' clocks never decide whether a lease expired.
+
+A work's record (``w:ID``, a hash) is named from the id inside a script; every key of a
+project shares one Cluster hash tag (:mod:`politerm.fleet.keys`), so that stays on one slot.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+_NOW: t.Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+SUBMIT: t.Final = (
+    _NOW
+    + """
+-- KEYS: work record, work stream, agents set; ARGV: group, id, agent, kind, payload
+local w, stream = KEYS[1], KEYS[2]
+local v = redis.call('HMGET', w, 'state', 'agent')
+if v[1] then return {'exists', v[1], v[2]} end
+-- The group exists before the first entry, so the entry is delivered from '0'.
+redis.pcall('XGROUP', 'CREATE', stream, ARGV[1], '0', 'MKSTREAM')
+local entry = redis.call('XADD', stream, '*', 'id', ARGV[2])
+redis.call('HSET', w, 'id', ARGV[2], 'agent', ARGV[3], 'kind', ARGV[4], 'payload', ARGV[5],
+  'state', 'queued', 'attempt', 0, 'epoch', 0, 'node', '', 'expires', 0, 'entry', entry,
+  'submitted', now, 'late', 0, 'error', '')
+redis.call('SADD', KEYS[3], ARGV[3])
+return {'new', entry}
+"""
+)
+
+CLAIM: t.Final = (
+    _NOW
+    + """
+-- KEYS: work stream, epochs counter, leased zset, results stream, dead stream
+-- ARGV: group, node, lease ms, max attempts, keep ms, maxlen, key prefix, mode, entry, id
+-- mode 'new': start entry ARGV[9] (work ARGV[10]) that XREADGROUP just handed this node.
+-- mode 'reclaim': start the first entry of the stream whose attempt is not live: its lease
+-- expired, or it was handed to a node that never started it and has been idle a lease.
+local stream, epochs, leased, results, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local group, node = ARGV[1], ARGV[2]
+local lease_ms, max_attempts = tonumber(ARGV[3]), tonumber(ARGV[4])
+local keep_ms, maxlen, prefix = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+
+local function drop(entry)
+  redis.call('XACK', stream, group, entry)
+  redis.call('XDEL', stream, entry)
+end
+
+local function work_of(entry)
+  local rows = redis.call('XRANGE', stream, entry, entry)
+  if #rows == 0 then return nil end
+  local f = rows[1][2]
+  for i = 1, #f, 2 do
+    if f[i] == 'id' then return f[i + 1] end
+  end
+  return nil
+end
+
+local function start(entry, id, owner, idle)
+  local w = prefix .. 'w:' .. id
+  local v = redis.call('HMGET', w, 'state', 'expires', 'agent', 'error', 'epoch', 'node')
+  local state = v[1]
+  if not state or state == 'done' or state == 'dead' then
+    drop(entry)
+    return nil
+  end
+  if state == 'leased' then
+    if tonumber(v[2]) > now then return nil end
+  elseif owner ~= node and idle < lease_ms then
+    return nil
+  end
+  local attempt = redis.call('HINCRBY', w, 'attempt', 1)
+  if attempt > max_attempts then
+    attempt = attempt - 1
+    local why = 'used up its ' .. max_attempts .. ' attempts'
+    if v[4] and v[4] ~= '' then why = why .. ' (last: ' .. v[4] .. ')' end
+    redis.call('HSET', w, 'attempt', attempt, 'state', 'dead', 'ended', now, 'error', why,
+      'expires', 0)
+    redis.call('XADD', dead, 'MAXLEN', '~', maxlen, '*', 'id', id, 'agent', v[3],
+      'attempts', attempt, 'error', why, 'at', now)
+    redis.call('XADD', results, 'MAXLEN', '~', maxlen, '*', 'id', id, 'agent', v[3],
+      'state', 'dead', 'epoch', v[5], 'node', v[6], 'attempt', attempt, 'outcome',
+      cjson.encode({error = why}))
+    redis.call('ZREM', leased, id)
+    redis.call('PEXPIRE', w, keep_ms)
+    drop(entry)
+    return nil
+  end
+  local epoch = redis.call('INCR', epochs)
+  -- Claiming also resets the entry's idle time: renewals keep it below a lease.
+  redis.call('XCLAIM', stream, group, node, 0, entry, 'JUSTID')
+  local expires = now + lease_ms
+  redis.call('HSET', w, 'state', 'leased', 'node', node, 'epoch', epoch, 'expires', expires,
+    'started', now)
+  redis.call('ZADD', leased, expires, id)
+  local p = redis.call('HMGET', w, 'kind', 'payload')
+  return {'leased', id, entry, epoch, expires, attempt, p[1], p[2], now}
+end
+
+if ARGV[8] == 'new' then
+  local entry = ARGV[9]
+  local p = redis.call('XPENDING', stream, group, entry, entry, 1)
+  if #p == 0 then return nil end
+  return start(entry, ARGV[10], p[1][2], tonumber(p[1][3]))
+end
+-- Not XAUTOCLAIM: it would move an entry before we know whether its lease has expired.
+-- The idle filter only narrows the scan; the record's expiry decides.
+local pending = redis.call('XPENDING', stream, group, 'IDLE', lease_ms, '-', '+', 32)
+for _, p in ipairs(pending) do
+  local entry = p[1]
+  local id = work_of(entry)
+  if not id then
+    redis.call('XACK', stream, group, entry)
+  else
+    local got = start(entry, id, p[2], tonumber(p[3]))
+    if got then return got end
+  end
+end
+return nil
+"""
+)
+
+RENEW: t.Final = (
+    _NOW
+    + """
+-- KEYS: work stream, work record, leased zset; ARGV: group, node, entry, epoch, lease ms, id
+local v = redis.call('HMGET', KEYS[2], 'state', 'epoch', 'node')
+if v[1] ~= 'leased' or tonumber(v[2]) ~= tonumber(ARGV[4]) then
+  return {'fenced', v[1] or 'gone', v[2] or '0', v[3] or ''}
+end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+local expires = now + tonumber(ARGV[5])
+redis.call('HSET', KEYS[2], 'expires', expires)
+redis.call('ZADD', KEYS[3], expires, ARGV[6])
+return {'ok', expires, now}
+"""
+)
+
+COMPLETE: t.Final = (
+    _NOW
+    + """
+-- KEYS: work stream, work record, leased zset, results stream, late stream
+-- ARGV: group, node, entry, epoch, outcome, keep ms, maxlen, id, agent, attempt
+local stream, w = KEYS[1], KEYS[2]
+local epoch = tonumber(ARGV[4])
+local v = redis.call('HMGET', w, 'state', 'epoch', 'node', 'result_epoch')
+if v[1] == 'done' and tonumber(v[4]) == epoch then return {'accepted', 'again'} end
+if v[1] == 'leased' and tonumber(v[2]) == epoch then
+  redis.call('HSET', w, 'state', 'done', 'outcome', ARGV[5], 'ended', now,
+    'result_epoch', epoch, 'expires', 0)
+  local r = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'id', ARGV[8],
+    'agent', ARGV[9], 'state', 'done', 'epoch', epoch, 'node', ARGV[2],
+    'attempt', ARGV[10], 'outcome', ARGV[5])
+  redis.call('XACK', stream, ARGV[1], ARGV[3])
+  redis.call('XDEL', stream, ARGV[3])
+  redis.call('ZREM', KEYS[3], ARGV[8])
+  redis.call('PEXPIRE', w, tonumber(ARGV[6]))
+  return {'accepted', r}
+end
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[7], '*', 'id', ARGV[8], 'agent', ARGV[9],
+  'epoch', epoch, 'node', ARGV[2], 'attempt', ARGV[10], 'current', v[2] or '0',
+  'state', v[1] or 'gone', 'holder', v[3] or '', 'outcome', ARGV[5], 'at', now)
+if v[1] then redis.call('HINCRBY', w, 'late', 1) end
+return {'rejected', v[1] or 'gone', v[2] or '0', v[3] or ''}
+"""
+)
+
+GIVE_BACK: t.Final = (
+    _NOW
+    + """
+-- KEYS: work stream, work record, leased zset
+-- ARGV: group, node, entry, epoch, error, id, idle ms
+local v = redis.call('HMGET', KEYS[2], 'state', 'epoch', 'node')
+if v[1] ~= 'leased' or tonumber(v[2]) ~= tonumber(ARGV[4]) then
+  return {'fenced', v[1] or 'gone', v[2] or '0', v[3] or ''}
+end
+redis.call('HSET', KEYS[2], 'state', 'queued', 'expires', 0, 'error', ARGV[5])
+redis.call('ZREM', KEYS[3], ARGV[6])
+-- Old as a lease: the next claim of any node takes it (as a new attempt).
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[7], 'JUSTID')
+return {'ok'}
+"""
+)
+
+HEARTBEAT: t.Final = (
+    _NOW
+    + """
+-- KEYS: node record, nodes set; ARGV: name, agents (JSON), load, every ms, keep ms
+redis.call('HSET', KEYS[1], 'name', ARGV[1], 'beat', now, 'agents', ARGV[2], 'load', ARGV[3],
+  'every', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
+redis.call('SADD', KEYS[2], ARGV[1])
+return now
+"""
+)

@@ -1,0 +1,181 @@
+"""Fleet nodes simulated on one machine: each node its own directory, HOME, tmux socket and store.
+
+A node's directory holds its poli.toml (the same project: the same ``[fleet]`` table, the
+agents placed by ``node``/``nodes``), the fake agents' scenarios and their logs — the ground
+truth of what each agent was handed. ``poli node --foreground`` runs as a process of its
+own, which a test can ``kill -9`` or stop (SIGSTOP) like a machine that died or was cut off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import secrets
+import signal
+import subprocess
+import sys
+import typing as t
+
+from politerm.config import load_config
+from politerm.store import RunStore
+from politerm.testing.fakeagent.eventlog import read_log
+from tests.loophelpers import EXECUTER_OK, PLANNER_OK, write_project
+
+if t.TYPE_CHECKING:
+    from tests.fleet.redisserver import RedisServer
+
+
+@dataclasses.dataclass
+class FleetNode:
+    """One simulated machine of the fleet."""
+
+    name: str
+    root: pathlib.Path
+    socket: str
+    env: dict[str, str]
+    proc: subprocess.Popen[str] | None = None
+
+    def poli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run ``poli ARGS`` on this node (bounded)."""
+        return subprocess.run(
+            [sys.executable, "-m", "politerm", *args],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """Start ``poli ARGS`` on this node without waiting (its output on a pipe)."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "politerm", *args],
+            cwd=self.root,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def start_node(self) -> None:
+        """``poli node --foreground`` as a process of its own (its output in node.log)."""
+        log = (self.root / "node.log").open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "politerm", "node", "--foreground"],
+            cwd=self.root,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        log.close()
+
+    def kill_node(self) -> None:
+        """``kill -9`` the node process (its agents live on in its tmux server)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def pause_node(self) -> None:
+        """Stop the node process (SIGSTOP): cut off from Redis and its agents, as in a partition."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume_node(self) -> None:
+        """Let a paused node run again."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop_node(self) -> None:
+        """End the node process (SIGCONT first, in case a test paused it)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                self.kill_node()
+
+    def prompts(self, agent: str) -> list[str]:
+        """What ``agent`` on this node was handed, from its own log."""
+        path = self.root / f"{agent.lower()}.jsonl"
+        if not path.exists():
+            return []
+        return [e["text"] for e in read_log(path) if e["event"] == "prompt"]
+
+    def store(self) -> RunStore:
+        """This node's run store (the journal of turns of what it typed)."""
+        config = load_config(self.root, env={})
+        return RunStore.open(config.store.resolved_path())
+
+    def log(self) -> str:
+        """The node process's output so far (for assertion messages)."""
+        path = self.root / "node.log"
+        return path.read_text() if path.exists() else ""
+
+
+def make_fleet(
+    tmp: pathlib.Path,
+    redis: RedisServer,
+    names: t.Sequence[str],
+    *,
+    planner_nodes: t.Sequence[str] = ("a",),
+    executer_nodes: t.Sequence[str] = ("b",),
+    planner: str = PLANNER_OK,
+    executer: str = EXECUTER_OK,
+    lease: float = 4.0,
+    timeout: float = 60.0,
+) -> dict[str, FleetNode]:
+    """One directory per node, each with the same project's poli.toml and its own socket."""
+    tag = secrets.token_hex(3)
+    nodes: dict[str, FleetNode] = {}
+    fleet = (
+        f'[fleet]\nurl = "{redis.url}"\nproject = "ft{tag}"\nlease = {lease}\nmargin = 1\n'
+        "heartbeat = 1\ntimeout = 3\n"
+    )
+
+    def placed(agent_nodes: t.Sequence[str]) -> str:
+        if len(agent_nodes) == 1:
+            return f'node = "{agent_nodes[0]}"\n'
+        return "nodes = [" + ", ".join(f'"{n}"' for n in agent_nodes) + "]\n"
+
+    for name in names:
+        root = tmp / name
+        socket = f"poli-ft{tag}{name}"
+        path = write_project(
+            root,
+            socket,
+            planner=planner,
+            executer=executer,
+            plan_timeout=timeout,
+            exec_timeout=timeout,
+            extra=fleet,
+        )
+        text = path.read_text()
+        text = text.replace("[agents.PLANNER]\n", "[agents.PLANNER]\n" + placed(planner_nodes))
+        text = text.replace("[agents.EXECUTER]\n", "[agents.EXECUTER]\n" + placed(executer_nodes))
+        path.write_text(text)
+        home = root / "home"
+        home.mkdir()
+        env = {
+            **os.environ,
+            "HOME": str(home),
+            "XDG_STATE_HOME": str(home / ".local" / "state"),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "POLI_FLEET_NODE": name,
+            "COLUMNS": "200",
+            "PYTHONUNBUFFERED": "1",
+        }
+        nodes[name] = FleetNode(name, root, socket, env)
+    return nodes
+
+
+def tear_down(nodes: t.Mapping[str, FleetNode]) -> None:
+    """Stop every node process, then ``poli down`` on each node (agents, sessions, services)."""
+    for node in nodes.values():
+        node.stop_node()
+    for node in nodes.values():
+        node.poli("down")

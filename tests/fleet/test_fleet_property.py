@@ -1,0 +1,164 @@
+"""Many works, three nodes, random faults: nothing lost, never two live attempts at once.
+
+Three "nodes" (each its own connection and name, hosting overlapping agents) work through
+a backlog in seeded random steps: claim, check-then-type, complete, give back, die
+(drop the lease and never come back to it) or freeze for up to two leases and then go on
+as if nothing happened (so its lease may have been re-claimed meanwhile). What the nodes
+did is logged here; the assertions compare it with what Redis kept:
+
+- every work ends done or dead, with exactly one result each, and nothing stays pending;
+- a node types only after ``check`` passed, and whenever it does, every older attempt of
+  that work has run out by its own node's clock: two attempts are never live at once;
+- an outcome is accepted only from the attempt that typed last, and every rejected late
+  outcome is in the late stream;
+- a node only ever gets work for an agent it hosts.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import random
+import time
+import typing as t
+
+import pytest
+
+from politerm.errors import Fenced, LeaseExpiring
+from politerm.fleet import Lease, Work, WorkQueue, WorkState, connect
+
+if t.TYPE_CHECKING:
+    from tests.fleet.redisserver import RedisServer
+
+LEASE = 0.2
+MARGIN = 0.02
+HOSTS = {"n0": ("A1",), "n1": ("A1", "A2"), "n2": ("A2",)}
+
+
+@dataclasses.dataclass
+class Node:
+    name: str
+    queue: WorkQueue
+    lease: Lease | None = None
+    frozen_until: float = 0.0
+
+
+@dataclasses.dataclass
+class Log:
+    claimed: list[tuple[str, Lease]] = dataclasses.field(default_factory=list)
+    typed: dict[str, list[Lease]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+    accepted: dict[str, Lease] = dataclasses.field(default_factory=dict)
+    rejected: int = 0
+    # Attempts their own node ended (completed, given back): they type no more.
+    over: set[int] = dataclasses.field(default_factory=set)
+    leases: dict[str, list[Lease]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+
+
+def type_under(node: Node, log: Log) -> None:
+    """The node is about to type for its lease: it checks first, as a node must."""
+    assert node.lease is not None
+    try:
+        node.lease = node.queue.check(node.lease, MARGIN)
+    except Fenced:
+        node.lease = None
+        return
+    except LeaseExpiring:
+        return
+    lease = node.lease
+    for older in log.leases[lease.work.id]:
+        if older.epoch < lease.epoch and older.epoch not in log.over:
+            # Its own node would no longer type under it: the older attempt is over.
+            assert older.remaining() < MARGIN, (lease, older)
+    log.typed[lease.work.id].append(lease)
+
+
+def step(node: Node, rng: random.Random, log: Log, now: float) -> None:
+    if now < node.frozen_until:
+        return
+    if node.lease is None:
+        lease = node.queue.claim(node.name, HOSTS[node.name])
+        if lease is not None:
+            assert lease.work.agent in HOSTS[node.name]
+            assert lease.node == node.name
+            node.lease = lease
+            log.claimed.append((node.name, lease))
+            log.leases[lease.work.id].append(lease)
+        return
+    roll = rng.random()
+    if roll < 0.45:
+        type_under(node, log)
+    elif roll < 0.75:
+        lease = node.lease
+        node.lease = None
+        log.over.add(lease.epoch)
+        try:
+            node.queue.complete(lease, {"by": node.name, "epoch": lease.epoch})
+        except Fenced:
+            log.rejected += 1
+        else:
+            log.accepted[lease.work.id] = lease
+    elif roll < 0.82:
+        node.lease = None  # died: its lease runs out and another node re-claims the work
+    elif roll < 0.86:
+        lease = node.lease
+        node.lease = None
+        log.over.add(lease.epoch)
+        with contextlib.suppress(Fenced):
+            node.queue.give_back(lease, "could not start the agent")
+    else:
+        node.frozen_until = now + rng.uniform(0, 2 * LEASE)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_many_works_across_three_nodes_with_random_faults(
+    redis_server: RedisServer, seed: int
+) -> None:
+    rng = random.Random(seed)
+    submitter = WorkQueue(connect(redis_server.url), "shop", lease=LEASE, margin=MARGIN)
+    ids = [f"w{n}" for n in range(120)]
+    for work_id in ids:
+        submitter.submit(Work(work_id, rng.choice(["A1", "A2"]), payload={"n": work_id}))
+    nodes = [
+        Node(name, WorkQueue(connect(redis_server.url), "shop", lease=LEASE, margin=MARGIN))
+        for name in HOSTS
+    ]
+    log = Log()
+    deadline = time.monotonic() + 90
+    while True:
+        # One result per ended work (done or dead): checked below, id by id.
+        ended = submitter.conn.cmd.xlen(submitter.keys.results)
+        if ended >= len(ids):
+            break
+        assert time.monotonic() < deadline, f"{len(ids) - ended} works never ended"
+        for _ in range(20):
+            node = rng.choice(nodes)
+            step(node, rng, log, time.monotonic())
+        time.sleep(0.002)
+
+    results = [f["id"] for _e, f in submitter.conn.cmd.xrange(submitter.keys.results)]
+    assert sorted(results) == sorted(ids)  # one result each: none lost, none twice
+    done = {i for i in ids if (r := submitter.get(i)) and r.state is WorkState.DONE}
+    assert done == set(log.accepted)
+    for work_id, lease in log.accepted.items():
+        result = submitter.result(work_id)
+        assert result is not None
+        assert result.outcome == {"by": lease.node, "epoch": lease.epoch}
+        typed = log.typed[work_id]
+        # Attempts typed in epoch order, and the accepted one is the newest attempt.
+        assert [x.epoch for x in typed] == sorted(x.epoch for x in typed)
+        assert lease.epoch == max(x.epoch for x in log.leases[work_id])
+    assert len(submitter.late_results(count=10_000)) == log.rejected
+    dead = {d.work_id for d in submitter.dead_letters(count=10_000)}
+    assert dead == set(ids) - done
+    for agent in ("A1", "A2"):
+        assert submitter.conn.cmd.xpending(submitter.keys.stream(agent), "nodes")["pending"] == 0
+    assert submitter.leases() == []
+    # The faults happened: re-claims, late outcomes, dead letters.
+    attempts = collections.Counter(len(v) for v in log.leases.values())
+    assert max(attempts) >= 2
+    assert log.rejected > 0

@@ -1,0 +1,152 @@
+"""The Planner⇄Executer loop across nodes: PLANNER on node a, EXECUTER on node b (issue 22).
+
+Real redis-server, real ``poli`` processes per node (each its own HOME, tmux server and
+store), the fake agents; what each agent was handed is read from its own log.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+
+from politerm.testing.retry import retry_until
+from tests.fleet.nodes import FleetNode, make_fleet, tear_down
+from tests.loophelpers import EXECUTER_OK
+
+if t.TYPE_CHECKING:
+    import pathlib
+
+    from tests.fleet.redisserver import RedisServer
+
+pytestmark = pytest.mark.slow
+
+PLAN_HEAD = "You received a PLANNER plan block:"
+
+
+def test_planner_on_a_executer_on_b_finishes_a_task(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"])
+    a, b = nodes["a"], nodes["b"]
+    try:
+        b.start_node()
+        up = a.poli("up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        done = a.poli("task", "make hello", "--id", "T-1", "--timeout", "90")
+        assert done.returncode == 0, done.stdout + done.stderr + b.log()
+        assert "final report (T-1)" in done.stdout
+        # The agents' own logs: the task reached PLANNER on a once, its plan EXECUTER on b
+        # once, and EXECUTER's result came back to PLANNER.
+        assert len([p for p in a.prompts("PLANNER") if p.startswith("TASK_ID=T-1")]) == 1
+        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        assert a.prompts("EXECUTER") == []
+        assert any(p.startswith("EXECUTER replied:") for p in a.prompts("PLANNER"))
+        # Node b typed the plan under a lease, recorded in its journal of turns, accepted.
+        with b.store() as store:
+            rows = store.journal_leased()
+        assert len(rows) == 1, rows
+        row = rows[0]
+        assert (row.agent, row.node, row.state.value, row.verdict) == (
+            "EXECUTER",
+            "b",
+            "ended",
+            "accepted",
+        )
+        assert row.epoch is not None and row.epoch > 0
+        assert row.lease_until is not None
+        status = a.poli("status")
+        assert "EXECUTER" in status.stdout
+    finally:
+        tear_down(nodes)
+
+
+def _slow_executer(seconds: float) -> str:
+    return EXECUTER_OK.replace("think_time = 0.3", f"think_time = {seconds}")
+
+
+def _first_to_take(nodes: t.Iterable[FleetNode]) -> FleetNode:
+    """The node whose EXECUTER was handed the plan first (read from the agents' logs)."""
+    found: list[FleetNode] = []
+
+    def handed() -> bool:
+        found[:] = [n for n in nodes if any(p.startswith(PLAN_HEAD) for p in n.prompts("EXECUTER"))]
+        return bool(found)
+
+    retry_until(handed, 90, what="a node's EXECUTER to be handed the plan")
+    return found[0]
+
+
+def test_a_node_killed_mid_turn_its_work_finishes_on_another_node(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    nodes = make_fleet(
+        tmp_path,
+        redis_server,
+        ["a", "b", "c"],
+        executer_nodes=("b", "c"),
+        executer=_slow_executer(6),
+    )
+    a = nodes["a"]
+    try:
+        for name in ("b", "c"):
+            nodes[name].start_node()
+        assert a.poli("up").returncode == 0
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
+        first = _first_to_take([nodes["b"], nodes["c"]])
+        first.kill_node()  # mid-turn: its EXECUTER is thinking
+        other = nodes["c"] if first is nodes["b"] else nodes["b"]
+        out, _ = task.communicate(timeout=180)
+        assert task.returncode == 0, out + other.log()
+        assert "final report (T-1)" in out
+        # Each EXECUTER was handed the plan once: attempt 1 on the dead node, 2 on the other.
+        for node in (first, other):
+            assert len([p for p in node.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        with first.store() as store:
+            (dead,) = store.journal_leased()
+        with other.store() as store:
+            (took,) = store.journal_leased()
+        assert dead.work == took.work
+        assert dead.verdict is None and took.verdict == "accepted"
+        assert took.epoch is not None and dead.epoch is not None and took.epoch > dead.epoch
+        # Never two attempts live at once: the second began after the first lease ran out.
+        assert dead.lease_until is not None and took.started >= dead.lease_until
+    finally:
+        tear_down(nodes)
+
+
+def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejected(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    slow = _slow_executer(3)
+    nodes = make_fleet(
+        tmp_path, redis_server, ["a", "b", "c"], executer_nodes=("b", "c"), executer=slow
+    )
+    a = nodes["a"]
+    try:
+        for name in ("b", "c"):
+            nodes[name].start_node()
+        assert a.poli("up").returncode == 0
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
+        first = _first_to_take([nodes["b"], nodes["c"]])
+        first.pause_node()  # cut off mid-turn (SIGSTOP): its lease runs out
+        other = nodes["c"] if first is nodes["b"] else nodes["b"]
+        out, _ = task.communicate(timeout=180)
+        assert task.returncode == 0, out + other.log()
+        first.resume_node()  # back: its agent answered meanwhile; its result is late
+
+        def verdict() -> str | None:
+            with first.store() as store:
+                rows = store.journal_leased()
+            return rows[0].verdict if rows and rows[0].verdict else None
+
+        said = retry_until(verdict, 60, what="the fenced node to record its late result")
+        assert said.startswith(("rejected", "fenced")), said
+        with other.store() as store:
+            (took,) = store.journal_leased()
+        assert took.verdict == "accepted"
+        # The plan was handed once to each EXECUTER: nothing typed again by the fenced node.
+        for node in (first, other):
+            assert len([p for p in node.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+    finally:
+        tear_down(nodes)

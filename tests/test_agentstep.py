@@ -176,7 +176,6 @@ HANDOFF_CASES = [
 @pytest.mark.parametrize("case", HANDOFF_CASES, ids=[c.test_id for c in HANDOFF_CASES])
 def test_handoff_stands(case: Case) -> None:
     facts: dict[str, t.Any] = {
-        "msg_state": MessageState.DELIVERING,
         "turn_nonce": "n1",
         "nonce": "n1",
         "task_state": TaskState.EXECUTING,

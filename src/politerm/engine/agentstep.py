@@ -272,9 +272,7 @@ def begin_delivery(f: Outgoing) -> Begin | Drop:
     return Begin(nonce, keep_text=keep, stranded=stranded, follow_up=follow_up)
 
 
-def handoff_stands(
-    msg_state: MessageState | None, turn_nonce: str | None, nonce: str, task_state: TaskState | None
-) -> Drop | None:
+def handoff_stands(turn_nonce: str | None, nonce: str, task_state: TaskState | None) -> Drop | None:
     """Whether a delivery a block's commit began is still to be typed (None: type it).
 
     Between that commit and the recipient's loop its task may have ended (an abort, a
@@ -282,9 +280,9 @@ def handoff_stands(
 
     Examples
     --------
-    >>> handoff_stands(MessageState.DELIVERING, "n1", "n1", TaskState.EXECUTING) is None
+    >>> handoff_stands("n1", "n1", TaskState.EXECUTING) is None
     True
-    >>> handoff_stands(MessageState.DELIVERING, "n1", "n1", TaskState.ABORTED)
+    >>> handoff_stands("n1", "n1", TaskState.ABORTED)
     Drop(error='its task ended before the prompt was typed')
     """
     if turn_nonce == nonce and (task_state is None or task_state in ACTIVE):

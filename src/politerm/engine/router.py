@@ -391,7 +391,7 @@ class Router:
         if send is None:
             return
         loop.retry_at = None
-        if turn is not None:
+        if send.follow_ups_only and turn is not None:
             # One prompt at a time: only this turn's own nudge or retry may go now.
             msg = self.store.next_queued(name, task_id=turn.task_id, types=FOLLOW_UPS)
         else:

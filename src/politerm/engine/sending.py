@@ -145,7 +145,6 @@ class Sending:
         turn = self.store.current_turn(driver.name)
         task = self.store.get_task(begun.msg.task_id) if begun.msg.task_id else None
         drop = agentstep.handoff_stands(
-            msg.state,
             turn.nonce if turn is not None else None,
             begun.nonce,
             task.state if task is not None else None,

@@ -99,6 +99,8 @@ class Plan:
     window: float
     tasks: int
     profile: str = ""
+    #: False: no ``status --watch`` and no ``poli web`` beside the router (an A/B of the views).
+    views: bool = True
 
 
 def _load() -> str:
@@ -288,34 +290,23 @@ async def one(plan: Plan) -> dict[str, t.Any]:
                 return all(d.state is AgentState.READY for d in router.agents.values())
 
             await aretry_until(all_ready, 60 + plan.n * 0.2, interval=0.5, what="all ready")
-            # The status watcher, as the control window runs it.
-            watch_argv = [
-                sys.executable, "-m", "politerm", "status", "--watch", "--socket",
-                bench.socket, "--store", str(store.path),
-            ]  # fmt: skip
-            watch_pane = await bench.window("status", watch_argv)
-            watcher = psutil.Process(
-                int(
-                    (
-                        await bench.client.cmd(
-                            "display-message", "-p", "-t", watch_pane.pane_id, "#{pane_pid}"
-                        )
-                    )[0]
-                )
-            )
-            web = await _web(root)
-            await _settled(watcher)
-            await _settled(web.process)
-            out.update(web.first)
+            watcher: psutil.Process | None = None
+            webp: psutil.Process | None = None
+            if plan.views:
+                watcher = await _watcher(bench, store)
+                web = await _web(root)
+                webp = web.process
+                await _settled(watcher)
+                await _settled(webp)
+                out.update(web.first)
             # The idle window: CPU and counts.
-            webp = web.process
-            p0, s0, w0, c0 = me.cpu_times(), _cpu(server), _cpu(watcher), COUNTS.snapshot()
-            b0 = _cpu(webp)
+            p0, s0, w0, c0 = me.cpu_times(), _cpu(server), _cpu_of(watcher), COUNTS.snapshot()
+            b0 = _cpu_of(webp)
             t0 = time.monotonic()
             await asyncio.sleep(plan.window)
             wall = time.monotonic() - t0
-            p1, s1, w1, c1 = me.cpu_times(), _cpu(server), _cpu(watcher), COUNTS.snapshot()
-            web_s = _cpu(webp) - b0
+            p1, s1, w1, c1 = me.cpu_times(), _cpu(server), _cpu_of(watcher), COUNTS.snapshot()
+            web_s = _cpu_of(webp) - b0
             router_s = (p1.user + p1.system) - (p0.user + p0.system)
             out["router s"] = router_s
             out["web s"] = web_s
@@ -326,15 +317,16 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             out["sql/s"] = (c1[1] - c0[1]) / wall
             out["steps/s"] = (c1[2] - c0[2]) / wall
             out["load idle"] = _load()
-            out["overview update ms"] = await web.update(store, "IDLE000")
+            if web is not None:
+                out["overview update ms"] = await web.update(store, "IDLE000")
             out["status once s"] = await _status_once(bench, store.path)
             out["rss before MB"] = rss0 / 2**20
             out["rss MB"] = me.memory_info().rss / 2**20
             out["tmux server MB"] = server.memory_info().rss / 2**20
-            out["status MB"] = watcher.memory_info().rss / 2**20
-            out["web MB"] = webp.memory_info().rss / 2**20
+            out["status MB"] = _rss_mb(watcher)
+            out["web MB"] = _rss_mb(webp)
             h0 = COUNTS.snapshot()
-            cpu0 = [_cpu(me), _cpu(webp), _cpu(watcher), _cpu(server)]
+            cpu0 = [_cpu(me), _cpu_of(webp), _cpu_of(watcher), _cpu(server)]
             profiler = cProfile.Profile() if plan.profile else None
             if profiler is not None:
                 profiler.enable()
@@ -342,7 +334,7 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(plan.profile)
-            cpu1 = [_cpu(me), _cpu(webp), _cpu(watcher), _cpu(server)]
+            cpu1 = [_cpu(me), _cpu_of(webp), _cpu_of(watcher), _cpu(server)]
             h1 = COUNTS.snapshot()
             mine = cpu1[0] - cpu0[0]
             out["router ms/task"] = 1000 * mine / plan.tasks
@@ -363,6 +355,25 @@ async def one(plan: Plan) -> dict[str, t.Any]:
                 await web.close()
             store.close()
     return out
+
+
+def _cpu_of(proc: psutil.Process | None) -> float:
+    return 0.0 if proc is None else _cpu(proc)
+
+
+def _rss_mb(proc: psutil.Process | None) -> float:
+    return 0.0 if proc is None else proc.memory_info().rss / 2**20
+
+
+async def _watcher(bench: Bench, store: RunStore) -> psutil.Process:
+    """``poli status --watch`` in a window of the session, as the control window runs it."""
+    argv = [
+        sys.executable, "-m", "politerm", "status", "--watch", "--socket",
+        bench.socket, "--store", str(store.path),
+    ]  # fmt: skip
+    pane = await bench.window("status", argv)
+    lines = await bench.client.cmd("display-message", "-p", "-t", pane.pane_id, "#{pane_pid}")
+    return psutil.Process(int(lines[0]))
 
 
 @dataclasses.dataclass
@@ -428,10 +439,10 @@ async def _web(root: pathlib.Path) -> _Web:
 async def _settled(watcher: psutil.Process, cap: float = 60.0) -> None:
     """Until the watcher's start-up is over: under 20 ms of CPU in a second (or ``cap``)."""
     deadline = time.monotonic() + cap
-    last = _cpu(watcher)
+    last = _cpu_of(watcher)
     while time.monotonic() < deadline:
         await asyncio.sleep(1.0)
-        now = _cpu(watcher)
+        now = _cpu_of(watcher)
         if now - last < 0.02:
             return
         last = now
@@ -459,11 +470,14 @@ def _child(plan: Plan) -> dict[str, t.Any]:
     return result
 
 
-def main(quick: bool = False, ns: Sequence[int] = (), profile: str = "") -> dict[str, list[Row]]:
+def main(
+    quick: bool = False, ns: Sequence[int] = (), profile: str = "", views: bool = True
+) -> dict[str, list[Row]]:
     """Run every N in its own process and print the tables; return them.
 
     ``ns`` replaces the default agent counts; with ``profile`` (a directory), each N's
-    handoff phase is profiled into ``PROFILE/scale-N.prof`` (cProfile, router process).
+    handoff phase is profiled into ``PROFILE/scale-N.prof`` (cProfile, router process);
+    ``views=False`` runs without ``status --watch`` and ``poli web`` beside the router.
     """
     ns = ns or (QUICK_N if quick else FULL_N)
     results: list[dict[str, t.Any]] = []
@@ -472,7 +486,8 @@ def main(quick: bool = False, ns: Sequence[int] = (), profile: str = "") -> dict
             print(f"(N={n} skipped: {psutil.virtual_memory().available / 2**30:.1f} GB available)")
             continue
         prof = str(pathlib.Path(profile, f"scale-{n}.prof").resolve()) if profile else ""
-        plan = Plan(n=n, window=5.0 if quick else 10.0, tasks=5 if quick else 15, profile=prof)
+        window = 5.0 if quick else 10.0
+        plan = Plan(n=n, window=window, tasks=5 if quick else 15, profile=prof, views=views)
         results.append(_child(plan))
         print(f"(N={n} measured)")
         sys.stdout.flush()
@@ -527,8 +542,8 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
             {
                 "agents": r["agents"],
                 "poli status s": r["status once s"],
-                "overview first frame ms": r["overview first frame ms"],
-                "overview update ms": r["overview update ms"],
+                "overview first frame ms": r.get("overview first frame ms", float("nan")),
+                "overview update ms": r.get("overview update ms", float("nan")),
             }
             for r in results
         ],
@@ -606,6 +621,9 @@ if __name__ == "__main__":
         parser.add_argument("--quick", action="store_true", help="N = 10 and 50 only")
         parser.add_argument("--n", type=int, nargs="+", default=[], help="agent counts")
         parser.add_argument("--profile", default="", help="directory for handoff profiles")
+        parser.add_argument(
+            "--no-views", action="store_true", help="no status --watch and no poli web"
+        )
         args = parser.parse_args()
         print_machine()
-        main(quick=args.quick, ns=args.n, profile=args.profile)
+        main(quick=args.quick, ns=args.n, profile=args.profile, views=not args.no_views)

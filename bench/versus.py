@@ -42,9 +42,19 @@ Key = tuple[str, str, str]
 """(table, row label, column)."""
 
 
+PARAMETERS = ("agents",)
+"""Numeric columns that say what a row is about (not what was measured)."""
+
+
 def _label(row: Row) -> str:
-    """A row's name: its text cells, joined (numbers are what is measured)."""
-    return " / ".join(str(v) for v in row.values() if isinstance(v, str)) or "?"
+    """A row's name: its text cells and parameters, joined (other numbers are measured)."""
+    named = (f"{v} {k}" if k in PARAMETERS else str(v) for k, v in row.items())
+    picked = [
+        n
+        for (k, v), n in zip(row.items(), named, strict=True)
+        if k in PARAMETERS or isinstance(v, str)
+    ]
+    return " / ".join(picked) or "?"
 
 
 def numeric_cells(tables: dict[str, list[Row]]) -> dict[Key, float]:
@@ -52,14 +62,16 @@ def numeric_cells(tables: dict[str, list[Row]]) -> dict[Key, float]:
 
     Examples
     --------
-    >>> numeric_cells({"t": [{"what": "a", "p50 ms": 2.0, "note": "x"}]})
-    {('t', 'a / x', 'p50 ms'): 2.0}
+    >>> numeric_cells({"t": [{"agents": 10, "what": "a", "p50 ms": 2.0, "note": "x"}]})
+    {('t', '10 agents / a / x', 'p50 ms'): 2.0}
     """
     cells: dict[Key, float] = {}
     for title, rows in tables.items():
         for row in rows:
             label = _label(row)
             for column, value in row.items():
+                if column in PARAMETERS:
+                    continue
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     cells[(title, label, column)] = float(value)
     return cells

@@ -4,17 +4,23 @@ that goes idle without its report is nudged, then fails within the profile's idl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pathlib
 import typing as t
 
+import pytest
+
 from politerm.agents.approval import get_pending, pending_keys
+from politerm.config import load_config
+from politerm.epic.go import EpicRunner, GoOptions
 from politerm.store.epics import SessionStatus
+from politerm.store.journal import JournalRow, JournalState, Workflow
 from politerm.testing.retry import aretry_until
 from tests.epic_helpers import Project, add_items
 
 if t.TYPE_CHECKING:
-    import pytest
+    from politerm.store import RunStore
 
 GO = 120.0  # bound on one `poli go` in these tests
 
@@ -101,3 +107,65 @@ async def test_approval_answered_with_poli_approve(tmp_path: pathlib.Path) -> No
     [record] = [r for r in _records(project) if r.kind == "session"]
     assert record.status == SessionStatus.SUCCESS.value, record.error
     assert (project.root / "approved.txt").read_text() == "ok\n"
+
+
+# --- an exception mid-turn: the session's journal row does not stay in flight ------------
+
+
+async def test_a_session_cut_by_an_exception_mid_turn_abandons_its_journal_row(
+    tmp_path: pathlib.Path,
+) -> None:
+    # `poli go | head`: the status line's write fails once the prompt is in (BrokenPipeError).
+    project = Project(tmp_path / "repo")
+    add_items(project, ("E-1", "Stay SILENT", ()))
+
+    def say(line: str) -> None:
+        if line.endswith(": working"):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    config = load_config(project.root, env={})
+    with project.store() as store:
+        runner = EpicRunner(
+            config,
+            store,
+            GoOptions(epic="E", yes=True, interactive=False),
+            cwd=project.root,
+            say=say,
+        )
+        with pytest.raises(BrokenPipeError):
+            async with asyncio.timeout(GO):
+                await runner.go()
+        [row] = [r for r in _rows(store) if r.workflow == "epic"]
+    assert row.delivered is not None  # it was mid-turn: the prompt was in
+    assert (row.state, row.outcome) == (
+        JournalState.ABANDONED,
+        "session cut short: BrokenPipeError [Errno 32] Broken pipe",
+    )
+
+
+async def test_a_session_cancelled_mid_turn_abandons_its_journal_row(
+    tmp_path: pathlib.Path,
+) -> None:
+    project = Project(tmp_path / "repo")
+    add_items(project, ("E-1", "Stay SILENT", ()))
+    go = asyncio.create_task(project.go(summary=False))
+    with project.store() as store:
+
+        async def delivered() -> bool:
+            return any(r.delivered for r in store.journal_open(workflow=Workflow.EPIC))
+
+        try:
+            await aretry_until(delivered, GO, what="the session's prompt delivered")
+        finally:
+            go.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await go
+        [row] = [r for r in _rows(store) if r.workflow == "epic"]
+    assert (row.state, row.outcome) == (JournalState.ABANDONED, "session cut short: CancelledError")
+
+
+def _rows(store: RunStore) -> list[JournalRow]:
+    """Every row of the journal of turns, oldest first."""
+    with store._reading() as c:
+        ids = [r[0] for r in c.execute("SELECT id FROM turn_journal ORDER BY id")]
+    return [row for i in ids if (row := store.journal_row(i)) is not None]

@@ -163,3 +163,51 @@ async def test_the_mirror_shows_the_screen_then_the_output(
         assert chunks == []
     finally:
         await observer.close()
+
+
+async def test_the_views_observer_asks_for_no_output_but_mirrors_and_the_driver_get_it(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # tmux writes every pane's output to every control client of the session: the views'
+    # own observer (made by Observer.of) asks for none, except while it mirrors a pane.
+    assert server.socket_name is not None
+    write_project(tmp_path, server.socket_name)
+    async with started(tmp_path) as loop:
+        driver = await loop.session.host.server.connect("t")
+        planner = {a.name: a.pane_id for a in loop.store.list_agents()}["PLANNER"]
+        observer = Observer.of(loop.config)
+
+        async def quiet_clients() -> int:
+            flags = await driver.cmd("list-clients", "-F", "#{client_flags}")
+            return sum("no-output" in f for f in flags)
+
+        async def typed(text: str, *seen: list[bytes]) -> None:
+            """Type ``text`` into the Planner's input box; until each of ``seen`` has it."""
+            await driver.cmd("send-keys", "-t", planner, "-l", text)
+
+            async def shown() -> bool:
+                return all(text.encode() in b"".join(chunks) for chunks in seen)
+
+            await aretry_until(shown, 60, what=f"{text!r} in the Planner's output")
+
+        mine: list[bytes] = []
+        driver.subscribe(planner, lambda _pid, data: mine.append(data))
+        try:
+            assert await observer.follow("t")
+            assert await quiet_clients() == 1
+            [entry] = [p for p in await observer.panes() if p.agent == "PLANNER"]
+            mirrored: list[bytes] = []
+            mirror = await observer.mirror(entry, mirrored.append)
+            assert await quiet_clients() == 0
+            await typed("abc", mine, mirrored)
+            mirror.stop()
+
+            async def quiet_again() -> bool:
+                # Asked on the observer's connection, not answered: seen from another one.
+                return await quiet_clients() == 1
+
+            await aretry_until(quiet_again, 60, what="the observer to ask for no output again")
+            # The driver's own connection still gets every output of its agents.
+            await typed("def", mine)
+        finally:
+            await observer.close()

@@ -153,13 +153,13 @@ def test_next_queued_order_per_recipient(store: RunStore, clock: FakeClock) -> N
 
     store.transition(a1.id, MessageState.DELIVERING)
     assert store.next_queued("executer") == a2
-    assert [m.id for m in store.in_flight()] == [a1.id]
+    assert [m.id for m in store.list_messages(state=MessageState.DELIVERING)] == [a1.id]
     # A retried message keeps its place in line: it is older than a2.
     store.transition(a1.id, MessageState.RETRIED)
     nq = store.next_queued("executer")
     assert nq is not None
     assert nq.id == a1.id
-    assert store.in_flight() == []
+    assert store.list_messages(state=MessageState.DELIVERING) == []
 
     store.transition(a1.id, MessageState.DELIVERING)
     store.transition(a1.id, MessageState.DELIVERED)

@@ -337,3 +337,75 @@ async def test_a_started_client_is_attached_so_client_commands_work_at_once(
         finally:
             await client.close()
     assert failures == []
+
+
+async def test_a_quiet_client_gets_output_only_while_subscribed(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    loud = tmux_session
+    pane = await _sh(loud, tmux_server)
+    quiet = ControlClient(tmux_server.socket_name, "t")
+    await quiet.start()
+
+    async def printed(n: int) -> None:
+        """The pane prints a mark; return once tmux read it (the loud client got it) and
+        the quiet client has had everything tmux wrote to it before (a reply comes last)."""
+        mark = f"{n * 7}mark".encode()
+        chunks: list[bytes] = []
+        seen = asyncio.Event()
+
+        def on(_pid: str, data: bytes) -> None:
+            chunks.append(data)
+            if mark in b"".join(chunks):
+                seen.set()
+
+        stop = loud.subscribe(pane.pane_id, on)
+        try:
+            # The shell prints the product, so the mark is not in the echoed command.
+            await pane.paste(f"echo $(({n} * 7))mark\n".encode())
+            async with asyncio.timeout(60):
+                await seen.wait()
+        finally:
+            stop()
+        assert await quiet.cmd("display-message", "-p", "x") == ["x"]
+
+    async def flags() -> str:
+        lines = await loud.cmd("list-clients", "-F", "#{client_pid} #{client_flags}")
+        return next(f for pid, f in (ln.split(" ", 1) for ln in lines) if int(pid) == quiet_pid)
+
+    try:
+        assert quiet._proc is not None
+        quiet_pid = quiet._proc.pid
+        await quiet.quiet()
+        assert quiet.output_off
+        assert "no-output" in await flags()
+        await printed(1)
+        assert quiet.output_seq(pane.pane_id) == 0
+        # A subscriber turns the output on, for as long as it lasts.
+        got: list[bytes] = []
+        stop = quiet.subscribe(pane.pane_id, lambda _pid, data: got.append(data))
+        assert not quiet.output_off
+        await printed(2)
+        assert b"14mark" in b"".join(got)
+        stop()
+        stop()  # a second call changes nothing
+        assert quiet.output_off
+        before = quiet.output_seq(pane.pane_id)
+        await printed(3)
+        assert quiet.output_seq(pane.pane_id) == before
+        assert "no-output" in await flags()
+        # A new connection (the old one was killed) is told again.
+        os.kill(quiet_pid, signal.SIGKILL)
+
+        async def reconnected() -> bool:
+            return quiet.connections == 2 and quiet.connected and quiet.output_off
+
+        await aretry_until(reconnected, 60, what="the quiet connection to come back")
+        assert quiet._proc is not None
+        quiet_pid = quiet._proc.pid
+        assert "no-output" in await flags()
+        before = quiet.output_seq(pane.pane_id)
+        await printed(4)
+        assert quiet.output_seq(pane.pane_id) == before
+    finally:
+        await quiet.close()

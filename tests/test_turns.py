@@ -14,14 +14,14 @@ import typing as t
 import pytest
 
 from politerm.config import Config, StoreConfig, TmuxConfig
-from politerm.driver import turn_start
 from politerm.engine.loop import abort, route, run_task, submit, templates_for
 from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
+from politerm.engine.sending import handed
 from politerm.engine.session import RouterLock
 from politerm.errors import IdError, TransitionRejected
+from politerm.status import collect
 from politerm.store import RunStore
-from politerm.store.journal import Serves, Workflow
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 from politerm.store.turns import MESSAGE_TRANSITIONS, TURN_TRANSITIONS, turn_step
 from politerm.testing.retry import aretry_until
@@ -107,10 +107,10 @@ async def test_timed_out_task_frees_its_agent_for_the_next_one(
         assert second.report and "All done" in second.report
 
 
-# --- 2. a router killed after DELIVERING, before the paste ------------------------------
+# --- 2. a router killed after its batch (DELIVERING, turn, journal row), before the paste
 
 
-async def test_delivering_before_the_paste_is_sent_after_a_restart(
+async def test_a_prompt_begun_before_the_paste_is_in_flight_and_sent_after_a_restart(
     server: libtmux.Server, project: pathlib.Path
 ) -> None:
     write_project(project, _socket(server))
@@ -118,29 +118,27 @@ async def test_delivering_before_the_paste_is_sent_after_a_restart(
         task = submit(loop.store, loop.config, "make hello", task_id="T-dlv")
         router = await _router(loop)
         router.executor.start_task(task)
-        # Exactly what a router writes before it types anything, and then dies (kill -9).
+        # Exactly what a router commits before it types anything, and then dies (kill -9).
         msg = loop.store.next_queued("PLANNER")
         assert msg is not None
-        nonce = "ab12cd"
-        pane = router.agents["PLANNER"]
-        snap = await pane.snapshot()
+        planner = router.agents["PLANNER"]
+        snap = await planner.snapshot()
         assert snap is not None
-        with loop.store.batch():
-            loop.store.transition(
-                msg.id,
-                MessageState.DELIVERING,
-                turn_nonce=nonce,
-                text=router.sending.render(msg, nonce),
-            )
-            loop.store.start_turn(
-                "PLANNER", nonce=nonce, task_id=task.id, message_id=msg.id,
-                start_line=turn_start(snap),
-            )  # fmt: skip
+        with loop.store.batch(durable=False):
+            begun = router.sending.begin(planner, msg, None, snap)
+        assert begun is not None
+        # The prompt is in flight by the journal of turns, which `poli status` shows.
+        [row] = collect(loop.store, events=0)["turns"]
+        assert (row["record_key"], row["state"], row["nonce"]) == ([msg.id], "handed", begun.nonce)
+        assert [m.id for _row, m in handed(loop.store, "PLANNER")] == [msg.id]
         await route(loop.config, loop.store, until=lambda: _ended(loop, "T-dlv"))
         done = loop.store.get_task("T-dlv")
         assert done is not None and done.state is TaskState.DONE, done
         prompts = loop.prompts("PLANNER")
         assert len([p for p in prompts if p.startswith("TASK_ID=T-dlv")]) == 1  # sent, and once
+        # the recovery went on in the dead router's row: one row for the one prompt
+        (kept,) = loop.store.journal_of("messages", (msg.id,))
+        assert (kept.id, kept.state.value, kept.outcome) == (row["id"], "ended", "answered")
 
 
 def _ended(loop: Loop, task_id: str) -> bool:
@@ -168,7 +166,7 @@ async def test_a_stopping_router_finishes_the_delivery_under_way(
         submit(loop.store, loop.config, "make hello", task_id="T-stop")
         async with asyncio.timeout(TASK):
             await router.run(until=pasting.is_set)
-        assert loop.store.in_flight() == []
+        assert handed(loop.store, "PLANNER") == []
         [msg] = loop.store.list_messages(task_id="T-stop")
         assert msg.state is MessageState.DELIVERED
         turn = loop.store.current_turn("PLANNER")
@@ -192,20 +190,13 @@ async def test_recovered_text_in_the_box_is_submitted_and_confirmed(
         router.executor.start_task(task)
         msg = loop.store.next_queued("PLANNER")
         assert msg is not None
-        nonce = "cd34ef"
-        text = router.sending.render(msg, nonce)
         planner_driver = router.agents["PLANNER"]
         snap = await planner_driver.snapshot()
         assert snap is not None
-        with loop.store.batch():
-            loop.store.transition(msg.id, MessageState.DELIVERING, turn_nonce=nonce, text=text)
-            loop.store.start_turn(
-                "PLANNER", nonce=nonce, task_id=task.id, message_id=msg.id,
-                start_line=turn_start(snap),
-            )  # fmt: skip
-        # its driver's row in the journal of turns, written before it pasted
-        serves = Serves(Workflow.LOOP, "messages", (msg.id,))
-        loop.store.journal_hand("PLANNER", serves, text=text, nonce=nonce)
+        with loop.store.batch(durable=False):
+            begun = router.sending.begin(planner_driver, msg, None, snap)
+        assert begun is not None
+        text = begun.text
         # The dead router had pasted; its Enter never came. The agent swallows the next one.
         pane = await loop.session.host.pane(planner_driver.terminal_name)
         assert pane is not None

@@ -195,6 +195,30 @@ def router_words(router: dict[str, t.Any] | None) -> str:
     return f"router: service pid {router['pid']}, up {router['uptime']} ({child}{again})"
 
 
+def fleet_words(fleet: dict[str, t.Any]) -> str:
+    """The lines about this machine's fleet node and where each agent runs.
+
+    Examples
+    --------
+    >>> print(fleet_words({"node": "a", "service": None,
+    ...                    "placement": {"PLANNER": ["a"], "EXECUTER": ["b", "c"]}}))
+    fleet node a: no node service (start it with `poli node`)
+    agents: PLANNER on a, EXECUTER on b|c
+    """
+    service = fleet["service"]
+    running = (
+        f"node service pid {service['pid']}"
+        if service
+        else "no node service (start it with `poli node`)"
+    )
+    here = "the router's node"
+    where = ", ".join(
+        f"{name} on {'|'.join(hosts) if hosts else here}"
+        for name, hosts in fleet["placement"].items()
+    )
+    return f"fleet node {fleet['node']}: {running}\nagents: {where}"
+
+
 def render(
     data: dict[str, t.Any], fmt: t.Callable[[Event], str], *, max_agents: int | None = None
 ) -> RenderableType:
@@ -273,6 +297,8 @@ def render(
         parts.append(turns)
     if "router" in data:
         parts.append(Text(router_words(data["router"])))
+    if data.get("fleet"):
+        parts.append(Text(fleet_words(data["fleet"])))
     if data.get("approvals"):
         approvals = Table(title="approval questions waiting (poli approve AGENT [--deny])")
         for col in ("agent", "wants to run", "answer", "on screen"):

@@ -18,9 +18,10 @@ import typing as t
 
 import pytest
 
-from politerm.engine.loop import route, router_lock, run_task, submit, templates_for
+from politerm.engine.loop import abort, route, router_lock, run_task, submit, templates_for
 from politerm.engine.routebase import RESUME_META, Routing
 from politerm.engine.router import Router
+from politerm.engine.sending import handed
 from politerm.engine.session import Session
 from politerm.errors import RoutingError, ServerNotRunning
 from politerm.store.models import MessageState, TaskState, TurnState
@@ -51,6 +52,14 @@ def _socket(server: libtmux.Server) -> str:
 async def _router(loop: Loop) -> Router:
     agents = await loop.session.attach()
     return Router(Routing(loop.config, loop.store, agents, templates=templates_for(loop.config)))
+
+
+async def _running(loop: Loop, task_id: str) -> Router:
+    """A router (not running) over ``loop``'s agents, with task ``task_id`` started."""
+    task = submit(loop.store, loop.config, "make hello", task_id=task_id)
+    router = await _router(loop)
+    router.executor.start_task(task)
+    return router
 
 
 def _lives(loop: Loop, agent: str, head: str) -> list[list[bool]]:
@@ -166,13 +175,77 @@ async def test_delivering_to_a_dead_agent_is_sent_to_the_restarted_one(
         async with asyncio.timeout(TASK):
             await router.run()
         assert struck.is_set(), "the fault did not strike"
-        [msg] = loop.store.in_flight("EXECUTER")
+        [(_row, msg)] = handed(loop.store, "EXECUTER")  # in flight, by the journal
         assert msg.state is MessageState.DELIVERING
         # The dead process echoed the prompt with its nonce: the pane's history still shows
         # it after the restart, and is no evidence that the new process got anything.
         await _resume_and_route(loop, ["T-echo"])
         _done(loop, "T-echo")
         assert _lives(loop, "EXECUTER", PLAN_HEAD) == [[False], [True]]
+
+
+# --- the task ends around the paste: the journal row says what is still in flight ----------
+
+
+def _settled(loop: Loop, msg_id: int) -> bool:
+    msg = loop.store.get_message(msg_id)
+    return msg is not None and msg.state is not MessageState.DELIVERING
+
+
+async def test_a_prompt_aborted_between_the_batch_and_the_paste_is_never_typed(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # The old recovery took a DELIVERING message without an open row for never typed, and
+    # typed it: the prompt of an aborted task went to the agent after the restart.
+    root = tmp_path / "proj"
+    write_project(root, _socket(server))
+    async with started(root) as loop:
+        router = await _running(loop, "T-gone")
+        planner = router.agents["PLANNER"]
+        msg = loop.store.next_queued("PLANNER")
+        snap = await planner.snapshot()
+        assert msg is not None and snap is not None
+        # What a router commits before it types anything; then it dies (kill -9).
+        with loop.store.batch(durable=False):
+            assert router.sending.begin(planner, msg, None, snap) is not None
+        await abort(loop.config, loop.store, "T-gone")
+        async with asyncio.timeout(TASK):
+            await route(loop.config, loop.store, until=lambda: _settled(loop, msg.id))
+        assert not [p for p in loop.prompts("PLANNER") if p.startswith("TASK_ID=T-gone")]
+        dead = loop.store.get_message(msg.id)
+        assert dead is not None and dead.state is MessageState.DEAD, dead
+        [row] = loop.store.journal_of("messages", (msg.id,))
+        assert (row.state.value, row.outcome) == ("abandoned", "task aborted")
+        assert loop.store.journal_open() == []
+
+
+async def test_a_prompt_aborted_while_it_is_pasted_leaves_nothing_in_flight(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # The abort ended the turn and its journal row under the delivery, whose record of the
+    # outcome was then refused: the message stayed DELIVERING, the routing step failed.
+    root = tmp_path / "proj"
+    write_project(root, _socket(server))
+    async with started(root) as loop:
+        router = await _router(loop)
+        struck = asyncio.Event()
+
+        async def abort_now() -> None:
+            if not struck.is_set():
+                struck.set()
+                await abort(loop.config, loop.store, "T-cut")
+
+        router.agents["PLANNER"].on("before-paste", abort_now)
+        submit(loop.store, loop.config, "make hello", task_id="T-cut")
+        async with asyncio.timeout(TASK):
+            await router.run(until=lambda: _ended(loop, "T-cut"))
+        assert struck.is_set(), "the fault did not strike"
+        [msg] = loop.store.list_messages(task_id="T-cut")
+        assert msg.state is MessageState.ACKNOWLEDGED, msg
+        [row] = loop.store.journal_of("messages", (msg.id,))
+        assert (row.state.value, row.outcome) == ("ended", "task_ended"), row
+        assert loop.store.journal_open() == [] and loop.store.current_turn("PLANNER") is None
+        assert not [e for e in loop.store.list_events(limit=500) if e.kind == "error"]
 
 
 # --- the tmux server dies mid-delivery and another agent's loop notices first -----------
@@ -228,9 +301,7 @@ async def test_task_not_started_when_the_server_dies_runs_after_resume(
     root = tmp_path / "proj"
     write_project(root, _socket(server))
     async with started(root) as loop:
-        running = submit(loop.store, loop.config, "make hello", task_id="T-run")
-        router = await _router(loop)
-        router.executor.start_task(running)
+        router = await _running(loop, "T-run")
         submit(loop.store, loop.config, "make hello", task_id="T-later")  # still PENDING
         # The exact moment: a loop has just found the server gone.
         router.executor.server_gone("server exited unexpectedly")

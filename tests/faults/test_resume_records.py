@@ -18,6 +18,7 @@ import typing as t
 import pytest
 
 from politerm.engine.loop import route, submit
+from politerm.engine.sending import handed
 from politerm.hooks.channel import create_channel, hooks_dir_for
 from politerm.store.models import MessageState, TaskState, TurnState
 from politerm.testing.chaos.project import TRANSCRIPT
@@ -199,7 +200,7 @@ async def test_delivering_with_a_kept_prompt_receipt_is_delivered_by_hook_at_res
             async with asyncio.timeout(TASK):
                 await router.run()
             assert struck.is_set(), "the fault did not strike"
-            [msg] = loop.store.in_flight("EXECUTER")
+            [(_row, msg)] = handed(loop.store, "EXECUTER")  # in flight, by the journal
             assert msg.state is MessageState.DELIVERING
             await _answered(loop, "EXECUTER", PLAN_HEAD, "Created hello.txt.")
 

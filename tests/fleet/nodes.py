@@ -99,12 +99,14 @@ class FleetNode:
             except subprocess.TimeoutExpired:
                 self.kill_node()
 
+    def events(self, agent: str) -> list[dict[str, t.Any]]:
+        """Everything ``agent`` on this node logged itself (none if it never ran here)."""
+        path = self.root / f"{agent.lower()}.jsonl"
+        return read_log(path) if path.exists() else []
+
     def prompts(self, agent: str) -> list[str]:
         """What ``agent`` on this node was handed, from its own log."""
-        path = self.root / f"{agent.lower()}.jsonl"
-        if not path.exists():
-            return []
-        return [e["text"] for e in read_log(path) if e["event"] == "prompt"]
+        return [e["text"] for e in self.events(agent) if e["event"] == "prompt"]
 
     def store(self) -> RunStore:
         """This node's run store (the journal of turns of what it typed)."""
@@ -128,6 +130,7 @@ def make_fleet(
     executer: str = EXECUTER_OK,
     lease: float = 4.0,
     timeout: float = 60.0,
+    extra: str = "",
 ) -> dict[str, FleetNode]:
     """One directory per node, each with the same project's poli.toml and its own socket."""
     tag = secrets.token_hex(3)
@@ -152,7 +155,7 @@ def make_fleet(
             executer=executer,
             plan_timeout=timeout,
             exec_timeout=timeout,
-            extra=fleet,
+            extra=fleet + extra,
         )
         text = path.read_text()
         text = text.replace("[agents.PLANNER]\n", "[agents.PLANNER]\n" + placed(planner_nodes))

@@ -14,13 +14,41 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import typing as t
 
 import pytest
 
 USER = "poli"
 """The ACL user the fleet connects as (the default user is locked by an unknown password)."""
+
+
+class TlsFiles(t.NamedTuple):
+    """A server certificate (for ``localhost`` only), its key, and the CA that signed it."""
+
+    cert: pathlib.Path
+    key: pathlib.Path
+    ca: pathlib.Path
+
+
+def make_tls_files(directory: pathlib.Path) -> TlsFiles:
+    """A throwaway CA and a server certificate it signed for ``localhost`` (openssl)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ca, ca_key = directory / "ca.pem", directory / "ca.key"
+    cert, key, csr = directory / "server.pem", directory / "server.key", directory / "server.csr"
+    ext = directory / "san.ext"
+    ext.write_text("subjectAltName=DNS:localhost\n", encoding="utf-8")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    sign = ["-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-days", "2", "-extfile", ext]
+    for argv in (
+        ["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=poli CA"],
+        ["req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=localhost"],
+        ["x509", "-req", "-in", csr, *sign, "-out", cert],
+    ):
+        subprocess.run(["openssl", *map(str, argv)], check=True, capture_output=True, timeout=30)
+    return TlsFiles(cert, key, ca)
 
 
 def _free_port() -> int:
@@ -36,9 +64,15 @@ class RedisServer:
     ----------
     directory
         Where its config, AOF and log live (0700).
+    tls
+        Speak TLS only, with these files (:func:`make_tls_files`).
+    acl
+        The rules of the fleet's user (keys, channels, commands).
     """
 
-    def __init__(self, directory: pathlib.Path) -> None:
+    def __init__(
+        self, directory: pathlib.Path, tls: TlsFiles | None = None, acl: str = "~* &* +@all"
+    ) -> None:
         if shutil.which("redis-server") is None:
             pytest.fail(
                 "redis-server is not installed: the fleet tests run a real one "
@@ -49,6 +83,8 @@ class RedisServer:
         self.port = _free_port()
         self.password = secrets.token_hex(16)
         self._default_password = secrets.token_hex(16)
+        self.tls = tls
+        self.acl = acl
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -56,10 +92,35 @@ class RedisServer:
         """``redis://USER:PASSWORD@127.0.0.1:PORT/0``."""
         return f"redis://{USER}:{self.password}@127.0.0.1:{self.port}/0"
 
+    def tls_url(self, host: str = "localhost") -> str:
+        """``rediss://USER:PASSWORD@HOST:PORT/0`` (the certificate names ``localhost``)."""
+        return f"rediss://{USER}:{self.password}@{host}:{self.port}/0"
+
     @property
     def anonymous_url(self) -> str:
         """The same server without credentials (refused by the server's ACL)."""
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def _listen(self) -> list[str]:
+        if self.tls is None:
+            return [f"port {self.port}"]
+        # TLS only: the plain port is closed, clients are not asked for certificates.
+        return [
+            "port 0",
+            f"tls-port {self.port}",
+            f"tls-cert-file {self.tls.cert}",
+            f"tls-key-file {self.tls.key}",
+            f"tls-ca-cert-file {self.tls.ca}",
+            "tls-auth-clients no",
+        ]
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=0.2)
+        if self.tls is None:
+            return sock
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        context.check_hostname = False
+        return context.wrap_socket(sock)
 
     def _write_config(self) -> pathlib.Path:
         conf = self.directory / "redis.conf"
@@ -67,7 +128,7 @@ class RedisServer:
             "\n".join(
                 [
                     "bind 127.0.0.1",
-                    f"port {self.port}",
+                    *self._listen(),
                     f"dir {self.directory}",
                     "daemonize no",
                     "save ''",
@@ -80,7 +141,7 @@ class RedisServer:
                     # restart (redis/redis#14541, Debian's 7.0 has it). Locked by a
                     # password nobody is given, it still refuses unauthenticated clients.
                     f"user default on >{self._default_password} ~* &* +@all",
-                    f"user {USER} on >{self.password} ~* &* +@all",
+                    f"user {USER} on >{self.password} {self.acl}",
                     "",
                 ]
             ),
@@ -106,7 +167,7 @@ class RedisServer:
                 pytest.fail(f"redis-server exited with {self.proc.returncode}: {tail}")
             with (
                 contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock,
+                self._connect() as sock,
             ):
                 sock.sendall(f"AUTH {USER} {self.password}\r\nPING\r\n".encode())
                 if b"+PONG" in sock.recv(64) or b"+PONG" in sock.recv(64):

@@ -7,12 +7,12 @@ import typing as t
 import pytest
 
 from politerm.errors import FleetAuthError, FleetRefused, FleetUnavailable
-from politerm.fleet import Work, WorkQueue, connect
+from politerm.fleet import Caps, FleetBudget, Registry, Work, WorkQueue, connect
+from politerm.protocol.usage import Usage
+from tests.fleet.redisserver import RedisServer
 
 if t.TYPE_CHECKING:
     from pathlib import Path
-
-    from tests.fleet.redisserver import RedisServer
 
 SECRET = "hunter2hunter2"
 
@@ -109,3 +109,40 @@ def test_a_dead_server_is_unavailable_and_a_paused_one_times_out_naming_what_wai
         queue.submit(Work("w2", "EXECUTER"))
     assert "(submitting work w2 for EXECUTER)" in str(e.value)
     assert redis_server.password not in str(e.value)
+
+
+def test_the_documented_acl_user_is_enough_for_every_call(tmp_path: Path) -> None:
+    # docs/fleet.md's user: the project's keys only, no dangerous commands.
+    server = RedisServer(tmp_path / "redis", acl="~poli:* &* +@all -@dangerous")
+    server.start()
+    try:
+        queue = WorkQueue(connect(server.url), "shop", lease=30.0, margin=5.0)
+        queue.submit(Work("w1", "EXECUTER", payload={"p": 1}))
+        lease = queue.claim("a", ["EXECUTER"], block_ms=10)
+        assert lease is not None
+        lease = queue.check(lease)
+        queue.complete(lease, {"ok": 1})
+        assert queue.wait_result("w1", timeout=5).outcome == {"ok": 1}
+        assert queue.leases() == []
+        assert queue.late_results() == []
+        assert queue.dead_letters() == []
+        registry = Registry(queue)
+        registry.heartbeat("a", ["EXECUTER"], {"busy": 0}, every=5.0)
+        [node] = registry.nodes()
+        assert (node.name, node.alive, node.agents, node.lag) == ("a", True, ("EXECUTER",), 0)
+        budget = FleetBudget(queue, Caps(tokens_per_day=10))
+        assert budget.admit("EXECUTER").ok
+        budget.charge("EXECUTER", Usage(5, 5))
+        budget.set_cap("tokens_per_day", 20)
+        budget.reset()
+        assert [s.usage.total for s in budget.spending(["EXECUTER"])] == [0, 10]
+        # Outside the project's keys, the server refuses the user.
+        with (
+            pytest.raises(
+                FleetAuthError, match=r"refused us \(a test\): this user has no permissions"
+            ),
+            queue.conn.talking("a test"),
+        ):
+            queue.conn.cmd.set("other:key", "x")
+    finally:
+        server.stop()

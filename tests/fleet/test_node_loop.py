@@ -6,10 +6,15 @@ store), the fake agents; what each agent was handed is read from its own log.
 
 from __future__ import annotations
 
+import json
 import typing as t
 
 import pytest
 
+from politerm.config import load_config
+from politerm.engine.fleetlink import open_queue
+from politerm.fleet.budget import Caps, FleetBudget
+from politerm.protocol.usage import Usage
 from politerm.testing.retry import retry_until
 from tests.fleet.nodes import FleetNode, make_fleet, tear_down
 from tests.loophelpers import EXECUTER_OK
@@ -148,5 +153,85 @@ def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejec
         # The plan was handed once to each EXECUTER: nothing typed again by the fenced node.
         for node in (first, other):
             assert len([p for p in node.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+    finally:
+        tear_down(nodes)
+
+
+def test_an_approval_given_on_node_a_reaches_the_executer_on_node_b(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    # EXECUTER asks to run a command before it answers; approval "ask": a person decides.
+    executer = EXECUTER_OK.replace("write_file =", 'approval = "echo hi > ran.txt"\nwrite_file =')
+    ask = '[routing]\napproval = "ask"\n'
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=executer, extra=ask)
+    a, b = nodes["a"], nodes["b"]
+    try:
+        b.start_node()
+        assert a.poli("up").returncode == 0
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "120")
+
+        def asking() -> dict[str, t.Any] | None:
+            shown = a.poli("fleet", "status", "--json")
+            assert shown.returncode == 0, shown.stderr
+            found: dict[str, t.Any] | None = json.loads(shown.stdout)["approvals"].get("EXECUTER")
+            return found
+
+        # Node b's question shows on node a (from b's heartbeat), and a's answer reaches it.
+        asks = retry_until(asking, 90, what="node b's EXECUTER to ask (fleet status on a)")
+        assert asks["node"] == "b" and "echo hi > ran.txt" in asks["asks"]
+        said = a.poli("approve", "EXECUTER")
+        assert said.returncode == 0, said.stderr
+        assert "on node b" in said.stdout
+        out, _ = task.communicate(timeout=150)
+        assert task.returncode == 0, out + b.log()
+        answers = [e for e in b.events("EXECUTER") if e["event"] == "approval"]
+        assert [e["approved"] for e in answers] == [True]
+        text = a.poli("fleet", "status").stdout
+        assert "b: alive" in text and "agent EXECUTER: b" in text
+    finally:
+        tear_down(nodes)
+
+
+def test_the_fleet_budget_breaker_stops_a_turn_on_its_node_before_anything_is_typed(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    caps = "[fleet.budget]\nagent_tokens_per_day = 5\n"
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], extra=caps)
+    a, b = nodes["a"], nodes["b"]
+    config = load_config(b.root, env={"POLI_FLEET_NODE": "b"})
+    assert config.fleet is not None
+    # EXECUTER already spent its day's tokens (on any node: the count is the fleet's).
+    breaker = FleetBudget(open_queue(config), Caps.from_config(config.fleet.budget))
+    breaker.charge("EXECUTER", Usage(10, 0))
+    try:
+        b.start_node()
+        assert a.poli("up").returncode == 0
+        done = a.poli("task", "make hello", "--id", "T-1", "--timeout", "90")
+        assert done.returncode != 0, done.stdout
+        assert "agent EXECUTER spent 10 tokens, its cap is 5" in done.stdout + done.stderr
+        # The plan was never typed into EXECUTER: its node refused the turn first.
+        assert [p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)] == []
+    finally:
+        tear_down(nodes)
+
+
+def test_redis_restarted_mid_turn_nothing_acknowledged_is_lost(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=_slow_executer(3), lease=10)
+    a, b = nodes["a"], nodes["b"]
+    try:
+        b.start_node()
+        assert a.poli("up").returncode == 0
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "120")
+        _first_to_take([b])
+        redis_server.restart()  # kill -9 and start again on its AOF, mid-turn
+        out, _ = task.communicate(timeout=150)
+        assert task.returncode == 0, out + b.log()
+        assert "final report (T-1)" in out
+        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        with b.store() as store:
+            (row,) = store.journal_leased()
+        assert row.verdict == "accepted"
     finally:
         tear_down(nodes)

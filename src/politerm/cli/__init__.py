@@ -23,6 +23,7 @@ _COMMANDS: dict[str, str] = {
     "attach": "attach",
     "demo": "demo",
     "down": "down",
+    "fleet": "fleet",
     "node": "node",
     "route": "route",
     "status": "status",

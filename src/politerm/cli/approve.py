@@ -10,6 +10,7 @@ from politerm.agents.approval import Decision, answer_pending, find_pending_key
 from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store, project_option
 from politerm.engine import service
+from politerm.engine.placement import here_config
 
 
 @click.command("approve")
@@ -25,6 +26,16 @@ def command(agent: str, deny: bool, config_path: pathlib.Path | None) -> None:
     """
     config = load(config_path)
     decision = Decision.DENY if deny else Decision.APPROVE
+    remote = here_config(config)[1]
+    named = next((a for a in remote if a.upper() == agent.upper()), None)
+    if named is not None:
+        # Its question is asked on the node that runs it: the answer goes there.
+        from politerm.engine.fleetlink import answer_remote, open_queue
+
+        with open_store(config) as store:
+            said = answer_remote(open_queue(config, store), named, decision.value, by="cli")
+        click.echo(said)
+        return
     with open_store(config) as store:
         real = next((a for a in config.agents if a.upper() == agent.upper()), None)
         if real is None:

@@ -45,12 +45,15 @@ def command(
         return
     from politerm.engine.fleetlink import open_queue
     from politerm.engine.node import Node
+    from politerm.fleet.budget import Caps, FleetBudget
     from politerm.fleet.nodes import NodeQueue
 
     fleet = config.fleet
     with open_store(config) as store:
-        claims = NodeQueue(open_queue(config, store), fleet.node, fleet.heartbeat)
-        node = Node(config, store, claims)
+        queue = open_queue(config, store)
+        claims = NodeQueue(queue, fleet.node, fleet.heartbeat)
+        budget = FleetBudget(queue, Caps.from_config(fleet.budget))
+        node = Node(config, store, claims, budget)
         if not node.agents:
             click.echo(f"node {node.name}: no agent names this node (agents.X.node / nodes)")
 

@@ -17,6 +17,7 @@ from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.cli._output import show
 from politerm.driver.observer import Observer
 from politerm.engine import service
+from politerm.engine.placement import placement
 from politerm.errors import ConfigError
 from politerm.livestatus import all_sessions
 from politerm.livestatus import watch as watch_status
@@ -108,6 +109,13 @@ def command(
                 "restarts": info.restarts,
                 "started": info.started,
                 "uptime": service.uptime_text(info.uptime),
+            }
+        if config.fleet is not None:
+            node = service.ServiceLock.of(config, service.NODE).read()
+            data["fleet"] = {
+                "node": config.fleet.node,
+                "service": None if node is None else {"pid": node.pid, "child": node.router},
+                "placement": placement(config),
             }
         return data
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import pathlib
@@ -676,6 +675,7 @@ class AgentDriver:
         serves: Serves | None = None,
         nonce: str | None = None,
         start_line: int | None = None,
+        then: Callable[[DeliveryResult], None] | None = None,
     ) -> DeliveryResult:
         """Paste ``text``, submit it and confirm it (see :mod:`politerm.driver.delivery`).
 
@@ -684,24 +684,34 @@ class AgentDriver:
         STRANDED attempt left in the box instead. The tracker's ready latch ends here.
 
         A prompt that ``serves`` a workflow's record is written to the journal of turns
-        before anything is typed (turn ``nonce``, its answer from ``start_line``), and
-        DELIVERED or FAILED there with what the delivery saw (:mod:`politerm.driver.journal`);
-        the result's ``turn_id`` names its row.
+        before anything is typed (turn ``nonce``, its answer from ``start_line``; a row the
+        caller wrote with :meth:`hand` goes on), and DELIVERED or FAILED there with what the
+        delivery saw (:mod:`politerm.driver.journal`), in one commit with ``then(result)``,
+        the caller's record of it; the result's ``turn_id`` names its row.
+        """
+        row = self.hand(text, serves, nonce=nonce, start_line=start_line)
+        result = await self._deliver(text, already_pasted=already_pasted)
+        return self._turns.delivered(row, result, then)
+
+    def hand(
+        self,
+        text: str | bytes,
+        serves: Serves | None,
+        *,
+        nonce: str | None = None,
+        start_line: int | None = None,
+    ) -> int | None:
+        """Write (or find) the journal row of ``text``, about to be delivered; its id.
+
+        Called inside the caller's store batch, the row commits with the caller's own record
+        of the prompt (the loop's DELIVERING message); :meth:`deliver` then goes on in it.
         """
         if serves is not None and start_line is None and (snap := self.fresh_snapshot()):
             start_line = self.turn_start(snap)  # where a recovery reads it back from
         row = self._turns.hand(
-            serves,
-            text,
-            nonce=nonce,
-            start_line=start_line,
-            conversation=self._session_row or None,
+            serves, text, nonce=nonce, start_line=start_line, conversation=self._session_row or None
         )
-        result = await self._deliver(text, already_pasted=already_pasted)
-        if row is None:
-            return result
-        self._turns.delivered(row.id, result)
-        return dataclasses.replace(result, turn_id=row.id)
+        return None if row is None else row.id
 
     def confirmed_earlier(
         self,
@@ -718,16 +728,18 @@ class AgentDriver:
         attempt's open row (or a row written now, if the crash came before it): nothing is
         typed again.
         """
-        row = self._turns.hand(serves, text, nonce=nonce, start_line=start_line, conversation=None)
-        if row is None:
-            return None
-        self._turns.confirmed(row.id, proof)
-        return row.id
+        turn_id = self.hand(text, serves, nonce=nonce, start_line=start_line)
+        self._turns.confirmed(turn_id, proof)
+        return turn_id
 
     def end_turn(self, turn_id: int | None, outcome: str) -> None:
         """The turn of journal row ``turn_id`` is over (for callers that follow it themselves)."""
         self._record_session()
         self._turns.ended(turn_id, outcome, conversation=self._session_row or None)
+
+    def abandon_turn(self, why: str) -> None:
+        """The caller gave up the turn under way: its journal row is ABANDONED with ``why``."""
+        self._turns.abandoned(why)
 
     async def _deliver(self, text: str | bytes, *, already_pasted: bool) -> DeliveryResult:
         self._tracker.input_sent()

@@ -10,12 +10,15 @@ Nudges, a soft stop's note and a usage limit's "continue" belong to the turn's r
 
 from __future__ import annotations
 
+import dataclasses
 import typing as t
 
 from politerm.driver.delivery import Outcome
 from politerm.store.journal import JournalState
 
 if t.TYPE_CHECKING:
+    from collections.abc import Callable
+
     from politerm.driver.delivery import DeliveryResult
     from politerm.store import RunStore
     from politerm.store.journal import JournalRow, Serves
@@ -76,21 +79,33 @@ class TurnLog:
         self.current = row.id
         return row
 
-    def delivered(self, turn_id: int | None, result: DeliveryResult) -> None:
-        """DELIVERED when the prompt got in (or was submitted and asked about), else FAILED."""
-        if turn_id is None or self.store is None:
-            return
+    def delivered(
+        self,
+        turn_id: int | None,
+        result: DeliveryResult,
+        then: Callable[[DeliveryResult], None] | None = None,
+    ) -> DeliveryResult:
+        """DELIVERED when the prompt got in (or was submitted and asked about), else FAILED.
+
+        ``then(result)`` (the caller's record of the outcome) is written in the same commit:
+        a crash leaves both or neither, so an open row is all a recovery needs to read.
+        """
+        result = dataclasses.replace(result, turn_id=turn_id)
+        if self.store is None or turn_id is None:
+            if then is not None:
+                then(result)
+            return result
         got_in = result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)
-        if got_in:
-            # Synced by the caller's record of it, or at the turn's end, whichever is first.
-            with self.store.batch(durable=False):
-                self.store.journal_move(turn_id, JournalState.DELIVERED, proof=proof_of(result))
-            return
-        self.store.journal_move(
-            turn_id, JournalState.FAILED, outcome=result.outcome.value, proof=proof_of(result)
-        )
-        if self.current == turn_id:
+        # DELIVERED alone is synced by the caller's record of it, or at the turn's end.
+        with self.store.batch(durable=then is not None or not got_in):
+            state = JournalState.DELIVERED if got_in else JournalState.FAILED
+            outcome = None if got_in else result.outcome.value
+            self.store.journal_move(turn_id, state, outcome=outcome, proof=proof_of(result))
+            if then is not None:
+                then(result)
+        if not got_in and self.current == turn_id:
             self.current = None
+        return result
 
     def confirmed(self, turn_id: int | None, proof: t.Mapping[str, t.Any]) -> None:
         """DELIVERED on evidence found after a crash (nothing was typed now)."""
@@ -107,3 +122,12 @@ class TurnLog:
             self.store.journal_move(turn_id, done, outcome=outcome, conversation=conversation)
         if self.current == turn_id:
             self.current = None
+
+    def abandoned(self, why: str) -> None:
+        """The caller gave up the turn of the prompt handed last: its open row is ABANDONED."""
+        if self.current is None or self.store is None:
+            return
+        row = self.store.journal_row(self.current)
+        if row is not None and row.open:
+            self.store.journal_move(row.id, JournalState.ABANDONED, outcome=why)
+        self.current = None

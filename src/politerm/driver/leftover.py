@@ -19,6 +19,7 @@ import dataclasses
 import typing as t
 
 from politerm.agents.state import AgentState
+from politerm.driver.delivery import DeliveryResult, Outcome
 from politerm.driver.records import records_of
 from politerm.store.journal import JournalState
 
@@ -42,6 +43,12 @@ class LeftOver:
     rule: str
     evidence: tuple[str, ...] = ()
     sources: tuple[Source, ...] = ()
+
+    def confirmed(self, turn_id: int | None = None) -> DeliveryResult:
+        """What was found, as a delivery confirmed without typing anything now."""
+        return DeliveryResult(
+            Outcome.DELIVERED, self.evidence, 0, True, 0.0, self.rule, self.sources, turn_id
+        )
 
 
 async def left_over(

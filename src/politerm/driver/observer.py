@@ -20,7 +20,11 @@ mirror of that session, closed by :meth:`Observer.close`) and offers:
   once per limit, for the view to show where no driver recorded one;
 - :meth:`~Observer.mirror`: a pane's screen, then its output (:mod:`politerm.driver.mirror`).
 
-Nothing here runs on a timer: an idle session costs the sleeping connections only.
+Nothing here runs on a timer: an idle session costs the sleeping connections only. An
+observer made by :meth:`Observer.of` asks tmux for no pane output on its connections
+(:meth:`~politerm.tmux.control.ControlClient.quiet`), except while a mirror runs: the views
+read the store and tmux's notifications, and tmux would otherwise write every agent's
+output to each view too.
 
 Layer: the driver, above ``tmux/``; ``ui/``, ``livestatus`` and ``status`` use it instead.
 """
@@ -201,6 +205,13 @@ class Observer:
         if self._clients.get(session) is not client:
             self._clients[session] = client
             self._unhook.append(client.on_notification(lambda n: self._on_note(session, n)))
+            if self._owned:
+                # The views read layouts, deaths and the store, not output: tmux need not
+                # write every agent's output to them too. A mirror turns it on (subscribe).
+                try:
+                    await client.quiet()
+                except (TmuxError, OSError) as exc:
+                    log.debug("observer: session %s: output stays on: %s", session, exc)
         return client
 
     def _publish(self, change: Change) -> None:

@@ -14,6 +14,7 @@ actions out (``tests/test_agentstep.py`` walks the tables).
 from __future__ import annotations
 
 import dataclasses
+import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS, PLANNER
@@ -288,6 +289,52 @@ def handoff_stands(turn_nonce: str | None, nonce: str, task_state: TaskState | N
     if turn_nonce == nonce and (task_state is None or task_state in ACTIVE):
         return None
     return Drop("its task ended before the prompt was typed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Taken:
+    """The left-over prompt reached the agent (its screen or records say so): record it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Abandon:
+    """Its task ended before the prompt was typed: DEAD, its row abandoned, never typed.
+
+    ``clear_box``: its text waits in the agent's input box.
+    """
+
+    error: str
+    clear_box: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Retype:
+    """Type the left-over prompt again (same text, nonce); ``pasted``: only submit it."""
+
+    pasted: bool
+
+
+def left_over(
+    resumed: t.Literal["pasted", "delivered"] | None, task_state: TaskState | None
+) -> Taken | Abandon | Retype:
+    """What settles a prompt a stopped router left handed (its journal row open).
+
+    ``resumed``: what the driver's recovery found (``delivered``: taken; ``pasted``: its
+    text in the box; None: nothing); ``task_state``: its task's (None: no task).
+
+    Examples
+    --------
+    >>> left_over("pasted", TaskState.EXECUTING), left_over(None, None)
+    (Retype(pasted=True), Retype(pasted=False))
+    >>> left_over("pasted", TaskState.ABORTED)
+    Abandon(error='task aborted before its prompt was typed', clear_box=True)
+    """
+    if resumed == "delivered":
+        return Taken()
+    if task_state is not None and task_state not in ACTIVE:
+        why = f"task {task_state.value} before its prompt was typed"
+        return Abandon(why, clear_box=resumed == "pasted")
+    return Retype(pasted=resumed == "pasted")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,9 +3,10 @@
 The router's decisions (:mod:`politerm.engine.decide`, :mod:`politerm.engine.agentstep`)
 return actions as values; the parts that gather their facts (Deadlines, Sending,
 BlockEffects, the router's loops) hand them here, with :class:`At` saying what they
-apply to. Every write the router makes to the store, and every change to its loops'
-state, happens in this module: a delivery begun or settled, a step's clock, a block's
-effects, an approval shown on its task, a task done in prose — and the endings.
+apply to. The router's writes to the store happen in this module, with the loop state an
+outcome leaves behind (a turn opened, a retry's time, a box to clear): a delivery begun
+or settled, a step's clock, a block's effects, an approval shown on its task, a task done
+in prose, a left-over prompt given up — and the endings.
 
 Endings are where a routed task can wedge an agent, so they are here too: a turn ends
 (with a :class:`~politerm.store.turns.TurnEnd` reason) on every path that finishes it —
@@ -21,9 +22,11 @@ import time
 import typing as t
 
 from politerm.agents.state import AgentState
+from politerm.driver.leftover import abandon
 from politerm.engine import agentstep, decide
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS, PLANNER
 from politerm.engine.routebase import RESUME_META, RESUME_MSG, Begun
+from politerm.store.journal import Serves, Workflow
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
@@ -31,6 +34,7 @@ if t.TYPE_CHECKING:
 
     from politerm.engine.routebase import Routing
     from politerm.protocol.block import Block
+    from politerm.store.journal import JournalRow
     from politerm.store.models import Expectation, Message, Task, Turn
 
 log = logging.getLogger(__name__)
@@ -66,8 +70,8 @@ class At:
     evidence, outcome, detail
         A delivery's last screen lines, its outcome, and how it went (for its event); a
         block-less report's event.
-    recovered
-        The delivery was settled after a restart.
+    recovered, turn_id
+        The delivery was settled after a restart; its row in the journal of turns.
     rounds
         Plans forwarded for the block's task before it.
     """
@@ -83,6 +87,7 @@ class At:
     outcome: str = ""
     detail: str = ""
     recovered: bool = False
+    turn_id: int | None = None
     rounds: int = 0
 
 
@@ -98,27 +103,35 @@ class Executor:
     def __init__(self, routing: Routing) -> None:
         self.routing, self.store, self.config = routing, routing.store, routing.config
 
-    def carry(self, actions: Iterable[Action], at: At, *, durable: bool = True) -> Message | None:
-        """Carry out one event's ``actions`` in one store transaction; endings after it.
+    def carry(self, actions: Sequence[Action], at: At, *, durable: bool = True) -> Message | None:
+        """Carry out one event's ``actions``: :meth:`record` in one transaction, then :meth:`end`.
 
-        Failures and deaths commit on their own and wake other loops, after the event's
-        own commit. Returns the message a forwarded block queued, if any.
+        Returns the message a forwarded block queued, if any.
         """
-        later: list[Action] = []
-        forwarded: Message | None = None
         with self.store.batch(durable=durable):
-            for action in actions:
-                if isinstance(action, decide.FailTask | decide.AgentGone | agentstep.AgentDied):
-                    later.append(action)
-                if not isinstance(action, decide.FailTask | agentstep.AgentDied):
-                    forwarded = self._one(action, at) or forwarded
-        for action in later:
+            forwarded = self.record(actions, at)
+        self.end(actions, at)
+        return forwarded
+
+    def record(self, actions: Iterable[Action], at: At) -> Message | None:
+        """Write what ``actions`` change, inside the caller's transaction (all but endings)."""
+        forwarded: Message | None = None
+        for action in actions:
+            if not isinstance(action, decide.FailTask | agentstep.AgentDied):
+                forwarded = self._one(action, at) or forwarded
+        return forwarded
+
+    def end(self, actions: Iterable[Action], at: At) -> None:
+        """The failures and deaths among ``actions``, after the event's own commit.
+
+        Each commits on its own and wakes the other loops.
+        """
+        for action in actions:
             match action:
                 case decide.FailTask():
                     self._fail(action)
                 case decide.AgentGone() | agentstep.AgentDied():
                     self.agent_died(at.agent, at.evidence)
-        return forwarded
 
     def _one(self, action: Action, at: At) -> Message | None:
         """Carry out one action (inside the event's transaction)."""
@@ -126,28 +139,22 @@ class Executor:
         match action:
             # --- a delivery ended
             case decide.Confirmed(restart_clock=restart) if msg is not None:
-                self.store.transition(
-                    msg.id,
-                    MessageState.DELIVERED,
-                    expect=MessageState.DELIVERING,
-                    evidence=" | ".join(at.evidence),
-                )
-                self.store.set_turn_state(name, at.nonce, TurnState.WAITING)
-                if restart and msg.task_id is not None:
-                    self.restart_clock(msg.task_id, name, time.time())
+                self._move(msg, MessageState.DELIVERED, at)
                 driver = self.routing.agents.get(name)  # none: it runs on another node
+                if self.store.set_turn_state(name, at.nonce, TurnState.WAITING) is None:
+                    # Its turn ended with its task while it was typed: over at once.
+                    self.store.transition(msg.id, MessageState.ACKNOWLEDGED)
+                    if driver is not None:
+                        driver.end_turn(at.turn_id, TurnEnd.TASK_ENDED.value)
+                elif restart and msg.task_id is not None:
+                    self.restart_clock(msg.task_id, name, time.time())
                 if driver is not None:
                     driver.turn_delivered(msg.task_id)
                 kind = "recovered" if at.recovered else "delivered"
                 self.routing.event(kind, msg, detail=at.detail)
             case decide.AgentGone() if msg is not None:
                 # It waits for the agent's restart (``poli up --resume``).
-                self.store.transition(
-                    msg.id,
-                    MessageState.RETRIED,
-                    expect=MessageState.DELIVERING,
-                    error="agent exited",
-                )
+                self._move(msg, MessageState.RETRIED, at, error="agent exited")
             case decide.EndTurn(reason=reason):
                 self.store.end_turn(name, at.nonce, reason)
                 self.routing.loops[name].turn_nonce = None
@@ -225,14 +232,18 @@ class Executor:
     def _event(self, kind: str, task_id: str | None, agent: str, detail: str) -> None:
         self.store.add_event(kind, task_id=task_id, agent=agent, detail=detail)
 
-    def _undelivered(
-        self, msg: Message, state: MessageState, error: str, at: At, event: str
-    ) -> None:
+    def _move(self, msg: Message, state: MessageState, at: At, error: str | None = None) -> None:
+        """The one move a delivery's outcome makes of its message, from DELIVERING."""
         evidence = " | ".join(at.evidence)
         self.store.transition(
             msg.id, state, expect=MessageState.DELIVERING, error=error, evidence=evidence
         )
-        self.routing.event(event, msg, detail=f"{at.outcome}: {evidence}")
+
+    def _undelivered(
+        self, msg: Message, state: MessageState, error: str, at: At, event: str
+    ) -> None:
+        self._move(msg, state, at, error)
+        self.routing.event(event, msg, detail=f"{at.outcome}: {' | '.join(at.evidence)}")
 
     # --- a delivery begun -----------------------------------------------------------------
 
@@ -264,10 +275,23 @@ class Executor:
                 start_line=start_line,
             )
             self.routing.loops[at.agent].turn_nonce = step.nonce
-            driver = self.routing.agents.get(at.agent)  # none: it runs on another node
-            if driver is not None:
+        driver = self.routing.agents.get(at.agent)  # none: it runs on another node
+        if driver is not None:
+            if not step.follow_up:
                 driver.new_turn()
+            # The journal row commits with the message: an open row is a prompt in flight.
+            driver.hand(text, loop_serves(msg), nonce=step.nonce, start_line=start_line)
         return Begun(msg, step.nonce, text, stranded=step.stranded, follow_up=step.follow_up)
+
+    def abandon_left_over(
+        self, name: str, msg: Message, row: JournalRow, gone: agentstep.Abandon
+    ) -> None:
+        """A prompt a stopped router left handed, whose task ended: never typed again."""
+        with self.store.batch():
+            self.store.transition(msg.id, MessageState.DEAD, error=gone.error)
+            abandon(self.store, row, gone.error)
+        if gone.clear_box:
+            self.routing.clear_later.add(name)
 
     def drop_handoff(self, name: str, begun: Begun, drop: agentstep.Drop) -> None:
         """A handed-over delivery whose task ended meanwhile: DEAD, and its turn ends."""
@@ -507,6 +531,11 @@ class Executor:
             exp = None if pending else self.store.get_expectation(task.id)
             out.append(decide.Involvement(task.id, task.state, exp.sender if exp else None))
         return out
+
+
+def loop_serves(msg: Message) -> Serves:
+    """A loop message's record in the journal of turns."""
+    return Serves(Workflow.LOOP, "messages", (msg.id,))
 
 
 def paused_key(exp: Expectation) -> str:

@@ -8,10 +8,11 @@ the process (``WorkQueue(redact=…)``).
 from __future__ import annotations
 
 import asyncio
+import secrets
 import typing as t
 
-from politerm.engine.turnwork import TURN_KIND, TurnReply
-from politerm.errors import ResultTimeout, WorkInvalid
+from politerm.engine.turnwork import ANSWER_KIND, TURN_KIND, TurnReply, answer_stream
+from politerm.errors import FleetError, ResultTimeout, WorkInvalid
 from politerm.fleet.connect import connect_config
 from politerm.fleet.queue import WorkQueue
 from politerm.fleet.work import Work, WorkKind, WorkState
@@ -23,6 +24,8 @@ if t.TYPE_CHECKING:
 
 #: Longest one wait for a reply blocks a thread (the router's loop looks again after it).
 REPLY_WAIT = 2.0
+#: Longest ``poli approve`` waits for the node of a remote agent to take its answer.
+ANSWER_WAIT = 30.0
 
 
 def open_queue(config: Config, store: RunStore | None = None) -> WorkQueue:
@@ -69,3 +72,24 @@ class FleetPost:
             await asyncio.to_thread(self.queue.wait_result, work.work_id, bound)
         except (ResultTimeout, WorkInvalid):
             return
+
+
+def answer_remote(queue: WorkQueue, agent: str, decision: str, *, by: str) -> str:
+    """Give an approval to ``agent`` on its node (work of kind answer); what the node said.
+
+    Raises
+    ------
+    FleetError
+        The node did not take it within :data:`ANSWER_WAIT`, or said why it could not (no
+        question waiting there).
+    """
+    work_id = f"answer-{agent}-{secrets.token_hex(4)}"
+    payload = {"decision": decision, "by": by}
+    queue.submit(Work(work_id, answer_stream(agent), WorkKind(ANSWER_KIND), payload))
+    result = queue.wait_result(work_id, ANSWER_WAIT)
+    said = result.outcome
+    if result.state is WorkState.DEAD or "error" in said:
+        where = f"node {said.get('node') or result.node or '?'}"
+        msg = f"{agent} ({where}): {said.get('error') or 'no node took the answer'}"
+        raise FleetError(msg)
+    return f"{said.get('answered', 'answered')} (on node {said.get('node') or result.node})"

@@ -26,17 +26,26 @@ import contextlib
 import dataclasses
 import logging
 import os
-import time
 import typing as t
 
-from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.approval import ApprovalPolicy, Decision, answer_pending
 from politerm.driver import Expect, run_turn
+from politerm.driver.tokens import stored_tokens
 from politerm.engine.placement import hosted_here, node_config
 from politerm.engine.routebase import attach_driver
 from politerm.engine.session import Session
-from politerm.engine.turnwork import TURN_KIND, TurnReply, TurnWork
+from politerm.engine.turnwork import (
+    ANSWER_KIND,
+    OVER_BUDGET,
+    TURN_KIND,
+    TurnReply,
+    TurnWork,
+    answer_stream,
+    answered_agent,
+)
 from politerm.errors import FleetError, LeaseLost, PolitermError
 from politerm.protocol.block import MessageType
+from politerm.protocol.usage import Usage
 from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
@@ -44,6 +53,7 @@ if t.TYPE_CHECKING:
 
     from politerm.config import Config
     from politerm.driver import AgentDriver, TurnResult
+    from politerm.fleet.budget import Verdict
     from politerm.fleet.work import Lease
     from politerm.store import RunStore
 
@@ -55,6 +65,8 @@ WORK_RECORD: t.Final = "fleet-work"
 CLAIM_WAIT = 1.0
 #: After Redis could not be reached, how long before trying again.
 UNREACHABLE_BACKOFF = 1.0
+#: How long a node tries to report a turn's outcome while Redis does not answer.
+REPORT_FOR = 120.0
 #: Block types that answer a loop turn (a status block is shown, never an answer).
 ANSWERS: t.Final = frozenset(m.value for m in MessageType) - {MessageType.STATUS.value}
 
@@ -81,6 +93,16 @@ class NodeClaims(t.Protocol):
         """Say this node is alive, which agents it hosts and how busy it is."""
 
 
+class Breaker(t.Protocol):
+    """The fleet-wide budget breaker (:class:`politerm.fleet.budget.FleetBudget`)."""
+
+    def admit(self, agent: str) -> Verdict:
+        """Whether a new turn of ``agent`` may start (counted when it may)."""
+
+    def charge(self, agent: str, usage: Usage, cost: float = 0.0) -> Verdict:
+        """Add what a turn of ``agent`` spent."""
+
+
 @dataclasses.dataclass
 class _Attempt:
     """The lease a piece of work is typed under, renewed as the turn goes on."""
@@ -101,13 +123,21 @@ class Node:
         This machine's run store (the journal of turns).
     queue
         The fleet's queue.
+    budget
+        The fleet-wide budget breaker: asked before each turn starts, told what it spent.
     """
 
-    def __init__(self, config: Config, store: RunStore, queue: NodeClaims) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: RunStore,
+        queue: NodeClaims,
+        budget: Breaker | None = None,
+    ) -> None:
         if config.fleet is None:
             msg = "poli node needs a [fleet] table in poli.toml (url, node): see docs/fleet.md"
             raise FleetError(msg)
-        self.config, self.store, self.queue = config, store, queue
+        self.config, self.store, self.queue, self.budget = config, store, queue, budget
         self.name = config.fleet.node
         self.lease_seconds = config.fleet.lease
         self.agents = hosted_here(config, self.name)
@@ -124,7 +154,9 @@ class Node:
         beat = asyncio.create_task(self._heartbeats(), name="node-heartbeat")
         try:
             while not self.stopping.is_set():
-                free = [a for a in self.agents if a not in self.busy]
+                # Answers to an agent's question are claimed while its turn runs.
+                streams = [*self.agents, *map(answer_stream, self.agents)]
+                free = [a for a in streams if a not in self.busy]
                 if not free:
                     await self._wait_for_a_free_agent()
                     continue
@@ -168,7 +200,16 @@ class Node:
         assert self.config.fleet is not None
         every = self.config.fleet.heartbeat
         while True:
-            load = {"busy": sorted(self.busy), "pid": os.getpid(), "at": time.time()}
+            load = {
+                "busy": sorted(a for a in self.busy if answered_agent(a) is None),
+                "pid": os.getpid(),
+                # What waits for a person here: `poli approve AGENT` on any node answers it.
+                "approvals": {
+                    name: d.pending_approval.what
+                    for name, d in self.drivers.items()
+                    if d.pending_approval is not None
+                },
+            }
             try:
                 await asyncio.to_thread(self.queue.heartbeat, self.agents, load)
             except FleetError as exc:
@@ -179,6 +220,10 @@ class Node:
 
     async def _work(self, lease: Lease) -> None:
         work = lease.work
+        asker = answered_agent(work.agent)
+        if asker is not None and work.kind.value == ANSWER_KIND:
+            await self._complete(lease, self._answer(asker, work.payload))
+            return
         if work.kind.value != TURN_KIND:
             # Other kinds (answers, messages, bridge tasks) are done by their own workflows.
             await self._complete(lease, {"error": f"{work.kind.value} work is not run by nodes"})
@@ -201,6 +246,16 @@ class Node:
         if reply is not None:
             await self._complete(lease, reply.payload())
 
+    def _answer(self, agent: str, payload: Mapping[str, t.Any]) -> dict[str, t.Any]:
+        """An approval given on another node: recorded here, where the agent's driver reads it."""
+        try:
+            decision = Decision(str(payload.get("decision")))
+            origin = str(payload.get("by") or "another node")
+            pending = answer_pending(self.store, agent, decision, by=f"{origin} via {self.name}")
+        except (ValueError, PolitermError) as exc:
+            return {"error": str(exc), "node": self.name}
+        return {"answered": pending.answered(decision), "node": self.name}
+
     async def _driver(self, agent: str) -> AgentDriver:
         """The agent's driver here; the agent is started first when it does not run."""
         driver = self.drivers.get(agent)
@@ -218,6 +273,13 @@ class Node:
         return driver
 
     async def _turn(self, driver: AgentDriver, turn: TurnWork, lease: Lease) -> TurnReply | None:
+        if self.budget is not None:
+            verdict = await asyncio.to_thread(self.budget.admit, turn.agent)
+            if not verdict.ok:
+                # Nothing typed: the router fails the task with the breaker's reason.
+                self.store.add_event("budget", agent=turn.agent, detail=verdict.reason)
+                return TurnReply(False, OVER_BUDGET, error=verdict.reason, node=self.name)
+        spent = stored_tokens(self.store, f"agent:{turn.agent}")
         serves = Serves(Workflow.FLEET, WORK_RECORD, (turn.work_id,))
         attempt = self.attempts[turn.agent] = _Attempt(lease, serves)
         renewer = asyncio.create_task(self._renew(attempt), name=f"renew-{turn.agent}")
@@ -240,6 +302,11 @@ class Node:
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
             self.attempts.pop(turn.agent, None)
+        if self.budget is not None:
+            now = stored_tokens(self.store, f"agent:{turn.agent}")
+            used = Usage(now.input - spent.input, now.output - spent.output)
+            with contextlib.suppress(FleetError):
+                await asyncio.to_thread(self.budget.charge, turn.agent, used)
         return _reply(result, self.name, attempt.lease.epoch)
 
     async def _check_lease(self, agent: str) -> None:
@@ -284,7 +351,7 @@ class Node:
         """Report the outcome (after the journal has it); a late one is recorded as rejected."""
         rows = [r for r in self.store.journal_of_work(lease.work.id) if r.epoch == lease.epoch]
         try:
-            await asyncio.to_thread(self.queue.complete, lease, outcome)
+            await self._report(lease, outcome)
         except LeaseLost as exc:
             why = f"rejected: {exc}"
             for row in rows:
@@ -295,6 +362,29 @@ class Node:
             return
         for row in rows:
             self.store.journal_verdict(row.id, "accepted")
+
+    async def _report(self, lease: Lease, outcome: Mapping[str, t.Any]) -> None:
+        """``complete``, tried again while Redis does not answer (a restart, a short cut).
+
+        Completing twice changes nothing (the queue's script). Past :data:`REPORT_FOR` the
+        node gives up: the lease has run out by then, the work is claimed again, and this
+        outcome would be rejected as late anyway.
+        """
+        give_up = asyncio.get_running_loop().time() + REPORT_FOR
+        while True:
+            try:
+                await asyncio.to_thread(self.queue.complete, lease, outcome)
+            except LeaseLost:
+                raise
+            except FleetError as exc:
+                if asyncio.get_running_loop().time() >= give_up:
+                    log.warning("node %s: %s: result not reported: %s", self.name, lease, exc)
+                    self.store.add_event("unreported", agent=lease.work.agent, detail=str(exc))
+                    return
+                log.warning("node %s: reporting %s: %s; trying again", self.name, lease, exc)
+                await asyncio.sleep(UNREACHABLE_BACKOFF)
+            else:
+                return
 
     def _abandon(self, agent: str, serves: Serves, why: str) -> None:
         from politerm.store.journal import JournalState

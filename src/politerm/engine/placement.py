@@ -55,3 +55,12 @@ def here_config(config: Config) -> tuple[Config, list[str]]:
     elsewhere = driven_elsewhere(config, config.fleet.node)
     here = {name: a for name, a in config.agents.items() if name not in elsewhere}
     return config.model_copy(update={"agents": here}), elsewhere
+
+
+def placement(config: Config) -> dict[str, list[str] | None]:
+    """Each agent's nodes (None: it runs where the router runs)."""
+    out: dict[str, list[str] | None] = {}
+    for name, agent in config.agents.items():
+        hosts = agent.hosts()
+        out[name] = None if hosts is None else list(hosts)
+    return out

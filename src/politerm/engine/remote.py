@@ -6,7 +6,7 @@ its loop begins the message's delivery exactly as a local one does (the message 
 and its turn open, in one commit), then posts the turn as :class:`TurnWork` to the fleet's
 queue. The node that claims it types it through ``run_turn`` under a lease and replies with
 the outcome and the answering block; this part records the delivery's outcome through
-:meth:`Sending.settled` and applies the block through :meth:`BlockEffects.apply_block`, the
+:meth:`Sending.outcome` and applies the block through :meth:`BlockEffects.apply_block`, the
 same calls a local turn ends in. So blocks, routing, approvals and the task's states stay
 the loop's own; only who types changes.
 
@@ -23,7 +23,7 @@ import typing as t
 
 from politerm.driver import DeliveryResult, Outcome
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS
-from politerm.engine.turnwork import TurnReply, TurnWork
+from politerm.engine.turnwork import OVER_BUDGET, TurnReply, TurnWork
 from politerm.errors import PolitermError
 from politerm.store.models import MessageState, TurnEnd
 
@@ -185,9 +185,17 @@ class RemoteTurns:
     def apply(self, name: str, turn: Turn, msg: Message, reply: TurnReply) -> None:
         """Record the delivery's outcome, then apply the answering block (or end the turn)."""
         where = f" on node {reply.node}" if reply.node else ""
+        if reply.outcome == OVER_BUDGET and turn.task_id is not None:
+            # The fleet's budget breaker: no new turn until the next day, a cap or a reset.
+            with self.store.batch():
+                self.store.transition(msg.id, MessageState.DEAD, error=reply.error)
+            self.executor.fail(
+                turn.task_id, f"{name}{where}: {reply.error}", reason=TurnEnd.OVER_BUDGET
+            )
+            return
         if msg.state is MessageState.DELIVERING:
             result = _delivery(reply, where)
-            self.sending.settled(name, msg, turn.nonce, result, follow_up=False)
+            self.sending.outcome(name, msg, turn.nonce, result, follow_up=False)
             if not reply.delivered:
                 return
         for block in reply.blocks:

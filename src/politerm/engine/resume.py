@@ -5,8 +5,8 @@ it was answering, one being typed into its box) went with it, and its old screen
 evidence of anything the new one saw. So before any router routes to it:
 
 - its open turn ends (``resumed``) — the prompt of a turn that was WAITING or HOLDING is to
-  be sent again; a message found DELIVERING goes back to QUEUED (the new process provably
-  has nothing in its box), so the router sends it like any other;
+  be sent again; a prompt handed to it (an open journal row) goes back to QUEUED (the new
+  process provably has nothing in its box), so the router sends it like any other;
 - every task that failed because an agent or the tmux server died goes back to the state it
   failed in;
 - each prompt lost that way is queued again as one copy, unless a copy is still on its way
@@ -30,9 +30,10 @@ from __future__ import annotations
 import time
 import typing as t
 
-from politerm.driver.delivery import DeliveryResult, Outcome
+from politerm.driver.leftover import LeftOver, abandon
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS, PLANNER
 from politerm.engine.routebase import RESUME_META, RESUME_MSG
+from politerm.engine.sending import handed
 from politerm.store.models import MessageState, TaskState, Turn, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
@@ -137,11 +138,10 @@ class _Kept:
     def _delivered(self, name: str, msg: Message, nonce: str, taken: tuple[Source, str]) -> None:
         assert self.router is not None
         source, evidence = taken
-        result = DeliveryResult(
-            Outcome.DELIVERED, (evidence,), 0, True, 0.0, "the agent's own record",
-            sources=(source,),
-        )  # fmt: skip
-        self.router.sending.settled(name, msg, nonce, result, follow_up=False, recovered=True)
+        result = LeftOver("delivered", "the agent's own record", (evidence,), (source,))
+        self.router.sending.outcome(
+            name, msg, nonce, result.confirmed(), follow_up=False, recovered=True
+        )
         self.say(f"{name}: the {msg.type} message was taken ({evidence})")
 
     def answered(self, store: RunStore, name: str, turn: Turn) -> bool:
@@ -172,6 +172,7 @@ class _Kept:
 
 def _forget_lost_delivery(store: RunStore, name: str, kept: _Kept) -> None:
     """End the open turn of a restarted agent; remember its prompt to be sent again."""
+    lost = handed(store, name)  # its prompts in flight, as the journal of turns has them
     turn = store.current_turn(name)
     if turn is not None:
         store.end_turn(name, turn.nonce, TurnEnd.RESUMED)
@@ -185,7 +186,8 @@ def _forget_lost_delivery(store: RunStore, name: str, kept: _Kept) -> None:
         for m in store.list_messages(recipient=name, task_id=turn.task_id):
             if m.type in FOLLOW_UPS and m.state in (MessageState.QUEUED, MessageState.RETRIED):
                 store.transition(m.id, MessageState.DEAD, error="its agent was restarted")
-    for msg in store.in_flight(name):
+    for row, msg in lost:
+        abandon(store, row, TurnEnd.RESUMED.value)
         if msg.type in FOLLOW_UPS:
             store.transition(msg.id, MessageState.DEAD, error="its agent was restarted")
         elif (taken := kept.taken(name, msg)) is not None:

@@ -35,7 +35,7 @@ from politerm.engine.decide import FOLLOW_UPS
 from politerm.engine.effects import BlockEffects
 from politerm.engine.execute import At, Executor
 from politerm.engine.remote import RemoteTurns
-from politerm.engine.sending import Sending
+from politerm.engine.sending import Sending, handed
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,
@@ -296,7 +296,7 @@ class Router:
             await asyncio.sleep(0)  # let the other loops run between bursts
 
     def _handed_back(self, driver: AgentDriver) -> None:
-        for msg in self.store.in_flight(driver.name):
+        for _row, msg in handed(self.store, driver.name):
             self.store.add_event(
                 "handed-back",
                 task_id=msg.task_id,
@@ -350,7 +350,7 @@ class Router:
             agentstep.Look(
                 state=obs.state,
                 settled=loop.settled,
-                in_flight=not loop.settled and bool(self.store.in_flight(name)),
+                in_flight=not loop.settled and bool(handed(self.store, name)),
                 clear_pending=name in self.routing.clear_later,
                 turn_task=turn.task_id if turn is not None else None,
                 task_state=task.state if task is not None else None,

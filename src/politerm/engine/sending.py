@@ -1,12 +1,13 @@
 """Sending a message to an agent, and settling a delivery a stopped router left behind.
 
-A message goes DELIVERING together with its turn (before anything is typed), then the
-driver delivers it with confirmation. A DELIVERING message found after a restart is
-settled before anything else is sent to that agent, from its open row in the journal of
-turns by the driver layer's one recovery (:func:`politerm.driver.leftover.resume`), and
-confirmed like a fresh delivery: busy or its answer on screen → delivered; its text in the
-input box → submit and confirm; nothing there, or no row (never typed) → deliver it again
-(same text, same nonce).
+A message goes DELIVERING together with its turn and its row in the journal of turns
+(before anything is typed), then the driver delivers it with confirmation and records the
+outcome in one commit with the message's. So a prompt in flight is an open journal row,
+and that is all a new router reads: each HANDED row of an agent's loop messages is settled
+before anything else is sent to that agent, by the driver layer's one recovery
+(:func:`politerm.driver.leftover.resume`), and confirmed like a fresh delivery: busy or its
+answer on screen → delivered; its text in the input box → submit and confirm; nothing there
+→ deliver it again (same text, same nonce); its task ended meanwhile → not typed again.
 """
 
 from __future__ import annotations
@@ -17,15 +18,18 @@ from politerm.driver import Outcome
 from politerm.driver.leftover import resume
 from politerm.engine import agentstep, decide
 from politerm.engine.decide import FOLLOW_UPS
-from politerm.engine.execute import At
+from politerm.engine.execute import At, loop_serves
+from politerm.engine.routebase import Begun
 from politerm.protocol.primer import new_nonce
-from politerm.store.journal import Serves, Workflow
-from politerm.store.models import MessageState, TurnEnd
+from politerm.store.journal import Workflow
+from politerm.store.models import MessageState
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, DeliveryResult
     from politerm.engine.execute import Executor
-    from politerm.engine.routebase import Begun, Routing
+    from politerm.engine.routebase import Routing
+    from politerm.store import RunStore
+    from politerm.store.journal import JournalRow
     from politerm.store.models import Message, Task, Turn
     from politerm.terminal import Snapshot
 
@@ -68,7 +72,7 @@ class Sending:
         snap: Snapshot,
         task: Task | None = None,
     ) -> Begun | None:
-        """Mark ``msg`` DELIVERING (and open its turn); call inside a store batch.
+        """Mark ``msg`` DELIVERING, open its turn and its journal row; inside a store batch.
 
         None when its task ended meanwhile (the message is dead-lettered instead). ``task``:
         its task as read in this same batch, if the caller has it.
@@ -113,15 +117,29 @@ class Sending:
         """Type a begun delivery and record its outcome (durably, on every path)."""
         try:
             if begun is not None:
-                result = await driver.deliver(
-                    begun.text,
-                    already_pasted=begun.stranded,
-                    serves=_serves(begun.msg),
-                    nonce=begun.nonce,
-                )
-                self.settled(driver.name, begun.msg, begun.nonce, result, follow_up=begun.follow_up)
+                await self._type(driver, begun, pasted=begun.stranded)
         finally:
             self.store.sync()
+
+    async def _type(
+        self, driver: AgentDriver, begun: Begun, *, pasted: bool, recovered: bool = False
+    ) -> None:
+        """Deliver a begun message; its outcome and its journal row commit together."""
+        carried: list[tuple[tuple[decide.DeliveryAction, ...], At]] = []
+
+        def record(result: DeliveryResult) -> None:
+            carried.append(self._decided(driver.name, begun, result, recovered=recovered))
+            self.executor.record(*carried[-1])
+
+        await driver.deliver(
+            begun.text,
+            already_pasted=pasted,
+            serves=loop_serves(begun.msg),
+            nonce=begun.nonce,
+            then=record,
+        )
+        for actions, at in carried:
+            self.executor.end(actions, at)
 
     def hand_off(self, target: str, msg: Message, snap: Snapshot, task: Task | None = None) -> bool:
         """Begin ``msg``'s delivery for ``target``'s loop to type (inside a block's batch).
@@ -154,7 +172,7 @@ class Sending:
             return
         await self.send(driver, begun)
 
-    def settled(
+    def outcome(
         self,
         name: str,
         msg: Message,
@@ -168,18 +186,25 @@ class Sending:
 
         The agent may run on another node of the fleet (engine/remote.py): its node typed.
         """
-        evidence = " | ".join(result.evidence)
+        begun = Begun(msg, nonce, msg.text or "", follow_up=follow_up)
+        self.executor.carry(*self._decided(name, begun, result, recovered=recovered))
+
+    def _decided(
+        self, name: str, begun: Begun, result: DeliveryResult, *, recovered: bool
+    ) -> tuple[tuple[decide.DeliveryAction, ...], At]:
+        """What a delivery's outcome calls for, and what it applies to."""
+        msg = begun.msg
         actions = decide.delivery_ended(
             decide.Delivery(
                 result.outcome,
                 result.submitted,
                 result.rule,
-                evidence,
+                " | ".join(result.evidence),
                 name,
                 msg.type,
                 msg.attempts,
                 self.config.routing.max_attempts,
-                follow_up,
+                begun.follow_up,
                 msg.task_id,  # a task gone meanwhile is not failed (see _fail)
             )
         )
@@ -190,13 +215,14 @@ class Sending:
         at = At(
             name,
             msg=msg,
-            nonce=nonce,
+            nonce=begun.nonce,
             evidence=tuple(result.evidence),
             outcome=result.outcome.value,
             detail=detail,
             recovered=recovered,
+            turn_id=result.turn_id,
         )
-        self.executor.carry(actions, at)
+        return actions, at
 
     def render(self, msg: Message, nonce: str, task: Task | None = None) -> str:
         """The prompt of ``msg`` with ``nonce``, from the templates."""
@@ -217,68 +243,52 @@ class Sending:
 
     # --- settling what a stopped router left --------------------------------------------
 
-    async def settle_in_flight(self, driver: AgentDriver, snap: Snapshot) -> None:
-        """Settle every DELIVERING message of this agent before anything else is sent to it."""
-        for msg in self.store.in_flight(driver.name):
-            nonce = msg.turn_nonce or new_nonce()
+    async def settle_in_flight(self, driver: AgentDriver, snap: Snapshot) -> bool:
+        """Settle each prompt handed to this agent and not settled (a crash cut it short).
+
+        Those are the HANDED rows of its loop messages in the journal of turns; True if
+        there was one.
+        """
+        rows = handed(self.store, driver.name)
+        for row, msg in rows:
             turn = self.store.current_turn(driver.name)
             follow_up = msg.type in FOLLOW_UPS and (turn is None or turn.message_id != msg.id)
-            if not follow_up and (turn is None or turn.nonce != nonce):
-                # The turn row and the message go together; one without the other is an old
-                # store: open the turn again so the answer is read from where it starts.
-                if turn is not None:
-                    self.store.end_turn(driver.name, turn.nonce, TurnEnd.HANDED_BACK)
-                turn = self.store.start_turn(
-                    driver.name,
-                    nonce=nonce,
-                    task_id=msg.task_id,
-                    message_id=msg.id,
-                    start_line=-1 if snap.alternate_screen else 0,
-                )
-            result = await self._confirm_left_over(driver, msg, turn, snap)
+            begun = Begun(msg, row.nonce or "", msg.text or "", follow_up=follow_up)
+            task = self.store.get_task(msg.task_id) if msg.task_id else None
+            found = await resume(driver, row, begun.text, snap)
             self.store.add_event(
                 "recovered",
                 task_id=msg.task_id,
                 agent=driver.name,
-                detail=f"{msg.type} message found mid-delivery after a restart: {result.rule}",
+                detail=f"{msg.type} message found mid-delivery after a restart: {found.rule}",
             )
-            if not follow_up:
-                self.routing.loops[driver.name].turn_nonce = nonce
-            self.settled(driver.name, msg, nonce, result, follow_up=follow_up, recovered=True)
+            task_state = task.state if task is not None else None
+            match agentstep.left_over(found.resumed, task_state):
+                case agentstep.Taken():
+                    result = found.confirmed(row.id)
+                    self.outcome(
+                        driver.name, msg, begun.nonce, result, follow_up=follow_up, recovered=True
+                    )
+                case agentstep.Abandon() as gone:
+                    self.executor.abandon_left_over(driver.name, msg, row, gone)
+                case agentstep.Retype(pasted=pasted):
+                    if not follow_up:
+                        self.routing.loops[driver.name].turn_nonce = begun.nonce
+                    # Our paste in the box is submitted and confirmed, never pasted twice;
+                    # anything else (nothing, or someone else's words, cleared first): send it.
+                    await self._type(driver, begun, pasted=pasted, recovered=True)
             snap = (await driver.snapshot()) or snap
-
-    async def _confirm_left_over(
-        self, driver: AgentDriver, msg: Message, turn: Turn | None, snap: Snapshot
-    ) -> DeliveryResult:
-        from politerm.driver import DeliveryResult
-
-        text = msg.text or self.render(msg, msg.turn_nonce or new_nonce())
-        start = None if turn is None else turn.start_line
-        mine = [r for r in self.store.journal_open(agent=driver.name) if r.serves == _serves(msg)]
-        # The driver writes a prompt's row before it types: without one it never went in.
-        found = await resume(driver, mine[-1], text, snap) if mine else None
-        if found is not None and found.resumed == "delivered":
-            return DeliveryResult(
-                Outcome.DELIVERED,
-                found.evidence,
-                0,
-                True,
-                0.0,
-                found.rule,
-                sources=found.sources,
-                turn_id=mine[-1].id,
-            )
-        # Our paste in the box is submitted and confirmed, never pasted twice; anything else
-        # (nothing, or someone else's words, which delivery clears first): send it.
-        return await driver.deliver(
-            text,
-            already_pasted=found is not None and found.resumed == "pasted",
-            serves=_serves(msg),
-            nonce=msg.turn_nonce,
-            start_line=start,
-        )
+        return bool(rows)
 
 
-def _serves(msg: Message) -> Serves:
-    """A loop message's record in the journal of turns."""
-    return Serves(Workflow.LOOP, "messages", (msg.id,))
+def handed(store: RunStore, agent: str) -> list[tuple[JournalRow, Message]]:
+    """``agent``'s loop messages handed and not settled: HANDED rows, DELIVERING messages.
+
+    The two commit together (see :class:`Sending`), so an open row is the whole story.
+    """
+    found = []
+    for row in store.journal_open(agent=agent, workflow=Workflow.LOOP):
+        msg = store.get_message(int(row.serves.key[0]))
+        if msg is not None and msg.state is MessageState.DELIVERING:
+            found.append((row, msg))
+    return found

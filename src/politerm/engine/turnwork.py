@@ -19,8 +19,28 @@ from politerm.protocol.block import Block
 TURN_KIND: t.Final = "turn"
 #: The work kind of an answer to an agent's question (an approval given on any node).
 ANSWER_KIND: t.Final = "answer"
+#: A turn's outcome when the fleet's budget breaker refused it (nothing was typed).
+OVER_BUDGET: t.Final = "over_budget"
+#: The suffix of an agent's answer stream: answers are claimed while its turn runs.
+ANSWER_SUFFIX: t.Final = ".answer"
 #: Block types that never answer a turn (recorded and shown only).
 _NOT_ANSWERS: t.Final = frozenset({"status"})
+
+
+def answer_stream(agent: str) -> str:
+    """The stream of answers to ``agent``'s questions (apart from its turns' stream).
+
+    Examples
+    --------
+    >>> answer_stream("EXECUTER"), answered_agent("EXECUTER.answer")
+    ('EXECUTER.answer', 'EXECUTER')
+    """
+    return f"{agent}{ANSWER_SUFFIX}"
+
+
+def answered_agent(stream: str) -> str | None:
+    """The agent an answer stream is for; None for a turn stream."""
+    return stream[: -len(ANSWER_SUFFIX)] if stream.endswith(ANSWER_SUFFIX) else None
 
 
 @dataclasses.dataclass(frozen=True)

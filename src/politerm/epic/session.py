@@ -177,6 +177,10 @@ async def run_session(
             ok = report.status is ReportStatus.SUCCESS
             return outcome(SessionStatus.SUCCESS if ok else SessionStatus.NEEDS_HELP, report)
         return outcome(_STATUS.get(result.outcome, SessionStatus.ERROR), error=result.error)
+    except BaseException as exc:
+        # The agent is stopped after this: its prompt must not stay in flight in the journal.
+        driver.abandon_turn(f"session cut short: {type(exc).__name__} {exc}".strip())
+        raise
     finally:
         on_state("stopping")
 

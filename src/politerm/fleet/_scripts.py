@@ -25,7 +25,9 @@ local w, stream = KEYS[1], KEYS[2]
 local v = redis.call('HMGET', w, 'state', 'agent')
 if v[1] then return {'exists', v[1], v[2]} end
 -- The group exists before the first entry, so the entry is delivered from '0'.
-redis.pcall('XGROUP', 'CREATE', stream, ARGV[1], '0', 'MKSTREAM')
+if redis.call('EXISTS', stream) == 0 then
+  redis.call('XGROUP', 'CREATE', stream, ARGV[1], '0', 'MKSTREAM')
+end
 local entry = redis.call('XADD', stream, '*', 'id', ARGV[2])
 redis.call('HSET', w, 'id', ARGV[2], 'agent', ARGV[3], 'kind', ARGV[4], 'payload', ARGV[5],
   'state', 'queued', 'attempt', 0, 'epoch', 0, 'node', '', 'expires', 0, 'entry', entry,
@@ -38,22 +40,24 @@ return {'new', entry}
 CLAIM: t.Final = (
     _NOW
     + """
--- KEYS: work stream, epochs counter, leased zset, results stream, dead stream
+-- KEYS: epochs counter, leased zset, results stream, dead stream, then the work streams
 -- ARGV: group, node, lease ms, max attempts, keep ms, maxlen, key prefix, mode, entry, id
--- mode 'new': start entry ARGV[9] (work ARGV[10]) that XREADGROUP just handed this node.
--- mode 'reclaim': start the first entry of the stream whose attempt is not live: its lease
--- expired, or it was handed to a node that never started it and has been idle a lease.
-local stream, epochs, leased, results, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- mode 'new': start entry ARGV[9] (work ARGV[10]) of stream KEYS[5], which a blocking
+-- XREADGROUP just handed this node.
+-- mode 'any': first an entry of any of the streams whose attempt is not live (its lease
+-- expired, or it was handed to a node that never started it and has been idle a lease),
+-- else a new entry (XREADGROUP without BLOCK): one round trip when work is there.
+local epochs, leased, results, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, node = ARGV[1], ARGV[2]
 local lease_ms, max_attempts = tonumber(ARGV[3]), tonumber(ARGV[4])
 local keep_ms, maxlen, prefix = tonumber(ARGV[5]), ARGV[6], ARGV[7]
 
-local function drop(entry)
+local function drop(stream, entry)
   redis.call('XACK', stream, group, entry)
   redis.call('XDEL', stream, entry)
 end
 
-local function work_of(entry)
+local function work_of(stream, entry)
   local rows = redis.call('XRANGE', stream, entry, entry)
   if #rows == 0 then return nil end
   local f = rows[1][2]
@@ -63,12 +67,12 @@ local function work_of(entry)
   return nil
 end
 
-local function start(entry, id, owner, idle)
+local function start(stream, entry, id, owner, idle)
   local w = prefix .. 'w:' .. id
   local v = redis.call('HMGET', w, 'state', 'expires', 'agent', 'error', 'epoch', 'node')
   local state = v[1]
   if not state or state == 'done' or state == 'dead' then
-    drop(entry)
+    drop(stream, entry)
     return nil
   end
   if state == 'leased' then
@@ -90,7 +94,7 @@ local function start(entry, id, owner, idle)
       cjson.encode({error = why}))
     redis.call('ZREM', leased, id)
     redis.call('PEXPIRE', w, keep_ms)
-    drop(entry)
+    drop(stream, entry)
     return nil
   end
   local epoch = redis.call('INCR', epochs)
@@ -101,29 +105,55 @@ local function start(entry, id, owner, idle)
     'started', now)
   redis.call('ZADD', leased, expires, id)
   local p = redis.call('HMGET', w, 'kind', 'payload')
-  return {'leased', id, entry, epoch, expires, attempt, p[1], p[2], now}
+  return {'leased', id, entry, epoch, expires, attempt, p[1], p[2], v[3]}
 end
 
 if ARGV[8] == 'new' then
-  local entry = ARGV[9]
+  local stream, entry = KEYS[5], ARGV[9]
   local p = redis.call('XPENDING', stream, group, entry, entry, 1)
   if #p == 0 then return nil end
-  return start(entry, ARGV[10], p[1][2], tonumber(p[1][3]))
+  return start(stream, entry, ARGV[10], p[1][2], tonumber(p[1][3]))
 end
--- Not XAUTOCLAIM: it would move an entry before we know whether its lease has expired.
--- The idle filter only narrows the scan; the record's expiry decides.
-local pending = redis.call('XPENDING', stream, group, 'IDLE', lease_ms, '-', '+', 32)
-for _, p in ipairs(pending) do
-  local entry = p[1]
-  local id = work_of(entry)
-  if not id then
-    redis.call('XACK', stream, group, entry)
-  else
-    local got = start(entry, id, p[2], tonumber(p[3]))
-    if got then return got end
+for s = 5, #KEYS do
+  local stream = KEYS[s]
+  -- Not XAUTOCLAIM: it would move an entry before we know whether its lease has expired.
+  -- The idle filter only narrows the scan; the record's expiry decides.
+  local pending = redis.call('XPENDING', stream, group, 'IDLE', lease_ms, '-', '+', 32)
+  for _, p in ipairs(pending) do
+    local entry = p[1]
+    local id = work_of(stream, entry)
+    if not id then
+      redis.call('XACK', stream, group, entry)
+    else
+      local got = start(stream, entry, id, p[2], tonumber(p[3]))
+      if got then return got end
+    end
   end
 end
-return nil
+for s = 5, #KEYS do
+  local stream = KEYS[s]
+  -- A bounded number of reads: entries of ended work are dropped on the way.
+  for _ = 1, 16 do
+    local got = redis.call('XREADGROUP', 'GROUP', group, node, 'COUNT', 1, 'STREAMS', stream, '>')
+    if not got then break end
+    local entry = got[1][2][1]
+    local f = entry[2]
+    local id = nil
+    for i = 1, #f, 2 do
+      if f[i] == 'id' then id = f[i + 1] end
+    end
+    if id then
+      local started = start(stream, entry[1], id, node, 0)
+      if started then return started end
+    else
+      drop(stream, entry[1])
+    end
+  end
+end
+-- Nothing to start: when does the next lease of the project run out (ms from now, -1: none)?
+local soonest = redis.call('ZRANGE', leased, 0, 0, 'WITHSCORES')
+if #soonest == 0 then return {'none', -1} end
+return {'none', math.max(0, tonumber(soonest[2]) - now)}
 """
 )
 

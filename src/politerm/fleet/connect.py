@@ -20,7 +20,7 @@ import urllib.parse
 
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import AuthorizationError
+from redis.exceptions import AuthorizationError, NoPermissionError
 from redis.retry import Retry
 
 from politerm.config.fleet import redact_url
@@ -101,7 +101,7 @@ class Connection:
         except redis.TimeoutError:
             msg = f"Redis at {self.where} did not answer within {self.timeout:g} s ({what})"
             raise FleetUnavailable(msg) from None
-        except (redis.AuthenticationError, AuthorizationError) as exc:
+        except (redis.AuthenticationError, AuthorizationError, NoPermissionError) as exc:
             msg = f"Redis at {self.where} refused us ({what}): {self._scrub(str(exc))}"
             raise FleetAuthError(msg) from None
         except redis.ConnectionError as exc:

@@ -60,6 +60,9 @@ __all__ = ["LateResult", "WorkQueue"]
 _GIVEN_BACK_IDLE = 10**10
 # The longest one blocking read may take, as a share of the command timeout.
 _BLOCK_SHARE = 0.5
+# A blocking read that waits for a lease to run out wakes this much after (Redis's clock
+# is in ms; a read woken early would find the lease still live).
+_EXPIRY_SLACK_MS = 2
 
 
 class LateResult(t.NamedTuple):
@@ -151,6 +154,9 @@ class WorkQueue:
         self._complete = client.register_script(_scripts.COMPLETE)
         self._give_back = client.register_script(_scripts.GIVE_BACK)
         self._grouped: set[str] = set()
+        # From the last claim that found nothing: ms until the project's next lease runs
+        # out (-1: none is held).
+        self._next_expiry = -1
         # Entries XREADGROUP handed a node beyond the one started (one per stream per
         # read), by node: (agent, entry, work id). Lost with the process, they are
         # re-claimed after a lease like any entry whose node never started it.
@@ -221,15 +227,15 @@ class WorkQueue:
                         raise
                 self._grouped.add(agent)
 
-    def _start(self, node: str, args: list[t.Any], agent: str) -> Lease | None:
+    def _start(self, node: str, agents: Sequence[str], args: list[t.Any]) -> Lease | None:
         sent = time.monotonic()
         reply = self._claim(
             keys=[
-                self.keys.stream(agent),
                 self.keys.epochs,
                 self.keys.leased,
                 self.keys.results,
                 self.keys.dead,
+                *(self.keys.stream(a) for a in agents),
             ],
             args=[
                 GROUP,
@@ -242,9 +248,10 @@ class WorkQueue:
                 *args,
             ],
         )
-        if not reply:
+        if not reply or reply[0] == "none":
+            self._next_expiry = int(reply[1]) if reply else -1
             return None
-        _, work_id, entry, epoch, expires, attempt, kind, payload, _now = reply
+        _, work_id, entry, epoch, expires, attempt, kind, payload, agent = reply
         work = Work(
             id=work_id,
             agent=agent,
@@ -284,33 +291,34 @@ class WorkQueue:
         deadline = time.monotonic() + block_ms / 1000
         with self.conn.talking(what):
             self._ensure_groups(names)
-            lease = self._from_backlog(node)
-            for agent in names:
-                lease = lease or self._start(node, ["reclaim"], agent)
+            lease = self._from_backlog(node) or self._start(node, names, ["any"])
             while lease is None:
                 left_ms = int((deadline - time.monotonic()) * 1000)
-                block = min(max(left_ms, 0), int(self.conn.timeout * 1000 * _BLOCK_SHARE))
+                if left_ms <= 0:
+                    break
+                # In slices, so that no read outlasts the command timeout, each ending when
+                # the project's next lease runs out: its work is re-claimed at once.
+                block = min(left_ms, int(self.conn.timeout * 1000 * _BLOCK_SHARE))
+                if self._next_expiry >= 0:
+                    block = min(block, self._next_expiry + _EXPIRY_SLACK_MS)
+                block = max(1, block)
                 got = self.conn.cmd.xreadgroup(
-                    GROUP,
-                    node,
-                    {self.keys.stream(a): ">" for a in names},
-                    count=1,
-                    block=block if block > 0 else None,
+                    GROUP, node, {self.keys.stream(a): ">" for a in names}, count=1, block=block
                 )
                 backlog = self._backlog.setdefault(node, [])
                 for stream, entries in got or []:
                     agent = stream[len(self.keys.stream("")) :]
                     backlog.extend((agent, entry, f.get("id", "")) for entry, f in entries)
                 lease = self._from_backlog(node)
-                if left_ms <= 0 or time.monotonic() >= deadline:
-                    break
+                if lease is None and not got:
+                    lease = self._start(node, names, ["any"])
             return lease
 
     def _from_backlog(self, node: str) -> Lease | None:
         backlog = self._backlog.get(node, [])
         while backlog:
             agent, entry, work_id = backlog.pop(0)
-            lease = self._start(node, ["new", entry, work_id], agent)
+            lease = self._start(node, [agent], ["new", entry, work_id])
             if lease is not None:
                 return lease
         return None

@@ -339,13 +339,21 @@ class JournalRows(StoreCore):
         return _row(row)
 
     def journal_end_nonce(self, agent: str, nonce: str, outcome: str) -> list[int]:
-        """End every open row of ``agent``'s turn ``nonce`` (the loop ends its turns so).
+        """End the open rows of ``agent``'s turn ``nonce`` (the loop ends its turns so).
 
         A DELIVERED row ENDS with ``outcome``; one still HANDED was never confirmed and is
-        ABANDONED. Returns the ids of the rows ended.
+        ABANDONED, unless its message is still DELIVERING: that delivery (or the recovery
+        after a crash) settles the row with the message. Returns the ids of the rows ended.
         """
-        with self._writing():
-            rows = self.journal_open(agent=agent, nonce=nonce)
+        with self._writing() as c:
+            typing = {
+                r[0]
+                for r in c.execute(
+                    "SELECT turn_id FROM messages WHERE recipient = ? AND state = 'delivering'",
+                    (agent,),
+                )
+            }
+            rows = [r for r in self.journal_open(agent=agent, nonce=nonce) if r.id not in typing]
             for row in rows:
                 done = (
                     JournalState.ENDED

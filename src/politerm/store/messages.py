@@ -224,10 +224,6 @@ class MessageRows(StoreCore):
             row = c.execute(sql + " ORDER BY id LIMIT 1", args).fetchone()
         return None if row is None else _message(row)
 
-    def in_flight(self, recipient: str | None = None) -> list[Message]:
-        """Return every message whose delivery started but is not settled (DELIVERING)."""
-        return self.list_messages(state=MessageState.DELIVERING, recipient=recipient)
-
     def list_messages(
         self,
         *,

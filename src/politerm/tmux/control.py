@@ -102,6 +102,10 @@ class ControlClient:
         self._dead_seen: dict[str, str] = {}  # pane id -> last #{pane_dead} tmux reported
         self._listeners: list[NotificationCallback] = []
         self._reconnect_task: asyncio.Task[None] | None = None
+        # quiet(): %output only while someone subscribed; _no_output is what tmux was told.
+        self._quiet = False
+        self._no_output = False
+        self._subscribers = 0
         self.connections = 0
         self.exit_reason: str | None = None
 
@@ -226,6 +230,11 @@ class ControlClient:
         # watcher: subscribe to #{pane_dead} and get %subscription-changed instead.
         with contextlib.suppress(TmuxCommandError, ControlModeError):
             await (await self._send_now(f"refresh-client -B '{_DEAD_SUB}:%*:#{{pane_dead}}'"))
+        # A new connection starts with output on: tell it again what this client wants.
+        self._no_output = False
+        if self._quiet and self._subscribers == 0:
+            with contextlib.suppress(TmuxCommandError, ControlModeError):
+                await self._set_no_output(True)
         log.debug("control client attached to %s/%s", self.socket_name, self.session)
 
     async def _await_attach(self, reader: asyncio.Task[None]) -> None:
@@ -564,16 +573,77 @@ class ControlClient:
     def subscribe(self, pane_id: str, callback: OutputCallback) -> Callable[[], None]:
         """Call ``callback(pane_id, data)`` with each decoded output chunk of the pane.
 
-        Returns a function that removes the subscription.
+        Returns a function that removes the subscription. On a :meth:`quiet` client, tmux
+        sends output again from the first subscription on (asked before any command sent
+        after this call) until the last one is removed.
         """
         feed = self._feed(pane_id)
         feed.callbacks.append(callback)
+        self._subscribers += 1
+        self._want_output()
+        removed = False
 
         def unsubscribe() -> None:
+            nonlocal removed
+            if removed:
+                return
+            removed = True
             with contextlib.suppress(ValueError):
                 feed.callbacks.remove(callback)
+            self._subscribers -= 1
+            self._want_output()
 
         return unsubscribe
+
+    async def quiet(self) -> None:
+        """Have tmux send no pane output to this connection while nobody subscribed to one.
+
+        tmux writes every pane's output to every control client attached to the session;
+        a reader that only looks at the session's layout and deaths (the views) need not
+        receive it, nor make the server write it. Notifications still come; a
+        :meth:`subscribe` turns output on for as long as it lasts. Kept over reconnects.
+        Needs tmux's ``no-output`` client flag (3.2).
+        """
+        self._quiet = True
+        if self._subscribers == 0 and not self._no_output:
+            await self._set_no_output(True)
+
+    @property
+    def output_off(self) -> bool:
+        """Whether tmux was told to send this connection no pane output (:meth:`quiet`)."""
+        return self._no_output
+
+    async def _set_no_output(self, off: bool) -> None:
+        self._no_output = off
+        await (await self._send_now(self._no_output_line(off)))
+
+    @staticmethod
+    def _no_output_line(off: bool) -> str:
+        return f"refresh-client -f {'no-output' if off else '!no-output'}"
+
+    def _want_output(self) -> None:
+        """Turn a quiet client's output on or off to match its subscribers, without waiting.
+
+        Called from synchronous code (a subscription and its removal): the line is queued
+        now, so it reaches tmux before any command sent after it; its answer is not awaited.
+        """
+        off = self._quiet and self._subscribers == 0
+        if off == self._no_output or not self._connected.is_set():
+            return  # a reconnect applies the wanted state itself
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.returncode is not None:
+            return
+        fut: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_log_failure)
+        self._no_output = off
+        line = self._no_output_line(off)
+        # Appended and written with no await in between: a holder of the write lock has
+        # already written its own lines, so replies still come in the order of _pending.
+        self._pending.append(_Pending(line, fut, time.monotonic()))
+        try:
+            proc.stdin.write(line.encode() + b"\n")
+        except (ConnectionError, BrokenPipeError, RuntimeError) as exc:
+            log.debug("could not ask tmux for %s: %s", line, exc)
 
     def on_notification(self, callback: NotificationCallback) -> Callable[[], None]:
         """Call ``callback`` with every notification (``%exit``, ``%window-close``, ...)."""
@@ -599,3 +669,8 @@ class ControlClient:
     def dead_reason(self) -> str | None:
         """Why the connection is gone for good, or None while it is usable."""
         return self._dead_reason
+
+
+def _log_failure(fut: asyncio.Future[list[str]]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.debug("tmux refused an output flag: %s", fut.exception())

@@ -244,3 +244,34 @@ SLEEP_CASES = [
 @pytest.mark.parametrize("case", SLEEP_CASES, ids=[c.test_id for c in SLEEP_CASES])
 def test_sleep_bound(case: Case) -> None:
     assert agentstep.sleep_bound(agentstep.Sleep(**{**SLEEP, **case.changes})) == case.expected
+
+
+LEFT_OVER_CASES = [
+    Case("taken", {"resumed": "delivered"}, agentstep.Taken()),
+    Case(
+        "taken-though-task-ended",
+        {"resumed": "delivered", "task_state": TaskState.ABORTED},
+        agentstep.Taken(),
+    ),
+    Case("in-the-box-submitted", {"resumed": "pasted"}, agentstep.Retype(pasted=True)),
+    Case("nothing-typed-again", {}, agentstep.Retype(pasted=False)),
+    Case("no-task-typed-again", {"task_state": None}, agentstep.Retype(pasted=False)),
+    Case(
+        "task-ended-never-typed",
+        {"task_state": TaskState.FAILED},
+        agentstep.Abandon(
+            "task failed before its prompt was typed", "task failed", clear_box=False
+        ),
+    ),
+    Case(
+        "task-ended-box-cleared",
+        {"resumed": "pasted", "task_state": TaskState.DONE},
+        agentstep.Abandon("task done before its prompt was typed", "task done", clear_box=True),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", LEFT_OVER_CASES, ids=[c.test_id for c in LEFT_OVER_CASES])
+def test_left_over_fate(case: Case) -> None:
+    facts: dict[str, t.Any] = {"resumed": None, "task_state": TaskState.EXECUTING}
+    assert agentstep.left_over_fate(**{**facts, **case.changes}) == case.expected

@@ -300,10 +300,12 @@ class Taken:
 class Abandon:
     """Its task ended before the prompt was typed: DEAD, its row abandoned, never typed.
 
-    ``clear_box``: its text waits in the agent's input box.
+    ``error``: the message's; ``reason``: its row's; ``clear_box``: its text waits in the
+    agent's input box.
     """
 
     error: str
+    reason: str
     clear_box: bool
 
 
@@ -314,7 +316,7 @@ class Retype:
     pasted: bool
 
 
-def left_over(
+def left_over_fate(
     resumed: t.Literal["pasted", "delivered"] | None, task_state: TaskState | None
 ) -> Taken | Abandon | Retype:
     """What settles a prompt a stopped router left handed (its journal row open).
@@ -324,16 +326,17 @@ def left_over(
 
     Examples
     --------
-    >>> left_over("pasted", TaskState.EXECUTING), left_over(None, None)
+    >>> left_over_fate("pasted", TaskState.EXECUTING), left_over_fate(None, None)
     (Retype(pasted=True), Retype(pasted=False))
-    >>> left_over("pasted", TaskState.ABORTED)
-    Abandon(error='task aborted before its prompt was typed', clear_box=True)
+    >>> left_over_fate("pasted", TaskState.ABORTED)
+    Abandon(error='task aborted before its prompt was typed', reason='task aborted', \
+clear_box=True)
     """
     if resumed == "delivered":
         return Taken()
     if task_state is not None and task_state not in ACTIVE:
-        why = f"task {task_state.value} before its prompt was typed"
-        return Abandon(why, clear_box=resumed == "pasted")
+        ended = f"task {task_state.value}"
+        return Abandon(f"{ended} before its prompt was typed", ended, resumed == "pasted")
     return Retype(pasted=resumed == "pasted")
 
 

@@ -289,7 +289,7 @@ class Executor:
         """A prompt a stopped router left handed, whose task ended: never typed again."""
         with self.store.batch():
             self.store.transition(msg.id, MessageState.DEAD, error=gone.error)
-            abandon(self.store, row, gone.error)
+            abandon(self.store, row, gone.reason)
         if gone.clear_box:
             self.routing.clear_later.add(name)
 

@@ -263,7 +263,7 @@ class Sending:
                 detail=f"{msg.type} message found mid-delivery after a restart: {found.rule}",
             )
             task_state = task.state if task is not None else None
-            match agentstep.left_over(found.resumed, task_state):
+            match agentstep.left_over_fate(found.resumed, task_state):
                 case agentstep.Taken():
                     result = found.confirmed(row.id)
                     self.outcome(

@@ -154,12 +154,17 @@ class Handoffs:
     executer_prompts: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def read(cls, root: pathlib.Path) -> Handoffs:
-        """Pair the Planner's and the Executer's events by the task id in each prompt."""
+    def read(cls, root: pathlib.Path, executer_root: pathlib.Path | None = None) -> Handoffs:
+        """Pair the Planner's and the Executer's events by the task id in each prompt.
+
+        ``executer_root``: where the Executer's log is, when not beside the Planner's (a
+        fleet node of its own).
+        """
         out = cls()
         for agent in ("planner", "executer"):
             prompt_of: dict[int, tuple[str, str]] = {}
-            for e in read_log(root / f"{agent}.jsonl"):
+            where = executer_root if agent == "executer" and executer_root else root
+            for e in read_log(where / f"{agent}.jsonl"):
                 if e["event"] == "prompt":
                     m = _TASK_ID.search(e["text"])
                     if m is None:

@@ -259,14 +259,12 @@ LEFT_OVER_CASES = [
     Case(
         "task-ended-never-typed",
         {"task_state": TaskState.FAILED},
-        agentstep.Abandon(
-            "task failed before its prompt was typed", "task failed", clear_box=False
-        ),
+        agentstep.Abandon("task failed", clear_box=False),
     ),
     Case(
         "task-ended-box-cleared",
         {"resumed": "pasted", "task_state": TaskState.DONE},
-        agentstep.Abandon("task done before its prompt was typed", "task done", clear_box=True),
+        agentstep.Abandon("task done", clear_box=True),
     ),
 ]
 

@@ -198,9 +198,9 @@ DIR_CONFIG = {"poli.toml": DIR, ".poli/pipelines/p.pipeline": PIPE, "r.jsonl": b
 EVERY_COMMAND: dict[str, tuple[str, ...]] = {
     "abort": (), "answer": ("T1", "x"),
     "approve": ("PLANNER",), "attach": (), "bridge": ("list",), "config": (), "dash": (),
-    "doctor": (), "down": (), "export": (), "gate": ("y",),
+    "doctor": (), "down": (), "export": (), "fleet": ("status",), "gate": ("y",),
     "go": ("E", "--yes"), "import": ("r.jsonl",), "inbox": (), "list": (), "log": (),
-    "manager": ("status",), "mcp": (), "msg": ("list",), "notify": (), "panes": (),
+    "manager": ("status",), "mcp": (), "msg": ("list",), "node": (), "notify": (), "panes": (),
     "pipeline": ("show", "p"), "reply": ("x",), "resume": ("--run-id", "R1"), "route": (),
     "run": ("p", "--task", "x"), "send": ("--to", "PLANNER", "x"), "status": (),
     "summarize": ("E",), "task": ("x",), "up": (), "web": (), "work": ("list",),
@@ -214,6 +214,34 @@ NO_PROJECT_INPUT = {
 CASES += [
     Case(f"every-command-{name}", (name, *args), DIR_CONFIG, "poli.toml: is a directory")
     for name, args in EVERY_COMMAND.items()
+]
+_FLEET_NO_PASSWORD = b'[fleet]\nurl = "redis://10.0.0.5:6379/0"\n'
+CASES += [
+    Case("fleet-budget-config-dir", ("fleet", "budget"), DIR_CONFIG, "poli.toml: is a directory"),
+    Case(
+        "fleet-unauthenticated-remote",
+        ("fleet", "budget"),
+        {"poli.toml": _FLEET_NO_PASSWORD},
+        "refused: Redis on another machine needs an ACL user",
+    ),
+    Case(
+        "fleet-status-unauthenticated-remote",
+        ("fleet", "status"),
+        {"poli.toml": _FLEET_NO_PASSWORD},
+        "refused: Redis on another machine needs an ACL user",
+    ),
+    Case(
+        "fleet-bad-url",
+        ("fleet", "status"),
+        {"poli.toml": b'[fleet]\nurl = "redis://u:pw@h:99999"\n'},
+        "fleet.url: expected a redis:// or rediss:// URL",
+    ),
+    Case(
+        "fleet-redis-down",
+        ("fleet", "budget"),
+        {"poli.toml": b'[fleet]\nurl = "redis://127.0.0.1:1/0"\ntimeout = 2\n'},
+        "cannot reach Redis at redis://127.0.0.1:1/0",
+    ),
 ]
 
 

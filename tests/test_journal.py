@@ -162,3 +162,17 @@ def test_an_older_store_gains_the_journal(store_path: pathlib.Path) -> None:
         row = s.journal_hand("B", Serves(Workflow.MESSAGING, "mail", ("m1",)), text="p")
         with s._reading() as c:
             assert c.execute("SELECT turn_id FROM mail").fetchone()[0] == row.id
+
+
+def test_an_agents_conversation_id_is_kept_on_its_newest_row(store: RunStore) -> None:
+    assert store.journal_conversation("A") == ""
+    assert store.journal_conversation("A", "c-1") == ""  # no row yet: nothing to keep it on
+    first = store.journal_hand("A", _serves("k1"), text="p", conversation="c-1")
+    store.journal_hand("B", _serves("k2"), text="p", conversation="b-1")
+    assert store.journal_conversation("A") == "c-1"
+    # named late (after the turn's end): the agent's newest row is told
+    second = store.journal_hand("A", _serves("k3"), text="p")
+    assert store.journal_conversation("A", "c-2") == "c-2"
+    rows = [store.journal_row(r.id) for r in (first, second)]
+    assert [r.conversation if r else None for r in rows] == ["c-1", "c-2"]
+    assert store.journal_conversation("B") == "b-1"

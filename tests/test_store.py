@@ -225,6 +225,38 @@ def test_agents(store: RunStore, clock: FakeClock) -> None:
         store.set_agent_state("nobody", "ready")
 
 
+@pytest.mark.parametrize("n", [6, 60])
+def test_a_listing_builds_only_the_agents_that_changed(
+    store: RunStore, store_path: pathlib.Path, n: int
+) -> None:
+    # A view lists every agent on each refresh: at 500 agents, building each Agent again
+    # (its env decoded from JSON) was most of the listing.
+    for i in range(n):
+        store.upsert_agent(
+            f"A{i:03d}", session="poli", pane_id=f"%{i}", command="c", cwd="/w",
+            profile="p", resume_command=None, env={"I": str(i)},
+        )  # fmt: skip
+    first = store.list_agents()
+    assert store.agents_built == n
+    again = store.list_agents()
+    assert store.agents_built == n
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    store.set_agent_state("A001", "busy")
+    changed = store.list_agents()
+    assert store.agents_built == n + 1
+    assert [a.state for a in changed[:3]] == ["starting", "busy", "starting"]
+    # What the listing gives is what a store that never listed before reads.
+    with RunStore.open(store_path) as fresh:
+        assert fresh.list_agents() == changed
+    store.upsert_agent(
+        "A000", session="poli", pane_id="%99", command="c", cwd="/w", profile="p",
+        resume_command=None, env={"I": "new"},
+    )  # fmt: skip
+    [a0] = [a for a in store.list_agents() if a.name == "A000"]
+    assert (a0.pane_id, a0.env) == ("%99", {"I": "new"})
+    assert store.agents_built == n + 2
+
+
 def test_tasks(store: RunStore, clock: FakeClock) -> None:
     task = store.create_task("t1", "add a flag", max_rounds=4)
     assert (task.state, task.round, task.report, task.created) == (

@@ -11,6 +11,8 @@ receipts are written by politerm's real hook command, as Claude Code runs it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -19,9 +21,13 @@ import typing as t
 import psutil
 
 from politerm._internal.proctree import process_tree
-from politerm.driver.receipts import CLI_SESSION_META
+from politerm.driver.receipts import PANE_OPTION
 from politerm.driver.transcripts import own_conversation
+from politerm.engine.loop import submit, templates_for
+from politerm.engine.routebase import Routing
+from politerm.engine.router import Router
 from politerm.hooks.channel import channel_path, create_channel, hooks_dir_for
+from politerm.store.models import TaskState
 from politerm.testing.retry import aretry_until
 from tests.loophelpers import open_loop, write_project
 
@@ -33,6 +39,7 @@ if t.TYPE_CHECKING:
     from politerm.agents.profile import TranscriptSpec
     from tests.loophelpers import Loop
 
+TASK = 120.0  # bound on one task in these tests
 PROFILE = """extends = "fake-claude"
 description = "the fake agent, resuming a conversation by its id"
 resume_args = ["--name", "newest"]
@@ -48,6 +55,20 @@ def _project(root: pathlib.Path, socket: str) -> Loop:
     toml = (root / "poli.toml").read_text()
     (root / "poli.toml").write_text(toml.replace('"fake-claude"', '"fake-resume"'))
     return open_loop(root)
+
+
+@contextlib.asynccontextmanager
+async def _up(server: libtmux.Server, tmp_path: pathlib.Path) -> t.AsyncIterator[Loop]:
+    """The project up on this test's socket (no primers); down and closed afterwards."""
+    assert server.socket_name is not None
+    loop = _project(tmp_path / "proj", server.socket_name)
+    try:
+        await loop.session.up(primers=False)
+        yield loop
+    finally:
+        await loop.session.down()
+        await loop.session.host.server.close()
+        loop.store.close()
 
 
 def _hook(loop: Loop, agent: str, session: str) -> None:
@@ -80,45 +101,82 @@ def _started_as(loop: Loop, agent: str) -> list[str]:
     return [e["name"] for e in loop.log(agent) if e["event"] == "start"]
 
 
+IDS = {"PLANNER": "p-1111", "EXECUTER": "e-2222"}
+
+
+async def _task_naming(loop: Loop, ids: t.Mapping[str, str]) -> None:
+    """Route one task; each agent's CLI names its conversation as its prompt goes in.
+
+    The fake agent runs no hooks: its pane is tagged with a channel, as a hooked CLI's
+    launch tags it, under a CLI name whose hooks report nothing but the conversation (so
+    the screen alone confirms), and the receipt is written as the prompt goes in.
+    """
+    agents = await loop.session.attach()
+    for name, (_profile, pane) in agents.items():
+        channel = create_channel(hooks_dir_for(loop.config), name)
+        await pane.set_option(PANE_OPTION, f"fake:{channel}")
+    router = Router(Routing(loop.config, loop.store, agents, templates=templates_for(loop.config)))
+    for name, session in ids.items():
+
+        async def named(name: str = name, session: str = session) -> None:
+            await asyncio.to_thread(_hook, loop, name, session)
+
+        router.agents[name].on("before-paste", named)
+    submit(loop.store, loop.config, "make hello", task_id="T-1")
+
+    def done() -> bool:
+        task = loop.store.get_task("T-1")
+        return task is not None and task.state is TaskState.DONE
+
+    async with asyncio.timeout(TASK):
+        await router.run(until=done)
+
+
+async def _reboot_without_receipts(loop: Loop) -> None:
+    """A reboot that also takes the hook receipts: the journal of turns is what is left."""
+    await _reboot(loop)
+    for name in IDS:
+        channel_path(hooks_dir_for(loop.config), name).unlink(missing_ok=True)
+
+
 async def test_reboot_resumes_each_agent_with_its_own_conversation_id(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
-    assert server.socket_name is not None
-    loop = _project(tmp_path / "proj", server.socket_name)
-    try:
-        await loop.session.up(primers=False)
-        _hook(loop, "PLANNER", "p-1111")
-        _hook(loop, "EXECUTER", "e-2222")
-        await _reboot(loop)
+    async with _up(server, tmp_path) as loop:
+        await _task_naming(loop, IDS)
+        # Each agent's id is on its prompts' rows in the journal of turns.
+        assert {n: loop.store.journal_conversation(n) for n in IDS} == IDS
+        await _reboot_without_receipts(loop)
         said: list[str] = []
         await loop.session.up(resume=True, primers=False, on_event=said.append)
 
         assert _started_as(loop, "PLANNER") == ["", "resumed-p-1111"]
         assert _started_as(loop, "EXECUTER") == ["", "resumed-e-2222"]
         assert "PLANNER: resuming its own conversation p-1111" in said, said
-        assert loop.store.get_meta(CLI_SESSION_META + "PLANNER") == "p-1111"
-        assert loop.store.get_meta(CLI_SESSION_META + "EXECUTER") == "e-2222"
         events = [e.detail for e in loop.store.list_events() if e.kind == "resume"]
         assert "--name resumed-p-1111: its own conversation p-1111" in events, events
-    finally:
-        await loop.session.down()
-        await loop.session.host.server.close()
-        loop.store.close()
+
+
+async def test_hook_receipts_name_the_conversation_when_no_prompt_was_handed(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    async with _up(server, tmp_path) as loop:
+        for name, session in IDS.items():
+            _hook(loop, name, session)
+        await _reboot(loop)  # the receipts outlive it (beside the store)
+        said: list[str] = []
+        await loop.session.up(resume=True, primers=False, on_event=said.append)
+
+        assert _started_as(loop, "PLANNER") == ["", "resumed-p-1111"]
+        assert _started_as(loop, "EXECUTER") == ["", "resumed-e-2222"]
 
 
 async def test_no_conversation_id_falls_back_to_the_generic_resume_and_says_so(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
-    assert server.socket_name is not None
-    loop = _project(tmp_path / "proj", server.socket_name)
-    try:
-        await loop.session.up(primers=False)
-        _hook(loop, "PLANNER", "p-1111")  # EXECUTER's hooks never named one
-        await _reboot(loop)
-        # The receipts went with the reboot; the store's record is what is left.
-        channel = channel_path(hooks_dir_for(loop.config), "PLANNER")
-        loop.store.set_meta(CLI_SESSION_META + "PLANNER", "p-1111")
-        channel.unlink()
+    async with _up(server, tmp_path) as loop:
+        await _task_naming(loop, {"PLANNER": "p-1111"})  # EXECUTER's CLI never named one
+        await _reboot_without_receipts(loop)
         said: list[str] = []
         await loop.session.up(resume=True, primers=False, on_event=said.append)
 
@@ -127,10 +185,6 @@ async def test_no_conversation_id_falls_back_to_the_generic_resume_and_says_so(
         want = "EXECUTER: resuming no conversation id known: the newest conversation"
         want += " (--name newest)"
         assert want in said, said
-    finally:
-        await loop.session.down()
-        await loop.session.host.server.close()
-        loop.store.close()
 
 
 def _claude_log(home: pathlib.Path, cwd: pathlib.Path, session: str) -> None:

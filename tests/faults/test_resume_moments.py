@@ -219,6 +219,32 @@ async def test_a_prompt_aborted_between_the_batch_and_the_paste_is_never_typed(
         assert loop.store.journal_open() == []
 
 
+async def test_a_handoff_aborted_before_its_loop_types_it_leaves_nothing_in_flight(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "proj"
+    write_project(root, _socket(server))
+    async with started(root) as loop:
+        router = await _running(loop, "T-hand")
+        router.routing.loops["PLANNER"].settled = True  # no earlier router left anything
+        planner = router.agents["PLANNER"]
+        msg = loop.store.next_queued("PLANNER")
+        snap = await planner.snapshot()
+        assert msg is not None and snap is not None
+        # A block's commit hands the prompt to the agent's loop; the task is aborted before
+        # that loop types it.
+        with loop.store.batch(durable=False):
+            assert router.sending.hand_off("PLANNER", msg, snap)
+        begun = router.routing.loops["PLANNER"].handoff
+        assert begun is not None
+        await abort(loop.config, loop.store, "T-hand")
+        await router.sending.send_handoff(planner, begun)
+        dead = loop.store.get_message(msg.id)
+        assert dead is not None and dead.state is MessageState.DEAD, dead
+        assert loop.store.journal_open() == []
+        assert not [p for p in loop.prompts("PLANNER") if p.startswith("TASK_ID=T-hand")]
+
+
 async def test_a_prompt_aborted_while_it_is_pasted_leaves_nothing_in_flight(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:

@@ -6,7 +6,7 @@ import typing as t
 
 import pytest
 
-from politerm.errors import Fenced, FleetUnavailable
+from politerm.errors import Fenced, FleetError, FleetUnavailable
 from politerm.fleet import Work, WorkQueue, WorkState, connect
 from politerm.testing.retry import retry_until
 
@@ -102,3 +102,23 @@ def test_a_node_cut_off_beyond_its_lease_may_not_type_and_is_fenced_when_it_come
     result = node_a.wait_result("w1", timeout=5)
     assert result.outcome == {"reply": "b's"}
     assert [late.node for late in node_a.late_results()] == ["a"]
+
+
+def test_after_redis_lost_its_data_nodes_go_on_and_other_errors_are_one_line(
+    redis_server: RedisServer,
+) -> None:
+    queue = make_queue(redis_server)
+    queue.submit(Work("w1", "EXECUTER"))
+    assert queue.claim("a", ["EXECUTER", "PLANNER"]) is not None
+    queue.conn.cmd.flushall()  # a Redis without persistence, restarted: streams and groups gone
+    assert queue.claim("a", ["EXECUTER", "PLANNER"]) is None
+    assert queue.submit(Work("w2", "PLANNER"))
+    lease = queue.claim("b", ["EXECUTER", "PLANNER"], block_ms=100)
+    assert lease is not None
+    assert lease.work.id == "w2"
+    queue.conn.cmd.config_set("maxmemory", "1")  # now every write is refused
+    try:
+        with pytest.raises(FleetError, match=r"answered an error \(submitting work w3 for"):
+            queue.submit(Work("w3", "PLANNER"))
+    finally:
+        queue.conn.cmd.config_set("maxmemory", "0")

@@ -19,7 +19,7 @@ import pytest
 
 from politerm._internal.proctree import process_tree
 from politerm.driver import AgentDriver, Expect, TurnOutcome
-from politerm.driver.receipts import CLI_SESSION_META
+from politerm.store.journal import Serves, Workflow
 from politerm.testing.mockllm import Rule
 from politerm.testing.retry import aretry_until
 from tests.realcli.helpers import GONE, REPLY, AgentSpec
@@ -54,8 +54,12 @@ def _driver(r: Rig, name: str) -> AgentDriver:
 
 
 async def _turn(r: Rig, name: str, text: str, driver: AgentDriver | None = None) -> None:
+    # Each prompt serves a record, as every workflow's does: it gets its journal row.
     result = await (driver or _driver(r, name)).run_turn(
-        lambda nonce: f"{text} (nonce={nonce})", Expect.block("note"), timeout=REPLY
+        lambda nonce: f"{text} (nonce={nonce})",
+        Expect.block("note"),
+        timeout=REPLY,
+        serves=Serves(Workflow.PIPELINE, "pipeline-step", ("resume", f"{name}:{text}")),
     )
     assert result.outcome is TurnOutcome.ANSWERED, (name, result.error)
 
@@ -93,13 +97,14 @@ async def test_reboot_resumes_each_agent_in_its_own_conversation(
     drivers = {n: _driver(r, n) for n in WORDS}
     for name, word in WORDS.items():  # B's conversation is the newest in the directory
         await _turn(r, name, f"REMEMBER-{word}", drivers[name])
-    # The CLI's own ids, from the agents' hooks, are recorded in the store: by the drivers'
-    # looks, as a router's (Codex's notify hook may write after the block is on screen).
+    # The CLI's own ids, from the agents' hooks, are recorded in the journal of turns: by
+    # the drivers' looks, as a router's (Codex's notify hook may write after the block is
+    # on screen).
 
-    async def recorded() -> dict[str, str | None] | None:
+    async def recorded() -> dict[str, str] | None:
         for d in drivers.values():
             await d.observe()
-        found = {n: r.store.get_meta(CLI_SESSION_META + n) for n in WORDS}
+        found = {n: r.store.journal_conversation(n) for n in WORDS}
         return found if all(found.values()) else None
 
     stored = await aretry_until(recorded, REPLY, what="both conversation ids recorded")

@@ -47,7 +47,6 @@ from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.looking import Observation
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import (
-    CLI_SESSION_META,
     HOOK_GRACE,
     PANE_OPTION,
     Drift,
@@ -163,7 +162,7 @@ class AgentDriver:
         self._stuck_reported = False
         self._row_due: str | None = None  # the state for the store row, until record_row()
         self._row_state: str | None = None  # what this driver last wrote there
-        self._session_row = ""  # the conversation id last recorded in the store
+        self._session_row = ""  # the conversation id last recorded in the journal
         self._session_checked = 0  # how many receipts had been read when it was looked for
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
@@ -556,7 +555,7 @@ class AgentDriver:
         """Bring the agent's row in the store up to the last look (no-op if it is).
 
         The CLI's own id of its conversation, once its hooks named it (or named a new
-        one), is recorded with it: ``poli up --resume`` resumes that conversation.
+        one), is recorded in the journal of turns: ``poli up --resume`` resumes that one.
         """
         self._record_session()
         state, self._row_due = self._row_due, None
@@ -592,7 +591,8 @@ class AgentDriver:
         session = own_conversation(named, self.profile.transcript, self.cwd, self._blocks.env)
         if session and session != self._session_row:
             try:
-                self.store.set_meta(CLI_SESSION_META + self.name, session)
+                # On its newest row in the journal of turns; its next prompt's row carries it.
+                self.store.journal_conversation(self.name, session)
                 self._session_row = session
             except StoreError:
                 log.warning("%s: conversation id %s not recorded", self.name, session)
@@ -739,7 +739,7 @@ class AgentDriver:
 
     def abandon_turn(self, why: str) -> None:
         """The caller gave up the turn under way: its journal row is ABANDONED with ``why``."""
-        self._turns.abandoned(why)
+        self._turns.ended(self._turns.current, why, conversation=None, given_up=True)
 
     async def _deliver(self, text: str | bytes, *, already_pasted: bool) -> DeliveryResult:
         self._tracker.input_sent()

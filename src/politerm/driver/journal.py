@@ -112,22 +112,14 @@ class TurnLog:
         if turn_id is not None and self.store is not None:
             self.store.journal_move(turn_id, JournalState.DELIVERED, proof=proof)
 
-    def ended(self, turn_id: int | None, outcome: str, *, conversation: str | None) -> None:
-        """The turn is over: ENDED (a row never confirmed is FAILED with the outcome)."""
-        if turn_id is None or self.store is None:
-            return
-        row = self.store.journal_row(turn_id)
-        if row is not None and row.open:
+    def ended(
+        self, turn_id: int | None, outcome: str, *, conversation: str | None, given_up: bool = False
+    ) -> None:
+        """The turn is over: ENDED (never confirmed: FAILED), ABANDONED if ``given_up``."""
+        row = None if turn_id is None or self.store is None else self.store.journal_row(turn_id)
+        if self.store is not None and row is not None and row.open:
             done = JournalState.ENDED if row.delivered is not None else JournalState.FAILED
-            self.store.journal_move(turn_id, done, outcome=outcome, conversation=conversation)
+            done = JournalState.ABANDONED if given_up else done
+            self.store.journal_move(row.id, done, outcome=outcome, conversation=conversation)
         if self.current == turn_id:
             self.current = None
-
-    def abandoned(self, why: str) -> None:
-        """The caller gave up the turn of the prompt handed last: its open row is ABANDONED."""
-        if self.current is None or self.store is None:
-            return
-        row = self.store.journal_row(self.current)
-        if row is not None and row.open:
-            self.store.journal_move(row.id, JournalState.ABANDONED, outcome=why)
-        self.current = None

@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 PANE_OPTION: t.Final = "@poli_hooks"
 """The pane user option naming an agent's CLI and channel (``cli:path``), for attach."""
 
-CLI_SESSION_META: t.Final = "cli-session:"
-"""Store meta key prefix of an agent's conversation id, as its CLI names it
-(``cli-session:PLANNER``): what ``poli up --resume`` resumes it with."""
-
 HOOK_GRACE: t.Final = 10.0
 """Seconds one source may lag the other before a disagreement counts as drift."""
 

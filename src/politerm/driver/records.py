@@ -79,7 +79,7 @@ class AgentRecords:
         What its hook redacts receipts with (the project's patterns kept beside the channel).
     session
         The CLI's own id of the conversation the agent was in ("" when none is known): the
-        newest its hooks named, else the one recorded in the store.
+        newest its hooks named, else the one the journal of turns recorded.
     """
 
     name: str
@@ -102,7 +102,7 @@ class AgentRecords:
     ) -> AgentRecords:
         """Locate ``name``'s records now (before a restart may start a new transcript).
 
-        ``session`` is the conversation id recorded before (the store's); the agent's own
+        ``session`` is the conversation id recorded before (the journal's); the agent's own
         conversation among those its hooks named wins over it.
         """
         redactor = Redactor()

@@ -298,14 +298,12 @@ class Taken:
 
 @dataclasses.dataclass(frozen=True)
 class Abandon:
-    """Its task ended before the prompt was typed: DEAD, its row abandoned, never typed.
+    """Its task ended before the prompt was typed: DEAD (``error``), its row abandoned.
 
-    ``error``: the message's; ``reason``: its row's; ``clear_box``: its text waits in the
-    agent's input box.
+    ``clear_box``: its text waits in the agent's input box.
     """
 
     error: str
-    reason: str
     clear_box: bool
 
 
@@ -329,14 +327,12 @@ def left_over_fate(
     >>> left_over_fate("pasted", TaskState.EXECUTING), left_over_fate(None, None)
     (Retype(pasted=True), Retype(pasted=False))
     >>> left_over_fate("pasted", TaskState.ABORTED)
-    Abandon(error='task aborted before its prompt was typed', reason='task aborted', \
-clear_box=True)
+    Abandon(error='task aborted', clear_box=True)
     """
     if resumed == "delivered":
         return Taken()
     if task_state is not None and task_state not in ACTIVE:
-        ended = f"task {task_state.value}"
-        return Abandon(f"{ended} before its prompt was typed", ended, resumed == "pasted")
+        return Abandon(f"task {task_state.value}", clear_box=resumed == "pasted")
     return Retype(pasted=resumed == "pasted")
 
 

@@ -34,7 +34,6 @@ if t.TYPE_CHECKING:
 
     from politerm.engine.routebase import Routing
     from politerm.protocol.block import Block
-    from politerm.store.journal import JournalRow
     from politerm.store.models import Expectation, Message, Task, Turn
 
 log = logging.getLogger(__name__)
@@ -283,25 +282,21 @@ class Executor:
             driver.hand(text, loop_serves(msg), nonce=step.nonce, start_line=start_line)
         return Begun(msg, step.nonce, text, stranded=step.stranded, follow_up=step.follow_up)
 
-    def abandon_left_over(
-        self, name: str, msg: Message, row: JournalRow, gone: agentstep.Abandon
-    ) -> None:
-        """A prompt a stopped router left handed, whose task ended: never typed again."""
-        with self.store.batch():
-            self.store.transition(msg.id, MessageState.DEAD, error=gone.error)
-            abandon(self.store, row, gone.reason)
-        if gone.clear_box:
-            self.routing.clear_later.add(name)
+    def not_typed(self, name: str, msg: Message, why: str, *, clear_box: bool = False) -> None:
+        """``msg`` is not typed after all (its task ended): DEAD, its turn and row over.
 
-    def drop_handoff(self, name: str, begun: Begun, drop: agentstep.Drop) -> None:
-        """A handed-over delivery whose task ended meanwhile: DEAD, and its turn ends."""
+        ``clear_box``: its text waits in the agent's input box (a stopped router pasted it).
+        """
         with self.store.batch():
-            self.store.transition(
-                begun.msg.id, MessageState.DEAD, expect=MessageState.DELIVERING, error=drop.error
-            )
+            self.store.transition(msg.id, MessageState.DEAD, error=why)
             turn = self.store.current_turn(name)
-            if turn is not None and turn.nonce == begun.nonce:
-                self.store.end_turn(name, turn.nonce, TurnEnd.TASK_ENDED)
+            if turn is not None and turn.nonce == msg.turn_nonce:
+                self.store.end_turn(name, turn.nonce, TurnEnd.TASK_ENDED)  # and its row
+            row = self.store.journal_row(msg.turn_id) if msg.turn_id else None
+            if row is not None and row.open:
+                abandon(self.store, row, why)
+        if clear_box:
+            self.routing.clear_later.add(name)
 
     # --- tasks and steps ------------------------------------------------------------------
 

@@ -168,7 +168,7 @@ class Sending:
             task.state if task is not None else None,
         )
         if drop is not None:
-            self.executor.drop_handoff(driver.name, begun, drop)
+            self.executor.not_typed(driver.name, msg, drop.error)
             return
         await self.send(driver, begun)
 
@@ -269,8 +269,8 @@ class Sending:
                     self.outcome(
                         driver.name, msg, begun.nonce, result, follow_up=follow_up, recovered=True
                     )
-                case agentstep.Abandon() as gone:
-                    self.executor.abandon_left_over(driver.name, msg, row, gone)
+                case agentstep.Abandon(error=why, clear_box=clear):
+                    self.executor.not_typed(driver.name, msg, why, clear_box=clear)
                 case agentstep.Retype(pasted=pasted):
                     if not follow_up:
                         self.routing.loops[driver.name].turn_nonce = begun.nonce

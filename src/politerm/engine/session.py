@@ -17,7 +17,6 @@ from politerm.agents.profile import AgentProfile
 from politerm.agents.state import AgentState, StateReading
 from politerm.driver import Host, check_program, deliver, state_dir, wait_ready
 from politerm.driver.launch import agent_env, agent_profile, prepare_launch
-from politerm.driver.receipts import CLI_SESSION_META
 from politerm.driver.records import AgentRecords
 from politerm.engine.placement import here_config
 from politerm.engine.resume import resume_work
@@ -44,7 +43,7 @@ def kept_records(
 ) -> AgentRecords:
     """Where agent ``name`` of this session keeps its own records (hook channel, transcript).
 
-    ``session`` is the conversation id the store recorded for it (its hooks' newest wins).
+    ``session`` is the conversation id its journal rows recorded (its hooks' newest wins).
     """
     acfg = config.agents[name]
     channel: pathlib.Path | None = channel_path(hooks_dir_for(config), name)
@@ -185,7 +184,7 @@ class Session:
             if pane is not None or self.store.get_agent(name) is not None:
                 respawned.append(name)
                 # Located now: the new process may begin a new transcript of its own.
-                recorded = self.store.get_meta(CLI_SESSION_META + name) or ""
+                recorded = self.store.journal_conversation(name)
                 records[name] = kept_records(self.config, name, profile, recorded)
             argv = acfg.argv()
             # An agent that ran before gets its resume arguments, to keep its context.
@@ -273,8 +272,6 @@ class Session:
         cwd = pathlib.Path(self.config.agents[name].cwd).expanduser().resolve()
         history = next(iter(profile.history_env(name, cwd).values()), "")
         args, which = profile.resume_argv(session, history)
-        if session:
-            self.store.set_meta(CLI_SESSION_META + name, session)
         say(f"{name}: resuming {which}")
         self.store.add_event("resume", agent=name, detail=f"{shlex.join(args)}: {which}")
         return args

@@ -115,6 +115,12 @@ if ARGV[8] == 'new' then
   return start(stream, entry, ARGV[10], p[1][2], tonumber(p[1][3]))
 end
 for s = 5, #KEYS do
+  -- A node may ask before any work was submitted, or after Redis lost its data.
+  if redis.call('EXISTS', KEYS[s]) == 0 then
+    redis.call('XGROUP', 'CREATE', KEYS[s], group, '0', 'MKSTREAM')
+  end
+end
+for s = 5, #KEYS do
   local stream = KEYS[s]
   -- Not XAUTOCLAIM: it would move an entry before we know whether its lease has expired.
   -- The idle filter only narrows the scan; the record's expiry decides.

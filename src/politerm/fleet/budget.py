@@ -22,6 +22,7 @@ import dataclasses
 import datetime as dt
 import typing as t
 
+from politerm.config.fleet import FleetBudgetConfig
 from politerm.errors import WorkInvalid
 from politerm.fleet.keys import check_name
 from politerm.protocol.usage import Usage
@@ -29,21 +30,15 @@ from politerm.protocol.usage import Usage
 if t.TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from politerm.config.fleet import FleetBudgetConfig
     from politerm.fleet.queue import WorkQueue
 
-__all__ = ["CAP_NAMES", "Caps", "FleetBudget", "Spending", "Verdict", "day_of"]
+__all__ = ["CAP_NAMES", "Caps", "FleetBudget", "Spending", "Verdict", "day_of", "spending_words"]
 
 MICROS: t.Final = 1_000_000
 KEEP_DAYS: t.Final = 2
 """Days a day's counters are kept after it ends (for ``poli fleet status``)."""
 
-CAP_NAMES: t.Final = (
-    "tokens_per_day",
-    "cost_per_day",
-    "agent_tokens_per_day",
-    "agent_cost_per_day",
-)
+CAP_NAMES: t.Final = tuple(FleetBudgetConfig.model_fields)
 """The caps, as ``[fleet.budget]`` names them."""
 
 _BUDGET = """
@@ -160,6 +155,25 @@ class Spending:
         return (self.token_cap is not None and self.usage.total >= self.token_cap) or (
             self.cost_cap is not None and self.cost >= self.cost_cap
         )
+
+
+def spending_words(s: Spending) -> str:
+    """One scope's spending in words, with its caps.
+
+    Examples
+    --------
+    >>> day = "2026-11-29"
+    >>> spending_words(Spending("project", day, Usage(900, 100), 1.5, 4, 1000, None))
+    '1,000 tokens of 1,000, cost 1.50 (no cap), 4 turns: OVER, new turns wait'
+    >>> spending_words(Spending("agent:X", day, Usage(), 0.0, 0, None, 2.0))
+    '0 tokens (no cap), cost 0.00 of 2.00, 0 turns'
+    """
+    tokens = f"{s.usage.total:,} tokens" + (
+        " (no cap)" if s.token_cap is None else f" of {s.token_cap:,}"
+    )
+    cost = f"cost {s.cost:,.2f}" + (" (no cap)" if s.cost_cap is None else f" of {s.cost_cap:,.2f}")
+    over = ": OVER, new turns wait" if s.over else ""
+    return f"{tokens}, {cost}, {s.turns} turns{over}"
 
 
 def _cap_arg(value: float | None, *, cost: bool) -> str:

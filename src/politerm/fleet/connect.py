@@ -24,7 +24,7 @@ from redis.exceptions import AuthorizationError, NoPermissionError
 from redis.retry import Retry
 
 from politerm.config.fleet import redact_url
-from politerm.errors import FleetAuthError, FleetRefused, FleetUnavailable
+from politerm.errors import FleetAuthError, FleetError, FleetRefused, FleetUnavailable
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -95,6 +95,8 @@ class Connection:
             Redis refused the user, the password, or a command by its ACL.
         FleetUnavailable
             Redis could not be reached, or did not answer within :attr:`timeout`.
+        FleetError
+            Redis answered with another error (out of memory, a read-only replica…).
         """
         try:
             yield
@@ -113,7 +115,9 @@ class Connection:
             if any(word.lower() in text.lower() for word in _AUTH_WORDS):
                 msg = f"Redis at {self.where} refused us ({what}): {text}"
                 raise FleetAuthError(msg) from None
-            raise
+            # Out of memory, a read-only replica, a busy script…: Redis's own words.
+            msg = f"Redis at {self.where} answered an error ({what}): {text}"
+            raise FleetError(msg) from None
 
     def ping(self) -> None:
         """Check that Redis answers and accepts us (one PING)."""

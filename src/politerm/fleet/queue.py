@@ -30,8 +30,6 @@ import json
 import time
 import typing as t
 
-import redis
-
 from politerm.errors import Fenced, LeaseExpiring, ResultTimeout, WorkInvalid
 from politerm.fleet import _scripts
 from politerm.fleet.keys import GROUP, Keys, check_name
@@ -153,7 +151,6 @@ class WorkQueue:
         self._renew = client.register_script(_scripts.RENEW)
         self._complete = client.register_script(_scripts.COMPLETE)
         self._give_back = client.register_script(_scripts.GIVE_BACK)
-        self._grouped: set[str] = set()
         # From the last claim that found nothing: ms until the project's next lease runs
         # out (-1: none is held).
         self._next_expiry = -1
@@ -208,24 +205,9 @@ class WorkQueue:
         if reply[0] == "exists" and reply[2] != work.agent:
             msg = f"work {work.id} was already submitted for {reply[2]}, not {work.agent}"
             raise WorkInvalid(msg)
-        self._grouped.add(work.agent)
         return bool(reply[0] == "new")
 
     # --- claiming -----------------------------------------------------------------------
-
-    def _ensure_groups(self, agents: Sequence[str]) -> None:
-        missing = [a for a in agents if a not in self._grouped]
-        if not missing:
-            return
-        client = self.conn.cmd
-        with self.conn.talking("creating the work streams' consumer group"):
-            for agent in missing:
-                try:
-                    client.xgroup_create(self.keys.stream(agent), GROUP, id="0", mkstream=True)
-                except redis.ResponseError as exc:  # BUSYGROUP: it exists, as it should
-                    if "BUSYGROUP" not in str(exc):
-                        raise
-                self._grouped.add(agent)
 
     def _start(self, node: str, agents: Sequence[str], args: list[t.Any]) -> Lease | None:
         sent = time.monotonic()
@@ -290,7 +272,6 @@ class WorkQueue:
         what = f"claiming work for {', '.join(names)} as node {node}"
         deadline = time.monotonic() + block_ms / 1000
         with self.conn.talking(what):
-            self._ensure_groups(names)
             lease = self._from_backlog(node) or self._start(node, names, ["any"])
             while lease is None:
                 left_ms = int((deadline - time.monotonic()) * 1000)

@@ -131,6 +131,11 @@ class StoreCore:
         self._batch_depth = 0
         # Committed but not yet forced to disk (a batch(durable=False)); see sync().
         self._unsynced = False
+        # An agents row's values -> its Agent: a view lists every agent on each refresh,
+        # and only the rows that changed since need building again (see list_agents).
+        self._agent_rows: dict[tuple[t.Any, ...], t.Any] = {}
+        self.agents_built = 0
+        """How many Agent objects the listings built (rows not seen unchanged before)."""
 
     # --- lifecycle ------------------------------------------------------------------------
 

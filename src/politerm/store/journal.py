@@ -68,6 +68,9 @@ JOURNAL_TRANSITIONS: t.Final[t.Mapping[JournalState, frozenset[JournalState]]] =
 }
 """Allowed changes of a journal row; anything else is a bug in the caller."""
 
+#: The journal rows of an agent's loop messages still being delivered.
+_TYPING: t.Final = "SELECT turn_id FROM messages WHERE recipient = ? AND state = 'delivering'"
+
 OPEN_STATES: t.Final = frozenset({JournalState.HANDED, JournalState.DELIVERED})
 """A row in one of these is in flight: a crash leaves it for the recovery."""
 
@@ -346,13 +349,7 @@ class JournalRows(StoreCore):
         after a crash) settles the row with the message. Returns the ids of the rows ended.
         """
         with self._writing() as c:
-            typing = {
-                r[0]
-                for r in c.execute(
-                    "SELECT turn_id FROM messages WHERE recipient = ? AND state = 'delivering'",
-                    (agent,),
-                )
-            }
+            typing = {r[0] for r in c.execute(_TYPING, (agent,))}
             rows = [r for r in self.journal_open(agent=agent, nonce=nonce) if r.id not in typing]
             for row in rows:
                 done = (
@@ -404,6 +401,27 @@ class JournalRows(StoreCore):
                 (limit,),
             ).fetchall()
         return [_row(r) for r in rows]
+
+    def journal_conversation(self, agent: str, conversation: str | None = None) -> str:
+        """``agent``'s CLI conversation id, as its newest row that names one keeps it.
+
+        With ``conversation`` (the id its CLI named now), the agent's newest row is told
+        first (a CLI may name it after the turn's end); "" when no row names one.
+        """
+        if conversation:
+            with self._writing() as c:
+                c.execute(
+                    "UPDATE turn_journal SET conversation = ? WHERE id ="
+                    " (SELECT MAX(id) FROM turn_journal WHERE agent = ?)",
+                    (conversation, agent),
+                )
+        with self._reading() as c:
+            row = c.execute(
+                "SELECT conversation FROM turn_journal WHERE agent = ?"
+                " AND conversation IS NOT NULL ORDER BY id DESC LIMIT 1",
+                (agent,),
+            ).fetchone()
+        return "" if row is None else str(row[0])
 
     def journal_row(self, turn_id: int) -> JournalRow | None:
         """The row ``turn_id``, if any."""

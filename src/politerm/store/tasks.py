@@ -88,10 +88,26 @@ class TaskRows(StoreCore):
         return None if row is None else _agent(row)
 
     def list_agents(self) -> list[Agent]:
-        """Return every agent, by name."""
+        """Return every agent, by name.
+
+        A row unchanged since an earlier listing gives the same :class:`Agent` as then
+        (built once: its ``env`` is decoded from JSON), so a view that lists 500 agents on
+        every refresh builds only the ones that changed.
+        """
         with self._reading() as c:
             rows = c.execute("SELECT * FROM agents ORDER BY name").fetchall()
-        return [_agent(r) for r in rows]
+        known = self._agent_rows
+        if len(known) > 2 * len(rows) + 64:
+            known.clear()  # rows replaced since: forget the old ones
+        agents: list[Agent] = []
+        for row in rows:
+            key = tuple(row)
+            agent = known.get(key)
+            if agent is None:
+                agent = known[key] = _agent(row)
+                self.agents_built += 1
+            agents.append(agent)
+        return agents
 
     def set_agent_state(self, name: str, state: str) -> Agent:
         """Set an agent's state (an ``AgentState`` member or its value).

@@ -34,7 +34,10 @@ from politerm.agents.profile import load_profile
 
 def _run(root: pathlib.Path, server: RedisServer, executer_on: str, n: int) -> Handoffs:
     names = ["a"] if executer_on == "a" else ["a", executer_on]
-    nodes = make_fleet(root, server, names, executer_nodes=(executer_on,), lease=10)
+    # With transcripts, as the real CLIs keep them: a turn's end waits for its usage there.
+    nodes = make_fleet(
+        root, server, names, executer_nodes=(executer_on,), lease=10, transcripts=True
+    )
     a = nodes["a"]
     try:
         if executer_on != "a":

@@ -317,6 +317,7 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             out["sql/s"] = (c1[1] - c0[1]) / wall
             out["steps/s"] = (c1[2] - c0[2]) / wall
             out["load idle"] = _load()
+            out["round trip us"] = await _round_trip_us(bench)
             if web is not None:
                 out["overview update ms"] = await web.update(store, "IDLE000")
             out["status once s"] = await _status_once(bench, store.path)
@@ -355,6 +356,20 @@ async def one(plan: Plan) -> dict[str, t.Any]:
                 await web.close()
             store.close()
     return out
+
+
+async def _round_trip_us(bench: Bench, n: int = 300) -> float:
+    """p50 of one control-mode command's round trip (µs), one after the other.
+
+    tmux on Linux polls every pane's terminal on each pass of its event loop, and a round
+    trip is two passes (read the command, write the reply): this grows with the panes.
+    """
+    took: list[float] = []
+    for _ in range(n):
+        start = time.perf_counter()
+        await bench.client.cmd("display-message", "-p", "x")
+        took.append((time.perf_counter() - start) * 1e6)
+    return Stats.of(took).p50
 
 
 def _cpu_of(proc: psutil.Process | None) -> float:
@@ -531,6 +546,7 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
                 "tmux cmds/s": r["tmux cmds/s"],
                 "sql/s": r["sql/s"],
                 "steps/s": r["steps/s"],
+                "tmux round trip us p50": r["round trip us"],
                 "load": r["load idle"],
             }
             for r in results

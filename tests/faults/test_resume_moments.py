@@ -34,6 +34,8 @@ if t.TYPE_CHECKING:
     import libtmux
 
     from politerm.driver import AgentDriver
+    from politerm.store.models import Message
+    from politerm.terminal import Snapshot
     from tests.loophelpers import Loop
 
 pytestmark = pytest.mark.timeout(300)
@@ -187,6 +189,15 @@ async def test_delivering_to_a_dead_agent_is_sent_to_the_restarted_one(
 # --- the task ends around the paste: the journal row says what is still in flight ----------
 
 
+async def _first_prompt(loop: Loop, task_id: str) -> tuple[Router, Message, Snapshot]:
+    """A router (not running) with ``task_id`` started, its PLANNER prompt and screen."""
+    router = await _running(loop, task_id)
+    msg = loop.store.next_queued("PLANNER")
+    snap = await router.agents["PLANNER"].snapshot()
+    assert msg is not None and snap is not None
+    return router, msg, snap
+
+
 def _settled(loop: Loop, msg_id: int) -> bool:
     msg = loop.store.get_message(msg_id)
     return msg is not None and msg.state is not MessageState.DELIVERING
@@ -200,11 +211,8 @@ async def test_a_prompt_aborted_between_the_batch_and_the_paste_is_never_typed(
     root = tmp_path / "proj"
     write_project(root, _socket(server))
     async with started(root) as loop:
-        router = await _running(loop, "T-gone")
+        router, msg, snap = await _first_prompt(loop, "T-gone")
         planner = router.agents["PLANNER"]
-        msg = loop.store.next_queued("PLANNER")
-        snap = await planner.snapshot()
-        assert msg is not None and snap is not None
         # What a router commits before it types anything; then it dies (kill -9).
         with loop.store.batch(durable=False):
             assert router.sending.begin(planner, msg, None, snap) is not None
@@ -225,12 +233,9 @@ async def test_a_handoff_aborted_before_its_loop_types_it_leaves_nothing_in_flig
     root = tmp_path / "proj"
     write_project(root, _socket(server))
     async with started(root) as loop:
-        router = await _running(loop, "T-hand")
+        router, msg, snap = await _first_prompt(loop, "T-hand")
         router.routing.loops["PLANNER"].settled = True  # no earlier router left anything
         planner = router.agents["PLANNER"]
-        msg = loop.store.next_queued("PLANNER")
-        snap = await planner.snapshot()
-        assert msg is not None and snap is not None
         # A block's commit hands the prompt to the agent's loop; the task is aborted before
         # that loop types it.
         with loop.store.batch(durable=False):

@@ -131,8 +131,13 @@ def make_fleet(
     lease: float = 4.0,
     timeout: float = 60.0,
     extra: str = "",
+    transcripts: bool = False,
 ) -> dict[str, FleetNode]:
-    """One directory per node, each with the same project's poli.toml and its own socket."""
+    """One directory per node, each with the same project's poli.toml and its own socket.
+
+    ``transcripts``: the fake agents keep a transcript (with each reply's usage) where
+    their profiles look, as the real CLIs do.
+    """
     tag = secrets.token_hex(3)
     nodes: dict[str, FleetNode] = {}
     fleet = (
@@ -156,6 +161,7 @@ def make_fleet(
             plan_timeout=timeout,
             exec_timeout=timeout,
             extra=fleet + extra,
+            transcripts=transcripts,
         )
         text = path.read_text()
         text = text.replace("[agents.PLANNER]\n", "[agents.PLANNER]\n" + placed(planner_nodes))

@@ -12,6 +12,11 @@ did is logged here; the assertions compare it with what Redis kept:
 - an outcome is accepted only from the attempt that typed last, and every rejected late
   outcome is in the late stream;
 - a node only ever gets work for an agent it hosts.
+
+A third run kills redis-server with ``kill -9`` between two rounds and starts it again on
+its AOF once the nodes met it: meanwhile every call of the nodes fails with
+``FleetUnavailable`` (so nothing is typed), an outcome that got no answer is reported
+again, and every assertion above still holds.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import itertools
 import random
 import time
 import typing as t
 
 import pytest
+import redis
 
-from politerm.errors import Fenced, LeaseExpiring
+from politerm.errors import Fenced, FleetUnavailable, LeaseExpiring
 from politerm.fleet import Lease, Work, WorkQueue, WorkState, connect
 
 if t.TYPE_CHECKING:
@@ -33,6 +40,8 @@ if t.TYPE_CHECKING:
 
 LEASE = 0.2
 MARGIN = 0.02
+T = t.TypeVar("T")
+DOWN_AT_MOST = 2.0  # seconds; a frozen node wakes within two leases
 HOSTS = {"n0": ("A1",), "n1": ("A1", "A2"), "n2": ("A2",)}
 
 
@@ -42,6 +51,8 @@ class Node:
     queue: WorkQueue
     lease: Lease | None = None
     frozen_until: float = 0.0
+    # An outcome whose report got no answer (Redis went away): sent again before anything.
+    unsent: Lease | None = None
 
 
 @dataclasses.dataclass
@@ -52,6 +63,7 @@ class Log:
     )
     accepted: dict[str, Lease] = dataclasses.field(default_factory=dict)
     rejected: int = 0
+    unavailable: int = 0
     # Attempts their own node ended (completed, given back): they type no more.
     over: set[int] = dataclasses.field(default_factory=set)
     leases: dict[str, list[Lease]] = dataclasses.field(
@@ -77,9 +89,33 @@ def type_under(node: Node, log: Log) -> None:
     log.typed[lease.work.id].append(lease)
 
 
+def report(node: Node, lease: Lease, log: Log) -> None:
+    node.unsent = lease
+    try:
+        node.queue.complete(lease, {"by": node.name, "epoch": lease.epoch})
+    except Fenced:
+        log.rejected += 1
+    except FleetUnavailable:
+        log.unavailable += 1
+        return  # no answer: sent again (complete is safe to repeat)
+    else:
+        log.accepted[lease.work.id] = lease
+    node.unsent = None
+
+
 def step(node: Node, rng: random.Random, log: Log, now: float) -> None:
     if now < node.frozen_until:
         return
+    if node.unsent is not None:
+        report(node, node.unsent, log)
+        return
+    try:
+        act(node, rng, log, now)
+    except FleetUnavailable:
+        log.unavailable += 1  # nothing typed: the node tries again at its next step
+
+
+def act(node: Node, rng: random.Random, log: Log, now: float) -> None:
     if node.lease is None:
         lease = node.queue.claim(node.name, HOSTS[node.name])
         if lease is not None:
@@ -96,12 +132,7 @@ def step(node: Node, rng: random.Random, log: Log, now: float) -> None:
         lease = node.lease
         node.lease = None
         log.over.add(lease.epoch)
-        try:
-            node.queue.complete(lease, {"by": node.name, "epoch": lease.epoch})
-        except Fenced:
-            log.rejected += 1
-        else:
-            log.accepted[lease.work.id] = lease
+        report(node, lease, log)
     elif roll < 0.82:
         node.lease = None  # died: its lease runs out and another node re-claims the work
     elif roll < 0.86:
@@ -116,11 +147,31 @@ def step(node: Node, rng: random.Random, log: Log, now: float) -> None:
         node.frozen_until = now + max(0.0, node.lease.remaining()) + rng.uniform(0, LEASE)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+def answered(call: t.Callable[[], T]) -> T:
+    """``call()`` once Redis answers (right after a restart the old sockets are dead)."""
+    for _ in range(200):
+        try:
+            return call()
+        except (FleetUnavailable, redis.ConnectionError):
+            time.sleep(0.05)
+    return call()
+
+
+class Run(t.NamedTuple):
+    test_id: str
+    seed: int
+    restart: bool
+
+
+RUNS = [Run("seed-1", 1, False), Run("seed-2", 2, False), Run("seed-3-redis-kill-9", 3, True)]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.test_id for r in RUNS])
 def test_many_works_across_three_nodes_with_random_faults(
-    redis_server: RedisServer, seed: int
+    redis_server: RedisServer, run: Run
 ) -> None:
-    rng = random.Random(seed)
+    rng = random.Random(run.seed)
+    restart_at = rng.randrange(10, 30) if run.restart else -1
     submitter = WorkQueue(connect(redis_server.url), "shop", lease=LEASE, margin=MARGIN)
     ids = [f"w{n}" for n in range(120)]
     for work_id in ids:
@@ -131,9 +182,17 @@ def test_many_works_across_three_nodes_with_random_faults(
     ]
     log = Log()
     deadline = time.monotonic() + 90
-    while True:
+    down_until = 0.0
+    for rounds in itertools.count():
+        if rounds == restart_at:
+            redis_server.kill()  # kill -9; down until the nodes met it, then back on its AOF
+            down_until = time.monotonic() + DOWN_AT_MOST
+        down = down_until > 0
+        if down and (log.unavailable >= len(nodes) or time.monotonic() > down_until):
+            redis_server.start()
+            down_until, down = 0.0, False
         # One result per ended work (done or dead): checked below, id by id.
-        ended = submitter.conn.cmd.xlen(submitter.keys.results)
+        ended = 0 if down else answered(lambda: submitter.conn.cmd.xlen(submitter.keys.results))
         if ended >= len(ids):
             break
         assert time.monotonic() < deadline, f"{len(ids) - ended} works never ended"
@@ -154,11 +213,17 @@ def test_many_works_across_three_nodes_with_random_faults(
         # Attempts typed in epoch order, and the accepted one is the newest attempt.
         assert [x.epoch for x in typed] == sorted(x.epoch for x in typed)
         assert lease.epoch == max(x.epoch for x in log.leases[work_id])
-    assert len(submitter.late_results(count=10_000)) == log.rejected
+    late = submitter.late_results(count=10_000)
+    if run.restart:  # a rejected report whose answer was lost is rejected (and kept) again
+        assert len(late) >= log.rejected
+    else:
+        assert len(late) == log.rejected
     dead = {d.work_id for d in submitter.dead_letters(count=10_000)}
     assert dead == set(ids) - done
     for agent in ("A1", "A2"):
         assert submitter.conn.cmd.xpending(submitter.keys.stream(agent), "nodes")["pending"] == 0
     assert submitter.leases() == []
+    if run.restart:
+        assert log.unavailable > 0  # the nodes did meet a Redis that was down
     # Re-claims happened (how many attempts were fenced depends on timing: not asserted).
     assert max(len(v) for v in log.leases.values()) >= 2

@@ -214,3 +214,16 @@ def test_work_values_are_checked_before_anything_is_sent(redis_server: RedisServ
     with pytest.raises(WorkInvalid, match="node 'x y'"):
         queue.claim("x y", ["EXECUTER"])
     assert queue.claim("a", []) is None
+
+
+def test_a_node_hosting_two_agents_serves_both_in_turn(redis_server: RedisServer) -> None:
+    queue = make_queue(redis_server, lease=30.0, margin=5.0)
+    for n in range(3):
+        queue.submit(Work(f"p{n}", "PLANNER"))
+        queue.submit(Work(f"e{n}", "EXECUTER"))
+    agents = []
+    for _ in range(4):
+        lease = queue.claim("a", ["PLANNER", "EXECUTER"])
+        assert lease is not None
+        agents.append(lease.work.agent)
+    assert sorted(agents) == ["EXECUTER", "EXECUTER", "PLANNER", "PLANNER"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import pathlib
 import time
 import typing as t
@@ -38,11 +37,12 @@ from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.chrome import chrome_top, reply_tail
 from politerm.agents.state import AgentState, StateReading
 from politerm.agents.tracker import StateTracker
+from politerm.driver.agentrow import AgentRow
 from politerm.driver.approvals import Approver
 from politerm.driver.blocks import BlockReader, Window, turn_start
 from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
 from politerm.driver.journal import TurnLog
-from politerm.driver.launch import Launched, check_program, launch
+from politerm.driver.launch import start
 from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.looking import Observation
 from politerm.driver.ready import wait_ready
@@ -62,7 +62,7 @@ from politerm.driver.receiptwatch import (
 from politerm.driver.reports import ReportStream, tap
 from politerm.driver.tokens import Budget, TokenMeter
 from politerm.driver.transcriptcheck import TranscriptCheck
-from politerm.driver.transcripts import hooked_home, own_conversation
+from politerm.driver.transcripts import hooked_home
 from politerm.driver.turn import run_turn
 from politerm.errors import (
     AgentError,
@@ -70,8 +70,8 @@ from politerm.errors import (
     ControlModeError,
     HookError,
     PaneNotFound,
+    PromptNotDelivered,
     PtyError,
-    StoreError,
     TmuxError,
 )
 from politerm.hooks.events import HookKind
@@ -84,7 +84,6 @@ if t.TYPE_CHECKING:
     from politerm.agents.approval import PendingApproval
     from politerm.agents.profile import AgentProfile
     from politerm.agents.question import ApprovalRequest
-    from politerm.driver.host import Host
     from politerm.protocol.block import Block
     from politerm.pty.liveview import LiveView
     from politerm.store import RunStore
@@ -159,11 +158,7 @@ class AgentDriver:
         self._turns = TurnLog(name, store)
         self.last_screen: tuple[str, ...] = ()
         self._dead = False
-        self._stuck_reported = False
-        self._row_due: str | None = None  # the state for the store row, until record_row()
-        self._row_state: str | None = None  # what this driver last wrote there
-        self._session_row = ""  # the conversation id last recorded in the journal
-        self._session_checked = 0  # how many receipts had been read when it was looked for
+        self._row = AgentRow(name, store, profile.transcript, cwd, self._blocks.env)
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
         self._look: tuple[Snapshot, asyncio.Event] | None = None
@@ -171,10 +166,8 @@ class AgentDriver:
         self._receipts_looked = receipts is not None
         #: Receipts after this position belong to the last prompt delivered.
         self._delivery_mark = 0
-        self._drifts: list[Drift] = []
         #: Seconds one source (hook or screen) may lag the other before it counts as drift.
         self.hook_grace = HOOK_GRACE
-        self._drift_seen: set[str] = set()
         #: Its transcript was waited for once and never found: do not wait again.
         self._transcript_missing = False
         #: The last prompt's transcript check (its turn's end, where the records say it).
@@ -185,124 +178,8 @@ class AgentDriver:
 
     # --- starting -------------------------------------------------------------------------
 
-    @classmethod
-    async def start(
-        cls,
-        name: str,
-        profile: AgentProfile,
-        *,
-        argv: Sequence[str] | None = None,
-        host: Host | None = None,
-        window: str | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        setting: str | None = None,
-        ready_timeout: float | None = 60.0,
-        size: tuple[int, int] | None = None,
-        say: Callable[[str], None] | None = None,
-        hooks: bool = True,
-        hooks_dir: pathlib.Path | None = None,
-        store: RunStore | None = None,
-        policy: ApprovalPolicy | None = None,
-        approval_key: str | None = None,
-        receipts: Receipts | None = None,
-        limits: LimitPolicy | None = None,
-        budget: Budget | None = None,
-    ) -> AgentDriver:
-        """Start an agent in a new tmux window of ``host`` or a PTY, and wait until ready.
-
-        Parameters
-        ----------
-        argv
-            The command (default: the profile's ``command``).
-        host, window, size
-            The session to open its window in (:meth:`Host.launch`: ``window`` defaults to
-            its name in lower case); None runs the agent in a headless PTY (``size``
-            default 200x50).
-        setting
-            The configuration key naming the command, for the "not on PATH" message
-            (default ``agents.<name>.command``).
-        ready_timeout
-            Bound on the wait for the ready prompt; None does not wait.
-        hooks, hooks_dir
-            Install the CLI's receipt hooks (claude, gemini, codex, aider, opencode),
-            reporting to a channel in ``hooks_dir`` (the session's private hooks directory;
-            default a fresh private temporary one). A channel that cannot be made leaves
-            the screen alone to decide, with a warning.
-        store, policy, approval_key, receipts, limits, budget
-            As for the constructor.
-
-        Raises
-        ------
-        AgentNotFound
-            The program is not on PATH (nothing was created).
-        AgentExited, AgentTimeout
-            It exited or was not ready in time; it has been killed.
-        """
-        argv = list(argv if argv is not None else profile.command)
-        full_env = {**profile.env, **(env or {})}
-        check_program(argv, full_env, setting=setting or f"agents.{name}.command", cwd=cwd)
-        # The store's [redact] patterns go to the hook and its receipts.
-        own = store.redactor.extra if store is not None else ()
-        launched: Launched[Terminal]
-        if host is not None:
-            launched = await host.launch(
-                name,
-                profile.name,
-                argv,
-                cwd=cwd,
-                env=full_env,
-                hooks_dir=hooks_dir,
-                hooks=hooks,
-                patterns=own,
-                window=window,
-                size=size,
-                say=say,
-            )
-        else:
-
-            async def spawn(argv: list[str], env: dict[str, str]) -> Terminal:
-                return await PtyTerminal.spawn(
-                    argv, cwd=cwd, env=env, size=size or (200, 50), name=name
-                )
-
-            launched = await launch(
-                name,
-                profile.name,
-                argv,
-                env=full_env,
-                hooks_dir=hooks_dir,
-                spawn=spawn,
-                hooks=hooks,
-                patterns=own,
-                say=say,
-            )
-        if receipts is not None and launched.receipts is not None:
-            await launched.receipts.close()  # the caller's own reader stands in for it
-        where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
-        driver = cls(
-            name,
-            profile,
-            launched.term,
-            store=store,
-            policy=policy,
-            approval_key=approval_key,
-            cwd=where,
-            env=env,
-            receipts=receipts or launched.receipts,
-            limits=limits,
-            budget=budget,
-        )
-        if ready_timeout is None:
-            return driver
-        try:
-            await driver.wait_ready(ready_timeout, say=say)
-        except BaseException:
-            # A half-started agent is not left behind.
-            with contextlib.suppress(Exception):
-                await driver.kill(grace=1.0)
-            raise
-        return driver
+    #: Start an agent and wait until it is ready: :func:`politerm.driver.launch.start`.
+    start = classmethod(start)
 
     @property
     def _pane(self) -> Pane | None:
@@ -407,7 +284,7 @@ class AgentDriver:
     @property
     def drifts(self) -> tuple[Drift, ...]:
         """Every disagreement between the agent's own events and its screen so far."""
-        return tuple(self._drifts)
+        return tuple(self._row.drifts)
 
     # --- approvals ------------------------------------------------------------------------
 
@@ -508,7 +385,7 @@ class AgentDriver:
         elif self._approver.asked and reading.state is not AgentState.UNKNOWN:
             # A redraw frame (UNKNOWN) is not an answer; a definite other state is.
             self._approver.gone(task_id=task_id)
-        self._record(reading, task_id)
+        self._row.saw(reading, task_id)
         if not defer_row:
             self.record_row()
         return Observation(snap, reading, approval, hook_approval)
@@ -533,23 +410,7 @@ class AgentDriver:
 
     def drift(self, drift: Drift, *, key: str | None = None, task_id: str | None = None) -> None:
         """Record that the agent's own event and its screen disagreed (once per ``key``)."""
-        k = key or str(drift)
-        if k in self._drift_seen:
-            return
-        self._drift_seen.add(k)
-        self._drifts.append(drift)
-        log.warning("%s drift: %s", self.name, drift)
-        with contextlib.suppress(StoreError):
-            self._event("drift", task_id, str(drift))
-
-    def _record(self, reading: StateReading, task_id: str | None) -> None:
-        if reading.state is AgentState.STUCK and not self._stuck_reported:
-            self._stuck_reported = True
-            why = f"{self.name} is stuck ({reading.rule}): " + " | ".join(reading.evidence)
-            self._event("stuck", task_id, why)
-        elif reading.state is not AgentState.STUCK:
-            self._stuck_reported = False
-        self._row_due = reading.state.value
+        self._row.drift(drift, key=key, task_id=task_id)
 
     def record_row(self) -> None:
         """Bring the agent's row in the store up to the last look (no-op if it is).
@@ -557,53 +418,11 @@ class AgentDriver:
         The CLI's own id of its conversation, once its hooks named it (or named a new
         one), is recorded in the journal of turns: ``poli up --resume`` resumes that one.
         """
-        self._record_session()
-        state, self._row_due = self._row_due, None
-        if state is None or self.store is None:
-            return
-        try:
-            # Unread when the row was ours at the last write and the state has changed since.
-            if self._row_state is None or self._row_state == state:
-                agent = self.store.get_agent(self.name)
-                if agent is None or agent.state == state:
-                    return
-            # A display row the next look rewrites: no fsync on the way to an agent.
-            with self.store.batch(durable=False):
-                self.store.set_agent_state(self.name, state)
-            self._row_state = state
-        except StoreError:
-            self._row_state = None
-
-    def _record_session(self) -> None:
-        rc = self._receipts
-        if rc is None or self.store is None:
-            return
-        # A CLI may name its conversation after the turn's end was seen on screen (Codex's
-        # notify hook, a process of its own, comes late under load): a look reads what came.
-        if rc.channel.size() > rc.channel.offset:
-            rc.poll()
-        if len(rc.events) == self._session_checked:
-            return
-        self._session_checked = len(rc.events)
-        named = [e.session for e in rc.events if e.session]
-        if not named or named[-1] == self._session_row:
-            return
-        session = own_conversation(named, self.profile.transcript, self.cwd, self._blocks.env)
-        if session and session != self._session_row:
-            try:
-                # On its newest row in the journal of turns; its next prompt's row carries it.
-                self.store.journal_conversation(self.name, session)
-                self._session_row = session
-            except StoreError:
-                log.warning("%s: conversation id %s not recorded", self.name, session)
+        self._row.write(self._receipts)
 
     def record(self, kind: str, task_id: str | None, detail: str) -> None:
         """Add an event about this agent to the store (when it has one)."""
-        self._event(kind, task_id, detail)
-
-    def _event(self, kind: str, task_id: str | None, detail: str) -> None:
-        if self.store is not None:
-            self.store.add_event(kind, task_id=task_id, agent=self.name, detail=detail)
+        self._row.event(kind, task_id, detail)
 
     async def wait_ready(
         self,
@@ -616,7 +435,9 @@ class AgentDriver:
         """Wait (bounded) until the agent is ready, answering start-up dialogs.
 
         ``on_reading`` sees each reading taken, ``on_dialog`` each dialog answered (see
-        :func:`politerm.driver.ready.wait_ready`).
+        :func:`politerm.driver.ready.wait_ready`). Its receipts from the launch on hold a
+        CLI whose hooks report its session start until it did. Its READY row is committed
+        without an fsync (a display row; :meth:`RunStore.sync` for many agents at once).
 
         Raises
         ------
@@ -632,6 +453,7 @@ class AgentDriver:
                 say=say,
                 on_reading=on_reading,
                 on_dialog=on_dialog,
+                receipts=self._receipts,
             )
         except PaneNotFound as exc:
             msg = f"agent {self.name} exited while starting: {exc}"
@@ -643,11 +465,26 @@ class AgentDriver:
             # Only silence said so; the tracker cannot see it on one screen.
             self._tracker.state, self._tracker.latched = AgentState.READY, True
             self._tracker.ready_since = time.monotonic()
-        if self.store is not None:
-            with contextlib.suppress(StoreError):
-                if self.store.get_agent(self.name) is not None:
-                    self.store.set_agent_state(self.name, AgentState.READY.value)
+        self._row.ready()
         return reading
+
+    async def prime(self, text: str, *, timeout: float) -> None:
+        """Deliver the agent's primer (its instructions) and wait until it is ready again.
+
+        Raises
+        ------
+        PromptNotDelivered
+            The primer was not delivered; the message says how it ended.
+        AgentExited, AgentTimeout
+            It did not come back ready within ``timeout``.
+        """
+        result = await self.deliver(text)
+        if not result.ok:
+            msg = f"agent {self.name}: primer not delivered ({result.outcome.value}): {result.rule}"
+            raise PromptNotDelivered(msg)
+        # It answers the primer: let the screen leave the ready prompt it was confirmed on.
+        await asyncio.sleep(0.05)
+        await self.wait_ready(timeout)
 
     async def watch(
         self,
@@ -709,7 +546,11 @@ class AgentDriver:
         if serves is not None and start_line is None and (snap := self.fresh_snapshot()):
             start_line = self.turn_start(snap)  # where a recovery reads it back from
         row = self._turns.hand(
-            serves, text, nonce=nonce, start_line=start_line, conversation=self._session_row or None
+            serves,
+            text,
+            nonce=nonce,
+            start_line=start_line,
+            conversation=self._row.conversation or None,
         )
         return None if row is None else row.id
 
@@ -734,8 +575,8 @@ class AgentDriver:
 
     def end_turn(self, turn_id: int | None, outcome: str) -> None:
         """The turn of journal row ``turn_id`` is over (for callers that follow it themselves)."""
-        self._record_session()
-        self._turns.ended(turn_id, outcome, conversation=self._session_row or None)
+        self._row.follow_conversation(self._receipts)
+        self._turns.ended(turn_id, outcome, conversation=self._row.conversation or None)
 
     def abandon_turn(self, why: str) -> None:
         """The caller gave up the turn under way: its journal row is ABANDONED with ``why``."""

@@ -1,14 +1,16 @@
 """The one start path: an agent's program checked, its hook receipts set up, its terminal opened.
 
 :func:`launch` is what every start shares: :meth:`Host.launch` opens a tmux window (or
-respawns an agent's old pane) with it, and :meth:`AgentDriver.start` a PTY when no host
-is given. A configured agent of a session is started with its :func:`agent_profile` and
-what :func:`prepare_launch` adds to its command and :func:`agent_env`: who and where it
-is, no tmux handle, and ``poli mcp`` when its ``[agents.X] mcp`` asks for it.
+respawns an agent's old pane) with it, and :func:`start` (``AgentDriver.start``) a PTY when
+no host is given, then builds the agent's driver and waits until it is ready. A
+configured agent of a session is started with its :func:`agent_profile` and what
+:func:`prepare_launch` adds to its command and :func:`agent_env`: who and where it is, no
+tmux handle, and ``poli mcp`` when its ``[agents.X] mcp`` asks for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -22,14 +24,22 @@ from politerm.errors import AgentNotFound, ConfigError, HookError
 from politerm.hooks.channel import hooks_dir_for
 from politerm.hooks.mcp import MCP_CLIS, mcp_cli, register_mcp
 from politerm.project import ENV_AGENT, ENV_CONFIG, PROJECT_ENV
+from politerm.pty.runner import PtyTerminal
 from politerm.tmux.pane import hide_tmux
 
 if t.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from politerm.agents.approval import ApprovalPolicy
     from politerm.agents.profile import AgentProfile
     from politerm.config import AgentConfig, Config
+    from politerm.driver.agent import AgentDriver
+    from politerm.driver.host import Host
+    from politerm.driver.limits import LimitPolicy
     from politerm.driver.receipts import Receipts
+    from politerm.driver.tokens import Budget
+    from politerm.store import RunStore
+    from politerm.terminal import Terminal
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +92,127 @@ async def launch(
         log.warning("%s: its receipts are not read: %s", name, exc)
     term = await spawn(setup.argv, setup.env)
     return Launched(term, setup.argv, receipts, setup.option)
+
+
+async def start(
+    cls: type[AgentDriver],
+    name: str,
+    profile: AgentProfile,
+    *,
+    argv: Sequence[str] | None = None,
+    host: Host | None = None,
+    window: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    setting: str | None = None,
+    ready_timeout: float | None = 60.0,
+    size: tuple[int, int] | None = None,
+    say: Callable[[str], None] | None = None,
+    hooks: bool = True,
+    hooks_dir: pathlib.Path | None = None,
+    store: RunStore | None = None,
+    policy: ApprovalPolicy | None = None,
+    approval_key: str | None = None,
+    receipts: Receipts | None = None,
+    limits: LimitPolicy | None = None,
+    budget: Budget | None = None,
+) -> AgentDriver:
+    """Start an agent in a new tmux window of ``host`` or a PTY, and wait until ready.
+
+    ``AgentDriver.start``: ``cls`` is the driver class.
+
+    Parameters
+    ----------
+    argv
+        The command (default: the profile's ``command``).
+    host, window, size
+        The session to open its window in (:meth:`Host.launch`: ``window`` defaults to
+        its name in lower case); None runs the agent in a headless PTY (``size``
+        default 200x50).
+    setting
+        The configuration key naming the command, for the "not on PATH" message
+        (default ``agents.<name>.command``).
+    ready_timeout
+        Bound on the wait for the ready prompt; None does not wait.
+    hooks, hooks_dir
+        Install the CLI's receipt hooks (claude, gemini, codex, aider, opencode),
+        reporting to a channel in ``hooks_dir`` (the session's private hooks directory;
+        default a fresh private temporary one). A channel that cannot be made leaves
+        the screen alone to decide, with a warning.
+    store, policy, approval_key, receipts, limits, budget
+        As for the constructor.
+
+    Raises
+    ------
+    AgentNotFound
+        The program is not on PATH (nothing was created).
+    AgentExited, AgentTimeout
+        It exited or was not ready in time; it has been killed.
+    """
+    argv = list(argv if argv is not None else profile.command)
+    full_env = {**profile.env, **(env or {})}
+    check_program(argv, full_env, setting=setting or f"agents.{name}.command", cwd=cwd)
+    # The store's [redact] patterns go to the hook and its receipts.
+    own = store.redactor.extra if store is not None else ()
+    launched: Launched[Terminal]
+    if host is not None:
+        launched = await host.launch(
+            name,
+            profile.name,
+            argv,
+            cwd=cwd,
+            env=full_env,
+            hooks_dir=hooks_dir,
+            hooks=hooks,
+            patterns=own,
+            window=window,
+            size=size,
+            say=say,
+        )
+    else:
+
+        async def spawn(argv: list[str], env: dict[str, str]) -> Terminal:
+            return await PtyTerminal.spawn(
+                argv, cwd=cwd, env=env, size=size or (200, 50), name=name
+            )
+
+        launched = await launch(
+            name,
+            profile.name,
+            argv,
+            env=full_env,
+            hooks_dir=hooks_dir,
+            spawn=spawn,
+            hooks=hooks,
+            patterns=own,
+            say=say,
+        )
+    if receipts is not None and launched.receipts is not None:
+        await launched.receipts.close()  # the caller's own reader stands in for it
+    where = pathlib.Path(cwd).expanduser().resolve() if cwd is not None else None
+    driver = cls(
+        name,
+        profile,
+        launched.term,
+        store=store,
+        policy=policy,
+        approval_key=approval_key,
+        cwd=where,
+        env=env,
+        receipts=receipts or launched.receipts,
+        limits=limits,
+        budget=budget,
+    )
+    if ready_timeout is None:
+        return driver
+    try:
+        await driver.wait_ready(ready_timeout, say=say)
+    except BaseException:
+        # A half-started agent is not left behind.
+        with contextlib.suppress(Exception):
+            await driver.kill(grace=1.0)
+        raise
+    return driver
 
 
 def check_program(

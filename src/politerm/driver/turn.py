@@ -305,7 +305,7 @@ class _Turn:
             error,
             tuple(ln.rstrip() for ln in self.driver.last_screen if ln.strip())[-8:],
             self.ended_by,
-            tuple(str(d) for d in self.driver._drifts[self.drift_from :]),
+            tuple(str(d) for d in self.driver.drifts[self.drift_from :]),
             self.limited_for,
             self.elsewhere,
             self.exit_status,
@@ -324,7 +324,7 @@ class _Turn:
 
     async def run(self, text: str, timeout: float, resumed: str | None) -> TurnResult:
         d = self.driver
-        self.drift_from = len(d._drifts)
+        self.drift_from = len(d.drifts)
         woken = asyncio.Event()
         if self.stop is not None:
             if self.stop.aborted:

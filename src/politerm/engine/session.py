@@ -14,8 +14,8 @@ import typing as t
 
 from politerm._internal.private import private_dir
 from politerm.agents.profile import AgentProfile
-from politerm.agents.state import AgentState, StateReading
-from politerm.driver import Host, check_program, deliver, state_dir, wait_ready
+from politerm.agents.state import AgentState
+from politerm.driver import AgentDriver, Host, check_program, state_dir
 from politerm.driver.launch import agent_env, agent_profile, prepare_launch
 from politerm.driver.records import AgentRecords
 from politerm.engine.placement import here_config
@@ -234,26 +234,23 @@ class Session:
                 )
             agents[name] = (profile, pane)
             say(f"{name}: started {shlex.join(argv)} in {pane.pane_id}")
-        waits = [
-            self.wait_ready(
-                name, profile, pane, say=say, receipts=receipts.get(name), durable=False
-            )
+        # The driver waits (dialogs, its session receipt) and primes; the router makes its
+        # own drivers, which find the receipts again through the pane.
+        drivers = [
+            AgentDriver(name, profile, pane, store=self.store, receipts=receipts.get(name))
             for name, (profile, pane) in agents.items()
         ]
+        ready = self.config.timeouts.ready
         try:
-            await asyncio.gather(*waits)
+            await asyncio.gather(*(d.wait_ready(ready, say=say) for d in drivers))
+            self.store.sync()  # the rows and ready states above, in one fsync
+            if primers:
+                primed = [d for d in drivers if d.name not in restarted]
+                await asyncio.gather(*(self._prime(d, say) for d in primed))
+                self.store.sync()
         finally:
             for rc in receipts.values():
                 await rc.close()
-        self.store.sync()  # the rows and ready states above, in one fsync
-        if primers:
-            await asyncio.gather(
-                *(
-                    self._prime(name, profile, pane, say)
-                    for name, (profile, pane) in agents.items()
-                    if name not in restarted
-                )
-            )
         if resume:
             # A router that does not run: it applies an answer found in a record as it
             # would apply one read on screen.
@@ -323,61 +320,17 @@ class Session:
         RouterLock(self.host.socket, self.name).discard()
         return stopped
 
-    async def wait_ready(
-        self,
-        name: str,
-        profile: AgentProfile,
-        pane: Pane,
-        *,
-        timeout: float | None = None,
-        say: t.Callable[[str], None] | None = None,
-        receipts: Receipts | None = None,
-        durable: bool = True,
-    ) -> StateReading:
-        """Wait until the agent is ready, answering start-up dialogs by its profile.
-
-        ``receipts`` (from its launch) hold it until its CLI reported its session start.
-        ``durable=False``: its READY row is committed without an fsync; the caller syncs
-        the store (:meth:`RunStore.sync`) once for many agents.
-
-        Raises
-        ------
-        AgentTimeout
-            Not ready within the ``ready`` timeout; the message shows the screen.
-        AgentExited
-            The agent exited while starting.
-        """
-        limit = timeout if timeout is not None else self.config.timeouts.ready
-        reading = await wait_ready(
-            pane, profile, timeout=limit, name=name, say=say, receipts=receipts
-        )
-        with self.store.batch(durable=durable):
-            self._set_state(name, AgentState.READY)
-        return reading
-
-    def _set_state(self, name: str, state: AgentState) -> None:
-        if self.store.get_agent(name) is not None:
-            self.store.set_agent_state(name, state.value)
-
-    async def _prime(
-        self, name: str, profile: AgentProfile, pane: Pane, say: t.Callable[[str], None]
-    ) -> None:
-        acfg = self.config.agents[name]
-        if acfg.primer is False:
+    async def _prime(self, driver: AgentDriver, say: t.Callable[[str], None]) -> None:
+        primer = self.config.agents[driver.name].primer
+        if primer is False:
             return
         text = (
-            pathlib.Path(acfg.primer).read_text()
-            if isinstance(acfg.primer, (str, os.PathLike))
-            else builtin_primer(name, self.config.routing.contract)
+            pathlib.Path(primer).read_text()
+            if isinstance(primer, (str, os.PathLike))
+            else builtin_primer(driver.name, self.config.routing.contract)
         )
-        result = await deliver(pane, text, profile)
-        if not result.ok:
-            msg = f"agent {name}: primer not delivered ({result.outcome.value}): {result.rule}"
-            raise RoutingError(msg)
-        say(f"{name}: primer delivered")
-        # The agent answers the primer; wait until it is ready for work again.
-        await asyncio.sleep(0.05)
-        await self.wait_ready(name, profile, pane)
+        await driver.prime(text, timeout=self.config.timeouts.ready)
+        say(f"{driver.name}: primer delivered")
 
 
 def _control_argv(store: pathlib.Path, socket: str) -> list[str]:

@@ -111,11 +111,11 @@ class Registry:
                 pipe.hgetall(keys.node(name))
             raws = pipe.execute()
         records = [raw for raw in raws if raw]
-        hosted = {a for raw in records for a in json.loads(raw.get("agents") or "[]")}
+        hosted = {a for raw in records for a in _agents(raw)}
         lag = {b.agent: b.waiting for b in self.backlog(sorted(hosted))}
         out = []
         for raw in records:
-            agents = tuple(json.loads(raw.get("agents") or "[]"))
+            agents = _agents(raw)
             age_ms = max(0, now_ms - int(raw.get("beat") or 0))
             every = int(raw.get("every") or 1000)
             out.append(
@@ -124,11 +124,35 @@ class Registry:
                     alive=age_ms <= MISSED_BEATS * every,
                     seen_ago=age_ms / 1000,
                     agents=agents,
-                    load=json.loads(raw.get("load") or "{}"),
+                    load=_load(raw),
                     lag=sum(lag.get(a, 0) for a in agents),
                 )
             )
         return out
+
+
+def _json(text: str | None) -> t.Any:
+    try:
+        return json.loads(text or "null")
+    except ValueError:
+        return None  # a record another program wrote: shown as empty, never a traceback
+
+
+def _agents(raw: Mapping[str, str]) -> tuple[str, ...]:
+    """The agents a heartbeat names (none when it names them oddly).
+
+    Examples
+    --------
+    >>> _agents({"agents": '["A", "B"]'}), _agents({"agents": "junk"}), _agents({})
+    (('A', 'B'), (), ())
+    """
+    value = _json(raw.get("agents"))
+    return tuple(str(a) for a in value) if isinstance(value, list) else ()
+
+
+def _load(raw: Mapping[str, str]) -> dict[str, t.Any]:
+    value = _json(raw.get("load"))
+    return value if isinstance(value, dict) else {}
 
 
 class NodeQueue:

@@ -154,6 +154,7 @@ class WorkQueue:
         # From the last claim that found nothing: ms until the project's next lease runs
         # out (-1: none is held).
         self._next_expiry = -1
+        self._turn = 0
         # Entries XREADGROUP handed a node beyond the one started (one per stream per
         # read), by node: (agent, entry, work id). Lost with the process, they are
         # re-claimed after a lease like any entry whose node never started it.
@@ -270,6 +271,10 @@ class WorkQueue:
         if not names:
             return None
         what = f"claiming work for {', '.join(names)} as node {node}"
+        # Each claim starts the script's scan at the next agent: one agent's steady stream
+        # of work never starves the others of a node.
+        self._turn = (self._turn + 1) % len(names)
+        names = names[self._turn :] + names[: self._turn]
         deadline = time.monotonic() + block_ms / 1000
         with self.conn.talking(what):
             lease = self._from_backlog(node) or self._start(node, names, ["any"])
@@ -459,8 +464,17 @@ class WorkQueue:
             raws = pipe.execute()
         return [_record(raw) for raw in raws if raw]
 
+    def _record_of(self, work_id: str) -> dict[str, str]:
+        raw: dict[str, str] = self.conn.cmd.hgetall(self.keys.work(work_id))
+        if not raw:
+            msg = f"no work {work_id!r} in the fleet queue of {self.keys.project}"
+            raise WorkInvalid(msg)
+        return raw
+
     def result(self, work_id: str) -> Result | None:
         """The result of ``work_id`` if it ended (done or dead), else None (no waiting).
+
+        One round trip.
 
         Raises
         ------
@@ -468,28 +482,12 @@ class WorkQueue:
             No such work (never submitted, or expired after ``keep``).
         """
         with self.conn.talking(f"reading the result of work {work_id}"):
-            raw = self.conn.cmd.hgetall(self.keys.work(work_id))
-        if not raw:
-            msg = f"no work {work_id!r} in the fleet queue of {self.keys.project}"
-            raise WorkInvalid(msg)
-        state = WorkState(raw.get("state", "queued"))
-        if not state.ended:
-            return None
-        outcome = _outcome(raw.get("outcome"))
-        if state is WorkState.DEAD:
-            outcome = {"error": raw.get("error", "")}
-        return Result(
-            work_id=work_id,
-            agent=raw.get("agent", ""),
-            state=state,
-            outcome=outcome,
-            epoch=_int(raw.get("result_epoch") or raw.get("epoch")),
-            node=raw.get("node", ""),
-            attempt=_int(raw.get("attempt")),
-        )
+            return _result(work_id, self._record_of(work_id))
 
     def wait_result(self, work_id: str, timeout: float) -> Result:
         """Wait (at most ``timeout`` s) until ``work_id`` is done or dead; its result.
+
+        With ``timeout`` 0 it only looks (one round trip, as :meth:`result`).
 
         Raises
         ------
@@ -501,12 +499,15 @@ class WorkQueue:
         client = self.conn.cmd
         deadline = time.monotonic() + timeout
         with self.conn.talking(f"waiting for the result of work {work_id}"):
-            # The stream's end is taken before the record is read: a result that lands
-            # between the two is then still read from the stream.
-            last = client.xrevrange(self.keys.results, count=1)
-            cursor = last[0][0] if last else "0-0"
+            cursor = "0-0"
+            if timeout > 0:
+                # The stream's end is taken before the record is read: a result that lands
+                # between the two is then still read from the stream.
+                last = client.xrevrange(self.keys.results, count=1)
+                cursor = last[0][0] if last else cursor
             while True:
-                result = self.result(work_id)
+                raw = self._record_of(work_id)
+                result = _result(work_id, raw)
                 if result is not None:
                     return result
                 left = deadline - time.monotonic()
@@ -516,9 +517,7 @@ class WorkQueue:
                 got = client.xread({self.keys.results: cursor}, count=100, block=block)
                 for _stream, entries in got or []:
                     cursor = entries[-1][0]
-        record = self.get(work_id)
-        where = "unknown" if record is None else _where(record)
-        msg = f"work {work_id} had no result within {timeout:g} s (it is {where})"
+        msg = f"work {work_id} had no result within {timeout:g} s (it is {_where(_record(raw))})"
         raise ResultTimeout(msg)
 
     def _newest(self, key: str, count: int, what: str) -> list[dict[str, str]]:
@@ -555,6 +554,24 @@ class WorkQueue:
             )
             for f in self._newest(self.keys.dead, count, "dead letters")
         ]
+
+
+def _result(work_id: str, raw: Mapping[str, str]) -> Result | None:
+    state = WorkState(raw.get("state", "queued"))
+    if not state.ended:
+        return None
+    outcome = _outcome(raw.get("outcome"))
+    if state is WorkState.DEAD:
+        outcome = {"error": raw.get("error", "")}
+    return Result(
+        work_id=work_id,
+        agent=raw.get("agent", ""),
+        state=state,
+        outcome=outcome,
+        epoch=_int(raw.get("result_epoch") or raw.get("epoch")),
+        node=raw.get("node", ""),
+        attempt=_int(raw.get("attempt")),
+    )
 
 
 def _record(raw: Mapping[str, str]) -> WorkRecord:

@@ -246,7 +246,7 @@ class AgentDriver:
     def mark_exited(self) -> None:
         """Take the agent as exited (a delivery saw it go); its store row says EXITED."""
         self._dead = True
-        self._row_due = AgentState.EXITED.value
+        self._row.saw(StateReading(AgentState.EXITED), None)
         self.record_row()
 
     @property

@@ -69,8 +69,9 @@ class At:
     evidence, outcome, detail
         A delivery's last screen lines, its outcome, and how it went (for its event); a
         block-less report's event.
-    recovered, turn_id
-        The delivery was settled after a restart; its row in the journal of turns.
+    recovered, turn_id, told
+        The delivery was settled after a restart; its row in the journal of turns; the
+        agent's driver here hears of it (False: the process it went to is gone).
     rounds
         Plans forwarded for the block's task before it.
     """
@@ -87,6 +88,7 @@ class At:
     detail: str = ""
     recovered: bool = False
     turn_id: int | None = None
+    told: bool = True
     rounds: int = 0
 
 
@@ -139,7 +141,8 @@ class Executor:
             # --- a delivery ended
             case decide.Confirmed(restart_clock=restart) if msg is not None:
                 self._move(msg, MessageState.DELIVERED, at)
-                driver = self.routing.agents.get(name)  # none: it runs on another node
+                # None: it runs on another node, or the process it went to is gone.
+                driver = self.routing.agents.get(name) if at.told else None
                 if self.store.set_turn_state(name, at.nonce, TurnState.WAITING) is None:
                     # Its turn ended with its task while it was typed: over at once.
                     self.store.transition(msg.id, MessageState.ACKNOWLEDGED)

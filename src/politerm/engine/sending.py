@@ -12,6 +12,7 @@ answer on screen → delivered; its text in the input box → submit and confirm
 
 from __future__ import annotations
 
+import dataclasses
 import typing as t
 
 from politerm.driver import Outcome
@@ -181,13 +182,16 @@ class Sending:
         *,
         follow_up: bool,
         recovered: bool = False,
+        told: bool = True,
     ) -> None:
         """Record how ``name``'s delivery ended: delivered, retried later, or dead-lettered.
 
         The agent may run on another node of the fleet (engine/remote.py): its node typed.
+        ``told``: its driver here hears of it (False: the process it went to is gone).
         """
         begun = Begun(msg, nonce, msg.text or "", follow_up=follow_up)
-        self.executor.carry(*self._decided(name, begun, result, recovered=recovered))
+        actions, at = self._decided(name, begun, result, recovered=recovered)
+        self.executor.carry(actions, dataclasses.replace(at, told=told))
 
     def _decided(
         self, name: str, begun: Begun, result: DeliveryResult, *, recovered: bool

@@ -36,12 +36,6 @@ def use_tmux(socket_name: str, tmux: str = "tmux") -> None:
         _sockets[socket_name] = tmux
 
 
-def forget_tmux(socket_name: str) -> None:
-    """Stop keeping secrets in that server (it was shut down)."""
-    with _lock:
-        _sockets.pop(socket_name, None)
-
-
 def keep(found: dict[str, str]) -> None:
     """Keep secrets by tag: in memory, and in each known tmux server.
 

@@ -179,8 +179,3 @@ class StateTracker:
         self._progress_at = now
         self._limit_base = self._limit_lines
         self._set(StateReading(AgentState.UNKNOWN, ("input sent",), rule="input sent"), now)
-
-    def seconds_in_state(self, now: float | None = None) -> float:
-        """How long the tracked state has held."""
-        now = self.clock() if now is None else now
-        return now - self.since

@@ -72,10 +72,6 @@ def as_lines(content: str, newline: str) -> str:
     return body if body.endswith(newline) else body + newline
 
 
-def _terminate(line: str, newline: str) -> str:
-    return line if line.endswith("\n") else line + newline
-
-
 def _marker_lines(lines: list[str], mod: FileModificationInstruction, label: str) -> list[int]:
     marker = mod.line_marker or ""
     hits = [i for i, line in enumerate(lines) if marker in line]

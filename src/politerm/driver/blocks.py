@@ -345,12 +345,6 @@ class BlockReader:
                 fresh.append(block)
         return fresh
 
-    def rejections_text(self) -> str:
-        """The turn's rejected candidates, for an error message ("" when none)."""
-        if not self.rejected:
-            return ""
-        return _last_three([f"line {r.line}: {r.reason}" for r in self.rejected])
-
     def rejections_fact(self) -> str:
         """The turn's rejected candidates (and old blocks ignored), for an error message."""
         return rejected_fact([f"line {r.line}: {r.reason}" for r in self.rejected], self.ignored)

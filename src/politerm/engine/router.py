@@ -242,14 +242,6 @@ class Router:
         if self.routing.fatal is not None:
             raise ServerNotRunning(self.routing.fatal)
 
-    async def recover(self) -> None:
-        """Settle every delivery a previous router left half-done (``kill -9``)."""
-        for driver in self.routing.agents.values():
-            snap = await driver.snapshot()
-            if snap is not None:
-                await self.sending.settle_in_flight(driver, snap)
-            self.routing.loops[driver.name].settled = True
-
     async def _last_look(self) -> None:
         """Read each open turn's answer already on screen once more before stopping.
 

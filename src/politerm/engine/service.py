@@ -25,6 +25,7 @@ import threading
 import time
 import typing as t
 
+from politerm._internal.pidlock import try_flock
 from politerm._internal.private import private_dir
 from politerm.driver import Host, state_dir
 
@@ -110,14 +111,9 @@ class ServiceLock:
 
     def acquire(self) -> bool:
         """Take the lock without waiting (a dead holder's lock is free); False if held."""
-        private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        self._fd = try_flock(self.path)
+        if self._fd is None:
             return False
-        self._fd = fd
         self.update(router=None, restarts=0)
         return True
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import importlib.resources
 import logging
 import os
@@ -12,7 +11,7 @@ import pathlib
 import shlex
 import typing as t
 
-from politerm._internal.private import private_dir
+from politerm._internal.pidlock import PidLock
 from politerm.agents.profile import AgentProfile
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Host, check_program, state_dir
@@ -340,7 +339,7 @@ def _control_argv(store: pathlib.Path, socket: str) -> list[str]:
     return [*status, "--socket", socket]
 
 
-class RouterLock:
+class RouterLock(PidLock):
     """One router per tmux session: an exclusive ``flock`` keyed by socket and session.
 
     The lock belongs to the tmux session, not to a store: two routers with different
@@ -350,51 +349,7 @@ class RouterLock:
 
     def __init__(self, socket: str, session: str, directory: pathlib.Path | None = None) -> None:
         base = directory if directory is not None else state_dir()
-        self.path = base / f"router-{socket}-{session}.lock"
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        """Take the lock without waiting; False if another router holds it."""
-        private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return True
-
-    def holder(self) -> int | None:
-        """PID of the router holding the lock, if one does (never a dead one's)."""
-        try:
-            text = self.path.read_text().strip()
-        except OSError:
-            return None
-        if not text.isdigit():
-            return None
-        try:
-            os.kill(int(text), 0)
-        except ProcessLookupError:
-            return None  # left by a router killed with -9: the lock is free
-        except PermissionError:
-            pass  # alive, another user's
-        return int(text)
-
-    def release(self) -> None:
-        """Give the lock up; the file no longer names this process."""
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)
-            self._fd = None
-
-    def discard(self) -> None:
-        """Remove the lock file of a session that is gone, unless a router still holds it."""
-        if self.path.exists() and self.acquire():
-            self.path.unlink(missing_ok=True)
-            self.release()
+        super().__init__(base / f"router-{socket}-{session}.lock")
 
 
 __all__ = ["Agents", "RouterLock", "Session", "builtin_primer"]

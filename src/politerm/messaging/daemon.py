@@ -8,11 +8,12 @@ command has returned.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
 import typing as t
+
+from politerm._internal.pidlock import PidLock
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -21,40 +22,11 @@ ENV_POSTMAN: t.Final = "POLI_POSTMAN"
 """``off`` stops ``poli send``/``reply`` and MCP tools from starting a background postman."""
 
 
-class PostmanLock:
+class PostmanLock(PidLock):
     """An exclusive lock file in the message directory; held while a postman runs."""
 
     def __init__(self, directory: pathlib.Path) -> None:
-        self.path = directory / "postman.lock"
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        """Take the lock without waiting; False if another postman holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return True
-
-    def held_elsewhere(self) -> bool:
-        """Whether some other process holds the lock right now."""
-        if self._fd is not None:
-            return False
-        if self.acquire():
-            self.release()
-            return False
-        return True
-
-    def release(self) -> None:
-        """Give the lock up."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        super().__init__(directory / "postman.lock")
 
 
 def start_postman(

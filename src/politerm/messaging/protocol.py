@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 import typing as t
 
 from politerm.store.mail import Capability
@@ -152,14 +151,3 @@ def find_response_lines(text: str) -> list[ResponseLine]:
         if line not in seen:
             seen.append(line)
     return seen
-
-
-def reply_command(msg_id: str, path: str) -> str:
-    """The shell command that answers ``msg_id`` with the file at ``path``.
-
-    Examples
-    --------
-    >>> reply_command("m-1", "/tmp/my answer.md")
-    "poli reply --to m-1 '/tmp/my answer.md'"
-    """
-    return f"poli reply --to {msg_id} {shlex.quote(path)}"

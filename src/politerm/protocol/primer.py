@@ -135,17 +135,3 @@ def render_primer(
         lines.append(f"- Keep the text under {max_screen_lines} lines.")
     lines.append("- Write nothing after the closing line.")
     return "\n".join(lines)
-
-
-def values_line(to: str, msg_type: str, msg_id: str, nonce: str | None = None) -> str:
-    """The header values as a one-line reminder, e.g. for a follow-up nudge.
-
-    Examples
-    --------
-    >>> values_line("ORCH", "done", "T2", "ff00aa")
-    'to=ORCH type=done id=T2 nonce=ff00aa'
-    """
-    parts = [f"to={to}", f"type={msg_type}", f"id={msg_id}"]
-    if nonce is not None:
-        parts.append(f"nonce={nonce}")
-    return " ".join(parts)

@@ -343,21 +343,6 @@ class Mailbox(StoreTables):
             ).fetchone()
         return None if row[0] is None else float(row[0])
 
-    def awaiting_response(self, sender_pane: str) -> list[Mail]:
-        """Requests from the agent in ``sender_pane`` that were delivered and not answered."""
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM mail WHERE sender_pane = ? AND kind = ? AND state IN (?, ?)"
-                " ORDER BY created, id",
-                (
-                    sender_pane,
-                    MailKind.REQUEST.value,
-                    MailState.DELIVERING.value,
-                    MailState.DELIVERED.value,
-                ),
-            ).fetchall()
-        return [_mail(r) for r in rows]
-
     def answered_with(self, response_path: str) -> Mail | None:
         """The request already answered by the file at ``response_path``, if any."""
         with self.store._reading() as c:

@@ -16,10 +16,25 @@ from politerm.store.models import MessageState
 if t.TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from politerm.agents.approval import PendingApproval
     from politerm.store import RunStore
     from politerm.store.models import Agent, Event
 
 _OPEN = (MessageState.QUEUED, MessageState.RETRIED, MessageState.DELIVERING, MessageState.DEAD)
+
+
+def approval_row(p: PendingApproval) -> dict[str, t.Any]:
+    """A pending approval as ``poli status --json`` and the views show it."""
+    return {
+        "agent": p.agent,
+        "tool": p.tool,
+        "command": p.command,
+        "question": p.question,
+        "what": p.what,
+        "asked": p.asked,
+        "answer": p.answer.value if p.answer else None,
+        "evidence": list(p.evidence),
+    }
 
 
 def collect(
@@ -85,19 +100,7 @@ def collect(
             }
             for a in agents
         ],
-        "approvals": [
-            {
-                "agent": p.agent,
-                "tool": p.tool,
-                "command": p.command,
-                "question": p.question,
-                "what": p.what,
-                "asked": p.asked,
-                "answer": p.answer.value if p.answer else None,
-                "evidence": list(p.evidence),
-            }
-            for p in list_pending(store, [a.name for a in agents])
-        ],
+        "approvals": [approval_row(p) for p in list_pending(store, [a.name for a in agents])],
         "tasks": [
             {
                 "id": tk.id,

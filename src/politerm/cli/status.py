@@ -11,6 +11,7 @@ import typing as t
 
 import click
 
+from politerm._internal.lineframe import LineFrame
 from politerm._internal.sanitize import color_system, escape_controls, trusted_stdout
 from politerm.cli import _complete
 from politerm.cli._common import config_option, format_event, load, open_store
@@ -25,6 +26,9 @@ from politerm.project import PROJECT_ENV
 from politerm.status import collect, render
 from politerm.store import RunStore
 from politerm.store.watch import StoreWatch
+
+if t.TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
 PIPELINE_BACKSTOP = 5.0
 """Longest the pipeline view sleeps without a store commit."""
@@ -140,17 +144,52 @@ def command(
             show(view(collect(store, **asyncio.run(_live_once(store, observer)))))
             return
         console = Console(highlight=False, color_system=color_system())
+        if console.is_terminal and not console.is_dumb_terminal:
+            with trusted_stdout():
+                _watch_in_terminal(console, store, observer, view)
+            return
         from rich.live import Live
 
-        # auto_refresh off: the screen is redrawn on changes only, never on a timer.
+        # Not a terminal: the live view prints its last frame when it stops.
         with trusted_stdout(), Live(console=console, screen=False, auto_refresh=False) as live_view:
 
             def draw(data: dict[str, t.Any]) -> None:
-                # Rows below the screen are cropped by the live view: not drawn at all.
                 live_view.update(view(data, max(3, console.height - 6)), refresh=True)
 
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(_watch(store, observer, draw))
+
+
+def _watch_in_terminal(
+    console: Console,
+    store: RunStore,
+    observer: Observer,
+    view: t.Callable[[dict[str, t.Any], int | None], RenderableType],
+) -> None:
+    """Redraw on every change, writing only the lines that changed (:class:`LineFrame`).
+
+    The watcher runs in a tmux window beside the agents: each byte it prints is tmux work
+    (see docs/performance.md), and a redraw mostly repeats the agents table.
+    """
+    frame = LineFrame(console.file, height=console.height)
+    width = console.width
+
+    def draw(data: dict[str, t.Any]) -> None:
+        nonlocal width
+        if console.width != width:
+            width = console.width
+            frame.clear()  # the terminal reflowed the old lines
+        frame.resize(console.height)
+        # Rows below the screen are not drawn at all (the frame cuts to its height).
+        with console.capture() as captured:
+            console.print(view(data, max(3, console.height - 6)))
+        frame.draw(captured.get().rstrip("\n").split("\n"))
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_watch(store, observer, draw))
+    finally:
+        frame.close()
 
 
 def _show_all(observer: Observer, *, as_json: bool) -> None:

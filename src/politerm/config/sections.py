@@ -13,7 +13,7 @@ import typing as t
 from pathlib import Path
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from politerm.agents.profile import guess_profile
 from politerm.config.fleet import NAME_PATTERN, FleetConfig
@@ -34,6 +34,20 @@ DEFAULT_AGENTS: tuple[str, ...] = ("PLANNER", "EXECUTER")
 
 _SECONDS = "a number of seconds > 0"
 _AGENT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+def _compiled(value: list[str]) -> list[str]:
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            msg = f"{pattern!r}: {exc}"
+            raise ValueError(msg) from None
+    return value
+
+
+Regexes = t.Annotated[list[str], AfterValidator(_compiled)]
+"""A list of regular expressions, each checked to compile."""
 
 
 # --- models -----------------------------------------------------------------------------
@@ -104,20 +118,9 @@ class RoutingConfig(_Section):
     approval: t.Literal["ask", "approve", "deny"] = Field(
         default="ask", description="one of 'ask', 'approve', 'deny'"
     )
-    approval_patterns: list[str] = Field(
+    approval_patterns: Regexes = Field(
         default_factory=list, description="a list of regular expressions"
     )
-
-    @field_validator("approval_patterns")
-    @classmethod
-    def _patterns_compile(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                msg = f"{pattern!r}: {exc}"
-                raise ValueError(msg) from None
-        return value
 
 
 _Primer: t.TypeAlias = Path | t.Literal[False] | None
@@ -295,18 +298,7 @@ class PipelineConfig(_Section):
 class RedactConfig(_Section):
     """Extra secret patterns, redacted like the built-in ones (see :mod:`politerm.redact`)."""
 
-    patterns: list[str] = Field(default_factory=list, description="a list of regular expressions")
-
-    @field_validator("patterns")
-    @classmethod
-    def _patterns_compile(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                msg = f"{pattern!r}: {exc}"
-                raise ValueError(msg) from None
-        return value
+    patterns: Regexes = Field(default_factory=list, description="a list of regular expressions")
 
 
 NOTIFY_EVENTS = ("approval", "question", "gate", "done", "failed", "stuck", "limited")

@@ -16,11 +16,11 @@ import pathlib
 import re
 import typing as t
 
-from politerm.agents.approval import PendingApproval, all_pending
+from politerm.agents.approval import all_pending
 from politerm.errors import PolitermError
 from politerm.project import project_key
 from politerm.redact import Redactor
-from politerm.status import collect, state_words
+from politerm.status import approval_row, collect, state_words
 from politerm.store.epics import EpicStore
 from politerm.ui.inbox import approval_panes, merge, project_inbox
 from politerm.ui.projects import ProjectRef, owner_of
@@ -155,19 +155,6 @@ def _agents(
             }
         )
     return rows
-
-
-def _approval(p: PendingApproval) -> dict[str, t.Any]:
-    return {
-        "agent": p.agent,
-        "tool": p.tool,
-        "command": p.command,
-        "question": p.question,
-        "what": p.what,
-        "asked": p.asked,
-        "answer": p.answer.value if p.answer else None,
-        "evidence": list(p.evidence),
-    }
 
 
 def _epics(store: RunStore) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
@@ -348,7 +335,7 @@ def collect_overview(
         for p in all_pending(st):
             item = by_key.get((ref.key, p.agent))
             approvals.append(
-                {**_approval(p), "project": ref.name, "project_key": ref.key,
+                {**approval_row(p), "project": ref.name, "project_key": ref.key,
                  "pane": item["pane"] if item else None}
             )  # fmt: skip
     data = {

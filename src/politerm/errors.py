@@ -203,10 +203,6 @@ class RoutingError(PolitermError):
     """The router could not move a message or finish a task."""
 
 
-class TaskFailed(RoutingError):
-    """A task ended without a final report; the message names agent, step and screen."""
-
-
 # --- imports from the original tools ----------------------------------------------------
 
 

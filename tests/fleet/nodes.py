@@ -17,6 +17,8 @@ import subprocess
 import sys
 import typing as t
 
+import pytest
+
 from politerm.config import load_config
 from politerm.store import RunStore
 from politerm.testing.fakeagent.eventlog import read_log
@@ -37,16 +39,23 @@ class FleetNode:
     proc: subprocess.Popen[str] | None = None
 
     def poli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run ``poli ARGS`` on this node (bounded)."""
-        return subprocess.run(
-            [sys.executable, "-m", "politerm", *args],
+        """Run ``poli ARGS`` on this node (bounded: a hang fails with its Python stacks)."""
+        argv = [sys.executable, "-m", "politerm", *args]
+        proc = subprocess.Popen(
+            argv,
             cwd=self.root,
-            env=self.env,
-            capture_output=True,
+            env={**self.env, "PYTHONFAULTHANDLER": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
-            check=False,
         )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"poli {' '.join(args)} on node {self.name} hung {timeout:g}s:\n{err}")
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         """Start ``poli ARGS`` on this node without waiting (its output on a pipe)."""

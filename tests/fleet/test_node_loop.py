@@ -7,6 +7,8 @@ store), the fake agents; what each agent was handed is read from its own log.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import typing as t
 
 import pytest
@@ -233,5 +235,32 @@ def test_redis_restarted_mid_turn_nothing_acknowledged_is_lost(
         with b.store() as store:
             (row,) = store.journal_leased()
         assert row.verdict == "accepted"
+    finally:
+        tear_down(nodes)
+
+
+def test_the_router_killed_while_a_remote_turn_runs_posts_the_same_work_again(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=_slow_executer(3))
+    a, b = nodes["a"], nodes["b"]
+    try:
+        b.start_node()
+        assert a.poli("up").returncode == 0
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "120")
+        _first_to_take([b])
+        shown = json.loads(a.poli("status", "--json").stdout)["router"]
+        os.kill(int(shown["router"]), signal.SIGKILL)  # its supervisor starts another
+        out, _ = task.communicate(timeout=150)
+        assert task.returncode == 0, out + b.log()
+        assert "final report (T-1)" in out
+        # The new router found the turn open, posted the same work (kept once) and took
+        # its reply: the plan was handed to EXECUTER once, under one lease.
+        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        with b.store() as store:
+            (row,) = store.journal_leased()
+        assert row.verdict == "accepted"
+        restarted = json.loads(a.poli("status", "--json").stdout)["router"]
+        assert restarted["restarts"] >= 1
     finally:
         tear_down(nodes)

@@ -56,6 +56,7 @@ if t.TYPE_CHECKING:
     from politerm.fleet.budget import Verdict
     from politerm.fleet.work import Lease
     from politerm.store import RunStore
+    from politerm.store.journal import JournalRow
 
 log = logging.getLogger(__name__)
 
@@ -319,20 +320,25 @@ class Node:
         # Redis unreachable, the lease fenced or nearly out: nothing is typed (raises).
         attempt.lease = await asyncio.to_thread(self.queue.check, attempt.lease)
         lease = attempt.lease
+        row = self._write_lease(agent, attempt)
+        if row is not None and row.epoch != lease.epoch:
+            why = f"{lease}: the journal holds epoch {None if row is None else row.epoch}"
+            raise LeaseLost(why)
+
+    def _write_lease(self, agent: str, attempt: _Attempt) -> JournalRow | None:
+        """The attempt's lease on its open journal row (None: no row open yet)."""
+        lease = attempt.lease
         rows = self.store.journal_open(agent=agent, record=WORK_RECORD)
         mine = [r for r in rows if r.serves == attempt.serves]
         if not mine:
-            return
-        row = self.store.journal_lease(
+            return None
+        return self.store.journal_lease(
             mine[-1].id,
             work=lease.work.id,
             node=self.name,
             epoch=lease.epoch,
             until=lease.expires_at,
         )
-        if row is None or row.epoch != lease.epoch:
-            why = f"{lease}: the journal holds epoch {None if row is None else row.epoch}"
-            raise LeaseLost(why)
 
     async def _renew(self, attempt: _Attempt) -> None:
         """Keep the lease while the turn runs; note it lost (nothing more is typed then)."""
@@ -340,6 +346,8 @@ class Node:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 attempt.lease = await asyncio.to_thread(self.queue.renew, attempt.lease)
+                # The row keeps the lease's latest expiry: no other attempt starts before it.
+                self._write_lease(attempt.lease.work.agent, attempt)
             except LeaseLost as exc:
                 attempt.lost = str(exc)
                 self.store.add_event("fenced", agent=attempt.lease.work.agent, detail=str(exc))

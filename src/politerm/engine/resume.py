@@ -121,7 +121,7 @@ class _Kept:
             taken = self.taken(name, msg)
             if taken is None:
                 return  # no record of it: the new process gets it (see below)
-            self._delivered(name, msg, turn.nonce, taken)
+            self.delivered(name, msg, turn.nonce, taken, live=True)
             turn = store.current_turn(name)
             if turn is None:
                 return
@@ -134,11 +134,14 @@ class _Kept:
             return None
         return rec.submitted(msg.text, msg.turn_nonce)
 
-    def _delivered(self, name: str, msg: Message, nonce: str, taken: tuple[Source, str]) -> None:
+    def delivered(
+        self, name: str, msg: Message, nonce: str, taken: tuple[Source, str], *, live: bool
+    ) -> None:
+        """``msg`` DELIVERED by the record showing it taken (not ``live``: its turn is over)."""
         assert self.router is not None
         source, evidence = taken
         result = LeftOver("delivered", "the agent's own record", (evidence,), (source,))
-        driver = self.router.agents[name]
+        driver = self.router.agents[name] if live else None
         self.router.sending.outcome(
             name, msg, nonce, result.confirmed(), follow_up=False, recovered=True, driver=driver
         )
@@ -191,19 +194,9 @@ def _forget_lost_delivery(store: RunStore, name: str, kept: _Kept) -> None:
         if msg.type in FOLLOW_UPS:
             store.transition(msg.id, MessageState.DEAD, error="its agent was restarted")
         elif (taken := kept.taken(name, msg)) is not None:
-            # The dead process took it: over, and its answer (or one copy) takes its place.
-            store.transition(
-                msg.id, MessageState.DELIVERED, expect=MessageState.DELIVERING,
-                evidence=taken[1],
-            )  # fmt: skip
-            store.transition(msg.id, MessageState.ACKNOWLEDGED)
-            store.add_event(
-                "recovered",
-                task_id=msg.task_id,
-                agent=name,
-                detail=f"{msg.type} message was taken by {name} before it died "
-                f"(confirmed by {taken[0]}: {taken[1]})",
-            )
+            # The dead process took it: over with its turn, and its answer (or one copy)
+            # takes its place.
+            kept.delivered(name, msg, row.nonce or "", taken, live=False)
             if msg.task_id is not None:
                 store.set_meta(f"{RESUME_MSG}{msg.task_id}:{name}", str(msg.id))
         else:

@@ -16,7 +16,7 @@ import pathlib
 import time
 import typing as t
 
-from politerm._internal.proctree import kill_processes, process_tree
+from politerm._internal.proctree import kill_processes
 from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import AgentDriver, Outcome
 from politerm.driver.leftover import resume
@@ -177,7 +177,7 @@ class StepAgent:
         )
         deadline = time.monotonic() + run.pipeline.timeout_of(step)
         if spec.headless:
-            return await self.wait_exit(step, await run.host.pane(driver.terminal_name), deadline)
+            return await self.wait_exit(step, driver, deadline)
         return await self.start_tui(step, spec, driver, text, deadline)
 
     async def start_tui(
@@ -291,8 +291,10 @@ class StepAgent:
         await self.stop_agent(driver)
         return None if answer == "y" else f"marked not done ({answer}) by a person"
 
-    async def wait_exit(self, step: Step, pane: Pane | None, deadline: float) -> str | None:
-        """Wait for a headless step's exit-code file (its wrapper runs in ``pane``, if any)."""
+    async def wait_exit(
+        self, step: Step, driver: AgentDriver | None, deadline: float
+    ) -> str | None:
+        """Wait for a headless step's exit-code file (its wrapper runs under ``driver``)."""
         run = self.run
         path = exit_file(run.state.steps_dir, step.num)
         gone_since: float | None = None
@@ -303,14 +305,14 @@ class StepAgent:
                 run.marks[f"done:{step.num}"] = time.monotonic()
                 # The wrapper exits right after the rename; let it, then make sure.
                 for _ in range(20):
-                    if not await _alive(pane):
+                    if not await _runs(driver):
                         break
                     await asyncio.sleep(_POLL / 2)
-                await self._stop_pane(pane)
+                await self._stop(driver)
                 if code == 0:
                     return None
                 return f"exited with status {code}"
-            alive = await _alive(pane)
+            alive = await _runs(driver)
             now = time.monotonic()
             if not alive:
                 # The wrapper writes the file before it exits; give the rename a moment.
@@ -318,7 +320,7 @@ class StepAgent:
                 if now - gone_since > 1.0:
                     return "the step's wrapper ended without writing its exit status"
             if now >= deadline:
-                await self._stop_pane(pane)
+                await self._stop(driver)
                 minutes = run.pipeline.timeout_of(step) / 60
                 return f"timed out after {minutes:g} min"
             await asyncio.sleep(_POLL)
@@ -329,10 +331,10 @@ class StepAgent:
         rec = run.record.step(step.num)
         spec = self.launch(step, rec.attempt)
         deadline = time.monotonic() + run.pipeline.timeout_of(step)
-        if spec.headless and exit_file(run.state.steps_dir, step.num).exists():
-            pane = await run.host.pane(rec.pane) if rec.pane else None
-            return await self.wait_exit(step, pane, deadline)
         pane = await run.host.pane(rec.pane) if rec.pane else None
+        if spec.headless and exit_file(run.state.steps_dir, step.num).exists():
+            driver = self.driver(step, spec, pane) if pane is not None else None
+            return await self.wait_exit(step, driver, deadline)
         if pane is None:
             return "rerun"
         try:
@@ -340,9 +342,9 @@ class StepAgent:
         except PaneNotFound:
             return "rerun"
         run.say(f"step {step.num}: re-attached to window {step.window}", step=step.num)
-        if spec.headless:
-            return await self.wait_exit(step, pane, deadline)
         driver = self.driver(step, spec, pane)
+        if spec.headless:
+            return await self.wait_exit(step, driver, deadline)
         text = prompt_file(run.state.steps_dir, step.num, rec.attempt).read_text("utf-8")
         if not snap.alive:
             # Only a done block it printed before it exited saves the attempt.
@@ -370,17 +372,9 @@ class StepAgent:
         """Kill the agent's process tree; the dead pane keeps its last screen."""
         await driver.stop()
 
-    async def _stop_pane(self, pane: Pane | None) -> None:
-        if pane is None:
-            return
-        try:
-            info = await pane.info()
-        except (PaneNotFound, ControlModeError):
-            return
-        if info.dead or not info.pid:
-            return
-        procs = process_tree(info.pid)
-        await asyncio.to_thread(terminate, procs)
+    async def _stop(self, driver: AgentDriver | None) -> None:
+        if driver is not None:
+            await driver.stop()
 
     async def drop_window(self, step: Step) -> None:
         """Kill the window (and agent) of an earlier attempt of ``step``, if any."""
@@ -394,14 +388,9 @@ class StepAgent:
                 await pane.kill()
 
 
-async def _alive(pane: Pane | None) -> bool:
-    """Whether ``pane``'s process runs (a pane gone, or unreachable, runs nothing)."""
-    if pane is None:
-        return False
-    try:
-        return await pane.is_alive()
-    except (ControlModeError, PaneNotFound):
-        return False
+async def _runs(driver: AgentDriver | None) -> bool:
+    """Whether the step's program runs (a pane gone, or unreachable, runs nothing)."""
+    return driver is not None and await driver.pid() is not None
 
 
 def terminate(procs: t.Sequence[psutil.Process], grace: float = 3.0) -> bool:

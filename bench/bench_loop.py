@@ -51,6 +51,7 @@ from politerm.agents import AgentState, load_profile
 from politerm.config import load_config
 from politerm.driver import Host
 from politerm.engine.loop import submit, templates_for
+from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.engine.session import Session
 from politerm.protocol.primer import new_nonce
@@ -262,7 +263,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes, trace: PathTrace | None = Non
         agents = await Session(config, store, Host(bench.server, config.tmux.session)).up(
             resume=True
         )
-        router = Router(config, store, agents, templates=templates_for(config))
+        router = Router(Routing(config, store, agents, templates=templates_for(config)))
         ids: list[str] = []
         stack = contextlib.ExitStack()
         if trace is not None:

@@ -72,6 +72,7 @@ from politerm.agents import AgentState, load_profile
 from politerm.config import load_config
 from politerm.driver import Host
 from politerm.engine.loop import templates_for
+from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.engine.session import Session
 from politerm.store import RunStore
@@ -281,7 +282,7 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             out["load after up"] = _load()
             out.update(await _lookups(bench, list(agents)))
 
-            router = Router(config, store, agents, templates=templates_for(config))
+            router = Router(Routing(config, store, agents, templates=templates_for(config)))
             COUNTS.count_steps(router)
             routing = asyncio.create_task(router.run())
 

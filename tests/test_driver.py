@@ -114,6 +114,36 @@ async def test_turn_on_a_pty(tmp_path: pathlib.Path) -> None:
     assert driver.dead
 
 
+async def test_an_agent_taken_as_exited_has_its_row_say_so(tmp_path: pathlib.Path) -> None:
+    # The router learns of a death from a delivery; the row is the driver's to write.
+    store = RunStore.open(tmp_path / "store.db")
+    store.upsert_agent(
+        "AGENT",
+        session="s",
+        pane_id="pty",
+        command="fake",
+        cwd="/",
+        profile="fake-claude",
+        resume_command=None,
+    )
+    driver = await AgentDriver.start(
+        "AGENT",
+        load_profile("fake-claude"),
+        argv=scenario(tmp_path, DONE_RULE.format(extra="")),
+        cwd=tmp_path,
+        ready_timeout=READY,
+        store=store,
+    )
+    try:
+        assert store.get_agent("AGENT").state == "ready"  # type: ignore[union-attr]
+        driver.mark_exited()
+        assert driver.dead
+        assert store.get_agent("AGENT").state == "exited"  # type: ignore[union-attr]
+    finally:
+        await driver.kill()
+        store.close()
+
+
 async def test_missing_program_creates_nothing(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:

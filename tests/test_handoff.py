@@ -277,7 +277,7 @@ async def test_a_handed_off_prompt_whose_task_ended_meanwhile_is_not_typed(
         msg = store.get_message(fwd.id)
         assert msg is not None and msg.state is MessageState.DELIVERING
         # The task ends before the recipient's loop gets to type it.
-        router.endings.fail(task.id, "aborted in between")
+        router.executor.fail(task.id, "aborted in between")
         router.loops["EXECUTER"].handoff = None
         await router.sending.send_handoff(executer, begun)
         msg = store.get_message(fwd.id)

@@ -20,7 +20,9 @@ from politerm.agents import AgentState, load_profile
 from politerm.agents.profile import AgentProfile, Detectors
 from politerm.agents.tracker import StateTracker
 from politerm.config import Config, StoreConfig, TmuxConfig
-from politerm.engine.router import IDLE_BACKSTOP, TURN_BACKSTOP, Router, idle_backstop
+from politerm.engine.agentstep import IDLE_BACKSTOP, TURN_BACKSTOP
+from politerm.engine.routebase import Routing
+from politerm.engine.router import Router, idle_backstop
 from politerm.store import RunStore
 from politerm.store import watch as watch_mod
 from politerm.store.watch import StoreWatch
@@ -142,7 +144,7 @@ async def _router_over_a_fake_agent(
         tmux=TmuxConfig(socket=tmux_server.socket_name, session="t"),
         store=StoreConfig(path=store.path),
     )
-    return Router(config, store, {"A": (load_profile(profile), pane)}), store, pane
+    return Router(Routing(config, store, {"A": (load_profile(profile), pane)})), store, pane
 
 
 async def test_an_idle_agent_loop_sleeps_until_an_event(

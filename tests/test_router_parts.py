@@ -14,6 +14,7 @@ import typing as t
 from politerm.config import Config, StoreConfig, TmuxConfig
 from politerm.engine.decide import PLANNER
 from politerm.engine.loop import submit
+from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.store import RunStore
 from politerm.store.models import MessageState, TaskState
@@ -31,9 +32,9 @@ def _config(tmp_path: pathlib.Path) -> Config:
 
 def _started(config: Config, store: RunStore, task_id: str) -> tuple[Router, Task, Message]:
     """A router with no agents, and a task it started: its prompt to the planner queued."""
-    router = Router(config, store, {})
+    router = Router(Routing(config, store, {}))
     task = submit(store, config, "do it", task_id=task_id)
-    router.deadlines.start_task(task)
+    router.executor.start_task(task)
     (prompt,) = store.list_messages(task_id=task.id)
     return router, task, prompt
 
@@ -60,7 +61,7 @@ def test_a_steps_clock_waits_for_delivery_then_nudges_retries_and_times_out(
         assert _kinds(store, task.id) == ["task"]
         store.transition(prompt.id, MessageState.DELIVERING, turn_nonce="n1", text="do it")
         store.transition(prompt.id, MessageState.DELIVERED)
-        router.deadlines.restart_clock(task.id, PLANNER, now)
+        router.executor.restart_clock(task.id, PLANNER, now)
         router.deadlines.check(now + plan * config.timeouts.nudge_fraction)
         assert _kinds(store, task.id) == ["task", "nudge"]
         router.deadlines.check(now + plan)
@@ -86,8 +87,8 @@ def test_a_failed_task_ends_its_turns_and_a_second_failure_changes_nothing(
     with RunStore.open(tmp_path / "runs.sqlite3") as store:
         router, task, prompt = _started(config, store, "T-end")
         store.start_turn(PLANNER, nonce="n1", task_id=task.id, message_id=prompt.id, start_line=0)
-        router.endings.fail(task.id, "first")
-        router.endings.fail(task.id, "second")
+        router.executor.fail(task.id, "first")
+        router.executor.fail(task.id, "second")
         final = store.get_task(task.id)
         assert final is not None and (final.state, final.error) == (TaskState.FAILED, "first")
         assert store.current_turn(PLANNER) is None

@@ -12,6 +12,7 @@ import pytest
 from politerm.agents import load_profile
 from politerm.config import Config, StoreConfig, TmuxConfig
 from politerm.engine import router as router_module
+from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.store import RunStore
 from politerm.testing.retry import aretry_until
@@ -55,7 +56,7 @@ async def test_a_foreign_commit_wakes_only_the_agent_it_names(
         tmux=TmuxConfig(socket=tmux_server.socket_name, session="t"),
         store=StoreConfig(path=store.path),
     )
-    router = Router(config, store, {f"A{i}": (profile, p) for i, p in enumerate(panes)})
+    router = Router(Routing(config, store, {f"A{i}": (profile, p) for i, p in enumerate(panes)}))
     steps = dict.fromkeys(router.agents, 0)
     step = router._step
 

@@ -15,6 +15,7 @@ import pytest
 
 from politerm.config import Config, StoreConfig, TmuxConfig
 from politerm.engine.loop import abort, route, run_task, submit, templates_for
+from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.engine.sending import handed
 from politerm.engine.session import RouterLock
@@ -58,7 +59,7 @@ def _socket(server: libtmux.Server) -> str:
 
 async def _router(loop: Loop) -> Router:
     agents = await loop.session.attach()
-    return Router(loop.config, loop.store, agents, templates=templates_for(loop.config))
+    return Router(Routing(loop.config, loop.store, agents, templates=templates_for(loop.config)))
 
 
 def _planner_ok(extra: str = "") -> str:
@@ -116,7 +117,7 @@ async def test_a_prompt_begun_before_the_paste_is_in_flight_and_sent_after_a_res
     async with started(project) as loop:
         task = submit(loop.store, loop.config, "make hello", task_id="T-dlv")
         router = await _router(loop)
-        router.deadlines.start_task(task)
+        router.executor.start_task(task)
         # Exactly what a router commits before it types anything, and then dies (kill -9).
         msg = loop.store.next_queued("PLANNER")
         assert msg is not None
@@ -186,7 +187,7 @@ async def test_recovered_text_in_the_box_is_submitted_and_confirmed(
     async with started(project) as loop:
         task = submit(loop.store, loop.config, "make hello", task_id="T-box")
         router = await _router(loop)
-        router.deadlines.start_task(task)
+        router.executor.start_task(task)
         msg = loop.store.next_queued("PLANNER")
         assert msg is not None
         planner_driver = router.agents["PLANNER"]

@@ -24,6 +24,7 @@ from politerm._internal.proctree import process_tree
 from politerm.driver.receipts import PANE_OPTION
 from politerm.driver.transcripts import own_conversation
 from politerm.engine.loop import submit, templates_for
+from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.hooks.channel import channel_path, create_channel, hooks_dir_for
 from politerm.store.models import TaskState
@@ -114,7 +115,7 @@ async def _task_naming(loop: Loop, ids: t.Mapping[str, str]) -> None:
     for name, (_profile, pane) in agents.items():
         channel = create_channel(hooks_dir_for(loop.config), name)
         await pane.set_option(PANE_OPTION, f"fake:{channel}")
-    router = Router(loop.config, loop.store, agents, templates=templates_for(loop.config))
+    router = Router(Routing(loop.config, loop.store, agents, templates=templates_for(loop.config)))
     for name, session in ids.items():
 
         async def named(name: str = name, session: str = session) -> None:

@@ -19,7 +19,7 @@ import typing as t
 import pytest
 
 from politerm.engine.loop import abort, route, router_lock, run_task, submit, templates_for
-from politerm.engine.routebase import RESUME_META
+from politerm.engine.routebase import RESUME_META, Routing
 from politerm.engine.router import Router
 from politerm.engine.sending import handed
 from politerm.engine.session import Session
@@ -53,14 +53,14 @@ def _socket(server: libtmux.Server) -> str:
 
 async def _router(loop: Loop) -> Router:
     agents = await loop.session.attach()
-    return Router(loop.config, loop.store, agents, templates=templates_for(loop.config))
+    return Router(Routing(loop.config, loop.store, agents, templates=templates_for(loop.config)))
 
 
 async def _running(loop: Loop, task_id: str) -> Router:
     """A router (not running) over ``loop``'s agents, with task ``task_id`` started."""
     task = submit(loop.store, loop.config, "make hello", task_id=task_id)
     router = await _router(loop)
-    router.deadlines.start_task(task)
+    router.executor.start_task(task)
     return router
 
 
@@ -335,7 +335,7 @@ async def test_task_not_started_when_the_server_dies_runs_after_resume(
         router = await _running(loop, "T-run")
         submit(loop.store, loop.config, "make hello", task_id="T-later")  # still PENDING
         # The exact moment: a loop has just found the server gone.
-        router.endings.server_gone("server exited unexpectedly")
+        router.executor.server_gone("server exited unexpectedly")
         later = loop.store.get_task("T-later")
         assert later is not None and later.state is TaskState.PENDING, later
         first = loop.store.get_task("T-run")

@@ -14,8 +14,8 @@ from tests.fleet.redisserver import RedisServer
 def redis_server(tmp_path: pathlib.Path) -> t.Iterator[RedisServer]:
     """A private redis-server (ACL user and password, AOF on) for this test only."""
     server = RedisServer(tmp_path / "redis")
-    server.start()
     try:
+        server.start()
         yield server
     finally:
         server.stop()

@@ -152,6 +152,7 @@ class RedisServer:
 
     def start(self, timeout: float = 10.0) -> None:
         """Start it (again, on the same directory and port) and wait until it answers."""
+        self.kill()  # never two servers of one test (the older would outlive the test)
         conf = self._write_config()
         self.proc = subprocess.Popen(
             ["redis-server", str(conf)],
@@ -173,6 +174,7 @@ class RedisServer:
                 if b"+PONG" in sock.recv(64) or b"+PONG" in sock.recv(64):
                     return
             time.sleep(0.02)
+        self.stop()
         pytest.fail(f"redis-server on port {self.port} did not answer within {timeout} s")
 
     def kill(self) -> None:

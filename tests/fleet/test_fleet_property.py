@@ -69,6 +69,8 @@ class Log:
     leases: dict[str, list[Lease]] = dataclasses.field(
         default_factory=lambda: collections.defaultdict(list)
     )
+    # Each attempt's lease as its node last renewed it, by epoch.
+    newest: dict[int, Lease] = dataclasses.field(default_factory=dict)
 
 
 def type_under(node: Node, log: Log) -> None:
@@ -82,7 +84,9 @@ def type_under(node: Node, log: Log) -> None:
     except LeaseExpiring:
         return
     lease = node.lease
-    for older in log.leases[lease.work.id]:
+    log.newest[lease.epoch] = lease  # renewed: its node's own clock now ends later
+    for claimed in log.leases[lease.work.id]:
+        older = log.newest.get(claimed.epoch, claimed)
         if older.epoch < lease.epoch and older.epoch not in log.over:
             # Its own node would no longer type under it: the older attempt is over.
             assert older.remaining() < MARGIN, (lease, older)

@@ -59,6 +59,7 @@ def cfg(tmp_path: pathlib.Path) -> pathlib.Path:
     m = open_messenger(config_of(path))
     add_agent(m, "ORCH", "%1")
     add_agent(m, "W1", "%2")
+    m.store.set_agent_state("ORCH", "ready")  # as its driver last saw it
     m.store.close()
     return path
 
@@ -69,9 +70,10 @@ async def test_every_tool_over_stdio(cfg: pathlib.Path, tmp_path: pathlib.Path) 
         assert sorted(tool.name for tool in tools.tools) == sorted(TOOL_NAMES)
 
         agents = await call(orch, "list_agents")
-        assert [(a["name"], a["pane"], a["you"]) for a in agents] == [
-            ("ORCH", "%1", True),
-            ("W1", "%2", False),
+        # No session is up: the observer says EXITED whatever a driver stored last.
+        assert [(a["name"], a["pane"], a["you"], a["state"]) for a in agents] == [
+            ("ORCH", "%1", True, "exited"),
+            ("W1", "%2", False, "exited"),
         ]
 
         sent = await call(

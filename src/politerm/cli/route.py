@@ -11,8 +11,8 @@ import click
 
 from politerm.cli._common import config_option, load, open_store, print_event, project_option
 from politerm.engine import service
+from politerm.engine.decide import ACTIVE
 from politerm.engine.loop import follow, follow_until_idle, route, router_lock
-from politerm.engine.router import ACTIVE
 from politerm.errors import RoutingError
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "check_agents",
     "check_config",
     "check_epic_agent",
+    "check_fleet",
     "check_pipeline_clis",
     "check_python_deps",
     "check_socket_dir",
@@ -529,6 +530,14 @@ def check_pipelines(ctx: DoctorContext) -> Iterable[CheckResult]:
 
 
 register_check(check_pipeline_clis)
+
+
+@register_check
+def check_fleet(ctx: DoctorContext) -> Iterable[CheckResult]:
+    """With ``[fleet]``: the fleet's Redis answers, accepts the user, keeps an AOF."""
+    from politerm.doctor.fleet import fleet_rows
+
+    return fleet_rows(ctx)
 
 
 def doctor_timeout(env: Mapping[str, str]) -> float:

@@ -244,8 +244,10 @@ class AgentDriver:
         return self._dead
 
     def mark_exited(self) -> None:
-        """Take the agent as exited: its terminal's host said so (tmux's pane death)."""
+        """Take the agent as exited (a delivery saw it go); its store row says EXITED."""
         self._dead = True
+        self._row.saw(StateReading(AgentState.EXITED), None)
+        self.record_row()
 
     @property
     def reading(self) -> StateReading:
@@ -340,6 +342,21 @@ class AgentDriver:
     async def look(self) -> Snapshot | None:
         """:meth:`fresh_snapshot`, or a new snapshot when the screen may have changed."""
         return self.fresh_snapshot() or await self.snapshot()
+
+    async def ready_look(self) -> Snapshot | None:
+        """:meth:`look`, when that screen shows the agent READY; else None.
+
+        For a caller that must know the agent is free right now without taking a look of
+        its own loop's (no state tracked, no question answered, nothing recorded).
+        """
+        snap = await self.look()
+        if snap is None or self.profile.detect(snap).state is not AgentState.READY:
+            return None
+        return snap
+
+    def box_text(self, snap: Snapshot) -> str | None:
+        """The text in the agent's input box on ``snap``: "" when empty, None when unseen."""
+        return self.profile.input_text(snap)
 
     async def observe(self, *, task_id: str | None = None, defer_row: bool = False) -> Observation:
         """Look once: track the state, answer an approval question by policy, record it.

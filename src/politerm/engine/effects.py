@@ -14,48 +14,39 @@ import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.driver import Window
-from politerm.engine import decide
-from politerm.engine.routebase import ACTIVE, PLANNER, USER_TARGETS
+from politerm.engine import agentstep, decide
+from politerm.engine.agentstep import NOT_IDLE
+from politerm.engine.decide import ACTIVE, USER_TARGETS
+from politerm.engine.execute import At
 from politerm.protocol.contract import after_prompt, status_task
 from politerm.protocol.parser import last_prompt_line
-from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Observation
-    from politerm.engine.deadlines import Deadlines
-    from politerm.engine.routebase import Endings, Routing
+    from politerm.engine.execute import Executor
+    from politerm.engine.routebase import Routing
     from politerm.engine.sending import Sending
     from politerm.protocol.block import Block
     from politerm.store.models import Task, Turn
     from politerm.terminal import Snapshot
 
-# An agent idle this long after a prompt, with no block, has answered without one.
-IDLE_GRACE = 1.5
-# States in which a turn's answer must wait: the agent still works, or asks something.
-_NOT_IDLE = frozenset({AgentState.BUSY, AgentState.WAITING_APPROVAL, AgentState.DIALOG})
-_APPROVAL_RETURN = "approval-return:"
-
 
 class BlockEffects:
-    """Reading a turn's blocks and carrying out their actions (the router's effects).
+    """Reading a turn's blocks and gathering what their decisions need (a part of the router).
 
     Parameters
     ----------
     routing
         The router's shared state.
-    endings
-        Ends the turns the blocks answer, and the tasks they finish.
-    deadlines
-        Sets the clock of the step a forwarded block starts.
+    executor
+        Carries out each block's effects, an approval shown on its task, a prose report.
     sending
         Begins a forwarded prompt's delivery in the block's own commit.
     """
 
-    def __init__(
-        self, routing: Routing, endings: Endings, deadlines: Deadlines, sending: Sending
-    ) -> None:
+    def __init__(self, routing: Routing, executor: Executor, sending: Sending) -> None:
         self.routing, self.store, self.config = routing, routing.store, routing.config
-        self.endings, self.deadlines, self.sending = endings, deadlines, sending
+        self.executor, self.sending = executor, sending
 
     async def scan_turn(self, driver: AgentDriver, turn: Turn, obs: Observation) -> None:
         """Read the blocks of ``driver``'s open turn and carry out their effects."""
@@ -74,14 +65,14 @@ class BlockEffects:
         fresh = await driver.read_window(obs.snap, window, idle=obs.state is AgentState.READY)
         blocks, loop.held = [*loop.held, *fresh], []
         for block in blocks:
-            ending = self._ends_turn(block) and obs.state not in _NOT_IDLE
+            ending = self._ends_turn(block) and obs.state not in NOT_IDLE
             # The recipient's screen, when it is free to take the forwarded prompt at once.
             ready = await self._recipient_ready(driver.name, block) if ending else None
             current = self.store.current_turn(driver.name)
             if current is None or current.nonce != turn.nonce:
                 return
-            if self._ends_turn(block) and obs.state in _NOT_IDLE:
-                self._hold(driver, current, block, obs)
+            if self._ends_turn(block) and obs.state in NOT_IDLE:
+                self.executor.hold(driver.name, current, block, obs.state)
                 loop.held.append(block)
                 continue
             # With a recipient ready, its prompt goes DELIVERING in this same commit, made
@@ -104,18 +95,6 @@ class BlockEffects:
     def _ends_turn(block: Block) -> bool:
         return block.type != "status"
 
-    def _hold(self, driver: AgentDriver, turn: Turn, block: Block, obs: Observation) -> None:
-        """The answer is in but the agent is not idle: the turn stays open (HOLDING)."""
-        if turn.state is not TurnState.HOLDING:
-            self.store.set_turn_state(driver.name, turn.nonce, TurnState.HOLDING)
-            self.store.add_event(
-                "holding",
-                task_id=turn.task_id,
-                agent=driver.name,
-                detail=f"{block.type} block received; {driver.name} is "
-                f"{obs.state.value}, so the turn stays open until it is idle",
-            )
-
     def approval_task_state(self, driver: AgentDriver, task: Task, obs: Observation) -> None:
         """A question waiting for the user shows on the task, and goes when answered."""
         pending = driver.pending_approval if obs.state is AgentState.WAITING_APPROVAL else None
@@ -128,17 +107,9 @@ class BlockEffects:
         waiting, unknown = (
             obs.state is s for s in (AgentState.WAITING_APPROVAL, AgentState.UNKNOWN)
         )
-        match decide.approval_change(task.state, asking, waiting, unknown):
-            case decide.AwaitApproval(question=question):
-                with self.store.batch():
-                    self.store.set_meta(f"{_APPROVAL_RETURN}{task.id}", task.state.value)
-                    self.store.update_task(
-                        task.id, state=TaskState.WAITING_APPROVAL, question=question
-                    )
-            case decide.Approved():
-                back = self.store.get_meta(f"{_APPROVAL_RETURN}{task.id}")
-                state = TaskState(back or TaskState.PLANNING.value)
-                self.store.update_task(task.id, state=state, clear=("question",))
+        change = decide.approval_change(task.state, asking, waiting, unknown)
+        if change is not None:
+            self.executor.carry((change,), At(driver.name, task=task))
 
     async def _recipient_ready(self, name: str, block: Block) -> Snapshot | None:
         """The screen of the agent ``block`` is forwarded to, if it can take it right now.
@@ -152,22 +123,17 @@ class BlockEffects:
             return None
         if target in self.routing.remote:
             return None  # its node types it (engine/remote.py)
-        if self.routing.stopping.is_set():
-            return None  # no loop is left to type it (a stopping router's last look)
         driver, loop = self.routing.agents[target], self.routing.loops[target]
-        if (
-            driver.dead
-            or driver.state is not AgentState.READY
-            or not loop.settled
-            or loop.handoff is not None
-            or loop.turn_nonce is not None
-            or target in self.routing.clear_later
-        ):
-            return None
-        snap = await driver.look()
-        if snap is None or driver.profile.detect(snap).state is not AgentState.READY:
-            return None
-        return snap
+        recipient = agentstep.Recipient(
+            dead=driver.dead,
+            state=driver.state,
+            settled=loop.settled,
+            handed=loop.handoff is not None,
+            turn_open=loop.turn_nonce is not None,
+            clear_pending=target in self.routing.clear_later,
+            stopping=self.routing.stopping.is_set(),
+        )
+        return await driver.ready_look() if agentstep.takes_handoff(recipient) else None
 
     def apply_block(
         self, name: str, turn: Turn, block: Block, *, ready: Snapshot | None = None
@@ -190,141 +156,36 @@ class BlockEffects:
             rounds=rounds,
             forwarded=forwarded,
         )
-        handed = False
-        for action in decide.block_effects(facts, block):
-            handed = self._carry_block(name, turn, block, action, task, facts, ready) or handed
-        return handed
-
-    def _carry_block(
-        self,
-        name: str,
-        turn: Turn,
-        block: Block,
-        action: decide.BlockAction,
-        task: Task | None,
-        facts: decide.BlockFacts,
-        ready: Snapshot | None,
-    ) -> bool:
-        """Carry out one action of a block (inside its batch); True when a delivery was begun."""
-        match action:
-            case decide.Record(task_id=task_id, accepted=accepted, reason=reason):
-                first = self.store.record_block(
-                    agent=name, task_id=task_id, type=block.type, msg_id=block.id,
-                    nonce=block.nonce, dedupe_key=block.dedupe_key, header=block.header,
-                    body=block.body, accepted=accepted, reason=reason,
-                )  # fmt: skip
-                if first and accepted:
-                    own = f" ({block.id})" if task is None else ""
-                    self.store.add_event(
-                        "block",
-                        task_id=task_id,
-                        agent=name,
-                        detail=f"{name} → {block.to}: {block.type}{own}",
-                        data={"type": block.type, "to": block.to, "body": block.body},
-                    )
-            case decide.Rejected(task_id=task_id, detail=detail):
-                self.store.add_event("rejected", task_id=task_id, agent=name, detail=detail)
-            case decide.EndAnswered():
-                self.endings.end_turn(name, turn)
-            case decide.Ask(question=question) if task is not None:
-                self.store.update_task(task.id, state=TaskState.WAITING_USER, question=question)
-                self.store.clear_expectation(task.id)
-                self.store.set_meta(f"asker:{task.id}", name)
-                self._answered(name, turn)
-            case decide.Done(report=report) if task is not None:
-                self.store.update_task(task.id, state=TaskState.DONE, report=report)
-                self.store.clear_expectation(task.id)
-                self.store.add_event("done", task_id=task.id, agent=name, detail=report)
-                self._answered(name, turn)
-            case decide.RoundLimit(why=why) if task is not None:
-                self.store.update_task(task.id, state=TaskState.FAILED, error=why)
-                self.store.clear_expectation(task.id)
-                self.store.add_event(
-                    "failed", task_id=task.id, agent=name, detail="round limit reached"
-                )
-                self._answered(name, turn)
-                self.endings.end_task_turns(task.id, TurnEnd.TASK_ENDED)
-            case decide.Forward() if task is not None:
-                return self._forward(name, turn, block, action, task, facts.rounds, ready)
-        return False
-
-    def _answered(self, name: str, turn: Turn) -> None:
-        """The block answered the turn: its prompt is acknowledged and the turn ends."""
-        self.endings.ack_turn(turn)
-        self.endings.end_turn(name, turn)
-
-    def _forward(
-        self,
-        name: str,
-        turn: Turn,
-        block: Block,
-        fw: decide.Forward,
-        task: Task,
-        rounds: int,
-        ready: Snapshot | None,
-    ) -> bool:
-        target = fw.target
-        fwd = self.store.add_message(
-            task_id=task.id,
-            sender=name,
-            recipient=target,
-            type=fw.kind,
-            msg_id=task.id,
-            body=block.body,
-            header=block.header,
-            nonce=block.nonce,
-            dedupe_key=f"{block.dedupe_key}:{target}",
-            ttl=self.config.routing.message_ttl,
-        )
-        rounds += fw.kind == "plan" and fwd is not None  # the plan just added (not a re-read)
-        task = self.store.update_task(task.id, state=fw.state, round=rounds, clear=("question",))
-        self.deadlines.expect(task.id, target, fw.expect)
-        if fwd is not None:
-            self.store.add_event(
-                "queued", task_id=task.id, agent=target, detail=f"{name} → {target}: {fw.kind}"
-            )
-        self._answered(name, turn)
-        handed = False
-        if ready is not None and fwd is not None and self.store.current_turn(target) is None:
-            first_in_line = self.store.next_queued(target)
-            if first_in_line is not None and first_in_line.id == fwd.id:
-                handed = self.sending.hand_off(target, fwd, ready, task)
-        self.routing.wake(target)
-        return handed
-
-    def idle_without_block(self, driver: AgentDriver, turn: Turn, now: float) -> bool:
-        """Whether the agent has gone quiet after its prompt without printing a block."""
-        if driver.state is not AgentState.READY or turn.message_id is None:
+        at = At(name, turn=turn, task=task, block=block, rounds=rounds)
+        fwd = self.executor.carry(decide.block_effects(facts, block), at)
+        if ready is None or fwd is None or self.store.current_turn(fwd.recipient) is not None:
             return False
-        if driver.blocks_settling:
-            return False  # a block is on screen, waiting for its second look (settle)
-        msg = self.store.get_message(turn.message_id)
-        if msg is None or msg.state is not MessageState.DELIVERED:
+        first_in_line = self.store.next_queued(fwd.recipient)
+        if first_in_line is None or first_in_line.id != fwd.id:
             return False
-        return now - driver.ready_since >= IDLE_GRACE and (
-            driver.busy_seen or time.time() - turn.started >= IDLE_GRACE * 2
-        )
+        return self.sending.hand_off(fwd.recipient, fwd, ready, task)
 
-    def answered_without_block(self, driver: AgentDriver, turn: Turn, snap: Snapshot) -> None:
+    def answered_silently(self, driver: AgentDriver, turn: Turn, snap: Snapshot) -> None:
         """A turn answered in prose: a planner's answer to a result is the task's report."""
         msg = self.store.get_message(turn.message_id) if turn.message_id else None
         task = self.store.get_task(turn.task_id) if turn.task_id else None
-        if msg is None or task is None or task.state not in ACTIVE:
+        silence = agentstep.Silence(
+            state=driver.state,
+            settling=driver.blocks_settling,
+            prompt_state=msg.state if msg is not None else None,
+            idle_for=time.monotonic() - driver.ready_since,
+            busy_seen=driver.busy_seen,
+            turn_age=time.time() - turn.started,
+            agent=driver.name,
+            prompt_kind=msg.type if msg is not None else "",
+            task_state=task.state if task is not None else None,
+        )
+        if msg is None or not agentstep.answered_in_prose(silence):
             return
-        if driver.name == PLANNER and msg.type == "result":
-            # A planner that goes quiet after a result, with no block, has reported in prose.
-            report = screen_report(snap, driver, msg.text)
-            with self.store.batch():
-                self.store.update_task(task.id, state=TaskState.DONE, report=report)
-                self.store.clear_expectation(task.id)
-                self.store.add_event(
-                    "done",
-                    task_id=task.id,
-                    agent=driver.name,
-                    detail="planner went idle: screen is the report",
-                )
-                self.endings.ack_turn(turn)
-                self.endings.end_turn(driver.name, turn)
+        # A planner that goes quiet after a result, with no block, has reported in prose.
+        done = decide.Done(screen_report(snap, driver, msg.text))
+        detail = "planner went idle: screen is the report"
+        self.executor.carry((done,), At(driver.name, turn=turn, task=task, detail=detail))
 
 
 _PROMPT_ENDS: t.Final = (">", "$", "#", "%", "❯", "›")

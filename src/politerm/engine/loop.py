@@ -13,8 +13,10 @@ import typing as t
 
 from politerm._internal.ids import check_id
 from politerm.engine import service
+from politerm.engine.decide import ACTIVE, PLANNER
 from politerm.engine.placement import here_config
-from politerm.engine.router import ACTIVE, PLANNER, Router
+from politerm.engine.routebase import Routing
+from politerm.engine.router import Router
 from politerm.engine.session import RouterLock, Session
 from politerm.engine.templates import Templates
 from politerm.errors import RoutingError
@@ -72,13 +74,11 @@ async def route(
     cursor = EventCursor(store)
     try:
         agents = await session.attach()
-        router = Router(
-            session.config,
-            store,
-            agents,
-            templates=templates_for(config),
-            remote=_remote(config, store),
+        post, elsewhere = _remote(config, store) or (None, ())
+        routing = Routing(
+            session.config, store, agents, templates=templates_for(config), remote=elsewhere
         )
+        router = Router(routing, post=post)
         if printer is not None:
             follower = asyncio.create_task(follow(store, printer, cursor=cursor))
         await router.run(until=until)

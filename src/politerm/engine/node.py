@@ -29,7 +29,9 @@ import os
 import typing as t
 
 from politerm.agents.approval import ApprovalPolicy, Decision, answer_pending
+from politerm.agents.state import AgentState
 from politerm.driver import Expect, run_turn
+from politerm.driver.idle import wait_idle
 from politerm.driver.tokens import stored_tokens
 from politerm.engine.placement import hosted_here, node_config
 from politerm.engine.routebase import attach_driver
@@ -285,6 +287,14 @@ class Node:
         attempt = self.attempts[turn.agent] = _Attempt(lease, serves)
         renewer = asyncio.create_task(self._renew(attempt), name=f"renew-{turn.agent}")
         try:
+            # An agent still busy with an earlier attempt (its node restarted and claimed
+            # the work again) is not typed into: two attempts never run in it at once.
+            look = await wait_idle(driver, turn.timeout)
+            if look.state is not AgentState.READY:
+                why = f"{turn.agent} not idle within {turn.timeout:g}s ({look.state.value})"
+                with contextlib.suppress(FleetError):
+                    await asyncio.to_thread(self.queue.give_back, attempt.lease, why)
+                return None
             result = await run_turn(
                 driver,
                 turn.text,

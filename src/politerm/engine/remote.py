@@ -22,14 +22,15 @@ import time
 import typing as t
 
 from politerm.driver import DeliveryResult, Outcome
-from politerm.engine.routebase import ACTIVE, FOLLOW_UPS
+from politerm.engine.decide import ACTIVE, FOLLOW_UPS
 from politerm.engine.turnwork import OVER_BUDGET, TurnReply, TurnWork
 from politerm.errors import PolitermError
 from politerm.store.models import MessageState, TurnEnd
 
 if t.TYPE_CHECKING:
     from politerm.engine.effects import BlockEffects
-    from politerm.engine.routebase import Endings, Routing
+    from politerm.engine.execute import Executor
+    from politerm.engine.routebase import Routing
     from politerm.engine.sending import Sending
     from politerm.store.models import Message, Turn
 
@@ -73,7 +74,7 @@ class RemoteTurns:
     ----------
     routing
         The router's shared state (its ``remote`` names these agents).
-    endings
+    executor
         Ends turns, fails tasks.
     sending
         Begins a delivery and records its outcome.
@@ -86,13 +87,13 @@ class RemoteTurns:
     def __init__(
         self,
         routing: Routing,
-        endings: Endings,
+        executor: Executor,
         sending: Sending,
         effects: BlockEffects,
         post: TurnPost,
     ) -> None:
         self.routing, self.store = routing, routing.store
-        self.endings, self.sending, self.effects, self.post = endings, sending, effects, post
+        self.executor, self.sending, self.effects, self.post = executor, sending, effects, post
         self._waiting: dict[str, TurnWork] = {}
 
     async def run(self, name: str) -> None:
@@ -167,7 +168,7 @@ class RemoteTurns:
         task = self.store.get_task(turn.task_id) if turn.task_id else None
         if msg is None or (task is not None and task.state not in ACTIVE):
             # Its node may still run it; the reply, when it comes, finds no turn to answer.
-            self.endings.end_turn(name, turn, TurnEnd.TASK_ENDED)
+            self.executor.end_turn(name, turn, TurnEnd.TASK_ENDED)
             self._waiting.pop(name, None)
             return
         work = self._waiting.get(name)
@@ -188,7 +189,7 @@ class RemoteTurns:
             # The fleet's budget breaker: no new turn until the next day, a cap or a reset.
             with self.store.batch():
                 self.store.transition(msg.id, MessageState.DEAD, error=reply.error)
-            self.endings.fail(
+            self.executor.fail(
                 turn.task_id, f"{name}{where}: {reply.error}", reason=TurnEnd.OVER_BUDGET
             )
             return
@@ -209,9 +210,9 @@ class RemoteTurns:
         # Delivered, and no block ended it: the turn failed on its node.
         why = reply.error or f"the turn ended {reply.outcome}"
         if turn.task_id is not None:
-            self.endings.fail(turn.task_id, f"{name}{where}: {why}", reason=_turn_end(reply))
+            self.executor.fail(turn.task_id, f"{name}{where}: {why}", reason=_turn_end(reply))
         else:
-            self.endings.end_turn(name, current, _turn_end(reply))
+            self.executor.end_turn(name, current, _turn_end(reply))
 
 
 def _delivery(reply: TurnReply, where: str) -> DeliveryResult:

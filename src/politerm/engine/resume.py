@@ -31,7 +31,8 @@ import time
 import typing as t
 
 from politerm.driver.leftover import LeftOver, abandon
-from politerm.engine.routebase import ACTIVE, FOLLOW_UPS, PLANNER, RESUME_META, RESUME_MSG
+from politerm.engine.decide import ACTIVE, FOLLOW_UPS, PLANNER
+from politerm.engine.routebase import RESUME_META, RESUME_MSG
 from politerm.engine.sending import handed
 from politerm.store.models import MessageState, TaskState, Turn, TurnEnd, TurnState
 
@@ -141,9 +142,8 @@ class _Kept:
         assert self.router is not None
         source, evidence = taken
         result = LeftOver("delivered", "the agent's own record", (evidence,), (source,))
-        driver = self.router.agents[name] if live else None
         self.router.sending.outcome(
-            name, msg, nonce, result.confirmed(), follow_up=False, recovered=True, driver=driver
+            name, msg, nonce, result.confirmed(), follow_up=False, recovered=True, told=live
         )
         self.say(f"{name}: the {msg.type} message was taken ({evidence})")
 

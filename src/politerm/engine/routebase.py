@@ -1,45 +1,27 @@
-"""What every part of the router shares (:class:`Routing`), and how things end (:class:`Endings`).
+"""What every part of the router shares: :class:`Routing`, its agents and their loops' state.
 
 The router is composed, not inherited: :class:`Routing` holds the store, the agents and
-their loops' state; :class:`Endings`, :class:`~politerm.engine.deadlines.Deadlines`,
-:class:`~politerm.engine.sending.Sending` and :class:`~politerm.engine.effects.BlockEffects`
-each get what they use, and :class:`~politerm.engine.router.Router` wires them together.
-
-Endings are where a routed task can wedge an agent, so they live in one place: a turn ends
-(with a :class:`~politerm.store.turns.TurnEnd` reason) on every path that finishes it —
-answered, task failed or timed out or aborted, agent died, message dead-lettered — and the
-follow-ups queued for it die with it.
+their loops' state; :class:`~politerm.engine.execute.Executor` (every side effect),
+:class:`~politerm.engine.deadlines.Deadlines`, :class:`~politerm.engine.sending.Sending`
+and :class:`~politerm.engine.effects.BlockEffects` each get what they use, and
+:class:`~politerm.engine.router.Router` wires them together.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import logging
 import pathlib
 import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
-from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver
 from politerm.driver.launch import agent_env
 from politerm.driver.limits import driver_settings
 from politerm.engine import decide
-from politerm.engine.decide import (
-    ACTIVE,
-    EXECUTER,
-    FINAL_TYPES,
-    FOLLOW_UPS,
-    PLANNER,
-    USER_TARGETS,
-    FailTask,
-    Involvement,
-)
+from politerm.engine.decide import PLANNER
 from politerm.engine.templates import Templates
-from politerm.errors import StoreError
 from politerm.protocol.contract import Contract, nonce_required
-from politerm.store.models import MessageState, TaskState, TurnEnd
 
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
@@ -47,22 +29,9 @@ if t.TYPE_CHECKING:
     from politerm.driver import Pane
     from politerm.protocol.block import Block
     from politerm.store import RunStore
-    from politerm.store.models import Message, Turn
+    from politerm.store.models import Message
 
-log = logging.getLogger(__name__)
-
-__all__ = [
-    "ACTIVE",
-    "EXECUTER",
-    "FINAL_TYPES",
-    "FOLLOW_UPS",
-    "PLANNER",
-    "RESUME_META",
-    "RESUME_MSG",
-    "USER_TARGETS",
-    "Endings",
-    "Routing",
-]
+__all__ = ["RESUME_META", "RESUME_MSG", "Begun", "LoopState", "Routing"]
 
 RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
@@ -207,127 +176,3 @@ class Routing:
         """How long ``agent``'s step (plan or exec) may take."""
         timeouts = self.config.timeouts
         return timeouts.plan if agent == PLANNER else timeouts.exec
-
-
-class Endings:
-    """How things end, in one place: turns, failed tasks, dead agents, a dead server.
-
-    Parameters
-    ----------
-    routing
-        The router's shared state.
-    """
-
-    def __init__(self, routing: Routing) -> None:
-        self.routing = routing
-        self.store = routing.store
-
-    def ack_turn(self, turn: Turn) -> None:
-        """The turn's prompt was answered: DELIVERED → ACKNOWLEDGED."""
-        if turn.message_id is None:
-            return
-        msg = self.store.get_message(turn.message_id)
-        if msg is not None and msg.state is MessageState.DELIVERED:
-            self.store.transition(msg.id, MessageState.ACKNOWLEDGED, expect=MessageState.DELIVERED)
-
-    def end_turn(self, name: str, turn: Turn, reason: TurnEnd = TurnEnd.ANSWERED) -> None:
-        """End ``name``'s turn; the follow-ups queued for it die with it."""
-        self.store.end_turn(name, turn.nonce, reason)
-        driver = self.routing.agents.get(name)
-        if driver is not None:
-            driver.turn_ended()
-        loop = self.routing.loops.get(name)
-        if loop is not None and loop.turn_nonce == turn.nonce:
-            loop.turn_nonce = None
-        # Follow-ups for a turn that is over are moot.
-        waiting = (MessageState.QUEUED, MessageState.RETRIED)
-        for m in self.store.list_messages(recipient=name, task_id=turn.task_id, state=waiting):
-            if m.type in FOLLOW_UPS:
-                self.store.transition(m.id, MessageState.DEAD, error="turn already over")
-
-    def end_task_turns(self, task_id: str, reason: TurnEnd, *, resumable: bool = False) -> None:
-        """End every open turn of ``task_id``: a finished task never leaves an agent busy.
-
-        Its queued messages die with it, unless the task may be resumed: then only each
-        turn's own undelivered prompt does (``poli up --resume`` sends it once, as a copy).
-        """
-        for turn in self.store.turns_of_task(task_id):
-            self.end_turn(turn.agent, turn, reason)
-            msg = self.store.get_message(turn.message_id) if turn.message_id else None
-            if msg is None:
-                continue
-            if resumable:
-                self.store.set_meta(f"{RESUME_MSG}{task_id}:{turn.agent}", str(msg.id))
-            if msg.state is MessageState.DELIVERED:
-                self.store.transition(msg.id, MessageState.ACKNOWLEDGED)
-            elif msg.state in (MessageState.QUEUED, MessageState.RETRIED):
-                self.store.transition(msg.id, MessageState.DEAD, error=f"turn {reason.value}")
-        if resumable:
-            return
-        for m in self.store.list_messages(task_id=task_id):
-            if m.state in (MessageState.QUEUED, MessageState.RETRIED, MessageState.PARSED):
-                self.store.transition(m.id, MessageState.DEAD, error=f"task {task_id} ended")
-
-    def fail(
-        self,
-        task_id: str,
-        why: str,
-        *,
-        resumable: TaskState | None = None,
-        reason: TurnEnd = TurnEnd.TASK_ENDED,
-    ) -> None:
-        """Fail an active task: its turns end, its queued messages die, the loops wake."""
-        task = self.store.get_task(task_id)
-        if task is None or task.state not in (*ACTIVE, TaskState.WAITING_USER):
-            return
-        with self.store.batch():
-            if resumable is not None:
-                self.store.set_meta(f"{RESUME_META}{task_id}", resumable.value)
-            self.end_task_turns(task_id, reason, resumable=resumable is not None)
-            self.store.update_task(task_id, state=TaskState.FAILED, error=why)
-            self.store.clear_expectation(task_id)
-            self.store.add_event("failed", task_id=task_id, detail=why)
-        for name in self.routing.names:
-            self.routing.wake(name)
-        log.error("task %s failed: %s", task_id, why)
-
-    def agent_died(self, name: str, evidence: t.Sequence[str]) -> None:
-        """The agent exited: mark it, and fail (resumably) the tasks it had."""
-        if name in self.routing.dead:
-            return
-        self.routing.dead.add(name)
-        if name in self.routing.agents:
-            self.routing.agents[name].mark_exited()
-        with contextlib.suppress(StoreError):
-            if self.store.get_agent(name) is not None:
-                self.store.set_agent_state(name, AgentState.EXITED.value)
-        screen = " | ".join(evidence)
-        self.store.add_event("agent-exited", agent=name, detail=screen)
-        turn = self.store.current_turn(name)
-        for failure in decide.tasks_of_dead_agent(
-            name, screen, turn.task_id if turn else None, self.involvements()
-        ):
-            self.carry_fail(failure)
-
-    def involvements(self) -> list[Involvement]:
-        """The active tasks, with the agent each one's step waits for."""
-        out = []
-        for task in self.store.list_tasks(active_only=True):
-            exp = (
-                self.store.get_expectation(task.id) if task.state is not TaskState.PENDING else None
-            )
-            out.append(Involvement(task.id, task.state, exp.sender if exp else None))
-        return out
-
-    def carry_fail(self, failure: FailTask) -> None:
-        """Carry out a decided failure."""
-        self.fail(failure.task_id, failure.why, resumable=failure.resumable, reason=failure.reason)
-
-    def server_gone(self, why: str) -> None:
-        """The tmux server died: fail (resumably) every started task and stop routing."""
-        if self.routing.fatal is not None:
-            return
-        self.routing.fatal = why
-        for failure in decide.server_gone_failures(why, self.involvements()):
-            self.carry_fail(failure)
-        self.routing.stop()

@@ -11,9 +11,10 @@ finish before it returns.
 It is event-driven: each agent's loop sleeps on that pane's ``%output`` event (or a store
 change, or its next deadline) and reads the screen only when something happened. Each
 agent is driven through its :class:`~politerm.driver.AgentDriver`; the router keeps only
-the routing: turns, blocks and their effects (:mod:`politerm.engine.effects`), deadlines
+the routing: its decisions (:mod:`politerm.engine.decide`, :mod:`politerm.engine.agentstep`),
+the facts they need gathered by turns and blocks (:mod:`politerm.engine.effects`), deadlines
 (:mod:`politerm.engine.deadlines`), sending and settling (:mod:`politerm.engine.sending`),
-endings (:mod:`politerm.engine.routebase`).
+and every side effect carried out in one place (:mod:`politerm.engine.execute`).
 """
 
 from __future__ import annotations
@@ -27,21 +28,13 @@ import zlib
 
 from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
+from politerm.engine import agentstep
+from politerm.engine.agentstep import IDLE_BACKSTOP
 from politerm.engine.deadlines import Deadlines
+from politerm.engine.decide import FOLLOW_UPS
 from politerm.engine.effects import BlockEffects
+from politerm.engine.execute import At, Executor
 from politerm.engine.remote import RemoteTurns
-from politerm.engine.routebase import (
-    ACTIVE,
-    EXECUTER,
-    FINAL_TYPES,
-    FOLLOW_UPS,
-    PLANNER,
-    RESUME_META,
-    RESUME_MSG,
-    USER_TARGETS,
-    Endings,
-    Routing,
-)
 from politerm.engine.sending import Sending, handed
 from politerm.errors import (
     ControlModeError,
@@ -54,34 +47,15 @@ from politerm.store.models import TaskState, TurnEnd, TurnState
 from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
-    from politerm.config import Config
     from politerm.driver import AgentDriver, Observation
     from politerm.engine.remote import TurnPost
-    from politerm.engine.routebase import AgentSpec
-    from politerm.engine.templates import Templates
-    from politerm.store import RunStore
+    from politerm.engine.routebase import Routing
     from politerm.store.models import Task, Turn
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "ACTIVE",
-    "EXECUTER",
-    "FINAL_TYPES",
-    "PLANNER",
-    "RESUME_META",
-    "RESUME_MSG",
-    "USER_TARGETS",
-    "Router",
-    "idle_backstop",
-]
+__all__ = ["Router", "idle_backstop"]
 
-# Longest sleep of an agent loop with no event: idle agent / agent working on a turn.
-# An idle agent's loop wakes on its output, pane death, copy mode, store work for it, or
-# when silence alone would change its state (StateTracker.next_change); the idle bound only
-# covers a notification lost in a tmux reconnect, and keeps every wait bounded.
-IDLE_BACKSTOP = 300.0
-TURN_BACKSTOP = 2.0
 # After a turn, an agent with a transcript is looked at this often for this long: the
 # transcript's copy of the answer (cross-checked) is a file write, which wakes no one.
 TRANSCRIPT_GRACE = 30.0
@@ -130,44 +104,29 @@ class Router:
     """Routes messages between the agents of one session.
 
     Composed of its parts, each an object with its own interface: :class:`Routing` (the
-    shared state), :class:`Endings`, :class:`Deadlines`, :class:`Sending` and
-    :class:`BlockEffects`; the decisions they carry out are :mod:`politerm.engine.decide`'s.
+    shared state), :class:`Executor` (every side effect), :class:`Deadlines`,
+    :class:`Sending` and :class:`BlockEffects`; the decisions they gather facts for are
+    :mod:`politerm.engine.decide`'s and :mod:`politerm.engine.agentstep`'s.
 
     Parameters
     ----------
-    config
-        Timeouts, routing limits and the agents.
-    store
-        The run store (the source of truth).
-    agents
-        The running agents: name → :class:`~politerm.driver.AgentDriver`, or name →
-        (profile, pane) to attach a driver to.
-    templates
-        The prompts.
-    remote
-        The fleet's queue, and the agents hosted on other nodes whose turns go through it
+    routing
+        What it routes: the configuration, the store, the agents and the templates, and
+        the agents hosted on other nodes of the fleet.
+    post
+        The fleet's queue, through which those agents' turns go
         (:mod:`politerm.engine.remote`).
     """
 
-    def __init__(
-        self,
-        config: Config,
-        store: RunStore,
-        agents: t.Mapping[str, AgentSpec],
-        *,
-        templates: Templates | None = None,
-        remote: tuple[TurnPost, t.Collection[str]] | None = None,
-    ) -> None:
-        post, hosted_elsewhere = remote if remote is not None else (None, ())
-        self.routing = Routing(config, store, agents, templates=templates, remote=hosted_elsewhere)
-        self.config, self.store = config, store
-        self.agents, self.loops = self.routing.agents, self.routing.loops
-        self.endings = Endings(self.routing)
-        self.deadlines = Deadlines(self.routing, self.endings)
-        self.sending = Sending(self.routing, self.endings, self.deadlines)
-        self.effects = BlockEffects(self.routing, self.endings, self.deadlines, self.sending)
+    def __init__(self, routing: Routing, *, post: TurnPost | None = None) -> None:
+        self.routing, self.config, self.store = routing, routing.config, routing.store
+        self.agents, self.loops = routing.agents, routing.loops
+        self.executor = Executor(routing)
+        self.deadlines = Deadlines(routing, self.executor)
+        self.sending = Sending(routing, self.executor)
+        self.effects = BlockEffects(routing, self.executor, self.sending)
         self.remote = (
-            RemoteTurns(self.routing, self.endings, self.sending, self.effects, post)
+            RemoteTurns(routing, self.executor, self.sending, self.effects, post)
             if post is not None
             else None
         )
@@ -294,10 +253,10 @@ class Router:
                 log.warning("agent %s: %s", driver.name, exc)
                 gone = driver.host_gone()
                 if gone is not None:
-                    self.endings.server_gone(gone)
+                    self.executor.server_gone(gone)
                     return
             except ServerNotRunning as exc:
-                self.endings.server_gone(str(exc))
+                self.executor.server_gone(str(exc))
                 return
             except TmuxLookupError as exc:
                 # tmux did not answer in time; look again at the next wake-up.
@@ -341,26 +300,22 @@ class Router:
     def _sleep_for(self, driver: AgentDriver) -> float:
         # Output, a store change, tmux's pane-death notification or the router's own wake
         # call end every sleep; the bound only covers what no event announces.
-        due = driver.limit_due_in()
-        if due is not None:
-            return max(0.5, min(due, IDLE_BACKSTOP))  # the resume at the limit's reset
         loop = self.routing.loops[driver.name]
-        if loop.turn_nonce is not None:
-            if driver.blocks_settling:
-                return driver.profile.block_settle  # the second look that lets a block count
-            if driver.state is AgentState.READY:
-                return 0.5  # an answer without a block shows as silence
-            return TURN_BACKSTOP
-        now = time.monotonic()
-        bound = idle_backstop(driver.name)
-        if loop.retry_at is not None:
-            bound = max(0.05, loop.retry_at - now)  # no output announces a retry's time
-        if driver.profile.transcript is not None and now - loop.turn_seen < TRANSCRIPT_GRACE:
-            bound = TURN_BACKSTOP
-        change = driver.next_change()
-        if change is not None:
-            bound = min(bound, max(0.05, change - now))
-        return bound
+        seen = loop.turn_seen + TRANSCRIPT_GRACE if driver.profile.transcript else None
+        return agentstep.sleep_bound(
+            agentstep.Sleep(
+                now=time.monotonic(),
+                idle_bound=idle_backstop(driver.name),
+                limit_due=driver.limit_due_in(),
+                turn_open=loop.turn_nonce is not None,
+                settling=driver.blocks_settling,
+                block_settle=driver.profile.block_settle,
+                state=driver.state,
+                retry_at=loop.retry_at,
+                transcript_until=seen,
+                next_change=driver.next_change(),
+            )
+        )
 
     async def _step(self, driver: AgentDriver) -> None:
         name = driver.name
@@ -382,62 +337,73 @@ class Router:
     async def _after_look(self, driver: AgentDriver, turn: Turn | None, obs: Observation) -> None:
         name = driver.name
         loop = self.routing.loops[name]
-        if obs.state is AgentState.EXITED:
-            self.endings.agent_died(name, obs.reading.evidence)
-            return
-        if not loop.settled:
-            # A delivery a previous router left half-done comes before anything else.
+        task = self.store.get_task(turn.task_id) if turn is not None and turn.task_id else None
+        first = agentstep.after_look(
+            agentstep.Look(
+                state=obs.state,
+                settled=loop.settled,
+                in_flight=not loop.settled and bool(handed(self.store, name)),
+                clear_pending=name in self.routing.clear_later,
+                turn_task=turn.task_id if turn is not None else None,
+                task_state=task.state if task is not None else None,
+            )
+        )
+        if obs.state is not AgentState.EXITED:
             loop.settled = True
-            if await self.sending.settle_in_flight(driver, obs.snap):
+        match first:
+            case agentstep.AgentDied():
+                self.executor.carry((first,), At(name, evidence=obs.reading.evidence))
                 return
-        if name in self.routing.clear_later and obs.state is AgentState.READY:
-            self.routing.clear_later.discard(name)
-            await driver.clear_input()
-            return
-        task: Task | None = None
-        if turn is not None and turn.task_id is not None:
-            task = self.store.get_task(turn.task_id)
-            if task is None or task.state not in ACTIVE:
-                # Its task ended elsewhere (failed, aborted, answered): the agent is free.
-                self.endings.end_turn(name, turn, TurnEnd.TASK_ENDED)
+            case agentstep.Settle():
+                # A delivery a previous router left half-done comes before anything else.
+                await self.sending.settle_in_flight(driver, obs.snap)
+                return
+            case agentstep.ClearBox():
+                self.routing.clear_later.discard(name)
+                await driver.clear_input()
+                return
+            case agentstep.EndStale():
+                self.executor.carry((first,), At(name, turn=turn))
                 turn = None
         loop.turn_nonce = turn.nonce if turn else None
         if turn is not None:
-            loop.last_nonce = turn.nonce
-            loop.turn_seen = time.monotonic()
-            if task is not None:
-                self.effects.approval_task_state(driver, task, obs)
-            if await self._over_budget(driver, turn):
+            if not await self._in_turn(driver, turn, task, obs):
                 return
-            await self.effects.scan_turn(driver, turn, obs)
             turn = self.store.current_turn(name)
             loop.turn_nonce = turn.nonce if turn else None
         elif driver.profile.transcript is not None:
             # The turn was answered on screen; the transcript may still be catching up, and
             # its copy of the block is cross-checked when it arrives.
-            nonce = loop.last_nonce if self.routing.nonce_required else None
-            driver.follow_transcript(nonce)
-        now = time.monotonic()
-        if (
-            turn is not None
-            and turn.state is TurnState.WAITING
-            and self.effects.idle_without_block(driver, turn, now)
-        ):
-            self.effects.answered_without_block(driver, turn, obs.snap)
+            driver.follow_transcript(loop.last_nonce if self.routing.nonce_required else None)
+        if turn is not None and turn.state is TurnState.WAITING:
+            self.effects.answered_silently(driver, turn, obs.snap)
             turn = self.store.current_turn(name)
-        if driver.state is not AgentState.READY:
+        retry_in = None if loop.retry_at is None else loop.retry_at - time.monotonic()
+        send = agentstep.next_send(driver.state, retry_in, turn is not None)
+        if send is None:
             return
-        if loop.retry_at is not None:
-            if time.monotonic() < loop.retry_at:
-                return  # a delivery that did not get through waits for its backoff
-            loop.retry_at = None
-        if turn is not None:
+        loop.retry_at = None
+        if send.follow_ups_only and turn is not None:
             # One prompt at a time: only this turn's own nudge or retry may go now.
             msg = self.store.next_queued(name, task_id=turn.task_id, types=FOLLOW_UPS)
         else:
             msg = self.store.next_queued(name)
         if msg is not None:
             await self.sending.deliver(driver, msg, turn, obs.snap)
+
+    async def _in_turn(
+        self, driver: AgentDriver, turn: Turn, task: Task | None, obs: Observation
+    ) -> bool:
+        """The open turn: its approval on its task, its budget, its blocks; False: over budget."""
+        loop = self.routing.loops[driver.name]
+        loop.last_nonce = turn.nonce
+        loop.turn_seen = time.monotonic()
+        if task is not None:
+            self.effects.approval_task_state(driver, task, obs)
+        if await self._over_budget(driver, turn):
+            return False
+        await self.effects.scan_turn(driver, turn, obs)
+        return True
 
     async def _over_budget(self, driver: AgentDriver, turn: Turn) -> bool:
         """Count the turn's tokens; over a ``[budget]`` cap, interrupt it and fail its task."""
@@ -448,7 +414,7 @@ class Router:
         self.store.add_event(
             "budget", task_id=turn.task_id, agent=driver.name, detail=f"turn ended: {over}"
         )
-        self.endings.fail(turn.task_id, over, reason=TurnEnd.OVER_BUDGET)
+        self.executor.fail(turn.task_id, over, reason=TurnEnd.OVER_BUDGET)
         return True
 
     # --- the store tick: new tasks, deadlines, aborts -------------------------------------
@@ -470,7 +436,7 @@ class Router:
         self._in_flight = bool(active) or bool(self.store.list_expectations())
         for task in active:
             if task.state is TaskState.PENDING:
-                self.deadlines.start_task(task)
+                self.executor.start_task(task)
         self.deadlines.check(time.time())
         for msg in self.store.expire_messages(time.time()):
             self.routing.event("dead-letter", msg, detail="ttl expired")

@@ -19,6 +19,7 @@ from politerm.driver.launch import agent_env, agent_profile, prepare_launch
 from politerm.driver.records import AgentRecords
 from politerm.engine.placement import here_config
 from politerm.engine.resume import resume_work
+from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.errors import HookError, RoutingError, SessionNotFound
 from politerm.hooks.channel import channel_path, hooks_dir_for, remove_hooks_dir
@@ -252,7 +253,7 @@ class Session:
         if resume:
             # A router that does not run: it applies an answer found in a record as it
             # would apply one read on screen.
-            router = Router(self.config, self.store, agents)
+            router = Router(Routing(self.config, self.store, agents))
             resume_work(self.store, self.config, respawned, say, records=records, router=router)
         return agents
 

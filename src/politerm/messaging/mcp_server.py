@@ -15,6 +15,7 @@ import os
 import pathlib
 import typing as t
 
+from politerm.driver.observer import Observer
 from politerm.errors import PolitermError
 from politerm.hooks.mcp import SERVER_NAME
 from politerm.messaging.daemon import start_postman
@@ -65,20 +66,27 @@ class Tools:
         self.config_path = config_path
         self.cwd = cwd or pathlib.Path.cwd()
 
-    def list_agents(self) -> str:
-        """The agents of this session: name, pane, profile and last known state."""
+    async def list_agents(self) -> str:
+        """The agents of this session: name, pane, profile and state.
+
+        The state is the observer's: EXITED once the agent's pane is gone or dead, else
+        what its driver last recorded.
+        """
         me = self.m.identity().agent
-        agents = [
+        agents = self.m.store.list_agents()
+        async with Observer.of(self.m.config) as observer:
+            states = await observer.states(agents)
+        listed = [
             {
                 "name": a.name,
                 "pane": a.pane_id,
                 "profile": a.profile,
-                "state": a.state,
+                "state": states.get(a.name, a.state),
                 "you": a.name == me,
             }
-            for a in self.m.store.list_agents()
+            for a in agents
         ]
-        return _dump(agents)
+        return _dump(listed)
 
     async def send_message(
         self,
@@ -183,9 +191,9 @@ def build_server(tools: Tools) -> MCPServer:
         raise exc
 
     @server.tool(description="List the agents of this politerm session (name, pane, state).")
-    def list_agents() -> str:
+    async def list_agents() -> str:
         try:
-            return tools.list_agents()
+            return await tools.list_agents()
         except Exception as exc:  # noqa: BLE001  # every failure becomes a tool error line
             guard(exc)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import typing as t
 
 import pytest
@@ -146,3 +148,18 @@ def test_the_documented_acl_user_is_enough_for_every_call(tmp_path: Path) -> Non
             queue.conn.cmd.set("other:key", "x")
     finally:
         server.stop()
+
+
+def test_without_redis_py_the_fleet_says_which_extra_to_install() -> None:
+    # A plain `pip install politerm` has no redis-py: the fleet's first import says so.
+    code = (
+        "import sys\n"
+        "sys.modules['redis'] = None\n"
+        "from politerm.errors import FleetError\n"
+        "try:\n"
+        "    import politerm.fleet.connect\n"
+        "except FleetError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "a fleet needs redis-py: pip install 'politerm[fleet]'"

@@ -18,13 +18,17 @@ import os
 import typing as t
 import urllib.parse
 
-import redis
-from redis.backoff import NoBackoff
-from redis.exceptions import AuthorizationError, NoPermissionError
-from redis.retry import Retry
-
 from politerm.config.fleet import redact_url
 from politerm.errors import FleetAuthError, FleetError, FleetRefused, FleetUnavailable
+
+try:  # redis-py is the [fleet] extra: a plain install without it says what to install
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.exceptions import AuthorizationError, NoPermissionError
+    from redis.retry import Retry
+except ImportError as exc:
+    _missing = "a fleet needs redis-py: pip install 'politerm[fleet]'"
+    raise FleetError(_missing) from exc
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterator, Mapping

@@ -8,8 +8,9 @@ questions by policy. The postman adds what messaging needs on top:
 - a busy receiver is never interrupted: a message waits in its inbox until the receiver is
   idle, then exactly one message is delivered and its turn is watched to the end;
 - every step is written before it is acted on: QUEUED → DELIVERING (attempt counted) →
-  paste and confirm → DELIVERED (the ack that the receiver's turn started); a failed
-  attempt goes back to QUEUED until ``max_attempts``, then DEAD with the evidence;
+  paste and confirm → DELIVERED (the ack that the receiver's turn started; submitted and
+  met by an approval question counts, as in its journal row); a failed attempt (never
+  submitted) goes back to QUEUED until ``max_attempts``, then DEAD with the evidence;
 - a READONLY request turns the receiver's approval policy to deny-writes for its turn;
 - a receiver that exits makes its messages dead letters, with the reason;
 - TTL: queued or unanswered messages past their time become EXPIRED; the clock stands
@@ -310,7 +311,10 @@ class Postman:
             result = await driver.deliver(
                 self.m.request_text(mail), serves=_serves(mail), nonce=mail.id
             )
-            if result.ok:
+            # Submitted and asked about (an approval question at once) is delivered too, as
+            # its journal row says: the receiver has the prompt, and a retry would type it
+            # twice. Its turn is followed like any other (the question answered by policy).
+            if result.ok or (result.outcome is Outcome.BLOCKED and result.submitted):
                 self._delivered(
                     mail, f"delivered to {mail.recipient_pane} ({result.rule or 'confirmed'})"
                 )

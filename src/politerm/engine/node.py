@@ -32,6 +32,7 @@ from politerm.agents.approval import ApprovalPolicy, Decision, answer_pending
 from politerm.agents.state import AgentState
 from politerm.driver import Expect, run_turn
 from politerm.driver.idle import wait_idle
+from politerm.driver.leftover import abandon
 from politerm.driver.tokens import stored_tokens
 from politerm.engine.placement import hosted_here, node_config
 from politerm.engine.routebase import attach_driver
@@ -285,6 +286,12 @@ class Node:
         spent = stored_tokens(self.store, f"agent:{turn.agent}")
         serves = Serves(Workflow.FLEET, WORK_RECORD, (turn.work_id,))
         attempt = self.attempts[turn.agent] = _Attempt(lease, serves)
+        # A new attempt (a higher epoch) gets a row of its own: a row this node left open for
+        # an older attempt of the same work (killed mid-turn) is superseded, not taken over
+        # (the journal takes over an open row of the same nonce, which every attempt shares).
+        for row in self.store.journal_open(agent=turn.agent, record=WORK_RECORD):
+            if row.serves == serves and row.epoch != lease.epoch:
+                abandon(self.store, row, f"superseded by epoch {lease.epoch}")
         renewer = asyncio.create_task(self._renew(attempt), name=f"renew-{turn.agent}")
         try:
             # An agent still busy with an earlier attempt (its node restarted and claimed

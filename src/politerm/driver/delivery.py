@@ -93,6 +93,19 @@ class DeliveryResult:
         """True for DELIVERED."""
         return self.outcome is Outcome.DELIVERED
 
+    @property
+    def got_in(self) -> bool:
+        """The agent has the prompt: DELIVERED, or BLOCKED by a question after the submit.
+
+        Examples
+        --------
+        >>> DeliveryResult(Outcome.BLOCKED, (), 1, True, 0.1).got_in
+        True
+        >>> DeliveryResult(Outcome.BLOCKED, (), 0, False, 0.1).got_in
+        False
+        """
+        return self.ok or (self.outcome is Outcome.BLOCKED and self.submitted)
+
 
 class ReceiptCheck(t.Protocol):
     """The agent's own confirmation of a prompt, consulted while the screen is watched."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
-from politerm.driver.delivery import Outcome
 from politerm.store.journal import JournalState
 
 if t.TYPE_CHECKING:
@@ -97,7 +96,7 @@ class TurnLog:
             if then is not None:
                 then(result)
             return result
-        got_in = result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)
+        got_in = result.got_in
         # DELIVERED alone is synced by the caller's record of it, or at the turn's end.
         with self.store.batch(durable=then is not None or not got_in):
             state = JournalState.DELIVERED if got_in else JournalState.FAILED

@@ -125,7 +125,7 @@ async def cross_check_delivery(
     The hook and the screen must agree within ``grace``; the transcript is only added to
     the sources when it already holds the prompt (it may be written later, or not at all).
     """
-    submitted = result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)
+    submitted = result.got_in
     if not submitted:
         agent = checks.confirmed()
         if agent is None or result.outcome is Outcome.AGENT_EXITED:

@@ -354,7 +354,7 @@ class _Turn:
                 text, self.serves, {"rule": "resumed"}, nonce=self.nonce, start_line=self.start
             )
         res = self.delivery
-        if res is not None and not (res.ok or (res.outcome is Outcome.BLOCKED and res.submitted)):
+        if res is not None and not res.got_in:
             evidence = " | ".join(res.evidence[-3:])
             if res.outcome is Outcome.AGENT_EXITED:
                 snap = await d.snapshot()

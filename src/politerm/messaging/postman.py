@@ -314,7 +314,7 @@ class Postman:
             # Submitted and asked about (an approval question at once) is delivered too, as
             # its journal row says: the receiver has the prompt, and a retry would type it
             # twice. Its turn is followed like any other (the question answered by policy).
-            if result.ok or (result.outcome is Outcome.BLOCKED and result.submitted):
+            if result.got_in:
                 self._delivered(
                     mail, f"delivered to {mail.recipient_pane} ({result.rule or 'confirmed'})"
                 )

@@ -18,7 +18,7 @@ import typing as t
 
 from politerm._internal.proctree import kill_processes
 from politerm.agents.approval import ApprovalPolicy
-from politerm.driver import AgentDriver, Outcome
+from politerm.driver import AgentDriver
 from politerm.driver.leftover import resume
 from politerm.driver.limits import driver_settings
 from politerm.driver.turn import Expect, TurnOutcome
@@ -221,7 +221,7 @@ class StepAgent:
                     nonce=rec.nonce,
                     start_line=rec.start_line,
                 )
-                if not (result.ok or (result.outcome is Outcome.BLOCKED and result.submitted)):
+                if not result.got_in:
                     await self.stop_agent(driver)
                     evidence = " | ".join(result.evidence)
                     return f"prompt not delivered ({result.outcome.value}): {evidence}"

@@ -64,6 +64,12 @@ BAD_CASES = [
         "fleet.url: expected a redis:// or rediss:// URL (with an ACL user unless on "
         "loopback), got 'redis://u:***@h:99999' (not a URL (ValueError))",
     ),
+    BadCase(
+        "url-bracket",
+        f'[fleet]\nurl = "redis://u:{SECRET}@[::1"',
+        "fleet.url: expected a redis:// or rediss:// URL (with an ACL user unless on "
+        "loopback), got 'redis://***@[::1' (not a URL (ValueError))",
+    ),
     BadCase("url-missing", '[fleet]\nnode = "a"', "fleet.url: missing, expected a redis://"),
     BadCase(
         "lease",

@@ -38,8 +38,18 @@ def redact_url(url: str) -> str:
     'rediss://:***@cache.example'
     >>> redact_url("redis://127.0.0.1:6379")
     'redis://127.0.0.1:6379'
+    >>> redact_url("redis://poli:s3cret@[::1")
+    'redis://***@[::1'
     """
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        # Unparseable (a bad IPv6 bracket): whatever stands before the last '@' may hold the
+        # password, so all of it goes. The error that quotes this URL must not fail itself.
+        scheme, sep, rest = url.partition("://")
+        if "@" not in rest:
+            return url
+        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}"
     if parts.password is None:
         return url
     user = parts.username or ""

@@ -49,7 +49,7 @@ from politerm.engine.turnwork import (
 from politerm.errors import FleetError, LeaseLost, PolitermError
 from politerm.protocol.block import MessageType
 from politerm.protocol.usage import Usage
-from politerm.store.journal import Serves, Workflow
+from politerm.store.journal import JournalState, Serves, Workflow
 
 if t.TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -289,8 +289,8 @@ class Node:
         # A new attempt (a higher epoch) gets a row of its own: a row this node left open for
         # an older attempt of the same work (killed mid-turn) is superseded, not taken over
         # (the journal takes over an open row of the same nonce, which every attempt shares).
-        for row in self.store.journal_open(agent=turn.agent, record=WORK_RECORD):
-            if row.serves == serves and row.epoch != lease.epoch:
+        for row in self._open_rows(turn.agent, serves):
+            if row.epoch != lease.epoch:
                 abandon(self.store, row, f"superseded by epoch {lease.epoch}")
         renewer = asyncio.create_task(self._renew(attempt), name=f"renew-{turn.agent}")
         try:
@@ -339,14 +339,13 @@ class Node:
         lease = attempt.lease
         row = self._write_lease(agent, attempt)
         if row is not None and row.epoch != lease.epoch:
-            why = f"{lease}: the journal holds epoch {None if row is None else row.epoch}"
+            why = f"{lease}: the journal holds epoch {row.epoch}"
             raise LeaseLost(why)
 
     def _write_lease(self, agent: str, attempt: _Attempt) -> JournalRow | None:
         """The attempt's lease on its open journal row (None: no row open yet)."""
         lease = attempt.lease
-        rows = self.store.journal_open(agent=agent, record=WORK_RECORD)
-        mine = [r for r in rows if r.serves == attempt.serves]
+        mine = self._open_rows(agent, attempt.serves)
         if not mine:
             return None
         return self.store.journal_lease(
@@ -411,13 +410,15 @@ class Node:
             else:
                 return
 
-    def _abandon(self, agent: str, serves: Serves, why: str) -> None:
-        from politerm.store.journal import JournalState
+    def _open_rows(self, agent: str, serves: Serves) -> list[JournalRow]:
+        """The agent's open journal rows for the work ``serves`` names, oldest first."""
+        rows = self.store.journal_open(agent=agent, record=WORK_RECORD)
+        return [r for r in rows if r.serves == serves]
 
-        for row in self.store.journal_open(agent=agent, record=WORK_RECORD):
-            if row.serves == serves:
-                self.store.journal_move(row.id, JournalState.ABANDONED, outcome="fenced")
-                self.store.journal_verdict(row.id, why)
+    def _abandon(self, agent: str, serves: Serves, why: str) -> None:
+        for row in self._open_rows(agent, serves):
+            self.store.journal_move(row.id, JournalState.ABANDONED, outcome="fenced")
+            self.store.journal_verdict(row.id, why)
         self.store.add_event("fenced", agent=agent, detail=why)
 
 

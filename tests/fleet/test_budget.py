@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import typing as t
 
 import pytest
@@ -116,6 +117,9 @@ BAD = [
         "tokens_per_day is the project's cap",
     ),
     BadCase("zero", lambda b: b.set_cap("cost_per_day", 0), "a cap must be > 0"),
+    BadCase("nan", lambda b: b.set_cap("cost_per_day", math.nan), "a cap must be > 0"),
+    BadCase("inf", lambda b: b.set_cap("tokens_per_day", math.inf), "a finite number"),
+    BadCase("part-token", lambda b: b.set_cap("tokens_per_day", 2.5), "a whole number"),
     BadCase("negative", lambda b: b.charge("X", Usage(-1, 0)), "cannot be negative"),
     BadCase("agent-name", lambda b: b.admit("a b"), "agent 'a b'"),
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import typing as t
 
 from politerm.config.fleet import FleetBudgetConfig
@@ -264,8 +265,15 @@ class FleetBudget:
         if agent is not None and not name.startswith("agent_"):
             msg = f"{name} is the project's cap (an agent's: agent_tokens_per_day, …)"
             raise WorkInvalid(msg)
-        if value is not None and value <= 0:
+        # `not > 0` so that NaN is refused too; inf and a part of a token would not convert.
+        if value is not None and not value > 0:
             msg = f"{name}: a cap must be > 0 (or none), got {value:g}"
+            raise WorkInvalid(msg)
+        if value is not None and not math.isfinite(value):
+            msg = f"{name}: a cap must be a finite number (or none), got {value:g}"
+            raise WorkInvalid(msg)
+        if value is not None and "tokens" in name and not float(value).is_integer():
+            msg = f"{name}: a cap in tokens is a whole number, got {value:g}"
             raise WorkInvalid(msg)
         field = name if agent is None else f"agent:{check_name('agent', agent)}:{name}"
         text = "none" if value is None else _cap_arg(value, cost="cost" in name)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
 import typing as t
 
 import pytest
@@ -111,6 +113,30 @@ def test_a_dead_server_is_unavailable_and_a_paused_one_times_out_naming_what_wai
         queue.submit(Work("w2", "EXECUTER"))
     assert "(submitting work w2 for EXECUTER)" in str(e.value)
     assert redis_server.password not in str(e.value)
+
+
+def test_a_server_that_speaks_no_redis_is_unavailable_in_one_line() -> None:
+    # What a proxy or web server on the port answers: no Redis reply at all.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def answer() -> None:
+            peer, _ = listener.accept()
+            with peer:
+                peer.recv(1024)
+                peer.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        server = threading.Thread(target=answer, daemon=True)
+        server.start()
+        port = listener.getsockname()[1]
+        queue = WorkQueue(
+            connect(f"redis://127.0.0.1:{port}/0", timeout=5.0), "shop", lease=5.0, margin=1.0
+        )
+        with pytest.raises(FleetUnavailable) as info:
+            queue.submit(Work("w1", "EXECUTER"))
+        server.join(timeout=5.0)
+    message = str(info.value)
+    assert message.startswith(f"cannot use Redis at redis://127.0.0.1:{port}/0 (submitting")
+    assert "\n" not in message
 
 
 def test_the_documented_acl_user_is_enough_for_every_call(tmp_path: Path) -> None:

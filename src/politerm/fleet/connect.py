@@ -122,6 +122,11 @@ class Connection:
             # Out of memory, a read-only replica, a busy script…: Redis's own words.
             msg = f"Redis at {self.where} answered an error ({what}): {text}"
             raise FleetError(msg) from None
+        except redis.RedisError as exc:
+            # An answer that is no Redis protocol (an HTTP server on that port…): unusable.
+            detail = self._scrub(str(exc)) or type(exc).__name__
+            msg = f"cannot use Redis at {self.where} ({what}): {detail}"
+            raise FleetUnavailable(msg) from None
 
     def ping(self) -> None:
         """Check that Redis answers and accepts us (one PING)."""

@@ -108,13 +108,17 @@ class RemoteTurns:
                 log.warning("agent %s (remote): %s", name, exc)
                 bound = UNREACHABLE_BACKOFF
             waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(loop.wake.wait())]
-            if name in self._waiting:
+            # Not while the queue is unreachable: its wait would fail at once, and the loop
+            # would look again without the backoff (a warning each round, as fast as refused).
+            if name in self._waiting and bound == REMOTE_BACKSTOP:
                 waiters.append(asyncio.ensure_future(self.post.wait(self._waiting[name], bound)))
             try:
                 await asyncio.wait(waiters, timeout=bound, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for w in waiters:
                     w.cancel()
+                    if w.done() and not w.cancelled() and w.exception() is not None:
+                        log.warning("agent %s (remote): waiting: %s", name, w.exception())
 
     async def step(self, name: str) -> None:
         """One look: apply a reply that came, or post the next message waiting."""

@@ -17,6 +17,7 @@ from politerm.errors import (
     ServerNotRunning,
     SessionNotFound,
     TmuxCommandError,
+    TmuxLookupError,
 )
 from politerm.testing.retry import aretry_until
 from politerm.tmux import (
@@ -409,3 +410,21 @@ async def test_a_quiet_client_gets_output_only_while_subscribed(
         assert quiet.output_seq(pane.pane_id) == before
     finally:
         await quiet.close()
+
+
+async def test_asking_a_server_that_does_not_answer_for_no_output_fails_in_time(
+    tmux_session: ControlClient, tmux_server: TmuxServer
+) -> None:
+    # The views' quiet() waited for tmux's answer without a bound: a server that never
+    # answered held `poli status` for good (a fleet fault run in CI hung 120 s there).
+    quiet = ControlClient(tmux_server.socket_name, "t")
+    await quiet.start()
+    (pid,) = await tmux_session.cmd("display-message", "-p", "#{pid}")
+    os.kill(int(pid), signal.SIGSTOP)
+    try:
+        with pytest.raises(TmuxLookupError, match="did not answer 'refresh-client' within"):
+            await quiet.quiet()
+    finally:
+        os.kill(int(pid), signal.SIGCONT)
+        await quiet.close()
+    assert await tmux_session.cmd("display-message", "-p", "x") == ["x"]

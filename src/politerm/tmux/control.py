@@ -228,12 +228,12 @@ class ControlClient:
         self._connected.set()
         # A pane whose program dies prints nothing more, so no %output would wake its
         # watcher: subscribe to #{pane_dead} and get %subscription-changed instead.
-        with contextlib.suppress(TmuxCommandError, ControlModeError):
-            await (await self._send_now(f"refresh-client -B '{_DEAD_SUB}:%*:#{{pane_dead}}'"))
+        with contextlib.suppress(TmuxCommandError, ControlModeError, TmuxLookupError):
+            await self._answer(f"refresh-client -B '{_DEAD_SUB}:%*:#{{pane_dead}}'")
         # A new connection starts with output on: tell it again what this client wants.
         self._no_output = False
         if self._quiet and self._subscribers == 0:
-            with contextlib.suppress(TmuxCommandError, ControlModeError):
+            with contextlib.suppress(TmuxCommandError, ControlModeError, TmuxLookupError):
                 await self._set_no_output(True)
         log.debug("control client attached to %s/%s", self.socket_name, self.session)
 
@@ -252,13 +252,13 @@ class ControlClient:
             await finish(self._reconnect_task)
         proc = self._proc
         if proc is not None and proc.returncode is None and proc.stdin is not None:
-            # An empty line asks tmux to detach the control client cleanly.
-            with contextlib.suppress(Exception):
-                proc.stdin.write(b"\n")
-                await proc.stdin.drain()
-                proc.stdin.close()
+            # An empty line asks tmux to detach the control client cleanly (bounded: a
+            # client that reads no more, its pipe full, is killed below instead).
             with contextlib.suppress(TimeoutError, Exception):
                 async with asyncio.timeout(2):
+                    proc.stdin.write(b"\n")
+                    await proc.stdin.drain()
+                    proc.stdin.close()
                     await proc.wait()
         await self._kill_proc()
         if self._reader is not None:
@@ -359,6 +359,19 @@ class ControlClient:
 
     async def _send_now(self, line: str) -> asyncio.Future[list[str]]:
         return (await self._send_lines((line,)))[0]
+
+    async def _answer(self, line: str, timeout: float = 10.0) -> list[str]:
+        """Send ``line`` now (also while attaching) and wait, bounded, for tmux's answer.
+
+        A reply that comes after the timeout still finds its place in the queue of pending
+        commands, so the replies after it stay matched to their commands.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                return await (await self._send_now(line))
+        except TimeoutError:
+            msg = f"tmux did not answer {line.split(' ', 1)[0]!r} within {timeout:g}s"
+            raise TmuxLookupError(msg) from None
 
     async def _send_lines(self, lines: Sequence[str]) -> list[asyncio.Future[list[str]]]:
         proc = self._proc
@@ -615,7 +628,7 @@ class ControlClient:
 
     async def _set_no_output(self, off: bool) -> None:
         self._no_output = off
-        await (await self._send_now(self._no_output_line(off)))
+        await self._answer(self._no_output_line(off))
 
     @staticmethod
     def _no_output_line(off: bool) -> str:

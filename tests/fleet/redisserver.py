@@ -16,10 +16,11 @@ import signal
 import socket
 import ssl
 import subprocess
-import time
 import typing as t
 
 import pytest
+
+from politerm.testing.retry import WaitTimeout, retry_until
 
 USER = "poli"
 """The ACL user the fleet connects as (the default user is locked by an unknown password)."""
@@ -160,22 +161,23 @@ class RedisServer:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def answers() -> bool:
+            if proc.poll() is not None:
                 log = self.directory / "redis.log"
                 tail = log.read_text(errors="replace")[-400:] if log.exists() else ""
-                pytest.fail(f"redis-server exited with {self.proc.returncode}: {tail}")
-            with (
-                contextlib.suppress(OSError),
-                self._connect() as sock,
-            ):
+                pytest.fail(f"redis-server exited with {proc.returncode}: {tail}")
+            with contextlib.suppress(OSError), self._connect() as sock:
                 sock.sendall(f"AUTH {USER} {self.password}\r\nPING\r\n".encode())
-                if b"+PONG" in sock.recv(64) or b"+PONG" in sock.recv(64):
-                    return
-            time.sleep(0.02)
-        self.stop()
-        pytest.fail(f"redis-server on port {self.port} did not answer within {timeout} s")
+                return b"+PONG" in sock.recv(64) or b"+PONG" in sock.recv(64)
+            return False
+
+        try:
+            retry_until(answers, timeout, interval=0.02, what=f"redis-server on {self.port}")
+        except WaitTimeout:
+            self.stop()
+            raise
 
     def kill(self) -> None:
         """``kill -9`` the server (what was fsynced to the AOF survives)."""

@@ -133,18 +133,24 @@ async def test_programs_started_in_panes_do_not_see_tmuxs_variables(
     def dump(name: str) -> list[str]:
         return ["sh", "-c", f"env > {tmp_path / name}.env; exec sleep 60"]
 
-    first = await new_window(client, own_server, session="t", name="w", argv=dump("new"))
-    await split_pane(first, argv=dump("split"))
-    await first.respawn(dump("respawn"))
-    for name in ("new", "split", "respawn"):
+    async def started_clean(name: str) -> None:
         path = tmp_path / f"{name}.env"
 
-        async def written(path: pathlib.Path = path) -> bool:
+        async def written() -> bool:
             return path.is_file() and "PATH=" in path.read_text()
 
         await aretry_until(written, 30, what=f"{name}: the environment written")
         names = {line.partition("=")[0] for line in path.read_text().splitlines()}
         assert not names & {"TMUX", "TMUX_PANE"}, name
+
+    # Each program has written its environment before the next step: the respawn kills the
+    # first pane's program, which under load had not always written it yet.
+    first = await new_window(client, own_server, session="t", name="w", argv=dump("new"))
+    await started_clean("new")
+    await split_pane(first, argv=dump("split"))
+    await started_clean("split")
+    await first.respawn(dump("respawn"))
+    await started_clean("respawn")
 
 
 async def test_a_pane_gets_its_own_size_not_the_starting_terminals_columns(
@@ -209,4 +215,7 @@ async def test_a_session_starts_right_after_kill_server_while_the_old_server_exi
         assert rc == 0, err
         assert await own_server.ensure_session("a", argv=["sleep", "1000"]), round_
         assert await own_server.has_session("a")
-        await own_server.run("kill-server")
+        # The next round starts on a new server: this one is waited out (the raw kill-server
+        # above is the race under test; a dying server found by the next round's
+        # has-session would be a race of the test's own making).
+        await own_server.kill_server()

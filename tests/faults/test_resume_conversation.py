@@ -88,7 +88,8 @@ async def _reboot(loop: Loop) -> None:
         procs.extend(process_tree((await pane.info()).pid))
     await loop.session.host.server.kill_server()
     for proc in procs:
-        proc.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):  # gone with the server already
+            proc.kill()
 
     async def gone() -> bool:
         return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)

@@ -16,6 +16,10 @@ Executer's profile's submit delay); E→P the Planner's ``prompt`` minus the Exe
 ``reply`` with the result block. Tasks run one after another, after one warm-up task
 (node b starts its EXECUTER on its first work).
 
+Redis commands per task: ``INFO commandstats`` before and after the counted tasks of the
+two-node run, every client's (the router's posts and reply waits, the node's claims,
+renewals, heartbeats and completes), per task; each task is one P→E and one E→P handoff.
+
 Run ``python -m bench.bench_fleetloop [--quick]``.
 """
 
@@ -30,9 +34,17 @@ from tests.fleet.redisserver import RedisServer
 from bench._common import Row, Stats, check, cli, print_table, ratio
 from bench.bench_loop import Handoffs
 from politerm.agents.profile import load_profile
+from politerm.fleet import connect
 
 
-def _run(root: pathlib.Path, server: RedisServer, executer_on: str, n: int) -> Handoffs:
+def _commands(server: RedisServer) -> dict[str, int]:
+    stats = connect(server.url).cmd.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def _run(
+    root: pathlib.Path, server: RedisServer, executer_on: str, n: int
+) -> tuple[Handoffs, dict[str, int]]:
     names = ["a"] if executer_on == "a" else ["a", executer_on]
     # With transcripts, as the real CLIs keep them: a turn's end waits for its usage there.
     nodes = make_fleet(
@@ -47,10 +59,14 @@ def _run(root: pathlib.Path, server: RedisServer, executer_on: str, n: int) -> H
         # Not counted: node b starts its EXECUTER on its first work.
         warm = a.poli("task", "warm up", "--id", "W-0", "--timeout", "90")
         check(warm.returncode == 0, f"warm-up task: {warm.stdout}{warm.stderr}")
+        before = _commands(server)
         for i in range(n):
             done = a.poli("task", f"handoff {i}", "--id", f"T-{i}", "--timeout", "60")
             check(done.returncode == 0, f"task T-{i}: {done.stdout}{done.stderr}")
-        return Handoffs.read(a.root, nodes[executer_on].root)
+        after = _commands(server)
+        used = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+        used["info"] = used.get("info", 0) - 1  # the 'after' snapshot itself
+        return Handoffs.read(a.root, nodes[executer_on].root), used
     finally:
         tear_down(nodes)
 
@@ -65,8 +81,8 @@ def main(quick: bool = False) -> list[Row]:
         server = RedisServer(root / "redis")
         server.start()
         try:
-            one = _run(root / "one", server, "a", n)
-            two = _run(root / "two", server, "b", n)
+            one, _ = _run(root / "one", server, "a", n)
+            two, used = _run(root / "two", server, "b", n)
         finally:
             server.stop()
     rows: list[Row] = []
@@ -88,7 +104,14 @@ def main(quick: bool = False) -> list[Row]:
                 "two/one p99": ratio(remote.p99, local.p99),
             }
         )
-    return print_table("fleet: the loop's handoff across nodes vs on one node", rows)
+    rows = print_table("fleet: the loop's handoff across nodes vs on one node", rows)
+    counts: list[Row] = [
+        {"command": name, "per task": round(calls / n, 2)}
+        for name, calls in sorted(used.items(), key=lambda kv: -kv[1])
+        if calls > 0
+    ]
+    counts.append({"command": "all", "per task": round(sum(used.values()) / n, 2)})
+    return rows + print_table("fleet: Redis commands per task across two nodes", counts)
 
 
 if __name__ == "__main__":

@@ -64,17 +64,21 @@ def budget(ctx: click.Context, as_json: bool, config_path: pathlib.Path | None) 
     if ctx.invoked_subcommand is not None:
         ctx.obj = config_path
         return
+    from politerm.engine.fleetview import paused_lines
     from politerm.fleet.budget import spending_words
 
     breaker, agents = _budget(config_path)
     rows = breaker.spending(agents)
+    paused = [p._asdict() for p in breaker.queue.paused()]
     if as_json:
-        data = [{**dataclasses.asdict(r), "over": r.over} for r in rows]
-        click.echo(json.dumps(data, indent=2))
+        scopes = [{**dataclasses.asdict(r), "over": r.over} for r in rows]
+        click.echo(json.dumps({"scopes": scopes, "paused": paused}, indent=2))
         return
     click.echo(f"fleet budget for {rows[0].day} (UTC)")
     for r in rows:
         click.echo(f"  {r.scope}: {spending_words(r)}")
+    for line in paused_lines(paused):
+        click.echo(f"  {line}")
 
 
 @budget.command("set")

@@ -230,6 +230,7 @@ def test_the_fleet_budget_pauses_a_turn_before_anything_is_typed_and_a_raised_ca
 
         raised = a.poli("fleet", "budget", "set", "agent_tokens_per_day", "1000000")
         assert raised.returncode == 0, raised.stderr
+        assert "1 paused work(s) go on within seconds" in raised.stdout
         out, _ = task.communicate(timeout=150)
         assert task.returncode == 0, out + b.log()
         assert "final report (T-1)" in out

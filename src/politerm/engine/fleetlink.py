@@ -67,8 +67,6 @@ class Results:
         self.cursor: str | None = None
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._reader: asyncio.Task[None] | None = None
-        self.reads = 0
-        """Blocking reads done so far (the bench and the tests count them)."""
 
     def start(self) -> None:
         """Take the stream's end as the cursor, once (before any record is looked at)."""
@@ -104,7 +102,6 @@ class Results:
             try:
                 if self.cursor is None:
                     self.cursor = await asyncio.to_thread(self.queue.results_end)
-                self.reads += 1
                 cursor, found = await asyncio.to_thread(
                     self.queue.read_results, self.cursor, REPLY_WAIT
                 )

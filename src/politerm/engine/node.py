@@ -28,7 +28,7 @@ import logging
 import os
 import typing as t
 
-from politerm.agents.approval import ApprovalPolicy, Decision, answer_pending, get_pending
+from politerm.agents.approval import Decision, answer_pending, get_pending
 from politerm.agents.state import AgentState
 from politerm.driver import Expect, run_turn
 from politerm.driver.idle import wait_idle
@@ -36,7 +36,6 @@ from politerm.driver.leftover import abandon
 from politerm.driver.tokens import stored_tokens
 from politerm.engine.fleetboard import BoardPublisher
 from politerm.engine.placement import hosted_here, node_config
-from politerm.engine.routebase import attach_driver
 from politerm.engine.session import Session
 from politerm.engine.turnwork import (
     ANSWER_KIND,
@@ -158,7 +157,6 @@ class Node:
         self.attempts: dict[str, _Attempt] = {}
         self.stopping = asyncio.Event()
         self._starting = asyncio.Lock()  # one bring-up at a time (it holds the session's lock)
-        self.policy = ApprovalPolicy.of(config.routing.approval, config.routing.approval_patterns)
         self.publisher = (
             None
             if board is None
@@ -302,8 +300,7 @@ class Node:
         async with self._starting:
             # Reuses a live agent's pane; starts (or restarts) it otherwise.
             found = await session.up(resume=True, primers=True)
-        profile, pane = found[agent]
-        driver = attach_driver(self.config, self.store, self.policy, agent, profile, pane)
+        driver = found[agent]
         driver.on("before-paste", lambda: self._check_lease(agent))
         self.drivers[agent] = driver
         return driver

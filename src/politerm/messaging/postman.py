@@ -47,10 +47,11 @@ import typing as t
 from politerm.agents.approval import ApprovalMode, ApprovalPolicy
 from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
-from politerm.driver import AgentDriver, Host, LimitPolicy, Outcome
+from politerm.driver import AgentDriver, Host, Outcome
 from politerm.driver.idle import wait_idle
-from politerm.driver.launch import agent_env, agent_profile
 from politerm.driver.leftover import abandon, resume
+from politerm.driver.limits import driver_settings
+from politerm.driver.sessionagent import session_driver
 from politerm.errors import MessagingError, PolitermError, UnsafeMessagePath
 from politerm.messaging.answers import Take, judge, named_ids
 from politerm.messaging.daemon import PostmanLock
@@ -157,26 +158,23 @@ class Postman:
         pane = await self.host.pane(pane_id)
         if pane is None:
             return None
-        agent = self.m.store.get_agent(name)
-        configured = self.m.config.agents.get(name)
-        if configured is not None:
-            profile = agent_profile(configured)
+        if name in self.m.config.agents:
+            # The same driver as the router's: one factory for a session's agents.
+            driver = session_driver(self.m.config, name, pane, store=self.m.store)
         else:
+            agent = self.m.store.get_agent(name)
             profile = load_profile(agent.profile if agent else "generic")
-        limits = LimitPolicy(**self.m.config.limits.model_dump())
-        # its directory and environment locate its own records (transcript) after a crash
-        cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
-        env = agent_env(name, configured, profile) if configured is not None else None
-        driver = AgentDriver(
-            name,
-            profile,
-            pane,
-            store=self.m.store,
-            policy=self.policy,
-            limits=limits,
-            cwd=cwd,
-            env=env,
-        )
+            # its directory locates its own records (transcript) after a crash
+            cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
+            driver = AgentDriver(
+                name,
+                profile,
+                pane,
+                store=self.m.store,
+                policy=self.policy,
+                cwd=cwd,
+                **driver_settings(self.m.config),
+            )
         self.drivers[pane_id] = driver
         return driver
 

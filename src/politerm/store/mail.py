@@ -16,7 +16,7 @@ import enum
 import typing as t
 
 from politerm.errors import MessageNotFound, StoreError
-from politerm.store._tables import StoreTables
+from politerm.store._tables import StoreTables, record_of
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.mailstates import MAIL_TRANSITIONS, MailState
 
@@ -78,11 +78,7 @@ class Mail:
 
 
 def _mail(row: sqlite3.Row) -> Mail:
-    data = dict(row)
-    data["kind"] = MailKind(data["kind"])
-    data["capability"] = Capability(data["capability"])
-    data["state"] = MailState(data["state"])
-    return Mail(**data)
+    return record_of(Mail, row, kind=MailKind, capability=Capability, state=MailState)
 
 
 _COLUMNS: t.Final = (

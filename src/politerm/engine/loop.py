@@ -26,7 +26,7 @@ from politerm.store.watch import EventCursor, StoreWatch
 if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.engine.fleetlink import RouterSeat
-    from politerm.engine.remote import TurnPost
+    from politerm.engine.remote import AgentStates, TurnPost
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
@@ -89,12 +89,13 @@ async def route(
         routing = Routing(
             session.config, store, agents, templates=templates_for(config), remote=elsewhere
         )
-        router = Router(routing, post=post)
-        if seat is not None:
-            for driver in routing.agents.values():
-                driver.on("before-paste", seat.before_paste)
-            holding = asyncio.create_task(seat.hold(router.stop), name="router-role")
-        await router.run(until=until)
+        async with _board(config, store, list(agents), elsewhere, routing.wake) as states:
+            router = Router(routing, post=post, states=states)
+            if seat is not None:
+                for driver in routing.agents.values():
+                    driver.on("before-paste", seat.before_paste)
+                holding = asyncio.create_task(seat.hold(router.stop), name="router-role")
+            await router.run(until=until)
     finally:
         if holding is not None:
             holding.cancel()
@@ -134,6 +135,21 @@ def _remote(
     from politerm.engine.fleetlink import FleetPost, open_queue
 
     return FleetPost(open_queue(config, store), seat), elsewhere
+
+
+def _board(
+    config: Config,
+    store: RunStore,
+    local: list[str],
+    remote: t.Collection[str],
+    wake: t.Callable[[str], None],
+) -> contextlib.AbstractAsyncContextManager[AgentStates | None]:
+    """The fleet's board for this router (nothing without ``[fleet]``)."""
+    if config.fleet is None:
+        return contextlib.nullcontext(None)
+    from politerm.engine.fleetboard import router_board
+
+    return router_board(config, store, local, remote, wake)
 
 
 FOLLOW_BACKSTOP = 30.0

@@ -23,19 +23,21 @@ import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.driver import DeliveryResult, Outcome
-from politerm.engine import agentstep
+from politerm.engine import agentstep, decide
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS
+from politerm.engine.execute import At
 from politerm.engine.turnwork import OVER_BUDGET, PAUSED, TurnReply, TurnWork
 from politerm.errors import PolitermError
-from politerm.store.models import MessageState, TurnEnd
+from politerm.store.models import MessageState, TaskState, TurnEnd
 
 if t.TYPE_CHECKING:
     from politerm.engine.effects import BlockEffects
     from politerm.engine.execute import Executor
     from politerm.engine.routebase import Routing
     from politerm.engine.sending import Sending
+    from politerm.fleet.board import BoardRow
     from politerm.store import RunStore
-    from politerm.store.models import Message, Turn
+    from politerm.store.models import Message, Task, Turn
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,13 @@ BUDGET_PAUSED: t.Final = "fleet-paused:"
 def budget_paused(store: RunStore) -> dict[str, str]:
     """The tasks whose remote turn waits for the fleet's budget, with the breaker's reason."""
     return {k[len(BUDGET_PAUSED) :]: v for k, v in store.meta_values(BUDGET_PAUSED).items()}
+
+
+class AgentStates(t.Protocol):
+    """The states of the agents of other nodes, as they publish them (the fleet's board)."""
+
+    def of(self, agent: str) -> BoardRow | None:
+        """``agent``'s newest row (None: its node never published it)."""
 
 
 class TurnPost(t.Protocol):
@@ -96,6 +105,9 @@ class RemoteTurns:
         Applies the answering block.
     post
         The fleet's queue.
+    states
+        The agents' states as their nodes publish them: a question an agent asks on its
+        node sets its task WAITING_APPROVAL here, as a local agent's does.
     """
 
     def __init__(
@@ -105,9 +117,11 @@ class RemoteTurns:
         sending: Sending,
         effects: BlockEffects,
         post: TurnPost,
+        states: AgentStates | None = None,
     ) -> None:
         self.routing, self.store = routing, routing.store
         self.executor, self.sending, self.effects, self.post = executor, sending, effects, post
+        self.states = states
         self._waiting: dict[str, TurnWork] = {}
 
     async def run(self, name: str) -> None:
@@ -205,6 +219,27 @@ class RemoteTurns:
         if reply is not None and reply.outcome != PAUSED:
             self._waiting.pop(name, None)
             self.apply(name, turn, msg, reply)
+        elif task is not None:
+            self._question(name, task)
+
+    def _question(self, name: str, task: Task) -> None:
+        """The question ``name`` waits on at its node shows on its task, and goes when answered.
+
+        The same decision as a local agent's (:func:`politerm.engine.decide.approval_change`),
+        from the row its node published: a lost node, or no row, changes nothing.
+        """
+        row = self.states.of(name) if self.states is not None else None
+        unknown = row is None or row.lost
+        asking = None
+        if row is not None and row.approval is not None:
+            asking = (
+                f"{name} (node {row.node}) asks to run {row.approval.get('what')}: answer "
+                f"with `poli approve {name}` (or --deny) on any node"
+            )
+        waiting = row is not None and row.state == AgentState.WAITING_APPROVAL.value
+        change = decide.approval_change(task.state, asking, waiting, unknown)
+        if change is not None:
+            self.executor.carry((change,), At(name, task=task))
 
     def _show_pause(self, name: str, turn: Turn, reason: str | None) -> None:
         """Keep the store's word on a budget pause of ``turn``'s task true (and say so once).
@@ -228,8 +263,13 @@ class RemoteTurns:
     def apply(self, name: str, turn: Turn, msg: Message, reply: TurnReply) -> None:
         """Record the delivery's outcome, then apply the answering block (or end the turn)."""
         where = f" on node {reply.node}" if reply.node else ""
+        task = self.store.get_task(turn.task_id) if turn.task_id else None
+        if task is not None and task.state is TaskState.WAITING_APPROVAL:
+            # The turn ended on its node: whatever it asked there was answered.
+            self.executor.carry((decide.Approved(),), At(name, task=task))
         if reply.outcome == OVER_BUDGET and turn.task_id is not None:
-            # The fleet's budget breaker: no new turn until the next day, a cap or a reset.
+            # The node's own [budget] stopped the turn (run_turn's OVER_BUDGET): the task
+            # fails, as on one machine. (The fleet's caps pause work instead: PAUSED.)
             with self.store.batch():
                 self.store.transition(msg.id, MessageState.DEAD, error=reply.error)
             self.executor.fail(

@@ -273,7 +273,7 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             # CPU seconds do not depend on the load as much as the wall time does.
             out["up router cpu s"] = _cpu(me) - cpu_up[0]
             out["up tmux server cpu s"] = _cpu(server) - cpu_up[1]
-            idle = [p.pane_id for name, (_, p) in agents.items() if name.startswith("IDLE")]
+            idle = [d.terminal_name for name, d in agents.items() if name.startswith("IDLE")]
             idle_procs = _agent_processes(idle, await _pane_pids(bench))
             out["agent start cpu ms"] = 1000 * sum(map(_cpu, idle_procs)) / max(1, len(idle))
             u1 = COUNTS.snapshot()

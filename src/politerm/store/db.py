@@ -414,6 +414,17 @@ _V9_LEASES = Migration(
     ),
 )
 
+_V10_MAIL_ORIGIN = Migration(
+    10,
+    "messaging across a fleet: the node a request came from, on its copy where it is typed",
+    (
+        # A request from another machine of the fleet is copied into the store of the node
+        # that hosts its receiver (so `poli reply` there finds it); the copy names the node
+        # of its sender, and the response goes back there through the fleet's queue.
+        "ALTER TABLE mail ADD COLUMN origin TEXT",
+    ),
+)
+
 MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V1_INITIAL,
     _V2_EVENTS,
@@ -424,6 +435,7 @@ MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V7_MANAGER,
     _V8_JOURNAL,
     _V9_LEASES,
+    _V10_MAIL_ORIGIN,
 )
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 

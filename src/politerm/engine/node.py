@@ -347,7 +347,7 @@ class Node:
             result = await run_turn(
                 driver,
                 turn.text,
-                Expect(frozenset(ANSWERS), turn.task_id),
+                Expect(frozenset(turn.answers) or ANSWERS, turn.task_id),
                 timeout=turn.timeout,
                 nonce=turn.nonce,
                 task_id=turn.task_id,

@@ -151,13 +151,15 @@ class Postman:
 
     async def driver(self, name: str, pane_id: str) -> AgentDriver | None:
         """The driver of the agent (or raw pane) ``name`` in ``pane_id``; None if it is gone."""
-        known = self.drivers.get(pane_id)
+        agent = self.m.store.get_agent(name)
+        # A pane id is unique on its own server only: an agent's row names its server.
+        socket = agent.socket if agent is not None and agent.pane_id == pane_id else ""
+        known = self.drivers.get(socket + pane_id)
         if known is not None:
             return known
-        pane = await self.host.pane(pane_id)
+        pane = await self.host.pane(pane_id, socket)
         if pane is None:
             return None
-        agent = self.m.store.get_agent(name)
         configured = self.m.config.agents.get(name)
         if configured is not None:
             profile = agent_profile(configured)
@@ -177,7 +179,7 @@ class Postman:
             cwd=cwd,
             env=env,
         )
-        self.drivers[pane_id] = driver
+        self.drivers[socket + pane_id] = driver
         return driver
 
     def _dead_letters(self, recipient: str, reason: str) -> None:

@@ -73,6 +73,7 @@ def _agent(row: sqlite3.Row) -> Agent:
         state=row["state"],
         created=row["created"],
         updated=row["updated"],
+        socket=row["socket"],
     )
 
 

@@ -414,6 +414,13 @@ _V9_LEASES = Migration(
     ),
 )
 
+_V10_SHARDS = Migration(
+    10,
+    "the tmux server each agent runs on (a session's agents spread over several servers)",
+    # Empty: the configured server ([tmux] socket), as every agent ran before.
+    ("ALTER TABLE agents ADD COLUMN socket TEXT NOT NULL DEFAULT ''",),
+)
+
 MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V1_INITIAL,
     _V2_EVENTS,
@@ -424,6 +431,7 @@ MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V7_MANAGER,
     _V8_JOURNAL,
     _V9_LEASES,
+    _V10_SHARDS,
 )
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 

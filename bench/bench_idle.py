@@ -35,6 +35,7 @@ from bench._common import (
 from bench._seed import PollingRouter
 from politerm.agents import AgentState, load_profile
 from politerm.config import Config, StoreConfig, TmuxConfig
+from politerm.driver import AgentDriver
 from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.store import RunStore
@@ -148,7 +149,10 @@ async def _idle_ours(bench: Bench, panes: list[Pane], meter: CpuMeter, window: f
         store=StoreConfig(path=store.path),
     )
     # An idle router has no task, so it needs no PLANNER or EXECUTER among its agents.
-    idle = {f"IDLE{i:03d}": (profile, p) for i, p in enumerate(panes)}
+    idle = {
+        f"IDLE{i:03d}": AgentDriver(f"IDLE{i:03d}", profile, p, store=store)
+        for i, p in enumerate(panes)
+    }
     router = Router(Routing(config, store, idle))
     routing = asyncio.create_task(router.run())
     try:
@@ -269,7 +273,10 @@ async def _session_idle(
         tmux=TmuxConfig(socket=bench.socket, session=SESSION),
         store=StoreConfig(path=store.path),
     )
-    idle = {f"IDLE{i:03d}": (profile, p) for i, p in enumerate(panes)}
+    idle = {
+        f"IDLE{i:03d}": AgentDriver(f"IDLE{i:03d}", profile, p, store=store)
+        for i, p in enumerate(panes)
+    }
     router = Router(Routing(config, store, idle))
     routing = asyncio.create_task(router.run())
     argv = [*watcher_argv, str(store.path)]

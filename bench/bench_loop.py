@@ -267,7 +267,7 @@ async def handoff_ours(bench: Bench, sizes: Sizes, trace: PathTrace | None = Non
         ids: list[str] = []
         stack = contextlib.ExitStack()
         if trace is not None:
-            trace.name_panes({pane.pane_id: agent for agent, (_, pane) in agents.items()})
+            trace.name_panes({d.terminal_name: agent for agent, d in agents.items()})
             stack.enter_context(trace.wrapped())
         routing = asyncio.create_task(router.run())
         cpu_start = time.thread_time()
@@ -303,8 +303,8 @@ async def handoff_ours(bench: Bench, sizes: Sizes, trace: PathTrace | None = Non
                     run.recorded.append((e.ts - printed) * 1000)
                 if e.kind == "delivered" and e.agent == "EXECUTER":
                     run.confirmed.append((e.ts - printed - delay) * 1000)
-        for pane in (p for _, p in agents.values()):
-            await pane.kill(grace=1.0)
+        for driver in agents.values():
+            await driver.kill(grace=1.0)
         return run
     finally:
         store.close()

@@ -302,11 +302,8 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             out["tmux servers"] = len(servers)
             # A shard's server started during up: all of its CPU is up's.
             out["up tmux server cpu s"] = _cpus(servers) - cpu_up[1]
-            idle = [
-                host.socket_of(p) + p.pane_id
-                for name, (_, p) in agents.items()
-                if name.startswith("IDLE")
-            ]
+            panes = await host.agent_panes()
+            idle = [host.socket_of(p) + p.pane_id for n, p in panes.items() if n.startswith("IDLE")]
             idle_procs = _agent_processes(idle, await _pane_pids(shards))
             out["agent start cpu ms"] = 1000 * sum(map(_cpu, idle_procs)) / max(1, len(idle))
             u1 = COUNTS.snapshot()
@@ -314,7 +311,7 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             out["up sql/agent"] = (u1[1] - u0[1]) / len(agents)
             out["load after up"] = _load()
             # The lookup of the first server's agents (the one that has all of them unsharded).
-            first = [n for n, (_, p) in agents.items() if p.server is bench.server]
+            first = [n for n, p in panes.items() if host.socket_of(p) == bench.socket]
             out.update(await _lookups(bench, first))
 
             router = Router(Routing(config, store, agents, templates=templates_for(config)))

@@ -44,6 +44,7 @@ from bench._common import (
 from bench.bench_idle import _grow_idle, _register
 from politerm.agents import AgentState, load_profile
 from politerm.config import Config, StoreConfig, TmuxConfig
+from politerm.driver import AgentDriver
 from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.store import RunStore
@@ -136,7 +137,10 @@ async def bench_idle(bench: Bench, sizes: Sizes) -> list[Row]:
         tmux=TmuxConfig(socket=bench.socket, session=SESSION), store=StoreConfig(path=store.path)
     )
     profile = load_profile("fake-plain")
-    idle = {f"IDLE{i:03d}": (profile, p) for i, p in enumerate(panes)}
+    idle = {
+        f"IDLE{i:03d}": AgentDriver(f"IDLE{i:03d}", profile, p, store=store)
+        for i, p in enumerate(panes)
+    }
     router = Router(Routing(config, store, idle))
     routing = asyncio.create_task(router.run())
     results: dict[str, dict[str, float]] = {}

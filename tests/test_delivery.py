@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from politerm.agents import AgentState, load_profile
-from politerm.driver.delivery import Outcome, deliver
+from politerm.driver.delivery import Outcome, clear_input, deliver
 from politerm.testing.fakeagent import prompts, read_log
 from politerm.testing.retry import aretry_until
 from politerm.tmux import new_window
@@ -293,6 +293,15 @@ async def test_approval_question_blocks(
     assert [e["key"] for e in agent.events("key")] == ["enter"] * result.submits
     assert agent.events("approval") == []
     assert not (agent.cwd / "out.txt").exists()
+
+    # Nor do the clear_input keys (ctrl-c), which a failed delivery presses before the next
+    # try: they would dismiss the question (its options' row reads as text in the box).
+    async with asyncio.timeout(DELIVER_SECONDS):
+        snap = await clear_input(agent.pane, agent.profile)
+    assert snap is not None
+    assert any(case.question in line for line in snap.lines), snap.lines
+    assert [e["key"] for e in agent.events("key")] == ["enter"] * result.submits
+    assert agent.profile.detect(await agent.pane.snapshot()).state is AgentState.WAITING_APPROVAL
 
 
 CRASH_SCENARIO = """

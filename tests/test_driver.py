@@ -12,6 +12,7 @@ import pytest
 
 from politerm.agents import load_profile
 from politerm.agents.approval import ApprovalPolicy, Decision, answer_pending, get_pending
+from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Expect, Host, TurnOutcome
 from politerm.errors import AgentNotFound
 from politerm.store import RunStore
@@ -319,6 +320,38 @@ async def test_approval_answered_with_poli_approve(
     [event] = [e for e in store.list_events() if e.kind == "approval"]
     assert event.data["by"] == "user" and event.agent == "run1.step-1"
     assert get_pending(store, "run1.step-1") is None
+    store.close()
+
+
+async def test_two_drivers_of_one_agent_answer_its_question_once(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # The router's and the postman's drivers of one agent, in two processes, both look at
+    # its question; only one presses the keys (a second press lands on the next screen).
+    store = RunStore.open(tmp_path / "store.db")
+    approve = ApprovalPolicy.of("approve", [])
+    first = await start(tmux_server, tmux_session, tmp_path, APPROVAL, store=store, policy=approve)
+    pane = await Host(tmux_server, "t").find_agent_pane("AGENT")
+    assert pane is not None
+    second = AgentDriver("AGENT", first.profile, pane, store=store, policy=approve)
+    result = await first.deliver("DO T6 nonce=abc123")
+    assert result.got_in, result
+
+    async def asked() -> bool:
+        return first.profile.detect(await pane.snapshot()).state is AgentState.WAITING_APPROVAL
+
+    await aretry_until(asked, 30, what="the approval question")
+    await asyncio.gather(first.observe(), second.observe())
+
+    async def answered() -> bool:
+        return any(e["event"] == "reply" for e in read_log(tmp_path / "fa"))
+
+    await aretry_until(answered, 30, what="the agent's reply after the approval")
+    assert len([e for e in store.list_events() if e.kind == "approval"]) == 1
+    events = [e["event"] for e in read_log(tmp_path / "fa")]
+    assert events.count("approval") == 1, events
+    after = events[events.index("approval") :]
+    assert "key" not in after, events  # no second answer reached the agent
     store.close()
 
 

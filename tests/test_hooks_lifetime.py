@@ -66,14 +66,14 @@ async def test_hooks_dir_is_kept_while_the_session_lives_and_removed_at_down(
     hooks = hooks_dir_for(loop.config)
     channel = channel_path(hooks, "AGENT")
     try:
-        agents = await loop.session.up()
+        await loop.session.up()
         assert stat.S_IMODE(hooks.stat().st_mode) == 0o700
         assert stat.S_IMODE(channel.stat().st_mode) == 0o600
         command = loop.store.get_agent("AGENT")
         assert command is not None and "notify=" in command.command, command
 
         # The agent dies; the session lives on, and so do its receipts (a resume reads them).
-        _profile, pane = agents["AGENT"]
+        pane = (await loop.session.host.agent_panes())["AGENT"]
         for proc in process_tree((await pane.info()).pid):
             proc.kill()
         client = await loop.session.host.server.connect(loop.session.name)

@@ -20,6 +20,7 @@ from politerm.agents import AgentState, load_profile
 from politerm.agents.profile import AgentProfile, Detectors
 from politerm.agents.tracker import StateTracker
 from politerm.config import Config, StoreConfig, TmuxConfig
+from politerm.driver import AgentDriver
 from politerm.engine.agentstep import IDLE_BACKSTOP, TURN_BACKSTOP
 from politerm.engine.routebase import Routing
 from politerm.engine.router import Router, idle_backstop
@@ -144,7 +145,8 @@ async def _router_over_a_fake_agent(
         tmux=TmuxConfig(socket=tmux_server.socket_name, session="t"),
         store=StoreConfig(path=store.path),
     )
-    return Router(Routing(config, store, {"A": (load_profile(profile), pane)})), store, pane
+    driver = AgentDriver("A", load_profile(profile), pane, store=store)
+    return Router(Routing(config, store, {"A": driver})), store, pane
 
 
 async def test_an_idle_agent_loop_sleeps_until_an_event(

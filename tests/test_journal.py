@@ -137,16 +137,12 @@ def test_ending_a_loop_turn_ends_its_rows(store: RunStore) -> None:
     ended = store.journal_row(row.id)
     assert ended is not None and (ended.state, ended.outcome) == (JournalState.ENDED, "answered")
 
-    # never confirmed: abandoned; handed back to the next router: left open
-    for reason, state in (
-        (TurnEnd.RESUMED, JournalState.ABANDONED),
-        (TurnEnd.HANDED_BACK, JournalState.HANDED),
-    ):
-        store.start_turn("executer", nonce="n2", task_id=None, message_id=msg.id, start_line=0)
-        row = store.journal_hand("executer", serves, text="p", nonce="n2")
-        store.end_turn("executer", "n2", reason)
-        after = store.journal_row(row.id)
-        assert after is not None and after.state is state
+    # never confirmed: abandoned
+    store.start_turn("executer", nonce="n2", task_id=None, message_id=msg.id, start_line=0)
+    row = store.journal_hand("executer", serves, text="p", nonce="n2")
+    store.end_turn("executer", "n2", TurnEnd.RESUMED)
+    after = store.journal_row(row.id)
+    assert after is not None and after.state is JournalState.ABANDONED
 
 
 def test_an_older_store_gains_the_journal(store_path: pathlib.Path) -> None:

@@ -20,7 +20,8 @@ from politerm.agents.limits import parse_reset, reset_time
 from politerm.driver import AgentDriver, Expect, Host, LimitPolicy, TurnOutcome
 from politerm.store import RunStore
 from politerm.terminal import Snapshot
-from politerm.testing.fakeagent import prompts
+from politerm.testing.fakeagent import prompts, read_log
+from politerm.testing.retry import aretry_until
 
 if t.TYPE_CHECKING:
     from politerm.tmux import ControlClient, TmuxServer
@@ -270,6 +271,44 @@ async def test_limit_that_never_lifts_ends_the_turn_stuck(
         assert kinds.count("limit-resumed") == 2 and "limit-gave-up" in kinds
     finally:
         await driver.kill()
+        store.close()
+
+
+async def test_two_drivers_of_one_agent_resume_its_limit_once(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # The router's and the postman's drivers of one agent (two processes) both see its
+    # limit reset; only one types the resume text.
+    store = RunStore.open(tmp_path / "runs.sqlite3")
+    policy = LimitPolicy(resume="continue", margin=0.0)
+    body = LIMIT_SCENARIO.format(secs=2, nonce=NONCE)
+    first = await _start(tmux_server, tmux_session, tmp_path, body, store=store, limits=policy)
+    pane = await Host(tmux_server, "t").find_agent_pane("AGENT")
+    assert pane is not None
+    second = AgentDriver("AGENT", first.profile, pane, store=store, limits=policy)
+    try:
+        assert (await first.deliver(f"DO T1 nonce={NONCE}")).ok
+
+        async def limited() -> bool:
+            looks = await asyncio.gather(first.observe(), second.observe())
+            return all(o.state is AgentState.LIMITED for o in looks)
+
+        await aretry_until(limited, 30, what="both drivers to read the limit")
+
+        async def due() -> bool:
+            return all((d.limit_due_in() or 0.0) <= 0 for d in (first, second))
+
+        await aretry_until(due, 30, what="the limit's reset")
+        await asyncio.gather(first.observe(), second.observe())
+
+        async def answered() -> bool:
+            return [e["event"] for e in read_log(tmp_path / "fa")].count("reply") == 2
+
+        await aretry_until(answered, 30, what="the agent's answer to what was typed at the reset")
+        assert prompts(tmp_path / "fa") == [f"DO T1 nonce={NONCE}".encode(), b"continue"]
+        assert [e.kind for e in store.list_events()].count("limit-resumed") == 1
+    finally:
+        await first.kill()
         store.close()
 
 

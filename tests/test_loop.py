@@ -206,8 +206,7 @@ async def test_redraw_is_not_routed_twice(server: libtmux.Server, project: pathl
     executer = EXECUTER_OK.replace("think_time = 0.3", "think_time = 2.0")
     write_project(project, _socket(server), executer=executer)
     async with started(project) as loop:
-        agents = await loop.session.attach()
-        planner_pane = agents["PLANNER"][1]
+        planner_pane = (await loop.session.host.agent_panes())["PLANNER"]
 
         async def redraw() -> None:
             # While the executer works, make the planner redraw its screen again and again.

@@ -11,6 +11,7 @@ import pytest
 
 from politerm.agents import load_profile
 from politerm.config import Config, StoreConfig, TmuxConfig
+from politerm.driver import AgentDriver
 from politerm.engine import router as router_module
 from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
@@ -21,7 +22,6 @@ from politerm.tmux import new_window
 if t.TYPE_CHECKING:
     import pathlib
 
-    from politerm.driver import AgentDriver
     from politerm.tmux import ControlClient, TmuxServer
 
 FAKE = [sys.executable, "-m", "politerm.testing.fakeagent", "--mode", "plain"]
@@ -56,7 +56,13 @@ async def test_a_foreign_commit_wakes_only_the_agent_it_names(
         tmux=TmuxConfig(socket=tmux_server.socket_name, session="t"),
         store=StoreConfig(path=store.path),
     )
-    router = Router(Routing(config, store, {f"A{i}": (profile, p) for i, p in enumerate(panes)}))
+    router = Router(
+        Routing(
+            config,
+            store,
+            {f"A{i}": AgentDriver(f"A{i}", profile, p, store=store) for i, p in enumerate(panes)},
+        )
+    )
     steps = dict.fromkeys(router.agents, 0)
     step = router._step
 

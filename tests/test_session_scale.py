@@ -85,8 +85,8 @@ async def test_up_attach_and_down_list_the_panes_once_for_all_agents(
         assert sorted(agents) == sorted(NAMES)
         assert len(sent) == 1, sent
         attached = await session.attach()
-        assert {n: p.pane_id for n, (_, p) in attached.items()} == {
-            n: p.pane_id for n, (_, p) in agents.items()
+        assert {n: d.terminal_name for n, d in attached.items()} == {
+            n: d.terminal_name for n, d in agents.items()
         }
         assert len(sent) == 2, sent
         stopped = await session.down()

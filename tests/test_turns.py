@@ -227,8 +227,7 @@ async def test_text_left_in_the_box_never_joins_a_prompt(
 ) -> None:
     write_project(project, _socket(server))
     async with started(project) as loop:
-        agents = await loop.session.attach()
-        _, pane = agents["PLANNER"]
+        pane = (await loop.session.host.agent_panes())["PLANNER"]
         await pane.paste(b"words someone left here")
         task = await run_task(loop.config, loop.store, "make hello", timeout=TASK)
         assert task.state is TaskState.DONE, task.error

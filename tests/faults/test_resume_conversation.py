@@ -84,7 +84,7 @@ def _hook(loop: Loop, agent: str, session: str) -> None:
 async def _reboot(loop: Loop) -> None:
     """The whole tmux server and every agent process die at once."""
     procs: list[psutil.Process] = []
-    for _profile, pane in (await loop.session.attach()).values():
+    for pane in (await loop.session.host.agent_panes()).values():
         procs.extend(process_tree((await pane.info()).pid))
     await loop.session.host.server.kill_server()
     for proc in procs:
@@ -112,10 +112,10 @@ async def _task_naming(loop: Loop, ids: t.Mapping[str, str]) -> None:
     launch tags it, under a CLI name whose hooks report nothing but the conversation (so
     the screen alone confirms), and the receipt is written as the prompt goes in.
     """
-    agents = await loop.session.attach()
-    for name, (_profile, pane) in agents.items():
+    for name, pane in (await loop.session.host.agent_panes()).items():
         channel = create_channel(hooks_dir_for(loop.config), name)
         await pane.set_option(PANE_OPTION, f"fake:{channel}")
+    agents = await loop.session.attach()
     router = Router(Routing(loop.config, loop.store, agents, templates=templates_for(loop.config)))
     for name, session in ids.items():
 

@@ -20,6 +20,7 @@ import pytest
 from politerm.engine.loop import route, submit
 from politerm.engine.sending import handed
 from politerm.hooks.channel import create_channel, hooks_dir_for
+from politerm.store.journal import JournalState
 from politerm.store.models import MessageState, TaskState, TurnState
 from politerm.testing.chaos.project import TRANSCRIPT
 from politerm.testing.retry import aretry_until
@@ -200,7 +201,7 @@ async def test_delivering_with_a_kept_prompt_receipt_is_delivered_by_hook_at_res
             async with asyncio.timeout(TASK):
                 await router.run()
             assert struck.is_set(), "the fault did not strike"
-            [(_row, msg)] = handed(loop.store, "EXECUTER")  # in flight, by the journal
+            [(row, msg)] = handed(loop.store, "EXECUTER")  # in flight, by the journal
             assert msg.state is MessageState.DELIVERING
             await _answered(loop, "EXECUTER", PLAN_HEAD, "Created hello.txt.")
 
@@ -214,6 +215,10 @@ async def test_delivering_with_a_kept_prompt_receipt_is_delivered_by_hook_at_res
         plan = loop.store.get_message(msg.id)
         assert plan is not None and plan.state is MessageState.ACKNOWLEDGED, plan
         assert "hook UserPromptSubmit accepted the prompt" in (plan.evidence or ""), plan
+        # Its journal row says the same: delivered (by the hook), ended with that process.
+        settled = loop.store.journal_row(row.id)
+        assert settled is not None and settled.state is JournalState.ENDED, settled
+        assert settled.proof.get("sources") == ["hook"], settled
         events = loop.store.list_events("T-hook", limit=1000)
         recovered = [e.detail for e in events if e.kind == "recovered"]
         assert any("confirmed by hook" in d for d in recovered), recovered

@@ -128,6 +128,11 @@ class FleetNode:
         return path.read_text() if path.exists() else ""
 
 
+def slow_executer(seconds: float) -> str:
+    """EXECUTER's usual scenario, thinking ``seconds`` over each prompt."""
+    return EXECUTER_OK.replace("think_time = 0.3", f"think_time = {seconds}")
+
+
 def make_fleet(
     tmp: pathlib.Path,
     redis: RedisServer,

@@ -18,7 +18,7 @@ from politerm.engine.fleetlink import open_queue
 from politerm.fleet.budget import Caps, FleetBudget
 from politerm.protocol.usage import Usage
 from politerm.testing.retry import retry_until
-from tests.fleet.nodes import FleetNode, make_fleet, tear_down
+from tests.fleet.nodes import FleetNode, make_fleet, slow_executer, tear_down
 from tests.loophelpers import EXECUTER_OK
 
 if t.TYPE_CHECKING:
@@ -68,10 +68,6 @@ def test_planner_on_a_executer_on_b_finishes_a_task(
         tear_down(nodes)
 
 
-def _slow_executer(seconds: float) -> str:
-    return EXECUTER_OK.replace("think_time = 0.3", f"think_time = {seconds}")
-
-
 def _first_to_take(nodes: t.Iterable[FleetNode]) -> FleetNode:
     """The node whose EXECUTER was handed the plan first (read from the agents' logs)."""
     found: list[FleetNode] = []
@@ -92,7 +88,7 @@ def test_a_node_killed_mid_turn_its_work_finishes_on_another_node(
         redis_server,
         ["a", "b", "c"],
         executer_nodes=("b", "c"),
-        executer=_slow_executer(6),
+        executer=slow_executer(6),
     )
     a = nodes["a"]
     try:
@@ -125,7 +121,7 @@ def test_a_node_killed_mid_turn_its_work_finishes_on_another_node(
 def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejected(
     redis_server: RedisServer, tmp_path: pathlib.Path
 ) -> None:
-    slow = _slow_executer(3)
+    slow = slow_executer(3)
     nodes = make_fleet(
         tmp_path, redis_server, ["a", "b", "c"], executer_nodes=("b", "c"), executer=slow
     )
@@ -220,7 +216,7 @@ def test_the_fleet_budget_breaker_stops_a_turn_on_its_node_before_anything_is_ty
 def test_redis_restarted_mid_turn_nothing_acknowledged_is_lost(
     redis_server: RedisServer, tmp_path: pathlib.Path
 ) -> None:
-    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=_slow_executer(3), lease=10)
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=slow_executer(3), lease=10)
     a, b = nodes["a"], nodes["b"]
     try:
         b.start_node()
@@ -242,7 +238,7 @@ def test_redis_restarted_mid_turn_nothing_acknowledged_is_lost(
 def test_the_router_killed_while_a_remote_turn_runs_posts_the_same_work_again(
     redis_server: RedisServer, tmp_path: pathlib.Path
 ) -> None:
-    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=_slow_executer(3))
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=slow_executer(3))
     a, b = nodes["a"], nodes["b"]
     try:
         b.start_node()

@@ -141,9 +141,8 @@ async def test_claude_calls_the_poli_mcp_tools(
     session = Session(config, store)
     messenger = Messenger(config, store)
     try:
-        agents = await session.up(primers=False)
-        profile, pane = agents["ORCH"]
-        orch = AgentDriver("ORCH", profile, pane)
+        orch = (await session.up(primers=False))["ORCH"]
+        panes = await session.host.agent_panes()
         assert (await orch.wait_ready(READY)).state is AgentState.READY
         # the registration lives in the session's private hooks directory
         mcp_file = hooks_dir_for(config) / "mcp-ORCH.claude.json"
@@ -168,13 +167,13 @@ async def test_claude_calls_the_poli_mcp_tools(
         mail = messenger.mailbox.require(msg_id)
         assert (mail.sender, mail.sender_pane, mail.capability.value) == (
             "ORCH",
-            pane.pane_id,
+            panes["ORCH"].pane_id,
             "readonly",
         )
         got = [p for p in prompts(worker_log) if f"Message {msg_id} ".encode() in p]
         assert len(got) == 1
         assert b"hello W1, from claude" in got[0]
-        w1_pane = agents["W1"][1].pane_id
+        w1_pane = panes["W1"].pane_id
         done = messenger.reply("hi claude", to=msg_id, responder=Identity("W1", w1_pane))
         assert done.state is MailState.RESPONDED
         requests = [r for r in llm.requests() if r.api == "anthropic"]

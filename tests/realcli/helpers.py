@@ -157,9 +157,10 @@ class Rig:
         say: t.Callable[[str], None] = lambda _line: None,
     ) -> dict[str, Agent]:
         started = await self.session.up(primers=primers, resume=resume, on_event=say)
+        panes = await self.session.host.agent_panes()
         self.agents = {
-            name: Agent(name, self.specs[name], profile, pane)
-            for name, (profile, pane) in started.items()
+            name: Agent(name, self.specs[name], driver.profile, panes[name])
+            for name, driver in started.items()
         }
         return self.agents
 

@@ -69,7 +69,7 @@ async def test_dash_lists_the_session_mirrors_live_and_filters(
                     lambda: app.screen_mirror is not None and any(app.screen_mirror.lines()),
                     "the mirror's first screen",
                 )
-                _, pane = (await loop.session.attach())["PLANNER"]
+                pane = (await loop.session.host.agent_panes())["PLANNER"]
                 marker = "dash-mirror-4412"
                 await pane.paste(marker.encode())
                 await _until(

@@ -140,8 +140,7 @@ async def test_mirror_shows_what_the_agent_prints_within_a_second(
             await page.wait_for_function(
                 "() => window.poliTerm && window.poliFrames > 0", timeout=15_000
             )
-            agents = await loop.session.attach()
-            _, pane = agents["PLANNER"]
+            pane = (await loop.session.host.agent_panes())["PLANNER"]
             assert pane.pane_id == pane_id
             marker = "mirror-check-7731"
             await pane.paste(marker.encode())

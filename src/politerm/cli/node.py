@@ -47,13 +47,14 @@ def command(
     from politerm.engine.node import Node
     from politerm.fleet.budget import Caps, FleetBudget
     from politerm.fleet.nodes import NodeQueue
+    from politerm.messaging.nodeletters import NodeLetters
 
     fleet = config.fleet
     with open_store(config) as store:
         queue = open_queue(config, store)
         claims = NodeQueue(queue, fleet.node, fleet.heartbeat)
         budget = FleetBudget(queue, Caps.from_config(fleet.budget))
-        node = Node(config, store, claims, budget)
+        node = Node(config, store, claims, budget, NodeLetters(config, store))
         if not node.agents:
             click.echo(f"node {node.name}: no agent names this node (agents.X.node / nodes)")
 

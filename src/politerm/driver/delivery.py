@@ -367,15 +367,18 @@ async def _confirm(
 async def clear_input(term: Terminal, profile: AgentProfile) -> Snapshot | None:
     """Empty the agent's input box with the profile's ``clear_input`` keys, then verify.
 
+    Nothing is pressed while a question or dialog is open: the keys (ctrl-c) would dismiss
+    it, and the line a question's options are drawn on can read as text in the box.
+
     Returns
     -------
     Snapshot or None
-        The last screen looked at (its input box is empty unless the keys did not work, or
-        the profile has none); None when the terminal is gone.
+        The last screen looked at (its input box is empty unless the keys did not work, the
+        profile has none, or a question is open); None when the terminal is gone.
     """
     snap = await _snapshot(term)
-    if snap is None:
-        return None
+    if snap is None or _blocking(profile.detect(snap)):
+        return snap
     for _ in range(2):  # a redraw can eat the first press
         if not profile.input_text(snap) or not profile.clear_input:
             return snap

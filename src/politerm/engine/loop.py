@@ -315,10 +315,9 @@ async def abort(config: Config, store: RunStore, task_id: str | None = None) -> 
     session = Session(config, store)
     try:
         if working and await session.is_up():
-            agents = await session.attach()
-            for name, (profile, pane) in agents.items():
+            for name, driver in (await session.attach()).items():
                 if name in working:
-                    await pane.interrupt(profile.interrupt_key)
+                    await driver.press(driver.profile.interrupt_key)
     finally:
         await session.host.close()
     store.add_event("aborted", task_id=task_id, detail="aborted by the user")

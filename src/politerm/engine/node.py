@@ -28,14 +28,14 @@ import logging
 import os
 import typing as t
 
-from politerm.agents.approval import ApprovalPolicy, Decision, answer_pending
+from politerm.agents.approval import Decision, answer_pending
 from politerm.agents.state import AgentState
-from politerm.driver import Expect, run_turn
+from politerm.driver import Expect, Outcome, run_turn
 from politerm.driver.idle import wait_idle
 from politerm.driver.leftover import abandon
 from politerm.driver.tokens import stored_tokens
+from politerm.engine.letters import MESSAGE_KIND
 from politerm.engine.placement import hosted_here, node_config
-from politerm.engine.routebase import attach_driver
 from politerm.engine.session import Session
 from politerm.engine.turnwork import (
     ANSWER_KIND,
@@ -56,6 +56,7 @@ if t.TYPE_CHECKING:
 
     from politerm.config import Config
     from politerm.driver import AgentDriver, TurnResult
+    from politerm.engine.letters import Letter, Letters
     from politerm.fleet.budget import Verdict
     from politerm.fleet.work import Lease
     from politerm.store import RunStore
@@ -71,6 +72,8 @@ CLAIM_WAIT = 1.0
 UNREACHABLE_BACKOFF = 1.0
 #: How long a node tries to report a turn's outcome while Redis does not answer.
 REPORT_FOR = 120.0
+#: Seconds a message's receiver must stay ready before its turn counts as over.
+FOLLOW_SETTLE = 1.0
 #: Block types that answer a loop turn (a status block is shown, never an answer).
 ANSWERS: t.Final = frozenset(m.value for m in MessageType) - {MessageType.STATUS.value}
 
@@ -129,6 +132,8 @@ class Node:
         The fleet's queue.
     budget
         The fleet-wide budget breaker: asked before each turn starts, told what it spent.
+    letters
+        The messaging side: messages to hosted agents are typed only with it.
     """
 
     def __init__(
@@ -137,11 +142,13 @@ class Node:
         store: RunStore,
         queue: NodeClaims,
         budget: Breaker | None = None,
+        letters: Letters | None = None,
     ) -> None:
         if config.fleet is None:
             msg = "poli node needs a [fleet] table in poli.toml (url, node): see docs/fleet.md"
             raise FleetError(msg)
         self.config, self.store, self.queue, self.budget = config, store, queue, budget
+        self.letters = letters
         self.name = config.fleet.node
         self.lease_seconds = config.fleet.lease
         self.agents = hosted_here(config, self.name)
@@ -151,7 +158,6 @@ class Node:
         self.attempts: dict[str, _Attempt] = {}
         self.stopping = asyncio.Event()
         self._starting = asyncio.Lock()  # one bring-up at a time (it holds the session's lock)
-        self.policy = ApprovalPolicy.of(config.routing.approval, config.routing.approval_patterns)
 
     async def run(self) -> None:
         """Claim and run work until :meth:`stop`; the turns under way finish first."""
@@ -228,15 +234,17 @@ class Node:
         if asker is not None and work.kind.value == ANSWER_KIND:
             await self._complete(lease, self._answer(asker, work.payload))
             return
-        if work.kind.value != TURN_KIND:
-            # Other kinds (answers, messages, bridge tasks) are done by their own workflows.
+        turn: TurnWork | None = None
+        if work.kind.value == TURN_KIND:
+            try:
+                turn = TurnWork.from_payload(work.id, work.agent, work.payload)
+            except PolitermError as exc:
+                bad = TurnReply(False, "blocked", error=str(exc), node=self.name, epoch=lease.epoch)
+                await self._complete(lease, bad.payload())
+                return
+        elif work.kind.value != MESSAGE_KIND or self.letters is None:
+            # Other kinds (bridge tasks) are done by their own workflows.
             await self._complete(lease, {"error": f"{work.kind.value} work is not run by nodes"})
-            return
-        try:
-            turn = TurnWork.from_payload(work.id, work.agent, work.payload)
-        except PolitermError as exc:
-            bad = TurnReply(False, "blocked", error=str(exc), node=self.name, epoch=lease.epoch)
-            await self._complete(lease, bad.payload())
             return
         try:
             driver = await self._driver(work.agent)
@@ -246,9 +254,26 @@ class Node:
             with contextlib.suppress(FleetError):
                 await asyncio.to_thread(self.queue.give_back, lease, str(exc))
             return
-        reply = await self._turn(driver, turn, lease)
+        if turn is not None:
+            reply = await self._turn(driver, turn, lease)
+        else:
+            reply = await self._message(driver, lease)
         if reply is not None:
             await self._complete(lease, reply.payload())
+
+    async def _message(self, driver: AgentDriver, lease: Lease) -> TurnReply | None:
+        """A message for a hosted agent: its copy written here, then typed under the lease."""
+        assert self.letters is not None
+        work = lease.work
+        try:
+            letter = self.letters.take(work.id, work.agent, work.payload)
+        except PolitermError as exc:
+            return TurnReply(False, "invalid", error=str(exc), node=self.name, epoch=lease.epoch)
+        if letter.earlier is not None:
+            # An earlier attempt here got it in (this node died before it reported).
+            return TurnReply(True, "delivered", error=letter.earlier, node=self.name,
+                             epoch=lease.epoch)  # fmt: skip
+        return await self._letter(driver, letter, lease)
 
     def _answer(self, agent: str, payload: Mapping[str, t.Any]) -> dict[str, t.Any]:
         """An approval given on another node: recorded here, where the agent's driver reads it."""
@@ -270,8 +295,7 @@ class Node:
         async with self._starting:
             # Reuses a live agent's pane; starts (or restarts) it otherwise.
             found = await session.up(resume=True, primers=True)
-        profile, pane = found[agent]
-        driver = attach_driver(self.config, self.store, self.policy, agent, profile, pane)
+        driver = found[agent]
         driver.on("before-paste", lambda: self._check_lease(agent))
         self.drivers[agent] = driver
         return driver
@@ -284,23 +308,9 @@ class Node:
                 self.store.add_event("budget", agent=turn.agent, detail=verdict.reason)
                 return TurnReply(False, OVER_BUDGET, error=verdict.reason, node=self.name)
         spent = stored_tokens(self.store, f"agent:{turn.agent}")
-        serves = Serves(Workflow.FLEET, WORK_RECORD, (turn.work_id,))
-        attempt = self.attempts[turn.agent] = _Attempt(lease, serves)
-        # A new attempt (a higher epoch) gets a row of its own: a row this node left open for
-        # an older attempt of the same work (killed mid-turn) is superseded, not taken over
-        # (the journal takes over an open row of the same nonce, which every attempt shares).
-        for row in self._open_rows(turn.agent, serves):
-            if row.epoch != lease.epoch:
-                abandon(self.store, row, f"superseded by epoch {lease.epoch}")
-        renewer = asyncio.create_task(self._renew(attempt), name=f"renew-{turn.agent}")
-        try:
-            # An agent still busy with an earlier attempt (its node restarted and claimed
-            # the work again) is not typed into: two attempts never run in it at once.
-            look = await wait_idle(driver, turn.timeout)
-            if look.state is not AgentState.READY:
-                why = f"{turn.agent} not idle within {turn.timeout:g}s ({look.state.value})"
-                with contextlib.suppress(FleetError):
-                    await asyncio.to_thread(self.queue.give_back, attempt.lease, why)
+        result: TurnResult | None = None
+        async with self._leased(turn.agent, lease) as attempt:
+            if not await self._idle(driver, attempt, turn.timeout):
                 return None
             result = await run_turn(
                 driver,
@@ -309,23 +319,103 @@ class Node:
                 timeout=turn.timeout,
                 nonce=turn.nonce,
                 task_id=turn.task_id,
-                serves=serves,
+                serves=attempt.serves,
             )
-        except (LeaseLost, FleetError) as exc:
-            # Raised right before a paste: nothing was typed for this attempt's paste.
-            self._abandon(driver.name, serves, f"fenced: {exc}")
-            return None
-        finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
-            self.attempts.pop(turn.agent, None)
+        if result is None:
+            return None  # fenced before a paste
         if self.budget is not None:
             now = stored_tokens(self.store, f"agent:{turn.agent}")
             used = Usage(now.input - spent.input, now.output - spent.output)
             with contextlib.suppress(FleetError):
                 await asyncio.to_thread(self.budget.charge, turn.agent, used)
         return _reply(result, self.name, attempt.lease.epoch)
+
+    async def _letter(self, driver: AgentDriver, letter: Letter, lease: Lease) -> TurnReply | None:
+        """A message typed under the lease like a turn, its receiver's turn followed to its end.
+
+        The lease is held while the receiver works on it (and a READONLY request's policy
+        holds), so no other attempt is live meanwhile; the reply says whether it got in.
+        """
+        reply: TurnReply | None = None
+        async with self._leased(driver.name, lease) as attempt:
+            if not await self._idle(driver, attempt, letter.ttl):
+                return None
+            base = driver.policy
+            driver.policy = letter.policy or base
+            try:
+                result = await driver.deliver(
+                    letter.text, serves=attempt.serves, nonce=letter.mail_id
+                )
+                where = f"on node {self.name} (epoch {attempt.lease.epoch})"
+                if result.got_in:
+                    assert self.letters is not None
+                    self.letters.delivered(letter, f"delivered {where}")
+                    over = await self._follow(driver, letter.ttl)
+                    driver.end_turn(result.turn_id, over)
+                    if over == "exited":
+                        self.letters.ended(letter, f"receiver {driver.name} exited {where}")
+                    reply = TurnReply(True, over, node=self.name, epoch=attempt.lease.epoch)
+                else:
+                    why = f"{result.outcome.value} {where}: {' | '.join(result.evidence)}"
+                    if result.outcome is Outcome.AGENT_EXITED:
+                        assert self.letters is not None
+                        self.letters.ended(letter, why)
+                    else:
+                        await driver.clear_input()
+                    reply = TurnReply(
+                        False, result.outcome.value, error=why, node=self.name,
+                        epoch=attempt.lease.epoch,
+                    )  # fmt: skip
+            finally:
+                driver.policy = base
+        return reply
+
+    async def _follow(self, driver: AgentDriver, bound: float) -> str:
+        """The receiver's turn followed until it is idle again (or exits); how it ended."""
+        obs = await wait_idle(driver, bound, settle=FOLLOW_SETTLE)
+        if obs.state is AgentState.EXITED:
+            return "exited"
+        return "idle" if obs.state is AgentState.READY else "expired"
+
+    @contextlib.asynccontextmanager
+    async def _leased(self, agent: str, lease: Lease) -> t.AsyncIterator[_Attempt]:
+        """The attempt of ``lease`` while its body types: renewed, written before each paste.
+
+        A lease lost or fenced right before a paste raises there (nothing was typed for
+        that paste): the attempt's rows are abandoned and the body's result stays unset.
+        """
+        serves = Serves(Workflow.FLEET, WORK_RECORD, (lease.work.id,))
+        attempt = self.attempts[agent] = _Attempt(lease, serves)
+        # A new attempt (a higher epoch) gets a row of its own: a row this node left open for
+        # an older attempt of the same work (killed mid-turn) is superseded, not taken over
+        # (the journal takes over an open row with the same nonce, which every attempt shares).
+        for row in self._open_rows(agent, serves):
+            if row.epoch != lease.epoch:
+                abandon(self.store, row, f"superseded by epoch {lease.epoch}")
+        renewer = asyncio.create_task(self._renew(attempt), name=f"renew-{agent}")
+        try:
+            yield attempt
+        except (LeaseLost, FleetError) as exc:
+            self._abandon(agent, serves, f"fenced: {exc}")
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            self.attempts.pop(agent, None)
+
+    async def _idle(self, driver: AgentDriver, attempt: _Attempt, timeout: float) -> bool:
+        """Whether the agent is idle; if not, the attempt is given back (nothing typed).
+
+        An agent still busy with an earlier attempt (its node restarted and claimed the
+        work again) is not typed into: two attempts never run in it at once.
+        """
+        look = await wait_idle(driver, timeout)
+        if look.state is AgentState.READY:
+            return True
+        why = f"{driver.name} not idle within {timeout:g}s ({look.state.value})"
+        with contextlib.suppress(FleetError):
+            await asyncio.to_thread(self.queue.give_back, attempt.lease, why)
+        return False
 
     async def _check_lease(self, agent: str) -> None:
         """Right before a paste: the lease renewed and written on the prompt's row, or raise."""

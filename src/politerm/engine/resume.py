@@ -34,6 +34,7 @@ from politerm.driver.leftover import LeftOver, abandon
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS, PLANNER
 from politerm.engine.routebase import RESUME_META, RESUME_MSG
 from politerm.engine.sending import handed
+from politerm.store.journal import JournalState
 from politerm.store.models import MessageState, TaskState, Turn, TurnEnd, TurnState
 
 if t.TYPE_CHECKING:
@@ -122,7 +123,7 @@ class _Kept:
             taken = self.taken(name, msg)
             if taken is None:
                 return  # no record of it: the new process gets it (see below)
-            self.delivered(name, msg, turn.nonce, taken, live=True)
+            self.delivered(store, name, msg, turn.nonce, taken, live=True)
             turn = store.current_turn(name)
             if turn is None:
                 return
@@ -136,12 +137,27 @@ class _Kept:
         return rec.submitted(msg.text, msg.turn_nonce)
 
     def delivered(
-        self, name: str, msg: Message, nonce: str, taken: tuple[Source, str], *, live: bool
+        self,
+        store: RunStore,
+        name: str,
+        msg: Message,
+        nonce: str,
+        taken: tuple[Source, str],
+        *,
+        live: bool,
     ) -> None:
-        """``msg`` DELIVERED by the record showing it taken (not ``live``: its turn is over)."""
+        """``msg`` DELIVERED by the record showing it taken (not ``live``: its turn is over).
+
+        Its open journal row is DELIVERED with that record as its proof (its turn's end then
+        ENDS it), before the message leaves DELIVERING.
+        """
         assert self.router is not None
         source, evidence = taken
         result = LeftOver("delivered", "the agent's own record", (evidence,), (source,))
+        proof = {"rule": result.rule, "sources": [source.value], "evidence": [evidence]}
+        for row, handed_msg in handed(store, name):
+            if handed_msg.id == msg.id:
+                store.journal_move(row.id, JournalState.DELIVERED, proof=proof)
         self.router.sending.outcome(
             name, msg, nonce, result.confirmed(), follow_up=False, recovered=True, told=live
         )
@@ -190,13 +206,16 @@ def _forget_lost_delivery(store: RunStore, name: str, kept: _Kept) -> None:
             if m.type in FOLLOW_UPS and m.state in (MessageState.QUEUED, MessageState.RETRIED):
                 store.transition(m.id, MessageState.DEAD, error="its agent was restarted")
     for row, msg in lost:
-        abandon(store, row, TurnEnd.RESUMED.value)
+        taken = None if msg.type in FOLLOW_UPS else kept.taken(name, msg)
+        if taken is None:
+            abandon(store, row, TurnEnd.RESUMED.value)
         if msg.type in FOLLOW_UPS:
             store.transition(msg.id, MessageState.DEAD, error="its agent was restarted")
-        elif (taken := kept.taken(name, msg)) is not None:
-            # The dead process took it: over with its turn, and its answer (or one copy)
-            # takes its place.
-            kept.delivered(name, msg, row.nonce or "", taken, live=False)
+        elif taken is not None:
+            # The dead process took it: DELIVERED, and over with that process; its answer
+            # (or one copy) takes its place.
+            kept.delivered(store, name, msg, row.nonce or "", taken, live=False)
+            store.journal_move(row.id, JournalState.ENDED, outcome=TurnEnd.RESUMED.value)
             if msg.task_id is not None:
                 store.set_meta(f"{RESUME_MSG}{msg.task_id}:{name}", str(msg.id))
         else:

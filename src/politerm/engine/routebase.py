@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import pathlib
 import typing as t
 
-from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import AgentDriver
-from politerm.driver.launch import agent_env
-from politerm.driver.limits import driver_settings
 from politerm.engine import decide
 from politerm.engine.decide import PLANNER
 from politerm.engine.templates import Templates
 from politerm.protocol.contract import Contract, nonce_required
 
 if t.TYPE_CHECKING:
-    from politerm.agents.profile import AgentProfile
     from politerm.config import Config
-    from politerm.driver import Pane
     from politerm.protocol.block import Block
     from politerm.store import RunStore
     from politerm.store.models import Message
@@ -35,33 +29,6 @@ __all__ = ["RESUME_META", "RESUME_MSG", "Begun", "LoopState", "Routing"]
 
 RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
-
-AgentSpec = tuple["AgentProfile", "Pane"] | AgentDriver
-
-
-def attach_driver(
-    config: Config,
-    store: RunStore,
-    policy: ApprovalPolicy,
-    name: str,
-    profile: AgentProfile,
-    pane: Pane,
-) -> AgentDriver:
-    """A driver for configured agent ``name`` running in ``pane`` (a router's, a node's)."""
-    acfg = config.agents.get(name)
-    # Long bodies come as files in the agent's working directory; nowhere else.
-    cwd = pathlib.Path(acfg.cwd).expanduser().resolve() if acfg is not None else None
-    env = agent_env(name, acfg, profile) if acfg is not None else {}
-    return AgentDriver(
-        name,
-        profile,
-        pane,
-        store=store,
-        policy=policy,
-        cwd=cwd,
-        env=env,
-        **driver_settings(config),
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +75,8 @@ class Routing:
     store
         The run store (the source of truth).
     agents
-        The running agents: name → driver, or name → (profile, pane) to attach one.
+        The running agents' drivers by name (a session's come from
+        :func:`~politerm.driver.sessionagent.session_driver`).
     templates
         The prompts.
     remote
@@ -119,7 +87,7 @@ class Routing:
         self,
         config: Config,
         store: RunStore,
-        agents: t.Mapping[str, AgentSpec],
+        agents: t.Mapping[str, AgentDriver],
         *,
         templates: Templates | None = None,
         remote: t.Collection[str] = (),
@@ -129,11 +97,7 @@ class Routing:
         self.templates = templates or Templates(contract=config.routing.contract)
         self.nonce_required = nonce_required(config.routing.require_nonce, config.routing.contract)
         self.poliseed = config.routing.contract == Contract.POLISEED.value
-        self.policy = ApprovalPolicy.of(config.routing.approval, config.routing.approval_patterns)
-        self.agents: dict[str, AgentDriver] = {
-            name: spec if isinstance(spec, AgentDriver) else self._attach(name, *spec)
-            for name, spec in agents.items()
-        }
+        self.agents = dict(agents)
         # Agents hosted on other nodes of the fleet: no driver here (engine/remote.py).
         self.remote = frozenset(remote) - set(self.agents)
         self.loops = {name: LoopState() for name in self.names}
@@ -143,9 +107,6 @@ class Routing:
         # Agents whose input box holds a dead-lettered prompt, to be cleared.
         self.clear_later: set[str] = set()
         self.dead: set[str] = set()
-
-    def _attach(self, name: str, profile: AgentProfile, pane: Pane) -> AgentDriver:
-        return attach_driver(self.config, self.store, self.policy, name, profile, pane)
 
     @property
     def names(self) -> tuple[str, ...]:

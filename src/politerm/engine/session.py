@@ -13,10 +13,14 @@ import typing as t
 
 from politerm._internal.pidlock import PidLock
 from politerm.agents.profile import AgentProfile
-from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Host, check_program, state_dir
-from politerm.driver.launch import agent_env, agent_profile, prepare_launch
+from politerm.driver.launch import agent_env, agent_profile
 from politerm.driver.records import AgentRecords
+from politerm.driver.sessionagent import (
+    launch_session_agent,
+    session_driver,
+    stop_session_agents,
+)
 from politerm.engine.placement import here_config
 from politerm.engine.resume import resume_work
 from politerm.engine.routebase import Routing
@@ -28,11 +32,10 @@ from politerm.project import PROJECT_OPTION, STORE_OPTION
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
-    from politerm.driver import Pane
     from politerm.driver.receipts import Receipts
     from politerm.store import RunStore
 
-Agents = dict[str, tuple[AgentProfile, "Pane"]]
+Drivers = dict[str, AgentDriver]
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +104,7 @@ class Session:
         resume: bool = False,
         primers: bool = True,
         on_event: t.Callable[[str], None] | None = None,
-    ) -> Agents:
+    ) -> Drivers:
         """Create the session and start every configured agent, ready for prompts.
 
         With ``resume``, an existing session is reused, agents whose panes are gone or dead
@@ -139,7 +142,7 @@ class Session:
 
     async def _up(
         self, *, exists: bool, resume: bool, primers: bool, say: t.Callable[[str], None]
-    ) -> Agents:
+    ) -> Drivers:
         # Every program is checked before anything is created.
         for name, acfg in self.config.agents.items():
             env = {**agent_profile(acfg).env, **acfg.env}
@@ -165,8 +168,8 @@ class Session:
 
     async def _start_agents(
         self, *, resume: bool, primers: bool, say: t.Callable[[str], None]
-    ) -> Agents:
-        agents: Agents = {}
+    ) -> Drivers:
+        drivers: Drivers = {}
         restarted: list[str] = []  # ran before: started again with their resume arguments
         respawned: list[str] = []  # a new process where one ran in this session before
         records: dict[str, AgentRecords] = {}  # what the dead ones wrote down themselves
@@ -175,90 +178,50 @@ class Session:
         # Many agents spread evenly over the servers they need (driver/host.py).
         self.host.plan(len(self.config.agents))
         for name, acfg in self.config.agents.items():
-            profile = agent_profile(acfg)
             pane = found.get(name)
-            alive = pane is not None and await pane.is_alive()
-            if pane is not None and alive:
-                agents[name] = (profile, pane)
+            if pane is not None and await pane.is_alive():
+                drivers[name] = session_driver(self.config, name, pane, store=self.store)
                 say(f"{name}: already running in {pane.pane_id}")
                 continue
+            profile = agent_profile(acfg)
             if pane is not None or self.store.get_agent(name) is not None:
                 respawned.append(name)
                 # Located now: the new process may begin a new transcript of its own.
                 recorded = self.store.journal_conversation(name)
                 records[name] = kept_records(self.config, name, profile, recorded)
-            argv = acfg.argv()
+            extra: list[str] = []
             # An agent that ran before gets its resume arguments, to keep its context.
             if resume and self.store.get_agent(name) is not None:
-                argv = [*argv, *self._resume_args(name, profile, records[name].session, say)]
+                extra = self._resume_args(name, profile, records[name].session, say)
                 restarted.append(name)
-            env = agent_env(name, acfg, profile)
-            # identity (POLI_AGENT…), no TMUX/TMUX_PANE, `poli mcp` when asked
-            argv, env = prepare_launch(
-                self.config,
-                name,
-                profile.name,
-                argv,
-                env,
-                mcp=acfg.mcp,
-                config_file=self.config.project_file,
+            launched = await launch_session_agent(
+                self.config, self.store, self.host, name, extra_args=extra, replace=pane, say=say
             )
-            cwd = pathlib.Path(acfg.cwd).expanduser().resolve()
-            # the agent's own hooks report to the session's private hooks directory
-            launched = await self.host.launch(
-                name,
-                profile.name,
-                argv,
-                cwd=cwd,
-                env=env,
-                hooks_dir=hooks_dir_for(self.config),
-                hooks=acfg.hooks,
-                patterns=self.config.redact.patterns,
-                replace=pane,
-                say=say,
-            )
-            pane, argv = launched.term, launched.argv
             if launched.receipts is not None:
                 receipts[name] = launched.receipts
-            # Visible at once, on disk with the one sync below: an fsync per agent was
-            # 1.5 s of waiting at 500 agents (twice: here and when each is ready).
-            with self.store.batch(durable=False):
-                self.store.upsert_agent(
-                    name,
-                    session=self.name,
-                    pane_id=pane.pane_id,
-                    command=shlex.join(argv),
-                    cwd=str(cwd),
-                    profile=profile.name,
-                    resume_command=shlex.join([*acfg.argv(), *profile.resume_args]),
-                    env=None,
-                    socket=self.host.socket_of(pane),
-                )
-            agents[name] = (profile, pane)
-            say(f"{name}: started {shlex.join(argv)} in {pane.pane_id}")
-        # The driver waits (dialogs, its session receipt) and primes; the router makes its
-        # own drivers, which find the receipts again through the pane.
-        drivers = [
-            AgentDriver(name, profile, pane, store=self.store, receipts=receipts.get(name))
-            for name, (profile, pane) in agents.items()
-        ]
+            drivers[name] = session_driver(
+                self.config, name, launched.term, store=self.store, receipts=launched.receipts
+            )
+            say(f"{name}: started {shlex.join(launched.argv)} in {launched.term.pane_id}")
+        # The drivers wait (dialogs, their session receipts) and prime.
         ready = self.config.timeouts.ready
         try:
-            await asyncio.gather(*(d.wait_ready(ready, say=say) for d in drivers))
+            await asyncio.gather(*(d.wait_ready(ready, say=say) for d in drivers.values()))
             self.store.sync()  # the rows and ready states above, in one fsync
             if primers:
-                primed = [d for d in drivers if d.name not in restarted]
+                primed = [d for d in drivers.values() if d.name not in restarted]
                 await asyncio.gather(*(self._prime(d, say) for d in primed))
                 self.store.sync()
         finally:
+            # Their watchers stop; a driver reading them again starts its own.
             for rc in receipts.values():
                 await rc.close()
         if resume:
             # A router that does not run: it applies an answer found in a record as it
             # would apply one read on screen.
-            router = Router(Routing(self.config, self.store, agents))
+            router = Router(Routing(self.config, self.store, drivers))
             resume_work(self.store, self.config, respawned, say, records=records, router=router)
-        return agents
+        return drivers
 
     def _resume_args(
         self, name: str, profile: AgentProfile, session: str, say: t.Callable[[str], None]
@@ -275,7 +238,7 @@ class Session:
         self.store.add_event("resume", agent=name, detail=f"{shlex.join(args)}: {which}")
         return args
 
-    async def attach(self) -> Agents:
+    async def attach(self) -> Drivers:
         """Find the running agents of an existing session (after a router restart).
 
         Raises
@@ -289,15 +252,15 @@ class Session:
                 "run `poli up` (or `poli up --resume` after a crash)"
             )
             raise SessionNotFound(msg)
-        agents: Agents = {}
+        drivers: Drivers = {}
         found = await self.host.agent_panes()
-        for name, acfg in self.config.agents.items():
+        for name in self.config.agents:
             pane = found.get(name)
             if pane is None:
                 msg = f"agent {name} has no pane in session {self.name!r}: run `poli up --resume`"
                 raise SessionNotFound(msg)
-            agents[name] = (agent_profile(acfg), pane)
-        return agents
+            drivers[name] = session_driver(self.config, name, pane, store=self.store)
+        return drivers
 
     async def down(self) -> list[str]:
         """Kill every agent's process tree and the session; return what was stopped.
@@ -314,10 +277,7 @@ class Session:
         return stopped
 
     async def _stop_all(self) -> list[str]:
-        stopped = await self.host.stop_agents(self.config.agents)
-        for name in self.config.agents:
-            if self.store.get_agent(name) is not None:
-                self.store.set_agent_state(name, AgentState.EXITED.value)
+        stopped = await stop_session_agents(self.config, self.store, self.host)
         # The last session takes the server, its socket file and its config with it.
         await self.host.kill()
         RouterLock(self.host.socket, self.name).discard()
@@ -357,4 +317,4 @@ class RouterLock(PidLock):
         super().__init__(base / f"router-{socket}-{session}.lock")
 
 
-__all__ = ["Agents", "RouterLock", "Session", "builtin_primer"]
+__all__ = ["Drivers", "RouterLock", "Session", "builtin_primer"]

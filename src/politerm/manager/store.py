@@ -19,7 +19,7 @@ import typing as t
 
 from politerm.errors import ManagerProjectError
 from politerm.manager.states import ManagerState, check_transition
-from politerm.store._tables import StoreTables
+from politerm.store._tables import StoreTables, record_of
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -158,23 +158,11 @@ _FIELDS: t.Final = frozenset(
 
 
 def _project(row: sqlite3.Row) -> Project:
-    values = {f.name: row[f.name] for f in dataclasses.fields(Project)}
-    values["state"] = ManagerState(values["state"])
-    values["overview_sent"] = bool(values["overview_sent"])
-    return Project(**values)
+    return record_of(Project, row, state=ManagerState, overview_sent=bool)
 
 
 def _turn(row: sqlite3.Row) -> Turn:
-    return Turn(
-        id=row["id"],
-        project=row["project"],
-        task_id=row["task_id"],
-        step=row["step"],
-        role=row["role"],
-        text=row["text"],
-        summarized=bool(row["summarized"]),
-        ts=row["ts"],
-    )
+    return record_of(Turn, row, summarized=bool)
 
 
 class ManagerStore(StoreTables):

@@ -47,13 +47,15 @@ import typing as t
 from politerm.agents.approval import ApprovalMode, ApprovalPolicy
 from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
-from politerm.driver import AgentDriver, Host, LimitPolicy, Outcome
+from politerm.driver import AgentDriver, Host, Outcome
 from politerm.driver.idle import wait_idle
-from politerm.driver.launch import agent_env, agent_profile
 from politerm.driver.leftover import abandon, resume
-from politerm.errors import MessagingError, PolitermError, UnsafeMessagePath
+from politerm.driver.limits import driver_settings
+from politerm.driver.sessionagent import session_driver
+from politerm.errors import FleetError, MessagingError, PolitermError, UnsafeMessagePath
 from politerm.messaging.answers import Take, judge, named_ids
 from politerm.messaging.daemon import PostmanLock
+from politerm.messaging.fleetmail import DEAD_LETTERED, REMOTE_PANE, FleetMail, remote_agent
 from politerm.messaging.protocol import find_response_lines
 from politerm.store.journal import JournalRow, Serves, Workflow
 from politerm.store.limits import stored_limit
@@ -62,6 +64,7 @@ from politerm.store.mail import Mail, MailKind, MailState
 if t.TYPE_CHECKING:
     from collections.abc import Callable
 
+    from politerm.engine.turnwork import TurnReply
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
 
@@ -79,6 +82,10 @@ _LANE_LOOK = 30.0
 _BACKSTOP = 5.0
 # Longest a stopping postman waits for its lanes and watcher to end.
 _STOP_WAIT = 5.0
+# Longest one wait on the fleet's queue blocks a thread (a reply, a response).
+_REMOTE_LOOK = 1.0
+# After the fleet's Redis could not be reached, how long before trying again.
+_REMOTE_BACKOFF = 1.0
 
 
 def _serves(mail: Mail) -> Serves:
@@ -126,6 +133,8 @@ class Postman:
         Receives one line per notable step.
     settle
         Seconds a receiver must stay ready before its turn counts as over.
+    fleet
+        The fleet's messaging (default: from the configuration's ``[fleet]``, if any).
     """
 
     def __init__(
@@ -135,6 +144,7 @@ class Postman:
         *,
         say: Callable[[str], None] | None = None,
         settle: float = 1.0,
+        fleet: FleetMail | None = None,
     ) -> None:
         self.m = messenger
         cfg = messenger.config
@@ -146,6 +156,8 @@ class Postman:
         self.drivers: dict[str, AgentDriver] = {}
         self.lanes: dict[str, asyncio.Task[None]] = {}
         self._seen_lines: set[ResponseLine] = set()
+        # Messages to agents on other nodes of the fleet go through its queue.
+        self.fleet = FleetMail.of(messenger) if fleet is None else fleet
 
     # --- receivers ------------------------------------------------------------------------
 
@@ -160,25 +172,22 @@ class Postman:
         pane = await self.host.pane(pane_id, socket)
         if pane is None:
             return None
-        configured = self.m.config.agents.get(name)
-        if configured is not None:
-            profile = agent_profile(configured)
+        if name in self.m.config.agents:
+            # The same driver as the router's: one factory for a session's agents.
+            driver = session_driver(self.m.config, name, pane, store=self.m.store)
         else:
             profile = load_profile(agent.profile if agent else "generic")
-        limits = LimitPolicy(**self.m.config.limits.model_dump())
-        # its directory and environment locate its own records (transcript) after a crash
-        cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
-        env = agent_env(name, configured, profile) if configured is not None else None
-        driver = AgentDriver(
-            name,
-            profile,
-            pane,
-            store=self.m.store,
-            policy=self.policy,
-            limits=limits,
-            cwd=cwd,
-            env=env,
-        )
+            # its directory locates its own records (transcript) after a crash
+            cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
+            driver = AgentDriver(
+                name,
+                profile,
+                pane,
+                store=self.m.store,
+                policy=self.policy,
+                cwd=cwd,
+                **driver_settings(self.m.config),
+            )
         self.drivers[socket + pane_id] = driver
         return driver
 
@@ -203,7 +212,9 @@ class Postman:
         if not lock.acquire():
             msg = f"another postman runs for session {self.m.session!r} ({lock.path})"
             raise MessagingError(msg)
-        watcher = asyncio.ensure_future(self._watch_dir())
+        watchers = [asyncio.ensure_future(self._watch_dir())]
+        if self.fleet is not None:
+            watchers.append(asyncio.ensure_future(self._responses(self.fleet)))
         try:
             await self.settle_in_flight()
             idle_since = time.monotonic()
@@ -213,7 +224,11 @@ class Postman:
                 self.expire()
                 self._start_lanes()
                 senders = await self._scan_senders()
-                busy = bool(senders) or any(not lane.done() for lane in self.lanes.values())
+                busy = (
+                    bool(senders)
+                    or any(not lane.done() for lane in self.lanes.values())
+                    or bool(self._remote_open())  # their answers come through the fleet
+                )
                 now = time.monotonic()
                 if busy:
                     idle_since = now
@@ -222,12 +237,11 @@ class Postman:
                     return
                 await self._sleep(senders, idle_exit, idle_since)
         finally:
-            watcher.cancel()
-            for lane in self.lanes.values():
-                lane.cancel()
+            for task in (*watchers, *self.lanes.values()):
+                task.cancel()
             # Bounded: a task that lost its cancel (see _stop_if_cancelled) is left behind,
             # said, rather than holding the shutdown.
-            tasks = [watcher, *self.lanes.values()]
+            tasks = [*watchers, *self.lanes.values()]
             _, left = await asyncio.wait(tasks, timeout=_STOP_WAIT)
             if left:
                 log.warning("postman: %d task(s) did not stop within %gs", len(left), _STOP_WAIT)
@@ -270,7 +284,9 @@ class Postman:
                 self.say(f"{mail.id} expired: {why}")
 
     def _start_lanes(self) -> None:
-        for recipient in self.m.mailbox.recipients_waiting():
+        # A remote message DELIVERING after a restart: its lane waits for its work's reply.
+        carried = {m.recipient for m in self._remote_open([MailState.DELIVERING])}
+        for recipient in sorted({*self.m.mailbox.recipients_waiting(), *carried}):
             lane = self.lanes.get(recipient)
             if lane is None or lane.done():
                 self.lanes[recipient] = asyncio.ensure_future(self._lane(recipient))
@@ -283,6 +299,11 @@ class Postman:
             while True:
                 _stop_if_cancelled()
                 mail = self.m.mailbox.next_queued(recipient)
+                if remote_agent(self.m.config, recipient) or (
+                    mail is not None and mail.recipient_pane == REMOTE_PANE
+                ):
+                    await self._remote_lane(recipient)
+                    return
                 if mail is None:
                     return
                 driver = await self.driver(mail.recipient, mail.recipient_pane)
@@ -389,6 +410,100 @@ class Postman:
             return _LANE_LOOK
         return max(0.0, min(_LANE_LOOK, fresh.expires - time.time()))
 
+    # --- receivers on other nodes of the fleet ----------------------------------------------
+
+    def _remote_open(self, states: t.Sequence[MailState] | None = None) -> list[Mail]:
+        """Requests to agents on other nodes that still wait (to be delivered or answered)."""
+        waiting = states or (MailState.QUEUED, MailState.DELIVERING, MailState.DELIVERED)
+        found = self.m.mailbox.select(states=waiting, kind=MailKind.REQUEST)
+        return [m for m in found if m.recipient_pane == REMOTE_PANE]
+
+    async def _remote_lane(self, recipient: str) -> None:
+        """Carry ``recipient``'s messages to its node one at a time, each attempt as work."""
+        while True:
+            _stop_if_cancelled()
+            carried = [
+                m for m in self._remote_open([MailState.DELIVERING]) if m.recipient == recipient
+            ]
+            mail = carried[0] if carried else self.m.mailbox.next_queued(recipient)
+            if mail is None:
+                return
+            if self.fleet is None:
+                self._dead_letters(recipient, f"{recipient} runs on another node: no [fleet] here")
+                return
+            if mail.state is MailState.QUEUED:
+                claimed = self.m.change(mail, MailState.DELIVERING, count_attempt=True)
+                if claimed is None:
+                    continue
+                mail = claimed
+            await self._carry(self.fleet, mail)
+
+    async def _carry(self, fleet: FleetMail, mail: Mail) -> None:
+        """One attempt: posted to the receiver's stream, then its node's reply applied.
+
+        After a restart the same work is posted again (one is kept). Past its time to live,
+        a message no node holds a live lease on is a dead letter; one a node holds waits for
+        that node's word (the node bounds the receiver's turn by the same time).
+        """
+        work_id: str | None = None
+        while True:
+            _stop_if_cancelled()
+            now = self.m.mailbox.get(mail.id)
+            if now is None or now.state is not MailState.DELIVERING:
+                return  # answered meanwhile, or ended
+            try:
+                if work_id is None:
+                    work_id = await asyncio.to_thread(fleet.post, now)
+                reply = await asyncio.to_thread(fleet.reply, work_id, _REMOTE_LOOK)
+                late = reply is None and now.expires <= time.time()
+                if late and not await asyncio.to_thread(fleet.held, work_id):
+                    why = f"no node of {now.recipient} took it within its time to live"
+                    self.m.change(now, MailState.DEAD, reason=f"{why} (work {work_id})")
+                    return
+            except FleetError as exc:
+                self.say(f"postman: {mail.id}: {exc}")
+                await asyncio.sleep(_REMOTE_BACKOFF)
+                continue
+            if reply is not None:
+                self._remote_reply(now, reply)
+                return
+
+    def _remote_reply(self, mail: Mail, reply: TurnReply) -> None:
+        """The hosting node's word on one attempt, applied as a local delivery's would be."""
+        where = f" on node {reply.node} (epoch {reply.epoch})" if reply.node else ""
+        if reply.delivered:
+            said = f": {reply.error}" if reply.error else ""
+            self._delivered(mail, f"delivered{where}{said}")
+            self.say(f"{mail.id} delivered to {mail.recipient}{where}")
+            if reply.outcome == "exited":
+                self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited{where}")
+            return
+        why = f"attempt {mail.attempts}: {reply.outcome}{where}: {reply.error}"
+        if reply.outcome in (Outcome.AGENT_EXITED.value, DEAD_LETTERED):
+            self.m.change(mail, MailState.DEAD, reason=why)
+        elif mail.attempts >= mail.max_attempts:
+            reason = f"not delivered after {mail.attempts} attempts; last {why}"
+            self.m.change(mail, MailState.DEAD, reason=reason)
+        else:
+            self.m.change(mail, MailState.QUEUED, reason=why)
+
+    async def _responses(self, fleet: FleetMail) -> None:
+        """Take the responses other nodes send to this machine's requests, as they come."""
+        said = ""
+        while True:
+            try:
+                got = await asyncio.to_thread(fleet.take_response, _REMOTE_LOOK)
+            except (FleetError, MessagingError) as exc:
+                if str(exc) != said:  # once per new error, not once a second while it lasts
+                    said = str(exc)
+                    self.say(f"postman: responses from the fleet: {said}")
+                await asyncio.sleep(_REMOTE_BACKOFF)
+                continue
+            said = ""
+            if got is not None:
+                self.say(f"{got} answered from another node")
+                self.wake.set()
+
     # --- recovery -------------------------------------------------------------------------
 
     async def settle_in_flight(self) -> None:
@@ -416,6 +531,8 @@ class Postman:
         # The driver writes a prompt's row before it types: one claimed without a row was
         # never typed.
         for mail in self.m.mailbox.select(states=[MailState.DELIVERING]):
+            if mail.recipient_pane == REMOTE_PANE or mail.origin is not None:
+                continue  # typed by a fleet node, under its work's lease: not ours to settle
             self.m.change(mail, MailState.QUEUED, reason="settled after a restart: never typed")
 
     async def _settle(self, driver: AgentDriver, mail: Mail, row: JournalRow, snap: t.Any) -> str:

@@ -23,6 +23,7 @@ from politerm.errors import (
     RecipientNotFound,
 )
 from politerm.messaging.files import MessageDir, message_dir_for, new_message_id, sha256_hex
+from politerm.messaging.fleetmail import REMOTE_PANE, FleetMail, remote_agent
 from politerm.messaging.protocol import render_request, response_line
 from politerm.project import ENV_AGENT
 from politerm.redact import Redactor
@@ -88,13 +89,16 @@ class Messenger:
     def resolve(self, target: str) -> tuple[str, str]:
         """``(agent name, pane id)`` of an agent name or a ``%N`` pane id.
 
-        A pane that no agent owns is addressed by its id (a raw pane).
+        A pane that no agent owns is addressed by its id (a raw pane). An agent hosted on
+        another node of the fleet has no pane here: :data:`REMOTE_PANE`.
 
         Raises
         ------
         RecipientNotFound
             No agent of that name is recorded in this session's store.
         """
+        if remote_agent(self.config, target):
+            return target, REMOTE_PANE  # its node types it (politerm.messaging.fleetmail)
         agents = self.store.list_agents()
         if target.startswith("%"):
             if not target[1:].isdigit():
@@ -135,6 +139,37 @@ class Messenger:
         if existing is not None:
             return existing
         data = self.redactor.redact(body).encode()
+        mail = self.write_request(
+            mail_id,
+            data,
+            sender=sender,
+            recipient=recipient,
+            pane=pane,
+            capability=capability,
+            ttl=ttl if ttl is not None else self.config.routing.message_ttl,
+            max_attempts=max_attempts or self.config.routing.max_attempts,
+        )
+        self.touch(mail)
+        return mail
+
+    def write_request(
+        self,
+        mail_id: str,
+        data: bytes,
+        *,
+        sender: Identity,
+        recipient: str,
+        pane: str,
+        capability: Capability,
+        ttl: float,
+        max_attempts: int,
+        origin: str | None = None,
+    ) -> Mail:
+        """Write a request's body file, request file, then its row (``data``: redacted).
+
+        ``origin``: a copy of a request sent from that fleet node, written DELIVERING by
+        the node that types it here (see :meth:`Mailbox.add`).
+        """
         body_path = self.dir.write(f"{mail_id}.body", data)
         digest = sha256_hex(data)
         request = render_request(
@@ -162,10 +197,10 @@ class Messenger:
             body_path=str(body_path),
             size=len(data),
             sha256=digest,
-            ttl=ttl if ttl is not None else self.config.routing.message_ttl,
-            max_attempts=max_attempts or self.config.routing.max_attempts,
+            ttl=ttl,
+            max_attempts=max_attempts,
+            origin=origin,
         )
-        self.touch(mail)
         return mail
 
     def request_text(self, mail: Mail) -> str:
@@ -199,6 +234,7 @@ class Messenger:
         responder = responder or self.identity()
         mail = self._request_to_answer(to, responder)
         if mail.state is MailState.RESPONDED:
+            self._forward(mail)  # again: a reply whose post did not get through
             return mail
         if mail.state not in (MailState.DELIVERING, MailState.DELIVERED):
             msg = f"message {mail.id} is {mail.state.value}: {mail.reason or 'not delivered yet'}"
@@ -238,7 +274,18 @@ class Messenger:
             msg = f"message {mail.id} is {current.state.value}: {current.reason or 'no reason'}"
             raise MessageDead(msg)
         self.touch(done)
+        self._forward(done)
         return done
+
+    def _forward(self, mail: Mail) -> None:
+        """The response to a request from another node, posted back to it (once per id)."""
+        if mail.origin is None:
+            return
+        fleet = FleetMail.of(self)
+        if fleet is None:
+            msg = f"message {mail.id} came from node {mail.origin}, but poli.toml has no [fleet]"
+            raise MessagingError(msg)
+        fleet.forward(mail)
 
     def _queue_notification(self, mail: Mail, response_path: pathlib.Path) -> None:
         assert mail.sender_pane is not None

@@ -6,6 +6,7 @@ import enum
 import json
 import typing as t
 
+from politerm.store._tables import record_of
 from politerm.store.models import (
     Agent,
     Block,
@@ -60,110 +61,33 @@ def _states(
     return frozenset(MessageState(s) for s in states)
 
 
+def _env(raw: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _load(raw).items()}
+
+
 def _agent(row: sqlite3.Row) -> Agent:
-    return Agent(
-        name=row["name"],
-        session=row["session"],
-        pane_id=row["pane_id"],
-        command=row["command"],
-        cwd=row["cwd"],
-        profile=row["profile"],
-        resume_command=row["resume_command"],
-        env={str(k): str(v) for k, v in _load(row["env"]).items()},
-        state=row["state"],
-        created=row["created"],
-        updated=row["updated"],
-        socket=row["socket"],
-    )
+    return record_of(Agent, row, env=_env)
 
 
 def _task(row: sqlite3.Row) -> Task:
-    return Task(
-        id=row["id"],
-        request=row["request"],
-        state=TaskState(row["state"]),
-        round=row["round"],
-        max_rounds=row["max_rounds"],
-        report=row["report"],
-        error=row["error"],
-        question=row["question"],
-        created=row["created"],
-        updated=row["updated"],
-    )
+    return record_of(Task, row, state=TaskState)
 
 
 def _expectation(row: sqlite3.Row) -> Expectation:
-    return Expectation(
-        task_id=row["task_id"],
-        sender=row["sender"],
-        type=row["type"],
-        deadline=row["deadline"],
-        nudged=bool(row["nudged"]),
-        created=row["created"],
-    )
+    return record_of(Expectation, row, nudged=bool)
 
 
 def _turn(row: sqlite3.Row) -> Turn:
-    return Turn(
-        agent=row["agent"],
-        nonce=row["nonce"],
-        task_id=row["task_id"],
-        message_id=row["message_id"],
-        start_line=row["start_line"],
-        started=row["started"],
-        state=TurnState(row["state"]),
-    )
+    return record_of(Turn, row, state=TurnState)
 
 
 def _message(row: sqlite3.Row) -> Message:
-    return Message(
-        id=row["id"],
-        task_id=row["task_id"],
-        sender=row["sender"],
-        recipient=row["recipient"],
-        type=row["type"],
-        msg_id=row["msg_id"],
-        nonce=row["nonce"],
-        turn_nonce=row["turn_nonce"],
-        body=row["body"],
-        header=_load(row["header"]),
-        text=row["text"],
-        state=MessageState(row["state"]),
-        attempts=row["attempts"],
-        last_error=row["last_error"],
-        evidence=row["evidence"],
-        created=row["created"],
-        updated=row["updated"],
-        deadline=row["deadline"],
-        dedupe_key=row["dedupe_key"],
-        turn_id=row["turn_id"],
-    )
+    return record_of(Message, row, header=_load, state=MessageState)
 
 
 def _block(row: sqlite3.Row) -> Block:
-    return Block(
-        id=row["id"],
-        agent=row["agent"],
-        task_id=row["task_id"],
-        type=row["type"],
-        msg_id=row["msg_id"],
-        nonce=row["nonce"],
-        dedupe_key=row["dedupe_key"],
-        header=_load(row["header"]),
-        body=row["body"],
-        accepted=bool(row["accepted"]),
-        reason=row["reason"],
-        seen=row["seen"],
-    )
+    return record_of(Block, row, header=_load, accepted=bool)
 
 
 def _event(row: sqlite3.Row) -> Event:
-    return Event(
-        id=row["id"],
-        ts=row["ts"],
-        kind=row["kind"],
-        task_id=row["task_id"],
-        agent=row["agent"],
-        detail=row["detail"],
-        data=_load(row["data"]),
-    )
+    return record_of(Event, row, data=_load)

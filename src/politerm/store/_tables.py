@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import typing as t
 
 from politerm.redact import Redactor
 
 if t.TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Callable
+
     from politerm.store import RunStore
+
+R = t.TypeVar("R")
+
+
+def record_of(cls: type[R], row: sqlite3.Row, **convert: Callable[[t.Any], t.Any]) -> R:
+    """The dataclass record ``cls`` of ``row``: each field the column of its name.
+
+    ``convert`` turns a column's stored value into the field's (an enum, a flag, JSON).
+    """
+    values = {f.name: row[f.name] for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for name, to in convert.items():
+        values[name] = to(values[name])
+    return cls(**values)
 
 
 class StoreTables:

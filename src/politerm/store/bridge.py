@@ -17,6 +17,7 @@ import json
 import typing as t
 
 from politerm.redact import Redactor
+from politerm.store._tables import record_of
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -50,18 +51,7 @@ class BridgeStep:
 
 
 def _step(row: sqlite3.Row) -> BridgeStep:
-    return BridgeStep(
-        queue=row["queue"],
-        task_id=row["task_id"],
-        step=row["step"],
-        kind=row["kind"],
-        state=StepState(row["state"]),
-        evidence=json.loads(row["evidence"]),
-        result=json.loads(row["result"]),
-        started=row["started"],
-        finished=row["finished"],
-        turn_id=row["turn_id"],
-    )
+    return record_of(BridgeStep, row, state=StepState, evidence=json.loads, result=json.loads)
 
 
 class BridgeJournal:

@@ -414,8 +414,19 @@ _V9_LEASES = Migration(
     ),
 )
 
-_V10_SHARDS = Migration(
+_V10_MAIL_ORIGIN = Migration(
     10,
+    "messaging across a fleet: the node a request came from, on its copy where it is typed",
+    (
+        # A request from another machine of the fleet is copied into the store of the node
+        # that hosts its receiver (so `poli reply` there finds it); the copy names the node
+        # of its sender, and the response goes back there through the fleet's queue.
+        "ALTER TABLE mail ADD COLUMN origin TEXT",
+    ),
+)
+
+_V11_SHARDS = Migration(
+    11,
     "the tmux server each agent runs on (a session's agents spread over several servers)",
     # Empty: the configured server ([tmux] socket), as every agent ran before.
     ("ALTER TABLE agents ADD COLUMN socket TEXT NOT NULL DEFAULT ''",),
@@ -431,7 +442,8 @@ MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V7_MANAGER,
     _V8_JOURNAL,
     _V9_LEASES,
-    _V10_SHARDS,
+    _V10_MAIL_ORIGIN,
+    _V11_SHARDS,
 )
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 

@@ -14,7 +14,7 @@ import re
 import typing as t
 
 from politerm.errors import StoreError, WorkItemError
-from politerm.store._tables import StoreTables
+from politerm.store._tables import StoreTables, record_of
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -204,15 +204,16 @@ def _fits(value: object, annotation: str) -> bool:
 _RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SessionRecord))
 
 
+def _strings(raw: str) -> tuple[str, ...]:
+    return tuple(json.loads(raw))
+
+
 def _record(row: sqlite3.Row) -> SessionRecord:
-    values = {name: row[name] for name in _RECORD_COLUMNS}
-    values["flags"] = tuple(json.loads(row["flags"]))
-    values["drift"] = tuple(json.loads(row["drift"]))
-    return SessionRecord(**values)
+    return record_of(SessionRecord, row, flags=_strings, drift=_strings)
 
 
 def _run(row: sqlite3.Row) -> EpicRun:
-    return EpicRun(**{f.name: row[f.name] for f in dataclasses.fields(EpicRun)})
+    return record_of(EpicRun, row)
 
 
 def check_id(value: str, what: str) -> str:

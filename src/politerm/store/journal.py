@@ -41,6 +41,7 @@ import typing as t
 
 from politerm.errors import TransitionRejected
 from politerm.store._core import StoreCore
+from politerm.store._tables import record_of
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -211,10 +212,7 @@ def prompt_digest(text: str) -> str:
 
 
 def _row(row: sqlite3.Row) -> JournalRow:
-    values = dict(row)
-    values["state"] = JournalState(values["state"])
-    values["proof"] = json.loads(values["proof"])
-    return JournalRow(**values)
+    return record_of(JournalRow, row, state=JournalState, proof=json.loads)
 
 
 class JournalRows(StoreCore):

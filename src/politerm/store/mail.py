@@ -16,7 +16,7 @@ import enum
 import typing as t
 
 from politerm.errors import MessageNotFound, StoreError
-from politerm.store._tables import StoreTables
+from politerm.store._tables import StoreTables, record_of
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.mailstates import MAIL_TRANSITIONS, MailState
 
@@ -68,6 +68,11 @@ class Mail:
     responded: float | None
     turn_id: int | None = None
     """Its delivery's row in the journal of turns (:mod:`politerm.store.journal`)."""
+    origin: str | None = None
+    """The fleet node its sender is on, for a copy of a request typed here by this node.
+
+    Such a copy is never queued (its node delivers it, under the work's lease), and its
+    response goes back to that node (:mod:`politerm.messaging.fleetmail`)."""
 
     def to_json(self) -> dict[str, t.Any]:
         """A JSON-ready dict (enum members by value)."""
@@ -78,11 +83,7 @@ class Mail:
 
 
 def _mail(row: sqlite3.Row) -> Mail:
-    data = dict(row)
-    data["kind"] = MailKind(data["kind"])
-    data["capability"] = Capability(data["capability"])
-    data["state"] = MailState(data["state"])
-    return Mail(**data)
+    return record_of(Mail, row, kind=MailKind, capability=Capability, state=MailState)
 
 
 _COLUMNS: t.Final = (
@@ -100,6 +101,7 @@ _COLUMNS: t.Final = (
     "sha256",
     "max_attempts",
     "expires",
+    "origin",
 )
 _STAMPS: t.Final = frozenset({"delivered", "started", "responded"})
 # A recipient with an open usage limit: its messages' clocks stand still.
@@ -134,10 +136,14 @@ class Mailbox(StoreTables):
         ttl: float,
         max_attempts: int,
         reply_to: str | None = None,
+        origin: str | None = None,
     ) -> tuple[Mail, bool]:
         """Queue a message; return it and whether it is new.
 
         The id is the dedupe key: adding an id twice changes nothing and returns the first.
+        A copy of a request from fleet node ``origin`` is written DELIVERING, its first
+        attempt counted: the node that writes it types it at once, and no postman ever
+        takes it from a queue.
         """
         now = self._now()
         values = (
@@ -155,19 +161,21 @@ class Mailbox(StoreTables):
             sha256,
             max_attempts,
             now + ttl,
+            origin,
         )
+        state = MailState.QUEUED if origin is None else MailState.DELIVERING
         with self.store._writing() as c:
             cur = c.execute(
-                f"INSERT OR IGNORE INTO mail ({', '.join(_COLUMNS)}, state, created, updated)"
-                f" VALUES ({', '.join('?' * len(_COLUMNS))}, ?, ?, ?)",
-                (*values, MailState.QUEUED.value, now, now),
+                f"INSERT OR IGNORE INTO mail ({', '.join(_COLUMNS)}, state, attempts, created,"
+                f" updated) VALUES ({', '.join('?' * len(_COLUMNS))}, ?, ?, ?, ?)",
+                (*values, state.value, 0 if origin is None else 1, now, now),
             )
             added = cur.rowcount == 1
             row = c.execute("SELECT * FROM mail WHERE id = ?", (id,)).fetchone()
         mail = _mail(row)
         if added:
             self._audit(
-                "mail.queued",
+                "mail.queued" if origin is None else "mail.arrived",
                 id=id,
                 type=kind.value,
                 sender=sender,
@@ -175,6 +183,7 @@ class Mailbox(StoreTables):
                 capability=capability.value,
                 size=size,
                 sha256=sha256,
+                **({} if origin is None else {"origin": origin}),
             )
         return mail, added
 

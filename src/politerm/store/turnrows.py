@@ -128,8 +128,7 @@ class TurnRows(JournalRows):
         """End ``agent``'s turn if it is still the one with ``nonce``, saying why.
 
         Its prompts' open rows in the journal end with it (a HANDED one is ABANDONED, unless
-        its message is still DELIVERING: its delivery or the recovery settles that one), except
-        when the turn is handed back (``HANDED_BACK``): the next router settles those.
+        its message is still DELIVERING: its delivery or the recovery settles that one).
 
         Returns
         -------
@@ -144,8 +143,7 @@ class TurnRows(JournalRows):
             ).fetchone()
             if row is not None:
                 turn_step(f"turn {nonce} of {agent}", TurnState(row[0]), TurnState.ENDED)
-                if reason is not TurnEnd.HANDED_BACK:
-                    self.journal_end_nonce(agent, nonce, TurnEnd(reason).value)
+                self.journal_end_nonce(agent, nonce, TurnEnd(reason).value)
         if row is not None:
             self._audit.append("turn.end", agent=agent, nonce=nonce, reason=TurnEnd(reason).value)
         return row is not None

@@ -76,7 +76,6 @@ class TurnEnd(enum.StrEnum):
     AGENT_DIED = "agent_died"
     DEAD_LETTER = "dead_letter"
     RESUMED = "resumed"
-    HANDED_BACK = "handed_back"
     OVER_BUDGET = "over_budget"
 
 

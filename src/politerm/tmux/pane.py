@@ -331,10 +331,6 @@ class Pane:
             "resize-window", "-t", info.window_id, "-x", str(width), "-y", str(height)
         )
 
-    async def interrupt(self, key: str = "C-c") -> None:
-        """Send the interrupt key of the agent (``C-c`` or ``Escape``)."""
-        await self.send_keys(key)
-
     async def set_option(self, name: str, value: str) -> None:
         """Set a pane user option, e.g. ``@poli_agent``."""
         if not name.startswith("@"):

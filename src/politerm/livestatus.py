@@ -85,6 +85,7 @@ async def watch(
     collect: Callable[..., dict[str, t.Any]],
     events: int = 15,
     stop: asyncio.Event | None = None,
+    also: Callable[[], asyncio.Event] | None = None,
 ) -> None:
     """Redraw the status on every change until ``stop`` is set (or forever).
 
@@ -102,6 +103,8 @@ async def watch(
         How many recent events to show.
     stop
         Ends the loop when set.
+    also
+        Another source of changes (the fleet's board): an event set by its next change.
     """
     stop = stop or asyncio.Event()
     recent: list[Event] = store.list_events(limit=events)
@@ -111,6 +114,7 @@ async def watch(
         while not stop.is_set():
             store_changed = sw.event()
             pane_changed = live.event() if live is not None else asyncio.Event()
+            other_changed = also() if also is not None else asyncio.Event()
             try:
                 recent = [*recent, *cursor.read()][-events:]
                 states = None
@@ -130,7 +134,7 @@ async def watch(
             data["events"] = [_event_row(e) for e in recent]
             draw(data)
             last_draw = time.monotonic()
-            await wait_any(store_changed, pane_changed, stop, timeout=WATCH_BACKSTOP)
+            await wait_any(store_changed, pane_changed, other_changed, stop, timeout=WATCH_BACKSTOP)
             # Coalesce a burst (an agent streaming output) into one redraw.
             pause = MIN_REDRAW - (time.monotonic() - last_draw)
             if pause > 0:

@@ -144,6 +144,74 @@ def collect(
     }
 
 
+def remote_rows(
+    board: t.Sequence[t.Mapping[str, t.Any]], node: str, local: t.Collection[str]
+) -> list[t.Mapping[str, t.Any]]:
+    """The board's rows a view shows beside its own agents.
+
+    Every row (:class:`politerm.fleet.board.BoardRow` as data) but those of ``local``, the
+    agents this machine shows from its own store, on this ``node``.
+
+    Examples
+    --------
+    >>> rows = [{"node": "a", "agent": "P"}, {"node": "b", "agent": "E"}]
+    >>> [r["agent"] for r in remote_rows(rows, "a", {"P"})]
+    ['E']
+    """
+    return [r for r in board if not (r["node"] == node and r["agent"] in local)]
+
+
+def merge_fleet(
+    data: dict[str, t.Any],
+    board: t.Sequence[t.Mapping[str, t.Any]],
+    node: str,
+    elsewhere: t.Collection[str],
+) -> dict[str, t.Any]:
+    """:func:`collect`'s data with the fleet's agents: each row says its ``node``.
+
+    The agents this machine does not drive (``elsewhere``) are shown from the board, as
+    their nodes published them (``node lost`` when a node stopped beating), not from rows
+    this store may keep of them; the questions they wait on join the approvals.
+    """
+    local = [{**a, "node": node} for a in data["agents"] if a["name"] not in elsewhere]
+    names = {a["name"] for a in local}
+    shown = remote_rows(board, node, names)
+    remote = [
+        {
+            "name": r["agent"],
+            "state": r["state"],
+            "stored_state": r["last_state"],
+            "limit": None,
+            "pane": None,
+            "profile": r["profile"],
+            "command": None,
+            "turn": r["turn"],
+            "tokens": None,
+            "node": r["node"],
+            "since": r["since"],
+            "seen": r["at"],
+        }
+        for r in shown
+    ]
+    asks = [
+        {
+            "agent": r["agent"],
+            "tool": "",
+            "command": r["approval"].get("command", ""),
+            "question": "",
+            "what": r["approval"].get("what", ""),
+            "asked": r["approval"].get("asked"),
+            "answer": None,
+            "evidence": [],
+            "node": r["node"],
+        }
+        for r in shown
+        if r.get("approval")
+    ]
+    approvals = [{**ap, "node": node} for ap in data["approvals"] if ap["agent"] not in elsewhere]
+    return {**data, "agents": local + remote, "approvals": approvals + asks}
+
+
 def state_words(agent: dict[str, t.Any], now: float | None = None) -> str:
     """An agent's state as shown: a LIMITED agent's with when its limit resets.
 
@@ -219,7 +287,9 @@ def fleet_words(fleet: dict[str, t.Any]) -> str:
         f"{name} on {'|'.join(hosts) if hosts else here}"
         for name, hosts in fleet["placement"].items()
     )
-    return f"fleet node {fleet['node']}: {running}\nagents: {where}"
+    unread = fleet.get("board_error")
+    board = f"\nother nodes' agents not shown: {unread}" if unread else ""
+    return f"fleet node {fleet['node']}: {running}\nagents: {where}{board}"
 
 
 def render(
@@ -245,25 +315,32 @@ def render(
     # drawn are escaped: escaping 500 agents' rows was most of a live redraw's work.
     data = _escaped({**data, "agents": rows})
     if not (data["agents"] or data["tasks"] or data["messages"] or data["events"]):
-        return Text(
+        hint = Text(
             "Nothing here yet: no agents are up and no task was given in this project.\n"
             'Start the agents with `poli up`, then give them work with `poli task "..."` '
             "(or try it all on the bundled fake agents with `poli demo`)."
         )
+        # In a fleet, say which node this is and whether the others could be read.
+        return Group(hint, Text(fleet_words(data["fleet"]))) if data.get("fleet") else hint
+    # A fleet's rows name their node (merge_fleet); one machine's have no such column.
+    fleet = any("node" in a for a in data["agents"])
     agents = Table(title="agents", expand=True)
-    for col in ("agent", "state", "pane", "profile", "tokens", "working on"):
+    for col in ("agent", *(("node",) if fleet else ()), "state", "pane", "profile", "tokens"):
         agents.add_column(col)
+    agents.add_column("working on")
     for a in data["agents"]:
         agents.add_row(
             a["name"],
+            *((a.get("node") or "-",) if fleet else ()),
             state_words(a),
-            a["pane"],
+            a["pane"] if a["pane"] is not None else "-",
             a["profile"],
             _count(a.get("tokens")),
             a["turn"] or "-",
         )
     if hidden:
-        agents.add_row(f"… {hidden} more", "", "", "", "", "poli status --json lists all")
+        blank = ("",) * (5 if fleet else 4)
+        agents.add_row(f"… {hidden} more", *blank, "poli status --json lists all")
     if data.get("tokens"):
         agents.caption = f"tokens in this run: {data['tokens']:,}"
     tasks = Table(title="tasks", expand=True)
@@ -304,11 +381,17 @@ def render(
         parts.append(Text(fleet_words(data["fleet"])))
     if data.get("approvals"):
         approvals = Table(title="approval questions waiting (poli approve AGENT [--deny])")
-        for col in ("agent", "wants to run", "answer", "on screen"):
+        asked_on = any("node" in ap for ap in data["approvals"])
+        for col in ("agent", *(("node",) if asked_on else ()), "wants to run", "answer"):
             approvals.add_column(col, overflow="fold")
+        approvals.add_column("on screen", overflow="fold")
         for ap in data["approvals"]:
             approvals.add_row(
-                ap["agent"], ap["what"], ap["answer"] or "-", " | ".join(ap["evidence"])[:160]
+                ap["agent"],
+                *((ap.get("node") or "-",) if asked_on else ()),
+                ap["what"],
+                ap["answer"] or "-",
+                " | ".join(ap["evidence"])[:160],
             )
         parts.append(approvals)
     lines = [

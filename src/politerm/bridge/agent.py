@@ -26,9 +26,11 @@ from politerm.bridge.edits import file_state
 from politerm.bridge.executor import Handoff, Outcome
 from politerm.bridge.models import TaskResult, TaskStatus, Tool
 from politerm.bridge.queue import TaskQueue, find
+from politerm.bridge.remote import remote_reply, work_id
 from politerm.driver import AgentDriver, Expect, TurnOutcome
 from politerm.driver.leftover import abandon
 from politerm.driver.limits import driver_settings
+from politerm.engine.placement import elsewhere
 from politerm.errors import AgentError, BridgeError, EditError
 from politerm.protocol.report import ReportStatus
 from politerm.store.bridge import StepState
@@ -39,6 +41,9 @@ if t.TYPE_CHECKING:
 
     from politerm.config import Config
     from politerm.driver import TurnResult
+    from politerm.engine.turnwork import TurnReply
+    from politerm.protocol.block import Block
+    from politerm.store.bridge import BridgeStep
 
 TURN_TIMEOUT: t.Final = 900.0
 """Seconds an agent has for one task (from confirmed delivery)."""
@@ -229,6 +234,8 @@ class AgentExecutor:
             ok = row.state is StepState.DONE
             message = str(row.result.get("message", ""))
             return Outcome(ok, TaskResult(message=message), row.result.get("error"))
+        if elsewhere(self.config, self.agent):
+            return await self._remote(handoff, row)
         if row is not None:
             return self._settle(handoff)
         try:
@@ -254,13 +261,52 @@ class AgentExecutor:
             serves=Serves(Workflow.BRIDGE, "bridge_steps", (journal.queue, tid, STEP)),
         )
         outcome = _queue_report(handoff) if result.elsewhere else self._outcome(result)
+        return self._finish(handoff, outcome, result.outcome.value)
+
+    async def _remote(self, handoff: Handoff, row: BridgeStep | None) -> Outcome:
+        """The task's turn typed by the node hosting the agent (:mod:`politerm.bridge.remote`).
+
+        A row already STARTED (the bridge restarted mid-turn) names the work posted: it is
+        posted again (kept once) and its reply awaited, never a second work.
+        """
+        from politerm.engine.turnwork import TurnWork
+        from politerm.protocol.primer import new_nonce
+
+        tid = handoff.task.task_id
+        if self.report != "block":
+            why = f"agent {self.agent} runs on another node: only --report block crosses nodes"
+            return Outcome(False, TaskResult(), why)
+        nonce = str(row.evidence["nonce"]) if row is not None else new_nonce()
+        text = render_prompt(handoff, nonce, report=self.report)
+        work = TurnWork(work_id(tid, nonce), self.agent, text, nonce, tid, self.turn_timeout,
+                        REPORT_TYPES)  # fmt: skip
+        if row is None:
+            evidence = {"agent": self.agent, "nonce": nonce, "work": work.work_id}
+            handoff.journal.start(tid, STEP, "agent", evidence)
+        handoff.files.log(f"posting the task to agent {self.agent}'s node ({work.work_id})")
+        reply = await remote_reply(self.config, handoff.journal.store, work)
+        if isinstance(reply, str):
+            outcome = Outcome(False, TaskResult(), f"agent {self.agent}: {reply}")
+        else:
+            outcome = self._remote_outcome(reply)
+        return self._finish(handoff, outcome, reply if isinstance(reply, str) else reply.outcome)
+
+    def _remote_outcome(self, reply: TurnReply) -> Outcome:
+        where = f"agent {self.agent} on node {reply.node or '?'}"
+        if not reply.delivered:
+            return Outcome(False, TaskResult(), f"{where}: not delivered: {reply.error}")
+        block = next((b for b in reply.blocks if b.type in REPORT_TYPES), None)
+        if block is None:
+            return Outcome(False, TaskResult(), f"{where}: {reply.error or reply.outcome}")
+        return _block_outcome(block)
+
+    def _finish(self, handoff: Handoff, outcome: Outcome, how: str) -> Outcome:
+        """The step's row finished with ``outcome``, and the task's log told how it went."""
         state = StepState.DONE if outcome.ok else StepState.FAILED
-        journal.finish(
-            tid, STEP, state, {"message": outcome.result.message, "error": outcome.error}
-        )
+        result = {"message": outcome.result.message, "error": outcome.error}
+        handoff.journal.finish(handoff.task.task_id, STEP, state, result)
         handoff.files.log(
-            f"agent {self.agent} answered: {result.outcome.value}"
-            + ("" if outcome.ok else f" ({outcome.error})")
+            f"agent {self.agent} answered: {how}" + ("" if outcome.ok else f" ({outcome.error})")
         )
         return outcome
 
@@ -277,10 +323,7 @@ class AgentExecutor:
             return Outcome(False, TaskResult(message=text), f"agent needs help: {why}")
         if block is None:
             return Outcome(False, TaskResult(), f"agent {self.agent}: no answer")
-        body = block.body.strip()
-        if block.type == "done":
-            return Outcome(True, TaskResult(message=body))
-        return Outcome(False, TaskResult(message=body), f"agent failed: {body}")
+        return _block_outcome(block)
 
     def _settle(self, handoff: Handoff) -> Outcome:
         """The turn was under way when the bridge died: judge by the files, never resend."""
@@ -314,6 +357,14 @@ class AgentExecutor:
                 abandon(store, row, "the bridge restarted during the turn")
         handoff.files.log("settled after a restart: " + ("done" if outcome.ok else "failed"))
         return outcome
+
+
+def _block_outcome(block: Block) -> Outcome:
+    """The task's outcome from the agent's ``done`` or ``failed`` block."""
+    body = block.body.strip()
+    if block.type == "done":
+        return Outcome(True, TaskResult(message=body))
+    return Outcome(False, TaskResult(message=body), f"agent failed: {body}")
 
 
 _REPORTED: t.Final = frozenset(

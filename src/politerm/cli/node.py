@@ -45,6 +45,7 @@ def command(
         return
     from politerm.engine.fleetlink import open_queue
     from politerm.engine.node import Node
+    from politerm.fleet.board import Board
     from politerm.fleet.budget import Caps, FleetBudget
     from politerm.fleet.nodes import NodeQueue
     from politerm.messaging.nodeletters import NodeLetters
@@ -54,7 +55,7 @@ def command(
         queue = open_queue(config, store)
         claims = NodeQueue(queue, fleet.node, fleet.heartbeat)
         budget = FleetBudget(queue, Caps.from_config(fleet.budget))
-        node = Node(config, store, claims, budget, NodeLetters(config, store))
+        node = Node(config, store, claims, budget, NodeLetters(config, store), Board(queue))
         if not node.agents:
             click.echo(f"node {node.name}: no agent names this node (agents.X.node / nodes)")
 

@@ -18,17 +18,19 @@ from politerm.cli._common import config_option, format_event, load, open_store
 from politerm.cli._output import show
 from politerm.driver.observer import Observer
 from politerm.engine import service
-from politerm.engine.placement import placement
-from politerm.errors import ConfigError
+from politerm.engine.placement import here_config, placement
+from politerm.errors import ConfigError, FleetError
 from politerm.livestatus import all_sessions
 from politerm.livestatus import watch as watch_status
 from politerm.project import PROJECT_ENV
-from politerm.status import collect, render
+from politerm.status import collect, merge_fleet, render
 from politerm.store import RunStore
 from politerm.store.watch import StoreWatch
 
 if t.TYPE_CHECKING:
     from rich.console import Console, RenderableType
+
+    from politerm.config import Config
 
 PIPELINE_BACKSTOP = 5.0
 """Longest the pipeline view sleeps without a store commit."""
@@ -102,6 +104,25 @@ def command(
         msg = f"--store {store_path}: no run store there"
         raise ConfigError(msg)
     lock = service.ServiceLock.of(config)
+    board_error: list[str] = []
+
+    def with_fleet(data: dict[str, t.Any], board: list[dict[str, t.Any]]) -> dict[str, t.Any]:
+        if config.fleet is None:
+            return data
+        return merge_fleet(data, board, config.fleet.node, here_config(config)[1])
+
+    def read_once(store: RunStore) -> dict[str, t.Any]:
+        data = collect(store, **asyncio.run(_live_once(store, observer)))
+        if config.fleet is None:
+            return data
+        from politerm.engine.fleetboard import read_board
+
+        try:
+            board = read_board(config, store)
+        except FleetError as exc:
+            board_error.append(str(exc))  # this machine's agents are still shown
+            board = []
+        return with_fleet(data, board)
 
     def with_router(data: dict[str, t.Any]) -> dict[str, t.Any]:
         info = lock.read()
@@ -120,12 +141,13 @@ def command(
                 "node": config.fleet.node,
                 "service": None if node is None else {"pid": node.pid, "child": node.router},
                 "placement": placement(config),
+                "board_error": board_error[-1] if board_error else None,
             }
         return data
 
     with RunStore.open(store_path) if store_path else open_store(config) as store:
         if as_json:
-            data = with_router(collect(store, **asyncio.run(_live_once(store, observer))))
+            data = with_router(read_once(store))
             if with_runs:
                 data["pipelines"] = _pipelines(here, None)
             click.echo(json.dumps(data, indent=2, default=str))
@@ -141,12 +163,12 @@ def command(
             return Group(*parts)
 
         if not watch:
-            show(view(collect(store, **asyncio.run(_live_once(store, observer)))))
+            show(view(read_once(store)))
             return
         console = Console(highlight=False, color_system=color_system())
         if console.is_terminal and not console.is_dumb_terminal:
             with trusted_stdout():
-                _watch_in_terminal(console, store, observer, view)
+                _watch_in_terminal(console, store, observer, view, config)
             return
         from rich.live import Live
 
@@ -157,7 +179,7 @@ def command(
                 live_view.update(view(data, max(3, console.height - 6)), refresh=True)
 
             with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(_watch(store, observer, draw))
+                asyncio.run(_watch(store, observer, draw, config))
 
 
 def _watch_in_terminal(
@@ -165,6 +187,7 @@ def _watch_in_terminal(
     store: RunStore,
     observer: Observer,
     view: t.Callable[[dict[str, t.Any], int | None], RenderableType],
+    config: Config,
 ) -> None:
     """Redraw on every change, writing only the lines that changed (:class:`LineFrame`).
 
@@ -187,7 +210,7 @@ def _watch_in_terminal(
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_watch(store, observer, draw))
+            asyncio.run(_watch(store, observer, draw, config))
     finally:
         frame.close()
 
@@ -229,10 +252,27 @@ async def _live_once(store: RunStore, observer: Observer) -> dict[str, t.Any]:
 
 
 async def _watch(
-    store: RunStore, observer: Observer, draw: t.Callable[[dict[str, t.Any]], None]
+    store: RunStore,
+    observer: Observer,
+    draw: t.Callable[[dict[str, t.Any]], None],
+    config: Config,
 ) -> None:
     async with observer:
-        await watch_status(store, observer, draw, collect=collect)
+        if config.fleet is None:
+            await watch_status(store, observer, draw, collect=collect)
+            return
+        from politerm.engine.fleetboard import BoardFeed, open_board
+
+        node, elsewhere = config.fleet.node, here_config(config)[1]
+        queue, board = open_board(config, store)
+        # The fleet's agents redraw when their nodes publish a change (or a node is lost).
+        async with BoardFeed(board, config.fleet.heartbeat) as feed:
+
+            def with_board(*args: t.Any, **kwargs: t.Any) -> dict[str, t.Any]:
+                return merge_fleet(collect(*args, **kwargs), feed.snapshot(), node, elsewhere)
+
+            await watch_status(store, observer, draw, collect=with_board, also=feed.event)
+        queue.conn.close()
 
 
 def _show_pipelines(root: pathlib.Path, run_id: str | None, *, as_json: bool, watch: bool) -> None:

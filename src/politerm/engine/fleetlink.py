@@ -12,7 +12,7 @@ import secrets
 import typing as t
 
 from politerm.engine.turnwork import ANSWER_KIND, TURN_KIND, TurnReply, answer_stream
-from politerm.errors import FleetError, ResultTimeout, WorkInvalid
+from politerm.errors import FleetError, ResultTimeout, StaleAction, WorkInvalid
 from politerm.fleet.connect import connect_config
 from politerm.fleet.queue import WorkQueue
 from politerm.fleet.work import Work, WorkKind, WorkState
@@ -74,20 +74,38 @@ class FleetPost:
             return
 
 
-def answer_remote(queue: WorkQueue, agent: str, decision: str, *, by: str) -> str:
+def answer_remote(
+    queue: WorkQueue,
+    agent: str,
+    decision: str,
+    *,
+    by: str,
+    asked: float | None = None,
+    command: str | None = None,
+) -> str:
     """Give an approval to ``agent`` on its node (work of kind answer); what the node said.
+
+    ``asked`` and ``command`` name the question a view showed: the node answers it only if
+    it is still the open one (as :func:`politerm.ui.actions.approve` does on one machine).
 
     Raises
     ------
+    StaleAction
+        The question named is not the open one any more (the node said so).
     FleetError
         The node did not take it within :data:`ANSWER_WAIT`, or said why it could not (no
         question waiting there).
     """
     work_id = f"answer-{agent}-{secrets.token_hex(4)}"
-    payload = {"decision": decision, "by": by}
+    payload: dict[str, t.Any] = {"decision": decision, "by": by}
+    if asked is not None:
+        payload |= {"asked": asked, "command": command or ""}
     queue.submit(Work(work_id, answer_stream(agent), WorkKind(ANSWER_KIND), payload))
     result = queue.wait_result(work_id, ANSWER_WAIT)
     said = result.outcome
+    if said.get("stale"):
+        msg = f"{agent} (node {said.get('node') or result.node}): {said['error']}"
+        raise StaleAction(msg)
     if result.state is WorkState.DEAD or "error" in said:
         where = f"node {said.get('node') or result.node or '?'}"
         msg = f"{agent} ({where}): {said.get('error') or 'no node took the answer'}"

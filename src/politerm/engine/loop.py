@@ -25,7 +25,7 @@ from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
-    from politerm.engine.remote import TurnPost
+    from politerm.engine.remote import AgentStates, TurnPost
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
@@ -78,10 +78,11 @@ async def route(
         routing = Routing(
             session.config, store, agents, templates=templates_for(config), remote=elsewhere
         )
-        router = Router(routing, post=post)
-        if printer is not None:
-            follower = asyncio.create_task(follow(store, printer, cursor=cursor))
-        await router.run(until=until)
+        async with _board(config, store, list(agents), elsewhere, routing.wake) as states:
+            router = Router(routing, post=post, states=states)
+            if printer is not None:
+                follower = asyncio.create_task(follow(store, printer, cursor=cursor))
+            await router.run(until=until)
     finally:
         if follower is not None and printer is not None:
             follower.cancel()
@@ -101,6 +102,21 @@ def _remote(config: Config, store: RunStore) -> tuple[TurnPost, list[str]] | Non
     from politerm.engine.fleetlink import FleetPost, open_queue
 
     return FleetPost(open_queue(config, store)), elsewhere
+
+
+def _board(
+    config: Config,
+    store: RunStore,
+    local: list[str],
+    remote: t.Collection[str],
+    wake: t.Callable[[str], None],
+) -> contextlib.AbstractAsyncContextManager[AgentStates | None]:
+    """The fleet's board for this router (nothing without ``[fleet]``)."""
+    if config.fleet is None:
+        return contextlib.nullcontext(None)
+    from politerm.engine.fleetboard import router_board
+
+    return router_board(config, store, local, remote, wake)
 
 
 FOLLOW_BACKSTOP = 30.0

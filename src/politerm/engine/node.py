@@ -28,12 +28,13 @@ import logging
 import os
 import typing as t
 
-from politerm.agents.approval import Decision, answer_pending
+from politerm.agents.approval import Decision, answer_pending, get_pending
 from politerm.agents.state import AgentState
 from politerm.driver import Expect, Outcome, run_turn
 from politerm.driver.idle import wait_idle
 from politerm.driver.leftover import abandon
 from politerm.driver.tokens import stored_tokens
+from politerm.engine.fleetboard import BoardPublisher
 from politerm.engine.letters import MESSAGE_KIND
 from politerm.engine.placement import hosted_here, node_config
 from politerm.engine.session import Session
@@ -54,9 +55,11 @@ from politerm.store.journal import JournalState, Serves, Workflow
 if t.TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from politerm.agents.approval import PendingApproval
     from politerm.config import Config
     from politerm.driver import AgentDriver, TurnResult
     from politerm.engine.letters import Letter, Letters
+    from politerm.fleet.board import Board
     from politerm.fleet.budget import Verdict
     from politerm.fleet.work import Lease
     from politerm.store import RunStore
@@ -134,6 +137,9 @@ class Node:
         The fleet-wide budget breaker: asked before each turn starts, told what it spent.
     letters
         The messaging side: messages to hosted agents are typed only with it.
+    board
+        The agents' board: the node publishes its agents' states there, for the views of
+        every node (:mod:`politerm.engine.fleetboard`).
     """
 
     def __init__(
@@ -143,6 +149,7 @@ class Node:
         queue: NodeClaims,
         budget: Breaker | None = None,
         letters: Letters | None = None,
+        board: Board | None = None,
     ) -> None:
         if config.fleet is None:
             msg = "poli node needs a [fleet] table in poli.toml (url, node): see docs/fleet.md"
@@ -158,10 +165,28 @@ class Node:
         self.attempts: dict[str, _Attempt] = {}
         self.stopping = asyncio.Event()
         self._starting = asyncio.Lock()  # one bring-up at a time (it holds the session's lock)
+        self.publisher = (
+            None
+            if board is None
+            else BoardPublisher(
+                store,
+                board,
+                self.name,
+                self.agents,
+                self.session.config.tmux.session,
+                every=config.fleet.heartbeat,
+            )
+        )
 
     async def run(self) -> None:
         """Claim and run work until :meth:`stop`; the turns under way finish first."""
         beat = asyncio.create_task(self._heartbeats(), name="node-heartbeat")
+        publish = asyncio.Event()  # set when the node stops: the publisher's last look
+        publishing = (
+            None
+            if self.publisher is None
+            else asyncio.create_task(self.publisher.run(publish), name="node-board")
+        )
         try:
             while not self.stopping.is_set():
                 # Answers to an agent's question are claimed while its turn runs.
@@ -187,6 +212,10 @@ class Node:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
+            publish.set()
+            if publishing is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(publishing, UNREACHABLE_BACKOFF * 3)
             await self.session.host.close()
 
     def _freed(self, task: asyncio.Task[None]) -> None:
@@ -280,6 +309,9 @@ class Node:
         try:
             decision = Decision(str(payload.get("decision")))
             origin = str(payload.get("by") or "another node")
+            stale = _stale(get_pending(self.store, agent), payload)
+            if stale is not None:
+                return {"error": stale, "stale": True, "node": self.name}
             pending = answer_pending(self.store, agent, decision, by=f"{origin} via {self.name}")
         except (ValueError, PolitermError) as exc:
             return {"error": str(exc), "node": self.name}
@@ -315,7 +347,7 @@ class Node:
             result = await run_turn(
                 driver,
                 turn.text,
-                Expect(frozenset(ANSWERS), turn.task_id),
+                Expect(frozenset(turn.answers) or ANSWERS, turn.task_id),
                 timeout=turn.timeout,
                 nonce=turn.nonce,
                 task_id=turn.task_id,
@@ -510,6 +542,27 @@ class Node:
             self.store.journal_move(row.id, JournalState.ABANDONED, outcome="fenced")
             self.store.journal_verdict(row.id, why)
         self.store.add_event("fenced", agent=agent, detail=why)
+
+
+def _stale(pending: PendingApproval | None, payload: Mapping[str, t.Any]) -> str | None:
+    """Why an answer naming a question (``asked``, ``command``) does not fit the open one.
+
+    An answer naming none (``poli approve AGENT``) answers whatever is open.
+
+    Examples
+    --------
+    >>> _stale(None, {"asked": 1.0}), _stale(None, {})
+    ('no approval question open any more', None)
+    """
+    if "asked" not in payload:
+        return None
+    if pending is None:
+        return "no approval question open any more"
+    if pending.asked != payload["asked"] or pending.command != payload.get("command", ""):
+        return f"the open question is now {pending.what!r}, not the one shown"
+    if pending.answer is not None:
+        return f"the question was already answered: {pending.answer.value}"
+    return None
 
 
 def _reply(result: TurnResult, node: str, epoch: int) -> TurnReply:

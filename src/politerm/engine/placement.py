@@ -28,11 +28,24 @@ def driven_elsewhere(config: Config, node: str) -> list[str]:
     An agent with no placement, or placed on this node alone, is driven by the router
     here, as without a fleet; any other (another node, or a pool) goes through the queue.
     """
-    return [
-        name
-        for name, a in config.agents.items()
-        if (hosts := a.hosts()) is not None and hosts != (node,)
-    ]
+    return [name for name in config.agents if elsewhere(config, name, node)]
+
+
+def elsewhere(config: Config, name: str, node: str | None = None) -> bool:
+    """Whether agent ``name`` is reached through the fleet's queue from node ``node``.
+
+    The one rule of :func:`driven_elsewhere`, for one agent: placed on another node or on
+    a pool. ``node`` defaults to this machine's (``[fleet] node``; without ``[fleet]``
+    every agent is here). A message to such an agent (:mod:`politerm.messaging`) and a
+    bridge task for it are work for its node too.
+    """
+    if node is None:
+        if config.fleet is None:
+            return False
+        node = config.fleet.node
+    agent = config.agents.get(name)
+    hosts = None if agent is None else agent.hosts()
+    return hosts is not None and hosts != (node,)
 
 
 def node_config(config: Config, agents: Sequence[str]) -> Config:

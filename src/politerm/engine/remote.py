@@ -21,18 +21,22 @@ import logging
 import time
 import typing as t
 
+from politerm.agents.state import AgentState
 from politerm.driver import DeliveryResult, Outcome
+from politerm.engine import decide
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS
+from politerm.engine.execute import At
 from politerm.engine.turnwork import OVER_BUDGET, TurnReply, TurnWork
 from politerm.errors import PolitermError
-from politerm.store.models import MessageState, TurnEnd
+from politerm.store.models import MessageState, TaskState, TurnEnd
 
 if t.TYPE_CHECKING:
     from politerm.engine.effects import BlockEffects
     from politerm.engine.execute import Executor
     from politerm.engine.routebase import Routing
     from politerm.engine.sending import Sending
-    from politerm.store.models import Message, Turn
+    from politerm.fleet.board import BoardRow
+    from politerm.store.models import Message, Task, Turn
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,13 @@ log = logging.getLogger(__name__)
 REMOTE_BACKSTOP = 5.0
 #: After the queue could not be reached, how long before trying again.
 UNREACHABLE_BACKOFF = 1.0
+
+
+class AgentStates(t.Protocol):
+    """The states of the agents of other nodes, as they publish them (the fleet's board)."""
+
+    def of(self, agent: str) -> BoardRow | None:
+        """``agent``'s newest row (None: its node never published it)."""
 
 
 class TurnPost(t.Protocol):
@@ -82,6 +93,9 @@ class RemoteTurns:
         Applies the answering block.
     post
         The fleet's queue.
+    states
+        The agents' states as their nodes publish them: a question an agent asks on its
+        node sets its task WAITING_APPROVAL here, as a local agent's does.
     """
 
     def __init__(
@@ -91,9 +105,11 @@ class RemoteTurns:
         sending: Sending,
         effects: BlockEffects,
         post: TurnPost,
+        states: AgentStates | None = None,
     ) -> None:
         self.routing, self.store = routing, routing.store
         self.executor, self.sending, self.effects, self.post = executor, sending, effects, post
+        self.states = states
         self._waiting: dict[str, TurnWork] = {}
 
     async def run(self, name: str) -> None:
@@ -185,10 +201,35 @@ class RemoteTurns:
         if reply is not None:
             self._waiting.pop(name, None)
             self.apply(name, turn, msg, reply)
+        elif task is not None:
+            self._question(name, task)
+
+    def _question(self, name: str, task: Task) -> None:
+        """The question ``name`` waits on at its node shows on its task, and goes when answered.
+
+        The same decision as a local agent's (:func:`politerm.engine.decide.approval_change`),
+        from the row its node published: a lost node, or no row, changes nothing.
+        """
+        row = self.states.of(name) if self.states is not None else None
+        unknown = row is None or row.lost
+        asking = None
+        if row is not None and row.approval is not None:
+            asking = (
+                f"{name} (node {row.node}) asks to run {row.approval.get('what')}: answer "
+                f"with `poli approve {name}` (or --deny) on any node"
+            )
+        waiting = row is not None and row.state == AgentState.WAITING_APPROVAL.value
+        change = decide.approval_change(task.state, asking, waiting, unknown)
+        if change is not None:
+            self.executor.carry((change,), At(name, task=task))
 
     def apply(self, name: str, turn: Turn, msg: Message, reply: TurnReply) -> None:
         """Record the delivery's outcome, then apply the answering block (or end the turn)."""
         where = f" on node {reply.node}" if reply.node else ""
+        task = self.store.get_task(turn.task_id) if turn.task_id else None
+        if task is not None and task.state is TaskState.WAITING_APPROVAL:
+            # The turn ended on its node: whatever it asked there was answered.
+            self.executor.carry((decide.Approved(),), At(name, task=task))
         if reply.outcome == OVER_BUDGET and turn.task_id is not None:
             # The fleet's budget breaker: no new turn until the next day, a cap or a reset.
             with self.store.batch():

@@ -48,7 +48,7 @@ from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Observation
-    from politerm.engine.remote import TurnPost
+    from politerm.engine.remote import AgentStates, TurnPost
     from politerm.engine.routebase import Routing
     from politerm.store.models import Task, Turn
 
@@ -116,9 +116,18 @@ class Router:
     post
         The fleet's queue, through which those agents' turns go
         (:mod:`politerm.engine.remote`).
+    states
+        Those agents' states as their nodes publish them (a question asked there shows
+        on the task here).
     """
 
-    def __init__(self, routing: Routing, *, post: TurnPost | None = None) -> None:
+    def __init__(
+        self,
+        routing: Routing,
+        *,
+        post: TurnPost | None = None,
+        states: AgentStates | None = None,
+    ) -> None:
         self.routing, self.config, self.store = routing, routing.config, routing.store
         self.agents, self.loops = routing.agents, routing.loops
         self.executor = Executor(routing)
@@ -126,7 +135,7 @@ class Router:
         self.sending = Sending(routing, self.executor)
         self.effects = BlockEffects(routing, self.executor, self.sending)
         self.remote = (
-            RemoteTurns(routing, self.executor, self.sending, self.effects, post)
+            RemoteTurns(routing, self.executor, self.sending, self.effects, post, states)
             if post is not None
             else None
         )

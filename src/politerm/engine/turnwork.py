@@ -62,6 +62,9 @@ class TurnWork:
         The task (the answering block's id).
     timeout
         Seconds the turn may take from confirmed delivery (the step's timeout).
+    answers
+        The block types that answer it (empty: any but ``status``, as in the loop; a
+        bridge task's: ``done``, ``failed``).
     """
 
     work_id: str
@@ -70,6 +73,7 @@ class TurnWork:
     nonce: str
     task_id: str | None
     timeout: float
+    answers: tuple[str, ...] = ()
 
     def payload(self) -> dict[str, t.Any]:
         """The work's payload on the queue.
@@ -79,13 +83,19 @@ class TurnWork:
         >>> w = TurnWork("loop-3-ab12", "EXECUTER", "do it", "ab12", "T1", 60.0)
         >>> TurnWork.from_payload(w.work_id, w.agent, w.payload()) == w
         True
+        >>> b = TurnWork("bridge-ab12", "EXECUTER", "do it", "ab12", "t1", 60.0, ("done", "failed"))
+        >>> TurnWork.from_payload(b.work_id, b.agent, b.payload()).answers
+        ('done', 'failed')
         """
-        return {
+        out: dict[str, t.Any] = {
             "text": self.text,
             "nonce": self.nonce,
             "task": self.task_id,
             "timeout": self.timeout,
         }
+        if self.answers:
+            out["answers"] = list(self.answers)
+        return out
 
     @classmethod
     def from_payload(cls, work_id: str, agent: str, payload: t.Mapping[str, t.Any]) -> TurnWork:
@@ -105,21 +115,25 @@ class TurnWork:
                 str(payload["nonce"]),
                 None if task is None else str(task),
                 float(payload["timeout"]),
+                tuple(str(a) for a in payload.get("answers", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"work {work_id}: not a turn ({exc!r})"
             raise RoutingError(msg) from exc
 
-    def answers(self, block: Block) -> bool:
-        """Whether ``block`` answers this turn (any type but ``status``, the task's id).
+    def answered_by(self, block: Block) -> bool:
+        """Whether ``block`` answers this turn (one of its types, the task's id).
 
         Examples
         --------
         >>> w = TurnWork("w", "EXECUTER", "x", "n", "T1", 1.0)
-        >>> w.answers(Block("PLANNER", "result", "T1")), w.answers(Block("PLANNER", "status", "T1"))
-        (True, False)
+        >>> w.answered_by(Block("PLANNER", "result", "T1"))
+        True
+        >>> w.answered_by(Block("PLANNER", "status", "T1"))
+        False
         """
-        return block.type not in _NOT_ANSWERS and (self.task_id is None or block.id == self.task_id)
+        typed = block.type in self.answers if self.answers else block.type not in _NOT_ANSWERS
+        return typed and (self.task_id is None or block.id == self.task_id)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ heartbeats (:mod:`~politerm.fleet.nodes`), the fleet-wide budget breaker
 
 from __future__ import annotations
 
+from politerm.fleet.board import Board, BoardRow
 from politerm.fleet.budget import Caps, FleetBudget, Spending, Verdict
 from politerm.fleet.connect import Connection, connect, connect_config, is_loopback
 from politerm.fleet.keys import GROUP, Keys
@@ -19,6 +20,8 @@ from politerm.fleet.work import Lease, Result, Work, WorkKind, WorkRecord, WorkS
 __all__ = [
     "GROUP",
     "Backlog",
+    "Board",
+    "BoardRow",
     "Caps",
     "Connection",
     "FleetBudget",

@@ -236,3 +236,36 @@ redis.call('SADD', KEYS[2], ARGV[1])
 return now
 """
 )
+
+BOARD: t.Final = (
+    _NOW
+    + """
+-- KEYS: board hash, board log stream, the publisher's beat
+-- ARGV: node, keep ms, maxlen, beat ms, then triples of field, state, row (JSON without
+-- its times: 'at' and 'since' are set here, by Redis's clock; 'since' is kept while the
+-- state stays the one published before).
+local fields = {}
+for i = 5, #ARGV, 3 do
+  local since = now
+  local old = redis.call('HGET', KEYS[1], ARGV[i])
+  if old then
+    local ok, was = pcall(cjson.decode, old)
+    if ok and type(was) == 'table' and was.state == ARGV[i + 1] and tonumber(was.since) then
+      since = tonumber(was.since)
+    end
+  end
+  local row = '{"at":' .. now .. ',"since":' .. since .. ',' .. string.sub(ARGV[i + 2], 2)
+  redis.call('HSET', KEYS[1], ARGV[i], row)
+  fields[#fields + 1] = ARGV[i]
+end
+if #fields > 0 then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[1],
+    'fields', table.concat(fields, ' '))
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
+end
+-- The publisher is alive while this key is: its rows read as lost once it expires.
+redis.call('SET', KEYS[3], now, 'PX', tonumber(ARGV[4]))
+return now
+"""
+)

@@ -108,6 +108,20 @@ class Keys:
         """A node's last heartbeat (a hash: time, agents, load)."""
         return f"{self.prefix}node:{name}"
 
+    @property
+    def board(self) -> str:
+        """The agents' board (a hash): ``NODE/AGENT`` → the agent's last published row."""
+        return f"{self.prefix}board"
+
+    @property
+    def board_log(self) -> str:
+        """The board's changes (a capped stream): which rows changed, for watchers to wake."""
+        return f"{self.prefix}board:log"
+
+    def board_beat(self, publisher: str) -> str:
+        """A board publisher's beat (``NODE:ROLE``): set with an expiry at each publish."""
+        return f"{self.prefix}board:beat:{publisher}"
+
     def budget(self, day: str, scope: str) -> str:
         """One day's spending of ``scope`` (``project`` or ``agent:NAME``), a hash."""
         return f"{self.prefix}budget:{day}:{scope}"

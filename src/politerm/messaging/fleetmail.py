@@ -1,8 +1,8 @@
 """Messages to agents hosted on other nodes of a fleet: carried as fleet work, answered back.
 
 With ``[fleet]``, an agent placed on another node (``[agents.X] node = "b"``, or a pool
-of nodes: the rule the router follows, :func:`remote_agent`) has no pane on this machine.
-A message to it is stored here as any other (QUEUED, its body redacted, with
+of nodes: the router's rule, :func:`politerm.engine.placement.elsewhere`) has no pane on
+this machine. A message to it is stored here as any other (QUEUED, its body redacted, with
 :data:`REMOTE_PANE` as its pane); this machine's postman claims it (DELIVERING, the attempt
 counted), posts it as work of kind ``message`` to the agent's stream (one work per
 attempt: :func:`delivery_work_id`), and applies the hosting node's reply: DELIVERED, back
@@ -35,7 +35,6 @@ from politerm.store.mail import Capability, Mail
 if t.TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from politerm.config import Config
     from politerm.engine.turnwork import TurnReply
     from politerm.fleet.nodes import NodeQueue
     from politerm.fleet.queue import WorkQueue
@@ -47,18 +46,6 @@ REMOTE_PANE: t.Final = "@fleet"
 REPLY_SUFFIX: t.Final = ".mail"
 #: An outcome of a message's reply: the fleet gave up on its work (a dead letter).
 DEAD_LETTERED: t.Final = "dead_lettered"
-
-
-def remote_agent(config: Config, name: str) -> bool:
-    """Whether agent ``name`` runs on another node: placed, and not on this node alone.
-
-    The router's rule (:func:`politerm.engine.placement.driven_elsewhere`): an agent with
-    no placement, or pinned to this machine's node, is reached here.
-    """
-    if config.fleet is None or name not in config.agents:
-        return False
-    hosts = config.agents[name].hosts()
-    return hosts is not None and hosts != (config.fleet.node,)
 
 
 def reply_stream(node: str) -> str:

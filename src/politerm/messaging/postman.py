@@ -52,10 +52,11 @@ from politerm.driver.idle import wait_idle
 from politerm.driver.leftover import abandon, resume
 from politerm.driver.limits import driver_settings
 from politerm.driver.sessionagent import session_driver
+from politerm.engine.placement import elsewhere
 from politerm.errors import FleetError, MessagingError, PolitermError, UnsafeMessagePath
 from politerm.messaging.answers import Take, judge, named_ids
 from politerm.messaging.daemon import PostmanLock
-from politerm.messaging.fleetmail import DEAD_LETTERED, REMOTE_PANE, FleetMail, remote_agent
+from politerm.messaging.fleetmail import DEAD_LETTERED, REMOTE_PANE, FleetMail
 from politerm.messaging.protocol import find_response_lines
 from politerm.store.journal import JournalRow, Serves, Workflow
 from politerm.store.limits import stored_limit
@@ -299,7 +300,7 @@ class Postman:
             while True:
                 _stop_if_cancelled()
                 mail = self.m.mailbox.next_queued(recipient)
-                if remote_agent(self.m.config, recipient) or (
+                if elsewhere(self.m.config, recipient) or (
                     mail is not None and mail.recipient_pane == REMOTE_PANE
                 ):
                     await self._remote_lane(recipient)

@@ -15,6 +15,7 @@ import pathlib
 import time
 import typing as t
 
+from politerm.engine.placement import elsewhere
 from politerm.errors import (
     MessageDead,
     MessageNotFound,
@@ -23,7 +24,7 @@ from politerm.errors import (
     RecipientNotFound,
 )
 from politerm.messaging.files import MessageDir, message_dir_for, new_message_id, sha256_hex
-from politerm.messaging.fleetmail import REMOTE_PANE, FleetMail, remote_agent
+from politerm.messaging.fleetmail import REMOTE_PANE, FleetMail
 from politerm.messaging.protocol import render_request, response_line
 from politerm.project import ENV_AGENT
 from politerm.redact import Redactor
@@ -97,7 +98,7 @@ class Messenger:
         RecipientNotFound
             No agent of that name is recorded in this session's store.
         """
-        if remote_agent(self.config, target):
+        if elsewhere(self.config, target):
             return target, REMOTE_PANE  # its node types it (politerm.messaging.fleetmail)
         agents = self.store.list_agents()
         if target.startswith("%"):

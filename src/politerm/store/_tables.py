@@ -21,10 +21,21 @@ def record_of(cls: type[R], row: sqlite3.Row, **convert: Callable[[t.Any], t.Any
 
     ``convert`` turns a column's stored value into the field's (an enum, a flag, JSON).
     """
-    values = {f.name: row[f.name] for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {name: row[name] for name in _fields(cls)}
     for name, to in convert.items():
         values[name] = to(values[name])
     return cls(**values)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    # dataclasses.fields() walks the class on every call: a store listing is many rows.
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 class StoreTables:

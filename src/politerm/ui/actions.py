@@ -27,11 +27,15 @@ GATE_ANSWERS = ("y", "n", "r", "s")
 
 @dataclasses.dataclass(frozen=True)
 class ApprovalRef:
-    """The approval question a view showed: agent, when it was asked, and the command."""
+    """The approval question a view showed: agent, when it was asked, and the command.
+
+    ``node``: the fleet's node the agent runs on, when the view showed one.
+    """
 
     agent: str
     asked: float
     command: str
+    node: str | None = None
 
 
 def approve(store: RunStore, ref: ApprovalRef, *, deny: bool = False, by: str) -> str:

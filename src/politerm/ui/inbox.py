@@ -91,6 +91,27 @@ def _item(
     return item
 
 
+def asked_on_node(
+    project: ProjectRef, agent: str, node: str, approval: Mapping[str, t.Any]
+) -> dict[str, t.Any]:
+    """The approval an agent of another node of the fleet waits on (its board row's).
+
+    Answered through its node (:func:`politerm.engine.fleetboard.approve_remote`): its
+    ``ref`` names the node as well as the question.
+    """
+    ref = {
+        "agent": agent,
+        "asked": approval.get("asked"),
+        "command": approval.get("command", ""),
+        "node": node,
+    }
+    return _item(
+        project, "approval", agent, str(approval.get("what", "")),
+        float(approval.get("asked") or 0.0), command=ref["command"],
+        detail=f"asked on node {node}", actions=["approve", "deny"], ref=ref, node=node,
+    )  # fmt: skip
+
+
 def project_inbox(
     store: RunStore,
     project: ProjectRef,

@@ -21,12 +21,13 @@ import typing as t
 
 from politerm.driver.observer import Observer
 from politerm.driver.panes import PaneEntry, find
+from politerm.engine.placement import here_config
 from politerm.errors import PaneNotFound, UiError
 from politerm.project import project_key
 from politerm.redact import ChunkRedactor, Redactor
 from politerm.store import RunStore
 from politerm.store.watch import StoreWatch, changed_since
-from politerm.ui.overview import Cleaner, collect_overview
+from politerm.ui.overview import Cleaner, FleetRows, collect_overview
 from politerm.ui.projects import ProjectRef, home_ref
 
 if t.TYPE_CHECKING:
@@ -36,6 +37,9 @@ if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver.mirror import Mirror, Sink
     from politerm.driver.observer import Change
+    from politerm.engine.fleetboard import BoardFeed
+    from politerm.fleet.queue import WorkQueue
+    from politerm.ui.actions import ApprovalRef
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +112,9 @@ class LiveState:
         """How many times the pane list was read from tmux."""
         self._panes_at: float | None = None  # when; None: tmux announced a change since
         self._recheck: asyncio.TimerHandle | None = None
+        self.board: BoardFeed | None = None
+        """The fleet's agents (``[fleet]``), followed from the agents' board."""
+        self._queue: WorkQueue | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -125,6 +132,13 @@ class LiveState:
             self._watches.append(watch)
             # Only other processes write there: any change counts.
             self._unhook.append(watch.subscribe(self._dirty.set))
+        if self.config.fleet is not None:
+            from politerm.engine.fleetboard import BoardFeed, open_board
+
+            self._queue, board = open_board(self.config, self.store)
+            self.board = BoardFeed(board, self.config.fleet.heartbeat)
+            await self.board.start()
+            self._unhook.append(self.board.listen(lambda _names: self._dirty.set()))
         await self._refresh()
         self._refresher = asyncio.create_task(self._refresh_loop(), name="poli-ui-refresh")
 
@@ -145,6 +159,12 @@ class LiveState:
         for undo in self._unhook:
             undo()
         self._unhook.clear()
+        if self.board is not None:
+            await self.board.close()
+            self.board = None
+        if self._queue is not None:
+            self._queue.conn.close()
+            self._queue = None
         await self.observer.close()
         self._followed.clear()
 
@@ -209,6 +229,7 @@ class LiveState:
             cleaner=self.cleaner,
             home=self.home,
             others=[(ref, self.stores[ref.key]) for ref in self.others],
+            fleet=self._fleet_rows(),
         )
         self.refreshes += 1
         for listener in list(self._listeners):
@@ -216,6 +237,40 @@ class LiveState:
                 listener(self.overview)
             except Exception:
                 log.exception("overview listener failed")
+
+    def _fleet_rows(self) -> FleetRows | None:
+        fleet = self.config.fleet
+        if fleet is None or self.board is None:
+            return None
+        elsewhere = frozenset(here_config(self.config)[1])
+        return FleetRows(fleet.node, elsewhere, self.board.snapshot())
+
+    def remote_node(self, node: str | None) -> bool:
+        """Whether ``node`` is another node of the fleet (its agents answer through Redis)."""
+        fleet = self.config.fleet
+        return fleet is not None and node is not None and node != fleet.node
+
+    def approve_remote(self, ref: ApprovalRef, *, deny: bool, by: str) -> str:
+        """Answer the question an agent of another node waits on, through its node.
+
+        Blocks until the node took the answer (at most
+        :data:`politerm.engine.fleetlink.ANSWER_WAIT`): call it in a thread.
+
+        Raises
+        ------
+        StaleAction
+            The question shown is not the open one any more.
+        UiError
+            This view follows no fleet.
+        """
+        if self._queue is None:
+            msg = "this view follows no fleet: the agent's node cannot be reached"
+            raise UiError(msg)
+        from politerm.engine.fleetboard import approve_remote
+
+        return approve_remote(
+            self._queue, ref.agent, deny=deny, by=by, asked=ref.asked, command=ref.command
+        )
 
     def _rechecked(self) -> None:
         self._recheck = None

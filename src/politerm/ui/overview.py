@@ -12,6 +12,7 @@ it leaves this module.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import pathlib
 import re
 import typing as t
@@ -20,9 +21,9 @@ from politerm.agents.approval import all_pending
 from politerm.errors import PolitermError
 from politerm.project import project_key
 from politerm.redact import Redactor
-from politerm.status import approval_row, collect, state_words
+from politerm.status import approval_row, collect, remote_rows, state_words
 from politerm.store.epics import EpicStore
-from politerm.ui.inbox import approval_panes, merge, project_inbox
+from politerm.ui.inbox import approval_panes, asked_on_node, merge, project_inbox
 from politerm.ui.projects import ProjectRef, owner_of
 from politerm.ui.sessions import bridge_sessions, epic_sessions, tmux_sessions
 
@@ -161,6 +162,54 @@ def _agents(
     return rows
 
 
+@dataclasses.dataclass(frozen=True)
+class FleetRows:
+    """The fleet's agents a view shows beside this machine's (the agents' board)."""
+
+    node: str
+    """This machine's node."""
+    elsewhere: frozenset[str]
+    """The agents this machine does not drive: shown from the board only."""
+    rows: t.Sequence[t.Mapping[str, t.Any]]
+    """The board's rows (:meth:`politerm.fleet.board.BoardRow.to_json`)."""
+
+
+def _fleet(
+    agents: list[dict[str, t.Any]], fleet: FleetRows, home: ProjectRef
+) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
+    """The agent rows with each one's node, and the inbox items of the remote questions."""
+    local = [{**a, "node": fleet.node} for a in agents if a["name"] not in fleet.elsewhere]
+    shown = remote_rows(fleet.rows, fleet.node, {a["name"] for a in local})
+    rows, asks = [], []
+    for r in shown:
+        approval = r.get("approval")
+        state = "waiting_approval" if approval else r["state"]
+        rows.append(
+            {
+                "name": r["agent"],
+                "state": state,
+                "state_words": state if not r["lost"] else f"node lost (last {r['last_state']})",
+                "limit": None,
+                "pane": None,
+                "session": None,
+                "profile": r["profile"],
+                "last_activity": r["since"],
+                "tokens": None,
+                "turn": r["turn"],
+                "live": not r["lost"],
+                "project": home.name,
+                "project_key": home.key,
+                "approval": None
+                if not approval
+                else {"what": approval.get("what", ""), "command": approval.get("command", "")},
+                "node": r["node"],
+            }
+        )
+        if approval:
+            asks.append(asked_on_node(home, r["agent"], r["node"], approval))
+    return local + rows, asks
+
+
 def _epics(store: RunStore) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
     epics = EpicStore(store)
     runs = [
@@ -272,6 +321,7 @@ def collect_overview(
     home: ProjectRef | None = None,
     others: t.Sequence[tuple[ProjectRef, RunStore]] = (),
     cleaner: Cleaner | None = None,
+    fleet: FleetRows | None = None,
 ) -> dict[str, t.Any]:
     """Everything the overview shows, redacted and free of control characters.
 
@@ -300,6 +350,9 @@ def collect_overview(
     cleaner
         Redacts the strings (kept across calls by a live view: see :class:`Cleaner`); a new
         one with ``redactor`` when omitted.
+    fleet
+        The fleet's agents (``[fleet]``): every agent row then names its ``node``, the
+        agents of other nodes join the table and their questions the inbox.
     """
     if home is None:
         key = project_key(project) if project is not None else store.path.parent.name
@@ -313,11 +366,15 @@ def collect_overview(
     recorded = {r["session"] for r in pipelines if r.get("session")}
     sessions = tmux_sessions(mine, loop=loop_session, pipelines=recorded)
     agents = _agents(status, mine, home)
+    asked_elsewhere: list[dict[str, t.Any]] = []
+    if fleet is not None:
+        agents, asked_elsewhere = _fleet(agents, fleet, home)
     inbox = [
         project_inbox(
             store, home, agents=agents, pipelines=pipelines,
             panes=approval_panes(mine, pipelines),
-        )
+        ),
+        asked_elsewhere,
     ]  # fmt: skip
     for (ref, other), (_, pipes) in zip(others, theirs, strict=True):
         their_panes = owned.get(ref.key, [])
@@ -334,7 +391,14 @@ def collect_overview(
     # Every workflow keeps its questions under its own key (agent name, "<run>.step-<n>",
     # "epic.<session>"...): list them all, not only the loop's agents'.
     by_key = {(i["project_key"], i["agent"]): i for i in waiting if i["kind"] == "approval"}
-    approvals = []
+    approvals = [
+        {
+            "agent": i["agent"], "tool": "", "command": i["command"], "question": "",
+            "what": i["what"], "asked": i["since"], "answer": None, "evidence": [],
+            "project": home.name, "project_key": home.key, "pane": None, "node": i["node"],
+        }
+        for i in asked_elsewhere
+    ]  # fmt: skip
     for ref, st in [(home, store), *others]:
         for p in all_pending(st):
             item = by_key.get((ref.key, p.agent))

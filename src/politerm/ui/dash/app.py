@@ -47,6 +47,7 @@ _STATE_STYLE = {
     "stuck": "bold yellow",
     "limited": "bold yellow",
     "exited": "bold red",
+    "node lost": "bold red",
     "busy": "cyan",
     "ready": "green",
 }
@@ -190,7 +191,12 @@ class DashApp(App[None]):
     async def on_mount(self) -> None:
         """Set up the tables, then follow the live state."""
         columns = {
-            "agents": ("agent", "state", "session", "pane", "last activity", "tokens", "turn"),
+            # A fleet lists every node's agents: which node each runs on is a column.
+            "agents": (
+                "agent",
+                *(("node",) if self.live.config.fleet is not None else ()),
+                *("state", "session", "pane", "last activity", "tokens", "turn"),
+            ),
             "inbox": ("waits", "project", "agent", "what", "since", "keys"),
             "tasks": ("task", "state", "round", "request", "question / error / report"),
             "messages": ("id", "task", "from → to", "type", "state", "attempts", "error"),
@@ -242,13 +248,15 @@ class DashApp(App[None]):
         self.overview = data
         if self.overview_frozen:
             return
+        fleet = self.live.config.fleet is not None  # the agents' table has a node column
         self._fill(
             "agents",
             [
                 (
-                    a["pane"] or a["name"],
+                    a["pane"] or (f"{a['node']}/{a['name']}" if a.get("node") else a["name"]),
                     (
-                        a["name"], Text(a["state_words"], style=_STATE_STYLE.get(a["state"], "")),
+                        a["name"], *((a.get("node") or "-",) if fleet else ()),
+                        Text(a["state_words"], style=_STATE_STYLE.get(a["state"], "")),
                         a["session"] or "-", a["pane"] or "-", _when(a["last_activity"]),
                         a["tokens"] if a["tokens"] is not None else "-", a["turn"] or "-",
                     ),
@@ -425,7 +433,10 @@ class DashApp(App[None]):
         ref = actions.ApprovalRef(**pending["ref"])
 
         def done(yes: bool | None) -> None:
-            if yes:
+            if yes and self.live.remote_node(ref.node):
+                # Answered on the agent's node: waited for off the screen's loop.
+                self.run_worker(self._run_remote(ref, deny), exclusive=False)
+            elif yes:
 
                 def act() -> str:
                     store, _ = self.live.project_of(pending["project_key"])
@@ -442,6 +453,15 @@ class DashApp(App[None]):
     def action_deny(self) -> None:
         """Deny the open question of the selected agent (asks first)."""
         self._answer_approval(deny=True)
+
+    async def _run_remote(self, ref: actions.ApprovalRef, deny: bool) -> None:
+        try:
+            said = await asyncio.to_thread(self.live.approve_remote, ref, deny=deny, by="dash")
+        except PolitermError as exc:
+            self._say(f"refused: {exc}", error=True)
+            return
+        self._say(said)
+        self.live.poke()
 
     def _run(self, act: Callable[[], str]) -> None:
         try:

@@ -55,6 +55,8 @@ class ApproveBody(BaseModel):
     command: str
     deny: bool = False
     project: str | None = None
+    node: str | None = None
+    """The fleet's node the agent runs on (the answer goes there)."""
 
 
 class AnswerBody(BaseModel):
@@ -268,8 +270,20 @@ class WebMonitor:
 
         @app.post("/api/approve")
         async def approve(request: Request, body: ApproveBody) -> JSONResponse:
-            ref = actions.ApprovalRef(body.agent, body.asked, body.command)
+            ref = actions.ApprovalRef(body.agent, body.asked, body.command, body.node)
             by = request.state.who
+            if self.live.remote_node(body.node):
+                # Its node presses the keys; waiting for its word must not hold the loop.
+                if not self.allow_actions:
+                    return _read_only()
+                try:
+                    said = await asyncio.to_thread(
+                        self.live.approve_remote, ref, deny=body.deny, by=by
+                    )
+                except PolitermError as exc:
+                    return _refused(exc)
+                self.live.poke()
+                return JSONResponse({"ok": True, "message": said})
 
             def run() -> str:
                 store, _ = self.live.project_of(body.project)

@@ -200,7 +200,7 @@ function approvalRows(list) {
     if (p.answer) {
       cell.textContent = "answered: " + p.answer;
     } else {
-      const ref = { agent: p.agent, asked: p.asked, command: p.command };
+      const ref = { agent: p.agent, asked: p.asked, command: p.command, node: p.node };
       approveButtons({ ...p, ref, project: p.project, project_key: p.project_key }, cell);
     }
     return [p.agent, p.what, el("pre", (p.evidence || []).join("\n"), "question"), cell];
@@ -286,11 +286,14 @@ function render(data) {
     return;
   }
   inbox(data);
-  table("agents", ["agent", "project", "state", "session", "pane", "profile", "last activity", "tokens",
-    "working on"], data.agents || [], (a) => {
-      const state = el("td", a.state_words || a.state, "state-" + a.state);
-      return [agentLink(a), a.project || "-", state, a.session || "-", a.pane || "-", a.profile || "-",
-        when(a.last_activity), a.tokens ?? "-", a.turn || "-"];
+  // A fleet's rows name their node (the agents of every node are listed): one column more.
+  const fleet = (data.agents || []).some((a) => a.node);
+  table("agents", ["agent", ...(fleet ? ["node"] : []), "project", "state", "session", "pane",
+    "profile", "last activity", "tokens", "working on"], data.agents || [], (a) => {
+      const state = el("td", a.state_words || a.state, "state-" + a.state.replace(/ /g, "_"));
+      return [agentLink(a), ...(fleet ? [a.node || "-"] : []), a.project || "-", state,
+        a.session || "-", a.pane || "-", a.profile || "-", when(a.last_activity), a.tokens ?? "-",
+        a.turn || "-"];
     });
   table("sessions", ["session", "kind", "where", "panes", "agents"], data.sessions || [], (s) => [
     s.name, s.kind, s.where, s.panes, s.agents.join(", "),

@@ -1,0 +1,386 @@
+"""The engine's side of the agents' board (:mod:`politerm.fleet.board`): publish and follow.
+
+:class:`BoardPublisher` runs in each process that drives agents of a fleet — ``poli node``
+for the agents it hosts, the router for the agents it drives itself. The drivers record
+every state they read, every question and every turn in the run store; each commit wakes
+the publisher (:class:`~politerm.store.watch.StoreWatch`), which reads its agents' rows once
+and publishes only those that changed, in one script call. Nothing is polled per agent.
+
+:class:`BoardFeed` follows the board for a router or a view: it blocks on the board's log
+(one thread, one ``XREAD`` at a time), reads the rows named there, and every heartbeat
+interval reads the whole board again so that a node that stopped beating shows its agents
+as lost. Listeners are told which agents changed.
+
+Imported only when ``[fleet]`` is configured (it needs redis-py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import typing as t
+
+from politerm._internal.aio import finish, wait_any
+from politerm.agents.approval import list_pending
+from politerm.errors import FleetError, StaleAction
+from politerm.fleet.board import Board, BoardRow
+from politerm.store.watch import StoreWatch
+
+if t.TYPE_CHECKING:
+    from collections.abc import Callable, Collection
+
+    from politerm.config import Config
+    from politerm.fleet.queue import WorkQueue
+    from politerm.store import RunStore
+
+log = logging.getLogger(__name__)
+
+#: How often a publisher sends every row again, changed or not (a board that expired or
+#: was lost with Redis's data fills again).
+REPUBLISH_EVERY = 300.0
+#: After Redis could not be reached, how long before trying again.
+UNREACHABLE_BACKOFF = 1.0
+#: A publisher beats when this share of its heartbeat interval passed since it last sent
+#: anything (its beat expires after 3 intervals).
+BEAT_SHARE = 0.9
+#: Longest one wait of the feed on the board's log (it looks at its stop flag between).
+FEED_BLOCK = 1.0
+
+Row = dict[str, t.Any]
+
+
+def agent_rows(store: RunStore, names: Collection[str], session: str) -> dict[str, Row]:
+    """The board rows of agents ``names`` of tmux session ``session``, as the store has them.
+
+    The session tells a node's agents (``<session>-node``) from the router's on one
+    machine, which share the store.
+    """
+    agents = [a for a in store.list_agents() if a.name in names and a.session == session]
+    turns = {tn.agent: tn.task_id for tn in store.list_turns()}
+    asked = {p.agent: p for p in list_pending(store, [a.name for a in agents]) if p.answer is None}
+    out: dict[str, Row] = {}
+    for a in agents:
+        pending = asked.get(a.name)
+        out[a.name] = {
+            "state": str(a.state),
+            "turn": turns.get(a.name),
+            "profile": a.profile,
+            "approval": None
+            if pending is None
+            else {"what": pending.what, "command": pending.command, "asked": pending.asked},
+        }
+    return out
+
+
+class BoardPublisher:
+    """Publishes the rows of the agents one process drives, whenever the store changes.
+
+    Parameters
+    ----------
+    store
+        The run store the agents' drivers write to.
+    board
+        The fleet's board.
+    node
+        This machine's node name.
+    agents
+        The names of the agents this process drives.
+    session
+        Their tmux session.
+    role
+        ``node`` (``poli node``) or ``router``: the two publishers of one machine.
+    every
+        The heartbeat interval (``[fleet] heartbeat``): with no change for that long it
+        publishes its beat alone, so its rows do not read as lost.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        board: Board,
+        node: str,
+        agents: Collection[str],
+        session: str,
+        *,
+        role: str = "node",
+        every: float = 5.0,
+    ) -> None:
+        self.store, self.board, self.node = store, board, node
+        self.agents, self.session = frozenset(agents), session
+        self.role, self.every = role, every
+        self._sent: dict[str, Row] = {}
+        self._all_at = 0.0
+        self._beat_at = -math.inf
+        self.published = 0
+        """How many script calls were made (each: one round trip, rows or the beat alone)."""
+
+    def changed(self) -> dict[str, Row]:
+        """The rows that differ from what was published last."""
+        rows = agent_rows(self.store, self.agents, self.session)
+        return {name: row for name, row in rows.items() if self._sent.get(name) != row}
+
+    def publish(self, rows: dict[str, Row]) -> None:
+        """Publish ``rows`` (blocking: call it in a thread); remembered once Redis took them."""
+        self.board.publish(self.node, rows, role=self.role, every=self.every)
+        self._sent.update(rows)
+        self.published += 1
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Publish on every commit to the store (and beat) until ``stop`` is set."""
+        loop = asyncio.get_running_loop()
+        async with StoreWatch(self.store.path) as watch:
+            while not stop.is_set():
+                committed = watch.event()
+                if loop.time() - self._all_at >= REPUBLISH_EVERY:
+                    # Every row again now and then: a board lost with Redis's data fills again.
+                    self._all_at = loop.time()
+                    self._sent.clear()
+                rows = self.changed()
+                # A commit that changed none of its rows costs nothing, unless the beat is due.
+                due = rows or loop.time() - self._beat_at >= self.every * BEAT_SHARE
+                try:
+                    if due:
+                        await asyncio.to_thread(self.publish, rows)
+                        self._beat_at = loop.time()
+                    wait = self.every * BEAT_SHARE - (loop.time() - self._beat_at)
+                except FleetError as exc:
+                    log.warning("node %s: publishing its agents: %s", self.node, exc)
+                    # Commits meanwhile wait too: one try per backoff while Redis is away.
+                    await wait_any(stop, timeout=UNREACHABLE_BACKOFF)
+                    continue
+                await wait_any(committed, stop, timeout=max(0.0, wait))
+
+
+Listener = t.Callable[[set[str]], None]
+
+
+class BoardFeed:
+    """The board as one process follows it: the newest rows, and listeners told of changes.
+
+    Parameters
+    ----------
+    board
+        The fleet's board.
+    every
+        The nodes' heartbeat interval (``[fleet] heartbeat``): how often the whole board is
+        read again, so a node that stopped beating shows its agents as lost.
+    """
+
+    def __init__(self, board: Board, every: float) -> None:
+        self.board, self.every = board, every
+        self.rows: dict[str, BoardRow] = {}
+        """``NODE/AGENT`` → the row."""
+        self.error: str | None = None
+        """Why the board could not be read last time (None: it was)."""
+        self.reads = 0
+        """How many times rows were read (one ``HMGET`` or ``HGETALL`` each, and the beats)."""
+        self._listeners: list[Listener] = []
+        self._task: asyncio.Task[None] | None = None
+        self._event = asyncio.Event()
+
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` with the names of the agents whose rows changed; returns the undo."""
+        self._listeners.append(listener)
+
+        def undo() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return undo
+
+    def event(self) -> asyncio.Event:
+        """An event set by the next change (take it *before* reading the rows)."""
+        return self._event
+
+    def of(self, agent: str) -> BoardRow | None:
+        """``agent``'s row: the one waiting on a question, else the newest (a pool has several)."""
+        mine = [r for r in self.rows.values() if r.agent == agent]
+        asking = [r for r in mine if r.approval is not None]
+        return max(asking or mine, key=lambda r: r.at, default=None)
+
+    def snapshot(self) -> list[dict[str, t.Any]]:
+        """Every row as plain data, by node and agent."""
+        return [r.to_json() for r in sorted(self.rows.values(), key=lambda r: (r.node, r.agent))]
+
+    async def start(self) -> None:
+        """Read the board once, then follow it (in the background)."""
+        cursor = "0-0"
+        try:
+            cursor = await asyncio.to_thread(self.board.last_change)
+            self._replace(await asyncio.to_thread(self.board.rows))
+        except FleetError as exc:
+            self.error = str(exc)
+        self._task = asyncio.create_task(self._follow(cursor), name="poli-board-feed")
+
+    async def close(self) -> None:
+        """Stop following."""
+        if self._task is not None:
+            await finish(self._task)
+            self._task = None
+
+    async def __aenter__(self) -> t.Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _follow(self, cursor: str) -> None:
+        loop = asyncio.get_running_loop()
+        full_at = loop.time() + self.every
+        while True:
+            try:
+                cursor, fields = await asyncio.to_thread(
+                    self.board.changes, cursor, min(FEED_BLOCK, self.every)
+                )
+                if loop.time() >= full_at:
+                    full_at = loop.time() + self.every
+                    self._replace(await asyncio.to_thread(self.board.rows))
+                elif fields:
+                    self._update(await asyncio.to_thread(self.board.rows, fields))
+                self.error = None
+            except FleetError as exc:
+                if self.error != str(exc):
+                    log.warning("the agents' board: %s", exc)
+                self.error = str(exc)
+                await asyncio.sleep(UNREACHABLE_BACKOFF)
+
+    def _replace(self, rows: list[BoardRow]) -> None:
+        new = {f"{r.node}/{r.agent}": r for r in rows}
+        gone = {k for k in self.rows if k not in new}
+        self.reads += 1
+        changed = {self.rows[k].agent for k in gone}
+        changed |= {r.agent for k, r in new.items() if self.rows.get(k) != r}
+        self.rows = new
+        self._tell(changed)
+
+    def _update(self, rows: list[BoardRow]) -> None:
+        self.reads += 1
+        changed = set()
+        for r in rows:
+            key = f"{r.node}/{r.agent}"
+            if self.rows.get(key) != r:
+                self.rows[key] = r
+                changed.add(r.agent)
+        self._tell(changed)
+
+    def _tell(self, changed: set[str]) -> None:
+        if not changed:
+            return
+        self._event.set()
+        self._event = asyncio.Event()
+        for listener in list(self._listeners):
+            try:
+                listener(changed)
+            except Exception:
+                log.exception("a board listener failed")
+
+
+@contextlib.asynccontextmanager
+async def router_board(
+    config: Config,
+    store: RunStore,
+    local: Collection[str],
+    remote: Collection[str],
+    wake: Callable[[str], None],
+) -> t.AsyncIterator[BoardFeed | None]:
+    """A router's part of the board: publish its agents, follow the others'.
+
+    It publishes the agents it drives (``local``) and, when some run on other nodes
+    (``remote``), follows the board and wakes their loops when their rows change (a
+    question asked there shows on the task here). Yields the feed (None without ``[fleet]``
+    or without remote agents).
+    """
+    if config.fleet is None:
+        yield None
+        return
+    queue, board = open_board(config, store)
+    stop = asyncio.Event()
+    publisher = BoardPublisher(
+        store,
+        board,
+        config.fleet.node,
+        local,
+        config.tmux.session,
+        role="router",
+        every=config.fleet.heartbeat,
+    )
+    task = asyncio.create_task(publisher.run(stop), name="poli-board-publisher")
+    feed = BoardFeed(board, config.fleet.heartbeat) if remote else None
+    try:
+        if feed is None:
+            yield None
+            return
+        await feed.start()
+
+        def woken(names: set[str]) -> None:
+            for name in names & set(remote):
+                wake(name)
+
+        feed.listen(woken)
+        try:
+            yield feed
+        finally:
+            await feed.close()
+    finally:
+        stop.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), UNREACHABLE_BACKOFF * 3)
+        await finish(task)
+        queue.conn.close()
+
+
+def open_board(config: Config, store: RunStore | None = None) -> tuple[WorkQueue, Board]:
+    """The project's queue and its board (no command sent yet)."""
+    from politerm.engine.fleetlink import open_queue
+
+    queue = open_queue(config, store)
+    return queue, Board(queue)
+
+
+def read_board(config: Config, store: RunStore | None = None) -> list[dict[str, t.Any]]:
+    """Every row of the board once, as plain data (``poli status``).
+
+    Raises
+    ------
+    FleetError
+        Redis could not be reached.
+    """
+    queue, board = open_board(config, store)
+    try:
+        return [r.to_json() for r in board.rows()]
+    finally:
+        queue.conn.close()
+
+
+def approve_remote(
+    queue: WorkQueue,
+    agent: str,
+    *,
+    deny: bool,
+    by: str,
+    asked: float | None = None,
+    command: str | None = None,
+) -> str:
+    """Answer ``agent``'s question on its node; with ``asked``/``command``, only that question.
+
+    Raises
+    ------
+    StaleAction
+        The node's agent waits on no question, or on another one, or it was answered.
+    FleetError
+        The node did not take the answer in time.
+    """
+    from politerm.engine.fleetlink import answer_remote
+
+    decision = "deny" if deny else "approve"
+    try:
+        return answer_remote(queue, agent, decision, by=by, asked=asked, command=command)
+    except StaleAction:
+        raise
+    except FleetError as exc:
+        if "no approval question" in str(exc):
+            raise StaleAction(str(exc)) from None
+        raise

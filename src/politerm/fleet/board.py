@@ -1,0 +1,224 @@
+"""The agents' board: each node's agents as it last published them, for views on any node.
+
+A process that drives agents (a node's ``poli node``, a router) publishes a row per agent
+whenever one changes (state, what it works on, the question it waits on): one script sets
+the rows in the project's board (a hash, ``NODE/AGENT`` → JSON) with Redis's time and
+appends one entry naming them to the board's log (a capped stream), which watchers block
+on. A row is small and bounded (each text at most :data:`MAX_TEXT` characters) and
+redacted before it is sent, like every payload.
+
+A row says what its publisher last saw; whether that still holds is the publisher's beat's
+to say: each publish (one at least every heartbeat interval) sets a key that expires after
+:data:`~politerm.fleet.nodes.MISSED_BEATS` intervals, by Redis's clock. The rows of a
+publisher whose beat expired — its process or machine died, or is cut off — read as
+:data:`LOST`. The board and its log expire after the queue's ``keep`` without a change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing as t
+
+from politerm.fleet import _scripts
+from politerm.fleet.keys import check_name
+from politerm.fleet.nodes import MISSED_BEATS
+from politerm.fleet.work import redact_payload, to_json
+
+if t.TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from politerm.fleet.queue import WorkQueue
+
+__all__ = ["LOST", "MAX_TEXT", "Board", "BoardRow", "field"]
+
+MAX_TEXT: t.Final = 200
+"""Longest text of a row (a question, a command): the board stays small whatever an agent asks."""
+
+LOST: t.Final = "node lost"
+"""The state shown for an agent whose node stopped beating."""
+
+LOG_MAXLEN: t.Final = 1000
+"""About how many changes the board's log keeps (watchers only need the newest)."""
+
+
+def field(node: str, agent: str) -> str:
+    """The board's field of ``agent`` on ``node``.
+
+    Examples
+    --------
+    >>> field("b", "EXECUTER")
+    'b/EXECUTER'
+    """
+    return f"{node}/{agent}"
+
+
+def _clip(text: t.Any) -> str:
+    """``text`` as a string of at most :data:`MAX_TEXT` characters.
+
+    Examples
+    --------
+    >>> _clip("x" * 300)[-3:], len(_clip("x" * 300))
+    ('...', 200)
+    """
+    value = "" if text is None else str(text)
+    return value if len(value) <= MAX_TEXT else value[: MAX_TEXT - 3] + "..."
+
+
+@dataclasses.dataclass(frozen=True)
+class BoardRow:
+    """An agent as its node last published it, and whether that node is still alive."""
+
+    agent: str
+    node: str
+    state: str
+    """The agent's state as its node read it (:data:`LOST` when the node is lost)."""
+    last_state: str
+    """The state published, even when the node is lost."""
+    since: float
+    """When (epoch seconds, Redis's clock) the state last changed."""
+    at: float
+    """When (epoch seconds, Redis's clock) the row was last published."""
+    turn: str | None
+    """The task the agent works on."""
+    profile: str
+    approval: Mapping[str, t.Any] | None
+    """The question it waits on: ``what``, ``command``, ``asked`` (None: none)."""
+    lost: bool
+
+    def to_json(self) -> dict[str, t.Any]:
+        """The row as plain data."""
+        data = dataclasses.asdict(self)
+        data["approval"] = dict(self.approval) if self.approval is not None else None
+        return data
+
+
+class Board:
+    """The agents' board of a project (built over a :class:`WorkQueue`)."""
+
+    def __init__(self, queue: WorkQueue) -> None:
+        self.queue = queue
+        self._publish = queue.conn.client.register_script(_scripts.BOARD)
+
+    def publish(
+        self,
+        node: str,
+        rows: Mapping[str, Mapping[str, t.Any]],
+        *,
+        role: str = "node",
+        every: float = 5.0,
+    ) -> int:
+        """Publish the rows of ``node``'s agents that changed (agent → row); Redis's ms time.
+
+        A row holds ``state``, ``turn``, ``profile`` and ``approval`` (``what``,
+        ``command``, ``asked``, or None); every text is clipped to :data:`MAX_TEXT` and
+        redacted. The script adds Redis's time of the publish (``at``) and of the state's
+        last change (``since``). One script call, whatever the count; with no rows it is
+        the publisher's beat alone. ``role`` tells the publishers of one node apart (its
+        ``node`` service, its ``router``); ``every`` is how often it publishes at least.
+        """
+        check_name("node", node)
+        by = f"{node}:{role}"
+        beat_ms = max(1, round(MISSED_BEATS * every * 1000))
+        args: list[t.Any] = [node, round(self.queue.keep * 1000), LOG_MAXLEN, beat_ms]
+        for agent, row in sorted(rows.items()):
+            check_name("agent", agent)
+            approval = row.get("approval")
+            bounded = {
+                "agent": agent,
+                "node": node,
+                "by": by,
+                "state": _clip(row.get("state")),
+                "turn": None if row.get("turn") is None else _clip(row["turn"]),
+                "profile": _clip(row.get("profile")),
+                "approval": None
+                if not approval
+                else {
+                    "what": _clip(approval.get("what")),
+                    "command": _clip(approval.get("command")),
+                    "asked": float(approval.get("asked") or 0.0),
+                },
+            }
+            clean = redact_payload(bounded, self.queue.redact)
+            text = to_json(clean, f"the board row of {agent}")
+            args += [field(node, agent), clean["state"], text]
+        keys = self.queue.keys
+        with self.queue.conn.talking(f"publishing node {node}'s agents"):
+            return int(
+                self._publish(keys=[keys.board, keys.board_log, keys.board_beat(by)], args=args)
+            )
+
+    def rows(self, fields: Iterable[str] | None = None) -> list[BoardRow]:
+        """The board's rows (those of ``fields`` only, when given), by node and agent.
+
+        Two round trips: the rows, then whether their publishers still beat.
+        """
+        client = self.queue.conn.cmd
+        keys = self.queue.keys
+        wanted = None if fields is None else sorted(set(fields))
+        with self.queue.conn.talking("reading the agents' board"):
+            if wanted is None:
+                found = client.hgetall(keys.board)
+            elif not wanted:
+                found = {}
+            else:
+                found = dict(zip(wanted, client.hmget(keys.board, wanted), strict=True))
+            records = [r for r in (_row(v) for v in found.values() if v) if r is not None]
+            publishers = sorted({str(r.get("by") or r["node"]) for r in records})
+            pipe = client.pipeline(transaction=False)
+            for by in publishers:
+                pipe.exists(keys.board_beat(by))
+            alive = dict(zip(publishers, pipe.execute(), strict=True))
+        out = [_board_row(r, not alive.get(str(r.get("by") or r["node"]))) for r in records]
+        return sorted(out, key=lambda r: (r.node, r.agent))
+
+    def last_change(self) -> str:
+        """The id of the board log's newest entry (``0-0`` when it has none)."""
+        with self.queue.conn.talking("reading the board's log"):
+            last = self.queue.conn.cmd.xrevrange(self.queue.keys.board_log, count=1)
+        return str(last[0][0]) if last else "0-0"
+
+    def changes(self, after: str, block: float) -> tuple[str, set[str]]:
+        """The fields changed after log entry ``after``; waits up to ``block`` s for one.
+
+        Returns the newest entry's id (to pass next time) and the fields named since.
+        """
+        client = self.queue.conn.cmd
+        bound = min(block, self.queue.conn.timeout * 0.5)
+        changed: set[str] = set()
+        with self.queue.conn.talking("waiting for the agents' board"):
+            got = client.xread(
+                {self.queue.keys.board_log: after}, count=100, block=max(1, round(bound * 1000))
+            )
+        for _stream, entries in got or []:
+            for entry, fields in entries:
+                after = entry
+                changed.update(str(fields.get("fields", "")).split())
+        return after, changed
+
+
+def _row(text: str) -> dict[str, t.Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None  # written by another program: not shown, never a traceback
+    if not isinstance(value, dict) or not value.get("agent") or not value.get("node"):
+        return None
+    return value
+
+
+def _board_row(raw: Mapping[str, t.Any], lost: bool) -> BoardRow:
+    approval = raw.get("approval")
+    state = str(raw.get("state") or "unknown")
+    return BoardRow(
+        agent=str(raw["agent"]),
+        node=str(raw["node"]),
+        state=LOST if lost else state,
+        last_state=state,
+        since=float(raw.get("since") or 0) / 1000,
+        at=float(raw.get("at") or 0) / 1000,
+        turn=None if raw.get("turn") is None else str(raw["turn"]),
+        profile=str(raw.get("profile") or ""),
+        approval=approval if isinstance(approval, dict) and not lost else None,
+        lost=lost,
+    )

@@ -11,7 +11,7 @@ from politerm.agents.approval import list_pending
 from politerm.agents.limits import reset_in_words
 from politerm.agents.state import AgentState
 from politerm.driver.tokens import all_stored_tokens, stored_tokens
-from politerm.engine.remote import ROUTER_META, budget_paused
+from politerm.engine.fleetmeta import ROUTER_META, budget_paused
 from politerm.store.limits import open_limits
 from politerm.store.models import MessageState
 

@@ -14,7 +14,7 @@ import os
 import secrets
 import typing as t
 
-from politerm.engine.remote import ROUTER_META
+from politerm.engine.fleetmeta import ROUTER_META
 from politerm.engine.turnwork import ANSWER_KIND, PAUSED, TURN_KIND, TurnReply, answer_stream
 from politerm.errors import Fenced, FleetError, LeaseLost, StaleAction, WorkInvalid
 from politerm.fleet.connect import connect_config

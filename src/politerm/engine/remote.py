@@ -26,6 +26,7 @@ from politerm.driver import DeliveryResult, Outcome
 from politerm.engine import agentstep, decide
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS
 from politerm.engine.execute import At
+from politerm.engine.fleetmeta import BUDGET_PAUSED
 from politerm.engine.turnwork import OVER_BUDGET, PAUSED, TurnReply, TurnWork
 from politerm.errors import PolitermError
 from politerm.store.models import MessageState, TaskState, TurnEnd
@@ -36,7 +37,6 @@ if t.TYPE_CHECKING:
     from politerm.engine.routebase import Routing
     from politerm.engine.sending import Sending
     from politerm.fleet.board import BoardRow
-    from politerm.store import RunStore
     from politerm.store.models import Message, Task, Turn
 
 log = logging.getLogger(__name__)
@@ -45,17 +45,6 @@ log = logging.getLogger(__name__)
 REMOTE_BACKSTOP = 5.0
 #: After the queue could not be reached, how long before trying again.
 UNREACHABLE_BACKOFF = 1.0
-#: The store's meta key of this machine's router in the fleet's router role (JSON: active,
-#: standby or fenced; written by ``fleetlink.RouterSeat``, which needs redis-py, read by
-#: ``poli status``, which does not).
-ROUTER_META: t.Final = "fleet-router"
-#: The store's meta key prefix of a task whose remote turn the fleet's budget paused.
-BUDGET_PAUSED: t.Final = "fleet-paused:"
-
-
-def budget_paused(store: RunStore) -> dict[str, str]:
-    """The tasks whose remote turn waits for the fleet's budget, with the breaker's reason."""
-    return {k[len(BUDGET_PAUSED) :]: v for k, v in store.meta_values(BUDGET_PAUSED).items()}
 
 
 class AgentStates(t.Protocol):

@@ -170,17 +170,19 @@ class Postman:
 
     async def driver(self, name: str, pane_id: str) -> AgentDriver | None:
         """The driver of the agent (or raw pane) ``name`` in ``pane_id``; None if it is gone."""
-        known = self.drivers.get(pane_id)
+        agent = self.m.store.get_agent(name)
+        # A pane id is unique on its own server only: an agent's row names its server.
+        socket = agent.socket if agent is not None and agent.pane_id == pane_id else ""
+        known = self.drivers.get(socket + pane_id)
         if known is not None:
             return known
-        pane = await self.host.pane(pane_id)
+        pane = await self.host.pane(pane_id, socket)
         if pane is None:
             return None
         if name in self.m.config.agents:
             # The same driver as the router's: one factory for a session's agents.
             driver = session_driver(self.m.config, name, pane, store=self.m.store)
         else:
-            agent = self.m.store.get_agent(name)
             profile = load_profile(agent.profile if agent else "generic")
             # its directory locates its own records (transcript) after a crash
             cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
@@ -193,7 +195,7 @@ class Postman:
                 cwd=cwd,
                 **driver_settings(self.m.config),
             )
-        self.drivers[pane_id] = driver
+        self.drivers[socket + pane_id] = driver
         return driver
 
     def _dead_letters(self, recipient: str, reason: str) -> None:

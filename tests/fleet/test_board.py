@@ -167,7 +167,7 @@ def _now(check: t.Callable[[str], bool], state: str) -> t.Callable[[], t.Awaitab
     return look
 
 
-def test_status_on_a_node_says_when_redis_cannot_be_reached(
+def test_status_on_a_node_says_when_redis_cannot_be_reached_and_answer_where_to_go(
     redis_server: RedisServer, tmp_path: pathlib.Path
 ) -> None:
     from tests.fleet.nodes import make_fleet
@@ -181,6 +181,10 @@ def test_status_on_a_node_says_when_redis_cannot_be_reached(
     as_json = c.poli("status", "--json")
     assert as_json.returncode == 0, as_json.stderr
     assert "cannot reach Redis" in json.loads(as_json.stdout)["fleet"]["board_error"]
+    # A task's question is answered where the task lives: the router's machine says so.
+    said = c.poli("answer", "T-9", "yes")
+    assert said.returncode != 0 and "Traceback" not in said.stderr
+    assert "no task 'T-9' on node c: answer on the machine that runs the router" in said.stderr
 
 
 async def test_a_publisher_sends_its_own_agents_changes_once_each(

@@ -19,6 +19,7 @@ import pytest
 from politerm.cli.attach import agent_target
 from politerm.driver.observer import Observer
 from politerm.engine.loop import route, run_task, submit
+from politerm.engine.service import _session_up
 from politerm.errors import SessionNotFound
 from politerm.store.models import TaskState
 from politerm.testing.retry import aretry_until
@@ -241,3 +242,17 @@ async def test_a_secret_kept_by_another_process_reaches_an_agent_on_the_second_s
         # Both agents got the secret itself, read back from the first server's vault.
         assert token in loop.prompts("PLANNER")[0]
         assert token in loop.prompts("EXECUTER")[0]
+
+
+async def test_the_service_outlives_the_first_server_while_another_holds_agents(
+    socket: str, tmp_path: pathlib.Path
+) -> None:
+    _sharded(tmp_path / "p", socket)
+    async with started(tmp_path / "p") as loop:
+        await TmuxServer(socket).run("kill-server")
+        assert not _running(socket) and _running(f"{socket}-t-1")
+        # The project's router service keeps routing the agents still running.
+        assert await asyncio.to_thread(_session_up, socket, "t")
+        await loop.session.down()
+        assert not await asyncio.to_thread(_session_up, socket, "t")
+        assert shard_sockets(socket) == []

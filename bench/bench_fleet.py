@@ -23,8 +23,8 @@ tasks across 3 machines
     loopback, no faults), their agents' turns claimed by the ``poli node`` processes of
     three machines and typed into fake agents there, against the same pairs with every
     agent on one machine (driven by its router), in the same run; tasks per second, and
-    the Redis commands per turn that went through the queue (``INFO commandstats``; the
-    nodes' heartbeats and idle claims over the run included).
+    the Redis commands per turn that went through the queue (``INFO commandstats``, less
+    the idle fleet's heartbeats and blocking claims at the rate counted over 5 s before).
 
 Run ``python -m bench.bench_fleet [--quick]`` or, with every benchmark,
 ``python -m bench.run``.
@@ -263,6 +263,10 @@ def bench_nodes(server: RedisServer, base: SqliteQueue, total: int) -> list[Row]
     ]
 
 
+#: Seconds the fleet of pairs is left idle to count what it sends to Redis with no work.
+IDLE_WINDOW = 5.0
+
+
 def _pairs_run(root: pathlib.Path, tasks: int, *, one_machine: bool) -> tuple[float, float]:
     """Tasks per second of six pairs, and Redis commands per turn through the queue."""
     server = RedisServer(root / "redis")
@@ -282,11 +286,18 @@ def _pairs_run(root: pathlib.Path, tasks: int, *, one_machine: bool) -> tuple[fl
         )
         try:
             conn = connect(server.url)
-            before = sum(int(v["calls"]) for v in conn.cmd.info("commandstats").values())
+
+            def commands() -> int:
+                return sum(int(v["calls"]) for v in conn.cmd.info("commandstats").values())
+
+            quiet = commands()
+            time.sleep(IDLE_WINDOW)  # no task yet: what the idle fleet sends per second
+            before = commands()
+            idle_rate = (before - quiet - 1) / IDLE_WINDOW
             start = time.perf_counter()
             retry_until(fleet.feed, 1800, interval=0.1, what=f"{tasks} tasks to end")
             elapsed = time.perf_counter() - start
-            after = sum(int(v["calls"]) for v in conn.cmd.info("commandstats").values())
+            busy = commands() - before - 1 - idle_rate * elapsed
             states = [t.state.value for p in fleet.pairs for t in p.store.list_tasks()]
             check(states.count("done") == tasks, f"not every task done: {states}")
             # Through the queue: every turn of a pooled agent (plan, result, final report).
@@ -299,7 +310,7 @@ def _pairs_run(root: pathlib.Path, tasks: int, *, one_machine: bool) -> tuple[fl
             fleet.close()
     finally:
         server.stop()
-    return tasks / elapsed, (after - before - 1) / queued if queued else 0.0
+    return tasks / elapsed, busy / queued if queued else 0.0
 
 
 def bench_pairs(root: pathlib.Path, tasks: int) -> list[Row]:

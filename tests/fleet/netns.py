@@ -150,6 +150,8 @@ def make_net(machines: Sequence[str]) -> FleetNet:
                 ("link", "set", "lo", "up"),
             ):
                 _ip("-n", ns, *args)
+            # A container may let namespaces be made but not entered (sysfs mount refused).
+            _ip("netns", "exec", ns, "true")
     except NetError as exc:
         net.close()
         return FleetNet(f"loopback (network namespaces could not be made: {exc})")

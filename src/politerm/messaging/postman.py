@@ -53,7 +53,13 @@ from politerm.driver.leftover import abandon, resume
 from politerm.driver.limits import driver_settings
 from politerm.driver.sessionagent import session_driver
 from politerm.engine.placement import elsewhere
-from politerm.errors import FleetError, MessagingError, PolitermError, UnsafeMessagePath
+from politerm.errors import (
+    FleetError,
+    MessagingError,
+    PolitermError,
+    UnsafeMessagePath,
+    WorkInvalid,
+)
 from politerm.messaging.answers import Take, judge, named_ids
 from politerm.messaging.daemon import PostmanLock
 from politerm.messaging.fleetmail import DEAD_LETTERED, REMOTE_PANE, FleetMail
@@ -461,6 +467,9 @@ class Postman:
                     why = f"no node of {now.recipient} took it within its time to live"
                     self.m.change(now, MailState.DEAD, reason=f"{why} (work {work_id})")
                     return
+            except WorkInvalid as exc:  # the queue refuses it: trying again changes nothing
+                self.m.change(now, MailState.DEAD, reason=f"the fleet refused it: {exc}")
+                return
             except FleetError as exc:
                 self.say(f"postman: {mail.id}: {exc}")
                 await asyncio.sleep(_REMOTE_BACKOFF)

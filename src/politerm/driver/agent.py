@@ -95,7 +95,7 @@ log = logging.getLogger(__name__)
 T = t.TypeVar("T")
 Hook = t.Callable[[], "Awaitable[None]"]
 #: Moments of a delivery a hook may be attached to (:meth:`AgentDriver.on`).
-HOOK_POINTS = frozenset({"before-paste", "after-confirm"})
+HOOK_POINTS = frozenset({"before-paste", "before-submit", "after-confirm"})
 
 
 class AgentDriver:
@@ -219,8 +219,9 @@ class AgentDriver:
         """Run ``hook`` at a moment of each delivery (tests widen race windows with it).
 
         ``"before-paste"``: the caller has written its intent (e.g. DELIVERING) and nothing
-        is typed yet; ``"after-confirm"``: the prompt is confirmed, the caller has not yet
-        recorded it.
+        is typed yet; ``"before-submit"``: the text is in the input box, right before each
+        press of the submit key (a hook that raises leaves it unsubmitted);
+        ``"after-confirm"``: the prompt is confirmed, the caller has not yet recorded it.
         """
         if point not in HOOK_POINTS:
             msg = f"no hook point {point!r}; choose one of {', '.join(sorted(HOOK_POINTS))}"
@@ -597,6 +598,7 @@ class AgentDriver:
                 already_pasted=already_pasted,
                 snap=snap,
                 receipt=check,
+                before_submit=lambda: self._hook("before-submit"),
             )
         except ControlModeError as exc:
             # The connection dropped mid-delivery: nothing is known to be submitted.

@@ -25,11 +25,14 @@ from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
+    from politerm.driver import AgentDriver, Host
     from politerm.engine.remote import AgentStates, TurnPost
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
 Printer = t.Callable[["Event"], None]
+Beside = t.Callable[["t.Mapping[str, AgentDriver]", "Host"], t.Coroutine[t.Any, t.Any, None]]
+"""Work a router runs beside its loops over its own drivers (the service's message lanes)."""
 TERMINAL = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.ABORTED})
 
 
@@ -55,8 +58,12 @@ async def route(
     until: t.Callable[[], bool] | None = None,
     printer: Printer | None = None,
     session: Session | None = None,
+    beside: Beside | None = None,
 ) -> None:
     """Run the router over the session's running agents until ``until()`` (or forever).
+
+    ``beside`` runs with it over the same drivers (one owner per agent); when it fails,
+    routing stops and its error is raised.
 
     Raises
     ------
@@ -82,7 +89,16 @@ async def route(
             router = Router(routing, post=post, states=states)
             if printer is not None:
                 follower = asyncio.create_task(follow(store, printer, cursor=cursor))
-            await router.run(until=until)
+            lanes = None if beside is None else asyncio.create_task(beside(agents, session.host))
+            if lanes is not None:
+                lanes.add_done_callback(lambda _done: router.stop())
+            try:
+                await router.run(until=until)
+            finally:
+                if lanes is not None:
+                    lanes.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await lanes
     finally:
         if follower is not None and printer is not None:
             follower.cancel()

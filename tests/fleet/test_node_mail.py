@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import re
+import subprocess
 import sys
 import typing as t
 
@@ -23,6 +24,8 @@ from mcp.client.stdio import stdio_client
 from politerm.config import load_config
 from politerm.engine import service
 from politerm.engine.fleetlink import open_queue
+from politerm.messaging.files import message_dir_for
+from politerm.messaging.postman import PostmanLock
 from politerm.testing.retry import retry_until
 from tests.fleet.nodes import FleetNode, make_fleet, slow_executer, tear_down
 from tests.fleet.test_redaction import SECRETS, everything_in
@@ -84,13 +87,30 @@ def service_log(node: FleetNode) -> str:
     return path.read_text() if path.exists() else ""
 
 
+# Node a's service, started as `poli send` starts it (with no session up: it delivers only).
+_START = (
+    "from politerm.config import load_config\n"
+    "from politerm.engine import service\n"
+    "service.start(load_config(env={}))\n"
+)
+
+
 @contextlib.contextmanager
 def mail_fleet(
     tmp: pathlib.Path, redis: RedisServer, names: t.Sequence[str], **kwargs: t.Any
 ) -> t.Iterator[dict[str, FleetNode]]:
-    """The fleet's nodes (``poli down`` on each stops the service a's ``poli send`` starts)."""
+    """The fleet's nodes, node a's service running (``poli down`` on each stops it)."""
     nodes = make_fleet(tmp, redis, names, **kwargs)
     try:
+        a = nodes["a"]
+        argv = [sys.executable, "-c", _START]
+        started = subprocess.run(
+            argv, cwd=a.root, env=a.env, capture_output=True, text=True, check=False
+        )
+        assert started.returncode == 0, started.stderr
+        # its child's postman runs before the test sends (a message's time to live is short)
+        lock = PostmanLock(message_dir_for(load_config(a.root, env={})))
+        retry_until(lock.holder, WAIT, what="a's postman")
         yield nodes
     finally:
         tear_down(nodes)

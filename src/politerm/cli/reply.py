@@ -26,7 +26,6 @@ def command(
             mail = m.reply(to=to, path=path)
         else:
             mail = m.reply(read_text_arg(response), to=to)
-        note = None if no_postman else m.ensure_delivery(config_path_of(config_path))
         click.echo(f"{mail.id} responded: {mail.response_path}")
-        if note is not None:
-            click.echo(f"poli reply: {note}", err=True)
+        if not no_postman:
+            m.ensure_delivery(config_path_of(config_path))

@@ -41,10 +41,9 @@ def command(
     config = load_messaging(config_path)
     with messenger(config) as m:
         mail = m.send(read_text_arg(text), to=to, capability=Capability(capability), msg_id=msg_id)
-        note = None if no_postman else m.ensure_delivery(config_path_of(config_path))
         click.echo(mail.id)
-        if note is not None:
-            click.echo(f"poli send: {note}", err=True)
+        if not no_postman:
+            m.ensure_delivery(config_path_of(config_path))
         if wait:
             done = asyncio.run(m.wait_final(mail.id, timeout))
             click.echo(m.response_text(done), nl=False)

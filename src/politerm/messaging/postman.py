@@ -68,7 +68,7 @@ from politerm.errors import (
 from politerm.messaging.answers import Take, judge, named_ids
 from politerm.messaging.fleetmail import DEAD_LETTERED, REMOTE_PANE, FleetMail
 from politerm.messaging.protocol import find_response_lines
-from politerm.store.journal import JournalRow, Serves, Workflow
+from politerm.store.journal import JournalRow, JournalState, Serves, Workflow
 from politerm.store.limits import stored_limit
 from politerm.store.mail import Mail, MailKind, MailState
 
@@ -318,8 +318,9 @@ class Postman:
         base = driver.policy
         try:
             async with driver.typing:
-                # The router's step may have typed while this lane waited: look again.
-                if (await driver.observe()).state is not AgentState.READY:
+                # The router's step may have typed while this lane waited: look again; and
+                # a prompt it handed the agent in a block's commit, not typed yet, goes first.
+                if (await driver.observe()).state is not AgentState.READY or self._handed(driver):
                     return
                 mail = self.m.change(queued, MailState.DELIVERING, count_attempt=True)
                 if mail is None:
@@ -360,6 +361,11 @@ class Postman:
                 self.m.change(mail, MailState.QUEUED, reason=why)
         finally:
             driver.policy = base
+
+    def _handed(self, driver: AgentDriver) -> bool:
+        """Whether the router here handed ``driver``'s agent a prompt it has not typed yet."""
+        rows = self.m.store.journal_open(agent=driver.name, workflow=Workflow.LOOP)
+        return driver.name in self.owned and any(r.state is JournalState.HANDED for r in rows)
 
     async def _watch_turn(self, driver: AgentDriver, mail: Mail) -> str:
         """Follow the receiver's turn to its end (approvals by the request's policy).

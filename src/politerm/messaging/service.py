@@ -24,7 +24,6 @@ from politerm.errors import (
     MessagingError,
     NotInAgentPane,
     RecipientNotFound,
-    RoutingError,
 )
 from politerm.messaging.files import MessageDir, message_dir_for, new_message_id, sha256_hex
 from politerm.messaging.fleetmail import REMOTE_PANE, FleetMail
@@ -82,19 +81,19 @@ class Messenger:
         """The tmux session the messages belong to."""
         return self.config.tmux.session
 
-    def ensure_delivery(self, config_path: pathlib.Path | None) -> str | None:
-        """Start the project's service (it delivers) unless it runs; why not, if it could not.
+    def ensure_delivery(self, config_path: pathlib.Path | None) -> None:
+        """Start the project's service (it delivers) unless it runs.
 
         A running service's postman wakes on the message directory's change by itself.
         ``POLI_POSTMAN=off`` leaves it alone (a test, or a postman run in a program).
+
+        Raises
+        ------
+        RoutingError
+            The service did not start (the message stays stored, for the next one).
         """
-        if os.environ.get(ENV_POSTMAN) == "off":
-            return None
-        try:
+        if os.environ.get(ENV_POSTMAN) != "off":
             service.start(self.config, config_path)
-        except RoutingError as exc:
-            return f"stored; not delivered until the project's service runs: {exc}"
-        return None
 
     # --- who is who ----------------------------------------------------------------------
 

@@ -18,6 +18,13 @@ re-claim
 three nodes
     300 works claimed and completed by 3 node threads (one connection each), works per
     second, against 3 threads on the SQLite baseline.
+tasks across 3 machines
+    The loop itself: 300 tasks over six Planner⇄Executer pairs (tests/fleet/chaos.py, on
+    loopback, no faults), their agents' turns claimed by the ``poli node`` processes of
+    three machines and typed into fake agents there, against the same pairs with every
+    agent on one machine (driven by its router), in the same run; tasks per second, and
+    the Redis commands per turn that went through the queue (``INFO commandstats``, less
+    the idle fleet's heartbeats and blocking claims at the rate counted over 5 s before).
 
 Run ``python -m bench.bench_fleet [--quick]`` or, with every benchmark,
 ``python -m bench.run``.
@@ -32,10 +39,14 @@ import threading
 import time
 import typing as t
 
+from tests.fleet.chaos import make_pairs
+from tests.fleet.netns import FleetNet
 from tests.fleet.redisserver import RedisServer
+from tests.loophelpers import EXECUTER_OK, PLANNER_OK
 
 from bench._common import Row, Stats, check, cli, print_table, ratio
 from politerm.fleet import Work, WorkQueue, connect
+from politerm.testing.retry import retry_until
 
 AGENT = "EXECUTER"
 
@@ -252,6 +263,70 @@ def bench_nodes(server: RedisServer, base: SqliteQueue, total: int) -> list[Row]
     ]
 
 
+#: Seconds the fleet of pairs is left idle to count what it sends to Redis with no work.
+IDLE_WINDOW = 5.0
+
+
+def _pairs_run(root: pathlib.Path, tasks: int, *, one_machine: bool) -> tuple[float, float]:
+    """Tasks per second of six pairs, and Redis commands per turn through the queue."""
+    server = RedisServer(root / "redis")
+    server.start()
+    try:
+        fleet = make_pairs(
+            root,
+            server,
+            FleetNet("loopback"),
+            pairs=6,
+            tasks=tasks,
+            window=3,
+            lease=3.0,
+            planner=PLANNER_OK,
+            executer=EXECUTER_OK,
+            one_machine=one_machine,
+        )
+        try:
+            conn = connect(server.url)
+
+            def commands() -> int:
+                return sum(int(v["calls"]) for v in conn.cmd.info("commandstats").values())
+
+            quiet = commands()
+            time.sleep(IDLE_WINDOW)  # no task yet: what the idle fleet sends per second
+            before = commands()
+            idle_rate = (before - quiet - 1) / IDLE_WINDOW
+            start = time.perf_counter()
+            retry_until(fleet.feed, 1800, interval=0.1, what=f"{tasks} tasks to end")
+            elapsed = time.perf_counter() - start
+            busy = commands() - before - 1 - idle_rate * elapsed
+            states = [t.state.value for p in fleet.pairs for t in p.store.list_tasks()]
+            check(states.count("done") == tasks, f"not every task done: {states}")
+            # Through the queue: every turn of a pooled agent (plan, result, final report).
+            queued = sum(
+                len(p.store.list_tasks()) * (3 if len(p.pooled) == 2 else 1)
+                for p in fleet.pairs
+                if p.pooled
+            )
+        finally:
+            fleet.close()
+    finally:
+        server.stop()
+    return tasks / elapsed, busy / queued if queued else 0.0
+
+
+def bench_pairs(root: pathlib.Path, tasks: int) -> list[Row]:
+    spread, per_turn = _pairs_run(root / "spread", tasks, one_machine=False)
+    alone, _ = _pairs_run(root / "alone", tasks, one_machine=True)
+    return [
+        {
+            "measure": f"{tasks} tasks, 6 pairs",
+            "3 machines tasks/s": spread,
+            "one machine tasks/s": alone,
+            "3/one": ratio(spread, alone),
+            "redis cmds per queued turn": per_turn,
+        }
+    ]
+
+
 def main(quick: bool = False) -> list[Row]:
     n = 50 if quick else 400
     with tempfile.TemporaryDirectory() as tmp:
@@ -269,6 +344,8 @@ def main(quick: bool = False) -> list[Row]:
             rows += print_table("fleet: three nodes", tput)
         finally:
             server.stop()
+        pairs = bench_pairs(root, 30 if quick else 300)
+        rows += print_table("fleet: tasks across 3 machines", pairs)
     return rows
 
 

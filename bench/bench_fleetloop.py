@@ -16,13 +16,23 @@ Executer's profile's submit delay); E→P the Planner's ``prompt`` minus the Exe
 ``reply`` with the result block. Tasks run one after another, after one warm-up task
 (node b starts its EXECUTER on its first work).
 
+Each layout runs twice: the fake agents keeping transcripts with each reply's usage (as the
+real CLIs do: a turn's end reads its usage there) and keeping none (a profile whose
+transcript is not there: nothing to wait for). Across two nodes, ``INFO commandstats``
+before and after the timed tasks gives the Redis commands per task, each task one turn on
+node b (two cross-node handoffs: posted, claimed, checked, renewed, completed, its reply
+waited for), less what the fleet runs when idle (heartbeats, blocking claims: counted over
+a quiet window before the tasks, at the same rate per second).
+
 Run ``python -m bench.bench_fleetloop [--quick]``.
 """
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import tempfile
+import time
 
 from tests.fleet.nodes import make_fleet, tear_down
 from tests.fleet.redisserver import RedisServer
@@ -30,13 +40,26 @@ from tests.fleet.redisserver import RedisServer
 from bench._common import Row, Stats, check, cli, print_table, ratio
 from bench.bench_loop import Handoffs
 from politerm.agents.profile import load_profile
+from politerm.fleet import connect
+
+#: Seconds the fleet is left idle to count what it sends to Redis with no work.
+IDLE_WINDOW = 5.0
 
 
-def _run(root: pathlib.Path, server: RedisServer, executer_on: str, n: int) -> Handoffs:
+def _commands(server: RedisServer) -> int:
+    """Every command Redis ran so far (``INFO commandstats``), scripts' insides included."""
+    conn = connect(server.url)
+    stats = conn.cmd.info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values())
+
+
+def _run(
+    root: pathlib.Path, server: RedisServer, executer_on: str, n: int, *, transcripts: bool
+) -> tuple[Handoffs, float]:
+    """The handoffs of ``n`` tasks, and Redis's commands per task over them."""
     names = ["a"] if executer_on == "a" else ["a", executer_on]
-    # With transcripts, as the real CLIs keep them: a turn's end waits for its usage there.
     nodes = make_fleet(
-        root, server, names, executer_nodes=(executer_on,), lease=10, transcripts=True
+        root, server, names, executer_nodes=(executer_on,), lease=10, transcripts=transcripts
     )
     a = nodes["a"]
     try:
@@ -47,10 +70,17 @@ def _run(root: pathlib.Path, server: RedisServer, executer_on: str, n: int) -> H
         # Not counted: node b starts its EXECUTER on its first work.
         warm = a.poli("task", "warm up", "--id", "W-0", "--timeout", "90")
         check(warm.returncode == 0, f"warm-up task: {warm.stdout}{warm.stderr}")
+        quiet = _commands(server)
+        time.sleep(IDLE_WINDOW)  # the fleet left alone: its idle rate of commands
+        before = _commands(server)
+        idle_rate = (before - quiet - 1) / IDLE_WINDOW  # less the first INFO itself
+        start = time.monotonic()
         for i in range(n):
             done = a.poli("task", f"handoff {i}", "--id", f"T-{i}", "--timeout", "60")
             check(done.returncode == 0, f"task T-{i}: {done.stdout}{done.stderr}")
-        return Handoffs.read(a.root, nodes[executer_on].root)
+        busy = _commands(server) - before - 1
+        per_task = (busy - idle_rate * (time.monotonic() - start)) / n
+        return Handoffs.read(a.root, nodes[executer_on].root), per_task
     finally:
         tear_down(nodes)
 
@@ -64,21 +94,29 @@ def main(quick: bool = False) -> list[Row]:
         root = pathlib.Path(tmp)
         server = RedisServer(root / "redis")
         server.start()
+        runs: dict[bool, tuple[Handoffs, Handoffs, float]] = {}
         try:
-            one = _run(root / "one", server, "a", n)
-            two = _run(root / "two", server, "b", n)
+            for transcripts in (True, False):
+                kept = "kept" if transcripts else "none"
+                one, _ = _run(root / f"one-{kept}", server, "a", n, transcripts=transcripts)
+                two, per_task = _run(root / f"two-{kept}", server, "b", n, transcripts=transcripts)
+                runs[transcripts] = (one, two, per_task)
         finally:
             server.stop()
     rows: list[Row] = []
-    for what, pick, delay in (
-        ("P→E (plan)", Handoffs.plan_ms, executer_delay),
-        ("E→P (result)", Handoffs.result_ms, planner_delay),
+    for (transcripts, (one, two, per_task)), (what, pick, delay) in itertools.product(
+        runs.items(),
+        (
+            ("P→E (plan)", Handoffs.plan_ms, executer_delay),
+            ("E→P (result)", Handoffs.result_ms, planner_delay),
+        ),
     ):
         local, remote = Stats.of(pick(one, ids, delay)), Stats.of(pick(two, ids, delay))
         check(local.n == n and remote.n == n, f"{what}: {local.n}/{remote.n} of {n} paired")
         rows.append(
             {
                 "handoff": what,
+                "transcripts": "kept" if transcripts else "none",
                 "n": n,
                 "one node p50 ms": local.p50,
                 "one node p99 ms": local.p99,
@@ -86,6 +124,7 @@ def main(quick: bool = False) -> list[Row]:
                 "two nodes p99 ms": remote.p99,
                 "two/one p50": ratio(remote.p50, local.p50),
                 "two/one p99": ratio(remote.p99, local.p99),
+                "redis cmds/task": per_task,
             }
         )
     return print_table("fleet: the loop's handoff across nodes vs on one node", rows)

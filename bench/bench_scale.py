@@ -77,7 +77,8 @@ from politerm.engine.router import Router
 from politerm.engine.session import Session
 from politerm.store import RunStore
 from politerm.testing.retry import aretry_until
-from politerm.tmux import ControlClient, agent_panes, find_agent_pane
+from politerm.tmux import ControlClient, TmuxServer, agent_panes, find_agent_pane
+from politerm.tmux.shards import shard_sockets
 
 if t.TYPE_CHECKING:
     from collections.abc import Sequence
@@ -101,6 +102,8 @@ class Plan:
     profile: str = ""
     #: False: no ``status --watch`` and no ``poli web`` beside the router (an A/B of the views).
     views: bool = True
+    #: ``[tmux] shard_size``: agents per tmux server (a size above N: one server for all).
+    shard_size: int = 50
 
 
 def _load() -> str:
@@ -154,7 +157,7 @@ async def _counting_send(self: ControlClient, lines: Sequence[str]) -> t.Any:
 # --- the project ---------------------------------------------------------------------------
 
 
-def _project(root: pathlib.Path, socket: str, n: int) -> pathlib.Path:
+def _project(root: pathlib.Path, socket: str, n: int, shard_size: int) -> pathlib.Path:
     _write_scenarios(root, Sizes(tasks=0))
     agents = ""
     for name in ("planner", "executer"):
@@ -171,7 +174,7 @@ def _project(root: pathlib.Path, socket: str, n: int) -> pathlib.Path:
             f'profile = "fake-plain"\ncwd = "idle"\nprimer = false\n\n'
         )
     (root / "poli.toml").write_text(
-        f'[tmux]\nsocket = "{socket}"\nsession = "{SESSION}"\n\n'
+        f'[tmux]\nsocket = "{socket}"\nsession = "{SESSION}"\nshard_size = {shard_size}\n\n'
         f'[store]\npath = "runs.sqlite3"\n\n'
         f"[timeouts]\nplan = {TASK_TIMEOUT}\nexec = {TASK_TIMEOUT}\nready = {60 + n}\n\n" + agents
     )
@@ -242,9 +245,32 @@ def _agents_uss(procs: Sequence[psutil.Process]) -> float:
     return total / 2**20
 
 
-async def _pane_pids(bench: Bench) -> dict[str, int]:
-    lines = await bench.client.cmd("list-panes", "-s", "-F", "#{pane_id}\t#{pane_pid}")
-    return {line.split("\t")[0]: int(line.split("\t")[1]) for line in lines}
+async def _pane_pids(servers: Sequence[TmuxServer]) -> dict[str, int]:
+    """Socket + pane id -> the pane's process id, on every server of the session."""
+    pids: dict[str, int] = {}
+    for server in servers:
+        _, out, _ = await server.run("list-panes", "-a", "-F", "#{pane_id}\t#{pane_pid}")
+        for line in out.splitlines():
+            pane, _, pid = line.partition("\t")
+            pids[server.socket_name + pane] = int(pid)
+    return pids
+
+
+def _shards(bench: Bench) -> list[TmuxServer]:
+    """The session's servers: the bench's own, then its shards."""
+    return [bench.server, *map(bench.server.sibling, shard_sockets(bench.socket, SESSION))]
+
+
+async def _server_processes(servers: Sequence[TmuxServer]) -> list[psutil.Process]:
+    procs = []
+    for server in servers:
+        _, out, _ = await server.run("display-message", "-p", "#{pid}")
+        procs.append(psutil.Process(int(out.strip())))
+    return procs
+
+
+def _cpus(procs: Sequence[psutil.Process]) -> float:
+    return sum(map(_cpu, procs))
 
 
 async def one(plan: Plan) -> dict[str, t.Any]:
@@ -253,7 +279,7 @@ async def one(plan: Plan) -> dict[str, t.Any]:
     out: dict[str, t.Any] = {"agents": plan.n, "load at start": _load()}
     ControlClient._send_lines = _counting_send  # type: ignore[method-assign]
     async with private_server(f"scale{plan.n}") as bench:
-        root = _project(bench.workdir / "proj", bench.socket, plan.n)
+        root = _project(bench.workdir / "proj", bench.socket, plan.n, plan.shard_size)
         config = load_config(root, env={})
         store = RunStore.open(config.store.resolved_path())
         web: _Web | None = None
@@ -266,21 +292,27 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             u0 = COUNTS.snapshot()
             cpu_up = [_cpu(me), _cpu(server)]
             start = time.perf_counter()
-            agents = await Session(config, store, Host(bench.server, config.tmux.session)).up(
-                resume=True
-            )
+            host = Host(bench.server, config.tmux.session, shard_size=plan.shard_size)
+            agents = await Session(config, store, host).up(resume=True)
             out["bring-up s"] = time.perf_counter() - start
             # CPU seconds do not depend on the load as much as the wall time does.
             out["up router cpu s"] = _cpu(me) - cpu_up[0]
-            out["up tmux server cpu s"] = _cpu(server) - cpu_up[1]
-            idle = [d.terminal_name for name, d in agents.items() if name.startswith("IDLE")]
-            idle_procs = _agent_processes(idle, await _pane_pids(bench))
+            shards = _shards(bench)
+            servers = await _server_processes(shards)
+            out["tmux servers"] = len(servers)
+            # A shard's server started during up: all of its CPU is up's.
+            out["up tmux server cpu s"] = _cpus(servers) - cpu_up[1]
+            panes = await host.agent_panes()
+            idle = [host.socket_of(p) + p.pane_id for n, p in panes.items() if n.startswith("IDLE")]
+            idle_procs = _agent_processes(idle, await _pane_pids(shards))
             out["agent start cpu ms"] = 1000 * sum(map(_cpu, idle_procs)) / max(1, len(idle))
             u1 = COUNTS.snapshot()
             out["up tmux cmds/agent"] = (u1[0] - u0[0]) / len(agents)
             out["up sql/agent"] = (u1[1] - u0[1]) / len(agents)
             out["load after up"] = _load()
-            out.update(await _lookups(bench, list(agents)))
+            # The lookup of the first server's agents (the one that has all of them unsharded).
+            first = [n for n, p in panes.items() if host.socket_of(p) == bench.socket]
+            out.update(await _lookups(bench, first))
 
             router = Router(Routing(config, store, agents, templates=templates_for(config)))
             COUNTS.count_steps(router)
@@ -300,12 +332,12 @@ async def one(plan: Plan) -> dict[str, t.Any]:
                 await _settled(webp)
                 out.update(web.first)
             # The idle window: CPU and counts.
-            p0, s0, w0, c0 = me.cpu_times(), _cpu(server), _cpu_of(watcher), COUNTS.snapshot()
+            p0, s0, w0, c0 = me.cpu_times(), _cpus(servers), _cpu_of(watcher), COUNTS.snapshot()
             b0 = _cpu_of(webp)
             t0 = time.monotonic()
             await asyncio.sleep(plan.window)
             wall = time.monotonic() - t0
-            p1, s1, w1, c1 = me.cpu_times(), _cpu(server), _cpu_of(watcher), COUNTS.snapshot()
+            p1, s1, w1, c1 = me.cpu_times(), _cpus(servers), _cpu_of(watcher), COUNTS.snapshot()
             web_s = _cpu_of(webp) - b0
             router_s = (p1.user + p1.system) - (p0.user + p0.system)
             out["router s"] = router_s
@@ -323,11 +355,11 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             out["status once s"] = await _status_once(bench, store.path)
             out["rss before MB"] = rss0 / 2**20
             out["rss MB"] = me.memory_info().rss / 2**20
-            out["tmux server MB"] = server.memory_info().rss / 2**20
+            out["tmux server MB"] = sum(p.memory_info().rss for p in servers) / 2**20
             out["status MB"] = _rss_mb(watcher)
             out["web MB"] = _rss_mb(webp)
             h0 = COUNTS.snapshot()
-            cpu0 = [_cpu(me), _cpu_of(webp), _cpu_of(watcher), _cpu(server)]
+            cpu0 = [_cpu(me), _cpu_of(webp), _cpu_of(watcher), _cpus(servers)]
             profiler = cProfile.Profile() if plan.profile else None
             if profiler is not None:
                 profiler.enable()
@@ -335,7 +367,7 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(plan.profile)
-            cpu1 = [_cpu(me), _cpu_of(webp), _cpu_of(watcher), _cpu(server)]
+            cpu1 = [_cpu(me), _cpu_of(webp), _cpu_of(watcher), _cpus(servers)]
             h1 = COUNTS.snapshot()
             mine = cpu1[0] - cpu0[0]
             out["router ms/task"] = 1000 * mine / plan.tasks
@@ -355,6 +387,9 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             if web is not None:
                 await web.close()
             store.close()
+            for shard in _shards(bench)[1:]:
+                with contextlib.suppress(Exception):
+                    await shard.kill_server()
     return out
 
 
@@ -486,13 +521,19 @@ def _child(plan: Plan) -> dict[str, t.Any]:
 
 
 def main(
-    quick: bool = False, ns: Sequence[int] = (), profile: str = "", views: bool = True
+    quick: bool = False,
+    ns: Sequence[int] = (),
+    profile: str = "",
+    views: bool = True,
+    shard_sizes: Sequence[int] = (50,),
 ) -> dict[str, list[Row]]:
     """Run every N in its own process and print the tables; return them.
 
     ``ns`` replaces the default agent counts; with ``profile`` (a directory), each N's
     handoff phase is profiled into ``PROFILE/scale-N.prof`` (cProfile, router process);
     ``views=False`` runs without ``status --watch`` and ``poli web`` beside the router.
+    Each N runs once per ``shard_sizes`` entry, one after the other (an A/B in one run:
+    e.g. 50 and 100000, every agent on one server).
     """
     ns = ns or (QUICK_N if quick else FULL_N)
     results: list[dict[str, t.Any]] = []
@@ -500,12 +541,15 @@ def main(
         if not _fits(n):
             print(f"(N={n} skipped: {psutil.virtual_memory().available / 2**30:.1f} GB available)")
             continue
-        prof = str(pathlib.Path(profile, f"scale-{n}.prof").resolve()) if profile else ""
-        window = 5.0 if quick else 10.0
-        plan = Plan(n=n, window=window, tasks=5 if quick else 15, profile=prof, views=views)
-        results.append(_child(plan))
-        print(f"(N={n} measured)")
-        sys.stdout.flush()
+        for size in shard_sizes:
+            name = f"scale-{n}-{size}.prof"
+            prof = str(pathlib.Path(profile, name).resolve()) if profile else ""
+            window = 5.0 if quick else 10.0
+            tasks = 5 if quick else 15
+            plan = Plan(n, window, tasks, profile=prof, views=views, shard_size=size)
+            results.append({"shard size": size, **_child(plan)})
+            print(f"(N={n}, shard size {size} measured)")
+            sys.stdout.flush()
     tables = _tables(results)
     return tables
 
@@ -517,6 +561,8 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
         [
             {
                 "agents": r["agents"],
+                "shard size": r["shard size"],
+                "servers": r["tmux servers"],
                 "bring-up s": r["bring-up s"],
                 "load": r["load after up"],
                 "router CPU s": r["up router cpu s"],
@@ -538,6 +584,8 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
         [
             {
                 "agents": r["agents"],
+                "shard size": r["shard size"],
+                "servers": r["tmux servers"],
                 "router s": r["router s"],
                 "web s": r["web s"],
                 "status s": r["status s"],
@@ -557,6 +605,8 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
         [
             {
                 "agents": r["agents"],
+                "shard size": r["shard size"],
+                "servers": r["tmux servers"],
                 "poli status s": r["status once s"],
                 "overview first frame ms": r.get("overview first frame ms", float("nan")),
                 "overview update ms": r.get("overview update ms", float("nan")),
@@ -569,6 +619,8 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
         [
             {
                 "agents": r["agents"],
+                "shard size": r["shard size"],
+                "servers": r["tmux servers"],
                 "handoffs": r["handoffs"],
                 "p50 ms": r["p50 ms"],
                 "p99 ms": r["p99 ms"],
@@ -590,6 +642,8 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
         [
             {
                 "agents": r["agents"],
+                "shard size": r["shard size"],
+                "servers": r["tmux servers"],
                 "router RSS MB": r["rss MB"],
                 "router KB per agent": 1024 * (r["rss MB"] - r["rss before MB"]) / r["agents"],
                 "status --watch MB": r["status MB"],
@@ -608,6 +662,8 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
             verdict.append(
                 {
                     "agents": r["agents"],
+                    "shard size": r["shard size"],
+                    "servers": r["tmux servers"],
                     "target": f"{key} <= {limit:g}",
                     "measured": float(r[key]),
                     "met": "yes" if float(r[key]) <= limit else "no",
@@ -616,6 +672,8 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
         verdict.append(
             {
                 "agents": r["agents"],
+                "shard size": r["shard size"],
+                "servers": r["tmux servers"],
                 "target": f"router RSS MB <= {TARGET_RSS_MB:g}",
                 "measured": float(r["rss MB"]),
                 "met": "yes" if float(r["rss MB"]) <= TARGET_RSS_MB else "no",
@@ -640,6 +698,15 @@ if __name__ == "__main__":
         parser.add_argument(
             "--no-views", action="store_true", help="no status --watch and no poli web"
         )
+        parser.add_argument(
+            "--shard-size", type=int, nargs="+", default=[50], help="agents per tmux server"
+        )
         args = parser.parse_args()
         print_machine()
-        main(quick=args.quick, ns=args.n, profile=args.profile, views=not args.no_views)
+        main(
+            quick=args.quick,
+            ns=args.n,
+            profile=args.profile,
+            views=not args.no_views,
+            shard_sizes=args.shard_size,
+        )

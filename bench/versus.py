@@ -42,7 +42,7 @@ Key = tuple[str, str, str]
 """(table, row label, column)."""
 
 
-PARAMETERS = ("agents",)
+PARAMETERS = ("agents", "shard size")
 """Numeric columns that say what a row is about (not what was measured)."""
 
 

@@ -558,3 +558,36 @@ async def test_router_fails_a_task_whose_turn_goes_over_its_token_budget(
         budget = [e for e in loop.store.list_events(task_id="B1") if e.kind == "budget"]
         assert len(budget) == 1 and "PLANNER: the turn used" in budget[0].detail
         assert stored_tokens(loop.store, "task:B1").total > 50
+
+
+async def test_an_answered_turn_waits_for_its_usage_only_where_a_transcript_is(
+    tmp_path: pathlib.Path,
+) -> None:
+    # A node's remote turn ends with run_turn's settle: waiting out USAGE_GRACE for usage
+    # that cannot come (no transcript where the profile looks) held each reply back 1 s.
+    from politerm.driver.tokens import TokenMeter, stored_tokens
+    from politerm.testing.fakeagent.transcript import Transcript
+
+    profile = load_profile("fake-codex")
+    with RunStore.open(tmp_path / "runs.sqlite3") as store:
+        meter = TokenMeter("EXECUTER", profile, cwd=tmp_path, env={}, store=store)
+        assert meter.works  # the profile names a transcript; the agent keeps none here
+        meter.start_turn("T1")
+        # An hour's grace, bounded far below it: without a transcript it ends at once.
+        await asyncio.wait_for(meter.settle(grace=3600), 30)
+        assert meter.end_turn().total == 0
+
+        transcript = Transcript(tmp_path / ".fake-transcript.jsonl")
+        transcript.user("DO T2")  # the CLI writes the prompt's line on submit
+        meter.start_turn("T2")
+
+        async def answer_late() -> None:
+            await asyncio.sleep(0.2)
+            transcript.assistant("Done.")
+
+        late = asyncio.create_task(answer_late())
+        await asyncio.wait_for(meter.settle(grace=3600), 30)
+        await late
+        transcript.close()
+        assert meter.end_turn().total > 0  # the usage written after the answer is counted
+        assert stored_tokens(store, "task:T2").total > 0

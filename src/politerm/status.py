@@ -315,11 +315,13 @@ def render(
     # drawn are escaped: escaping 500 agents' rows was most of a live redraw's work.
     data = _escaped({**data, "agents": rows})
     if not (data["agents"] or data["tasks"] or data["messages"] or data["events"]):
-        return Text(
+        hint = Text(
             "Nothing here yet: no agents are up and no task was given in this project.\n"
             'Start the agents with `poli up`, then give them work with `poli task "..."` '
             "(or try it all on the bundled fake agents with `poli demo`)."
         )
+        # In a fleet, say which node this is and whether the others could be read.
+        return Group(hint, Text(fleet_words(data["fleet"]))) if data.get("fleet") else hint
     # A fleet's rows name their node (merge_fleet); one machine's have no such column.
     fleet = any("node" in a for a in data["agents"])
     agents = Table(title="agents", expand=True)

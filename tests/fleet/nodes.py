@@ -8,6 +8,7 @@ own, which a test can ``kill -9`` or stop (SIGSTOP) like a machine that died or 
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import pathlib
@@ -25,6 +26,7 @@ from politerm.testing.fakeagent.eventlog import read_log
 from tests.loophelpers import EXECUTER_OK, PLANNER_OK, write_project
 
 if t.TYPE_CHECKING:
+    from tests.fleet.netns import FleetNet
     from tests.fleet.redisserver import RedisServer
 
 
@@ -37,10 +39,17 @@ class FleetNode:
     socket: str
     env: dict[str, str]
     proc: subprocess.Popen[str] | None = None
+    netns: str | None = None
+    """The machine's network namespace (tests/fleet/netns.py); None: the host's."""
+
+    def argv(self, *args: str) -> list[str]:
+        """``poli ARGS`` as this node runs it (inside its namespace, if it has one)."""
+        inside = ["ip", "netns", "exec", self.netns] if self.netns else []
+        return [*inside, sys.executable, "-m", "politerm", *args]
 
     def poli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """Run ``poli ARGS`` on this node (bounded: a hang fails with its Python stacks)."""
-        argv = [sys.executable, "-m", "politerm", *args]
+        argv = self.argv(*args)
         proc = subprocess.Popen(
             argv,
             cwd=self.root,
@@ -60,7 +69,7 @@ class FleetNode:
     def start(self, *args: str) -> subprocess.Popen[str]:
         """Start ``poli ARGS`` on this node without waiting (its output on a pipe)."""
         return subprocess.Popen(
-            [sys.executable, "-m", "politerm", *args],
+            self.argv(*args),
             cwd=self.root,
             env=self.env,
             stdout=subprocess.PIPE,
@@ -71,8 +80,9 @@ class FleetNode:
     def start_node(self) -> None:
         """``poli node --foreground`` as a process of its own (its output in node.log)."""
         log = (self.root / "node.log").open("a")
+        # `ip netns exec` execs the command: the pid is the node's own.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "politerm", "node", "--foreground"],
+            self.argv("node", "--foreground"),
             cwd=self.root,
             env=self.env,
             stdout=log,
@@ -107,6 +117,16 @@ class FleetNode:
                 self.proc.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 self.kill_node()
+
+    def kill_tmux(self) -> None:
+        """Kill this node's tmux server (its agents with it), without ``poli down``."""
+        subprocess.run(
+            ["tmux", "-L", self.socket, "kill-server"],
+            env=self.env,
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
 
     def events(self, agent: str) -> list[dict[str, t.Any]]:
         """Everything ``agent`` on this node logged itself (none if it never ran here)."""
@@ -146,18 +166,25 @@ def make_fleet(
     timeout: float = 60.0,
     extra: str = "",
     transcripts: bool = False,
+    net: FleetNet | None = None,
+    scenarios: t.Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, FleetNode]:
     """One directory per node, each with the same project's poli.toml and its own socket.
 
     ``transcripts``: the fake agents keep a transcript (with each reply's usage) where
-    their profiles look, as the real CLIs do.
+    their profiles look, as the real CLIs do. ``net``: the nodes it names run in their
+    namespaces and reach Redis over their links. ``scenarios``: a node's own (planner,
+    executer) scenarios, e.g. a slow machine's.
     """
     tag = secrets.token_hex(3)
     nodes: dict[str, FleetNode] = {}
-    fleet = (
-        f'[fleet]\nurl = "{redis.url}"\nproject = "ft{tag}"\nlease = {lease}\nmargin = 1\n'
-        "heartbeat = 1\ntimeout = 3\n"
-    )
+
+    def fleet(name: str) -> str:
+        url = redis.url_at(net.redis_host(name)) if net is not None else redis.url
+        return (
+            f'[fleet]\nurl = "{url}"\nproject = "ft{tag}"\nlease = {lease}\nmargin = 1\n'
+            "heartbeat = 1\ntimeout = 3\n"
+        )
 
     def placed(agent_nodes: t.Sequence[str]) -> str:
         if len(agent_nodes) == 1:
@@ -167,14 +194,15 @@ def make_fleet(
     for name in names:
         root = tmp / name
         socket = f"poli-ft{tag}{name}"
+        own = (scenarios or {}).get(name, (planner, executer))
         path = write_project(
             root,
             socket,
-            planner=planner,
-            executer=executer,
+            planner=own[0],
+            executer=own[1],
             plan_timeout=timeout,
             exec_timeout=timeout,
-            extra=fleet + extra,
+            extra=fleet(name) + extra,
             transcripts=transcripts,
         )
         text = path.read_text()
@@ -192,13 +220,13 @@ def make_fleet(
             "COLUMNS": "200",
             "PYTHONUNBUFFERED": "1",
         }
-        nodes[name] = FleetNode(name, root, socket, env)
+        nodes[name] = FleetNode(name, root, socket, env, netns=net.netns(name) if net else None)
     return nodes
 
 
 def tear_down(nodes: t.Mapping[str, FleetNode]) -> None:
     """Stop every node process, then ``poli down`` on each node (agents, sessions, services)."""
-    for node in nodes.values():
-        node.stop_node()
-    for node in nodes.values():
-        node.poli("down")
+    # Each machine's in parallel: every `poli down` is a process of its own (about 2 s).
+    with concurrent.futures.ThreadPoolExecutor(len(nodes) or 1) as pool:
+        list(pool.map(FleetNode.stop_node, nodes.values()))
+        list(pool.map(lambda node: node.poli("down"), nodes.values()))

@@ -69,10 +69,17 @@ class RedisServer:
         Speak TLS only, with these files (:func:`make_tls_files`).
     acl
         The rules of the fleet's user (keys, channels, commands).
+    binds
+        The addresses it listens on (loopback, and the host ends of the test machines'
+        links: tests/fleet/netns.py).
     """
 
     def __init__(
-        self, directory: pathlib.Path, tls: TlsFiles | None = None, acl: str = "~* &* +@all"
+        self,
+        directory: pathlib.Path,
+        tls: TlsFiles | None = None,
+        acl: str = "~* &* +@all",
+        binds: t.Sequence[str] = ("127.0.0.1",),
     ) -> None:
         if shutil.which("redis-server") is None:
             pytest.fail(
@@ -86,12 +93,17 @@ class RedisServer:
         self._default_password = secrets.token_hex(16)
         self.tls = tls
         self.acl = acl
+        self.binds = list(binds)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """``redis://USER:PASSWORD@127.0.0.1:PORT/0``."""
-        return f"redis://{USER}:{self.password}@127.0.0.1:{self.port}/0"
+        return self.url_at("127.0.0.1")
+
+    def url_at(self, host: str) -> str:
+        """``redis://USER:PASSWORD@HOST:PORT/0``: one of its :attr:`binds`."""
+        return f"redis://{USER}:{self.password}@{host}:{self.port}/0"
 
     def tls_url(self, host: str = "localhost") -> str:
         """``rediss://USER:PASSWORD@HOST:PORT/0`` (the certificate names ``localhost``)."""
@@ -128,7 +140,7 @@ class RedisServer:
         conf.write_text(
             "\n".join(
                 [
-                    "bind 127.0.0.1",
+                    "bind " + " ".join(self.binds),
                     *self._listen(),
                     f"dir {self.directory}",
                     "daemonize no",

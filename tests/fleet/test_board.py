@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import typing as t
 
 from politerm.fleet import Board, WorkQueue, connect
 from politerm.fleet.board import LOST, MAX_TEXT
-from politerm.testing.retry import retry_until
+from politerm.store import RunStore
+from politerm.testing.retry import aretry_until, retry_until
 
 if t.TYPE_CHECKING:
+    import pathlib
+
     from tests.fleet.redisserver import RedisServer
 
 SECRET = "sk-ant-api03-" + "Z" * 40
@@ -115,3 +119,115 @@ async def test_a_feed_follows_changes_and_tells_its_listeners(redis_server: Redi
         assert row is not None and row.state == "waiting_approval" and row.approval is not None
         assert heard == [{"EXECUTER"}]
         assert [r["node"] for r in feed.snapshot()] == ["b"]
+
+
+async def test_status_watch_redraws_when_another_node_publishes(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    from politerm.engine.fleetboard import BoardFeed
+    from politerm.livestatus import watch
+    from politerm.status import collect, merge_fleet
+
+    board = make_board(redis_server)
+    board.publish("b", {"EXECUTER": {"state": "ready"}}, every=60)
+    frames: list[dict[str, t.Any]] = []
+    stop = asyncio.Event()
+    with RunStore.open(tmp_path / "store.db") as store:
+        async with BoardFeed(board, every=60) as feed:
+
+            def with_board(*args: t.Any, **kwargs: t.Any) -> dict[str, t.Any]:
+                return merge_fleet(collect(*args, **kwargs), feed.snapshot(), "c", ())
+
+            def shown(state: str) -> bool:
+                return any(
+                    (a["name"], a["node"], a["state"]) == ("EXECUTER", "b", state)
+                    for f in frames
+                    for a in f["agents"]
+                )
+
+            watching = asyncio.create_task(
+                watch(store, None, frames.append, collect=with_board, stop=stop, also=feed.event)
+            )
+            try:
+                await aretry_until(_now(shown, "ready"), 10, what="the first frame")
+                # No commit to this store: the board's change alone redraws the view.
+                await asyncio.to_thread(
+                    board.publish, "b", {"EXECUTER": {"state": "busy"}}, every=60
+                )
+                await aretry_until(_now(shown, "busy"), 10, what="a redraw with b's change")
+            finally:
+                stop.set()
+                await asyncio.wait_for(watching, 10)
+
+
+def _now(check: t.Callable[[str], bool], state: str) -> t.Callable[[], t.Awaitable[bool]]:
+    async def look() -> bool:
+        return check(state)
+
+    return look
+
+
+def test_status_on_a_node_says_when_redis_cannot_be_reached_and_answer_where_to_go(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    from tests.fleet.nodes import make_fleet
+
+    (c,) = make_fleet(tmp_path, redis_server, ["c"]).values()
+    redis_server.stop()
+    shown = c.poli("status")
+    assert shown.returncode == 0, shown.stderr
+    assert "other nodes' agents not shown: cannot reach Redis" in shown.stdout, shown.stdout
+    assert redis_server.password not in shown.stdout + shown.stderr
+    as_json = c.poli("status", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert "cannot reach Redis" in json.loads(as_json.stdout)["fleet"]["board_error"]
+    # A task's question is answered where the task lives: the router's machine says so.
+    said = c.poli("answer", "T-9", "yes")
+    assert said.returncode != 0 and "Traceback" not in said.stderr
+    assert "no task 'T-9' on node c: answer on the machine that runs the router" in said.stderr
+
+
+async def test_a_publisher_sends_its_own_agents_changes_once_each(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    from politerm.agents.approval import PendingApproval, set_pending
+    from politerm.engine.fleetboard import BoardPublisher
+
+    board = make_board(redis_server)
+    with RunStore.open(tmp_path / "store.db") as store:
+        for name, session in (("EXECUTER", "s-node"), ("PLANNER", "s")):
+            store.upsert_agent(
+                name, session=session, pane_id="%1", command="x", cwd=".", profile="fake",
+                resume_command=None,
+            )  # fmt: skip
+        store.set_agent_state("EXECUTER", "busy")
+        publisher = BoardPublisher(store, board, "b", ["EXECUTER", "PLANNER"], "s-node", every=60)
+        stop = asyncio.Event()
+        running = asyncio.create_task(publisher.run(stop))
+
+        def row() -> t.Any:
+            found = [r for r in board.rows() if r.agent == "EXECUTER"]
+            return found[0] if found else None
+
+        try:
+            first = await asyncio.to_thread(retry_until, row, 10, what="EXECUTER published")
+            assert (first.node, first.state) == ("b", "busy")
+            # PLANNER is another session's (the router's on this machine): not this one's.
+            assert [r.agent for r in board.rows()] == ["EXECUTER"]
+            sent = publisher.published
+            store.add_event("note", detail="a commit that changes no row of its agents")
+            set_pending(store, PendingApproval("EXECUTER", "Bash", "ls", ("Run ls?",), 7.5))
+            store.set_agent_state("EXECUTER", "waiting_approval")
+
+            def asking() -> t.Any:
+                r = row()
+                return r if r.approval is not None else None
+
+            asked = await asyncio.to_thread(retry_until, asking, 10, what="the question published")
+            assert asked.state == "waiting_approval" and asked.approval["asked"] == 7.5
+            assert "ls" in asked.approval["what"]
+            # Each publish is one script call; the commit that changed nothing sent nothing.
+            assert publisher.published - sent <= 2
+        finally:
+            stop.set()
+            await asyncio.wait_for(running, 10)

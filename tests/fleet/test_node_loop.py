@@ -18,12 +18,14 @@ from politerm.engine.fleetlink import open_queue
 from politerm.fleet.budget import Caps, FleetBudget
 from politerm.protocol.usage import Usage
 from politerm.testing.retry import retry_until
+from tests.fleet.chaos import Machine, Starver
 from tests.fleet.nodes import FleetNode, make_fleet, slow_executer, tear_down
-from tests.loophelpers import EXECUTER_OK
+from tests.loophelpers import EXECUTER_OK, PLANNER_OK
 
 if t.TYPE_CHECKING:
     import pathlib
 
+    from tests.fleet.netns import FleetNet
     from tests.fleet.redisserver import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -118,12 +120,21 @@ def test_a_node_killed_mid_turn_its_work_finishes_on_another_node(
         tear_down(nodes)
 
 
+@pytest.mark.parametrize("how", ["pause", "cut"])
 def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejected(
-    redis_server: RedisServer, tmp_path: pathlib.Path
+    fleet_net: FleetNet, net_redis: RedisServer, tmp_path: pathlib.Path, how: str
 ) -> None:
+    # pause: the node process stopped (SIGSTOP). cut: its machine's link down, a real
+    # partition (on loopback, where no namespace could be made: SIGSTOP, and it says so).
+    print(f"machines on {fleet_net.how}")
     slow = slow_executer(3)
     nodes = make_fleet(
-        tmp_path, redis_server, ["a", "b", "c"], executer_nodes=("b", "c"), executer=slow
+        tmp_path,
+        net_redis,
+        ["a", "b", "c"],
+        executer_nodes=("b", "c"),
+        executer=slow,
+        net=fleet_net,
     )
     a = nodes["a"]
     try:
@@ -132,11 +143,20 @@ def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejec
         assert a.poli("up").returncode == 0
         task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
         first = _first_to_take([nodes["b"], nodes["c"]])
-        first.pause_node()  # cut off mid-turn (SIGSTOP): its lease runs out
+        linked = how == "cut" and fleet_net.namespaced
+        # Cut off mid-turn: its lease runs out.
+        if linked:
+            fleet_net.cut(first.name)
+        else:
+            first.pause_node()
         other = nodes["c"] if first is nodes["b"] else nodes["b"]
         out, _ = task.communicate(timeout=180)
         assert task.returncode == 0, out + other.log()
-        first.resume_node()  # back: its agent answered meanwhile; its result is late
+        # Back: its agent answered meanwhile; its result is late.
+        if linked:
+            fleet_net.heal(first.name)
+        else:
+            first.resume_node()
 
         def verdict() -> str | None:
             with first.store() as store:
@@ -151,6 +171,48 @@ def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejec
         # The plan was handed once to each EXECUTER: nothing typed again by the fenced node.
         for node in (first, other):
             assert len([p for p in node.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+    finally:
+        tear_down(nodes)
+
+
+def test_a_slow_node_keeps_its_work_while_it_renews_its_lease(
+    fleet_net: FleetNet, net_redis: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    # Node b's EXECUTER takes four leases to answer, and b is starved of CPU (its node and
+    # agent stopped 0.3 s of every 0.8 s) while node c waits in the same pool, ready to
+    # re-claim the work the moment b's lease lapsed. It never does: b renews.
+    print(f"machines on {fleet_net.how}")
+    lease = 3.0
+    nodes = make_fleet(
+        tmp_path,
+        net_redis,
+        ["a", "b", "c"],
+        executer_nodes=("b", "c"),
+        lease=lease,
+        net=fleet_net,
+        scenarios={"b": (PLANNER_OK, slow_executer(4 * lease))},
+    )
+    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    try:
+        b.start_node()  # alone at first: the plan goes to b
+        assert a.poli("up").returncode == 0
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
+        _first_to_take([b])
+        c.start_node()
+        with Starver(Machine("b", [b])):
+            out, _ = task.communicate(timeout=180)
+        assert task.returncode == 0, out + b.log() + c.log()
+        assert "final report (T-1)" in out
+        # The agents' own logs: b's EXECUTER was handed the plan once, c's never.
+        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        assert c.prompts("EXECUTER") == []
+        with b.store() as store:
+            (row,) = store.journal_leased()
+            fenced = [e for e in store.list_events() if e.kind in ("fenced", "late-result")]
+        assert row.verdict == "accepted" and fenced == [], (row, fenced)
+        # One attempt, its lease renewed all along: it ran out long after the first one would.
+        assert row.epoch is not None and row.lease_until is not None
+        assert row.lease_until > row.started + 3 * lease, row
     finally:
         tear_down(nodes)
 

@@ -308,3 +308,15 @@ async def test_one_agent_changing_redraws_its_row_only(
                     timeout=60_000,
                 )
                 assert await page.evaluate("window.drawnRows") == 2
+                # The server sends that one row too, not the overview's 40 (ui/web/delta.py).
+                ws_url = base.replace("http://", "ws://") + f"/ws/overview?token={token}"
+                async with websockets.connect(ws_url) as ws:
+                    first = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                    assert len(first["agents"]) == 40 and "delta" not in first
+                    store.set_agent_state("IDLE12", "busy")
+                    frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                    assert "agents" not in frame["delta"]
+                    changed = frame["rows"]["agents"]
+                    assert changed["len"] == 40 and list(changed["at"]) == ["12"]
+                    assert changed["at"]["12"]["name"] == "IDLE12"
+                    assert changed["at"]["12"]["state"] == "busy"

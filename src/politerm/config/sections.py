@@ -81,6 +81,11 @@ class TmuxConfig(_Section):
         default=50, ge=5, le=10000, description="a whole number of rows from 5 to 10000"
     )
     history_limit: int = Field(default=200_000, ge=0, description="a whole number of lines >= 0")
+    shard_size: int = Field(
+        default=50,
+        ge=1,
+        description="a whole number of agents >= 1 (agents per tmux server of a session)",
+    )
 
 
 class StoreConfig(_Section):

@@ -178,7 +178,12 @@ def check_socket_dir(ctx: DoctorContext) -> Iterable[CheckResult]:
     name = "socket dir"
     directory = socket_dir(ctx.env)
     config = ctx.config()
-    socket = f"; socket {directory / config.tmux.socket}" if config is not None else ""
+    socket = ""
+    if config is not None:
+        tc = config.tmux
+        # A session of more agents spans further servers, <socket>-<session>-<n> beside it.
+        shards = f"; {tc.shard_size} agents per server, more on {tc.socket}-{tc.session}-N"
+        socket = f"{shards}; socket {directory / tc.socket}"
     try:
         info = directory.stat()
     except FileNotFoundError:

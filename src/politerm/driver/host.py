@@ -1,10 +1,17 @@
 """The terminal host of a project: where every workflow's agents run.
 
 A workflow never opens a tmux window, lists panes or kills a session itself: it asks its
-:class:`Host` (one private tmux server and one session on it) to bring the session up, to
-start an agent there (with its hook receipts, in a new window or respawned in its old
+:class:`Host` (one session on the project's private tmux servers) to bring the session up,
+to start an agent there (with its hook receipts, in a new window or respawned in its old
 pane), to find the agents already running after a restart, and to take them down. Headless
 agents run in PTYs through :meth:`AgentDriver.start` without a host.
+
+A session with many agents spans several servers (shards, :mod:`politerm.tmux.shards`):
+tmux's own loop costs time in proportion to every pane of its server, so no server gets
+more than ``shard_size`` agents. Shard 0 is the configured server, where the session's
+control window lives; a new agent goes to the least full shard of those the session needs.
+Callers see one host: a :class:`Pane` carries its own server, and :meth:`Host.socket_of`
+names it for the agent's row.
 
 Layer: the driver's start path, above ``tmux/`` and ``pty/``; ``engine/``, ``messaging/``
 and ``manager/`` (and every other workflow) use it instead of them.
@@ -12,16 +19,20 @@ and ``manager/`` (and every other workflow) use it instead of them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import math
 import typing as t
 
 from politerm.agents.profile import load_profile
 from politerm.driver.agent import AgentDriver
 from politerm.driver.launch import Launched, launch
 from politerm.driver.receipts import PANE_OPTION
-from politerm.errors import TmuxError
+from politerm.errors import SessionNotFound, TmuxError
+from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.tmux.pane import Pane, agent_panes, hide_tmux, new_window
 from politerm.tmux.server import TmuxServer, default_config_dir
+from politerm.tmux.shards import SHARD_WINDOW, shard_index, shard_socket, shard_sockets
 
 if t.TYPE_CHECKING:
     import os
@@ -33,20 +44,33 @@ if t.TYPE_CHECKING:
     from politerm.store import RunStore
 
 
+DEFAULT_SHARD_SIZE = 50
+"""Agents per tmux server unless ``[tmux] shard_size`` says otherwise (see the module)."""
+
+
 class Host:
-    """One session on a project's private tmux server: its agents' terminal host.
+    """One session on a project's private tmux servers: its agents' terminal host.
 
     Parameters
     ----------
     server
-        The private tmux server (one socket).
+        The private tmux server the session starts on (shard 0, its control window).
     session
-        The tmux session the agents run in.
+        The tmux session the agents run in (the same name on every shard).
+    shard_size
+        At most this many agents per server; more spread over further servers.
     """
 
-    def __init__(self, server: TmuxServer, session: str) -> None:
+    def __init__(
+        self, server: TmuxServer, session: str, *, shard_size: int = DEFAULT_SHARD_SIZE
+    ) -> None:
         self.server = server
         self.session = session
+        self.shard_size = shard_size
+        self._shards: dict[int, TmuxServer] = {0: server}
+        self._planned = 1
+        # Shard -> agents placed there, counted once and kept by launch().
+        self._loads: dict[int, int] | None = None
 
     def __repr__(self) -> str:
         return f"Host({self.socket}:{self.session})"
@@ -63,22 +87,61 @@ class Host:
         server = TmuxServer(
             socket or tc.socket, width=tc.width, height=tc.height, history_limit=tc.history_limit
         )
-        return cls(server, session if session is not None else tc.session)
+        return cls(server, session if session is not None else tc.session, shard_size=tc.shard_size)
 
     @property
     def socket(self) -> str:
-        """The server's socket name (``tmux -L``)."""
+        """The session's first server's socket name (``tmux -L``): its control window's."""
         return self.server.socket_name
 
     def on(self, session: str) -> Host:
-        """The host of another session on the same server (sharing its connections)."""
-        return Host(self.server, session)
+        """The host of another session on the same servers (sharing their connections)."""
+        return Host(self.server, session, shard_size=self.shard_size)
+
+    # --- its servers ----------------------------------------------------------------------
+
+    def socket_of(self, pane: Pane) -> str:
+        """The socket of the server ``pane`` runs on: what an agent's row records."""
+        return pane.server.socket_name
+
+    def _shard(self, index: int) -> TmuxServer:
+        server = self._shards.get(index)
+        if server is None:
+            name = shard_socket(self.server.socket_name, self.session, index)
+            server = self._shards[index] = self.server.sibling(name)
+        return server
+
+    def shard_of(self, socket: str) -> TmuxServer | None:
+        """The server of this session's shard on ``socket`` (None: not one of its shards)."""
+        index = shard_index(self.server.socket_name, self.session, socket)
+        return None if index is None else self._shard(index)
+
+    def shards(self) -> list[TmuxServer]:
+        """Shard 0 and every further shard of the session that has a socket file."""
+        for socket in shard_sockets(self.server.socket_name, self.session):
+            self.shard_of(socket)
+        return [self._shards[i] for i in sorted(self._shards)]
+
+    def plan(self, agents: int) -> int:
+        """Spread the next agents over the shards ``agents`` in all need; returns how many.
+
+        Without a plan a shard fills up before the next opens; with one, ``agents`` agents
+        go round the shards evenly (60 agents of 50 per shard: 30 and 30).
+        """
+        self._planned = max(1, math.ceil(agents / self.shard_size))
+        self._loads = None  # counted again: agents may have died with a server since
+        return self._planned
 
     # --- the session ----------------------------------------------------------------------
 
     async def is_up(self) -> bool:
-        """Whether the session exists."""
+        """Whether the session exists (on its first server, where it starts)."""
         return await self.server.has_session(self.session)
+
+    async def up_anywhere(self) -> bool:
+        """Whether the session exists on any of its servers (its first one may have died)."""
+        found = await asyncio.gather(*(s.has_session(self.session) for s in self.shards()))
+        return any(found)
 
     async def sessions(self) -> list[str]:
         """Every session on the server (none when it is not running)."""
@@ -102,18 +165,29 @@ class Host:
         )
 
     async def kill(self) -> None:
-        """Kill the session; the server goes (socket, config) when it was its last one.
+        """Kill the session on every server; a server goes (socket, config) with its last one.
 
         Raises
         ------
         SessionNotFound
-            There is no such session.
+            No server has the session.
         """
-        await self.server.kill_session(self.session)
+        killed = False
+        for server in self.shards():
+            try:
+                await server.kill_session(self.session)
+            except SessionNotFound:
+                continue
+            killed = True
+        self._loads = None
+        if not killed:
+            msg = f"no tmux session {self.session!r} on socket {self.socket!r}"
+            raise SessionNotFound(msg)
 
     async def close(self) -> None:
-        """Close this process's connections to the server (the agents keep running)."""
-        await self.server.close()
+        """Close this process's connections to the servers (the agents keep running)."""
+        for server in self._shards.values():
+            await server.close()
 
     async def tmux(self, *args: str) -> tuple[int, str, str]:
         """Run one read-only tmux query on the server: (exit status, stdout, stderr)."""
@@ -122,22 +196,84 @@ class Host:
     # --- its agents -----------------------------------------------------------------------
 
     async def agent_panes(self) -> dict[str, Pane]:
-        """The session's agent panes (``@poli_agent``) by agent name, in one listing."""
-        return await agent_panes(await self.server.connect(self.session), self.server)
+        """The session's agent panes (``@poli_agent``) by agent name, one listing per server.
+
+        A further shard whose server is gone has no agents (their rows still name it).
+        """
+        try:
+            first = await agent_panes(await self.server.connect(self.session), self.server)
+        except SessionNotFound:
+            first = {}  # its first server died before the others (poli down still finds them)
+        others = await asyncio.gather(*(self._shard_panes(s) for s in self.shards()[1:]))
+        found: dict[str, Pane] = {}
+        for panes in (first, *others):
+            for name, pane in panes.items():
+                found.setdefault(name, pane)
+        return found
+
+    async def _shard_panes(self, server: TmuxServer) -> dict[str, Pane]:
+        try:
+            if not await server.has_session(self.session):
+                return {}
+            return await agent_panes(await server.connect(self.session), server)
+        except (TmuxError, OSError):
+            return {}
+
+    async def _place(self) -> TmuxServer:
+        """The server for a new agent: the least full of the shards the session needs."""
+        if self._loads is None:
+            self._loads = {}
+            for pane in (await self.agent_panes()).values():
+                index = shard_index(self.socket, self.session, pane.server.socket_name)
+                if index is not None:
+                    self._loads[index] = self._loads.get(index, 0) + 1
+        loads = self._loads
+        needed = math.ceil((sum(loads.values()) + 1) / self.shard_size)
+        count = max(self._planned, needed)
+        index = min(range(count), key=lambda i: (loads.get(i, 0), i))
+        loads[index] = loads.get(index, 0) + 1
+        server = self._shard(index)
+        if index > 0:
+            await self._open_shard(server, index)
+        return server
+
+    async def _open_shard(self, server: TmuxServer, index: int) -> None:
+        """Create the session on a further shard, tagged with the first one's project."""
+        if await server.has_session(self.session):
+            return
+        rc, out, _ = await self.server.run(
+            "display-message",
+            "-p",
+            "-t",
+            f"={self.session}:",
+            f"#{{{PROJECT_OPTION}}}\t#{{{STORE_OPTION}}}",
+        )
+        project, _, store = out.rstrip("\n").partition("\t") if rc == 0 else ("", "", "")
+        options = {k: v for k, v in ((PROJECT_OPTION, project), (STORE_OPTION, store)) if v}
+        # Its first window is a pane that has already exited (remain-on-exit keeps it):
+        # a session needs one window, and a dead pane costs the server nothing.
+        note = (
+            f"politerm: shard {index} of session {self.session}; its agents have the other windows"
+        )
+        await server.ensure_session(
+            self.session, window_name=SHARD_WINDOW, argv=["echo", note], options=options
+        )
 
     async def find_agent_pane(self, name: str) -> Pane | None:
         """The pane of agent ``name`` in the session, if it has one (alive or dead)."""
         return (await self.agent_panes()).get(name)
 
-    async def pane(self, pane_id: str) -> Pane | None:
-        """A handle on pane ``pane_id`` of any session of the server; None if it is gone."""
-        rc, out, _ = await self.server.run(
-            "display-message", "-p", "-t", pane_id, "#{session_name}"
-        )
+    async def pane(self, pane_id: str, socket: str = "") -> Pane | None:
+        """A handle on pane ``pane_id`` of any session of a server; None if it is gone.
+
+        ``socket`` names the server (an agent's row says which); empty: the first one.
+        """
+        server = self.server if not socket else self.shard_of(socket) or self.server.sibling(socket)
+        rc, out, _ = await server.run("display-message", "-p", "-t", pane_id, "#{session_name}")
         session = out.strip()
         if rc != 0 or not session:
             return None
-        return await self.server.pane(session, pane_id)
+        return await server.pane(session, pane_id)
 
     async def launch(
         self,
@@ -167,9 +303,10 @@ class Host:
             if replace is not None:
                 await replace.respawn(argv, cwd=cwd, env=env)
                 return replace
+            server = await self._place()
             return await new_window(
-                await self.server.connect(self.session),
-                self.server,
+                await server.connect(self.session),
+                server,
                 session=self.session,
                 name=window or name.lower(),
                 argv=argv,

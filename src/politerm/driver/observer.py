@@ -1,9 +1,11 @@
 """The one observer of a project's agents: what every view knows of them.
 
 The views (``poli status``, the dashboard, the web monitor) never talk to tmux themselves;
-they ask an :class:`Observer`, the read side of the project's private server. It keeps one
-persistent control-mode connection per session (opened on first use, shared with every
-mirror of that session, closed by :meth:`Observer.close`) and offers:
+they ask an :class:`Observer`, the read side of the project's private servers (the
+configured one, and the further servers a session with many agents spans:
+:mod:`politerm.tmux.shards`). It keeps one persistent control-mode connection per session
+and server (opened on first use, shared with every mirror of that session, closed by
+:meth:`Observer.close`) and offers:
 
 - :meth:`~Observer.panes`: every pane with the agent it runs (one ``list-panes -a``);
   :meth:`~Observer.sessions`: every session with its project and store;
@@ -44,6 +46,7 @@ from politerm.driver.processes import list_panes as list_processes
 from politerm.errors import PaneNotFound, PolitermError, TmuxError
 from politerm.tmux.pane import Pane
 from politerm.tmux.server import TmuxServer
+from politerm.tmux.shards import shard_sockets
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -57,6 +60,9 @@ if t.TYPE_CHECKING:
     from politerm.tmux.control import ControlClient, Notification
 
 __all__ = ["Change", "ChangeKind", "Observer", "SessionEntry"]
+
+Where = tuple[str, str]
+"""A session on a server: (socket, session)."""
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +105,8 @@ class Change:
     kind: ChangeKind
     session: str
     pane_id: str | None = None
+    #: The server it happened on (a pane id is only unique on its own server).
+    socket: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,13 +136,15 @@ class Observer:
     def __init__(self, server: TmuxServer) -> None:
         self._server = server
         self._owned = False
-        self._clients: dict[str, ControlClient] = {}
+        # Socket -> the server (the configured one, then the shards met since).
+        self._servers: dict[str, TmuxServer] = {server.socket_name: server}
+        self._clients: dict[Where, ControlClient] = {}
         self._unhook: list[Callable[[], None]] = []
         self._listeners: list[Callable[[Change], None]] = []
-        # Pane id -> its pane_dead as tmux last announced it ("0"/"1").
-        self._dead_seen: dict[str, str] = {}
-        # Session -> pane id -> dead, as last listed and then as tmux announced since.
-        self._dead: dict[str, dict[str, bool]] = {}
+        # (socket, pane id) -> its pane_dead as tmux last announced it ("0"/"1").
+        self._dead_seen: dict[tuple[str, str], str] = {}
+        # (socket, session) -> pane id -> dead, as last listed and then as tmux announced.
+        self._dead: dict[Where, dict[str, bool]] = {}
         self._event = asyncio.Event()
         self._profiles: dict[str, AgentProfile | None] = {}
         self._resets_read: set[str] = set()
@@ -157,13 +167,32 @@ class Observer:
         return self._server.socket_name
 
     async def close(self) -> None:
-        """Stop following; close the connections if they are the observer's own."""
+        """Stop following; close the connections if they are the observer's own.
+
+        The connections to further servers (shards) are always its own.
+        """
         for undo in self._unhook:
             undo()
         self._unhook.clear()
         self._clients.clear()
-        if self._owned:
-            await self._server.close()
+        for server in self._servers.values():
+            if self._owned or server is not self._server:
+                await server.close()
+
+    def _server_of(self, socket: str) -> TmuxServer:
+        """The server on ``socket`` (empty: the configured one)."""
+        if not socket:
+            return self._server
+        server = self._servers.get(socket)
+        if server is None:
+            server = self._servers[socket] = self._server.sibling(socket)
+        return server
+
+    def _all_servers(self) -> list[TmuxServer]:
+        """The configured server and every shard of its sessions that has a socket file."""
+        for socket in shard_sockets(self._server.socket_name):
+            self._server_of(socket)
+        return list(self._servers.values())
 
     async def __aenter__(self) -> t.Self:
         return self
@@ -173,9 +202,12 @@ class Observer:
 
     # --- following ------------------------------------------------------------------------
 
-    async def follow(self, session: str) -> bool:
-        """Follow ``session``'s announcements (one connection, kept); False if it is not up."""
-        return await self._connect(session) is not None
+    async def follow(self, session: str, socket: str = "") -> bool:
+        """Follow ``session``'s announcements (one connection, kept); False if it is not up.
+
+        ``socket`` names its server when it is not the configured one (a shard).
+        """
+        return await self._connect(session, socket) is not None
 
     def listen(self, listener: Callable[[Change], None]) -> Callable[[], None]:
         """Call ``listener`` with each :class:`Change` of a followed session; returns the undo."""
@@ -191,20 +223,22 @@ class Observer:
         """An event set at the next change that may change :meth:`states` (a death, a close)."""
         return self._event
 
-    async def _connect(self, session: str) -> ControlClient | None:
-        client = self._clients.get(session)
+    async def _connect(self, session: str, socket: str = "") -> ControlClient | None:
+        server = self._server_of(socket)
+        where = (server.socket_name, session)
+        client = self._clients.get(where)
         if client is not None and client.dead_reason is None:
             return client
         # A new connection: what the old one announced may have been missed.
-        self._dead.pop(session, None)
+        self._dead.pop(where, None)
         try:
-            client = await self._server.connect(session)
+            client = await server.connect(session)
         except (TmuxError, OSError) as exc:
-            log.debug("observer: session %s: %s", session, exc)
+            log.debug("observer: session %s on %s: %s", session, where[0], exc)
             return None
-        if self._clients.get(session) is not client:
-            self._clients[session] = client
-            self._unhook.append(client.on_notification(lambda n: self._on_note(session, n)))
+        if self._clients.get(where) is not client:
+            self._clients[where] = client
+            self._unhook.append(client.on_notification(lambda n: self._on_note(where, n)))
             if self._owned:
                 # The views read layouts, deaths and the store, not output: tmux need not
                 # write every agent's output to them too. A mirror turns it on (subscribe).
@@ -225,7 +259,8 @@ class Observer:
         event, self._event = self._event, asyncio.Event()
         event.set()
 
-    def _on_note(self, session: str, note: Notification) -> None:
+    def _on_note(self, where: Where, note: Notification) -> None:
+        socket, session = where
         if note.name == "subscription-changed":
             # "%subscription-changed poli-dead $s @w i %p : 1": the pane's program died; 0
             # is every pane's first report, or a respawn. The listing read last is kept true
@@ -234,38 +269,48 @@ class Observer:
             if pane is None:
                 return
             dead = note.args[-1] if note.args else ""
-            before = self._dead_seen.get(pane)
-            self._dead_seen[pane] = dead
-            for panes in self._dead.values():
-                if pane in panes:
+            before = self._dead_seen.get((socket, pane))
+            self._dead_seen[socket, pane] = dead
+            for (on, _), panes in self._dead.items():
+                if on == socket and pane in panes:
                     panes[pane] = dead == "1"
             if dead == "1" and before != "1":
                 self._changed()
-                self._publish(Change(ChangeKind.EXITED, session, pane))
+                self._publish(Change(ChangeKind.EXITED, session, pane, socket))
             elif before == "1" and dead != "1":
-                self._publish(Change(ChangeKind.LAYOUT, session, pane))
+                self._publish(Change(ChangeKind.LAYOUT, session, pane, socket))
         elif note.name in _STRUCTURAL:
-            self._dead.clear()
+            self._forget(socket)
             self._changed()
-            self._publish(Change(ChangeKind.LAYOUT, session))
+            self._publish(Change(ChangeKind.LAYOUT, session, socket=socket))
         elif note.name in _LAYOUT:
             if note.name == "layout-change":
                 # A pane killed beside others in its window: gone without a window-close.
-                self._dead.clear()
-            self._publish(Change(ChangeKind.LAYOUT, session))
+                self._forget(socket)
+            self._publish(Change(ChangeKind.LAYOUT, session, socket=socket))
+
+    def _forget(self, socket: str) -> None:
+        """Forget the pane lists of one server: any of its panes may be gone or dead."""
+        for where in [w for w in self._dead if w[0] == socket]:
+            del self._dead[where]
 
     # --- panes and sessions ---------------------------------------------------------------
 
     async def panes(self, project: str | None = None) -> list[PaneEntry]:
-        """The panes of the private server (empty when it is not running).
+        """The panes of the private servers (none of a server that is not running).
 
         With ``project``, sessions another project claims (``@poli_project``) are left out;
-        sessions no project claims (pipeline runs, manager...) are kept.
+        sessions no project claims (pipeline runs, manager...) are kept. A pane of a
+        further server (a shard) names its socket (:attr:`PaneEntry.socket`).
         """
-        rc, out, _ = await self._server.run("list-panes", "-a", "-F", FORMAT)
-        if rc != 0:
-            return []
-        return mine(parse_panes(out), project)
+        servers = self._all_servers()
+        answers = await asyncio.gather(*(s.run("list-panes", "-a", "-F", FORMAT) for s in servers))
+        found: list[PaneEntry] = []
+        for server, (rc, out, _) in zip(servers, answers, strict=True):
+            if rc == 0:
+                socket = "" if server is self._server else server.socket_name
+                found += parse_panes(out, socket)
+        return mine(found, project)
 
     async def sessions(self) -> list[SessionEntry]:
         """Every session on the private server (empty when it is not running)."""
@@ -290,7 +335,10 @@ class Observer:
         TmuxLookupError
             tmux did not answer (an empty list: no server, or no panes).
         """
-        return await list_processes(self._server)
+        found: list[PaneProcesses] = []
+        for server in self._all_servers():
+            found += await list_processes(server)
+        return found
 
     # --- agent states ---------------------------------------------------------------------
 
@@ -301,19 +349,21 @@ class Observer:
         makes all of its agents EXITED; any other agent is in the state its driver stored.
         """
         out: dict[str, str] = {}
-        by_session: dict[str, list[Agent]] = {}
+        by_session: dict[Where, list[Agent]] = {}
         for agent in agents:
-            by_session.setdefault(agent.session, []).append(agent)
-        for session, members in by_session.items():
-            client = await self._connect(session)
+            where = (self._server_of(agent.socket).socket_name, agent.session)
+            by_session.setdefault(where, []).append(agent)
+        for where, members in by_session.items():
+            socket, session = where
+            client = await self._connect(session, socket)
             if client is None:
                 out.update((a.name, EXITED) for a in members)
                 continue
-            panes = self._dead.get(session)
+            panes = self._dead.get(where)
             if panes is None or any(a.pane_id not in panes for a in members):
                 # Listed once, then kept by tmux's announcements (see _on_note): one
                 # list-panes per redraw would be tmux server work growing with the panes.
-                panes = self._dead[session] = await _dead_panes(client, session)
+                panes = self._dead[where] = await _dead_panes(client, session)
                 self.pane_listings += 1
             for agent in members:
                 state = EXITED if panes.get(agent.pane_id, True) else agent.state
@@ -331,7 +381,7 @@ class Observer:
         if profile is None:
             return
         try:
-            snap = await Pane(client, agent.pane_id, self._server).snapshot()
+            snap = await Pane(client, agent.pane_id, self._server_of(agent.socket)).snapshot()
         except TmuxError:
             return
         reset_at = profile.detect(snap).reset_at
@@ -358,10 +408,10 @@ class Observer:
         PaneNotFound
             The pane or its session is gone.
         """
-        client = await self._connect(pane.session)
+        client = await self._connect(pane.session, pane.socket)
         if client is None:
             raise PaneNotFound(pane.pane_id, f"its session {pane.session!r} is gone")
-        return await start_mirror(client, self._server, pane.pane_id, sink)
+        return await start_mirror(client, self._server_of(pane.socket), pane.pane_id, sink)
 
 
 async def _dead_panes(client: ControlClient, session: str) -> dict[str, bool]:

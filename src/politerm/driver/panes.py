@@ -42,6 +42,8 @@ class PaneEntry:
     height: int
     activity: float
     project: str = ""
+    #: Its server when not the configured one (a shard of a session with many agents).
+    socket: str = ""
 
     @property
     def label(self) -> str:
@@ -49,8 +51,8 @@ class PaneEntry:
         return self.agent or f"{self.session}:{self.window}"
 
 
-def parse_panes(text: str) -> list[PaneEntry]:
-    r"""Parse ``list-panes -a`` output in :data:`FORMAT`.
+def parse_panes(text: str, socket: str = "") -> list[PaneEntry]:
+    r"""Parse ``list-panes -a`` output in :data:`FORMAT` (of the server on ``socket``).
 
     Examples
     --------
@@ -77,6 +79,7 @@ def parse_panes(text: str) -> list[PaneEntry]:
                 height=int(f[7] or 24),
                 activity=float(f[8] or 0),
                 project=f[9],
+                socket=socket,
             )
         )
     return out

@@ -126,6 +126,8 @@ async def launch_session_agent(
             profile=profile.name,
             resume_command=shlex.join([*acfg.argv(), *profile.resume_args]),
             env=None,
+            # Its server: a session of many agents spans several (driver/host.py).
+            socket=host.socket_of(launched.term),
         )
     return launched
 

@@ -223,12 +223,16 @@ class TokenMeter:
         A CLI can draw its answer before it writes the answer's usage (Claude Code writes
         its transcript a moment later); a turn that has counted nothing yet reads the
         transcript again until it has, so the usage is not lost when the turn closes.
+        With no transcript at all by then (none where the profile looks; the CLIs that
+        keep one have written the prompt's line to it when it was submitted) no usage can
+        come: the turn ends at once, and a node's reply to a router on another node is not
+        held back by ``grace``.
         """
         if not self.open or not self.works or self.turn:
             return
         loop = asyncio.get_running_loop()
         end = loop.time() + grace
-        while not self.poll() and loop.time() < end:
+        while not self.poll() and self._tail is not None and loop.time() < end:
             await asyncio.sleep(0.05)
 
     def end_turn(self) -> Usage:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import typing as t
 
 from politerm._internal.aio import finish, wait_any
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 REPUBLISH_EVERY = 300.0
 #: After Redis could not be reached, how long before trying again.
 UNREACHABLE_BACKOFF = 1.0
+#: A publisher beats when this share of its heartbeat interval passed since it last sent
+#: anything (its beat expires after 3 intervals).
+BEAT_SHARE = 0.9
 #: Longest one wait of the feed on the board's log (it looks at its stop flag between).
 FEED_BLOCK = 1.0
 
@@ -108,6 +112,7 @@ class BoardPublisher:
         self.role, self.every = role, every
         self._sent: dict[str, Row] = {}
         self._all_at = 0.0
+        self._beat_at = -math.inf
         self.published = 0
         """How many script calls were made (each: one round trip, rows or the beat alone)."""
 
@@ -128,17 +133,24 @@ class BoardPublisher:
         async with StoreWatch(self.store.path) as watch:
             while not stop.is_set():
                 committed = watch.event()
-                bound = self.every
                 if loop.time() - self._all_at >= REPUBLISH_EVERY:
                     # Every row again now and then: a board lost with Redis's data fills again.
                     self._all_at = loop.time()
                     self._sent.clear()
+                rows = self.changed()
+                # A commit that changed none of its rows costs nothing, unless the beat is due.
+                due = rows or loop.time() - self._beat_at >= self.every * BEAT_SHARE
                 try:
-                    await asyncio.to_thread(self.publish, self.changed())
+                    if due:
+                        await asyncio.to_thread(self.publish, rows)
+                        self._beat_at = loop.time()
+                    wait = self.every * BEAT_SHARE - (loop.time() - self._beat_at)
                 except FleetError as exc:
                     log.warning("node %s: publishing its agents: %s", self.node, exc)
-                    bound = min(bound, UNREACHABLE_BACKOFF)
-                await wait_any(committed, stop, timeout=bound)
+                    # Commits meanwhile wait too: one try per backoff while Redis is away.
+                    await wait_any(stop, timeout=UNREACHABLE_BACKOFF)
+                    continue
+                await wait_any(committed, stop, timeout=max(0.0, wait))
 
 
 Listener = t.Callable[[set[str]], None]

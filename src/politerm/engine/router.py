@@ -264,10 +264,10 @@ class Router:
                 log.warning("agent %s: %s", driver.name, exc)
                 gone = driver.host_gone()
                 if gone is not None:
-                    self.executor.server_gone(gone)
+                    self._host_gone(driver, gone)
                     return
             except ServerNotRunning as exc:
-                self.executor.server_gone(str(exc))
+                self._host_gone(driver, str(exc))
                 return
             except TmuxLookupError as exc:
                 # tmux did not answer in time; look again at the next wake-up.
@@ -297,6 +297,21 @@ class Router:
                 for w in waiters:
                     w.cancel()
             await asyncio.sleep(0)  # let the other loops run between bursts
+
+    def _host_gone(self, driver: AgentDriver, why: str) -> None:
+        """A tmux server died: its agents are dead; routing stops once every server is gone.
+
+        A session with many agents spans several servers (``[tmux] shard_size``); the
+        agents on the others go on.
+        """
+        agents = self.routing.agents.values()
+        gone = {driver.name} | {d.name for d in agents if d.host_gone() is not None}
+        if len(gone) == len(agents):
+            self.executor.server_gone(why)
+            return
+        for name in sorted(gone):
+            self.executor.agent_died(name, [f"its tmux server is gone: {why}"])
+            self.routing.wake(name)  # its loop sees the death now, not at its backstop
 
     def _handed_back(self, driver: AgentDriver) -> None:
         for _row, msg in handed(self.store, driver.name):

@@ -174,7 +174,9 @@ class Session:
         respawned: list[str] = []  # a new process where one ran in this session before
         records: dict[str, AgentRecords] = {}  # what the dead ones wrote down themselves
         receipts: dict[str, Receipts] = {}  # of the ones started now, from their launch on
-        found = await self.host.agent_panes()  # one listing, not one per agent
+        found = await self.host.agent_panes()  # one listing per server, not one per agent
+        # Many agents spread evenly over the servers they need (driver/host.py).
+        self.host.plan(len(self.config.agents))
         for name, acfg in self.config.agents.items():
             pane = found.get(name)
             if pane is not None and await pane.is_alive():
@@ -266,7 +268,8 @@ class Session:
         The session is over: its hooks directory (the agents' receipts and their CLIs'
         session settings, kept while it lived for a resume to read) is removed too.
         """
-        stopped = await self._stop_all() if await self.is_up() else []
+        # Every server of the session: its first one may have died before the others.
+        stopped = await self._stop_all() if await self.host.up_anywhere() else []
         try:
             remove_hooks_dir(hooks_dir_for(self.config))
         except HookError as exc:

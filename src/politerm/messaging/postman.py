@@ -185,16 +185,19 @@ class Postman:
 
     async def driver(self, name: str, pane_id: str) -> AgentDriver | None:
         """The driver of the agent (or raw pane) ``name`` in ``pane_id``; None if it is gone."""
-        known = self.drivers.get(pane_id)
+        agent = self.m.store.get_agent(name)
+        # A pane id is unique on its own server only: an agent's row names its server.
+        socket = agent.socket if agent is not None and agent.pane_id == pane_id else ""
+        known = self.drivers.get(socket + pane_id)
         if known is not None:
             return known
         driver = self.owned.get(name)
         if driver is None or driver.terminal_name != pane_id:
-            pane = await self.host.pane(pane_id)
+            pane = await self.host.pane(pane_id, socket)
             if pane is None:
                 return None
             driver = session_driver(self.m.config, name, pane, store=self.m.store)
-        self.drivers[pane_id] = driver
+        self.drivers[socket + pane_id] = driver
         return driver
 
     def _dead_letters(self, recipient: str, reason: str) -> None:

@@ -425,6 +425,13 @@ _V10_MAIL_ORIGIN = Migration(
     ),
 )
 
+_V11_SHARDS = Migration(
+    11,
+    "the tmux server each agent runs on (a session's agents spread over several servers)",
+    # Empty: the configured server ([tmux] socket), as every agent ran before.
+    ("ALTER TABLE agents ADD COLUMN socket TEXT NOT NULL DEFAULT ''",),
+)
+
 MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V1_INITIAL,
     _V2_EVENTS,
@@ -436,6 +443,7 @@ MIGRATIONS: t.Final[tuple[Migration, ...]] = (
     _V8_JOURNAL,
     _V9_LEASES,
     _V10_MAIL_ORIGIN,
+    _V11_SHARDS,
 )
 """Every migration in order; ``MIGRATIONS[i].version == i + 1``. Only ever append."""
 

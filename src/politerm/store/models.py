@@ -66,6 +66,8 @@ class Agent:
     state: str
     created: float
     updated: float
+    #: The tmux server (socket name) of its pane; empty: the configured one.
+    socket: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

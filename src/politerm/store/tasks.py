@@ -32,10 +32,13 @@ class TaskRows(StoreCore):
         profile: str,
         resume_command: str | None,
         env: dict[str, str] | None = None,
+        socket: str = "",
     ) -> Agent:
         """Record where an agent runs, creating it or replacing its launch details.
 
         A new agent starts in state ``"starting"``; an existing one keeps its state.
+        ``socket`` names the tmux server of its pane when the session spans several (empty:
+        the configured one).
 
         Returns
         -------
@@ -46,12 +49,12 @@ class TaskRows(StoreCore):
         with self._writing() as c:
             row = c.execute(
                 "INSERT INTO agents (name, session, pane_id, command, cwd, profile,"
-                " resume_command, env, state, created, updated)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " resume_command, env, state, created, updated, socket)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET session = excluded.session,"
                 " pane_id = excluded.pane_id, command = excluded.command, cwd = excluded.cwd,"
                 " profile = excluded.profile, resume_command = excluded.resume_command,"
-                " env = excluded.env, updated = excluded.updated"
+                " env = excluded.env, updated = excluded.updated, socket = excluded.socket"
                 " RETURNING *",
                 (
                     name,
@@ -65,6 +68,7 @@ class TaskRows(StoreCore):
                     DEFAULT_AGENT_STATE,
                     now,
                     now,
+                    socket,
                 ),
             ).fetchone()
             agent = _agent(row)
@@ -78,6 +82,7 @@ class TaskRows(StoreCore):
             profile=profile,
             resume_command=resume_command,
             env=agent.env,
+            socket=socket,
         )
         return agent
 

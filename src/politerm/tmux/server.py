@@ -20,6 +20,7 @@ from politerm._internal import vault
 from politerm._internal.private import private_dir
 from politerm.errors import SessionNotFound, TmuxCommandError, TmuxLookupError
 from politerm.tmux.control import ControlClient
+from politerm.tmux.shards import socket_dir
 
 if t.TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -113,6 +114,17 @@ class TmuxServer:
         self.history_limit = history_limit
         self._clients: dict[str, ControlClient] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
+
+    def sibling(self, socket_name: str) -> TmuxServer:
+        """Another server with this one's settings (binary, config directory, sizes)."""
+        return TmuxServer(
+            socket_name,
+            tmux=self.tmux,
+            config_dir=self.config_dir,
+            width=self.width,
+            height=self.height,
+            history_limit=self.history_limit,
+        )
 
     # --- one-shot tmux processes (bootstrap and buffers only) ---------------------------
 
@@ -287,8 +299,7 @@ class TmuxServer:
 
     def socket_path(self) -> pathlib.Path:
         """The server's socket file (``$TMUX_TMPDIR`` or /tmp, ``tmux-<uid>/<name>``)."""
-        base = os.environ.get("TMUX_TMPDIR") or "/tmp"  # tmux's own default
-        return pathlib.Path(base) / f"tmux-{os.getuid()}" / self.socket_name
+        return socket_dir() / self.socket_name
 
     async def close_if_empty(self, *, wait: float = 3.0) -> bool:
         """Stop the server if it has no session left; remove its socket file and config.

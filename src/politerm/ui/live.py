@@ -99,7 +99,7 @@ class LiveState:
         self.overview: dict[str, t.Any] = {}
         self.refreshes = 0
         self._listeners: list[Listener] = []
-        self._followed: set[str] = set()
+        self._followed: set[tuple[str, str]] = set()  # (socket, session)
         self._unhook: list[Callable[[], None]] = []
         self._watch = StoreWatch(store.path)
         self._seen = -1
@@ -277,9 +277,9 @@ class LiveState:
         self._dirty.set()
 
     async def _follow_sessions(self) -> None:
-        for session in {p.session for p in self.panes} - self._followed:
-            if await self.observer.follow(session):
-                self._followed.add(session)
+        for socket, session in {(p.socket, p.session) for p in self.panes} - self._followed:
+            if await self.observer.follow(session, socket):
+                self._followed.add((socket, session))
             else:
                 log.info("not following session %s: it is gone", session)
 

@@ -108,12 +108,16 @@ class Cleaner:
 def _agents(
     status: dict[str, t.Any], panes: t.Sequence[PaneEntry], project: ProjectRef
 ) -> list[dict[str, t.Any]]:
+    # A pane id is unique on its own server only (a session with many agents spans several):
+    # the agent's own pane is the one of that id tagged with its name.
     by_pane = {p.pane_id: p for p in panes}
+    by_agent = {(p.pane_id, p.agent): p for p in panes}
     rows: list[dict[str, t.Any]] = []
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for a in status["agents"]:
-        pane = by_pane.get(a["pane"] or "")
-        seen.add(a["pane"] or "")
+        pane = by_agent.get((a["pane"] or "", a["name"])) or by_pane.get(a["pane"] or "")
+        if pane is not None:
+            seen.add((pane.socket, pane.pane_id))
         state = "exited" if pane is not None and pane.dead else a["state"]
         rows.append(
             {
@@ -135,7 +139,7 @@ def _agents(
             }
         )
     for p in panes:
-        if p.pane_id in seen or not p.agent:
+        if (p.socket, p.pane_id) in seen or not p.agent:
             continue
         rows.append(
             {

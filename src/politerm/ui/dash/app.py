@@ -542,7 +542,7 @@ class DashApp(App[None]):
         if entry is None:
             self._say("select an agent to attach to", error=True)
             return
-        argv = attach_argv(self.live.observer.socket, entry.pane_id)
+        argv = attach_argv(entry.socket or self.live.observer.socket, entry.pane_id)
         if not self.is_headless:
             import subprocess
 

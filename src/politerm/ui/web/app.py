@@ -29,6 +29,7 @@ from politerm._internal.sanitize import escape_controls
 from politerm.errors import PolitermError, StaleAction
 from politerm.ui import actions
 from politerm.ui.web.assets import node_modules
+from politerm.ui.web.delta import overview_delta
 from politerm.ui.web.guard import SAFE_METHODS, FailedAttempts, same_origin
 
 if t.TYPE_CHECKING:
@@ -333,9 +334,15 @@ class WebMonitor:
             undo = self.live.listen(lambda data: _latest(queue, data))
 
             async def send() -> None:
-                await ws.send_text(json.dumps(self.live.overview))
+                sent = self.live.overview
+                await ws.send_text(json.dumps(sent))
                 while True:
-                    await ws.send_text(json.dumps(await queue.get()))
+                    new = await queue.get()
+                    # Only what changed since the last frame (ui/web/delta.py).
+                    frame = overview_delta(sent, new)
+                    if frame is not None:
+                        await ws.send_text(json.dumps(frame))
+                    sent = new
 
             try:
                 await _until_closed(ws, send())

@@ -332,8 +332,26 @@ function follow(path, onMessage, onOpen) {
   return ws;
 }
 
+// The overview as last received: the first frame whole, each later one only what changed
+// (ui/web/delta.py): top-level values in `delta`, single rows of long lists in `rows`.
+let OVERVIEW = {};
+
+function applyFrame(frame) {
+  if (frame.delta === undefined) {
+    OVERVIEW = frame;
+    return OVERVIEW;
+  }
+  for (const [key, value] of Object.entries(frame.delta)) OVERVIEW[key] = value;
+  for (const [key, patch] of Object.entries(frame.rows || {})) {
+    const list = (OVERVIEW[key] || []).slice(0, patch.len);
+    for (const [i, row] of Object.entries(patch.at)) list[Number(i)] = row;
+    OVERVIEW[key] = list;
+  }
+  return OVERVIEW;
+}
+
 function overview() {
-  follow("/ws/overview", (ev) => render(JSON.parse(ev.data)));
+  follow("/ws/overview", (ev) => render(applyFrame(JSON.parse(ev.data))));
 }
 
 // The pane's font: the two served with the page first, so box drawing and symbols such as

@@ -281,7 +281,8 @@ def _session_up(socket: str, session: str) -> bool:
     async def look() -> bool:
         host = Host.at(socket, session)
         try:
-            return await host.is_up()
+            # On any of its servers: the first one's death is only its own agents' death.
+            return await host.up_anywhere()
         finally:
             await host.close()
 

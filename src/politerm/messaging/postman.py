@@ -64,6 +64,7 @@ from politerm.errors import (
     PolitermError,
     SessionNotFound,
     UnsafeMessagePath,
+    WorkInvalid,
 )
 from politerm.messaging.answers import Take, judge, named_ids
 from politerm.messaging.fleetmail import DEAD_LETTERED, REMOTE_PANE, FleetMail
@@ -465,6 +466,9 @@ class Postman:
                     why = f"no node of {now.recipient} took it within its time to live"
                     self.m.change(now, MailState.DEAD, reason=f"{why} (work {work_id})")
                     return
+            except WorkInvalid as exc:  # the queue refuses it: trying again changes nothing
+                self.m.change(now, MailState.DEAD, reason=f"the fleet refused it: {exc}")
+                return
             except FleetError as exc:
                 self.say(f"postman: {mail.id}: {exc}")
                 await asyncio.sleep(_REMOTE_BACKOFF)

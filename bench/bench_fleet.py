@@ -15,6 +15,10 @@ cycle latency
 re-claim
     Node a claims a work and dies (never renews); node b waits in a blocking claim. The
     delay from a's lease running out to b's new attempt starting, both by Redis's clock.
+router takeover
+    A router holds the fleet's router role and is killed (never renews); a standby waits as
+    ``poli up`` on another machine does (``RouterSeat.take``). The delay from the role's
+    lease running out to the standby holding it, by Redis's clock.
 three nodes
     300 works claimed and completed by 3 node threads (one connection each), works per
     second, against 3 threads on the SQLite baseline.
@@ -32,6 +36,7 @@ Run ``python -m bench.bench_fleet [--quick]`` or, with every benchmark,
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import sqlite3
 import tempfile
@@ -45,7 +50,10 @@ from tests.fleet.redisserver import RedisServer
 from tests.loophelpers import EXECUTER_OK, PLANNER_OK
 
 from bench._common import Row, Stats, check, cli, print_table, ratio
+from politerm.engine.fleetlink import RouterSeat
 from politerm.fleet import Work, WorkQueue, connect
+from politerm.fleet.routers import RouterLease, RouterRole
+from politerm.store import RunStore
 from politerm.testing.retry import retry_until
 
 AGENT = "EXECUTER"
@@ -213,6 +221,26 @@ def bench_reclaim(server: RedisServer, n: int, lease: float = 0.5) -> list[Row]:
     return [{"measure": measure, "n": s.n, "p50 ms": s.p50, "p99 ms": s.p99, "max ms": s.max}]
 
 
+def bench_router_takeover(server: RedisServer, root: pathlib.Path, n: int) -> list[Row]:
+    lease = 0.5
+    queue = WorkQueue(connect(server.url), "takeover")
+    delays = []
+    with RunStore.open(root / "standby.sqlite3") as store:
+        for i in range(n):
+            dead = RouterRole(queue, f"a/s/{i}", lease, 1).take()
+            check(isinstance(dead, RouterLease), "router a did not take the role")
+            assert isinstance(dead, RouterLease)
+            seat = RouterSeat(RouterRole(queue, f"b/s/{i}", lease, 2), store)
+            check(asyncio.run(seat.take()), "the standby did not take the role")
+            assert seat.lease is not None
+            took = seat.lease.expires_at - lease  # its take began a lease before it expires
+            delays.append((took - dead.expires_at) * 1000)
+            seat.release()
+    s = Stats.of(delays)
+    measure = f"role lease {lease:g} s ran out → standby holds it"
+    return [{"measure": measure, "n": s.n, "p50 ms": s.p50, "p99 ms": s.p99, "max ms": s.max}]
+
+
 def _three_nodes(work: t.Callable[[str], int], total: int) -> float:
     """Run ``work(node)`` in 3 threads until ``total`` works are done; works per second."""
     counts: list[int] = []
@@ -340,6 +368,8 @@ def main(quick: bool = False) -> list[Row]:
             rows = print_table("fleet: Redis commands per cycle", bench_commands(queue, n))
             rows += print_table("fleet: cycle latency", bench_latency(queue, base, n))
             rows += print_table("fleet: re-claim", bench_reclaim(server, 3 if quick else 10))
+            takeover = bench_router_takeover(server, root, 3 if quick else 10)
+            rows += print_table("fleet: router takeover", takeover)
             tput = bench_nodes(server, base, 60 if quick else 300)
             rows += print_table("fleet: three nodes", tput)
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import subprocess
 import sys
 import typing as t
@@ -18,12 +19,21 @@ import pytest
 from politerm.cli.attach import agent_target
 from politerm.driver.observer import Observer
 from politerm.engine.loop import route, run_task, submit
+from politerm.engine.service import _session_up
 from politerm.errors import SessionNotFound
 from politerm.store.models import TaskState
 from politerm.testing.retry import aretry_until
 from politerm.tmux.server import TmuxServer
 from politerm.tmux.shards import shard_sockets
-from tests.loophelpers import open_loop, started, write_project
+from tests.loophelpers import (
+    FINAL,
+    PLANNER_HEAD,
+    block,
+    open_loop,
+    rule,
+    started,
+    write_project,
+)
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -187,3 +197,62 @@ async def test_resume_after_a_reboot_brings_every_shard_back(
         await loop.session.down()
         await loop.session.host.close()
         loop.store.close()
+
+
+# The planner copies the token from its task into its plan (the executer's prompt).
+_PLAN_WITH_TOKEN = block("EXECUTER", "plan", "1. Push with token {token}.\n2. Report back.")
+_PLANNER_COPIES = (
+    PLANNER_HEAD
+    + rule(r"\A\s*EXECUTER replied:", FINAL)
+    + rule(r"\A(?=TASK_ID=)(?=.*?(?P<token>ghp_[A-Za-z0-9]{36}))", _PLAN_WITH_TOKEN)
+)
+
+
+async def test_a_secret_kept_by_another_process_reaches_an_agent_on_the_second_server(
+    socket: str, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "p"
+    path = _sharded(root, socket, planner=_PLANNER_COPIES)
+    # EXECUTER listed first gets the first server; PLANNER, who reads the task, the second.
+    text = path.read_text()
+    planner = text[text.index("[agents.PLANNER]") : text.index("[agents.EXECUTER]")]
+    path.write_text(text.replace(planner, "") + "\n" + planner)
+    token = "ghp_" + secrets.token_hex(18)
+    async with started(root) as loop:
+        row = loop.store.get_agent("PLANNER")
+        assert row is not None and row.socket == f"{socket}-t-1"
+        # `poli task` in its own process: the store gets a marker, the session's first
+        # server keeps the secret; the router here never saw it.
+        argv = [sys.executable, "-m", "politerm", "task", f"push with {token}", "--id", "T-s"]
+        proc = await asyncio.create_subprocess_exec(*argv, "--no-wait", cwd=root)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        task = loop.store.get_task("T-s")
+        assert task is not None and token not in task.request
+        done = asyncio.Event()
+
+        async def finished() -> bool:
+            current = loop.store.get_task("T-s")
+            return current is not None and current.state is TaskState.DONE
+
+        router = asyncio.create_task(route(loop.config, loop.store, until=done.is_set))
+        await aretry_until(finished, TASK, what="T-s done")
+        done.set()
+        loop.store.add_event("note", detail="stop routing")
+        await asyncio.wait_for(router, 30)
+        # Both agents got the secret itself, read back from the first server's vault.
+        assert token in loop.prompts("PLANNER")[0]
+        assert token in loop.prompts("EXECUTER")[0]
+
+
+async def test_the_service_outlives_the_first_server_while_another_holds_agents(
+    socket: str, tmp_path: pathlib.Path
+) -> None:
+    _sharded(tmp_path / "p", socket)
+    async with started(tmp_path / "p") as loop:
+        await TmuxServer(socket).run("kill-server")
+        assert not _running(socket) and _running(f"{socket}-t-1")
+        # The project's router service keeps routing the agents still running.
+        assert await asyncio.to_thread(_session_up, socket, "t")
+        await loop.session.down()
+        assert not await asyncio.to_thread(_session_up, socket, "t")
+        assert shard_sockets(socket) == []

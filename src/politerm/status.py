@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import typing as t
 
@@ -10,6 +11,7 @@ from politerm.agents.approval import list_pending
 from politerm.agents.limits import reset_in_words
 from politerm.agents.state import AgentState
 from politerm.driver.tokens import all_stored_tokens, stored_tokens
+from politerm.engine.fleetmeta import ROUTER_META, budget_paused
 from politerm.store.limits import open_limits
 from politerm.store.models import MessageState
 
@@ -85,6 +87,9 @@ def collect(
         used = counted.get(key) if key != "run" else stored_tokens(store, key)
         return used.total if used else None
 
+    paused = budget_paused(store)
+    role = store.get_meta(ROUTER_META)
+
     return {
         "agents": [
             {
@@ -108,6 +113,8 @@ def collect(
                 "round": tk.round,
                 "request": tk.request,
                 "question": tk.question,
+                # Its remote turn waits for the fleet's budget: the breaker's reason.
+                "paused": paused.get(tk.id),
                 "error": tk.error,
                 "report": tk.report,
                 "tokens": tokens(f"task:{tk.id}"),
@@ -115,6 +122,8 @@ def collect(
             for tk in store.list_tasks()[-20:]
         ],
         "tokens": tokens("run"),
+        # This machine's router in the fleet's router role: active, standby or fenced.
+        "fleet_router": json.loads(role) if role else None,
         "messages": [
             {
                 "id": m.id,
@@ -266,6 +275,26 @@ def router_words(router: dict[str, t.Any] | None) -> str:
     return f"router: service pid {router['pid']}, up {router['uptime']} ({child}{again})"
 
 
+def role_words(role: t.Mapping[str, t.Any]) -> str:
+    """The router of this machine in the fleet's router role, in words.
+
+    Examples
+    --------
+    >>> print(role_words({"role": "standby", "holder": "b/s/p#2", "active": "a/s/p#1"}))
+    fleet router role: standby (router a/s/p#1 routes; this one takes over when it stops)
+    >>> role_words({"role": "active", "holder": "a/s/p#1", "token": 3})
+    'fleet router role: active (token 3)'
+    """
+    if role.get("role") == "standby":
+        return (
+            f"fleet router role: standby (router {role.get('active')} routes; "
+            "this one takes over when it stops)"
+        )
+    if role.get("role") == "fenced":
+        return f"fleet router role: lost ({role.get('why')})"
+    return f"fleet router role: active (token {role.get('token')})"
+
+
 def fleet_words(fleet: dict[str, t.Any]) -> str:
     """The lines about this machine's fleet node and where each agent runs.
 
@@ -347,10 +376,11 @@ def render(
     for col in ("task", "state", "round", "tokens", "request", "question / error / report"):
         tasks.add_column(col, overflow="fold")
     for tk in data["tasks"]:
-        note = tk["question"] or tk["error"] or (tk["report"] or "")[:120]
+        pause = tk.get("paused") and f"paused by the fleet's budget: {tk['paused']}"
+        note = tk["question"] or pause or tk["error"] or (tk["report"] or "")[:120]
         row = (
             tk["id"],
-            tk["state"],
+            f"{tk['state']}, paused" if pause else tk["state"],
             str(tk["round"]),
             _count(tk.get("tokens")),
             tk["request"][:60],
@@ -377,6 +407,8 @@ def render(
         parts.append(turns)
     if "router" in data:
         parts.append(Text(router_words(data["router"])))
+        if data["router"] is not None and data.get("fleet_router"):
+            parts.append(Text(role_words(data["fleet_router"])))
     if data.get("fleet"):
         parts.append(Text(fleet_words(data["fleet"])))
     if data.get("approvals"):

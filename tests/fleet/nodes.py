@@ -187,6 +187,8 @@ def make_fleet(
         )
 
     def placed(agent_nodes: t.Sequence[str]) -> str:
+        if not agent_nodes:
+            return ""  # no placement: it runs where the router runs
         if len(agent_nodes) == 1:
             return f'node = "{agent_nodes[0]}"\n'
         return "nodes = [" + ", ".join(f'"{n}"' for n in agent_nodes) + "]\n"

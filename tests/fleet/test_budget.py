@@ -40,6 +40,9 @@ def test_an_agent_over_its_daily_tokens_stops_while_others_go_on(
         "cap or a reset"
     )
     assert node_b.admit("PLANNER").ok  # its own cap, untouched
+    # A paused node's look counts nothing, and says what admit would.
+    assert node_a.peek("EXECUTER").reason == verdict.reason
+    assert node_a.peek("PLANNER").ok
     [project, executer, planner] = node_a.spending(["EXECUTER", "PLANNER"])
     assert (project.usage.total, project.turns, project.over) == (1000, 3, False)
     assert (executer.usage, executer.turns, executer.over) == (Usage(850, 150), 2, True)

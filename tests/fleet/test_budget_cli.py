@@ -40,7 +40,8 @@ def test_the_budget_commands(tmp_path: pathlib.Path, redis_server: RedisServer) 
     assert raised.returncode == 0, raised.stderr
     assert node.admit("EXECUTER").ok  # every node sees the raised cap
     data = json.loads(poli(tmp_path, "fleet", "budget", "--json").stdout)
-    executer = next(r for r in data if r["scope"] == "agent:EXECUTER")
+    executer = next(r for r in data["scopes"] if r["scope"] == "agent:EXECUTER")
+    assert data["paused"] == []
     assert (executer["token_cap"], executer["over"], executer["turns"]) == (500, False, 2)
 
     assert poli(tmp_path, "fleet", "budget", "clear").returncode == 0

@@ -7,11 +7,14 @@ store), the fake agents' own logs as the ground truth.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import typing as t
 
 import pytest
 
-from tests.fleet.nodes import make_fleet, tear_down
+from politerm.testing.retry import retry_until
+from tests.fleet.nodes import make_fleet, slow_executer, tear_down
 from tests.loophelpers import EXECUTER_OK
 
 if t.TYPE_CHECKING:
@@ -57,5 +60,35 @@ def test_a_bridge_task_for_the_executer_on_b_is_typed_there_once_and_completed_o
         assert row.work is not None and row.work.startswith("bridge-note-")
         shown = a.poli("bridge", "show", "note")
         assert "tidied the notes" in shown.stdout, shown.stdout
+    finally:
+        tear_down(nodes)
+
+
+def test_the_bridge_killed_mid_turn_takes_up_the_same_work_and_the_task_is_typed_once(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    slow = slow_executer(6) + BRIDGE_RULE
+    nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=slow)
+    a, b = nodes["a"], nodes["b"]
+    try:
+        b.start_node()
+        (a.root / "t.json").write_text(json.dumps(TASK))
+        assert a.poli("bridge", "submit", "t.json").returncode == 0
+        bridge = a.start("bridge", "start", "--once", "--executor", "agent:EXECUTER")
+
+        def handed() -> list[str]:
+            return [p for p in b.prompts("EXECUTER") if p.startswith("BRIDGE TASK note")]
+
+        retry_until(handed, 90, what="b's EXECUTER to be handed the bridge task")
+        os.kill(bridge.pid, signal.SIGKILL)  # mid-turn: EXECUTER thinks for 6 s
+        bridge.communicate(timeout=30)
+        again = a.poli("bridge", "start", "--once", "--executor", "agent:EXECUTER")
+        assert again.returncode == 0, again.stdout + again.stderr + b.log()
+        assert again.stdout.strip() == "note completed"
+        # The restarted bridge posted the same work: typed once, one lease, accepted.
+        assert len(handed()) == 1
+        with b.store() as store:
+            (row,) = store.journal_leased()
+        assert row.verdict == "accepted"
     finally:
         tear_down(nodes)

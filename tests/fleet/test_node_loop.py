@@ -252,7 +252,7 @@ def test_an_approval_given_on_node_a_reaches_the_executer_on_node_b(
         tear_down(nodes)
 
 
-def test_the_fleet_budget_breaker_stops_a_turn_on_its_node_before_anything_is_typed(
+def test_the_fleet_budget_pauses_a_turn_before_anything_is_typed_and_a_raised_cap_resumes_it(
     redis_server: RedisServer, tmp_path: pathlib.Path
 ) -> None:
     caps = "[fleet.budget]\nagent_tokens_per_day = 5\n"
@@ -261,16 +261,49 @@ def test_the_fleet_budget_breaker_stops_a_turn_on_its_node_before_anything_is_ty
     config = load_config(b.root, env={"POLI_FLEET_NODE": "b"})
     assert config.fleet is not None
     # EXECUTER already spent its day's tokens (on any node: the count is the fleet's).
-    breaker = FleetBudget(open_queue(config), Caps.from_config(config.fleet.budget))
-    breaker.charge("EXECUTER", Usage(10, 0))
+    queue = open_queue(config)
+    FleetBudget(queue, Caps.from_config(config.fleet.budget)).charge("EXECUTER", Usage(10, 0))
+    over = "agent EXECUTER spent 10 tokens, its cap is 5"
     try:
         b.start_node()
         assert a.poli("up").returncode == 0
-        done = a.poli("task", "make hello", "--id", "T-1", "--timeout", "90")
-        assert done.returncode != 0, done.stdout
-        assert "agent EXECUTER spent 10 tokens, its cap is 5" in done.stdout + done.stderr
-        # The plan was never typed into EXECUTER: its node refused the turn first.
+        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
+
+        def paused() -> str | None:
+            shown = a.poli("status", "--json")
+            assert shown.returncode == 0, shown.stderr
+            tasks = json.loads(shown.stdout)["tasks"]
+            return next((tk["paused"] for tk in tasks if tk["id"] == "T-1"), None)
+
+        # The router on a shows the task paused, with the breaker's words.
+        said = retry_until(paused, 90, what="poli status on a to show T-1 paused")
+        assert over in said
+        assert "paused by the fleet's budget" in a.poli("status").stdout
+        budget = a.poli("fleet", "budget")
+        assert "paused by the budget: loop-" in budget.stdout and over in budget.stdout
+        assert over in a.poli("fleet", "status").stdout
+        [work] = queue.paused()
+        assert (work.agent, work.node) == ("EXECUTER", "b")
+        # Nothing was typed into EXECUTER (its own log), and its attempt was undone.
         assert [p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)] == []
+        record = queue.get(work.work_id)
+        assert record is not None and record.attempt == 0
+        assert task.poll() is None  # not failed: it waits
+
+        raised = a.poli("fleet", "budget", "set", "agent_tokens_per_day", "1000000")
+        assert raised.returncode == 0, raised.stderr
+        assert "1 paused work(s) go on within seconds" in raised.stdout
+        out, _ = task.communicate(timeout=150)
+        assert task.returncode == 0, out + b.log()
+        assert "final report (T-1)" in out
+        # The same work went on, once: the plan handed to EXECUTER once, as attempt 1.
+        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        record = queue.get(work.work_id)
+        assert record is not None and (record.state.value, record.attempt) == ("done", 1)
+        assert queue.paused() == []
+        assert paused() is None
+        kinds = [e["kind"] for e in json.loads(a.poli("status", "--json").stdout)["events"]]
+        assert "budget-resumed" in kinds
     finally:
         tear_down(nodes)
 

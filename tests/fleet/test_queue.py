@@ -228,3 +228,34 @@ def test_a_node_hosting_two_agents_serves_both_in_turn(redis_server: RedisServer
         assert lease is not None
         agents.append(lease.work.agent)
     assert sorted(agents) == ["EXECUTER", "EXECUTER", "PLANNER", "PLANNER"]
+
+
+def test_paused_work_keeps_its_attempt_wakes_its_waiter_and_is_claimed_again(
+    redis_server: RedisServer,
+) -> None:
+    queue = make_queue(redis_server, lease=30.0, margin=5.0, max_attempts=1)
+    queue.submit(Work("w1", "EXECUTER"))
+    cursor = queue.results_end()
+    first = queue.claim("a", ["EXECUTER"])
+    assert first is not None
+    queue.park(first, "agent EXECUTER spent 10 tokens, its cap is 5")
+    with pytest.raises(Fenced, match="the work is paused"):
+        queue.renew(first)
+    record, result = queue.standing("w1")
+    assert result is None
+    assert (record.state, record.attempt) == (WorkState.PAUSED, 0)
+    assert record.paused == "agent EXECUTER spent 10 tokens, its cap is 5"
+    [paused] = queue.paused()
+    assert (paused.work_id, paused.agent, paused.node) == ("w1", "EXECUTER", "a")
+    # Its waiters are woken by the pause (they find it paused, not ended).
+    _, found = queue.read_results(cursor, 1.0)
+    assert [(f["id"], f["state"]) for f in found] == [("w1", "paused")]
+    # The undone attempt did not count: with max_attempts 1 it is still claimed, as attempt 1.
+    again = queue.claim("b", ["EXECUTER"])
+    assert again is not None
+    assert (again.work.attempt, again.node) == (1, "b")
+    assert again.epoch > first.epoch
+    assert queue.paused() == []
+    assert queue.standing("w1")[0].paused == ""
+    queue.complete(again, {"ok": True})
+    assert queue.wait_result("w1", timeout=5).outcome == {"ok": True}

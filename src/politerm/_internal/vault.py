@@ -116,7 +116,12 @@ class _Client(t.Protocol):
 
 
 def tmux_fetcher(client: _Client) -> Callable[[str], Awaitable[str | None]]:
-    """A ``fetch`` for :func:`reveal_text` reading ``poli-vault-<tag>`` over control mode."""
+    """A ``fetch`` for :func:`reveal_text` reading ``poli-vault-<tag>`` over control mode.
+
+    A buffer the client's server lacks is looked for in every server this process knows
+    (:func:`socket_fetcher`): an agent on a further server of a session with many agents
+    gets the secrets another ``poli`` process kept in the session's first server.
+    """
 
     async def fetch(tag: str) -> str | None:
         from politerm.errors import TmuxError
@@ -124,7 +129,8 @@ def tmux_fetcher(client: _Client) -> Callable[[str], Awaitable[str | None]]:
         try:
             lines = await client.cmd("show-buffer", "-b", BUFFER_PREFIX + tag)
         except TmuxError:
-            return None
+            others = socket_fetcher()
+            return await others(tag) if others is not None else None
         value = "\n".join(lines)
         with _lock:
             _memory[tag] = value

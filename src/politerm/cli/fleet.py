@@ -64,17 +64,21 @@ def budget(ctx: click.Context, as_json: bool, config_path: pathlib.Path | None) 
     if ctx.invoked_subcommand is not None:
         ctx.obj = config_path
         return
+    from politerm.engine.fleetview import paused_lines
     from politerm.fleet.budget import spending_words
 
     breaker, agents = _budget(config_path)
     rows = breaker.spending(agents)
+    paused = [p._asdict() for p in breaker.queue.paused()]
     if as_json:
-        data = [{**dataclasses.asdict(r), "over": r.over} for r in rows]
-        click.echo(json.dumps(data, indent=2))
+        scopes = [{**dataclasses.asdict(r), "over": r.over} for r in rows]
+        click.echo(json.dumps({"scopes": scopes, "paused": paused}, indent=2))
         return
     click.echo(f"fleet budget for {rows[0].day} (UTC)")
     for r in rows:
         click.echo(f"  {r.scope}: {spending_words(r)}")
+    for line in paused_lines(paused):
+        click.echo(f"  {line}")
 
 
 @budget.command("set")
@@ -92,6 +96,7 @@ def budget_set(config_path: pathlib.Path | None, name: str, value: str, agent: s
     breaker, _ = _budget(config_path)
     breaker.set_cap(name, number, agent=agent)
     click.echo(f"{name}{f' of {agent}' if agent else ''} = {value} for the whole fleet")
+    _resumes(breaker)
 
 
 @budget.command("clear")
@@ -101,6 +106,7 @@ def budget_clear(config_path: pathlib.Path | None) -> None:
     breaker, _ = _budget(config_path)
     breaker.clear_caps()
     click.echo("the fleet's budget caps are [fleet.budget]'s again")
+    _resumes(breaker)
 
 
 @budget.command("reset")
@@ -111,3 +117,14 @@ def budget_reset(config_path: pathlib.Path | None, agent: str | None) -> None:
     breaker, _ = _budget(config_path)
     breaker.reset(agent)
     click.echo(f"today's spending of {f'agent {agent}' if agent else 'the project'} is reset")
+    _resumes(breaker)
+
+
+def _resumes(breaker: FleetBudget) -> None:
+    """Say what becomes of the work the budget paused (its nodes look every few seconds)."""
+    paused = breaker.queue.paused()
+    if paused:
+        click.echo(
+            f"{len(paused)} paused work(s) go on within seconds where the caps now allow a turn "
+            "(`poli fleet budget` lists what still waits)"
+        )

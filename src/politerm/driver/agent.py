@@ -158,6 +158,12 @@ class AgentDriver:
         self._turns = TurnLog(name, store)
         self.last_screen: tuple[str, ...] = ()
         self._dead = False
+        self.typing = asyncio.Lock()
+        """Held by whoever decides to type into the agent and types (the router's step, a
+        message lane): the holder looks again first, so a loop prompt and a message are
+        typed one after the other, never into each other."""
+        # One look at a time: two concurrent looks could both answer one question.
+        self._looking = asyncio.Lock()
         self._row = AgentRow(name, store, profile.transcript, cwd, self._blocks.env)
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
@@ -366,6 +372,10 @@ class AgentDriver:
         reset (:class:`~politerm.driver.limits.Limiter`); the agent's store row (if it has
         one) follows its state: at once, or (``defer_row``) at the caller's :meth:`record_row`.
         """
+        async with self._looking:
+            return await self._observe(task_id, defer_row=defer_row)
+
+    async def _observe(self, task_id: str | None, *, defer_row: bool) -> Observation:
         snap = await self.snapshot()
         if snap is None:
             from politerm.terminal import Snapshot

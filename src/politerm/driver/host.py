@@ -28,7 +28,7 @@ from politerm.agents.profile import load_profile
 from politerm.driver.agent import AgentDriver
 from politerm.driver.launch import Launched, launch
 from politerm.driver.receipts import PANE_OPTION
-from politerm.errors import SessionNotFound, TmuxError
+from politerm.errors import ServerNotRunning, SessionNotFound, TmuxError
 from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.tmux.pane import Pane, agent_panes, hide_tmux, new_window
 from politerm.tmux.server import TmuxServer, default_config_dir
@@ -202,7 +202,7 @@ class Host:
         """
         try:
             first = await agent_panes(await self.server.connect(self.session), self.server)
-        except SessionNotFound:
+        except (SessionNotFound, ServerNotRunning):
             first = {}  # its first server died before the others (poli down still finds them)
         others = await asyncio.gather(*(self._shard_panes(s) for s in self.shards()[1:]))
         found: dict[str, Pane] = {}

@@ -14,6 +14,7 @@ import typing as t
 from politerm.engine.fleetlink import open_queue
 from politerm.engine.placement import placement
 from politerm.fleet.nodes import Registry
+from politerm.fleet.routers import router_status
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -33,6 +34,7 @@ def fleet_status(config: Config, store: RunStore) -> dict[str, t.Any]:
     registry = Registry(queue)
     nodes = registry.nodes()
     leases = queue.leases()
+    role = router_status(queue, config.fleet.lease)
     approvals = {
         agent: {"node": n.name, "asks": what}
         for n in nodes
@@ -44,6 +46,12 @@ def fleet_status(config: Config, store: RunStore) -> dict[str, t.Any]:
         "node": config.fleet.node,
         "url": queue.conn.where,
         "placement": placement(config),
+        "router": {
+            "holder": role.holder,
+            "token": role.token,
+            "expires_in": role.expires_in,
+            "standby": [{"holder": h, "seen_ago": ago} for h, ago in role.standby],
+        },
         "nodes": [dataclasses.asdict(n) for n in nodes],
         "backlog": [dataclasses.asdict(b) for b in registry.backlog()],
         "leases": [
@@ -64,6 +72,7 @@ def fleet_status(config: Config, store: RunStore) -> dict[str, t.Any]:
             for r in queue.late_results(20)
         ],
         "approvals": approvals,
+        "paused": [p._asdict() for p in queue.paused()],
         "typed_here": [r.to_json() for r in store.journal_leased(20)],
     }
 
@@ -74,6 +83,13 @@ def render_text(data: t.Mapping[str, t.Any]) -> str:
     for name, hosts in data["placement"].items():
         where = ", ".join(hosts) if hosts else "where the router runs"
         lines.append(f"  agent {name}: {where}")
+    router = data["router"]
+    if router["holder"]:
+        lines.append(f"router: {router['holder']} (token {router['token']})")
+    else:
+        lines.append("router: none holds the role (`poli up` on one node takes it)")
+    for s in router["standby"]:
+        lines.append(f"  standby router: {s['holder']} (waits; seen {s['seen_ago']:.1f}s ago)")
     lines.append("nodes:")
     for n in data["nodes"] or []:
         state = "alive" if n["alive"] else "NOT SEEN"
@@ -102,8 +118,23 @@ def render_text(data: t.Mapping[str, t.Any]) -> str:
             f"late result rejected: {r['work']} from node {r['node']} "
             f"(epoch {r['epoch']}, newest {r['current_epoch']})"
         )
+    lines.extend(paused_lines(data["paused"]))
     for agent, ask in data["approvals"].items():
         lines.append(
             f"approval: {agent} on node {ask['node']} asks {ask['asks']} (`poli approve {agent}`)"
         )
     return "\n".join(lines)
+
+
+def paused_lines(paused: t.Sequence[t.Mapping[str, t.Any]]) -> list[str]:
+    """The work the fleet's budget paused, one line each (``poli fleet status``, ``budget``).
+
+    Examples
+    --------
+    >>> paused_lines([{"work_id": "loop-3-ab", "agent": "X", "node": "b", "reason": "over"}])
+    ['paused by the budget: loop-3-ab (X, on node b): over']
+    """
+    return [
+        f"paused by the budget: {p['work_id']} ({p['agent']}, on node {p['node']}): {p['reason']}"
+        for p in paused
+    ]

@@ -25,11 +25,15 @@ from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
+    from politerm.driver import AgentDriver, Host
+    from politerm.engine.fleetlink import RouterSeat
     from politerm.engine.remote import AgentStates, TurnPost
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
 Printer = t.Callable[["Event"], None]
+Beside = t.Callable[["t.Mapping[str, AgentDriver]", "Host"], t.Coroutine[t.Any, t.Any, None]]
+"""Work a router runs beside its loops over its own drivers (the service's message lanes)."""
 TERMINAL = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.ABORTED})
 
 
@@ -55,13 +59,20 @@ async def route(
     until: t.Callable[[], bool] | None = None,
     printer: Printer | None = None,
     session: Session | None = None,
+    beside: Beside | None = None,
 ) -> None:
     """Run the router over the session's running agents until ``until()`` (or forever).
+
+    In a fleet, the router first takes the fleet's router role (one router per fleet
+    project): while another router holds it, this one waits as a standby (or until
+    ``until()``); when it loses the role, it stops (:class:`RoutingError`). ``beside``
+    runs with it over the same drivers (one owner per agent); when it fails, routing
+    stops and its error is raised.
 
     Raises
     ------
     RoutingError
-        Another router already routes this session.
+        Another router already routes this session, or this one lost the router role.
     SessionNotFound
         The session is not up.
     """
@@ -71,19 +82,42 @@ async def route(
         raise RoutingError(msg)
     session = session or Session(config, store)
     follower = None
+    holding = None
     cursor = EventCursor(store)
+    seat = _seat(config, store)
     try:
+        if printer is not None:
+            follower = asyncio.create_task(follow(store, printer, cursor=cursor))
+        if seat is not None and not await seat.take(until):
+            return
         agents = await session.attach()
-        post, elsewhere = _remote(config, store) or (None, ())
+        post, elsewhere = _remote(config, store, seat) or (None, ())
         routing = Routing(
             session.config, store, agents, templates=templates_for(config), remote=elsewhere
         )
         async with _board(config, store, list(agents), elsewhere, routing.wake) as states:
             router = Router(routing, post=post, states=states)
-            if printer is not None:
-                follower = asyncio.create_task(follow(store, printer, cursor=cursor))
-            await router.run(until=until)
+            if seat is not None:
+                for driver in routing.agents.values():
+                    driver.on("before-paste", seat.before_paste)
+                holding = asyncio.create_task(seat.hold(router.stop), name="router-role")
+            lanes = None if beside is None else asyncio.create_task(beside(agents, session.host))
+            if lanes is not None:
+                lanes.add_done_callback(lambda _done: router.stop())
+            try:
+                await router.run(until=until)
+            finally:
+                if lanes is not None:
+                    lanes.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await lanes
     finally:
+        if holding is not None:
+            holding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await holding
+        if seat is not None:
+            await asyncio.to_thread(seat.release)
         if follower is not None and printer is not None:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -92,16 +126,30 @@ async def route(
                 printer(event)
         lock.release()
         await session.host.close()
+    if seat is not None and seat.fenced is not None:
+        msg = f"the router stopped: {seat.fenced}"
+        raise RoutingError(msg)
 
 
-def _remote(config: Config, store: RunStore) -> tuple[TurnPost, list[str]] | None:
+def _seat(config: Config, store: RunStore) -> RouterSeat | None:
+    """The seat of this router in the fleet's router role (None without a fleet)."""
+    if config.fleet is None:
+        return None
+    from politerm.engine.fleetlink import open_queue, router_seat
+
+    return router_seat(config, store, open_queue(config, store))
+
+
+def _remote(
+    config: Config, store: RunStore, seat: RouterSeat | None
+) -> tuple[TurnPost, list[str]] | None:
     """The fleet's queue and the agents whose turns go through it (None without a fleet)."""
     elsewhere = here_config(config)[1]
     if not elsewhere:
         return None
     from politerm.engine.fleetlink import FleetPost, open_queue
 
-    return FleetPost(open_queue(config, store)), elsewhere
+    return FleetPost(open_queue(config, store), seat), elsewhere
 
 
 def _board(

@@ -18,6 +18,12 @@ only then reported to the queue (``complete``: the queue acknowledges the stream
 after it accepted the outcome). A result the queue rejects — the attempt was fenced
 meanwhile — is recorded on the row as ``rejected`` with the queue's reason, and an event
 says so.
+
+Before a turn is started the fleet's budget breaker is asked. A cap reached pauses the
+work instead (``park``: its attempt undone, nothing typed, the router still waiting) and
+the agent's turns are not claimed here until the breaker, asked every
+:data:`BUDGET_LOOK` seconds, allows one again (a cap raised or cleared, a reset, the next
+day): then the same work is claimed and typed, once.
 """
 
 from __future__ import annotations
@@ -41,7 +47,6 @@ from politerm.engine.placement import hosted_here, node_config
 from politerm.engine.session import Session
 from politerm.engine.turnwork import (
     ANSWER_KIND,
-    OVER_BUDGET,
     TURN_KIND,
     TurnReply,
     TurnWork,
@@ -74,6 +79,8 @@ WORK_RECORD: t.Final = "fleet-work"
 CLAIM_WAIT = 1.0
 #: After Redis could not be reached, how long before trying again.
 UNREACHABLE_BACKOFF = 1.0
+#: How often a node asks the fleet's budget whether an agent's paused work may go on.
+BUDGET_LOOK = 2.0
 #: How long a node tries to report a turn's outcome while Redis does not answer.
 REPORT_FOR = 120.0
 #: Seconds a message's receiver must stay ready before its turn counts as over.
@@ -97,6 +104,9 @@ class NodeClaims(t.Protocol):
     def give_back(self, lease: Lease, error: str) -> None:
         """End an attempt that could not run (the next claim starts another)."""
 
+    def park(self, lease: Lease, reason: str) -> None:
+        """Pause the work: a budget cap stopped it before anything was typed."""
+
     def complete(self, lease: Lease, outcome: Mapping[str, t.Any]) -> None:
         """Report the outcome; raises :class:`~politerm.errors.Fenced` when it is late."""
 
@@ -112,6 +122,9 @@ class Breaker(t.Protocol):
 
     def charge(self, agent: str, usage: Usage, cost: float = 0.0) -> Verdict:
         """Add what a turn of ``agent`` spent."""
+
+    def peek(self, agent: str) -> Verdict:
+        """Whether a new turn of ``agent`` would be admitted now (nothing counted)."""
 
 
 @dataclasses.dataclass
@@ -165,6 +178,10 @@ class Node:
         self.busy: dict[str, asyncio.Task[None]] = {}
         self.attempts: dict[str, _Attempt] = {}
         self.stopping = asyncio.Event()
+        # Agents whose turns a budget cap paused, with the breaker's reason: their turn
+        # streams are not claimed until the cap allows a turn again.
+        self.paused: dict[str, str] = {}
+        self._resumed = asyncio.Event()
         self._starting = asyncio.Lock()  # one bring-up at a time (it holds the session's lock)
         self.publisher = (
             None
@@ -182,6 +199,7 @@ class Node:
     async def run(self) -> None:
         """Claim and run work until :meth:`stop`; the turns under way finish first."""
         beat = asyncio.create_task(self._heartbeats(), name="node-heartbeat")
+        looks = asyncio.create_task(self._budget_looks(), name="node-budget")
         publish = asyncio.Event()  # set when the node stops: the publisher's last look
         publishing = (
             None
@@ -192,7 +210,7 @@ class Node:
             while not self.stopping.is_set():
                 # Answers to an agent's question are claimed while its turn runs.
                 streams = [*self.agents, *map(answer_stream, self.agents)]
-                free = [a for a in streams if a not in self.busy]
+                free = [a for a in streams if a not in self.busy and a not in self.paused]
                 if not free:
                     await self._wait_for_a_free_agent()
                     continue
@@ -210,9 +228,10 @@ class Node:
         finally:
             if self.busy:
                 await asyncio.wait(list(self.busy.values()))
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
+            for task in (beat, looks):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             publish.set()
             if publishing is not None:
                 with contextlib.suppress(TimeoutError):
@@ -232,9 +251,47 @@ class Node:
         self.stopping.set()
 
     async def _wait_for_a_free_agent(self) -> None:
-        waiters = [asyncio.ensure_future(self.stopping.wait()), *self.busy.values()]
+        self._resumed.clear()
+        stop = asyncio.ensure_future(self.stopping.wait())
+        resumed = asyncio.ensure_future(self._resumed.wait())
+        waiters = [stop, resumed, *self.busy.values()]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        waiters[0].cancel()
+        stop.cancel()
+        resumed.cancel()
+
+    async def _budget_looks(self) -> None:
+        """Ask the budget, for each paused agent, whether its turns may go on."""
+        if self.budget is None:
+            return
+        while True:
+            await asyncio.sleep(BUDGET_LOOK)
+            for agent in list(self.paused):
+                try:
+                    verdict = await asyncio.to_thread(self.budget.peek, agent)
+                except FleetError as exc:
+                    log.warning("node %s: asking the budget for %s: %s", self.name, agent, exc)
+                    continue
+                if verdict.ok:
+                    self.paused.pop(agent, None)
+                    why = f"the fleet's budget allows {agent}'s turns again: its work goes on"
+                    self.store.add_event("budget-resumed", agent=agent, detail=why)
+                    self._resumed.set()
+
+    async def _pause(self, lease: Lease, reason: str) -> None:
+        """A budget cap stopped ``lease``'s turn before anything was typed: park the work.
+
+        The agent's turns are not claimed here until :meth:`_budget_looks` finds the cap
+        allows one again; the work stays queued (its attempt undone), so whichever node
+        of its pool claims it then types it, and the router that posted it still waits.
+        """
+        agent = lease.work.agent
+        self.paused[agent] = reason
+        self.store.add_event("budget-paused", agent=agent, detail=f"{lease.work.id}: {reason}")
+        try:
+            await asyncio.to_thread(self.queue.park, lease, reason)
+        except FleetError as exc:
+            # Its lease runs out instead: the work is claimed again as a new attempt.
+            log.warning("node %s: pausing %s: %s", self.name, lease, exc)
 
     async def _heartbeats(self) -> None:
         assert self.config.fleet is not None
@@ -243,6 +300,8 @@ class Node:
             load = {
                 "busy": sorted(a for a in self.busy if answered_agent(a) is None),
                 "pid": os.getpid(),
+                # Agents whose turns wait for the fleet's budget, with the breaker's reason.
+                "paused": dict(self.paused),
                 # What waits for a person here: `poli approve AGENT` on any node answers it.
                 "approvals": {
                     name: d.pending_approval.what
@@ -276,6 +335,8 @@ class Node:
             # Other kinds (bridge tasks) are done by their own workflows.
             await self._complete(lease, {"error": f"{work.kind.value} work is not run by nodes"})
             return
+        if await self._over_budget(lease):
+            return
         try:
             driver = await self._driver(work.agent)
         except PolitermError as exc:
@@ -290,6 +351,26 @@ class Node:
             reply = await self._message(driver, lease)
         if reply is not None:
             await self._complete(lease, reply.payload())
+
+    async def _over_budget(self, lease: Lease) -> bool:
+        """Whether the fleet's budget stops ``lease``'s work (then it is paused, or let run out).
+
+        Asked before the agent is started: work the budget stops needs no agent here. A
+        message counts as a turn: it starts one in the agent that receives it.
+        """
+        if self.budget is None:
+            return False
+        agent = lease.work.agent
+        try:
+            verdict = await asyncio.to_thread(self.budget.admit, agent)
+        except FleetError as exc:
+            # Nothing typed, nothing proved: the lease runs out and the work is claimed
+            # again (the claim loop backs off while Redis does not answer).
+            log.warning("node %s: %s: asking the budget: %s", self.name, lease, exc)
+            return True
+        if not verdict.ok:
+            await self._pause(lease, verdict.reason)
+        return not verdict.ok
 
     async def _message(self, driver: AgentDriver, lease: Lease) -> TurnReply | None:
         """A message for a hosted agent: its copy written here, then typed under the lease."""
@@ -337,12 +418,6 @@ class Node:
         return driver
 
     async def _turn(self, driver: AgentDriver, turn: TurnWork, lease: Lease) -> TurnReply | None:
-        if self.budget is not None:
-            verdict = await asyncio.to_thread(self.budget.admit, turn.agent)
-            if not verdict.ok:
-                # Nothing typed: the router fails the task with the breaker's reason.
-                self.store.add_event("budget", agent=turn.agent, detail=verdict.reason)
-                return TurnReply(False, OVER_BUDGET, error=verdict.reason, node=self.name)
         spent = stored_tokens(self.store, f"agent:{turn.agent}")
         result: TurnResult | None = None
         async with self._leased(turn.agent, lease) as attempt:
@@ -571,7 +646,12 @@ def _stale(pending: PendingApproval | None, payload: Mapping[str, t.Any]) -> str
 
 def _reply(result: TurnResult, node: str, epoch: int) -> TurnReply:
     delivery = result.delivery
-    delivered = delivery is None or delivery.ok or delivery.submitted
+    # Not got_in alone: a prompt whose Enter went in counts as delivered even when the
+    # driver could not prove it landed (stranded, or the agent exited after the submit).
+    # Else the router would post it again as new work and a node would type it a second
+    # time, with no box to settle first across machines; the turn ends with the driver's
+    # words instead, and the task fails visibly.
+    delivered = delivery is None or delivery.got_in or delivery.submitted
     outcome = result.outcome.value if delivered else delivery.outcome.value  # type: ignore[union-attr]
     return TurnReply(delivered, outcome, result.blocks, result.error, node, epoch)
 

@@ -23,10 +23,11 @@ import typing as t
 
 from politerm.agents.state import AgentState
 from politerm.driver import DeliveryResult, Outcome
-from politerm.engine import decide
+from politerm.engine import agentstep, decide
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS
 from politerm.engine.execute import At
-from politerm.engine.turnwork import OVER_BUDGET, TurnReply, TurnWork
+from politerm.engine.fleetmeta import BUDGET_PAUSED
+from politerm.engine.turnwork import OVER_BUDGET, PAUSED, TurnReply, TurnWork
 from politerm.errors import PolitermError
 from politerm.store.models import MessageState, TaskState, TurnEnd
 
@@ -123,9 +124,11 @@ class RemoteTurns:
             except PolitermError as exc:  # the queue could not be reached: look again
                 log.warning("agent %s (remote): %s", name, exc)
                 bound = UNREACHABLE_BACKOFF
+            if loop.retry_at is not None:  # nothing announces a retry's time: wake for it
+                bound = min(bound, max(0.05, loop.retry_at - time.monotonic()))
             waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(loop.wake.wait())]
-            # Not while the queue is unreachable: its wait would fail at once, and the loop
-            # would look again without the backoff (a warning each round, as fast as refused).
+            # The reply's wait (the router's one reader of the results stream), not while the
+            # queue is unreachable: the loop looks again after the backoff.
             if name in self._waiting and bound == REMOTE_BACKSTOP:
                 waiters.append(asyncio.ensure_future(self.post.wait(self._waiting[name], bound)))
             try:
@@ -144,10 +147,12 @@ class RemoteTurns:
             return
         self._waiting.pop(name, None)
         loop = self.routing.loops[name]
-        if loop.retry_at is not None:
-            if time.monotonic() < loop.retry_at:
-                return  # a post that did not get through waits for its backoff
-            loop.retry_at = None
+        retry_in = None if loop.retry_at is None else loop.retry_at - time.monotonic()
+        # As the local loop decides it; the agent counts as READY here: its node waits
+        # for it to be idle before it types.
+        if agentstep.next_send(AgentState.READY, retry_in, turn_open=False) is None:
+            return  # a post that did not get through waits for its backoff
+        loop.retry_at = None
         msg = self.store.next_queued(name)
         while msg is not None and msg.type in FOLLOW_UPS:
             # A remote turn is nudged by the driver of the node that runs it.
@@ -188,6 +193,7 @@ class RemoteTurns:
         task = self.store.get_task(turn.task_id) if turn.task_id else None
         if msg is None or (task is not None and task.state not in ACTIVE):
             # Its node may still run it; the reply, when it comes, finds no turn to answer.
+            self.store.set_meta(f"{BUDGET_PAUSED}{turn.task_id or name}", "")
             self.executor.end_turn(name, turn, TurnEnd.TASK_ENDED)
             self._waiting.pop(name, None)
             return
@@ -198,7 +204,8 @@ class RemoteTurns:
             self.post.post(work)
             self._waiting[name] = work
         reply = self.post.reply(work)
-        if reply is not None:
+        self._show_pause(name, turn, None if reply is None else reply.paused_by)
+        if reply is not None and reply.outcome != PAUSED:
             self._waiting.pop(name, None)
             self.apply(name, turn, msg, reply)
         elif task is not None:
@@ -223,6 +230,25 @@ class RemoteTurns:
         if change is not None:
             self.executor.carry((change,), At(name, task=task))
 
+    def _show_pause(self, name: str, turn: Turn, reason: str | None) -> None:
+        """Keep the store's word on a budget pause of ``turn``'s task true (and say so once).
+
+        The task stays in its step (its message DELIVERING, so its clock stands still):
+        ``poli status`` shows why it waits; it goes on when the fleet's cap allows.
+        """
+        key = f"{BUDGET_PAUSED}{turn.task_id or name}"
+        shown = self.store.get_meta(key) or None
+        if shown == reason:
+            return
+        with self.store.batch():
+            self.store.set_meta(key, reason or "")
+            if reason is not None:
+                why = f"{name}'s turn paused by the fleet's budget: {reason}"
+                self.store.add_event("budget-paused", task_id=turn.task_id, agent=name, detail=why)
+            else:
+                why = f"{name}'s turn goes on: the fleet's budget allows it"
+                self.store.add_event("budget-resumed", task_id=turn.task_id, agent=name, detail=why)
+
     def apply(self, name: str, turn: Turn, msg: Message, reply: TurnReply) -> None:
         """Record the delivery's outcome, then apply the answering block (or end the turn)."""
         where = f" on node {reply.node}" if reply.node else ""
@@ -231,7 +257,8 @@ class RemoteTurns:
             # The turn ended on its node: whatever it asked there was answered.
             self.executor.carry((decide.Approved(),), At(name, task=task))
         if reply.outcome == OVER_BUDGET and turn.task_id is not None:
-            # The fleet's budget breaker: no new turn until the next day, a cap or a reset.
+            # The node's own [budget] stopped the turn (run_turn's OVER_BUDGET): the task
+            # fails, as on one machine. (The fleet's caps pause work instead: PAUSED.)
             with self.store.batch():
                 self.store.transition(msg.id, MessageState.DEAD, error=reply.error)
             self.executor.fail(

@@ -19,8 +19,11 @@ from politerm.protocol.block import Block
 TURN_KIND: t.Final = "turn"
 #: The work kind of an answer to an agent's question (an approval given on any node).
 ANSWER_KIND: t.Final = "answer"
-#: A turn's outcome when the fleet's budget breaker refused it (nothing was typed).
+#: A turn's outcome when its node's ``[budget]`` stopped it (the router fails the task).
 OVER_BUDGET: t.Final = "over_budget"
+#: Not an outcome: the fleet's budget breaker paused the work before it was typed; it goes
+#: on by itself when the cap allows (the router shows it and waits).
+PAUSED: t.Final = "paused"
 #: The suffix of an agent's answer stream: answers are claimed while its turn runs.
 ANSWER_SUFFIX: t.Final = ".answer"
 #: Block types that never answer a turn (recorded and shown only).
@@ -162,6 +165,11 @@ class TurnReply:
     node: str = ""
     epoch: int = 0
 
+    @property
+    def paused_by(self) -> str | None:
+        """The budget breaker's reason when this "reply" is a pause (:data:`PAUSED`)."""
+        return self.error if self.outcome == PAUSED else None
+
     def payload(self) -> dict[str, t.Any]:
         """The reply on the queue.
 
@@ -174,9 +182,7 @@ class TurnReply:
         return {
             "delivered": self.delivered,
             "outcome": self.outcome,
-            "blocks": [
-                {"header": dict(b.header) or _header(b), "body": b.body} for b in self.blocks
-            ],
+            "blocks": [{"header": b.full_header(), "body": b.body} for b in self.blocks],
             "error": self.error,
             "node": self.node,
             "epoch": self.epoch,
@@ -200,10 +206,3 @@ class TurnReply:
             )
         except (KeyError, TypeError, ValueError) as exc:
             return cls(False, "invalid", error=f"a malformed reply from its node: {exc!r}")
-
-
-def _header(block: Block) -> dict[str, t.Any]:
-    header: dict[str, t.Any] = {"to": block.to, "type": block.type, "id": block.id}
-    if block.nonce is not None:
-        header["nonce"] = block.nonce
-    return header

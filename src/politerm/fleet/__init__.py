@@ -14,7 +14,7 @@ from politerm.fleet.budget import Caps, FleetBudget, Spending, Verdict
 from politerm.fleet.connect import Connection, connect, connect_config, is_loopback
 from politerm.fleet.keys import GROUP, Keys
 from politerm.fleet.nodes import Backlog, NodeQueue, NodeStatus, Registry
-from politerm.fleet.queue import LateResult, WorkQueue
+from politerm.fleet.queue import LateResult, Paused, WorkQueue
 from politerm.fleet.work import Lease, Result, Work, WorkKind, WorkRecord, WorkState
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "Lease",
     "NodeQueue",
     "NodeStatus",
+    "Paused",
     "Registry",
     "Result",
     "Spending",

@@ -20,8 +20,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 SUBMIT: t.Final = (
     _NOW
     + """
--- KEYS: work record, work stream, agents set; ARGV: group, id, agent, kind, payload
+-- KEYS: work record, work stream, agents set, router role
+-- ARGV: group, id, agent, kind, payload, router token ('': not posted by a router)
 local w, stream = KEYS[1], KEYS[2]
+if ARGV[6] ~= '' then
+  -- A router posts only while it holds the role with this token, on Redis's clock.
+  local r = redis.call('HMGET', KEYS[4], 'holder', 'token', 'expires')
+  if r[2] ~= ARGV[6] or tonumber(r[3] or '0') <= now then
+    return {'fenced', r[1] or '', r[2] or '0'}
+  end
+end
 local v = redis.call('HMGET', w, 'state', 'agent')
 if v[1] then return {'exists', v[1], v[2]} end
 -- The group exists before the first entry, so the entry is delivered from '0'.
@@ -97,12 +105,14 @@ local function start(stream, entry, id, owner, idle)
     drop(stream, entry)
     return nil
   end
+  -- Out of the budget's pause (if it was paused): it is being started again.
+  if state == 'paused' then redis.call('HDEL', prefix .. 'paused', id) end
   local epoch = redis.call('INCR', epochs)
   -- Claiming also resets the entry's idle time: renewals keep it below a lease.
   redis.call('XCLAIM', stream, group, node, 0, entry, 'JUSTID')
   local expires = now + lease_ms
   redis.call('HSET', w, 'state', 'leased', 'node', node, 'epoch', epoch, 'expires', expires,
-    'started', now)
+    'started', now, 'paused', '')
   redis.call('ZADD', leased, expires, id)
   local p = redis.call('HMGET', w, 'kind', 'payload')
   return {'leased', id, entry, epoch, expires, attempt, p[1], p[2], v[3]}
@@ -222,6 +232,68 @@ redis.call('ZREM', KEYS[3], ARGV[6])
 -- Old as a lease: the next claim of any node takes it (as a new attempt).
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[7], 'JUSTID')
 return {'ok'}
+"""
+)
+
+PARK: t.Final = (
+    _NOW
+    + """
+-- KEYS: work stream, work record, leased zset, paused hash, results stream
+-- ARGV: group, node, entry, epoch, reason, id, idle ms, maxlen, agent
+-- The attempt is undone (a budget cap stopped it before anything was typed): the work waits,
+-- queued, for any node of its agent to start it again once the cap allows.
+local v = redis.call('HMGET', KEYS[2], 'state', 'epoch', 'node')
+if v[1] ~= 'leased' or tonumber(v[2]) ~= tonumber(ARGV[4]) then
+  return {'fenced', v[1] or 'gone', v[2] or '0', v[3] or ''}
+end
+redis.call('HINCRBY', KEYS[2], 'attempt', -1)
+redis.call('HSET', KEYS[2], 'state', 'paused', 'expires', 0, 'paused', ARGV[5])
+redis.call('ZREM', KEYS[3], ARGV[6])
+redis.call('HSET', KEYS[4], ARGV[6], cjson.encode({agent = ARGV[9], node = ARGV[2],
+  reason = ARGV[5], at = now}))
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[7], 'JUSTID')
+-- Whoever waits for its result looks again (and finds it paused).
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'id', ARGV[6], 'agent', ARGV[9],
+  'state', 'paused', 'node', ARGV[2])
+return {'ok'}
+"""
+)
+
+ROUTER: t.Final = (
+    _NOW
+    + """
+-- KEYS: router role hash, token counter, standby hash
+-- ARGV: mode (take, renew, release), holder, lease ms, token (renew, release), seat
+-- A holder is SEAT#PID; the seat (node and session) is one router at a time on its machine
+-- (a local lock), so a router of the same seat takes over a live lease at once: the one
+-- before it there is gone.
+local v = redis.call('HMGET', KEYS[1], 'holder', 'token', 'expires')
+local holder, token, expires = v[1], v[2] or '0', tonumber(v[3] or '0')
+local mode, me, lease_ms, seat = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[5] .. '#'
+if mode == 'take' then
+  local same_seat = holder and string.sub(holder, 1, #seat) == seat
+  if holder and holder ~= me and expires > now and not same_seat then
+    redis.call('HSET', KEYS[3], me, now)
+    redis.call('PEXPIRE', KEYS[3], 86400000)
+    return {'held', holder, token}
+  end
+  -- Free, expired, or ours already: a new holder draws a new token (it fences the old).
+  if holder ~= me then
+    token = redis.call('INCR', KEYS[2])
+    redis.call('HSET', KEYS[1], 'since', now)
+  end
+  redis.call('HSET', KEYS[1], 'holder', me, 'token', token, 'expires', now + lease_ms)
+  redis.call('HDEL', KEYS[3], me)
+  return {'ok', token, now + lease_ms}
+end
+if holder ~= me or token ~= ARGV[4] then return {'fenced', holder or '', token} end
+if mode == 'release' then
+  redis.call('DEL', KEYS[1])
+  return {'ok', token, now}
+end
+-- A renewal: also of a lease that ran out while nobody took it.
+redis.call('HSET', KEYS[1], 'expires', now + lease_ms)
+return {'ok', token, now + lease_ms}
 """
 )
 

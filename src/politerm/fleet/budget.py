@@ -45,8 +45,8 @@ CAP_NAMES: t.Final = tuple(FleetBudgetConfig.model_fields)
 _BUDGET = """
 local t = redis.call('TIME')
 local day = math.floor(tonumber(t[1]) / 86400)
--- KEYS: caps hash; ARGV: prefix, mode, agent, input, output, cost (millionths), the four
--- configured caps ('' = none; cost caps in millionths), keep ms
+-- KEYS: caps hash; ARGV: prefix, mode (admit, charge, peek), agent, input, output, cost
+-- (millionths), the four configured caps ('' = none; cost caps in millionths), keep ms
 local prefix, mode, agent = ARGV[1], ARGV[2], ARGV[3]
 local pkey = prefix .. 'budget:' .. day .. ':project'
 local akey = prefix .. 'budget:' .. day .. ':agent:' .. agent
@@ -221,7 +221,7 @@ class FleetBudget:
             msg = f"{agent}: spending cannot be negative ({usage.words()}, cost {cost})"
             raise WorkInvalid(msg)
         c = self.caps
-        what = "asking the fleet's budget" if mode == "admit" else "charging the fleet's budget"
+        what = "charging the fleet's budget" if mode == "charge" else "asking the fleet's budget"
         with self.queue.conn.talking(f"{what} for {agent}"):
             reply = self._script(
                 keys=[self.queue.keys.budget_caps],
@@ -247,6 +247,14 @@ class FleetBudget:
     def admit(self, agent: str) -> Verdict:
         """May a new turn of ``agent`` start? Counts the turn when it may (one script)."""
         return self._run("admit", agent, Usage(), 0.0)
+
+    def peek(self, agent: str) -> Verdict:
+        """Would a new turn of ``agent`` be admitted now? Counts nothing (one script).
+
+        What a node asks while an agent's work is paused by a cap: the answer changes
+        when the cap is raised or cleared, the spending reset, or the day (UTC) rolls over.
+        """
+        return self._run("peek", agent, Usage(), 0.0)
 
     def charge(self, agent: str, usage: Usage, cost: float = 0.0) -> Verdict:
         """Add what a turn of ``agent`` spent; the verdict for its next turn."""

@@ -100,6 +100,26 @@ class Keys:
         return f"{self.prefix}dead"
 
     @property
+    def paused(self) -> str:
+        """The work a budget cap paused before it was typed (a hash: id to JSON)."""
+        return f"{self.prefix}paused"
+
+    @property
+    def router(self) -> str:
+        """The router role: holder, token, expiry (a hash; see ``fleet/routers.py``)."""
+        return f"{self.prefix}router"
+
+    @property
+    def router_epochs(self) -> str:
+        """The counter the router role's tokens are drawn from."""
+        return f"{self.prefix}router:epochs"
+
+    @property
+    def router_standby(self) -> str:
+        """Routers waiting for the role: holder to Redis's time of its last try (ms)."""
+        return f"{self.prefix}router:standby"
+
+    @property
     def nodes(self) -> str:
         """The set of nodes that ever sent a heartbeat."""
         return f"{self.prefix}nodes"

@@ -194,6 +194,10 @@ class NodeQueue:
         """:meth:`WorkQueue.give_back`."""
         self.queue.give_back(lease, error)
 
+    def park(self, lease: Lease, reason: str) -> None:
+        """:meth:`WorkQueue.park`: a budget cap paused the work before it was typed."""
+        self.queue.park(lease, reason)
+
     def heartbeat(self, agents: Sequence[str], load: Mapping[str, t.Any]) -> None:
         """:meth:`Registry.heartbeat` for this node."""
         self.registry.heartbeat(self.name, agents, load, self.every)

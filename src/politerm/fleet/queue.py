@@ -52,7 +52,7 @@ if t.TYPE_CHECKING:
     from politerm.config.fleet import FleetConfig
     from politerm.fleet.connect import Connection
 
-__all__ = ["LateResult", "WorkQueue"]
+__all__ = ["LateResult", "Paused", "WorkQueue"]
 
 # A given-back entry is made this idle (ms): older than any lease, so the next claim takes it.
 _GIVEN_BACK_IDLE = 10**10
@@ -73,6 +73,18 @@ class LateResult(t.NamedTuple):
     current_epoch: int
     state: str
     outcome: Mapping[str, t.Any]
+
+
+class Paused(t.NamedTuple):
+    """Work a budget cap paused before it was typed (it resumes when the cap allows)."""
+
+    work_id: str
+    agent: str
+    node: str
+    """The node whose breaker paused it."""
+    reason: str
+    since: float
+    """Redis's time of the pause (seconds since 1970)."""
 
 
 def _default_redact() -> Callable[[str], str]:
@@ -151,6 +163,7 @@ class WorkQueue:
         self._renew = client.register_script(_scripts.RENEW)
         self._complete = client.register_script(_scripts.COMPLETE)
         self._give_back = client.register_script(_scripts.GIVE_BACK)
+        self._park = client.register_script(_scripts.PARK)
         # From the last claim that found nothing: ms until the project's next lease runs
         # out (-1: none is held).
         self._next_expiry = -1
@@ -180,19 +193,78 @@ class WorkQueue:
             keep=config.keep,
         )
 
+    def block_ms(self, seconds: float) -> int:
+        """One slice of a blocking read that wants ``seconds``: in ms, at least 1.
+
+        A read blocks in slices of at most half the command timeout, so that no read
+        outlasts the timeout (the connection would call Redis unreachable).
+
+        Examples
+        --------
+        >>> from politerm.fleet.connect import connect
+        >>> q = WorkQueue(connect("redis://localhost", timeout=5.0), "shop")
+        >>> q.block_ms(60), q.block_ms(0.2), q.block_ms(0)
+        (2500, 200, 1)
+        """
+        return max(1, int(min(seconds, self.conn.timeout * _BLOCK_SHARE) * 1000))
+
+    def results_end(self) -> str:
+        """The id of the results stream's newest entry ("0-0": none): a reader's start.
+
+        A waiter takes it *before* it reads a record: a result that lands between the two
+        is then still read from the stream.
+        """
+        with self.conn.talking("reading the end of the results stream"):
+            last = self.conn.cmd.xrevrange(self.keys.results, count=1)
+        return str(last[0][0]) if last else "0-0"
+
+    def read_results(self, cursor: str, seconds: float) -> tuple[str, list[dict[str, str]]]:
+        """The results appended after ``cursor``, waiting up to one slice of ``seconds``.
+
+        Returns the new cursor and each entry's fields (``id``, ``agent``, ``state``…):
+        one blocking XREAD, however many works its reader waits for.
+        """
+        with self.conn.talking("reading the results stream"):
+            got = self.conn.cmd.xread(
+                {self.keys.results: cursor}, count=100, block=self.block_ms(seconds)
+            )
+        fields = []
+        for _stream, entries in got or []:
+            for entry, f in entries:
+                cursor = entry
+                fields.append(f)
+        return cursor, fields
+
+    def standing(self, work_id: str) -> tuple[WorkRecord, Result | None]:
+        """Where ``work_id`` stands and, once it ended, its result (one round trip).
+
+        Raises
+        ------
+        WorkInvalid
+            No such work (never submitted, or expired after ``keep``).
+        """
+        with self.conn.talking(f"reading work {work_id}"):
+            raw = self._record_of(work_id)
+        return _record(raw), _result(work_id, raw)
+
     @property
     def _lease_ms(self) -> int:
         return max(1, round(self.lease * 1000))
 
     # --- submitting ---------------------------------------------------------------------
 
-    def submit(self, work: Work) -> bool:
+    def submit(self, work: Work, router: int | None = None) -> bool:
         """Queue ``work`` unless its id is already known; True when it was new.
+
+        ``router``: the router role's token (:mod:`politerm.fleet.routers`) of the router
+        that posts it; the script refuses the work unless that token holds the role now.
 
         Raises
         ------
         WorkInvalid
             The payload is not JSON, or the id is known for another agent.
+        Fenced
+            ``router`` does not hold the router role (any more): nothing was queued.
         """
         payload = to_json(redact_payload(dict(work.payload), self.redact), f"work {work.id}")
         if self.redact(work.id) != work.id:
@@ -200,9 +272,26 @@ class WorkQueue:
             raise WorkInvalid(msg)
         with self.conn.talking(f"submitting work {work.id} for {work.agent}"):
             reply = self._submit(
-                keys=[self.keys.work(work.id), self.keys.stream(work.agent), self.keys.agents],
-                args=[GROUP, work.id, work.agent, work.kind.value, payload],
+                keys=[
+                    self.keys.work(work.id),
+                    self.keys.stream(work.agent),
+                    self.keys.agents,
+                    self.keys.router,
+                ],
+                args=[
+                    GROUP,
+                    work.id,
+                    work.agent,
+                    work.kind.value,
+                    payload,
+                    "" if router is None else str(router),
+                ],
             )
+        if reply[0] == "fenced":
+            _, holder, token = reply
+            now = f"router {holder} holds it (token {token})" if holder else "nobody holds it"
+            msg = f"work {work.id} not posted: router token {router} is fenced: {now}"
+            raise Fenced(msg)
         if reply[0] == "exists" and reply[2] != work.agent:
             msg = f"work {work.id} was already submitted for {reply[2]}, not {work.agent}"
             raise WorkInvalid(msg)
@@ -282,12 +371,11 @@ class WorkQueue:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
                     break
-                # In slices, so that no read outlasts the command timeout, each ending when
-                # the project's next lease runs out: its work is re-claimed at once.
-                block = min(left_ms, int(self.conn.timeout * 1000 * _BLOCK_SHARE))
+                # Each slice ends when the project's next lease runs out: its work is
+                # re-claimed at once.
+                block = self.block_ms(left_ms / 1000)
                 if self._next_expiry >= 0:
-                    block = min(block, self._next_expiry + _EXPIRY_SLACK_MS)
-                block = max(1, block)
+                    block = max(1, min(block, self._next_expiry + _EXPIRY_SLACK_MS))
                 got = self.conn.cmd.xreadgroup(
                     GROUP, node, {self.keys.stream(a): ">" for a in names}, count=1, block=block
                 )
@@ -415,25 +503,74 @@ class WorkQueue:
         Fenced
             The attempt had already been fenced.
         """
-        with self.conn.talking(f"giving back {lease}"):
-            reply = self._give_back(
+        self._end_attempt(self._give_back, lease, "giving back", error)
+
+    def park(self, lease: Lease, reason: str) -> None:
+        """Pause this attempt's work: a budget cap stopped it before anything was typed.
+
+        The attempt is undone (it does not count toward ``max_attempts``), the work waits
+        queued, listed by :meth:`paused` with ``reason`` (redacted), and the next claim of
+        a node hosting its agent starts it again. Its waiters are woken (they find it
+        paused).
+
+        Raises
+        ------
+        Fenced
+            The attempt had already been fenced.
+        """
+        keys = [self.keys.paused, self.keys.results]
+        args = [self.maxlen, lease.work.agent]
+        self._end_attempt(self._park, lease, "pausing", reason, keys, args)
+
+    def _end_attempt(
+        self,
+        script: t.Any,
+        lease: Lease,
+        what: str,
+        why: str,
+        keys: Sequence[str] = (),
+        args: Sequence[t.Any] = (),
+    ) -> None:
+        """End ``lease``'s attempt with ``script`` (give back, park), ``why`` redacted."""
+        with self.conn.talking(f"{what} {lease}"):
+            reply = script(
                 keys=[
                     self.keys.stream(lease.work.agent),
                     self.keys.work(lease.work.id),
                     self.keys.leased,
+                    *keys,
                 ],
                 args=[
                     GROUP,
                     lease.node,
                     lease.entry,
                     lease.epoch,
-                    self.redact(error),
+                    self.redact(why),
                     lease.work.id,
                     _GIVEN_BACK_IDLE,
+                    *args,
                 ],
             )
         if reply[0] != "ok":
             raise self._fenced(lease, reply)
+
+    def paused(self) -> list[Paused]:
+        """The work a budget cap paused, oldest first (each with its reason)."""
+        with self.conn.talking("listing the paused work"):
+            raw = self.conn.cmd.hgetall(self.keys.paused)
+        out = []
+        for work_id, text in raw.items():
+            fields = _outcome(text)
+            out.append(
+                Paused(
+                    work_id,
+                    str(fields.get("agent", "")),
+                    str(fields.get("node", "")),
+                    str(fields.get("reason", "")),
+                    _int(fields.get("at")) / 1000,
+                )
+            )
+        return sorted(out, key=lambda p: p.since)
 
     @staticmethod
     def _fenced(lease: Lease, reply: Sequence[t.Any], *, late: bool = False) -> Fenced:
@@ -496,27 +633,18 @@ class WorkQueue:
         WorkInvalid
             No such work.
         """
-        client = self.conn.cmd
         deadline = time.monotonic() + timeout
-        with self.conn.talking(f"waiting for the result of work {work_id}"):
-            cursor = "0-0"
-            if timeout > 0:
-                # The stream's end is taken before the record is read: a result that lands
-                # between the two is then still read from the stream.
-                last = client.xrevrange(self.keys.results, count=1)
-                cursor = last[0][0] if last else cursor
-            while True:
+        cursor = self.results_end() if timeout > 0 else "0-0"
+        while True:
+            with self.conn.talking(f"waiting for the result of work {work_id}"):
                 raw = self._record_of(work_id)
-                result = _result(work_id, raw)
-                if result is not None:
-                    return result
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                block = max(1, int(min(left, self.conn.timeout * _BLOCK_SHARE) * 1000))
-                got = client.xread({self.keys.results: cursor}, count=100, block=block)
-                for _stream, entries in got or []:
-                    cursor = entries[-1][0]
+            result = _result(work_id, raw)
+            if result is not None:
+                return result
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            cursor, _ = self.read_results(cursor, left)
         msg = f"work {work_id} had no result within {timeout:g} s (it is {_where(_record(raw))})"
         raise ResultTimeout(msg)
 
@@ -587,6 +715,7 @@ def _record(raw: Mapping[str, str]) -> WorkRecord:
         submitted_at=_int(raw.get("submitted")) / 1000,
         late=_int(raw.get("late")),
         error=raw.get("error", ""),
+        paused=raw.get("paused", ""),
     )
 
 

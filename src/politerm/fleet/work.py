@@ -53,6 +53,9 @@ class WorkState(str, enum.Enum):
 
     QUEUED = "queued"
     """Submitted (or given back), no attempt is live."""
+    PAUSED = "paused"
+    """A budget cap stopped its attempt before anything was typed (the attempt undone): it
+    waits, queued, until the cap allows a turn again."""
     LEASED = "leased"
     """One attempt holds a lease (its node may type while the lease lasts)."""
     DONE = "done"
@@ -213,3 +216,5 @@ class WorkRecord:
     """How many late results (of fenced attempts) were rejected for it."""
     error: str
     """Why its last attempt was given back or why it died ('' if none)."""
+    paused: str = ""
+    """Why a budget cap paused it ('' unless it is :attr:`WorkState.PAUSED`)."""

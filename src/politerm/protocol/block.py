@@ -169,6 +169,28 @@ class Block:
             line=line,
         )
 
+    def full_header(self) -> dict[str, t.Any]:
+        """The header as read, or built from the fields when the block was made without one.
+
+        What :meth:`from_header` reads back into a block of the same fields (a block sent
+        to another process, e.g. a fleet node's reply; a built header kept ``file`` and
+        ``sha256`` too).
+
+        Examples
+        --------
+        >>> b = Block("PLANNER", "file", "T1", nonce="n1", file="r.md", sha256="ab")
+        >>> b.full_header()
+        {'to': 'PLANNER', 'type': 'file', 'id': 'T1', 'nonce': 'n1', 'file': 'r.md', 'sha256': 'ab'}
+        >>> Block.from_header(b.full_header()).file
+        'r.md'
+        """
+        if self.header:
+            return dict(self.header)
+        header: dict[str, t.Any] = {"to": self.to, "type": self.type, "id": self.id}
+        optional = {"nonce": self.nonce, "file": self.file, "sha256": self.sha256}
+        header.update({k: v for k, v in optional.items() if v is not None})
+        return header
+
     @property
     def kind(self) -> MessageType | None:
         """The type as a :class:`MessageType`, or None for a type politerm does not know."""

@@ -243,6 +243,31 @@ async def test_stuck_input_is_stranded(
     assert [e["reason"] for e in swallowed] == ["all"] * result.submits
 
 
+async def test_a_before_submit_hook_that_raises_leaves_the_text_unsubmitted(
+    tmux_session: ControlClient, tmux_server: TmuxServer, tmp_path: pathlib.Path
+) -> None:
+    # A fleet node re-checks its lease there: a node paused between its paste and the
+    # submit key found its lease gone and must not submit (the 300-task fault run saw one).
+    agent = await start_agent(tmux_session, tmux_server, tmp_path, "codex")
+    asked: list[str] = []
+
+    class Lost(Exception):
+        pass
+
+    async def lost() -> None:
+        asked.append("before-submit")
+        raise Lost
+
+    with pytest.raises(Lost):
+        async with asyncio.timeout(DELIVER_SECONDS):
+            await deliver(
+                agent.pane, b"typed under a lost lease", agent.profile, before_submit=lost
+            )
+    assert asked == ["before-submit"]
+    assert [e["event"] for e in agent.events("paste")] == ["paste"]
+    assert agent.prompts() == []  # pasted, never submitted
+
+
 # --- approval, crash, kill --------------------------------------------------------------
 
 APPROVAL_SCENARIO = """

@@ -231,6 +231,39 @@ def test_the_service_killed_mid_delivery_is_restarted_and_loses_nothing(
     assert lock.read() is None and not lock.path.exists()  # poli down stopped it
 
 
+def test_a_loop_prompt_and_a_message_to_one_idle_agent_are_typed_one_after_the_other(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    """The service types both through PLANNER's one driver: each once, never into the other."""
+    loop = _project(server, tmp_path)
+    try:
+        procs = [
+            start(tmp_path, "task", "make hello", "--id", "T-m", "--no-wait"),
+            start(tmp_path, "send", "--to", "PLANNER", "a note for the planner"),
+        ]
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        msg_id = outs[1].splitlines()[0]
+        retry_until(lambda: _state(loop, "T-m") is TaskState.DONE, 60, what="T-m to be done")
+
+        def delivered() -> bool:
+            shown = json.loads(poli(tmp_path, "msg", "show", msg_id, "--json").stdout)
+            return bool(shown["state"] == "delivered")
+
+        retry_until(delivered, 60, what=f"{msg_id} to be delivered")
+        typed = [e for e in loop.log("PLANNER") if e["event"] == "prompt"]
+        texts = [e["text"] for e in typed]
+        # The task's prompt, the message and the executer's result: each whole, each once,
+        # and none typed while PLANNER was busy with another (the fake agent queues those).
+        assert len(texts) == 3, texts
+        assert len([x for x in texts if x.startswith("TASK_ID=T-m\n")]) == 1
+        assert len([x for x in texts if f"Message {msg_id} " in x]) == 1
+        assert len([x for x in texts if x.lstrip().startswith("EXECUTER replied:")]) == 1
+        assert [e["queued"] for e in typed] == [False, False, False]
+    finally:
+        _down(loop)
+
+
 def test_a_router_lock_of_a_dead_router_is_taken_over(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:

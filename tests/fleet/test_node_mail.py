@@ -2,7 +2,8 @@
 
 Real redis-server, real ``poli`` processes per node (each its own HOME, tmux server and
 store), the fake agents; what each agent was handed is read from its own log. Node a sends
-(its postman carries the message as fleet work); the node hosting EXECUTER types it under
+(the project's service that ``poli send`` starts there, with no session up, carries the
+message as fleet work); the node hosting EXECUTER types it under
 the work's lease; ``poli reply`` on that node sends the answer back to a.
 """
 
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import re
+import subprocess
 import sys
 import typing as t
 
@@ -20,9 +22,10 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from politerm.config import load_config
+from politerm.engine import service
 from politerm.engine.fleetlink import open_queue
-from politerm.messaging.daemon import PostmanLock
 from politerm.messaging.files import message_dir_for
+from politerm.messaging.postman import PostmanLock
 from politerm.testing.retry import retry_until
 from tests.fleet.nodes import FleetNode, make_fleet, slow_executer, tear_down
 from tests.fleet.test_redaction import SECRETS, everything_in
@@ -30,7 +33,6 @@ from tests.messaging.test_mcp import call
 
 if t.TYPE_CHECKING:
     import pathlib
-    import subprocess
 
     from tests.fleet.redisserver import RedisServer
 
@@ -78,34 +80,46 @@ def wait_state(node: FleetNode, mail_id: str, state: str) -> dict[str, t.Any]:
     return retry_until(look, WAIT, what=f"message {mail_id} {state} on node {node.name}")
 
 
-def stop(proc: subprocess.Popen[str]) -> str:
-    """End a process this test started (the sender's postman); its output."""
-    if proc.poll() is None:
-        proc.terminate()
-    out, _ = proc.communicate(timeout=30)
-    return out or ""
+def service_log(node: FleetNode) -> str:
+    """What the project's service on ``node`` wrote (the sender's postman runs in it)."""
+    config = load_config(node.root, env={})
+    path = service.log_path(config)
+    return path.read_text() if path.exists() else ""
+
+
+# Node a's service, started as `poli send` starts it (with no session up: it delivers only).
+_START = (
+    "from politerm.config import load_config\n"
+    "from politerm.engine import service\n"
+    "service.start(load_config(env={}))\n"
+)
 
 
 @contextlib.contextmanager
 def mail_fleet(
     tmp: pathlib.Path, redis: RedisServer, names: t.Sequence[str], **kwargs: t.Any
-) -> t.Iterator[tuple[dict[str, FleetNode], subprocess.Popen[str]]]:
-    """The fleet's nodes, and node a's postman (run by the test, stopped with the nodes)."""
+) -> t.Iterator[dict[str, FleetNode]]:
+    """The fleet's nodes, node a's service running (``poli down`` on each stops it)."""
     nodes = make_fleet(tmp, redis, names, **kwargs)
-    for node in nodes.values():
-        node.env["POLI_POSTMAN"] = "off"  # no background postman: the test runs a's
-    postman = nodes["a"].start("msg", "route", "--idle-exit", "120")
     try:
-        yield nodes, postman
+        a = nodes["a"]
+        argv = [sys.executable, "-c", _START]
+        started = subprocess.run(
+            argv, cwd=a.root, env=a.env, capture_output=True, text=True, check=False
+        )
+        assert started.returncode == 0, started.stderr
+        # its child's postman runs before the test sends (a message's time to live is short)
+        lock = PostmanLock(message_dir_for(load_config(a.root, env={})))
+        retry_until(lock.holder, WAIT, what="a's postman")
+        yield nodes
     finally:
-        stop(postman)
         tear_down(nodes)
 
 
 def test_poli_send_from_a_is_typed_once_on_b_and_the_reply_comes_back(
     redis_server: RedisServer, tmp_path: pathlib.Path
 ) -> None:
-    with mail_fleet(tmp_path, redis_server, ["a", "b"]) as (nodes, postman):
+    with mail_fleet(tmp_path, redis_server, ["a", "b"]) as nodes:
         a, b = nodes["a"], nodes["b"]
         b.start_node()
         sent = a.start("send", "--to", "EXECUTER", "--wait", "--timeout", "120", "count the lines")
@@ -123,7 +137,7 @@ def test_poli_send_from_a_is_typed_once_on_b_and_the_reply_comes_back(
         said = b.poli("reply", "--no-postman", "there are 3 lines")
         assert said.returncode == 0, said.stderr
         out, err = sent.communicate(timeout=WAIT)
-        assert sent.returncode == 0, out + err + stop(postman) + b.log()
+        assert sent.returncode == 0, out + err + service_log(a) + b.log()
         assert out.splitlines() == [mail_id, "there are 3 lines"]
         assert shown(a, mail_id)["state"] == "responded"
         assert shown(b, mail_id)["state"] == "responded"  # the copy on b
@@ -139,7 +153,7 @@ def test_poli_send_from_a_is_typed_once_on_b_and_the_reply_comes_back(
 def test_mcp_send_message_across_nodes_waits_for_the_answer_from_b(
     redis_server: RedisServer, tmp_path: pathlib.Path
 ) -> None:
-    with mail_fleet(tmp_path, redis_server, ["a", "b"]) as (nodes, _):
+    with mail_fleet(tmp_path, redis_server, ["a", "b"]) as nodes:
         a, b = nodes["a"], nodes["b"]
         b.start_node()
         got = asyncio.run(_send_by_mcp(a, b))
@@ -183,7 +197,7 @@ def test_the_hosting_node_killed_mid_delivery_another_node_delivers_it_once_per_
     slow = slow_executer(6)
     with mail_fleet(
         tmp_path, redis_server, ["a", "b", "c"], executer_nodes=("b", "c"), executer=slow
-    ) as (nodes, postman):
+    ) as nodes:
         a = nodes["a"]
         for name in ("b", "c"):
             nodes[name].start_node()
@@ -201,7 +215,7 @@ def test_the_hosting_node_killed_mid_delivery_another_node_delivers_it_once_per_
         late = first.poli("reply", "--no-postman", "--to", mail_id, "the sum is 12, again")
         assert late.returncode == 0, late.stderr
         out, err = sent.communicate(timeout=WAIT)
-        assert sent.returncode == 0, out + err + stop(postman) + other.log()
+        assert sent.returncode == 0, out + err + service_log(a) + other.log()
         assert out.splitlines() == [mail_id, "the sum is 12"]
         # Once per attempt: one prompt on each node, one journal row each, in order.
         for node in (first, other):
@@ -222,10 +236,8 @@ def test_a_message_no_node_takes_is_a_dead_letter_after_its_time_to_live(
     redis_server: RedisServer, tmp_path: pathlib.Path
 ) -> None:
     ttl = "[routing]\nmessage_ttl = 3\n"
-    with mail_fleet(tmp_path, redis_server, ["a"], extra=ttl) as (nodes, _):
+    with mail_fleet(tmp_path, redis_server, ["a"], extra=ttl) as nodes:
         a = nodes["a"]
-        lock = PostmanLock(message_dir_for(load_config(a.root, env={})))
-        retry_until(lock.held_elsewhere, WAIT, what="node a's postman to run")
         sent = a.poli("send", "--to", "EXECUTER", "--wait", "--timeout", "60", "anyone?")
         assert sent.returncode != 0
         # Posted, and no node held it when its time ran out: a dead letter saying so. (A
@@ -241,7 +253,7 @@ def test_a_secret_in_a_message_across_nodes_never_reaches_redis(
 ) -> None:
     every = " ".join(SECRETS.values())
     extra = '[redact]\npatterns = ["ACME-[0-9a-f]{10}"]\n'  # a project's own pattern
-    with mail_fleet(tmp_path, redis_server, ["a", "b"], extra=extra) as (nodes, postman):
+    with mail_fleet(tmp_path, redis_server, ["a", "b"], extra=extra) as nodes:
         a, b = nodes["a"], nodes["b"]
         b.start_node()
         sent = a.start("send", "--to", "EXECUTER", "--wait", "--timeout", "120", f"use {every}")
@@ -251,7 +263,7 @@ def test_a_secret_in_a_message_across_nodes_never_reaches_redis(
         said = b.poli("reply", "--no-postman", "--to", mail_id, f"used {every}")
         assert said.returncode == 0, said.stderr
         out, err = sent.communicate(timeout=WAIT)
-        assert sent.returncode == 0, out + err + stop(postman)
+        assert sent.returncode == 0, out + err + service_log(a)
         # What the agent on b got, and what came back to a, are redacted.
         assert "[REDACTED:github-token" in prompt and "[REDACTED:custom" in out
         config = load_config(a.root, env={"POLI_FLEET_NODE": "a"})

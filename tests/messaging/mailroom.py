@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import pathlib
 import sys
 import typing as t
 
-import psutil
-
 from politerm.agents.profile import load_profile
 from politerm.driver import AgentDriver, Host
 from politerm.driver.launch import prepare_launch
+from politerm.engine import service
 from politerm.messaging.postman import Postman
 from politerm.messaging.service import Identity, Messenger
 from politerm.store import RunStore
@@ -138,20 +136,12 @@ class Mailroom:
         wanted = "/".join(s.value for s in states)
         return await aretry_until(check, seconds, interval=0.05, what=f"{mail_id} {wanted}")
 
-    def kill_background_postman(self) -> None:
-        """Stop a postman ``poli send`` started in the background (its PID is in the lock)."""
-        lock = self.messenger.dir.path / "postman.lock"
-        text = lock.read_text().strip() if lock.exists() else ""
-        if not text.isdigit():
-            return
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(int(text))
-            if "route" in proc.cmdline():
-                proc.kill()
-                proc.wait(10)
+    def stop_service(self) -> None:
+        """Stop the project's service ``poli send`` started (it delivers in the background)."""
+        service.stop(self.config)
 
     async def close(self) -> None:
-        self.kill_background_postman()
+        self.stop_service()
         await self.stop_postman()
         for driver in self.drivers.values():
             await driver.kill(grace=1.0)

@@ -12,8 +12,7 @@ import asyncio
 import typing as t
 
 from politerm.driver import Host
-from politerm.messaging.daemon import PostmanLock
-from politerm.messaging.postman import Postman
+from politerm.messaging.postman import Postman, PostmanLock
 from politerm.tmux.server import TmuxServer
 from tests.messaging.mailroom import WAIT
 

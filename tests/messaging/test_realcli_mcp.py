@@ -9,7 +9,6 @@ started, and the worker's ``poli reply`` answers it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import pathlib
@@ -18,13 +17,13 @@ import subprocess
 import sys
 import typing as t
 
-import psutil
 import pytest
 
 from politerm.agents.state import AgentState
 from politerm.config import load_config
 from politerm.driver import AgentDriver
 from politerm.driver.launch import prepare_launch
+from politerm.engine import service
 from politerm.engine.session import Session
 from politerm.hooks.channel import hooks_dir_for
 from politerm.messaging.service import Identity, Messenger
@@ -80,17 +79,6 @@ async def tool_turn(orch: AgentDriver, llm: MockLLM, prompt: str, rule: str) -> 
             assert '"is_error": true' not in text, text
             return
     pytest.fail(f"poli mcp never connected to Claude Code for {rule}")
-
-
-def kill_postman(directory: pathlib.Path) -> None:
-    lock = directory / "postman.lock"
-    text = lock.read_text().strip() if lock.exists() else ""
-    if text.isdigit():
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(int(text))
-            if "route" in proc.cmdline():
-                proc.kill()
-                proc.wait(10)
 
 
 async def test_claude_calls_the_poli_mcp_tools(
@@ -180,7 +168,7 @@ async def test_claude_calls_the_poli_mcp_tools(
         offered = {t["name"] for r in requests for t in r.body.get("tools") or []}
         assert {"mcp__poli__send_message", "mcp__poli__report_status"} <= offered
     finally:
-        kill_postman(messenger.dir.path)
+        service.stop(messenger.config)  # the project's service the tool started
         await session.down()
         await session.host.server.close()
         store.close()

@@ -1,4 +1,4 @@
-"""The postman killed with SIGKILL, and restarted: every message delivered exactly once."""
+"""The service killed with SIGKILL, and restarted: every message delivered exactly once."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import json
 import os
 import pathlib
 import signal
-import subprocess
-import sys
 import typing as t
 
 from politerm.agents.state import AgentState
+from politerm.engine import service
+from politerm.engine.service import ServiceInfo, ServiceLock
 from politerm.store.journal import Serves, Workflow
 from politerm.store.mail import MailState
-from politerm.testing.retry import aretry_until
+from politerm.testing.retry import aretry_until, retry_until
 from tests.messaging.helpers import poli
 from tests.messaging.mailroom import WAIT, Mailroom, marked, open_mailroom
 
@@ -22,53 +22,46 @@ if t.TYPE_CHECKING:
     import libtmux
 
 
-def postman_process(room: Mailroom) -> subprocess.Popen[bytes]:
-    log = (room.root / "postman.out").open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "politerm", "msg", "route", "--config", str(room.config_path)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
 def _serves(mail_id: str) -> Serves:
     return Serves(Workflow.MESSAGING, "mail", (mail_id,))
 
 
-async def test_kill_9_of_the_postman_between_send_and_delivery(room: Mailroom) -> None:
+def _service(room: Mailroom) -> ServiceInfo:
+    """The project's service, started, once its supervisor runs its child."""
+    service.start(room.config, room.config_path)
+
+    def running() -> ServiceInfo | None:
+        info = ServiceLock.of(room.config).read()
+        return info if info is not None and info.router is not None else None
+
+    return retry_until(running, WAIT, what="the service's child")
+
+
+def _restarted(room: Mailroom, first: ServiceInfo) -> bool:
+    info = ServiceLock.of(room.config).read()
+    return info is not None and info.router not in (None, first.router)
+
+
+async def test_kill_9_of_the_service_between_send_and_delivery(room: Mailroom) -> None:
+    """The service's process dies while a message waits for a busy receiver: delivered once."""
     await room.start_agent("ORCH")
     w1 = await room.start_agent("W1")
     m = room.messenger
-    first = postman_process(room)
-    try:
-        slow = m.send("SLOW job", to="W1", sender=room.me("ORCH"))
-        await room.state(slow.id, MailState.DELIVERED)
-        pending = m.send("after the slow one", to="W1", sender=room.me("ORCH"))
+    first = _service(room)
+    assert first.router is not None
+    slow = m.send("SLOW job", to="W1", sender=room.me("ORCH"))
+    await room.state(slow.id, MailState.DELIVERED)
+    pending = m.send("after the slow one", to="W1", sender=room.me("ORCH"))
 
-        async def busy() -> bool:
-            return (await w1.observe()).state is AgentState.BUSY
+    async def busy() -> bool:
+        return (await w1.observe()).state is AgentState.BUSY
 
-        await aretry_until(busy, WAIT, what="W1 busy")
-        assert m.mailbox.require(pending.id).state is MailState.QUEUED
-        os.kill(first.pid, signal.SIGKILL)
-        await asyncio.to_thread(first.wait, 10)
-    finally:
-        if first.poll() is None:
-            first.kill()
-
-    # the receiver finishes its turn with no postman; the message is still queued
-    async def ready() -> bool:
-        return (await w1.observe()).state is AgentState.READY
-
-    await aretry_until(ready, WAIT, what="W1 ready")
+    await aretry_until(busy, WAIT, what="W1 busy")
     assert m.mailbox.require(pending.id).state is MailState.QUEUED
-    second = postman_process(room)
-    try:
-        done = await room.state(pending.id, MailState.DELIVERED)
-    finally:
-        second.kill()
-        await asyncio.to_thread(second.wait, 10)
+    os.kill(first.router, signal.SIGKILL)
+    # its supervisor starts it again; the message is delivered once W1 is idle
+    retry_until(lambda: _restarted(room, first), WAIT, what="a restarted service")
+    done = await room.state(pending.id, MailState.DELIVERED)
     assert done.attempts == 1
     got = room.prompts("W1")
     assert len(marked(got, slow.id)) == 1
@@ -78,6 +71,28 @@ async def test_kill_9_of_the_postman_between_send_and_delivery(room: Mailroom) -
     for mail in (slow, pending):
         rows = m.store.journal_of("mail", (mail.id,))
         assert [r.id for r in rows] == [m.mailbox.require(mail.id).turn_id]
+
+
+async def test_kill_9_of_the_service_mid_delivery_delivers_once(room: Mailroom) -> None:
+    """Killed with the request pasted and its Enter swallowed: the new one submits it."""
+    await room.start_agent("ORCH")
+    await room.start_agent("W1", scenario="swallow_first_enter_after_paste = true\n")
+    m = room.messenger
+    first = _service(room)
+    assert first.router is not None
+    mail = m.send("hello once", to="W1", sender=room.me("ORCH"))
+
+    def swallowed() -> bool:
+        return any(e["event"] == "swallowed_enter" for e in room.events("W1"))
+
+    retry_until(swallowed, WAIT, interval=0.01, what="W1 to swallow the first Enter")
+    os.kill(first.router, signal.SIGKILL)
+    retry_until(lambda: _restarted(room, first), WAIT, what="a restarted service")
+    done = await room.state(mail.id, MailState.DELIVERED, MailState.RESPONDED)
+    # the new process found the text in the box (the Enter swallowed) and submitted it
+    assert done.reason == "settled after a restart: submitted the text left in the box"
+    assert len(marked(room.prompts("W1"), mail.id)) == 1, room.prompts("W1")
+    assert done.attempts == 1
 
 
 async def test_a_delivery_cut_short_is_settled_from_the_screen_not_sent_again(
@@ -113,8 +128,9 @@ async def test_a_delivery_cut_short_is_settled_from_the_screen_not_sent_again(
     assert [r.id for r in m.store.journal_of("mail", (b.id,))] == [settled_b.turn_id]
 
 
-async def test_poli_send_wait_starts_a_postman_and_prints_the_response(room: Mailroom) -> None:
+async def test_poli_send_wait_starts_the_service_and_prints_the_response(room: Mailroom) -> None:
     await room.start_agent("W1")
+    assert ServiceLock.of(room.config).read() is None
     env = {"POLI_CONFIG": str(room.config_path)}
     sender = asyncio.create_task(
         asyncio.to_thread(
@@ -134,7 +150,9 @@ async def test_poli_send_wait_starts_a_postman_and_prints_the_response(room: Mai
     out = await sender
     assert out.returncode == 0, out.stderr
     assert out.stdout.decode().splitlines() == [msg_id, "pong"]
-    assert (room.messenger.dir.path / "postman.log").exists()
+    # the project's service delivered it (and runs on)
+    assert ServiceLock.of(room.config).read() is not None
+    assert service.log_path(room.config).exists()
 
 
 def m_rows(room: Mailroom, state: str) -> list[dict[str, t.Any]]:

@@ -57,15 +57,6 @@ class PidLock:
             pass  # alive, another user's
         return int(text)
 
-    def held_elsewhere(self) -> bool:
-        """Whether some other process holds the lock right now."""
-        if self._fd is not None:
-            return False
-        if self.acquire():
-            self.release()
-            return False
-        return True
-
     def release(self) -> None:
         """Give the lock up; the file no longer names this process."""
         if self._fd is not None:

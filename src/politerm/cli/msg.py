@@ -1,8 +1,7 @@
-"""``poli msg``: show one message, list messages by state, run the postman."""
+"""``poli msg``: show one message, list messages by state (the project's service delivers)."""
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 
 import click
@@ -61,20 +60,3 @@ def list_(states: tuple[str, ...], as_json: bool, config_path: pathlib.Path | No
             click.echo(f'no messages{which}; an agent sends one with `poli send --to AGENT "…"`')
         for mail in mails:
             click.echo(mail_line(mail))
-
-
-@command.command("route")
-@click.option(
-    "--idle-exit",
-    type=float,
-    default=None,
-    help="Exit after N seconds with nothing to deliver or watch (default: run until stopped).",
-)
-@config_option
-def route(idle_exit: float | None, config_path: pathlib.Path | None) -> None:
-    """Run the postman: deliver queued messages when receivers are idle, watch for answers."""
-    from politerm.messaging.postman import run_postman
-
-    config = load_messaging(config_path)
-    with messenger(config) as m:
-        asyncio.run(run_postman(m, idle_exit=idle_exit, say=click.echo))

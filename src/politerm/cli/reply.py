@@ -8,13 +8,12 @@ import click
 
 from politerm.cli._common import config_option
 from politerm.cli._messaging import config_path_of, load_messaging, messenger, read_text_arg
-from politerm.messaging.daemon import start_postman
 
 
 @click.command("reply")
 @click.argument("response")
 @click.option("--to", "to", help="The request's message id (default: the oldest delivered one).")
-@click.option("--no-postman", is_flag=True, help="Do not start a background postman.")
+@click.option("--no-postman", is_flag=True, help="Do not start the service that delivers.")
 @config_option
 def command(
     response: str, to: str | None, no_postman: bool, config_path: pathlib.Path | None
@@ -27,6 +26,6 @@ def command(
             mail = m.reply(to=to, path=path)
         else:
             mail = m.reply(read_text_arg(response), to=to)
-        if not no_postman:
-            start_postman(m.dir.ensure(), config_path_of(config_path))
         click.echo(f"{mail.id} responded: {mail.response_path}")
+        if not no_postman:
+            m.ensure_delivery(config_path_of(config_path))

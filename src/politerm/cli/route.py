@@ -1,4 +1,4 @@
-"""``poli route``: run the router for the session (after a crash, or as a daemon)."""
+"""``poli route``: run the router for the session, its message lanes beside it (the service)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import click
 from politerm.cli._common import config_option, load, open_store, print_event, project_option
 from politerm.engine import service
 from politerm.engine.decide import ACTIVE
-from politerm.engine.loop import follow, follow_until_idle, route, router_lock
+from politerm.engine.loop import follow, follow_until_idle, router_lock
 from politerm.errors import RoutingError
+from politerm.messaging.postman import serve
+from politerm.messaging.service import Messenger
 
 
 @click.command("route")
@@ -23,6 +25,9 @@ from politerm.errors import RoutingError
 @project_option
 def command(until_idle: bool, as_service: bool, config_path: pathlib.Path | None) -> None:
     """Route messages between the running agents, resuming whatever is in flight.
+
+    Messages sent with ``poli send`` are delivered by the same process, through the same
+    drivers.
 
     When the project's router service (started by ``poli up``) routes it, print its events
     instead: until no task is in flight with --until-idle. Any other router of the session
@@ -41,7 +46,13 @@ def command(until_idle: bool, as_service: bool, config_path: pathlib.Path | None
             assert current is not None
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, current.cancel)
             try:
-                await route(config, store, until=idle if until_idle else None, printer=print_event)
+                await serve(
+                    Messenger(config, store),
+                    until=idle if until_idle else None,
+                    printer=print_event,
+                    say=click.echo,
+                    alone=as_service,
+                )
             except RoutingError:
                 # Only the project's own service is followed: a router of another store
                 # on this session writes nothing this store would show.

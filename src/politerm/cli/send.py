@@ -9,7 +9,6 @@ import click
 
 from politerm.cli._common import config_option
 from politerm.cli._messaging import config_path_of, load_messaging, messenger, read_text_arg
-from politerm.messaging.daemon import start_postman
 from politerm.store.mail import Capability
 
 
@@ -26,7 +25,7 @@ from politerm.store.mail import Capability
 @click.option("--wait", is_flag=True, help="Block until the response and print it.")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="With --wait.")
 @click.option("--id", "msg_id", help="Message id (a retried send with the same id is one send).")
-@click.option("--no-postman", is_flag=True, help="Do not start a background postman.")
+@click.option("--no-postman", is_flag=True, help="Do not start the service that delivers.")
 @config_option
 def command(
     text: str,
@@ -42,9 +41,9 @@ def command(
     config = load_messaging(config_path)
     with messenger(config) as m:
         mail = m.send(read_text_arg(text), to=to, capability=Capability(capability), msg_id=msg_id)
-        if not no_postman:
-            start_postman(m.dir.ensure(), config_path_of(config_path))
         click.echo(mail.id)
+        if not no_postman:
+            m.ensure_delivery(config_path_of(config_path))
         if wait:
             done = asyncio.run(m.wait_final(mail.id, timeout))
             click.echo(m.response_text(done), nl=False)

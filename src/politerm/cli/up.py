@@ -51,6 +51,8 @@ def command(
                 await session.host.close()
             if no_route:
                 return
+            if not resume:  # one that ran before the session came up delivers messages only
+                service.stop(config)
             info = service.start(config, config_path)
             click.echo(f"router: service pid {info.pid} routes this project")
             if config.fleet is not None and hosted_here(config, config.fleet.node):

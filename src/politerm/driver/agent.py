@@ -95,7 +95,7 @@ log = logging.getLogger(__name__)
 T = t.TypeVar("T")
 Hook = t.Callable[[], "Awaitable[None]"]
 #: Moments of a delivery a hook may be attached to (:meth:`AgentDriver.on`).
-HOOK_POINTS = frozenset({"before-paste", "after-confirm"})
+HOOK_POINTS = frozenset({"before-paste", "before-submit", "after-confirm"})
 
 
 class AgentDriver:
@@ -158,6 +158,12 @@ class AgentDriver:
         self._turns = TurnLog(name, store)
         self.last_screen: tuple[str, ...] = ()
         self._dead = False
+        self.typing = asyncio.Lock()
+        """Held by whoever decides to type into the agent and types (the router's step, a
+        message lane): the holder looks again first, so a loop prompt and a message are
+        typed one after the other, never into each other."""
+        # One look at a time: two concurrent looks could both answer one question.
+        self._looking = asyncio.Lock()
         self._row = AgentRow(name, store, profile.transcript, cwd, self._blocks.env)
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
@@ -219,8 +225,9 @@ class AgentDriver:
         """Run ``hook`` at a moment of each delivery (tests widen race windows with it).
 
         ``"before-paste"``: the caller has written its intent (e.g. DELIVERING) and nothing
-        is typed yet; ``"after-confirm"``: the prompt is confirmed, the caller has not yet
-        recorded it.
+        is typed yet; ``"before-submit"``: the text is in the input box, right before each
+        press of the submit key (a hook that raises leaves it unsubmitted);
+        ``"after-confirm"``: the prompt is confirmed, the caller has not yet recorded it.
         """
         if point not in HOOK_POINTS:
             msg = f"no hook point {point!r}; choose one of {', '.join(sorted(HOOK_POINTS))}"
@@ -365,6 +372,10 @@ class AgentDriver:
         reset (:class:`~politerm.driver.limits.Limiter`); the agent's store row (if it has
         one) follows its state: at once, or (``defer_row``) at the caller's :meth:`record_row`.
         """
+        async with self._looking:
+            return await self._observe(task_id, defer_row=defer_row)
+
+    async def _observe(self, task_id: str | None, *, defer_row: bool) -> Observation:
         snap = await self.snapshot()
         if snap is None:
             from politerm.terminal import Snapshot
@@ -597,6 +608,7 @@ class AgentDriver:
                 already_pasted=already_pasted,
                 snap=snap,
                 receipt=check,
+                before_submit=lambda: self._hook("before-submit"),
             )
         except ControlModeError as exc:
             # The connection dropped mid-delivery: nothing is known to be submitted.

@@ -30,6 +30,8 @@ from politerm.driver.receipts import Source
 from politerm.errors import PaneNotFound
 
 if t.TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from politerm.agents.profile import AgentProfile
     from politerm.agents.state import StateReading
     from politerm.terminal import Snapshot, Terminal
@@ -143,6 +145,7 @@ async def deliver(
     already_pasted: bool = False,
     snap: Snapshot | None = None,
     receipt: ReceiptCheck | None = None,
+    before_submit: Callable[[], Awaitable[None]] | None = None,
 ) -> DeliveryResult:
     """Paste ``text`` into ``term``, press the profile's submit key, and confirm it.
 
@@ -166,6 +169,9 @@ async def deliver(
     receipt
         The agent's own prompt receipt, where its hooks report one: it confirms the
         delivery as the screen does.
+    before_submit
+        Awaited right before each press of the submit key; what it raises is raised here,
+        with the text left unsubmitted in the input box.
 
     Returns
     -------
@@ -244,6 +250,10 @@ async def deliver(
     while True:
         if profile.submit_delay:
             await asyncio.sleep(profile.submit_delay)
+        if before_submit is not None:
+            # Raises when the caller may no longer submit (a fleet lease lost since the
+            # paste): the text stays in the input box, unsubmitted.
+            await before_submit()
         try:
             await term.send_keys(profile.submit_key)
         except PaneNotFound:

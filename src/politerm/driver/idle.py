@@ -9,10 +9,10 @@ approval questions are answered by the driver's policy while waiting.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import typing as t
 
+from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
 
 if t.TYPE_CHECKING:
@@ -28,7 +28,6 @@ async def wait_idle(
     timeout: float,
     *,
     settle: float = 0.0,
-    wake: asyncio.Event | None = None,
 ) -> Observation:
     """Look at the agent until it is READY (for ``settle`` seconds) or EXITED; return the look.
 
@@ -39,9 +38,6 @@ async def wait_idle(
     settle
         How long READY must hold with no new output (after a prompt, a screen may show the
         old ready prompt for a moment before the agent starts working).
-    wake
-        Set by the caller when something else needs attention (a new message, say); the
-        wait ends early with the current look.
     """
     deadline = time.monotonic() + max(0.0, timeout)
     ready_since: float | None = None
@@ -58,16 +54,9 @@ async def wait_idle(
                 return obs
         else:
             ready_since = None
-        if now >= deadline or (wake is not None and wake.is_set()):
+        if now >= deadline:
             return obs
         bound = min(_BACKSTOP, deadline - now)
         if ready_since is not None:
             bound = min(bound, ready_since + settle - now)
-        waiters = [asyncio.ensure_future(output.wait())]
-        if wake is not None:
-            waiters.append(asyncio.ensure_future(wake.wait()))
-        try:
-            await asyncio.wait(waiters, timeout=max(0.0, bound), return_when="FIRST_COMPLETED")
-        finally:
-            for w in waiters:
-                w.cancel()
+        await wait_event(output, max(0.0, bound))

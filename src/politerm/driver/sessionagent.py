@@ -1,8 +1,9 @@
 """A session's configured agent (``[agents.NAME]``): its one driver factory and its start.
 
 Every process that drives a session agent (``poli up``'s bring-up, the router, a fleet
-node, the postman) builds its driver with :func:`session_driver`, so they all read it
-with the same profile, approval policy, limits, budget, directory and environment.
+node, the message lanes beside the router) builds its driver with :func:`session_driver`,
+so they all read it with the same profile, approval policy, limits, budget, directory and
+environment.
 :func:`launch_session_agent` starts one in the session (a new window, or respawned in its
 old pane) and writes its row in the store: the session's workflows never write agent rows.
 """
@@ -14,6 +15,7 @@ import shlex
 import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
+from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
 from politerm.driver.agent import AgentDriver
 from politerm.driver.launch import agent_env, agent_profile, prepare_launch
@@ -40,14 +42,24 @@ def session_driver(
     store: RunStore | None,
     receipts: Receipts | None = None,
 ) -> AgentDriver:
-    """The driver of configured agent ``name`` running in ``term``.
+    """The driver of agent ``name`` running in ``term``.
 
     Its approval policy is the project's ``[routing]`` one, its limits and budget the
     project's; its directory is where long bodies go as files and its environment locates
-    its own records (transcript, history file) after a crash.
+    its own records (transcript, history file) after a crash. An agent that ``[agents]``
+    does not name (started some other way, or a raw pane a message is addressed to) is
+    read with the profile and directory its store row names (``generic`` without one).
     """
-    acfg = config.agents[name]
-    profile = agent_profile(acfg)
+    acfg = config.agents.get(name)
+    if acfg is not None:
+        profile = agent_profile(acfg)
+        cwd: pathlib.Path | None = pathlib.Path(acfg.cwd).expanduser().resolve()
+        env = agent_env(name, acfg, profile)
+    else:
+        row = store.get_agent(name) if store is not None else None
+        profile = load_profile(row.profile if row else "generic")
+        cwd = pathlib.Path(row.cwd) if row is not None and row.cwd else None
+        env = None
     routing = config.routing
     return AgentDriver(
         name,
@@ -55,8 +67,8 @@ def session_driver(
         term,
         store=store,
         policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
-        cwd=pathlib.Path(acfg.cwd).expanduser().resolve(),
-        env=agent_env(name, acfg, profile),
+        cwd=cwd,
+        env=env,
         receipts=receipts,
         **driver_settings(config),
     )

@@ -25,12 +25,15 @@ from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
+    from politerm.driver import AgentDriver, Host
     from politerm.engine.fleetlink import RouterSeat
     from politerm.engine.remote import AgentStates, TurnPost
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
 Printer = t.Callable[["Event"], None]
+Beside = t.Callable[["t.Mapping[str, AgentDriver]", "Host"], t.Coroutine[t.Any, t.Any, None]]
+"""Work a router runs beside its loops over its own drivers (the service's message lanes)."""
 TERMINAL = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.ABORTED})
 
 
@@ -56,12 +59,15 @@ async def route(
     until: t.Callable[[], bool] | None = None,
     printer: Printer | None = None,
     session: Session | None = None,
+    beside: Beside | None = None,
 ) -> None:
     """Run the router over the session's running agents until ``until()`` (or forever).
 
     In a fleet, the router first takes the fleet's router role (one router per fleet
     project): while another router holds it, this one waits as a standby (or until
-    ``until()``); when it loses the role, it stops (:class:`RoutingError`).
+    ``until()``); when it loses the role, it stops (:class:`RoutingError`). ``beside``
+    runs with it over the same drivers (one owner per agent); when it fails, routing
+    stops and its error is raised.
 
     Raises
     ------
@@ -95,7 +101,16 @@ async def route(
                 for driver in routing.agents.values():
                     driver.on("before-paste", seat.before_paste)
                 holding = asyncio.create_task(seat.hold(router.stop), name="router-role")
-            await router.run(until=until)
+            lanes = None if beside is None else asyncio.create_task(beside(agents, session.host))
+            if lanes is not None:
+                lanes.add_done_callback(lambda _done: router.stop())
+            try:
+                await router.run(until=until)
+            finally:
+                if lanes is not None:
+                    lanes.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await lanes
     finally:
         if holding is not None:
             holding.cancel()

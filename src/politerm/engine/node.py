@@ -9,9 +9,10 @@ where its work is claimed).
 
 Each prompt is typed under the claim's lease. The driver writes the prompt's row in the
 journal of turns first; then, right before the paste (the driver's ``before-paste`` point),
-the node renews the lease and writes it on that row (work, node, epoch, expiry): a lease
-that is lost or fenced (another node re-claimed the work, with a higher epoch) raises, and
-nothing is typed — not the prompt, not a nudge. The lease is renewed in the background
+and again right before the submit key (``before-submit``), the node renews the lease and
+writes it on that row (work, node, epoch, expiry): a lease that is lost or fenced (another
+node re-claimed the work, with a higher epoch) raises, and nothing is typed, or the pasted
+text is not submitted — not the prompt, not a nudge. The lease is renewed in the background
 while the turn runs. The turn's outcome is recorded in the journal (by ``run_turn``), and
 only then reported to the queue (``complete``: the queue acknowledges the stream entry
 after it accepted the outcome). A result the queue rejects — the attempt was fenced
@@ -410,6 +411,9 @@ class Node:
             found = await session.up(resume=True, primers=True)
         driver = found[agent]
         driver.on("before-paste", lambda: self._check_lease(agent))
+        # Again before the submit key: a node stopped between its paste and the key (a
+        # pause, a starved machine) must not submit once its lease ran out.
+        driver.on("before-submit", lambda: self._check_lease(agent))
         self.drivers[agent] = driver
         return driver
 
@@ -488,8 +492,8 @@ class Node:
     async def _leased(self, agent: str, lease: Lease) -> t.AsyncIterator[_Attempt]:
         """The attempt of ``lease`` while its body types: renewed, written before each paste.
 
-        A lease lost or fenced right before a paste raises there (nothing was typed for
-        that paste): the attempt's rows are abandoned and the body's result stays unset.
+        A lease lost or fenced right before a paste or its submit key raises there (nothing
+        was submitted): the attempt's rows are abandoned and the body's result stays unset.
         """
         serves = Serves(Workflow.FLEET, WORK_RECORD, (lease.work.id,))
         attempt = self.attempts[agent] = _Attempt(lease, serves)

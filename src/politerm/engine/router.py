@@ -257,7 +257,9 @@ class Router:
             output = driver.output_event()
             loop.wake.clear()
             try:
-                await self._step(driver)
+                # The service's message lanes type into the same driver: one at a time.
+                async with driver.typing:
+                    await self._step(driver)
             except (PaneNotFound, ControlModeError) as exc:
                 log.warning("agent %s: %s", driver.name, exc)
                 gone = driver.host_gone()

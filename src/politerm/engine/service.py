@@ -297,19 +297,20 @@ def _wait_while_up(
     socket: str,
     session: str,
     stopping: threading.Event,
-    kind: str = ROUTER,
+    follow: bool,
 ) -> int:
-    """Wait for the router to exit; stop it when the session is gone.
+    """Wait for the router to exit; stop it when the session is gone (if ``follow``).
 
     An idle router learns of its tmux server's end only at its next command, which may be
     minutes away; the session's end is the service's end. A node outlives its sessions: it
-    starts its agents when work for them comes, and ``poli down`` stops it.
+    starts its agents when work for them comes, and ``poli down`` stops it; so does a
+    service started with no session up (it delivers messages only).
     """
     while True:
         try:
             return child.wait(SESSION_LOOK)
         except subprocess.TimeoutExpired:
-            if kind == NODE:
+            if not follow:
                 continue
             if not stopping.is_set() and not _session_up(socket, session):
                 stopping.set()
@@ -319,7 +320,9 @@ def _wait_while_up(
 def supervise(socket: str, session: str, argv: list[str], kind: str = ROUTER) -> int:
     """Run ``argv`` (the router, or node) and restart it while the session is up; until SIGTERM.
 
-    A node (``kind`` :data:`NODE`) is restarted whether its sessions are up or not.
+    A node (``kind`` :data:`NODE`), and a router service started while its session was not
+    up (its child delivers the messages: ``poli send`` to agents elsewhere), are restarted
+    whether the session is up or not, until ``poli down``.
     """
     lock = ServiceLock(socket, session, kind=kind)
     if not lock.acquire():
@@ -335,8 +338,9 @@ def supervise(socket: str, session: str, argv: list[str], kind: str = ROUTER) ->
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     restarts, backoff = 0, BACKOFF_FIRST
+    follow = kind == ROUTER and _session_up(socket, session)
     try:
-        while not stopping.is_set() and (kind == NODE or _session_up(socket, session)):
+        while not stopping.is_set() and (not follow or _session_up(socket, session)):
             began = time.monotonic()
             # The supervisor runs no threads, so preexec_fn is safe here.
             child = subprocess.Popen(
@@ -345,7 +349,7 @@ def supervise(socket: str, session: str, argv: list[str], kind: str = ROUTER) ->
                 preexec_fn=_die_with_parent,  # noqa: PLW1509
             )
             lock.update(router=child.pid, restarts=restarts)
-            code = _wait_while_up(child, socket, session, stopping, kind)
+            code = _wait_while_up(child, socket, session, stopping, follow)
             if stopping.is_set():
                 break
             if time.monotonic() - began > STABLE_AFTER:

@@ -10,6 +10,7 @@ tool error with one line saying what is wrong, never a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -18,7 +19,6 @@ import typing as t
 from politerm.driver.observer import Observer
 from politerm.errors import PolitermError
 from politerm.hooks.mcp import SERVER_NAME
-from politerm.messaging.daemon import start_postman
 from politerm.messaging.service import USER, Messenger
 from politerm.project import ENV_CONFIG
 from politerm.store.mail import Capability, MailKind
@@ -51,7 +51,7 @@ class Tools:
     messenger
         The session's messages.
     config_path
-        The configuration file, passed on to a postman started by :meth:`send_message`.
+        The configuration file, passed on to the service started by :meth:`send_message`.
     cwd
         Where pipeline handoff files are written (the agent's working directory).
     """
@@ -99,7 +99,7 @@ class Tools:
         """Send ``text`` to an agent or pane; with ``wait``, return its response."""
         cap = Capability(capability.lower())
         mail = self.m.send(text, to=to, capability=cap)
-        start_postman(self.m.dir.ensure(), self.config_path)
+        await asyncio.to_thread(self.m.ensure_delivery, self.config_path)
         if not wait:
             return _dump({"id": mail.id, "state": mail.state.value, "to": mail.recipient})
         done = await self.m.wait_final(mail.id, timeout)
@@ -123,7 +123,7 @@ class Tools:
     def reply(self, text: str, message_id: str | None = None) -> str:
         """Answer a request (default: the caller's oldest delivered one)."""
         mail = self.m.reply(text, to=message_id)
-        start_postman(self.m.dir.ensure(), self.config_path)
+        self.m.ensure_delivery(self.config_path)
         return _dump(
             {"id": mail.id, "state": mail.state.value, "response_path": mail.response_path}
         )

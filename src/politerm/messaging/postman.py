@@ -1,9 +1,14 @@
 """The postman: delivers queued messages to idle receivers and watches for their answers.
 
-One postman runs per session (an ``flock`` in the message directory). It stands on the
-agent driver: every receiver is an :class:`~politerm.driver.AgentDriver` attached to its
-pane; the driver says whether it is idle, delivers with confirmation and answers approval
-questions by policy. The postman adds what messaging needs on top:
+The project's service runs it beside its router, over the router's own drivers (one
+owner per agent: :mod:`politerm.engine.service`); one postman runs per session (an
+``flock`` in the message directory). It stands on the agent driver: every receiver is an
+:class:`~politerm.driver.AgentDriver` (the router's, or one built for an agent started
+elsewhere); the driver says whether it is idle, delivers with confirmation and answers
+approval questions by policy. A lane types only while it holds the driver's ``typing``
+lock and has looked again under it, as the router's step does: a loop prompt and a
+message to one agent are typed one after the other. The postman adds what messaging
+needs on top:
 
 - a busy receiver is never interrupted: a message waits in its inbox until the receiver is
   idle, then exactly one message is delivered and its turn is watched to the end;
@@ -44,33 +49,34 @@ import re
 import time
 import typing as t
 
+from politerm._internal.pidlock import PidLock
 from politerm.agents.approval import ApprovalMode, ApprovalPolicy
-from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
 from politerm.driver import AgentDriver, Host, Outcome
 from politerm.driver.idle import wait_idle
 from politerm.driver.leftover import abandon, resume
-from politerm.driver.limits import driver_settings
 from politerm.driver.sessionagent import session_driver
+from politerm.engine.loop import route
 from politerm.engine.placement import elsewhere
 from politerm.errors import (
     FleetError,
     MessagingError,
     PolitermError,
+    SessionNotFound,
     UnsafeMessagePath,
     WorkInvalid,
 )
 from politerm.messaging.answers import Take, judge, named_ids
-from politerm.messaging.daemon import PostmanLock
 from politerm.messaging.fleetmail import DEAD_LETTERED, REMOTE_PANE, FleetMail
 from politerm.messaging.protocol import find_response_lines
-from politerm.store.journal import JournalRow, Serves, Workflow
+from politerm.store.journal import JournalRow, JournalState, Serves, Workflow
 from politerm.store.limits import stored_limit
 from politerm.store.mail import Mail, MailKind, MailState
 
 if t.TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
+    from politerm.engine.loop import Printer
     from politerm.engine.turnwork import TurnReply
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
@@ -112,6 +118,13 @@ def _stop_if_cancelled() -> None:
         raise asyncio.CancelledError
 
 
+class PostmanLock(PidLock):
+    """An exclusive lock file in the message directory; held while a postman runs."""
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        super().__init__(directory / "postman.lock")
+
+
 def readonly_policy() -> ApprovalPolicy:
     """Deny-writes: approve only read-only commands, deny every other tool question.
 
@@ -142,6 +155,9 @@ class Postman:
         Seconds a receiver must stay ready before its turn counts as over.
     fleet
         The fleet's messaging (default: from the configuration's ``[fleet]``, if any).
+    owned
+        The drivers of the agents a router drives in this process, by name: their
+        messages go through them (never a second driver of the same agent).
     """
 
     def __init__(
@@ -152,13 +168,13 @@ class Postman:
         say: Callable[[str], None] | None = None,
         settle: float = 1.0,
         fleet: FleetMail | None = None,
+        owned: Mapping[str, AgentDriver] | None = None,
     ) -> None:
         self.m = messenger
-        cfg = messenger.config
-        self.host = host or Host.of(cfg)
+        self.host = host or Host.of(messenger.config)
         self.say = say or (lambda _line: None)
         self.settle = settle
-        self.policy = ApprovalPolicy.of(cfg.routing.approval, cfg.routing.approval_patterns)
+        self.owned = dict(owned or {})
         self.wake = asyncio.Event()
         self.drivers: dict[str, AgentDriver] = {}
         self.lanes: dict[str, asyncio.Task[None]] = {}
@@ -176,25 +192,12 @@ class Postman:
         known = self.drivers.get(socket + pane_id)
         if known is not None:
             return known
-        pane = await self.host.pane(pane_id, socket)
-        if pane is None:
-            return None
-        if name in self.m.config.agents:
-            # The same driver as the router's: one factory for a session's agents.
+        driver = self.owned.get(name)
+        if driver is None or driver.terminal_name != pane_id:
+            pane = await self.host.pane(pane_id, socket)
+            if pane is None:
+                return None
             driver = session_driver(self.m.config, name, pane, store=self.m.store)
-        else:
-            profile = load_profile(agent.profile if agent else "generic")
-            # its directory locates its own records (transcript) after a crash
-            cwd = pathlib.Path(agent.cwd) if agent is not None and agent.cwd else None
-            driver = AgentDriver(
-                name,
-                profile,
-                pane,
-                store=self.m.store,
-                policy=self.policy,
-                cwd=cwd,
-                **driver_settings(self.m.config),
-            )
         self.drivers[socket + pane_id] = driver
         return driver
 
@@ -207,8 +210,8 @@ class Postman:
 
     # --- running --------------------------------------------------------------------------
 
-    async def run(self, *, idle_exit: float | None = None) -> None:
-        """Deliver and watch until stopped, or ``idle_exit`` seconds with nothing to do.
+    async def run(self) -> None:
+        """Deliver and watch until cancelled (the project's service runs it for good).
 
         Raises
         ------
@@ -224,25 +227,12 @@ class Postman:
             watchers.append(asyncio.ensure_future(self._responses(self.fleet)))
         try:
             await self.settle_in_flight()
-            idle_since = time.monotonic()
             while True:
                 _stop_if_cancelled()
                 self.wake.clear()
                 self.expire()
                 self._start_lanes()
-                senders = await self._scan_senders()
-                busy = (
-                    bool(senders)
-                    or any(not lane.done() for lane in self.lanes.values())
-                    or bool(self._remote_open())  # their answers come through the fleet
-                )
-                now = time.monotonic()
-                if busy:
-                    idle_since = now
-                elif idle_exit is not None and now - idle_since >= idle_exit:
-                    self.say("postman: nothing left to deliver or watch; exiting")
-                    return
-                await self._sleep(senders, idle_exit, idle_since)
+                await self._sleep(await self._scan_senders())
         finally:
             for task in (*watchers, *self.lanes.values()):
                 task.cancel()
@@ -255,15 +245,11 @@ class Postman:
             lock.release()
             await self.host.close()
 
-    async def _sleep(
-        self, senders: list[AgentDriver], idle_exit: float | None, idle_since: float
-    ) -> None:
+    async def _sleep(self, senders: list[AgentDriver]) -> None:
         bound = _BACKSTOP
         nxt = self.m.mailbox.next_expiry()
         if nxt is not None:
             bound = min(bound, max(0.0, nxt - time.time()) + 0.01)
-        if idle_exit is not None:
-            bound = min(bound, max(0.0, idle_since + idle_exit - time.monotonic()) + 0.01)
         events = [self.wake, *(d.output_event() for d in senders)]
         waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(e.wait()) for e in events]
         lanes: list[asyncio.Future[t.Any]] = [x for x in self.lanes.values() if not x.done()]
@@ -326,21 +312,30 @@ class Postman:
                     return
                 if obs.state is not AgentState.READY:
                     continue  # busy: the message waits; expiry is the main loop's
-                claimed = self.m.change(mail, MailState.DELIVERING, count_attempt=True)
-                if claimed is not None:
-                    await self._deliver(driver, claimed)
+                await self._deliver(driver, mail)
         except PolitermError as exc:
             self.say(f"postman: lane {recipient} stopped: {exc}")
 
-    async def _deliver(self, driver: AgentDriver, mail: Mail) -> None:
-        readonly = mail.kind is MailKind.REQUEST and mail.capability.value == "readonly"
+    async def _deliver(self, driver: AgentDriver, queued: Mail) -> None:
+        """Claim and type ``queued`` if its receiver is still idle, then follow its turn."""
+        readonly = queued.kind is MailKind.REQUEST and queued.capability.value == "readonly"
         base = driver.policy
-        if readonly:
-            driver.policy = readonly_policy()
         try:
-            result = await driver.deliver(
-                self.m.request_text(mail), serves=_serves(mail), nonce=mail.id
-            )
+            async with driver.typing:
+                # The router's step may have typed while this lane waited: look again; and
+                # a prompt it handed the agent in a block's commit, not typed yet, goes first.
+                if (await driver.observe()).state is not AgentState.READY or self._handed(driver):
+                    return
+                mail = self.m.change(queued, MailState.DELIVERING, count_attempt=True)
+                if mail is None:
+                    return
+                if readonly:
+                    driver.policy = readonly_policy()
+                result = await driver.deliver(
+                    self.m.request_text(mail), serves=_serves(mail), nonce=mail.id
+                )
+                if not result.got_in and result.outcome is not Outcome.AGENT_EXITED:
+                    await driver.clear_input()
             # Submitted and asked about (an approval question at once) is delivered too, as
             # its journal row says: the receiver has the prompt, and a retry would type it
             # twice. Its turn is followed like any other (the question answered by policy).
@@ -358,7 +353,6 @@ class Postman:
             if result.outcome is Outcome.AGENT_EXITED:
                 self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited: {evidence}")
                 return
-            await driver.clear_input()
             why = f"attempt {mail.attempts}: {result.outcome.value}: {evidence}"
             if mail.attempts >= mail.max_attempts:
                 self.m.change(
@@ -371,6 +365,11 @@ class Postman:
                 self.m.change(mail, MailState.QUEUED, reason=why)
         finally:
             driver.policy = base
+
+    def _handed(self, driver: AgentDriver) -> bool:
+        """Whether the router here handed ``driver``'s agent a prompt it has not typed yet."""
+        rows = self.m.store.journal_open(agent=driver.name, workflow=Workflow.LOOP)
+        return driver.name in self.owned and any(r.state is JournalState.HANDED for r in rows)
 
     async def _watch_turn(self, driver: AgentDriver, mail: Mail) -> str:
         """Follow the receiver's turn to its end (approvals by the request's policy).
@@ -535,7 +534,8 @@ class Postman:
                 continue
             over = "settled"  # its turn is not followed after a restart; its row says so
             if mail.state is MailState.DELIVERING:
-                over = await self._settle(driver, mail, row, obs.snap)
+                async with driver.typing:
+                    over = await self._settle(driver, mail, row, obs.snap)
             driver.end_turn(row.id, over)
             self.say(f"{mail.id} settled: {self.m.mailbox.require(mail.id).state.value}")
         # The driver writes a prompt's row before it types: one claimed without a row was
@@ -623,14 +623,35 @@ class Postman:
         self.say(f"rejected a response line from {line.pane}: {why}")
 
 
-async def run_postman(
+async def serve(
     messenger: Messenger,
     *,
-    idle_exit: float | None = None,
+    until: Callable[[], bool] | None = None,
+    printer: Printer | None = None,
     say: Callable[[str], None] | None = None,
+    alone: bool = False,
 ) -> None:
-    """Run a postman for ``messenger``'s session (``poli msg route``)."""
-    await Postman(messenger, say=say).run(idle_exit=idle_exit)
+    """Route the session with its message lanes beside the router, over the same drivers.
+
+    What the project's service runs (``poli route``). With ``alone`` (the service), when
+    the session's configured agents are not up (messages between agents started some
+    other way), the lanes run alone; ``poli up --resume`` restarts the service as a router.
+
+    Raises
+    ------
+    SessionNotFound
+        The session or its agents are not up (and not ``alone``).
+    """
+
+    async def lanes(owned: Mapping[str, AgentDriver], host: Host | None) -> None:
+        await Postman(messenger, host, say=say, owned=owned).run()
+
+    try:
+        await route(messenger.config, messenger.store, until=until, printer=printer, beside=lanes)
+    except SessionNotFound:
+        if not alone:
+            raise
+        await lanes({}, None)
 
 
-__all__ = ["READONLY_COMMANDS", "Postman", "readonly_policy", "run_postman"]
+__all__ = ["READONLY_COMMANDS", "Postman", "PostmanLock", "readonly_policy", "serve"]

@@ -1,7 +1,8 @@
 """Sending, answering and reading messages: what ``poli send/reply/inbox/msg`` and MCP call.
 
 Every operation writes the message's file and its row before anything is delivered; the
-postman (:mod:`politerm.messaging.postman`) does the delivering. After every change of a
+project's service delivers (its postman, :mod:`politerm.messaging.postman`, beside its
+router), started by :meth:`Messenger.ensure_delivery` when it does not run. After every change of a
 message's state a small ``<id>.state`` file is rewritten in the message directory, so a
 waiter (``poli send --wait``, MCP) wakes on a file-system event instead of polling the store.
 """
@@ -15,6 +16,7 @@ import pathlib
 import time
 import typing as t
 
+from politerm.engine import service
 from politerm.engine.placement import elsewhere
 from politerm.errors import (
     MessageDead,
@@ -36,6 +38,9 @@ if t.TYPE_CHECKING:
 
 USER: t.Final = "user"
 """The sender name of a message sent from a plain terminal (not from an agent's pane)."""
+
+ENV_POSTMAN: t.Final = "POLI_POSTMAN"
+"""``off`` stops ``poli send``/``reply`` and MCP tools from starting the project's service."""
 
 DEFAULT_TTL: t.Final = 3600.0
 DEFAULT_MAX_ATTEMPTS: t.Final = 3
@@ -75,6 +80,20 @@ class Messenger:
     def session(self) -> str:
         """The tmux session the messages belong to."""
         return self.config.tmux.session
+
+    def ensure_delivery(self, config_path: pathlib.Path | None) -> None:
+        """Start the project's service (it delivers) unless it runs.
+
+        A running service's postman wakes on the message directory's change by itself.
+        ``POLI_POSTMAN=off`` leaves it alone (a test, or a postman run in a program).
+
+        Raises
+        ------
+        RoutingError
+            The service did not start (the message stays stored, for the next one).
+        """
+        if os.environ.get(ENV_POSTMAN) != "off":
+            service.start(self.config, config_path)
 
     # --- who is who ----------------------------------------------------------------------
 

@@ -421,7 +421,7 @@ class StoreCore:
     def claim(self, key: str, what: str, by: str, *, hold: float) -> bool:
         """Claim the act ``what`` under ``key`` (meta) for ``by``; False if another has it.
 
-        Two drivers of one agent (the router's and the postman's, in two processes) both see
+        Two drivers of one agent in two processes both see
         its question, or its limit's reset: only the one that claims it presses the keys or
         types the resume, or the second would land on whatever the agent shows next. A claim
         of the same ``what`` by another less than ``hold`` seconds ago (wall clock) takes

@@ -122,15 +122,26 @@ class Host:
             self.shard_of(socket)
         return [self._shards[i] for i in sorted(self._shards)]
 
-    def plan(self, agents: int) -> int:
+    def plan(self, agents: int, found: t.Mapping[str, Pane] | None = None) -> int:
         """Spread the next agents over the shards ``agents`` in all need; returns how many.
 
         Without a plan a shard fills up before the next opens; with one, ``agents`` agents
-        go round the shards evenly (60 agents of 50 per shard: 30 and 30).
+        go round the shards evenly (60 agents of 50 per shard: 30 and 30). ``found`` is the
+        caller's fresh :meth:`agent_panes`, counted instead of listing every server again.
         """
         self._planned = max(1, math.ceil(agents / self.shard_size))
-        self._loads = None  # counted again: agents may have died with a server since
+        # Counted again: agents may have died with a server since.
+        self._loads = None if found is None else self._count(found)
         return self._planned
+
+    def _count(self, panes: t.Mapping[str, Pane]) -> dict[int, int]:
+        """Agents per shard among ``panes``."""
+        loads: dict[int, int] = {}
+        for pane in panes.values():
+            index = shard_index(self.socket, self.session, pane.server.socket_name)
+            if index is not None:
+                loads[index] = loads.get(index, 0) + 1
+        return loads
 
     # --- the session ----------------------------------------------------------------------
 
@@ -222,11 +233,7 @@ class Host:
     async def _place(self) -> TmuxServer:
         """The server for a new agent: the least full of the shards the session needs."""
         if self._loads is None:
-            self._loads = {}
-            for pane in (await self.agent_panes()).values():
-                index = shard_index(self.socket, self.session, pane.server.socket_name)
-                if index is not None:
-                    self._loads[index] = self._loads.get(index, 0) + 1
+            self._loads = self._count(await self.agent_panes())
         loads = self._loads
         needed = math.ceil((sum(loads.values()) + 1) / self.shard_size)
         count = max(self._planned, needed)

@@ -176,7 +176,7 @@ class Session:
         receipts: dict[str, Receipts] = {}  # of the ones started now, from their launch on
         found = await self.host.agent_panes()  # one listing per server, not one per agent
         # Many agents spread evenly over the servers they need (driver/host.py).
-        self.host.plan(len(self.config.agents))
+        self.host.plan(len(self.config.agents), found)
         for name, acfg in self.config.agents.items():
             pane = found.get(name)
             if pane is not None and await pane.is_alive():

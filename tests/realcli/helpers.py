@@ -195,11 +195,18 @@ class Rig:
         assert not left, f"agent processes still running after `poli down`: {left}"
 
 
-def exists(path: pathlib.Path) -> t.Callable[[], t.Awaitable[bool]]:
-    """A check for :meth:`Agent.wait`: ``path`` exists."""
+def written(path: pathlib.Path) -> t.Callable[[], t.Awaitable[bool]]:
+    """A check for :meth:`Agent.wait`: ``path`` holds a whole line.
+
+    The agents' tools write with ``echo … > path``: the shell creates the file before echo
+    writes it, so a file that merely exists can still be empty (seen in CI: opencode).
+    """
 
     async def check() -> bool:
-        return path.exists()
+        try:
+            return path.read_text().endswith("\n")
+        except FileNotFoundError:
+            return False
 
     return check
 

@@ -15,7 +15,7 @@ from politerm.agents.state import AgentState
 from politerm.driver.delivery import Outcome, deliver
 from politerm.testing.mockllm import Rule
 from tests.realcli.clis import API, DIALOGS, Options
-from tests.realcli.helpers import AgentSpec, exists
+from tests.realcli.helpers import AgentSpec, written
 
 if t.TYPE_CHECKING:
     from politerm.agents.profile import AgentProfile
@@ -94,7 +94,7 @@ async def test_prompt_block_and_tool_call(cli: str, rig: RigFactory, llm: MockLL
         await agent.wait_state(AgentState.WAITING_APPROVAL)
         verdict = await agent.answer_approval(ApprovalPolicy.of("approve"))
         assert verdict.decision is Decision.APPROVE
-    await agent.wait(exists(target), f"{cli} to write {target.name}")
+    await agent.wait(written(target), f"{cli} to write {target.name}")
     assert target.read_text().strip() == "made-by-tool"
     if cli != "aider":  # aider runs the command itself; the model never sees a result
         # The file exists as soon as the command ran; the CLI sends the result to the model
@@ -126,7 +126,7 @@ async def test_approval_question_answered_by_policy(
     assert request is not None and "echo approved" in request.command, request
     assert (await agent.answer_approval(policy)).decision is Decision.APPROVE
     yes = agent.spec.workdir / "yes.txt"
-    await agent.wait(exists(yes), f"{cli} to write yes.txt")
+    await agent.wait(written(yes), f"{cli} to write yes.txt")
     await agent.wait_state(AgentState.READY)
 
     result = await deliver(agent.pane, "Please run it. REALCLI-NO", agent.profile)

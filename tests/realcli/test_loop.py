@@ -16,7 +16,7 @@ from politerm.store.models import MessageState, TaskState
 from politerm.testing.mockllm import Rule
 from tests.loophelpers import IDS
 from tests.realcli.clis import API
-from tests.realcli.helpers import REPLY, AgentSpec, exists
+from tests.realcli.helpers import REPLY, AgentSpec, written
 
 if t.TYPE_CHECKING:
     from politerm.testing.mockllm import MockLLM
@@ -99,7 +99,7 @@ async def test_loop_writes_a_file(
     assert not [e for e in events if e.startswith("drift")], events
     assert task.report is not None and "result.txt was written" in task.report, task.report
     target = r.agent("EXECUTER").spec.workdir / "result.txt"
-    await r.agent("EXECUTER").wait(exists(target), "the executer to write result.txt", REPLY)
+    await r.agent("EXECUTER").wait(written(target), "the executer to write result.txt", REPLY)
     assert target.read_text().strip() == "loop-done"
     states = {m.type: m.state for m in r.store.list_messages(task_id=task.id)}
     assert states == {

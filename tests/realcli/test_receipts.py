@@ -26,7 +26,7 @@ from politerm.hooks.events import HookEvent, HookKind
 from politerm.redact import Redactor
 from politerm.testing.mockllm import Rule
 from tests.realcli.clis import API, Options
-from tests.realcli.helpers import REPLY, AgentSpec, exists
+from tests.realcli.helpers import REPLY, AgentSpec, written
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -222,7 +222,7 @@ async def test_approval_is_pending_when_its_notification_says_so(
     # Gemini runs the hook before it draws the question: the screen follows.
     await agent.wait_state(AgentState.WAITING_APPROVAL)
     await agent.answer_approval(ApprovalPolicy.of("approve"))
-    await agent.wait(exists(agent.spec.workdir / "hook.txt"), f"{cli} to run the tool")
+    await agent.wait(written(agent.spec.workdir / "hook.txt"), f"{cli} to run the tool")
 
     async def cleared() -> bool:
         return (await driver.observe()).hook_approval is None

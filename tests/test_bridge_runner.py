@@ -29,7 +29,12 @@ def spec(tmp_path: pathlib.Path, command: str, **kw: t.Any) -> CommandSpec:
 
 
 def pids_in(path: pathlib.Path) -> list[int]:
-    return [int(x) for x in path.read_text().split()]
+    # A background writer may not have written its line yet when the runner returns.
+    def written() -> str | None:
+        text = path.read_text() if path.exists() else ""
+        return text if text.endswith("\n") else None
+
+    return [int(x) for x in retry_until(written, 10, what=f"a pid line in {path.name}").split()]
 
 
 def assert_all_gone(pids: list[int]) -> None:

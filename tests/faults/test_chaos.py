@@ -104,6 +104,6 @@ def test_agent_crash_then_up_resume(
 
 
 def test_tmux_server_killed_then_up_resume(server: libtmux.Server, tmp_path: pathlib.Path) -> None:
-    plan = ChaosPlan(seed=11, tasks=6, wave=2, server_kills=1, kill_after=(0.5, 1.5))
+    plan = ChaosPlan(seed=11, tasks=6, wave=2, server_kills=1, kill_after=(0.2, 0.6))
     result = chaos(server, tmp_path, plan)
     assert result.server_kills == 1 and result.resumes >= 1, result.summary()

@@ -232,7 +232,8 @@ class ChaosRun:
             if kills_left:
                 kill_at = time.monotonic() + self.rng.uniform(*self.plan.kill_after)
             server_kill_at = None
-            if server_kills_left and self.rng.random() < 0.5:
+            # Owed server kills come first when no router kill competes for this life.
+            if server_kills_left and (kill_at is None or self.rng.random() < 0.5):
                 server_kill_at = time.monotonic() + self.rng.uniform(*self.plan.kill_after)
             outcome = self._route_once(kill_at, server_kill_at)
             if outcome == "killed":

@@ -40,3 +40,15 @@ async def finish(task: asyncio.Task[t.Any]) -> None:
     await asyncio.wait([task])
     if not task.cancelled():
         task.exception()  # retrieved: a task's own failure is logged where it happens
+
+
+def stop_if_cancelled() -> None:
+    """Raise CancelledError when this task was cancelled, even if an await swallowed it.
+
+    Python 3.11's ``asyncio.wait_for`` returns a result that arrived together with the
+    cancel and drops the cancel; a loop that goes on after that never stops (a postman
+    whose stop hung in its 5 s sleeps until pytest's timeout). The cancel count stays set.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

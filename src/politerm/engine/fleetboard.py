@@ -204,8 +204,6 @@ class BoardFeed:
         """``NODE/AGENT`` → the row."""
         self.error: str | None = None
         """Why the board could not be read last time (None: it was)."""
-        self.reads = 0
-        """How many times rows were read (one ``HMGET`` or ``HGETALL`` each, and the beats)."""
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
         self._event = asyncio.Event()
@@ -280,14 +278,12 @@ class BoardFeed:
     def _replace(self, rows: list[BoardRow]) -> None:
         new = {f"{r.node}/{r.agent}": r for r in rows}
         gone = {k for k in self.rows if k not in new}
-        self.reads += 1
         changed = {self.rows[k].agent for k in gone}
         changed |= {r.agent for k, r in new.items() if self.rows.get(k) != r}
         self.rows = new
         self._tell(changed)
 
     def _update(self, rows: list[BoardRow]) -> None:
-        self.reads += 1
         changed = set()
         for r in rows:
             key = f"{r.node}/{r.agent}"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import typing as t
+
+T = t.TypeVar("T")
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:
@@ -52,3 +55,24 @@ def stop_if_cancelled() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+def listen(listeners: list[T], listener: T) -> t.Callable[[], None]:
+    """Add ``listener`` to ``listeners``; returns the function that removes it again.
+
+    The remover may be called more than once (the second call does nothing).
+
+    Examples
+    --------
+    >>> seen: list[object] = []
+    >>> remove = listen(seen, print)
+    >>> remove(); remove(); seen
+    []
+    """
+    listeners.append(listener)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            listeners.remove(listener)
+
+    return remove

@@ -22,7 +22,7 @@ import logging
 import math
 import typing as t
 
-from politerm._internal.aio import finish, wait_any
+from politerm._internal.aio import finish, listen, wait_any
 from politerm.agents.approval import list_pending
 from politerm.errors import FleetError, StaleAction
 from politerm.fleet.board import Board, BoardRow
@@ -210,13 +210,7 @@ class BoardFeed:
 
     def listen(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with the names of the agents whose rows changed; returns the undo."""
-        self._listeners.append(listener)
-
-        def undo() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return undo
+        return listen(self._listeners, listener)
 
     def event(self) -> asyncio.Event:
         """An event set by the next change (take it *before* reading the rows)."""

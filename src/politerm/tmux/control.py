@@ -16,7 +16,7 @@ import os
 import time
 import typing as t
 
-from politerm._internal.aio import finish
+from politerm._internal.aio import finish, listen
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,
@@ -590,13 +590,7 @@ class ControlClient:
 
     def on_notification(self, callback: NotificationCallback) -> Callable[[], None]:
         """Call ``callback`` with every notification (``%exit``, ``%window-close``, ...)."""
-        self._listeners.append(callback)
-
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(callback)
-
-        return remove
+        return listen(self._listeners, callback)
 
     @property
     def dead_reason(self) -> str | None:

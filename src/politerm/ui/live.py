@@ -19,6 +19,7 @@ import logging
 import time
 import typing as t
 
+from politerm._internal.aio import listen
 from politerm.driver.observer import Observer
 from politerm.driver.panes import PaneEntry, find
 from politerm.engine.placement import here_config
@@ -185,13 +186,7 @@ class LiveState:
 
     def listen(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with the new overview after each refresh; returns the undo."""
-        self._listeners.append(listener)
-
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return remove
+        return listen(self._listeners, listener)
 
     def poke(self) -> None:
         """Ask for a refresh (after this process wrote to the store itself)."""

@@ -13,6 +13,7 @@ import datetime
 import os
 import typing as t
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import App
 from textual.binding import Binding
@@ -89,7 +90,8 @@ class MirrorView(Static):
     def redraw(self) -> None:
         """Draw the mirror's screen as it is now."""
         if self.screen_mirror is not None:
-            self.update(render_screen(self.screen_mirror.screen))
+            # Its size is the layout's, not the screen's: no layout pass per output chunk.
+            self.update(render_screen(self.screen_mirror.screen), layout=False)
 
 
 class DashApp(App[None]):
@@ -169,6 +171,7 @@ class DashApp(App[None]):
         self.rows_drawn = 0
         """How many table rows the refreshes added or changed (a row drawn again counts)."""
         self._events_drawn: Text | None = None
+        self._inbox_title = ""
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -257,7 +260,10 @@ class DashApp(App[None]):
                     i for i, (a, b) in enumerate(zip(new, old, strict=True)) if _differ(a, b)
                 ]
                 for i in changed:
-                    table.update_cell(key, columns[i], new[i], update_width=True)
+                    # Widening is cheap; a narrower cell would have the table measure every
+                    # cell of its column again (500 at 500 agents): then the width stays.
+                    wider = _width(new[i]) > table.columns[columns[i]].content_width
+                    table.update_cell(key, columns[i], new[i], update_width=wider)
                 self.rows_drawn += bool(changed)
             return
         cursor = table.cursor_row
@@ -300,9 +306,10 @@ class DashApp(App[None]):
         )  # fmt: skip
         shown = ", ".join(p["name"] for p in data.get("projects", []))
         waiting = data.get("inbox", [])
-        self.query_one("#inbox-title", Label).update(
-            f"inbox: {len(waiting)} waiting on you · projects: {shown or '-'}"
-        )
+        title = f"inbox: {len(waiting)} waiting on you · projects: {shown or '-'}"
+        if title != self._inbox_title:  # an update lays the whole screen out again
+            self._inbox_title = title
+            self.query_one("#inbox-title", Label).update(title)
         self._fill(
             "inbox",
             [
@@ -378,7 +385,8 @@ class DashApp(App[None]):
             lines.append(f"{_when(e['ts'])} {e['kind']:<14} {who}{detail}\n", style=style)
         if self._events_drawn is None or _differ(lines, self._events_drawn):
             self._events_drawn = lines
-            self.query_one("#events", Static).update(lines)
+            # Its size is fixed (CSS): no need to lay the screen out again.
+            self.query_one("#events", Static).update(lines, layout=False)
 
     # --- the mirror -----------------------------------------------------------------------
 
@@ -636,6 +644,17 @@ def _unique(
         seen[key] = seen.get(key, 0) + 1
         out.append((key if seen[key] == 1 else f"{key}#{seen[key]}", cells))
     return out
+
+
+def _width(cell: object) -> int:
+    """The terminal cells ``cell`` takes.
+
+    Examples
+    --------
+    >>> _width(Text("busy")), _width(42), _width("日本")
+    (4, 2, 4)
+    """
+    return cell_len(cell.plain if isinstance(cell, Text) else str(cell))
 
 
 def _differ(a: object, b: object) -> bool:

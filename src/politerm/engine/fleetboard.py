@@ -7,9 +7,10 @@ the publisher (:class:`~politerm.store.watch.StoreWatch`), which reads its agent
 and publishes only those that changed, in one script call. Nothing is polled per agent.
 
 :class:`BoardFeed` follows the board for a router or a view: it blocks on the board's log
-(one thread, one ``XREAD`` at a time), reads the rows named there, and every heartbeat
-interval reads the whole board again so that a node that stopped beating shows its agents
-as lost. Listeners are told which agents changed.
+(one thread, one ``XREAD`` at a time) and takes the rows the entries carry, reads the
+publishers' beats every heartbeat interval (one ``MGET``) so that a node that stopped
+beating shows its agents as lost, and reads the whole board again now and then. Listeners
+are told which agents changed.
 
 Imported only when ``[fleet]`` is configured (it needs redis-py).
 """

@@ -95,7 +95,7 @@ def test_a_cap_stops_the_routers_own_agent_and_a_raised_cap_resumes_the_same_tur
         assert "final report (T-1)" in out
         # The same prompt went on, once.
         assert len(handed()) == 1
-        assert queue.paused() == []
+        assert queue.ledger.paused() == []
         assert a.paused("T-1") is None
         kinds = [e["kind"] for e in json.loads(a.poli("status", "--json").stdout)["events"]]
         assert "budget-paused" in kinds and "budget-resumed" in kinds
@@ -125,7 +125,7 @@ async def test_the_router_breaker_charges_its_agents_spending_before_their_next_
         spent = budget.spending(["PLANNER"])[1]
         assert (spent.usage.total, spent.turns, spent.over) == (110, 1, True)
         assert "agent PLANNER spent 110 tokens, its cap is 100" in budget_paused(store)["T-1"]
-        [held] = budget.queue.paused()
+        [held] = budget.queue.ledger.paused()
         assert (held.work_id, held.agent, held.node) == ("router-turn-T-1", "PLANNER", "a")
         # Held back: asked again (another task's prompt), it stays so without a charge.
         assert not await breaker.admit("PLANNER", "T-2")
@@ -139,6 +139,6 @@ async def test_the_router_breaker_charges_its_agents_spending_before_their_next_
             looks.cancel()
         assert woken == ["PLANNER"]
         assert budget_paused(store) == {}
-        assert budget.queue.paused() == []
+        assert budget.queue.ledger.paused() == []
         assert await breaker.admit("PLANNER", "T-1")
         assert budget.spending(["PLANNER"])[1].turns == 2

@@ -23,7 +23,7 @@ import logging
 import math
 import typing as t
 
-from politerm._internal.aio import finish, wait_any
+from politerm._internal.aio import finish, listen, wait_any
 from politerm.agents.approval import list_pending
 from politerm.errors import FleetError, StaleAction
 from politerm.fleet.board import Board, BoardRow, field, publisher, rows_of
@@ -182,8 +182,6 @@ class BoardFeed:
         """``NODE/AGENT`` → the row."""
         self.error: str | None = None
         """Why the board could not be read last time (None: it was)."""
-        self.reads = 0
-        """How many reads besides the log's: rows (``HGETALL``, ``HMGET``) or beats (``MGET``)."""
         self._raw: dict[str, dict[str, t.Any]] = {}
         self._alive: dict[str, bool] = {}
         self._listeners: list[Listener] = []
@@ -192,13 +190,7 @@ class BoardFeed:
 
     def listen(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with the names of the agents whose rows changed; returns the undo."""
-        self._listeners.append(listener)
-
-        def undo() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return undo
+        return listen(self._listeners, listener)
 
     def event(self) -> asyncio.Event:
         """An event set by the next change (take it *before* reading the rows)."""
@@ -261,7 +253,6 @@ class BoardFeed:
                         await self._take(changed)
                     if now >= beats_at:
                         beats_at = now + self.every
-                        self.reads += 1
                         alive = await asyncio.to_thread(self.board.alive, self._alive)
                         self._set(alive=alive)
                 self.error = None
@@ -276,7 +267,6 @@ class BoardFeed:
 
     async def _read_all(self) -> None:
         """The whole board and every publisher's beat (two round trips)."""
-        self.reads += 2
         records = await asyncio.to_thread(self.board.records)
         alive = await asyncio.to_thread(self.board.alive, {publisher(r) for r in records})
         self._set({field(r["node"], r["agent"]): r for r in records}, alive, whole=True)
@@ -286,7 +276,6 @@ class BoardFeed:
         carried = {k: r for k, r in changed.items() if r is not None}
         named = sorted(k for k, r in changed.items() if r is None)
         if named:
-            self.reads += 1
             records = await asyncio.to_thread(self.board.records, named)
             carried |= {field(r["node"], r["agent"]): r for r in records}
         self._set(carried, {publisher(r): True for r in carried.values()})

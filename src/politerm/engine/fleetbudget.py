@@ -28,7 +28,8 @@ import typing as t
 
 from politerm.driver.tokens import stored_tokens
 from politerm.engine.fleetmeta import show_budget_pause
-from politerm.engine.node import BUDGET_LOOK, UNREACHABLE_BACKOFF
+from politerm.engine.node import BUDGET_LOOK
+from politerm.engine.nodelease import UNREACHABLE_BACKOFF
 from politerm.errors import FleetError
 from politerm.fleet.budget import HELD_PREFIX, Caps, FleetBudget
 from politerm.protocol.usage import Usage
@@ -97,7 +98,7 @@ class RouterBreaker:
         What the agent spent since it was last charged is charged first, so its last turn
         counts against the caps its next one is asked about. Redis unreachable: nothing is
         typed (nothing proves the caps allow it), and the loop is woken again after
-        :data:`~politerm.engine.node.UNREACHABLE_BACKOFF`.
+        :data:`~politerm.engine.nodelease.UNREACHABLE_BACKOFF`.
         """
         held = self.held.get(agent)
         if held is not None:

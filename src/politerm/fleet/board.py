@@ -5,8 +5,9 @@ whenever one changes (state, what it works on, the question it waits on): one sc
 the rows in the project's board (a hash, ``NODE/AGENT`` → JSON) with Redis's time and
 appends one entry naming them to the board's log (a capped stream), which watchers block
 on; the entry carries up to :data:`INLINE_ROWS` rows themselves, so a watcher takes a
-change in the one read that woke it (:meth:`Board.follow`). A row is small and bounded (each text at most :data:`MAX_TEXT` characters) and
-redacted before it is sent, like every payload.
+change in the one read that woke it (:meth:`Board.follow`). A row is small and bounded
+(each text at most :data:`MAX_TEXT` characters) and redacted before it is sent, like
+every payload.
 
 A row says what its publisher last saw; whether that still holds is the publisher's beat's
 to say: each publish (one at least every heartbeat interval) sets a key that expires after

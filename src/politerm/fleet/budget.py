@@ -285,8 +285,8 @@ class FleetBudget:
         """List a turn this breaker stopped that is no work on the queue, beside paused work.
 
         A router types the turns of the agents placed where it runs itself: a turn it holds
-        back is listed with the queue's paused work (:meth:`WorkQueue.paused
-        <politerm.fleet.queue.WorkQueue.paused>`, ``poli fleet status``) as ``label``
+        back is listed with the queue's paused work (:meth:`Ledger.paused
+        <politerm.fleet.ledger.Ledger.paused>`, ``poli fleet status``) as ``label``
         (:data:`HELD_PREFIX` + what it is for) until :meth:`release`. ``reason`` is redacted.
         """
         with self.queue.conn.talking(f"listing {agent}'s turn as paused"):

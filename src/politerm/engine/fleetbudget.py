@@ -38,7 +38,6 @@ if t.TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
     from politerm.config import Config
-    from politerm.fleet.budget import Verdict
     from politerm.store import RunStore
 
 log = logging.getLogger(__name__)
@@ -95,10 +94,10 @@ class RouterBreaker:
     async def admit(self, agent: str, task_id: str | None, *, handoff: bool = False) -> bool:
         """Whether a new turn of ``agent`` may be typed now (:class:`TurnGate`).
 
-        What the agent spent since it was last charged is charged first, so its last turn
-        counts against the caps its next one is asked about. Redis unreachable: nothing is
-        typed (nothing proves the caps allow it), and the loop is woken again after
-        :data:`~politerm.engine.nodelease.UNREACHABLE_BACKOFF`.
+        What the agent spent since it was last charged is charged first, in the same
+        script, so its last turn counts against the caps its next one is asked about.
+        Redis unreachable: nothing is typed (nothing proves the caps allow it), and the
+        loop is woken again after :data:`~politerm.engine.nodelease.UNREACHABLE_BACKOFF`.
         """
         held = self.held.get(agent)
         if held is not None:
@@ -109,7 +108,7 @@ class RouterBreaker:
             return True
         spent, total = self._unpaid(agent)
         try:
-            verdict = await asyncio.to_thread(self._ask, agent, spent)
+            verdict = await asyncio.to_thread(self.budget.admit, agent, spent)
         except FleetError as exc:
             log.warning("router: asking the fleet's budget for %s: %s", agent, exc)
             asyncio.get_running_loop().call_later(UNREACHABLE_BACKOFF, self.wake, agent)
@@ -122,14 +121,6 @@ class RouterBreaker:
             return True
         await self._hold(agent, task_id, verdict.reason)
         return False
-
-    def _ask(self, agent: str, spent: Usage) -> Verdict:
-        """Charge ``spent``, then admit a turn (blocking: run in a thread)."""
-        if spent.total:
-            charged = self.budget.charge(agent, spent)
-            if not charged.ok:
-                return charged
-        return self.budget.admit(agent)
 
     def _unpaid(self, agent: str) -> tuple[Usage, Usage]:
         """What ``agent`` spent since it was last charged, and its count now.

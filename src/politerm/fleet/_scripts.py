@@ -339,8 +339,12 @@ end
 if #fields > 0 then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[1],
     'fields', table.concat(fields, ' '), unpack(entry))
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
+  -- Both expire after keep without a change; pushed back once a minute, not every change.
+  local keep = tonumber(ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < keep - math.min(60000, keep / 2) then
+    redis.call('PEXPIRE', KEYS[1], keep)
+    redis.call('PEXPIRE', KEYS[2], keep)
+  end
 end
 -- The publisher is alive while this key is: its rows read as lost once it expires.
 redis.call('SET', KEYS[3], now, 'PX', tonumber(ARGV[4]))

@@ -69,12 +69,17 @@ local function cap(name, configured)
   if v == '' or v == 'none' then return nil end
   return tonumber(v)
 end
-if mode == 'charge' then
+-- An admit may carry what the agent spent since last charged: charged first, so it counts.
+local charged = false
+if mode == 'charge' or mode == 'admit' then
   for _, key in ipairs({pkey, akey}) do
-    redis.call('HINCRBY', key, 'input', ARGV[4])
-    redis.call('HINCRBY', key, 'output', ARGV[5])
-    redis.call('HINCRBY', key, 'cost', ARGV[6])
-    redis.call('PEXPIRE', key, tonumber(ARGV[11]))
+    for i, name in ipairs({'input', 'output', 'cost'}) do
+      if tonumber(ARGV[3 + i]) ~= 0 then
+        redis.call('HINCRBY', key, name, ARGV[3 + i])
+        charged = true
+      end
+    end
+    if charged then redis.call('PEXPIRE', key, tonumber(ARGV[11])) end
   end
 end
 local function used(key, field)
@@ -99,7 +104,7 @@ end
 if mode == 'admit' then
   for _, key in ipairs({pkey, akey}) do
     redis.call('HINCRBY', key, 'turns', 1)
-    redis.call('PEXPIRE', key, tonumber(ARGV[11]))
+    if not charged then redis.call('PEXPIRE', key, tonumber(ARGV[11])) end
   end
 end
 return {'ok', day}
@@ -265,9 +270,13 @@ class FleetBudget:
             return Verdict(ok=True, day=day)
         return Verdict(ok=False, day=day, reason=_reason(agent, reply))
 
-    def admit(self, agent: str) -> Verdict:
-        """May a new turn of ``agent`` start? Counts the turn when it may (one script)."""
-        return self._run("admit", agent, Usage(), 0.0)
+    def admit(self, agent: str, spent: Usage | None = None, cost: float = 0.0) -> Verdict:
+        """May a new turn of ``agent`` start? Counts the turn when it may (one script).
+
+        ``spent`` and ``cost``: what the agent spent since it was last charged, charged
+        first in the same script (so its last turn counts against the next one).
+        """
+        return self._run("admit", agent, spent or Usage(), cost)
 
     def peek(self, agent: str) -> Verdict:
         """Would a new turn of ``agent`` be admitted now? Counts nothing (one script).

@@ -30,11 +30,13 @@ from politerm.fleet.board import Board, BoardRow, field, publisher, rows_of
 from politerm.store.watch import StoreWatch
 
 if t.TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Mapping
 
     from politerm.config import Config
+    from politerm.driver.observer import Observer
     from politerm.fleet.queue import WorkQueue
     from politerm.store import RunStore
+    from politerm.store.models import Agent
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +61,35 @@ STALL_SLACK = 1.0
 Row = dict[str, t.Any]
 
 
-def agent_rows(store: RunStore, names: Collection[str], session: str) -> dict[str, Row]:
-    """The board rows of agents ``names`` of tmux session ``session``, as the store has them.
+def own_agents(store: RunStore, names: Collection[str], session: str) -> list[Agent]:
+    """The store's rows of agents ``names`` of tmux session ``session``.
 
     The session tells a node's agents (``<session>-node``) from the router's on one
     machine, which share the store.
     """
-    agents = [a for a in store.list_agents() if a.name in names and a.session == session]
+    return [a for a in store.list_agents() if a.name in names and a.session == session]
+
+
+def agent_rows(
+    store: RunStore,
+    names: Collection[str],
+    session: str,
+    states: Mapping[str, str] | None = None,
+) -> dict[str, Row]:
+    """The board rows of agents ``names`` of tmux session ``session``, as the store has them.
+
+    ``states``: each agent's state as the observer sees it (EXITED once its pane is gone
+    or dead), over the state its driver last stored.
+    """
+    agents = own_agents(store, names, session)
+    seen = states or {}
     turns = {tn.agent: tn.task_id for tn in store.list_turns()}
     asked = {p.agent: p for p in list_pending(store, [a.name for a in agents]) if p.answer is None}
     out: dict[str, Row] = {}
     for a in agents:
         pending = asked.get(a.name)
         out[a.name] = {
-            "state": str(a.state),
+            "state": seen.get(a.name, str(a.state)),
             "turn": turns.get(a.name),
             "profile": a.profile,
             "approval": None
@@ -102,6 +119,11 @@ class BoardPublisher:
     every
         The heartbeat interval (``[fleet] heartbeat``): with no change for that long it
         publishes its beat alone, so its rows do not read as lost.
+    observer
+        The driver's observer of its agents' tmux server. An agent that exits while no
+        turn runs has nobody looking at its screen, and its store row keeps its last
+        state: the observer's word (tmux announces the death) makes the row EXITED at
+        once, and wakes the publisher.
     """
 
     def __init__(
@@ -114,8 +136,10 @@ class BoardPublisher:
         *,
         role: str = "node",
         every: float = 5.0,
+        observer: Observer | None = None,
     ) -> None:
         self.store, self.board, self.node = store, board, node
+        self.observer = observer
         self.agents, self.session = frozenset(agents), session
         self.role, self.every = role, every
         self._sent: dict[str, Row] = {}
@@ -124,9 +148,13 @@ class BoardPublisher:
         self.published = 0
         """How many script calls were made (each: one round trip, rows or the beat alone)."""
 
-    def changed(self) -> dict[str, Row]:
+    async def changed(self) -> dict[str, Row]:
         """The rows that differ from what was published last."""
-        rows = agent_rows(self.store, self.agents, self.session)
+        states = None
+        if self.observer is not None:
+            mine = own_agents(self.store, self.agents, self.session)
+            states = await self.observer.states(mine) if mine else {}
+        rows = agent_rows(self.store, self.agents, self.session, states)
         return {name: row for name, row in rows.items() if self._sent.get(name) != row}
 
     def publish(self, rows: dict[str, Row]) -> None:
@@ -141,11 +169,13 @@ class BoardPublisher:
         async with StoreWatch(self.store.path) as watch:
             while not stop.is_set():
                 committed = watch.event()
+                # An agent's death between turns writes nothing to the store: tmux says it.
+                woken = [committed] if self.observer is None else [committed, self.observer.event()]
                 if loop.time() - self._all_at >= REPUBLISH_EVERY:
                     # Every row again now and then: a board lost with Redis's data fills again.
                     self._all_at = loop.time()
                     self._sent.clear()
-                rows = self.changed()
+                rows = await self.changed()
                 # A commit that changed none of its rows costs nothing, unless the beat is due.
                 due = rows or loop.time() - self._beat_at >= self.every * BEAT_SHARE
                 try:
@@ -158,7 +188,7 @@ class BoardPublisher:
                     # Commits meanwhile wait too: one try per backoff while Redis is away.
                     await wait_any(stop, timeout=UNREACHABLE_BACKOFF)
                     continue
-                await wait_any(committed, stop, timeout=max(0.0, wait))
+                await wait_any(*woken, stop, timeout=max(0.0, wait))
 
 
 Listener = t.Callable[[set[str]], None]

@@ -38,6 +38,7 @@ from politerm.agents.approval import Decision, answer_pending, get_pending
 from politerm.agents.state import AgentState
 from politerm.driver import Expect, Outcome, run_turn
 from politerm.driver.idle import wait_idle
+from politerm.driver.observer import Observer
 from politerm.driver.tokens import stored_tokens
 from politerm.engine.fleetboard import BoardPublisher
 from politerm.engine.letters import MESSAGE_KIND
@@ -165,6 +166,9 @@ class Node:
         self.paused: dict[str, str] = {}
         self._resumed = asyncio.Event()
         self._starting = asyncio.Lock()  # one bring-up at a time (it holds the session's lock)
+        # What tmux says of the agents' panes: an agent that exits between turns (no turn
+        # looks at it) shows as exited on the board at once.
+        self.observer = Observer.of(self.session.config)
         self.publisher = (
             None
             if board is None
@@ -175,6 +179,7 @@ class Node:
                 self.agents,
                 self.session.config.tmux.session,
                 every=config.fleet.heartbeat,
+                observer=self.observer,
             )
         )
 
@@ -218,6 +223,7 @@ class Node:
             if publishing is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(publishing, UNREACHABLE_BACKOFF * 3)
+            await self.observer.close()
             await self.session.host.close()
 
     def _freed(self, task: asyncio.Task[None]) -> None:

@@ -26,6 +26,10 @@ OVER_BUDGET: t.Final = "over_budget"
 PAUSED: t.Final = "paused"
 #: The suffix of an agent's answer stream: answers are claimed while its turn runs.
 ANSWER_SUFFIX: t.Final = ".answer"
+#: The stream of answers to the questions of the router's tasks (``poli answer`` on a node
+#: whose store does not hold the task): claimed by the router holding the fleet's router
+#: role, never by a node (no agent's name holds a ``.``).
+TASK_ANSWERS: t.Final = "router.tasks" + ANSWER_SUFFIX
 
 
 def answer_stream(agent: str) -> str:

@@ -273,6 +273,31 @@ class LiveState:
             self._queue, ref.agent, deny=deny, by=by, asked=ref.asked, command=ref.command
         )
 
+    def answer_remote(self, task_id: str, question: str, text: str, *, by: str) -> str:
+        """Answer a task another node's router runs, through the router holding the role.
+
+        Blocks until that router took the answer (at most
+        :data:`politerm.engine.fleetlink.ANSWER_WAIT`): call it in a thread.
+
+        Raises
+        ------
+        StaleAction
+            The task does not ask ``question`` any more.
+        UiError
+            This view follows no fleet, or the answer is empty.
+        """
+        if self._queue is None or self.config.fleet is None:
+            msg = f"no task {task_id!r} here, and this view follows no fleet"
+            raise UiError(msg)
+        if not text.strip():
+            msg = "the answer is empty"
+            raise UiError(msg)
+        from politerm.engine.fleetanswers import answer_task_remote
+
+        return answer_task_remote(
+            self._queue, task_id, text, by=by, lease=self.config.fleet.lease, question=question
+        )
+
     def _rechecked(self) -> None:
         self._recheck = None
         self._dirty.set()

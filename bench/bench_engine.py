@@ -338,7 +338,7 @@ async def _marks_via_control(pane: Pane, rnd: int, n: int, timeout: float) -> li
         if len(latencies) >= n:
             done.set()
 
-    unsubscribe = pane.client.subscribe(pane.pane_id, on_output)
+    unsubscribe = pane.client.feeds.subscribe(pane.pane_id, on_output)
     try:
         await pane.send_keys("Enter")
         async with asyncio.timeout(timeout):

@@ -11,14 +11,20 @@ bring-up
     ``up`` did before (one ``list-panes`` per agent, :func:`find_agent_pane` N times)
     against the one listing it does now (:func:`agent_panes`).
 idle
-    With the router running over every agent, ``poli status --watch`` open in a window and
-    the web monitor's overview connected (in this process, as ``poli web`` serves it): CPU
-    seconds over a window of the router process (router + web), the status watcher and the
-    tmux server; and counts that do not depend on load: tmux commands sent, SQL statements
-    run, agent-loop steps taken, per idle second.
+    With the router running over every agent, ``poli status --watch`` and ``poli dash`` open
+    in windows of the session and ``poli web`` in its own process with its overview
+    connected: CPU seconds over a window (10 s; 30 s from 200 agents) of the router process,
+    ``poli web``, the status watcher, the dashboard, the ``tmux -C`` control clients all of
+    them run and the tmux servers, each read in nanoseconds from ``/proc/PID/task/*/schedstat``
+    (``/proc/PID/stat`` counts whole 10 ms ticks per process, too coarse for ~60 processes
+    doing almost nothing); and counts that do not depend on load: tmux commands sent, SQL
+    statements run, agent-loop steps taken, per idle second.
 views
     ``poli status`` (one-shot) wall time; the web overview's first frame after connecting,
-    and the time from one agent's state change in the store to the overview's next frame.
+    and the time from one agent's state change in the store to the overview's next frame;
+    ``poli dash``'s first paint (from its start to the agents table on the screen of its
+    window) and the time from one agent's state change in the store to its row showing the
+    new state on that screen.
 handoff
     Planner's plan printed → Executer's prompt submitted (ms, from the agents' own logs),
     with the N idle agents beside them.
@@ -28,7 +34,9 @@ memory
     agents' own (USS, summed) apart.
 
 Run ``python -m bench.bench_scale [--quick]``. Each N needs about 25 MB of free memory per
-fake agent; an N that does not fit in the available memory is skipped and said so.
+fake agent; an N that does not fit in the available memory is skipped and said so. Each N
+runs with its own ``HOME`` and XDG directories, so the views see only the bench's project
+(not the user's other projects under ``~/.local/state/politerm/projects``).
 """
 
 from __future__ import annotations
@@ -40,8 +48,10 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import typing as t
 
@@ -76,20 +86,30 @@ from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.engine.session import Session
 from politerm.store import RunStore
-from politerm.testing.retry import aretry_until
-from politerm.tmux import ControlClient, TmuxServer, agent_panes, find_agent_pane
+from politerm.testing.retry import WaitTimeout, aretry_until
+from politerm.tmux import ControlClient, TmuxServer, agent_panes, find_agent_pane, new_window
 from politerm.tmux.shards import shard_sockets
 
 if t.TYPE_CHECKING:
     from collections.abc import Sequence
 
     from politerm.config import Config
+    from politerm.tmux import Pane
 
 FULL_N = (10, 50, 200, 500)
 QUICK_N = (10, 50)
 MB_PER_AGENT = 25  # a fake agent's own memory (USS) is about 19 MB; what each N must find free
+LONG_WINDOW_FROM = 200  # from this N the idle window is 30 s: what is left to see is small
 TARGETS = {"bring-up s": 40.0, "idle % of a core": 1.0, "p50 ms": 10.0, "p99 ms": 25.0}
 TARGET_RSS_MB = 150.0
+#: The views at N rows: first paint <= 1 s, an update <= 200 ms (absent without views).
+VIEW_TARGETS = {
+    "status once s": 1.0,
+    "overview first frame ms": 1000.0,
+    "overview update ms": 200.0,
+    "dash first paint ms": 1000.0,
+    "dash update ms": 200.0,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,29 +342,31 @@ async def one(plan: Plan) -> dict[str, t.Any]:
                 return all(d.state is AgentState.READY for d in router.agents.values())
 
             await aretry_until(all_ready, 60 + plan.n * 0.2, interval=0.5, what="all ready")
-            watcher: psutil.Process | None = None
-            webp: psutil.Process | None = None
+            views: dict[str, int] = {}
+            dash: Pane | None = None
             if plan.views:
                 watcher = await _watcher(bench, store)
                 web = await _web(root)
-                webp = web.process
-                await _settled(watcher)
-                await _settled(webp)
+                dash, dash_pid, first_paint = await _dash(bench, root)
+                views = {"web": web.proc.pid, "status": watcher.pid, "dash": dash_pid}
+                for pid in views.values():
+                    await _settled(psutil.Process(pid))
                 out.update(web.first)
+                out.update(first_paint)
+            harness = bench.client._proc.pid if bench.client._proc is not None else -1
+            cpu = Cpu.of(me.pid, views, [p.pid for p in servers], harness)
+            out["control clients"] = len(cpu.parts["clients"])
             # The idle window: CPU and counts.
-            p0, s0, w0, c0 = me.cpu_times(), _cpus(servers), _cpu_of(watcher), COUNTS.snapshot()
-            b0 = _cpu_of(webp)
+            r0, c0 = cpu.read(), COUNTS.snapshot()
             t0 = time.monotonic()
             await asyncio.sleep(plan.window)
             wall = time.monotonic() - t0
-            p1, s1, w1, c1 = me.cpu_times(), _cpus(servers), _cpu_of(watcher), COUNTS.snapshot()
-            web_s = _cpu_of(webp) - b0
-            router_s = (p1.user + p1.system) - (p0.user + p0.system)
-            out["router s"] = router_s
-            out["web s"] = web_s
-            out["status s"] = w1 - w0
-            out["tmux server s"] = s1 - s0
-            out["idle % of a core"] = 100 * (router_s + web_s + (s1 - s0) + (w1 - w0)) / wall
+            r1, c1 = cpu.read(), COUNTS.snapshot()
+            used = {part: r1[part] - r0[part] for part in r0}
+            out["window s"] = wall
+            for part, label in PARTS.items():
+                out[f"{label} s"] = used[part]
+            out["idle % of a core"] = 100 * sum(used.values()) / wall
             out["tmux cmds/s"] = (c1[0] - c0[0]) / wall
             out["sql/s"] = (c1[1] - c0[1]) / wall
             out["steps/s"] = (c1[2] - c0[2]) / wall
@@ -352,14 +374,15 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             out["round trip us"] = await _round_trip_us(bench)
             if web is not None:
                 out["overview update ms"] = await web.update(store, "IDLE000")
+            if dash is not None:
+                out["dash update ms"] = await _dash_update(dash, store, "IDLE000")
             out["status once s"] = await _status_once(bench, store.path)
             out["rss before MB"] = rss0 / 2**20
             out["rss MB"] = me.memory_info().rss / 2**20
             out["tmux server MB"] = sum(p.memory_info().rss for p in servers) / 2**20
-            out["status MB"] = _rss_mb(watcher)
-            out["web MB"] = _rss_mb(webp)
-            h0 = COUNTS.snapshot()
-            cpu0 = [_cpu(me), _cpu_of(webp), _cpu_of(watcher), _cpus(servers)]
+            for part in ("status", "web", "dash"):
+                out[f"{part} MB"] = _rss_mb(views.get(part))
+            h0, k0 = COUNTS.snapshot(), cpu.read()
             profiler = cProfile.Profile() if plan.profile else None
             if profiler is not None:
                 profiler.enable()
@@ -367,13 +390,9 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(plan.profile)
-            cpu1 = [_cpu(me), _cpu_of(webp), _cpu_of(watcher), _cpus(servers)]
-            h1 = COUNTS.snapshot()
-            mine = cpu1[0] - cpu0[0]
-            out["router ms/task"] = 1000 * mine / plan.tasks
-            out["web ms/task"] = 1000 * (cpu1[1] - cpu0[1]) / plan.tasks
-            out["status ms/task"] = 1000 * (cpu1[2] - cpu0[2]) / plan.tasks
-            out["tmux server ms/task"] = 1000 * (cpu1[3] - cpu0[3]) / plan.tasks
+            k1, h1 = cpu.read(), COUNTS.snapshot()
+            for part, label in PARTS.items():
+                out[f"{label} ms/task"] = 1000 * (k1[part] - k0[part]) / plan.tasks
             out["tmux cmds/task"] = (h1[0] - h0[0]) / plan.tasks
             out["sql/task"] = (h1[1] - h0[1]) / plan.tasks
             out["steps/task"] = (h1[2] - h0[2]) / plan.tasks
@@ -391,6 +410,62 @@ async def one(plan: Plan) -> dict[str, t.Any]:
                 with contextlib.suppress(Exception):
                     await shard.kill_server()
     return out
+
+
+# --- CPU in nanoseconds ---------------------------------------------------------------------
+
+#: The parts of the session whose CPU the idle and handoff tables show, and their labels.
+PARTS = {
+    "router": "router",
+    "web": "web",
+    "status": "status",
+    "dash": "dash",
+    "clients": "control clients",
+    "servers": "tmux server",
+}
+
+
+def _cpu_ns(pid: int) -> int:
+    """CPU time of ``pid``'s live threads in ns (the first field of each ``schedstat``)."""
+    try:
+        tasks = list(pathlib.Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0
+    total = 0
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class Cpu:
+    """The session's processes by part (:data:`PARTS`), read in CPU seconds."""
+
+    parts: dict[str, list[int]]
+
+    @classmethod
+    def of(cls, router: int, views: dict[str, int], servers: list[int], harness: int) -> Cpu:
+        """The router process, each view, their ``tmux -C`` clients and the servers.
+
+        ``harness``: the bench's own control client (not the session's) is left out.
+        """
+        clients: set[int] = set()
+        for root in (router, *views.values()):
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(root).children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        argv = child.cmdline()
+                        if argv and argv[0].endswith("tmux") and "-C" in argv:
+                            clients.add(child.pid)
+        clients.discard(harness)
+        parts = {part: [views[part]] if part in views else [] for part in PARTS}
+        parts.update(router=[router], clients=sorted(clients), servers=servers)
+        return cls(parts)
+
+    def read(self) -> dict[str, float]:
+        """CPU seconds of each part so far."""
+        return {part: sum(map(_cpu_ns, pids)) / 1e9 for part, pids in self.parts.items()}
 
 
 async def _round_trip_us(bench: Bench, n: int = 300) -> float:
@@ -411,8 +486,13 @@ def _cpu_of(proc: psutil.Process | None) -> float:
     return 0.0 if proc is None else _cpu(proc)
 
 
-def _rss_mb(proc: psutil.Process | None) -> float:
-    return 0.0 if proc is None else proc.memory_info().rss / 2**20
+def _rss_mb(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        return float(psutil.Process(pid).memory_info().rss) / 2**20
+    except psutil.Error:
+        return 0.0
 
 
 async def _watcher(bench: Bench, store: RunStore) -> psutil.Process:
@@ -424,6 +504,68 @@ async def _watcher(bench: Bench, store: RunStore) -> psutil.Process:
     pane = await bench.window("status", argv)
     lines = await bench.client.cmd("display-message", "-p", "-t", pane.pane_id, "#{pane_pid}")
     return psutil.Process(int(lines[0]))
+
+
+DASH_SIZE = (200, 50)
+"""The dashboard's window (columns, rows): wide enough for the agents table's state column."""
+
+
+async def _dash(bench: Bench, root: pathlib.Path) -> tuple[Pane, int, dict[str, float]]:
+    """``poli dash`` in a window of the session, as a user runs it in the project.
+
+    Returns its pane, its process id and its first paint: ms from the window's start to
+    the agents table (first agent row) on its screen, and the CPU ms the dashboard's
+    process had used by then (less dependent on the machine's load than the wall time).
+    """
+    argv = [sys.executable, "-m", "politerm", "dash"]
+    start = time.perf_counter()
+    pane = await new_window(
+        bench.client, bench.server, session=SESSION, name="dash", argv=argv, cwd=root,
+        size=DASH_SIZE,
+    )  # fmt: skip
+    lines = await bench.client.cmd("display-message", "-p", "-t", pane.pane_id, "#{pane_pid}")
+    pid = int(lines[0])
+    await _on_screen(pane, "IDLE000", "", 120, "the dashboard's agents table")
+    first = {
+        "dash first paint ms": (time.perf_counter() - start) * 1000,
+        "dash first paint cpu ms": _cpu_ns(pid) / 1e6,
+    }
+    return pane, pid, first
+
+
+async def _on_screen(pane: Pane, agent: str, state: str, bound: float, what: str) -> None:
+    """Until ``agent``'s row on the pane's screen shows ``state`` (any: ``""``)."""
+    screen: list[str] = []
+
+    async def shown() -> bool:
+        screen[:] = await pane.capture()
+        for line in screen:
+            words = line.replace("│", " ").split()
+            if agent in words and (not state or state in words):
+                return True
+        return False
+
+    try:
+        await aretry_until(shown, bound, interval=0.005, what=what)
+    except WaitTimeout as exc:
+        last = "\n".join(screen).rstrip()
+        check(False, f"{exc}; the screen:\n{last}")
+
+
+async def _dash_update(pane: Pane, store: RunStore, agent: str) -> float:
+    """One agent's state changes in the store: ms until its row on the dashboard shows it.
+
+    Read off the screen every 5 ms (tmux's ``capture-pane``); the row is on the first
+    screen of the table (IDLE000 sorts before the rest).
+    """
+    await _on_screen(pane, agent, AgentState.READY.value, 30, f"{agent} ready on the dashboard")
+    start = time.perf_counter()
+    store.set_agent_state(agent, AgentState.BUSY.value)
+    await _on_screen(pane, agent, AgentState.BUSY.value, 30, f"{agent} busy on the dashboard")
+    took = (time.perf_counter() - start) * 1000
+    store.set_agent_state(agent, AgentState.READY.value)
+    await _on_screen(pane, agent, AgentState.READY.value, 30, f"{agent} ready again")
+    return took
 
 
 @dataclasses.dataclass
@@ -513,7 +655,21 @@ def _child(plan: Plan) -> dict[str, t.Any]:
         "--one",
         json.dumps(dataclasses.asdict(plan)),
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+    # A home of its own: the views list every project under the user's state directory.
+    home = pathlib.Path(tempfile.mkdtemp(prefix="poli-bench-home-"))
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(home / ".local/state"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+    }
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=1800, check=False, env=env
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     if proc.returncode != 0:
         check(False, f"scale N={plan.n}: {proc.stderr[-1500:]}")
     result: dict[str, t.Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -544,7 +700,7 @@ def main(
         for size in shard_sizes:
             name = f"scale-{n}-{size}.prof"
             prof = str(pathlib.Path(profile, name).resolve()) if profile else ""
-            window = 5.0 if quick else 10.0
+            window = 5.0 if quick else 30.0 if n >= LONG_WINDOW_FROM else 10.0
             tasks = 5 if quick else 15
             plan = Plan(n, window, tasks, profile=prof, views=views, shard_size=size)
             results.append({"shard size": size, **_child(plan)})
@@ -580,16 +736,16 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
         ],
     )
     idle = print_table(
-        "idle: router + poli web (overview open) + status --watch + tmux, CPU s over the window",
+        "idle: router + poli web (overview open) + status --watch + poli dash + their tmux -C"
+        " clients + tmux servers, CPU s over the window (schedstat, ns)",
         [
             {
                 "agents": r["agents"],
                 "shard size": r["shard size"],
                 "servers": r["tmux servers"],
-                "router s": r["router s"],
-                "web s": r["web s"],
-                "status s": r["status s"],
-                "tmux server s": r["tmux server s"],
+                "window s": r["window s"],
+                **{f"{label} s": r[f"{label} s"] for label in PARTS.values()},
+                "clients": r["control clients"],
                 "idle % of a core": r["idle % of a core"],
                 "tmux cmds/s": r["tmux cmds/s"],
                 "sql/s": r["sql/s"],
@@ -610,6 +766,9 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
                 "poli status s": r["status once s"],
                 "overview first frame ms": r.get("overview first frame ms", float("nan")),
                 "overview update ms": r.get("overview update ms", float("nan")),
+                "dash first paint ms": r.get("dash first paint ms", float("nan")),
+                "dash first paint CPU ms": r.get("dash first paint cpu ms", float("nan")),
+                "dash update ms": r.get("dash update ms", float("nan")),
             }
             for r in results
         ],
@@ -628,10 +787,7 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
                 "sql/task": r["sql/task"],
                 "tmux cmds/task": r["tmux cmds/task"],
                 "steps/task": r["steps/task"],
-                "router ms/task": r["router ms/task"],
-                "web ms/task": r["web ms/task"],
-                "status ms/task": r["status ms/task"],
-                "tmux server ms/task": r["tmux server ms/task"],
+                **{f"{label} ms/task": r[f"{label} ms/task"] for label in PARTS.values()},
                 "load": r["load after handoffs"],
             }
             for r in results
@@ -648,6 +804,7 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
                 "router KB per agent": 1024 * (r["rss MB"] - r["rss before MB"]) / r["agents"],
                 "status --watch MB": r["status MB"],
                 "poli web MB": r["web MB"],
+                "poli dash MB": r["dash MB"],
                 "tmux server MB": r["tmux server MB"],
                 "tmux KB per agent": 1024 * r["tmux server MB"] / r["agents"],
                 "agents' own MB (USS)": r["agents' own MB (USS)"],
@@ -658,7 +815,9 @@ def _tables(results: Sequence[dict[str, t.Any]]) -> dict[str, list[Row]]:
     )
     verdict: list[Row] = []
     for r in results:
-        for key, limit in TARGETS.items():
+        for key, limit in {**TARGETS, **VIEW_TARGETS}.items():
+            if key not in r:
+                continue
             verdict.append(
                 {
                     "agents": r["agents"],

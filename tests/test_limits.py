@@ -18,12 +18,14 @@ import pytest
 from politerm.agents import AgentState, StateTracker, load_profile
 from politerm.agents.limits import parse_reset, reset_time
 from politerm.driver import AgentDriver, Expect, Host, LimitPolicy, TurnOutcome
+from politerm.protocol.usage import Usage
 from politerm.store import RunStore
 from politerm.terminal import Snapshot
 from politerm.testing.fakeagent import prompts, read_log
 from politerm.testing.retry import aretry_until
 
 if t.TYPE_CHECKING:
+    from politerm.protocol.usage import Entries
     from politerm.tmux import ControlClient, TmuxServer
 
 FAKE = [sys.executable, "-m", "politerm.testing.fakeagent"]
@@ -332,7 +334,7 @@ async def test_turn_tokens_add_up_per_agent_task_and_run(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:
     from politerm.driver.tokens import stored_tokens
-    from politerm.protocol.usage import claude_usage, usage_total
+    from politerm.protocol.usage import claude_usage
     from politerm.status import collect
 
     store = RunStore.open(tmp_path / "runs.sqlite3")
@@ -381,7 +383,7 @@ async def test_an_answer_written_before_the_confirmation_is_counted(
     # A quick agent answers (and its transcript records the usage) before the delivery is
     # confirmed: the turn counts from before the paste, not from the confirmation.
     from politerm.driver.tokens import stored_tokens
-    from politerm.protocol.usage import claude_usage, usage_total
+    from politerm.protocol.usage import claude_usage
     from politerm.testing.retry import aretry_until
 
     store = RunStore.open(tmp_path / "runs.sqlite3")
@@ -485,6 +487,18 @@ async def test_router_task_waits_out_a_limit_longer_than_its_step_timeout(
 
 
 # --- what the views show --------------------------------------------------------------------
+
+
+def usage_total(entries: Entries) -> Usage:
+    """The tokens of ``entries``, each keyed message counted once (its last entry)."""
+    keyed: dict[str, Usage] = {}
+    total = Usage()
+    for key, usage in entries:
+        if key is None:
+            total += usage
+        else:
+            keyed[key] = usage
+    return sum(keyed.values(), total)
 
 
 def _agent_pane(socket: str, root: pathlib.Path, line: str) -> str:

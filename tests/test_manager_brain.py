@@ -146,13 +146,15 @@ def test_a_missing_sdk_names_its_extra_and_the_base_install_has_none(
     import sys
     import tomllib
 
-    from politerm.config.manager import DEFAULT_KEY_ENV
-    from politerm.manager.brain import api_brain
+    from politerm.config import Config
+    from politerm.config.manager import DEFAULT_KEY_ENV, ManagerConfig
+    from politerm.manager.app import make_brain
 
     monkeypatch.setitem(sys.modules, module, None)  # as if the extra was not installed
     env = {DEFAULT_KEY_ENV[provider][0]: "k"}
+    settings = BrainSettings(provider=provider)  # type: ignore[arg-type]
     with pytest.raises(BrainError, match=rf"needs its SDK: pip install 'politerm\[{provider}\]'"):
-        api_brain(BrainSettings(provider=provider), Redactor(), env)  # type: ignore[arg-type]
+        make_brain(Config(manager=ManagerConfig(brain=settings)), env)
     pyproject = pathlib.Path(__file__).parents[1] / "pyproject.toml"
     project = tomllib.loads(pyproject.read_text())["project"]
     package = module.split(".")[-1].replace("genai", "google-genai")

@@ -191,7 +191,7 @@ async def test_the_views_observer_asks_for_no_output_but_mirrors_and_the_driver_
             await aretry_until(shown, 60, what=f"{text!r} in the Planner's output")
 
         mine: list[bytes] = []
-        driver.subscribe(planner, lambda _pid, data: mine.append(data))
+        driver.feeds.subscribe(planner, lambda _pid, data: mine.append(data))
         try:
             assert await observer.follow("t")
             assert await quiet_clients() == 1

@@ -74,15 +74,15 @@ async def test_output_events_carry_decoded_bytes(
 ) -> None:
     pane = await _sh(tmux_session, tmux_server)
     chunks: list[bytes] = []
-    tmux_session.subscribe(pane.pane_id, lambda _pid, data: chunks.append(data))
+    tmux_session.feeds.subscribe(pane.pane_id, lambda _pid, data: chunks.append(data))
     await pane.paste(b"printf 'tab\\there\\\\x\\n'\n")
 
     async def seen() -> bool:
         return b"tab\there\\x\r\n" in b"".join(chunks)
 
     await aretry_until(seen, 60, what="decoded %output with a tab and a backslash")
-    assert tmux_session.output_seq(pane.pane_id) > 0
-    assert tmux_session.last_output(pane.pane_id) > 0
+    assert tmux_session.feeds.seq(pane.pane_id) > 0
+    assert tmux_session.feeds.last(pane.pane_id) > 0
 
 
 async def test_dead_pane_is_pane_not_found(
@@ -360,7 +360,7 @@ async def test_a_quiet_client_gets_output_only_while_subscribed(
             if mark in b"".join(chunks):
                 seen.set()
 
-        stop = loud.subscribe(pane.pane_id, on)
+        stop = loud.feeds.subscribe(pane.pane_id, on)
         try:
             # The shell prints the product, so the mark is not in the echoed command.
             await pane.paste(f"echo $(({n} * 7))mark\n".encode())
@@ -381,19 +381,19 @@ async def test_a_quiet_client_gets_output_only_while_subscribed(
         assert quiet.output_off
         assert "no-output" in await flags()
         await printed(1)
-        assert quiet.output_seq(pane.pane_id) == 0
+        assert quiet.feeds.seq(pane.pane_id) == 0
         # A subscriber turns the output on, for as long as it lasts.
         got: list[bytes] = []
-        stop = quiet.subscribe(pane.pane_id, lambda _pid, data: got.append(data))
+        stop = quiet.feeds.subscribe(pane.pane_id, lambda _pid, data: got.append(data))
         assert not quiet.output_off
         await printed(2)
         assert b"14mark" in b"".join(got)
         stop()
         stop()  # a second call changes nothing
         assert quiet.output_off
-        before = quiet.output_seq(pane.pane_id)
+        before = quiet.feeds.seq(pane.pane_id)
         await printed(3)
-        assert quiet.output_seq(pane.pane_id) == before
+        assert quiet.feeds.seq(pane.pane_id) == before
         assert "no-output" in await flags()
         # A new connection (the old one was killed) is told again.
         os.kill(quiet_pid, signal.SIGKILL)
@@ -405,9 +405,9 @@ async def test_a_quiet_client_gets_output_only_while_subscribed(
         assert quiet._proc is not None
         quiet_pid = quiet._proc.pid
         assert "no-output" in await flags()
-        before = quiet.output_seq(pane.pane_id)
+        before = quiet.feeds.seq(pane.pane_id)
         await printed(4)
-        assert quiet.output_seq(pane.pane_id) == before
+        assert quiet.feeds.seq(pane.pane_id) == before
     finally:
         await quiet.close()
 

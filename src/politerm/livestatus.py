@@ -21,7 +21,7 @@ import time
 import typing as t
 
 from politerm._internal.aio import wait_any
-from politerm.errors import PolitermError
+from politerm.errors import PolitermError, StoreError
 from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
@@ -61,9 +61,15 @@ async def all_sessions(observer: Observer) -> list[dict[str, t.Any]]:
     for ses in await observer.sessions():
         agents: dict[str, str] = {}
         if ses.store and pathlib.Path(ses.store).is_file():
-            with RunStore.open(pathlib.Path(ses.store)) as store:
-                mine = [a for a in store.list_agents() if a.session == ses.name]
-                agents = await observer.states(mine)
+            try:
+                # As it is: listing sessions must not migrate their projects' stores.
+                store = RunStore.open_existing(pathlib.Path(ses.store))
+            except StoreError as exc:
+                log.warning("session %s: not reading its store: %s", ses.name, exc)
+            else:
+                with store:
+                    mine = [a for a in store.list_agents() if a.session == ses.name]
+                    agents = await observer.states(mine)
         sessions.append(
             {
                 "session": ses.name,

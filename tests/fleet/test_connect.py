@@ -152,8 +152,8 @@ def test_the_documented_acl_user_is_enough_for_every_call(tmp_path: Path) -> Non
         queue.complete(lease, {"ok": 1})
         assert queue.wait_result("w1", timeout=5).outcome == {"ok": 1}
         assert queue.leases() == []
-        assert queue.late_results() == []
-        assert queue.dead_letters() == []
+        assert queue.ledger.late_results() == []
+        assert queue.ledger.dead_letters() == []
         registry = Registry(queue)
         registry.heartbeat("a", ["EXECUTER"], {"busy": 0}, every=5.0)
         [node] = registry.nodes()

@@ -103,7 +103,7 @@ def test_a_node_cut_off_beyond_its_lease_may_not_type_and_is_fenced_when_it_come
     node_b.complete(taken, {"reply": "b's"})
     result = node_a.wait_result("w1", timeout=5)
     assert result.outcome == {"reply": "b's"}
-    assert [late.node for late in node_a.late_results()] == ["a"]
+    assert [late.node for late in node_a.ledger.late_results()] == ["a"]
 
 
 def test_after_redis_lost_its_data_nodes_go_on_and_other_errors_are_one_line(

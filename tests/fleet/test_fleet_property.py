@@ -217,12 +217,12 @@ def test_many_works_across_three_nodes_with_random_faults(
         # Attempts typed in epoch order, and the accepted one is the newest attempt.
         assert [x.epoch for x in typed] == sorted(x.epoch for x in typed)
         assert lease.epoch == max(x.epoch for x in log.leases[work_id])
-    late = submitter.late_results(count=10_000)
+    late = submitter.ledger.late_results(count=10_000)
     if run.restart:  # a rejected report whose answer was lost is rejected (and kept) again
         assert len(late) >= log.rejected
     else:
         assert len(late) == log.rejected
-    dead = {d.work_id for d in submitter.dead_letters(count=10_000)}
+    dead = {d.work_id for d in submitter.ledger.dead_letters(count=10_000)}
     assert dead == set(ids) - done
     for agent in ("A1", "A2"):
         assert submitter.conn.cmd.xpending(submitter.keys.stream(agent), "nodes")["pending"] == 0

@@ -282,7 +282,7 @@ def test_the_fleet_budget_pauses_a_turn_before_anything_is_typed_and_a_raised_ca
         budget = a.poli("fleet", "budget")
         assert "paused by the budget: loop-" in budget.stdout and over in budget.stdout
         assert over in a.poli("fleet", "status").stdout
-        [work] = queue.paused()
+        [work] = queue.ledger.paused()
         assert (work.agent, work.node) == ("EXECUTER", "b")
         # Nothing was typed into EXECUTER (its own log), and its attempt was undone.
         assert [p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)] == []
@@ -300,7 +300,7 @@ def test_the_fleet_budget_pauses_a_turn_before_anything_is_typed_and_a_raised_ca
         assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
         record = queue.get(work.work_id)
         assert record is not None and (record.state.value, record.attempt) == ("done", 1)
-        assert queue.paused() == []
+        assert queue.ledger.paused() == []
         assert paused() is None
         kinds = [e["kind"] for e in json.loads(a.poli("status", "--json").stdout)["events"]]
         assert "budget-resumed" in kinds

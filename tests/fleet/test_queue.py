@@ -83,7 +83,7 @@ def test_claim_renew_check_complete_and_the_submitter_reads_the_result(
     )
     assert result.epoch == lease.epoch
     assert queue.leases() == []
-    assert queue.late_results() == []
+    assert queue.ledger.late_results() == []
 
 
 def test_wait_result_is_bounded_and_says_where_the_work_stands(
@@ -143,7 +143,7 @@ def test_an_expired_lease_is_reclaimed_with_a_higher_epoch_and_the_old_holder_is
     node_b.complete(new, {"reply": "fresh words"})
     result = node_a.wait_result("w1", timeout=5)
     assert (result.outcome, result.node, result.epoch) == ({"reply": "fresh words"}, "b", new.epoch)
-    [late] = node_a.late_results()
+    [late] = node_a.ledger.late_results()
     assert (late.work_id, late.epoch, late.node, late.current_epoch) == (
         "w1",
         old.epoch,
@@ -195,7 +195,7 @@ def test_given_back_work_is_claimed_again_as_a_new_attempt_and_dies_after_max_at
     assert result.attempt == 2
     error = result.outcome["error"]
     assert error.startswith("used up its 2 attempts (last: again [REDACTED:password")
-    [dead] = queue.dead_letters()
+    [dead] = queue.ledger.dead_letters()
     assert (dead.work_id, dead.agent, dead.attempt) == ("w1", "EXECUTER", 2)
     assert queue.leases() == []
 
@@ -245,7 +245,7 @@ def test_paused_work_keeps_its_attempt_wakes_its_waiter_and_is_claimed_again(
     assert result is None
     assert (record.state, record.attempt) == (WorkState.PAUSED, 0)
     assert record.paused == "agent EXECUTER spent 10 tokens, its cap is 5"
-    [paused] = queue.paused()
+    [paused] = queue.ledger.paused()
     assert (paused.work_id, paused.agent, paused.node) == ("w1", "EXECUTER", "a")
     # Its waiters are woken by the pause (they find it paused, not ended).
     _, found = queue.read_results(cursor, 1.0)
@@ -255,7 +255,7 @@ def test_paused_work_keeps_its_attempt_wakes_its_waiter_and_is_claimed_again(
     assert again is not None
     assert (again.work.attempt, again.node) == (1, "b")
     assert again.epoch > first.epoch
-    assert queue.paused() == []
+    assert queue.ledger.paused() == []
     assert queue.standing("w1")[0].paused == ""
     queue.complete(again, {"ok": True})
     assert queue.wait_result("w1", timeout=5).outcome == {"ok": True}

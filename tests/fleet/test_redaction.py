@@ -87,7 +87,7 @@ def test_no_secret_of_a_payload_or_an_outcome_ever_reaches_redis(
     with pytest.raises(Fenced) as fenced:
         node_a.complete(second, {"reply": f"late {every}"})
     assert SECRETS["aws"] not in str(fenced.value)
-    assert "[REDACTED:aws-access-key#" in node_a.late_results()[0].outcome["reply"]
+    assert "[REDACTED:aws-access-key#" in node_a.ledger.late_results()[0].outcome["reply"]
     node_b.complete(third, {"reply": f"done with {every}", "files": [SECRETS["custom"]]})
     result = node_a.wait_result("w1", timeout=5)
     assert "[REDACTED:custom#" in result.outcome["files"][0]

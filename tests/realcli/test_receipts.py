@@ -153,7 +153,7 @@ async def test_transcript_ends_the_turn_where_no_hook_says_so(
     assert result.delivery is not None
     assert set(result.delivery.sources) == {"screen", "transcript"}, result.delivery
     assert f"{cli} transcript " in " ".join(result.delivery.evidence), result.delivery
-    check = driver._transcript_check  # the driver's part under test
+    check = driver._word.transcript  # the driver's part under test
     assert check is not None and check.confirmed() is not None
     # Its record says the turn is over, and the screen agrees.
     assert result.ended_by == "transcript+screen", result

@@ -358,3 +358,50 @@ async def test_dash_shows_when_a_limited_agent_resets(
                 )
                 at = datetime.datetime.fromtimestamp(now + 7200).strftime("%H:%M:%S")
                 assert at in planner_state(), planner_state()
+
+
+async def test_a_refresh_redraws_only_the_rows_that_changed_and_shard_panes_are_rows_of_their_own(
+    tmp_path: pathlib.Path,
+) -> None:
+    # At 500 agents each store change cleared and re-added every row of every table (issue
+    # 25). And a session of many agents spans several tmux servers, each with its own %0,
+    # %1, ...: the agents table refused the second agent on a pane id as a duplicate row.
+    drawn = {agents: await _rows_drawn_for_one_change(tmp_path, agents) for agents in (6, 60)}
+    assert drawn == {6: 1, 60: 1}, drawn
+
+
+async def _rows_drawn_for_one_change(tmp_path: pathlib.Path, agents: int) -> int:
+    """Rows the dashboard draws when one of ``agents`` agents (3 per pane id) changes."""
+    root = tmp_path / f"proj{agents}"
+    root.mkdir()
+    (root / "poli.toml").write_text(
+        '[tmux]\nsocket = "poli-dash-none"\n\n[store]\npath = "runs.sqlite3"\n'
+    )
+    config = load_config(root, env={})
+    with RunStore.open(config.store.resolved_path()) as writer:
+        with writer.batch():
+            for i in range(agents):
+                writer.upsert_agent(
+                    f"A{i:03d}", session="s", pane_id=f"%{i % 3}", command="x", cwd=".",
+                    profile="fake-plain", resume_command=None, socket=f"shard-{i // 3}",
+                )  # fmt: skip
+        with RunStore.open(config.store.resolved_path()) as store:
+            app = DashApp(config, store, project=root)
+            async with app.run_test(size=(200, 60)) as pilot:
+
+                def states() -> dict[str, str]:
+                    return {r[0]: r[1] for r in _rows(app, "agents")}
+
+                await _until(pilot, lambda: len(states()) == agents, "every agent listed")
+                before = dict(states())
+                rows = app.rows_drawn
+                writer.set_agent_state("A001", "busy")
+                await _until(pilot, lambda: states()["A001"] == "busy", "A001 busy")
+                drawn = app.rows_drawn - rows
+                assert states() == {**before, "A001": "busy"}
+                # A refresh with nothing new draws nothing.
+                refreshes, rows = app.live.refreshes, app.rows_drawn
+                app.live.poke()
+                await _until(pilot, lambda: app.live.refreshes > refreshes, "a refresh")
+                assert app.rows_drawn == rows
+    return drawn

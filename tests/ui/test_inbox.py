@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import time
 import typing as t
@@ -10,6 +11,7 @@ from politerm.agents.approval import Decision, PendingApproval, get_pending, set
 from politerm.config import load_config
 from politerm.pipeline.state import RunRecord, RunState
 from politerm.store import RunStore
+from politerm.store.db import MIGRATIONS, connect
 from politerm.store.limits import begin_limit
 from politerm.store.models import MessageState, TaskState
 from politerm.ui import actions
@@ -143,3 +145,32 @@ async def test_a_pipeline_steps_row_shows_its_open_approval(
             assert row["approval"] == {"what": "Bash(npm test)", "command": "npm test"}
             [ask] = live.overview["approvals"]
             assert ask["pane"] == row["pane"]  # the step's page finds it by its pane
+
+
+async def test_a_view_reads_other_projects_stores_as_they_are_and_migrates_none(
+    tmp_path: pathlib.Path,
+) -> None:
+    # A view lists every project of the user: it opened each store with the migrations,
+    # so looking at one project upgraded (wrote) another's stale store it found.
+    a, b, c = (_project(tmp_path / n, "poli-none") for n in ("alpha", "beta", "gamma"))
+    ca, cb, cc = (load_config(root, env={}) for root in (a, b, c))
+    with RunStore.for_config(cb) as sb:
+        sb.create_task("T-b", "x", max_rounds=2)
+        sb.update_task("T-b", state=TaskState.WAITING_USER, question="Which colour?")
+    old = cc.store.resolved_path()  # what an older politerm left: schema version 1
+    old.parent.mkdir(parents=True)
+    conn = connect(old, migrations=MIGRATIONS[:1])
+    conn.execute("INSERT INTO meta (key, value) VALUES ('project:root', ?)", (str(c),))
+    conn.close()
+    before = hashlib.sha256(old.read_bytes()).hexdigest()
+    with RunStore.for_config(ca) as store:
+        others = user_projects(home_ref(ca))[1:]
+        assert sorted(o.root for o in others if o.root) == sorted([b, c])
+        async with LiveState(ca, store, project=a, others=others) as live:
+            names = [p["name"] for p in live.overview["projects"]]
+            asked = [(i["project"], i["task"]) for i in live.overview["inbox"]]
+    assert names == ["alpha", "beta"]  # gamma is not shown until its own poli migrates it
+    assert asked == [("beta", "T-b")]
+    assert hashlib.sha256(old.read_bytes()).hexdigest() == before
+    with RunStore.open(old) as gamma:  # its own project's poli migrates it
+        assert gamma.schema_version == len(MIGRATIONS)

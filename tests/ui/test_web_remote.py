@@ -31,7 +31,7 @@ from politerm.store import RunStore
 from politerm.testing.retry import retry_until
 from politerm.ui.web.devices import Devices, hash_token
 from politerm.ui.web.qr import qr_matrix, read_qr_text
-from politerm.ui.web.tls import der_fingerprint, fingerprint, self_signed
+from politerm.ui.web.tls import fingerprint, self_signed
 from tests.loophelpers import started
 from tests.ui.test_notify import Receiver
 from tests.ui.uihelpers import ask_project, browser, poli, screenshot_path
@@ -106,6 +106,11 @@ def _peer_der(origin: str, context: ssl.SSLContext) -> bytes:
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return der
+
+
+def der_fingerprint(der: bytes) -> str:
+    """The SHA-256 fingerprint of a DER certificate as browsers show it (hex pairs, colons)."""
+    return ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
 
 
 def _decode(drawn: list[list[bool]]) -> str:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import typing as t
+
+T = t.TypeVar("T")
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:
@@ -40,3 +43,36 @@ async def finish(task: asyncio.Task[t.Any]) -> None:
     await asyncio.wait([task])
     if not task.cancelled():
         task.exception()  # retrieved: a task's own failure is logged where it happens
+
+
+def stop_if_cancelled() -> None:
+    """Raise CancelledError when this task was cancelled, even if an await swallowed it.
+
+    Python 3.11's ``asyncio.wait_for`` returns a result that arrived together with the
+    cancel and drops the cancel; a loop that goes on after that never stops (a postman
+    whose stop hung in its 5 s sleeps until pytest's timeout). The cancel count stays set.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+def listen(listeners: list[T], listener: T) -> t.Callable[[], None]:
+    """Add ``listener`` to ``listeners``; returns the function that removes it again.
+
+    The remover may be called more than once (the second call does nothing).
+
+    Examples
+    --------
+    >>> seen: list[object] = []
+    >>> remove = listen(seen, print)
+    >>> remove(); remove(); seen
+    []
+    """
+    listeners.append(listener)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            listeners.remove(listener)
+
+    return remove

@@ -9,7 +9,6 @@ import click
 from politerm.cli import _complete
 from politerm.cli._common import config_option, load, open_store, project_option
 from politerm.engine.loop import answer
-from politerm.errors import RoutingError
 
 
 @click.command("answer")
@@ -18,15 +17,29 @@ from politerm.errors import RoutingError
 @config_option
 @project_option
 def command(task_id: str, text: str, config_path: pathlib.Path | None) -> None:
-    """Answer TASK_ID's question with TEXT; the router delivers it to the asking agent."""
+    """Answer TASK_ID's question with TEXT; the router delivers it to the asking agent.
+
+    In a fleet, on a machine whose store does not hold the task, the answer goes through
+    Redis to the router holding the fleet's router role, which applies it at once.
+    """
     config = load(config_path)
     with open_store(config) as store:
         if config.fleet is not None and store.get_task(task_id) is None:
-            # A fleet's tasks live with its router: this node has none of them.
-            msg = (
-                f"no task {task_id!r} on node {config.fleet.node}: answer on the machine "
-                "that runs the router (`poli up`, `poli task`); approvals work from any node"
-            )
-            raise RoutingError(msg)
+            from politerm.engine.fleetanswers import answer_task_remote
+            from politerm.engine.fleetlink import open_queue
+
+            queue = open_queue(config, store)
+            try:
+                said = answer_task_remote(
+                    queue,
+                    task_id,
+                    text,
+                    by=f"poli answer on node {config.fleet.node}",
+                    lease=config.fleet.lease,
+                )
+            finally:
+                queue.conn.close()
+            click.echo(said)
+            return
         answer(store, config, task_id, text)
     click.echo(f"answered {task_id}")

@@ -69,7 +69,7 @@ def budget(ctx: click.Context, as_json: bool, config_path: pathlib.Path | None) 
 
     breaker, agents = _budget(config_path)
     rows = breaker.spending(agents)
-    paused = [p._asdict() for p in breaker.queue.paused()]
+    paused = [p._asdict() for p in breaker.queue.ledger.paused()]
     if as_json:
         scopes = [{**dataclasses.asdict(r), "over": r.over} for r in rows]
         click.echo(json.dumps({"scopes": scopes, "paused": paused}, indent=2))
@@ -122,7 +122,7 @@ def budget_reset(config_path: pathlib.Path | None, agent: str | None) -> None:
 
 def _resumes(breaker: FleetBudget) -> None:
     """Say what becomes of the work the budget paused (its nodes look every few seconds)."""
-    paused = breaker.queue.paused()
+    paused = breaker.queue.ledger.paused()
     if paused:
         click.echo(
             f"{len(paused)} paused work(s) go on within seconds where the caps now allow a turn "

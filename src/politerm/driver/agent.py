@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import pathlib
 import time
 import typing as t
@@ -45,36 +44,22 @@ from politerm.driver.journal import TurnLog
 from politerm.driver.launch import start
 from politerm.driver.limits import Limiter, LimitPolicy
 from politerm.driver.looking import Observation
+from politerm.driver.ownword import OwnWord
 from politerm.driver.ready import wait_ready
-from politerm.driver.receipts import (
-    HOOK_GRACE,
-    PANE_OPTION,
-    Drift,
-    Receipts,
-    parse_option,
-)
-from politerm.driver.receiptwatch import (
-    AgentChecks,
-    PromptCheck,
-    cross_check_delivery,
-    hook_approval_open,
-)
+from politerm.driver.receipts import HOOK_GRACE, Drift
+from politerm.driver.receiptwatch import cross_check_delivery, hook_approval_open
 from politerm.driver.reports import ReportStream, tap
 from politerm.driver.tokens import Budget, TokenMeter
-from politerm.driver.transcriptcheck import TranscriptCheck
 from politerm.driver.transcripts import hooked_home
 from politerm.driver.turn import run_turn
 from politerm.errors import (
     AgentError,
     AgentExited,
     ControlModeError,
-    HookError,
     PaneNotFound,
     PromptNotDelivered,
     PtyError,
-    TmuxError,
 )
-from politerm.hooks.events import HookKind
 from politerm.pty.runner import PtyTerminal
 from politerm.tmux.pane import Pane
 
@@ -84,13 +69,12 @@ if t.TYPE_CHECKING:
     from politerm.agents.approval import PendingApproval
     from politerm.agents.profile import AgentProfile
     from politerm.agents.question import ApprovalRequest
+    from politerm.driver.receipts import Receipts
     from politerm.protocol.block import Block
     from politerm.pty.liveview import LiveView
     from politerm.store import RunStore
     from politerm.store.journal import Serves
     from politerm.terminal import Snapshot, Terminal
-
-log = logging.getLogger(__name__)
 
 T = t.TypeVar("T")
 Hook = t.Callable[[], "Awaitable[None]"]
@@ -168,16 +152,9 @@ class AgentDriver:
         self._hooks: dict[str, list[Hook]] = {}
         # The last screen looked at, and the output event taken just before looking.
         self._look: tuple[Snapshot, asyncio.Event] | None = None
-        self._receipts = receipts
-        self._receipts_looked = receipts is not None
-        #: Receipts after this position belong to the last prompt delivered.
-        self._delivery_mark = 0
+        self._word = OwnWord(name, profile, term, cwd, self.env, receipts)
         #: Seconds one source (hook or screen) may lag the other before it counts as drift.
         self.hook_grace = HOOK_GRACE
-        #: Its transcript was waited for once and never found: do not wait again.
-        self._transcript_missing = False
-        #: The last prompt's transcript check (its turn's end, where the records say it).
-        self._transcript_check: TranscriptCheck | None = None
 
     def __repr__(self) -> str:
         return f"AgentDriver({self.name}, {self._term.name}, {self.state.value})"
@@ -393,9 +370,9 @@ class AgentDriver:
             self._dead = True
         elif reading.state is AgentState.WAITING_APPROVAL:
             approval = await self._approver.look(snap, task_id=task_id)
-        elif self._approver.asked and reading.state is not AgentState.UNKNOWN:
+        elif reading.state is not AgentState.UNKNOWN:
             # A redraw frame (UNKNOWN) is not an answer; a definite other state is.
-            self._approver.gone(task_id=task_id)
+            self._approver.left(task_id=task_id)
         self._row.saw(reading, task_id)
         if not defer_row:
             self.record_row()
@@ -405,19 +382,7 @@ class AgentDriver:
 
     async def hook_receipts(self) -> Receipts | None:
         """The agent's hook receipts: given, or found through its pane's ``@poli_hooks``."""
-        if self._receipts_looked:
-            return self._receipts
-        self._receipts_looked = True
-        try:
-            found = parse_option(await self._term.get_option(PANE_OPTION))
-        except (TmuxError, ControlModeError):
-            found = None
-        if found is not None:
-            try:
-                self._receipts = Receipts.open(*found)
-            except HookError as exc:
-                log.warning("%s: hook receipts ignored: %s", self.name, exc)
-        return self._receipts
+        return await self._word.find_receipts()
 
     def drift(self, drift: Drift, *, key: str | None = None, task_id: str | None = None) -> None:
         """Record that the agent's own event and its screen disagreed (once per ``key``)."""
@@ -429,7 +394,7 @@ class AgentDriver:
         The CLI's own id of its conversation, once its hooks named it (or named a new
         one), is recorded in the journal of turns: ``poli up --resume`` resumes that one.
         """
-        self._row.write(self._receipts)
+        self._row.write(self._word.receipts)
 
     def record(self, kind: str, task_id: str | None, detail: str) -> None:
         """Add an event about this agent to the store (when it has one)."""
@@ -464,7 +429,7 @@ class AgentDriver:
                 say=say,
                 on_reading=on_reading,
                 on_dialog=on_dialog,
-                receipts=self._receipts,
+                receipts=self._word.receipts,
             )
         except PaneNotFound as exc:
             msg = f"agent {self.name} exited while starting: {exc}"
@@ -586,7 +551,7 @@ class AgentDriver:
 
     def end_turn(self, turn_id: int | None, outcome: str) -> None:
         """The turn of journal row ``turn_id`` is over (for callers that follow it themselves)."""
-        self._row.follow_conversation(self._receipts)
+        self._row.follow_conversation(self._word.receipts)
         self._turns.ended(turn_id, outcome, conversation=self._row.conversation or None)
 
     def abandon_turn(self, why: str) -> None:
@@ -595,7 +560,8 @@ class AgentDriver:
 
     async def _deliver(self, text: str | bytes, *, already_pasted: bool) -> DeliveryResult:
         self._tracker.input_sent()
-        check = await self._agent_checks(text)
+        self._meter.mark()
+        check = await self._word.prompt(text)
         await self._hook("before-paste")
         # The empty-box check reads the screen already looked at, if nothing printed since.
         snap = self.fresh_snapshot()
@@ -623,23 +589,6 @@ class AgentDriver:
             result = await cross_check_delivery(self, result, check, grace=self.hook_grace)
         await self._hook("after-confirm")
         return result
-
-    async def _agent_checks(self, text: str | bytes) -> AgentChecks | None:
-        """What the agent itself will say about this prompt: hook receipt, transcript, tokens."""
-        self._meter.mark()
-        rc = await self.hook_receipts()
-        hook = None
-        if rc is not None:
-            self._delivery_mark = rc.mark()
-            if rc.reports(HookKind.PROMPT):
-                hook = PromptCheck(rc, self._delivery_mark, text)
-        spec, transcript, env = self.profile.transcript, None, dict(self.env)
-        hooked_home(spec, env, rc)  # Gemini's chat log is in the home its hooks gave it
-        if spec is not None and spec.format != "aider" and self.cwd is not None:
-            plain = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-            transcript = TranscriptCheck(spec, self.cwd, env, plain)
-        self._transcript_check = transcript
-        return AgentChecks(hook, transcript) if hook or transcript else None
 
     async def clear_input(self) -> bool:
         """Empty the input box (e.g. a dead-lettered prompt left there); True when empty."""
@@ -745,5 +694,5 @@ class AgentDriver:
         with contextlib.suppress(PaneNotFound, ControlModeError):
             await self._term.kill(grace=grace)
         self._dead = True
-        if self._receipts is not None:
-            await self._receipts.close()
+        if self._word.receipts is not None:
+            await self._word.receipts.close()

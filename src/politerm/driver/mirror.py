@@ -95,7 +95,7 @@ async def start_mirror(
         else:
             held.append((time.monotonic(), data))
 
-    unsubscribe = client.subscribe(pane_id, on_output)
+    unsubscribe = client.feeds.subscribe(pane_id, on_output)
     try:
         for attempt in range(_CAPTURE_TRIES):
             held.clear()

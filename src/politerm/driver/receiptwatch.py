@@ -148,14 +148,14 @@ async def cross_check_delivery(
         # An agent with hooks but no prompt event (Codex), or with no hooks and a record
         # that also tells its turn's end (Gemini CLI, opencode): the transcript is its word,
         # so wait for it (once only, if it never appears); elsewhere it is one look.
-        own_word = driver._receipts is not None
+        own_word = driver._word.receipts is not None
         own_word = own_word or checks.transcript.spec.format in checks.transcript.TURN_FORMATS
-        waits = checks.hook is None and own_word and not driver._transcript_missing
+        waits = checks.hook is None and own_word and not driver._word.transcript_missing
         result = await _transcript_agrees(
             driver, result, checks.transcript, grace if waits else 0.0
         )
         if waits and Source.TRANSCRIPT not in result.sources and not checks.transcript.located():
-            driver._transcript_missing = True
+            driver._word.transcript_missing = True
     return result
 
 
@@ -239,7 +239,7 @@ async def hook_approval_open(driver: AgentDriver, reading: StateReading) -> Hook
     rc = await driver.hook_receipts()
     if rc is None:
         return None
-    pending = rc.approval_open(driver._delivery_mark)
+    pending = rc.approval_open(driver._word.mark)
     if pending is None or reading.state in (AgentState.WAITING_APPROVAL, AgentState.EXITED):
         return pending
     if time.time() - pending.at >= driver.hook_grace:

@@ -9,8 +9,9 @@ has the turn deliver its wrap-up note and wait a grace period for the answer; th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import typing as t
+
+from politerm._internal.aio import listen
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -54,13 +55,7 @@ class StopControl:
 
     def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` on every request; returns a remover."""
-        self._listeners.append(callback)
-
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(callback)
-
-        return remove
+        return listen(self._listeners, callback)
 
     def _notify(self) -> None:
         for cb in list(self._listeners):

@@ -44,7 +44,6 @@ from politerm.agents.state import AgentState
 from politerm.driver.delivery import Outcome
 from politerm.driver.receipts import Drift
 from politerm.errors import ReportError
-from politerm.hooks.events import HookKind
 from politerm.protocol.primer import new_nonce
 
 if t.TYPE_CHECKING:
@@ -372,7 +371,7 @@ class _Turn:
         self.progress("working")
         deadline = time.monotonic() + timeout
         idle_from = time.monotonic()
-        rc = d._receipts
+        rc = d._word.receipts
         limited_at: float | None = None
         while True:
             woken.clear()
@@ -477,22 +476,10 @@ class _Turn:
                 self.wrapped_up = True
         return None
 
-    def _stop(self) -> tuple[str | None, str | None]:
-        """Who can say the turn ended (``hook``, ``transcript`` or None), and what it says now."""
-        d = self.driver
-        rc = d._receipts
-        if rc is not None and rc.reports(HookKind.STOP) and not rc.silent:
-            stop = rc.stop_since(d._delivery_mark)
-            return "hook", None if stop is None else stop.describe()
-        check = d._transcript_check
-        if check is not None and check.spec.format in check.TURN_FORMATS:
-            return "transcript", check.turn_over()
-        return None, None
-
     def _ended(self, settled: bool, rule: str, state: AgentState, now: float) -> TurnResult | None:
         """The answered turn's end, from the agent's stop event and the screen; None: not yet."""
         d = self.driver
-        source, stop = self._stop()
+        source, stop = d._word.turn_end()
         if source is None:
             if settled:
                 self.ended_by = "screen"

@@ -22,18 +22,20 @@ import logging
 import math
 import typing as t
 
-from politerm._internal.aio import finish, wait_any
+from politerm._internal.aio import finish, listen, wait_any
 from politerm.agents.approval import list_pending
 from politerm.errors import FleetError, StaleAction
 from politerm.fleet.board import Board, BoardRow
 from politerm.store.watch import StoreWatch
 
 if t.TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Mapping
 
     from politerm.config import Config
+    from politerm.driver.observer import Observer
     from politerm.fleet.queue import WorkQueue
     from politerm.store import RunStore
+    from politerm.store.models import Agent
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +53,35 @@ FEED_BLOCK = 1.0
 Row = dict[str, t.Any]
 
 
-def agent_rows(store: RunStore, names: Collection[str], session: str) -> dict[str, Row]:
-    """The board rows of agents ``names`` of tmux session ``session``, as the store has them.
+def own_agents(store: RunStore, names: Collection[str], session: str) -> list[Agent]:
+    """The store's rows of agents ``names`` of tmux session ``session``.
 
     The session tells a node's agents (``<session>-node``) from the router's on one
     machine, which share the store.
     """
-    agents = [a for a in store.list_agents() if a.name in names and a.session == session]
+    return [a for a in store.list_agents() if a.name in names and a.session == session]
+
+
+def agent_rows(
+    store: RunStore,
+    names: Collection[str],
+    session: str,
+    states: Mapping[str, str] | None = None,
+) -> dict[str, Row]:
+    """The board rows of agents ``names`` of tmux session ``session``, as the store has them.
+
+    ``states``: each agent's state as the observer sees it (EXITED once its pane is gone
+    or dead), over the state its driver last stored.
+    """
+    agents = own_agents(store, names, session)
+    seen = states or {}
     turns = {tn.agent: tn.task_id for tn in store.list_turns()}
     asked = {p.agent: p for p in list_pending(store, [a.name for a in agents]) if p.answer is None}
     out: dict[str, Row] = {}
     for a in agents:
         pending = asked.get(a.name)
         out[a.name] = {
-            "state": str(a.state),
+            "state": seen.get(a.name, str(a.state)),
             "turn": turns.get(a.name),
             "profile": a.profile,
             "approval": None
@@ -94,6 +111,11 @@ class BoardPublisher:
     every
         The heartbeat interval (``[fleet] heartbeat``): with no change for that long it
         publishes its beat alone, so its rows do not read as lost.
+    observer
+        The driver's observer of its agents' tmux server. An agent that exits while no
+        turn runs has nobody looking at its screen, and its store row keeps its last
+        state: the observer's word (tmux announces the death) makes the row EXITED at
+        once, and wakes the publisher.
     """
 
     def __init__(
@@ -106,8 +128,10 @@ class BoardPublisher:
         *,
         role: str = "node",
         every: float = 5.0,
+        observer: Observer | None = None,
     ) -> None:
         self.store, self.board, self.node = store, board, node
+        self.observer = observer
         self.agents, self.session = frozenset(agents), session
         self.role, self.every = role, every
         self._sent: dict[str, Row] = {}
@@ -116,9 +140,13 @@ class BoardPublisher:
         self.published = 0
         """How many script calls were made (each: one round trip, rows or the beat alone)."""
 
-    def changed(self) -> dict[str, Row]:
+    async def changed(self) -> dict[str, Row]:
         """The rows that differ from what was published last."""
-        rows = agent_rows(self.store, self.agents, self.session)
+        states = None
+        if self.observer is not None:
+            mine = own_agents(self.store, self.agents, self.session)
+            states = await self.observer.states(mine) if mine else {}
+        rows = agent_rows(self.store, self.agents, self.session, states)
         return {name: row for name, row in rows.items() if self._sent.get(name) != row}
 
     def publish(self, rows: dict[str, Row]) -> None:
@@ -133,11 +161,13 @@ class BoardPublisher:
         async with StoreWatch(self.store.path) as watch:
             while not stop.is_set():
                 committed = watch.event()
+                # An agent's death between turns writes nothing to the store: tmux says it.
+                woken = [committed] if self.observer is None else [committed, self.observer.event()]
                 if loop.time() - self._all_at >= REPUBLISH_EVERY:
                     # Every row again now and then: a board lost with Redis's data fills again.
                     self._all_at = loop.time()
                     self._sent.clear()
-                rows = self.changed()
+                rows = await self.changed()
                 # A commit that changed none of its rows costs nothing, unless the beat is due.
                 due = rows or loop.time() - self._beat_at >= self.every * BEAT_SHARE
                 try:
@@ -150,7 +180,7 @@ class BoardPublisher:
                     # Commits meanwhile wait too: one try per backoff while Redis is away.
                     await wait_any(stop, timeout=UNREACHABLE_BACKOFF)
                     continue
-                await wait_any(committed, stop, timeout=max(0.0, wait))
+                await wait_any(*woken, stop, timeout=max(0.0, wait))
 
 
 Listener = t.Callable[[set[str]], None]
@@ -174,21 +204,13 @@ class BoardFeed:
         """``NODE/AGENT`` → the row."""
         self.error: str | None = None
         """Why the board could not be read last time (None: it was)."""
-        self.reads = 0
-        """How many times rows were read (one ``HMGET`` or ``HGETALL`` each, and the beats)."""
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
         self._event = asyncio.Event()
 
     def listen(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with the names of the agents whose rows changed; returns the undo."""
-        self._listeners.append(listener)
-
-        def undo() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return undo
+        return listen(self._listeners, listener)
 
     def event(self) -> asyncio.Event:
         """An event set by the next change (take it *before* reading the rows)."""
@@ -250,14 +272,12 @@ class BoardFeed:
     def _replace(self, rows: list[BoardRow]) -> None:
         new = {f"{r.node}/{r.agent}": r for r in rows}
         gone = {k for k in self.rows if k not in new}
-        self.reads += 1
         changed = {self.rows[k].agent for k in gone}
         changed |= {r.agent for k, r in new.items() if self.rows.get(k) != r}
         self.rows = new
         self._tell(changed)
 
     def _update(self, rows: list[BoardRow]) -> None:
-        self.reads += 1
         changed = set()
         for r in rows:
             key = f"{r.node}/{r.agent}"

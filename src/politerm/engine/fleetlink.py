@@ -306,18 +306,37 @@ def answer_remote(
         The node did not take it within :data:`ANSWER_WAIT`, or said why it could not (no
         question waiting there).
     """
-    work_id = f"answer-{agent}-{secrets.token_hex(4)}"
     payload: dict[str, t.Any] = {"decision": decision, "by": by}
     if asked is not None:
         payload |= {"asked": asked, "command": command or ""}
-    queue.submit(Work(work_id, answer_stream(agent), WorkKind(ANSWER_KIND), payload))
+    return post_answer(queue, f"answer-{agent}-{secrets.token_hex(4)}", answer_stream(agent),
+                       payload, agent)  # fmt: skip
+
+
+def post_answer(
+    queue: WorkQueue, work_id: str, stream: str, payload: dict[str, t.Any], who: str
+) -> str:
+    """Post an answer (work of kind answer) on ``stream``; what its taker said.
+
+    The taker — the node of the asking agent, or the router holding the router role —
+    applies it and says what it did (``answered``), or why not (``error``; ``stale``: the
+    question named is not the open one). ``who`` names the asker in the messages.
+
+    Raises
+    ------
+    StaleAction
+        The taker said the question named is not the open one any more.
+    FleetError
+        Nobody took it within :data:`ANSWER_WAIT`, or the taker said why it could not.
+    """
+    queue.submit(Work(work_id, stream, WorkKind(ANSWER_KIND), payload))
     result = queue.wait_result(work_id, ANSWER_WAIT)
     said = result.outcome
+    where = f"node {said.get('node') or result.node or '?'}"
     if said.get("stale"):
-        msg = f"{agent} (node {said.get('node') or result.node}): {said['error']}"
+        msg = f"{who} ({where}): {said['error']}"
         raise StaleAction(msg)
     if result.state is WorkState.DEAD or "error" in said:
-        where = f"node {said.get('node') or result.node or '?'}"
-        msg = f"{agent} ({where}): {said.get('error') or 'no node took the answer'}"
+        msg = f"{who} ({where}): {said.get('error') or 'no node took the answer'}"
         raise FleetError(msg)
-    return f"{said.get('answered', 'answered')} (on node {said.get('node') or result.node})"
+    return f"{said.get('answered', 'answered')} (on {where})"

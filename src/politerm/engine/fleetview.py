@@ -59,7 +59,7 @@ def fleet_status(config: Config, store: RunStore) -> dict[str, t.Any]:
         ],
         "dead_letters": [
             {"work": d.work_id, "agent": d.agent, "attempts": d.attempt, **d.outcome}
-            for d in queue.dead_letters(20)
+            for d in queue.ledger.dead_letters(20)
         ],
         "late_results": [
             {
@@ -69,10 +69,10 @@ def fleet_status(config: Config, store: RunStore) -> dict[str, t.Any]:
                 "epoch": r.epoch,
                 "current_epoch": r.current_epoch,
             }
-            for r in queue.late_results(20)
+            for r in queue.ledger.late_results(20)
         ],
         "approvals": approvals,
-        "paused": [p._asdict() for p in queue.paused()],
+        "paused": [p._asdict() for p in queue.ledger.paused()],
         "typed_here": [r.to_json() for r in store.journal_leased(20)],
     }
 

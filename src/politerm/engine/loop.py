@@ -19,7 +19,7 @@ from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.engine.session import RouterLock, Session
 from politerm.engine.templates import Templates
-from politerm.errors import RoutingError
+from politerm.errors import RoutingError, StaleAction
 from politerm.store.models import MessageState, TaskState, TurnEnd
 from politerm.store.watch import EventCursor, StoreWatch
 
@@ -84,7 +84,7 @@ async def route(
         raise RoutingError(msg)
     session = session or Session(config, store)
     follower = None
-    holding = None
+    holding = answers = None
     cursor = EventCursor(store)
     seat = _seat(config, store)
     try:
@@ -103,6 +103,7 @@ async def route(
                 for driver in routing.agents.values():
                     driver.on("before-paste", seat.before_paste)
                 holding = asyncio.create_task(seat.hold(router.stop), name="router-role")
+                answers = asyncio.create_task(_take_answers(config, store, seat))
             lanes = None if beside is None else asyncio.create_task(beside(agents, session.host))
             if lanes is not None:
                 lanes.add_done_callback(lambda _done: router.stop())
@@ -114,10 +115,11 @@ async def route(
                     with contextlib.suppress(asyncio.CancelledError):
                         await lanes
     finally:
-        if holding is not None:
-            holding.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await holding
+        for task in (holding, answers):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if seat is not None:
             await asyncio.to_thread(seat.release)
         if follower is not None and printer is not None:
@@ -140,6 +142,24 @@ def _seat(config: Config, store: RunStore) -> RouterSeat | None:
     from politerm.engine.fleetlink import open_queue, router_seat
 
     return router_seat(config, store, open_queue(config, store))
+
+
+async def _take_answers(config: Config, store: RunStore, seat: RouterSeat) -> None:
+    """Apply the answers given on other nodes to this router's tasks, while it holds the role."""
+    from politerm.engine.fleetanswers import TaskAnswers
+    from politerm.engine.fleetlink import open_queue
+
+    assert config.fleet is not None
+
+    def apply(task_id: str, text: str, question: str | None, by: str) -> str:
+        answer(store, config, task_id, text, question=question, by=by)
+        return f"answered task {task_id}"
+
+    queue = open_queue(config, store)
+    try:
+        await TaskAnswers(queue, config.fleet.node, apply, lambda: seat.token is not None).run()
+    finally:
+        queue.conn.close()
 
 
 def _remote(
@@ -301,9 +321,35 @@ async def follow_until_idle(store: RunStore, printer: Printer | None = None) -> 
             show(event)
 
 
-def answer(store: RunStore, config: Config, task_id: str, text: str) -> None:
-    """Answer the question a task is waiting on; the asking agent gets it next."""
+def answer(
+    store: RunStore,
+    config: Config,
+    task_id: str,
+    text: str,
+    *,
+    question: str | None = None,
+    by: str | None = None,
+) -> None:
+    """Answer the question a task is waiting on; the asking agent gets it next.
+
+    ``question``: the question a view showed; the answer is refused unless the task still
+    asks exactly that (None: whatever it asks). ``by``: who answered from where (``web``,
+    ``dash``, another node's ``poli answer``), recorded in the event log.
+
+    Raises
+    ------
+    RoutingError
+        No such task, or it waits for no answer.
+    StaleAction
+        ``question`` was given and the task waits on no question, or on another one.
+    """
     task = store.get_task(task_id)
+    if question is not None and (task is None or task.state is not TaskState.WAITING_USER):
+        msg = f"task {task_id} is not waiting for an answer any more"
+        raise StaleAction(msg)
+    if question is not None and task is not None and (task.question or "") != question:
+        msg = f"task {task_id} now asks {task.question!r}, not the question shown"
+        raise StaleAction(msg)
     if task is None:
         msg = f"no task {task_id!r}"
         raise RoutingError(msg)
@@ -328,6 +374,14 @@ def answer(store: RunStore, config: Config, task_id: str, text: str) -> None:
     total = timeouts.plan if asker == PLANNER else timeouts.exec
     store.set_expectation(task_id, sender=asker, type="plan", deadline=time.time() + total)
     store.add_event("answer", task_id=task_id, agent=asker, detail=text)
+    if by is not None:
+        shown = "" if question is None else f" {question!r}"
+        store.add_event(
+            "ui-action",
+            task_id=task_id,
+            detail=f"{by}: answered{shown}",
+            data={"action": "answer", "by": by},
+        )
     service.ensure(config)  # the answer is delivered now, not when someone routes next
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import typing as t
@@ -39,10 +38,11 @@ from politerm.agents.approval import Decision, answer_pending, get_pending
 from politerm.agents.state import AgentState
 from politerm.driver import Expect, Outcome, run_turn
 from politerm.driver.idle import wait_idle
-from politerm.driver.leftover import abandon
+from politerm.driver.observer import Observer
 from politerm.driver.tokens import stored_tokens
 from politerm.engine.fleetboard import BoardPublisher
 from politerm.engine.letters import MESSAGE_KIND
+from politerm.engine.nodelease import UNREACHABLE_BACKOFF, Attempts
 from politerm.engine.placement import hosted_here, node_config
 from politerm.engine.session import Session
 from politerm.engine.turnwork import (
@@ -53,10 +53,9 @@ from politerm.engine.turnwork import (
     answer_stream,
     answered_agent,
 )
-from politerm.errors import FleetError, LeaseLost, PolitermError
+from politerm.errors import FleetError, PolitermError
 from politerm.protocol.block import MessageType
 from politerm.protocol.usage import Usage
-from politerm.store.journal import JournalState, Serves, Workflow
 
 if t.TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -65,24 +64,18 @@ if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver import AgentDriver, TurnResult
     from politerm.engine.letters import Letter, Letters
+    from politerm.engine.nodelease import Attempt
     from politerm.fleet.board import Board
     from politerm.fleet.budget import Verdict
     from politerm.fleet.work import Lease
     from politerm.store import RunStore
-    from politerm.store.journal import JournalRow
 
 log = logging.getLogger(__name__)
 
-#: The journal's record kind of a prompt typed for fleet work (its key: the work id).
-WORK_RECORD: t.Final = "fleet-work"
 #: Longest one claim call waits for work (the node's loop looks at its stop flag between).
 CLAIM_WAIT = 1.0
-#: After Redis could not be reached, how long before trying again.
-UNREACHABLE_BACKOFF = 1.0
 #: How often a node asks the fleet's budget whether an agent's paused work may go on.
 BUDGET_LOOK = 2.0
-#: How long a node tries to report a turn's outcome while Redis does not answer.
-REPORT_FOR = 120.0
 #: Seconds a message's receiver must stay ready before its turn counts as over.
 FOLLOW_SETTLE = 1.0
 #: Block types that answer a loop turn (a status block is shown, never an answer).
@@ -127,15 +120,6 @@ class Breaker(t.Protocol):
         """Whether a new turn of ``agent`` would be admitted now (nothing counted)."""
 
 
-@dataclasses.dataclass
-class _Attempt:
-    """The lease a piece of work is typed under, renewed as the turn goes on."""
-
-    lease: Lease
-    serves: Serves
-    lost: str | None = None
-
-
 class Node:
     """One machine's node: claims work for the agents it hosts and drives them.
 
@@ -171,18 +155,20 @@ class Node:
         self.config, self.store, self.queue, self.budget = config, store, queue, budget
         self.letters = letters
         self.name = config.fleet.node
-        self.lease_seconds = config.fleet.lease
         self.agents = hosted_here(config, self.name)
         self.session = Session(node_config(config, self.agents), store)
         self.drivers: dict[str, AgentDriver] = {}
         self.busy: dict[str, asyncio.Task[None]] = {}
-        self.attempts: dict[str, _Attempt] = {}
+        self.attempts = Attempts(store, queue, self.name, config.fleet.lease)
         self.stopping = asyncio.Event()
         # Agents whose turns a budget cap paused, with the breaker's reason: their turn
         # streams are not claimed until the cap allows a turn again.
         self.paused: dict[str, str] = {}
         self._resumed = asyncio.Event()
         self._starting = asyncio.Lock()  # one bring-up at a time (it holds the session's lock)
+        # What tmux says of the agents' panes: an agent that exits between turns (no turn
+        # looks at it) shows as exited on the board at once.
+        self.observer = Observer.of(self.session.config)
         self.publisher = (
             None
             if board is None
@@ -193,6 +179,7 @@ class Node:
                 self.agents,
                 self.session.config.tmux.session,
                 every=config.fleet.heartbeat,
+                observer=self.observer,
             )
         )
 
@@ -236,6 +223,7 @@ class Node:
             if publishing is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(publishing, UNREACHABLE_BACKOFF * 3)
+            await self.observer.close()
             await self.session.host.close()
 
     def _freed(self, task: asyncio.Task[None]) -> None:
@@ -321,7 +309,7 @@ class Node:
         work = lease.work
         asker = answered_agent(work.agent)
         if asker is not None and work.kind.value == ANSWER_KIND:
-            await self._complete(lease, self._answer(asker, work.payload))
+            await self.attempts.complete(lease, self._answer(asker, work.payload))
             return
         turn: TurnWork | None = None
         if work.kind.value == TURN_KIND:
@@ -329,11 +317,13 @@ class Node:
                 turn = TurnWork.from_payload(work.id, work.agent, work.payload)
             except PolitermError as exc:
                 bad = TurnReply(False, "blocked", error=str(exc), node=self.name, epoch=lease.epoch)
-                await self._complete(lease, bad.payload())
+                await self.attempts.complete(lease, bad.payload())
                 return
         elif work.kind.value != MESSAGE_KIND or self.letters is None:
             # Other kinds (bridge tasks) are done by their own workflows.
-            await self._complete(lease, {"error": f"{work.kind.value} work is not run by nodes"})
+            await self.attempts.complete(
+                lease, {"error": f"{work.kind.value} work is not run by nodes"}
+            )
             return
         if await self._over_budget(lease):
             return
@@ -350,7 +340,7 @@ class Node:
         else:
             reply = await self._message(driver, lease)
         if reply is not None:
-            await self._complete(lease, reply.payload())
+            await self.attempts.complete(lease, reply.payload())
 
     async def _over_budget(self, lease: Lease) -> bool:
         """Whether the fleet's budget stops ``lease``'s work (then it is paused, or let run out).
@@ -410,17 +400,17 @@ class Node:
             # Reuses a live agent's pane; starts (or restarts) it otherwise.
             found = await session.up(resume=True, primers=True)
         driver = found[agent]
-        driver.on("before-paste", lambda: self._check_lease(agent))
+        driver.on("before-paste", lambda: self.attempts.check(agent))
         # Again before the submit key: a node stopped between its paste and the key (a
         # pause, a starved machine) must not submit once its lease ran out.
-        driver.on("before-submit", lambda: self._check_lease(agent))
+        driver.on("before-submit", lambda: self.attempts.check(agent))
         self.drivers[agent] = driver
         return driver
 
     async def _turn(self, driver: AgentDriver, turn: TurnWork, lease: Lease) -> TurnReply | None:
         spent = stored_tokens(self.store, f"agent:{turn.agent}")
         result: TurnResult | None = None
-        async with self._leased(turn.agent, lease) as attempt:
+        async with self.attempts.leased(turn.agent, lease) as attempt:
             if not await self._idle(driver, attempt, turn.timeout):
                 return None
             result = await run_turn(
@@ -448,7 +438,7 @@ class Node:
         holds), so no other attempt is live meanwhile; the reply says whether it got in.
         """
         reply: TurnReply | None = None
-        async with self._leased(driver.name, lease) as attempt:
+        async with self.attempts.leased(driver.name, lease) as attempt:
             if not await self._idle(driver, attempt, letter.ttl):
                 return None
             base = driver.policy
@@ -488,33 +478,7 @@ class Node:
             return "exited"
         return "idle" if obs.state is AgentState.READY else "expired"
 
-    @contextlib.asynccontextmanager
-    async def _leased(self, agent: str, lease: Lease) -> t.AsyncIterator[_Attempt]:
-        """The attempt of ``lease`` while its body types: renewed, written before each paste.
-
-        A lease lost or fenced right before a paste or its submit key raises there (nothing
-        was submitted): the attempt's rows are abandoned and the body's result stays unset.
-        """
-        serves = Serves(Workflow.FLEET, WORK_RECORD, (lease.work.id,))
-        attempt = self.attempts[agent] = _Attempt(lease, serves)
-        # A new attempt (a higher epoch) gets a row of its own: a row this node left open for
-        # an older attempt of the same work (killed mid-turn) is superseded, not taken over
-        # (the journal takes over an open row with the same nonce, which every attempt shares).
-        for row in self._open_rows(agent, serves):
-            if row.epoch != lease.epoch:
-                abandon(self.store, row, f"superseded by epoch {lease.epoch}")
-        renewer = asyncio.create_task(self._renew(attempt), name=f"renew-{agent}")
-        try:
-            yield attempt
-        except (LeaseLost, FleetError) as exc:
-            self._abandon(agent, serves, f"fenced: {exc}")
-        finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
-            self.attempts.pop(agent, None)
-
-    async def _idle(self, driver: AgentDriver, attempt: _Attempt, timeout: float) -> bool:
+    async def _idle(self, driver: AgentDriver, attempt: Attempt, timeout: float) -> bool:
         """Whether the agent is idle; if not, the attempt is given back (nothing typed).
 
         An agent still busy with an earlier attempt (its node restarted and claimed the
@@ -527,100 +491,6 @@ class Node:
         with contextlib.suppress(FleetError):
             await asyncio.to_thread(self.queue.give_back, attempt.lease, why)
         return False
-
-    async def _check_lease(self, agent: str) -> None:
-        """Right before a paste: the lease renewed and written on the prompt's row, or raise."""
-        attempt = self.attempts.get(agent)
-        if attempt is None:
-            return  # a paste that is no fleet work's (a primer)
-        if attempt.lost is not None:
-            raise LeaseLost(attempt.lost)
-        # Redis unreachable, the lease fenced or nearly out: nothing is typed (raises).
-        attempt.lease = await asyncio.to_thread(self.queue.check, attempt.lease)
-        lease = attempt.lease
-        row = self._write_lease(agent, attempt)
-        if row is not None and row.epoch != lease.epoch:
-            why = f"{lease}: the journal holds epoch {row.epoch}"
-            raise LeaseLost(why)
-
-    def _write_lease(self, agent: str, attempt: _Attempt) -> JournalRow | None:
-        """The attempt's lease on its open journal row (None: no row open yet)."""
-        lease = attempt.lease
-        mine = self._open_rows(agent, attempt.serves)
-        if not mine:
-            return None
-        return self.store.journal_lease(
-            mine[-1].id,
-            work=lease.work.id,
-            node=self.name,
-            epoch=lease.epoch,
-            until=lease.expires_at,
-        )
-
-    async def _renew(self, attempt: _Attempt) -> None:
-        """Keep the lease while the turn runs; note it lost (nothing more is typed then)."""
-        while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            try:
-                attempt.lease = await asyncio.to_thread(self.queue.renew, attempt.lease)
-                # The row keeps the lease's latest expiry: no other attempt starts before it.
-                self._write_lease(attempt.lease.work.agent, attempt)
-            except LeaseLost as exc:
-                attempt.lost = str(exc)
-                self.store.add_event("fenced", agent=attempt.lease.work.agent, detail=str(exc))
-                return
-            except FleetError as exc:
-                log.warning("node %s: renewing %s: %s", self.name, attempt.lease, exc)
-
-    async def _complete(self, lease: Lease, outcome: Mapping[str, t.Any]) -> None:
-        """Report the outcome (after the journal has it); a late one is recorded as rejected."""
-        rows = [r for r in self.store.journal_of_work(lease.work.id) if r.epoch == lease.epoch]
-        try:
-            await self._report(lease, outcome)
-        except LeaseLost as exc:
-            why = f"rejected: {exc}"
-            for row in rows:
-                self.store.journal_verdict(row.id, why)
-            self.store.add_event(
-                "late-result", agent=lease.work.agent, detail=f"{lease}: result {why}"
-            )
-            return
-        for row in rows:
-            self.store.journal_verdict(row.id, "accepted")
-
-    async def _report(self, lease: Lease, outcome: Mapping[str, t.Any]) -> None:
-        """``complete``, tried again while Redis does not answer (a restart, a short cut).
-
-        Completing twice changes nothing (the queue's script). Past :data:`REPORT_FOR` the
-        node gives up: the lease has run out by then, the work is claimed again, and this
-        outcome would be rejected as late anyway.
-        """
-        give_up = asyncio.get_running_loop().time() + REPORT_FOR
-        while True:
-            try:
-                await asyncio.to_thread(self.queue.complete, lease, outcome)
-            except LeaseLost:
-                raise
-            except FleetError as exc:
-                if asyncio.get_running_loop().time() >= give_up:
-                    log.warning("node %s: %s: result not reported: %s", self.name, lease, exc)
-                    self.store.add_event("unreported", agent=lease.work.agent, detail=str(exc))
-                    return
-                log.warning("node %s: reporting %s: %s; trying again", self.name, lease, exc)
-                await asyncio.sleep(UNREACHABLE_BACKOFF)
-            else:
-                return
-
-    def _open_rows(self, agent: str, serves: Serves) -> list[JournalRow]:
-        """The agent's open journal rows for the work ``serves`` names, oldest first."""
-        rows = self.store.journal_open(agent=agent, record=WORK_RECORD)
-        return [r for r in rows if r.serves == serves]
-
-    def _abandon(self, agent: str, serves: Serves, why: str) -> None:
-        for row in self._open_rows(agent, serves):
-            self.store.journal_move(row.id, JournalState.ABANDONED, outcome="fenced")
-            self.store.journal_verdict(row.id, why)
-        self.store.add_event("fenced", agent=agent, detail=why)
 
 
 def _stale(pending: PendingApproval | None, payload: Mapping[str, t.Any]) -> str | None:

@@ -26,8 +26,10 @@ OVER_BUDGET: t.Final = "over_budget"
 PAUSED: t.Final = "paused"
 #: The suffix of an agent's answer stream: answers are claimed while its turn runs.
 ANSWER_SUFFIX: t.Final = ".answer"
-#: Block types that never answer a turn (recorded and shown only).
-_NOT_ANSWERS: t.Final = frozenset({"status"})
+#: The stream of answers to the questions of the router's tasks (``poli answer`` on a node
+#: whose store does not hold the task): claimed by the router holding the fleet's router
+#: role, never by a node (no agent's name holds a ``.``).
+TASK_ANSWERS: t.Final = "router.tasks" + ANSWER_SUFFIX
 
 
 def answer_stream(agent: str) -> str:
@@ -123,20 +125,6 @@ class TurnWork:
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"work {work_id}: not a turn ({exc!r})"
             raise RoutingError(msg) from exc
-
-    def answered_by(self, block: Block) -> bool:
-        """Whether ``block`` answers this turn (one of its types, the task's id).
-
-        Examples
-        --------
-        >>> w = TurnWork("w", "EXECUTER", "x", "n", "T1", 1.0)
-        >>> w.answered_by(Block("PLANNER", "result", "T1"))
-        True
-        >>> w.answered_by(Block("PLANNER", "status", "T1"))
-        False
-        """
-        typed = block.type in self.answers if self.answers else block.type not in _NOT_ANSWERS
-        return typed and (self.task_id is None or block.id == self.task_id)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,9 @@ from politerm.fleet.board import Board, BoardRow
 from politerm.fleet.budget import Caps, FleetBudget, Spending, Verdict
 from politerm.fleet.connect import Connection, connect, connect_config, is_loopback
 from politerm.fleet.keys import GROUP, Keys
+from politerm.fleet.ledger import LateResult, Paused
 from politerm.fleet.nodes import Backlog, NodeQueue, NodeStatus, Registry
-from politerm.fleet.queue import LateResult, Paused, WorkQueue
+from politerm.fleet.queue import WorkQueue
 from politerm.fleet.work import Lease, Result, Work, WorkKind, WorkRecord, WorkState
 
 __all__ = [

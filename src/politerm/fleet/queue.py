@@ -26,13 +26,13 @@ drives the agents and calls these.
 
 from __future__ import annotations
 
-import json
 import time
 import typing as t
 
 from politerm.errors import Fenced, LeaseExpiring, ResultTimeout, WorkInvalid
 from politerm.fleet import _scripts
 from politerm.fleet.keys import GROUP, Keys, check_name
+from politerm.fleet.ledger import Ledger, as_int, as_outcome
 from politerm.fleet.work import (
     Lease,
     Result,
@@ -52,7 +52,7 @@ if t.TYPE_CHECKING:
     from politerm.config.fleet import FleetConfig
     from politerm.fleet.connect import Connection
 
-__all__ = ["LateResult", "Paused", "WorkQueue"]
+__all__ = ["WorkQueue"]
 
 # A given-back entry is made this idle (ms): older than any lease, so the next claim takes it.
 _GIVEN_BACK_IDLE = 10**10
@@ -63,50 +63,9 @@ _BLOCK_SHARE = 0.5
 _EXPIRY_SLACK_MS = 2
 
 
-class LateResult(t.NamedTuple):
-    """An outcome rejected because its attempt had been fenced (kept visible)."""
-
-    work_id: str
-    agent: str
-    epoch: int
-    node: str
-    current_epoch: int
-    state: str
-    outcome: Mapping[str, t.Any]
-
-
-class Paused(t.NamedTuple):
-    """Work a budget cap paused before it was typed (it resumes when the cap allows)."""
-
-    work_id: str
-    agent: str
-    node: str
-    """The node whose breaker paused it."""
-    reason: str
-    since: float
-    """Redis's time of the pause (seconds since 1970)."""
-
-
 def _default_redact() -> Callable[[str], str]:
     redactor = Redactor()
     return lambda text: redactor.tagged(text)[0]
-
-
-def _int(value: t.Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _outcome(text: str | None) -> dict[str, t.Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"text": text}
-    return value if isinstance(value, dict) else {"value": value}
 
 
 class WorkQueue:
@@ -151,6 +110,8 @@ class WorkQueue:
             raise WorkInvalid(msg)
         self.conn = conn
         self.keys = Keys(project)
+        self.ledger = Ledger(conn, self.keys)
+        """Its late results, dead letters and paused work."""
         self.redact = redact or _default_redact()
         self.lease = lease
         self.margin = margin
@@ -328,7 +289,7 @@ class WorkQueue:
             id=work_id,
             agent=agent,
             kind=WorkKind(kind),
-            payload=_outcome(payload),
+            payload=as_outcome(payload),
             attempt=int(attempt),
         )
         return Lease(
@@ -554,24 +515,6 @@ class WorkQueue:
         if reply[0] != "ok":
             raise self._fenced(lease, reply)
 
-    def paused(self) -> list[Paused]:
-        """The work a budget cap paused, oldest first (each with its reason)."""
-        with self.conn.talking("listing the paused work"):
-            raw = self.conn.cmd.hgetall(self.keys.paused)
-        out = []
-        for work_id, text in raw.items():
-            fields = _outcome(text)
-            out.append(
-                Paused(
-                    work_id,
-                    str(fields.get("agent", "")),
-                    str(fields.get("node", "")),
-                    str(fields.get("reason", "")),
-                    _int(fields.get("at")) / 1000,
-                )
-            )
-        return sorted(out, key=lambda p: p.since)
-
     @staticmethod
     def _fenced(lease: Lease, reply: Sequence[t.Any], *, late: bool = False) -> Fenced:
         _, state, epoch, holder = reply
@@ -648,47 +591,12 @@ class WorkQueue:
         msg = f"work {work_id} had no result within {timeout:g} s (it is {_where(_record(raw))})"
         raise ResultTimeout(msg)
 
-    def _newest(self, key: str, count: int, what: str) -> list[dict[str, str]]:
-        with self.conn.talking(f"reading {what}"):
-            return [fields for _entry, fields in self.conn.cmd.xrevrange(key, count=count)]
-
-    def late_results(self, count: int = 100) -> list[LateResult]:
-        """The newest rejected late results, newest first."""
-        return [
-            LateResult(
-                f.get("id", ""),
-                f.get("agent", ""),
-                _int(f.get("epoch")),
-                f.get("node", ""),
-                _int(f.get("current")),
-                f.get("state", ""),
-                _outcome(f.get("outcome")),
-            )
-            for f in self._newest(self.keys.late, count, "late results")
-        ]
-
-    def dead_letters(self, count: int = 100) -> list[Result]:
-        """The newest dead letters, newest first (their outcome: the error)."""
-        dead = WorkState.DEAD
-        return [
-            Result(
-                f.get("id", ""),
-                f.get("agent", ""),
-                dead,
-                {"error": f.get("error", "")},
-                0,
-                "",
-                _int(f.get("attempts")),
-            )
-            for f in self._newest(self.keys.dead, count, "dead letters")
-        ]
-
 
 def _result(work_id: str, raw: Mapping[str, str]) -> Result | None:
     state = WorkState(raw.get("state", "queued"))
     if not state.ended:
         return None
-    outcome = _outcome(raw.get("outcome"))
+    outcome = as_outcome(raw.get("outcome"))
     if state is WorkState.DEAD:
         outcome = {"error": raw.get("error", "")}
     return Result(
@@ -696,9 +604,9 @@ def _result(work_id: str, raw: Mapping[str, str]) -> Result | None:
         agent=raw.get("agent", ""),
         state=state,
         outcome=outcome,
-        epoch=_int(raw.get("result_epoch") or raw.get("epoch")),
+        epoch=as_int(raw.get("result_epoch") or raw.get("epoch")),
         node=raw.get("node", ""),
-        attempt=_int(raw.get("attempt")),
+        attempt=as_int(raw.get("attempt")),
     )
 
 
@@ -708,12 +616,12 @@ def _record(raw: Mapping[str, str]) -> WorkRecord:
         agent=raw.get("agent", ""),
         kind=WorkKind(raw.get("kind", "turn")),
         state=WorkState(raw.get("state", "queued")),
-        attempt=_int(raw.get("attempt")),
-        epoch=_int(raw.get("epoch")),
+        attempt=as_int(raw.get("attempt")),
+        epoch=as_int(raw.get("epoch")),
         node=raw.get("node", ""),
-        expires_at=_int(raw.get("expires")) / 1000,
-        submitted_at=_int(raw.get("submitted")) / 1000,
-        late=_int(raw.get("late")),
+        expires_at=as_int(raw.get("expires")) / 1000,
+        submitted_at=as_int(raw.get("submitted")) / 1000,
+        late=as_int(raw.get("late")),
         error=raw.get("error", ""),
         paused=raw.get("paused", ""),
     )

@@ -170,11 +170,6 @@ class Lease:
     entry: str
     deadline: float
 
-    @property
-    def stream_agent(self) -> str:
-        """The agent whose stream holds the entry."""
-        return self.work.agent
-
     def remaining(self, now: float | None = None) -> float:
         """Seconds left by this process's clock (never more than Redis's own count)."""
         return self.deadline - (time.monotonic() if now is None else now)

@@ -344,22 +344,3 @@ API_BRAINS: t.Final[t.Mapping[str, type[ApiBrain]]] = {
     "anthropic": AnthropicBrain,
     "openai": OpenAIBrain,
 }
-
-
-def api_brain(
-    settings: BrainSettings, redactor: Redactor, env: Mapping[str, str] | None = None
-) -> ApiBrain:
-    """The SDK brain ``settings`` name, with its key resolved.
-
-    Raises
-    ------
-    BrainAuthError
-        No key.
-    BrainError
-        The provider's SDK is not installed, or the provider is not an API one.
-    """
-    cls = API_BRAINS.get(settings.provider)
-    if cls is None:
-        msg = f"{settings.provider!r} is not an API brain; use one of {', '.join(API_BRAINS)}"
-        raise BrainError(msg)
-    return cls(settings, resolve_key(settings, env), redactor)

@@ -70,7 +70,10 @@ class Tools:
         """The agents of this session: name, pane, profile and state.
 
         The state is the observer's: EXITED once the agent's pane is gone or dead, else
-        what its driver last recorded.
+        what its driver last recorded. In a fleet, every agent of the project with the
+        node it runs on (``node``): this machine's as above, the others' from the agents'
+        board as their nodes published them (``node lost`` when a node stopped beating),
+        as ``poli status`` shows them.
         """
         me = self.m.identity().agent
         agents = self.m.store.list_agents()
@@ -86,7 +89,41 @@ class Tools:
             }
             for a in agents
         ]
+        if self.m.config.fleet is not None:
+            listed = await asyncio.to_thread(self._with_fleet, listed, me)
         return _dump(listed)
+
+    def _with_fleet(self, listed: list[dict[str, t.Any]], me: str) -> list[dict[str, t.Any]]:
+        """``listed`` with each agent's node, the other nodes' agents read from the board.
+
+        Raises
+        ------
+        FleetError
+            Redis could not be reached (one line; the other nodes' agents are unknown).
+        """
+        from politerm.engine.fleetboard import read_board
+        from politerm.engine.placement import here_config
+
+        config = self.m.config
+        assert config.fleet is not None
+        node = config.fleet.node
+        away = set(here_config(config)[1])
+        local = [{**a, "node": node} for a in listed if a["name"] not in away]
+        names = {a["name"] for a in local}
+        board = read_board(config)
+        remote = [
+            {
+                "name": r["agent"],
+                "pane": None,  # on its node's tmux server
+                "profile": r["profile"],
+                "state": r["state"],
+                "you": r["agent"] == me and r["node"] == node,
+                "node": r["node"],
+            }
+            for r in board
+            if not (r["node"] == node and r["agent"] in names)
+        ]
+        return local + remote
 
     async def send_message(
         self,

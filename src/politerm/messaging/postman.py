@@ -49,6 +49,7 @@ import re
 import time
 import typing as t
 
+from politerm._internal.aio import stop_if_cancelled
 from politerm._internal.pidlock import PidLock
 from politerm.agents.approval import ApprovalMode, ApprovalPolicy
 from politerm.agents.state import AgentState
@@ -58,14 +59,13 @@ from politerm.driver.leftover import abandon, resume
 from politerm.driver.sessionagent import session_driver
 from politerm.engine.placement import elsewhere
 from politerm.errors import (
-    FleetError,
     MessagingError,
     PolitermError,
     UnsafeMessagePath,
-    WorkInvalid,
 )
 from politerm.messaging.answers import Take, judge, named_ids
-from politerm.messaging.fleetmail import DEAD_LETTERED, REMOTE_PANE, FleetMail
+from politerm.messaging.carrier import Carrier
+from politerm.messaging.fleetmail import REMOTE_PANE, FleetMail
 from politerm.messaging.protocol import find_response_lines
 from politerm.store.journal import JournalRow, JournalState, Serves, Workflow
 from politerm.store.limits import stored_limit
@@ -74,7 +74,6 @@ from politerm.store.mail import Mail, MailKind, MailState
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from politerm.engine.turnwork import TurnReply
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
 
@@ -92,27 +91,11 @@ _LANE_LOOK = 30.0
 _BACKSTOP = 5.0
 # Longest a stopping postman waits for its lanes and watcher to end.
 _STOP_WAIT = 5.0
-# Longest one wait on the fleet's queue blocks a thread (a reply, a response).
-_REMOTE_LOOK = 1.0
-# After the fleet's Redis could not be reached, how long before trying again.
-_REMOTE_BACKOFF = 1.0
 
 
 def _serves(mail: Mail) -> Serves:
     """A mail's record in the journal of turns."""
     return Serves(Workflow.MESSAGING, "mail", (mail.id,))
-
-
-def _stop_if_cancelled() -> None:
-    """Raise CancelledError when this task was cancelled, even if an await swallowed it.
-
-    Python 3.11's ``asyncio.wait_for`` returns a result that arrived together with the
-    cancel and drops the cancel; a loop that goes on after that never stops (a postman
-    whose stop hung in its 5 s sleeps until pytest's timeout). The cancel count stays set.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 class PostmanLock(PidLock):
@@ -178,6 +161,9 @@ class Postman:
         self._seen_lines: set[ResponseLine] = set()
         # Messages to agents on other nodes of the fleet go through its queue.
         self.fleet = FleetMail.of(messenger) if fleet is None else fleet
+        self.carrier = Carrier(
+            messenger, self.fleet, say=self.say, dead_letters=self._dead_letters, wake=self.wake
+        )
 
     # --- receivers ------------------------------------------------------------------------
 
@@ -200,10 +186,8 @@ class Postman:
 
     def _dead_letters(self, recipient: str, reason: str) -> None:
         """Every open message to ``recipient`` becomes a dead letter with ``reason``."""
-        open_states = [MailState.QUEUED, MailState.DELIVERING, MailState.DELIVERED]
-        for mail in self.m.mailbox.select(states=open_states, recipient=recipient):
-            if self.m.change(mail, MailState.DEAD, reason=reason) is not None:
-                self.say(f"{mail.id} dead: {reason}")
+        for mail in self.m.dead_letters(recipient, reason):
+            self.say(f"{mail.id} dead: {reason}")
 
     # --- running --------------------------------------------------------------------------
 
@@ -221,11 +205,11 @@ class Postman:
             raise MessagingError(msg)
         watchers = [asyncio.ensure_future(self._watch_dir())]
         if self.fleet is not None:
-            watchers.append(asyncio.ensure_future(self._responses(self.fleet)))
+            watchers.append(asyncio.ensure_future(self.carrier.responses(self.fleet)))
         try:
             await self.settle_in_flight()
             while True:
-                _stop_if_cancelled()
+                stop_if_cancelled()
                 self.wake.clear()
                 self.expire()
                 self._start_lanes()
@@ -233,7 +217,7 @@ class Postman:
         finally:
             for task in (*watchers, *self.lanes.values()):
                 task.cancel()
-            # Bounded: a task that lost its cancel (see _stop_if_cancelled) is left behind,
+            # Bounded: a task that lost its cancel (see stop_if_cancelled) is left behind,
             # said, rather than holding the shutdown.
             tasks = [*watchers, *self.lanes.values()]
             _, left = await asyncio.wait(tasks, timeout=_STOP_WAIT)
@@ -275,7 +259,7 @@ class Postman:
 
     def _start_lanes(self) -> None:
         # A remote message DELIVERING after a restart: its lane waits for its work's reply.
-        carried = {m.recipient for m in self._remote_open([MailState.DELIVERING])}
+        carried = {m.recipient for m in self.carrier.open([MailState.DELIVERING])}
         for recipient in sorted({*self.m.mailbox.recipients_waiting(), *carried}):
             lane = self.lanes.get(recipient)
             if lane is None or lane.done():
@@ -287,12 +271,12 @@ class Postman:
         """Deliver ``recipient``'s queue one message at a time, each when it is idle."""
         try:
             while True:
-                _stop_if_cancelled()
+                stop_if_cancelled()
                 mail = self.m.mailbox.next_queued(recipient)
                 if elsewhere(self.m.config, recipient) or (
                     mail is not None and mail.recipient_pane == REMOTE_PANE
                 ):
-                    await self._remote_lane(recipient)
+                    await self.carrier.lane(recipient)
                     return
                 if mail is None:
                     return
@@ -337,7 +321,7 @@ class Postman:
             # its journal row says: the receiver has the prompt, and a retry would type it
             # twice. Its turn is followed like any other (the question answered by policy).
             if result.got_in:
-                self._delivered(
+                self.m.delivered(
                     mail, f"delivered to {mail.recipient_pane} ({result.rule or 'confirmed'})"
                 )
                 self.say(f"{mail.id} delivered to {mail.recipient} ({mail.recipient_pane})")
@@ -376,7 +360,7 @@ class Postman:
         Returns how the turn ended (for its row in the journal of turns).
         """
         while True:
-            _stop_if_cancelled()
+            stop_if_cancelled()
             left = self._time_left(mail)
             obs = await wait_idle(driver, left, settle=self.settle)
             if obs.state is AgentState.EXITED:
@@ -392,16 +376,6 @@ class Postman:
                 return "expired"  # the main loop expires it
             mail = now
 
-    def _delivered(self, mail: Mail, reason: str) -> None:
-        """The ack that the receiver's turn started: DELIVERED, stamped delivered and started.
-
-        ``delivered`` is when the attempt that got through began (the DELIVERING claim), so
-        that an answer written since then can be told from an older one
-        (:mod:`politerm.messaging.answers`); ``started`` is now.
-        """
-        began = mail.updated if mail.state is MailState.DELIVERING else True
-        self.m.change(mail, MailState.DELIVERED, delivered=began, started=True, reason=reason)
-
     def _paused(self, mail: Mail) -> bool:
         """Whether the receiver waits for a usage limit to reset (its clock stands still)."""
         return stored_limit(self.m.store, mail.recipient) is not None
@@ -412,103 +386,6 @@ class Postman:
         if self._paused(fresh):
             return _LANE_LOOK
         return max(0.0, min(_LANE_LOOK, fresh.expires - time.time()))
-
-    # --- receivers on other nodes of the fleet ----------------------------------------------
-
-    def _remote_open(self, states: t.Sequence[MailState] | None = None) -> list[Mail]:
-        """Requests to agents on other nodes that still wait (to be delivered or answered)."""
-        waiting = states or (MailState.QUEUED, MailState.DELIVERING, MailState.DELIVERED)
-        found = self.m.mailbox.select(states=waiting, kind=MailKind.REQUEST)
-        return [m for m in found if m.recipient_pane == REMOTE_PANE]
-
-    async def _remote_lane(self, recipient: str) -> None:
-        """Carry ``recipient``'s messages to its node one at a time, each attempt as work."""
-        while True:
-            _stop_if_cancelled()
-            carried = [
-                m for m in self._remote_open([MailState.DELIVERING]) if m.recipient == recipient
-            ]
-            mail = carried[0] if carried else self.m.mailbox.next_queued(recipient)
-            if mail is None:
-                return
-            if self.fleet is None:
-                self._dead_letters(recipient, f"{recipient} runs on another node: no [fleet] here")
-                return
-            if mail.state is MailState.QUEUED:
-                claimed = self.m.change(mail, MailState.DELIVERING, count_attempt=True)
-                if claimed is None:
-                    continue
-                mail = claimed
-            await self._carry(self.fleet, mail)
-
-    async def _carry(self, fleet: FleetMail, mail: Mail) -> None:
-        """One attempt: posted to the receiver's stream, then its node's reply applied.
-
-        After a restart the same work is posted again (one is kept). Past its time to live,
-        a message no node holds a live lease on is a dead letter; one a node holds waits for
-        that node's word (the node bounds the receiver's turn by the same time).
-        """
-        work_id: str | None = None
-        while True:
-            _stop_if_cancelled()
-            now = self.m.mailbox.get(mail.id)
-            if now is None or now.state is not MailState.DELIVERING:
-                return  # answered meanwhile, or ended
-            try:
-                if work_id is None:
-                    work_id = await asyncio.to_thread(fleet.post, now)
-                reply = await asyncio.to_thread(fleet.reply, work_id, _REMOTE_LOOK)
-                late = reply is None and now.expires <= time.time()
-                if late and not await asyncio.to_thread(fleet.held, work_id):
-                    why = f"no node of {now.recipient} took it within its time to live"
-                    self.m.change(now, MailState.DEAD, reason=f"{why} (work {work_id})")
-                    return
-            except WorkInvalid as exc:  # the queue refuses it: trying again changes nothing
-                self.m.change(now, MailState.DEAD, reason=f"the fleet refused it: {exc}")
-                return
-            except FleetError as exc:
-                self.say(f"postman: {mail.id}: {exc}")
-                await asyncio.sleep(_REMOTE_BACKOFF)
-                continue
-            if reply is not None:
-                self._remote_reply(now, reply)
-                return
-
-    def _remote_reply(self, mail: Mail, reply: TurnReply) -> None:
-        """The hosting node's word on one attempt, applied as a local delivery's would be."""
-        where = f" on node {reply.node} (epoch {reply.epoch})" if reply.node else ""
-        if reply.delivered:
-            said = f": {reply.error}" if reply.error else ""
-            self._delivered(mail, f"delivered{where}{said}")
-            self.say(f"{mail.id} delivered to {mail.recipient}{where}")
-            if reply.outcome == "exited":
-                self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited{where}")
-            return
-        why = f"attempt {mail.attempts}: {reply.outcome}{where}: {reply.error}"
-        if reply.outcome in (Outcome.AGENT_EXITED.value, DEAD_LETTERED):
-            self.m.change(mail, MailState.DEAD, reason=why)
-        elif mail.attempts >= mail.max_attempts:
-            reason = f"not delivered after {mail.attempts} attempts; last {why}"
-            self.m.change(mail, MailState.DEAD, reason=reason)
-        else:
-            self.m.change(mail, MailState.QUEUED, reason=why)
-
-    async def _responses(self, fleet: FleetMail) -> None:
-        """Take the responses other nodes send to this machine's requests, as they come."""
-        said = ""
-        while True:
-            try:
-                got = await asyncio.to_thread(fleet.take_response, _REMOTE_LOOK)
-            except (FleetError, MessagingError) as exc:
-                if str(exc) != said:  # once per new error, not once a second while it lasts
-                    said = str(exc)
-                    self.say(f"postman: responses from the fleet: {said}")
-                await asyncio.sleep(_REMOTE_BACKOFF)
-                continue
-            said = ""
-            if got is not None:
-                self.say(f"{got} answered from another node")
-                self.wake.set()
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -551,11 +428,12 @@ class Postman:
                 text, already_pasted=True, serves=_serves(mail), nonce=mail.id
             )
             if result.ok:
-                self._delivered(mail, "settled after a restart: submitted the text left in the box")
+                why = "settled after a restart: submitted the text left in the box"
+                self.m.delivered(mail, why)
                 return "settled"
         elif found.resumed == "delivered":
             said = f": {found.evidence[0]}" if found.sources else ""
-            self._delivered(mail, f"settled after a restart: {found.rule}{said}")
+            self.m.delivered(mail, f"settled after a restart: {found.rule}{said}")
             return "settled"
         await driver.clear_input()
         self.m.change(mail, MailState.QUEUED, reason="settled after a restart: it never arrived")

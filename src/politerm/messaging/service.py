@@ -373,6 +373,22 @@ class Messenger:
             self.touch(changed)
         return changed
 
+    def delivered(self, mail: Mail, reason: str) -> None:
+        """The ack that the receiver's turn started: DELIVERED, stamped delivered and started.
+
+        ``delivered`` is when the attempt that got through began (the DELIVERING claim), so
+        that an answer written since then can be told from an older one
+        (:mod:`politerm.messaging.answers`); ``started`` is now.
+        """
+        began = mail.updated if mail.state is MailState.DELIVERING else True
+        self.change(mail, MailState.DELIVERED, delivered=began, started=True, reason=reason)
+
+    def dead_letters(self, recipient: str, reason: str) -> list[Mail]:
+        """Every open message to ``recipient`` becomes a dead letter with ``reason``; those."""
+        open_states = [MailState.QUEUED, MailState.DELIVERING, MailState.DELIVERED]
+        found = self.mailbox.select(states=open_states, recipient=recipient)
+        return [m for m in found if self.change(m, MailState.DEAD, reason=reason) is not None]
+
     async def wait_final(self, mail_id: str, timeout: float) -> Mail:
         """Wait until ``mail_id`` is answered, expired or dead; return it.
 

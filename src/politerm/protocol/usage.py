@@ -85,24 +85,6 @@ class UsageReader(t.Protocol):
         ...
 
 
-def usage_total(entries: Entries) -> Usage:
-    """The tokens of ``entries``, each keyed message counted once (its last entry).
-
-    Examples
-    --------
-    >>> usage_total([("m1", Usage(5, 1)), ("m1", Usage(5, 3)), (None, Usage(2, 2))])
-    Usage(input=7, output=5, cached=0)
-    """
-    keyed: dict[str, Usage] = {}
-    total = Usage()
-    for key, usage in entries:
-        if key is None:
-            total += usage
-        else:
-            keyed[key] = usage
-    return sum(keyed.values(), total)
-
-
 _READERS: dict[str, UsageReader] = {}
 
 
@@ -135,8 +117,8 @@ def claude_usage(lines: Sequence[str]) -> Entries:
     --------
     >>> line = ('{"type":"assistant","message":{"id":"m1","usage":{"input_tokens":3,'
     ...         '"cache_read_input_tokens":100,"output_tokens":7}}}')
-    >>> usage_total(claude_usage([line, line]))
-    Usage(input=103, output=7, cached=100)
+    >>> claude_usage([line])
+    [('m1', Usage(input=103, output=7, cached=100))]
     """
     out: Entries = []
     for line in lines:

@@ -21,6 +21,7 @@ import typing as t
 import ptyprocess
 import pyte
 
+from politerm._internal.aio import listen
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.errors import PtyError
 from politerm.terminal import Snapshot
@@ -262,13 +263,7 @@ class PtyTerminal:
 
     def subscribe(self, callback: ByteCallback) -> Callable[[], None]:
         """Call ``callback(data)`` with every raw output chunk; returns an unsubscribe."""
-        self._callbacks.append(callback)
-
-        def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._callbacks.remove(callback)
-
-        return unsubscribe
+        return listen(self._callbacks, callback)
 
     def is_alive(self) -> bool:
         """Whether the program still runs (reaps it when it has exited)."""

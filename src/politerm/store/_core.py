@@ -20,7 +20,7 @@ from politerm._internal import vault
 from politerm.errors import StoreError
 from politerm.redact import Redactor
 from politerm.store.audit import AuditLog, audit_path_for
-from politerm.store.db import connect, default_store_path, user_version
+from politerm.store.db import connect, connect_existing, default_store_path, user_version
 
 if t.TYPE_CHECKING:
     import types
@@ -166,6 +166,23 @@ class StoreCore:
         """
         path = pathlib.Path(path) if path is not None else default_store_path()
         return cls(connect(path), path, clock=clock)
+
+    @classmethod
+    def open_existing(cls, path: pathlib.Path) -> t.Self:
+        """Open the store at ``path`` as it is, to read: never created, never migrated.
+
+        How a view opens the stores of other projects (:func:`politerm.store.db.
+        connect_existing`).
+
+        Raises
+        ------
+        SchemaTooNew
+            The file was written by a newer politerm.
+        StoreError
+            No store there, not a run store, or one of an older schema.
+        """
+        path = pathlib.Path(path)
+        return cls(connect_existing(path), path)
 
     @property
     def path(self) -> pathlib.Path:

@@ -521,6 +521,35 @@ def connect(
     except OSError as e:
         msg = f"cannot create run store {path}: {e.strerror or e}"
         raise StoreError(msg) from e
+    return _open(path, lambda conn: migrate(conn, path, migrations))
+
+
+def connect_existing(
+    path: pathlib.Path, *, migrations: t.Sequence[Migration] = MIGRATIONS
+) -> sqlite3.Connection:
+    """Open the store at ``path`` as it is: no file created, no migration.
+
+    What a view opens another project's store with: looking at a project must not change
+    its store (that project's own ``poli`` migrates it when it next opens it).
+
+    Raises
+    ------
+    SchemaTooNew
+        The file was written by a newer politerm.
+    StoreError
+        No store there, not a run store, or one of an older schema than ``migrations``.
+    """
+    if not path.is_file():
+        msg = f"no run store at {path}"
+        raise StoreError(msg)
+    # _configure's settings are the connection's own; a run store is in WAL mode already.
+    return _open(path, lambda conn: _check_schema(conn, path, len(migrations)))
+
+
+def _open(
+    path: pathlib.Path, prepare: t.Callable[[sqlite3.Connection], object]
+) -> sqlite3.Connection:
+    """Connect to ``path``, configure the connection, then ``prepare`` it (closed if it fails)."""
     try:
         # check_same_thread=False: RunStore serialises use of the connection with a lock, and
         # the router may call it from worker threads.
@@ -533,11 +562,22 @@ def connect(
     try:
         conn.row_factory = sqlite3.Row
         _configure(conn, path)
-        migrate(conn, path, migrations)
+        prepare(conn)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _check_schema(conn: sqlite3.Connection, path: pathlib.Path, ours: int) -> None:
+    # A store read as it is must be of our schema exactly: older is migrated by its owner.
+    current = _version_at_most(conn, path, ours)
+    if current < ours:
+        msg = (
+            f"run store {path} is at schema version {current}, this politerm reads {ours}:"
+            " its project's next poli command migrates it"
+        )
+        raise StoreError(msg)
 
 
 def _configure(conn: sqlite3.Connection, path: pathlib.Path) -> None:
@@ -602,14 +642,7 @@ def migrate(
         A migration failed; the store stays at the last version that completed.
     """
     ours = len(migrations)
-    try:
-        current = user_version(conn)
-    except sqlite3.DatabaseError as e:
-        msg = f"{path} is not a usable run store: {e}"
-        raise StoreError(msg) from e
-    if current > ours:
-        msg = _too_new(path, current, ours)
-        raise SchemaTooNew(msg)
+    current = _version_at_most(conn, path, ours)
     for m in migrations[current:]:
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -635,6 +668,18 @@ def migrate(
         msg = _too_new(path, final, ours)
         raise SchemaTooNew(msg)
     return final
+
+
+def _version_at_most(conn: sqlite3.Connection, path: pathlib.Path, ours: int) -> int:
+    """The store's schema version; :class:`SchemaTooNew` beyond ``ours``."""
+    try:
+        current = user_version(conn)
+    except sqlite3.DatabaseError as e:
+        msg = f"{path} is not a usable run store: {e}"
+        raise StoreError(msg) from e
+    if current > ours:
+        raise SchemaTooNew(_too_new(path, current, ours))
+    return current
 
 
 def _too_new(path: pathlib.Path, theirs: int, ours: int) -> str:

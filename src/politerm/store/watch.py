@@ -42,6 +42,7 @@ import pathlib
 import sqlite3
 import typing as t
 
+from politerm._internal.aio import listen
 from politerm._internal.inotify import watch_dir
 from politerm.errors import StoreError
 
@@ -197,13 +198,7 @@ class StoreWatch:
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback()`` (in the event loop) on every change; returns an unsubscribe."""
-        self._listeners.append(callback)
-
-        def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(callback)
-
-        return unsubscribe
+        return listen(self._listeners, callback)
 
     async def wait(
         self, timeout: float | None = None, *, event: asyncio.Event | None = None

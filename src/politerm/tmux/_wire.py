@@ -1,4 +1,4 @@
-"""The wire pieces of tmux control mode: reply guards, notifications, per-pane feeds.
+"""The wire pieces of tmux control mode: reply guards, notifications, pending replies.
 
 Shared by :class:`politerm.tmux.control.ControlClient`; kept apart so the client holds only
 the connection's logic.
@@ -40,16 +40,6 @@ class _Pending:
     line: str
     future: asyncio.Future[list[str]]
     sent_at: float
-
-
-@dataclasses.dataclass
-class _PaneFeed:
-    """Per-pane output bookkeeping: a counter, a wake-up event and subscribers."""
-
-    seq: int = 0
-    last_output: float = 0.0
-    event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    callbacks: list[OutputCallback] = dataclasses.field(default_factory=list)
 
 
 async def _first(*events: asyncio.Event) -> None:

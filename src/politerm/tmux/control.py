@@ -16,7 +16,7 @@ import os
 import time
 import typing as t
 
-from politerm._internal.aio import finish
+from politerm._internal.aio import finish, listen
 from politerm.errors import (
     ControlModeError,
     PaneNotFound,
@@ -26,6 +26,7 @@ from politerm.errors import (
     TmuxLookupError,
 )
 from politerm.tmux._escape import command_line, decode_output
+from politerm.tmux._feeds import OutputFeeds
 from politerm.tmux._wire import (
     _DEAD_SUB,
     _GUARD,
@@ -38,7 +39,6 @@ from politerm.tmux._wire import (
     _decoded,
     _first,
     _Lines,
-    _PaneFeed,
     _Pending,
     _target_of,
 )
@@ -98,14 +98,14 @@ class ControlClient:
         self._dead = asyncio.Event()
         self._closing = False
         self._dead_reason: str | None = None
-        self._panes: dict[str, _PaneFeed] = {}
+        self.feeds = OutputFeeds(self._want_output)
+        """Every pane's output on this connection: events to wait on, subscriptions."""
         self._dead_seen: dict[str, str] = {}  # pane id -> last #{pane_dead} tmux reported
         self._listeners: list[NotificationCallback] = []
         self._reconnect_task: asyncio.Task[None] | None = None
         # quiet(): %output only while someone subscribed; _no_output is what tmux was told.
         self._quiet = False
         self._no_output = False
-        self._subscribers = 0
         self.connections = 0
         self.exit_reason: str | None = None
 
@@ -232,7 +232,7 @@ class ControlClient:
             await self._answer(f"refresh-client -B '{_DEAD_SUB}:%*:#{{pane_dead}}'")
         # A new connection starts with output on: tell it again what this client wants.
         self._no_output = False
-        if self._quiet and self._subscribers == 0:
+        if self._quiet and self.feeds.subscribers == 0:
             with contextlib.suppress(TmuxCommandError, ControlModeError, TmuxLookupError):
                 await self._set_no_output(True)
         log.debug("control client attached to %s/%s", self.socket_name, self.session)
@@ -459,20 +459,7 @@ class ControlClient:
         except ValueError:
             _, pane_id = line.split(b" ", 1)
             payload = b""
-        pid = pane_id.decode()
-        data = decode_output(payload)
-        feed = self._panes.get(pid)
-        if feed is None:
-            feed = self._panes[pid] = _PaneFeed()
-        feed.seq += 1
-        feed.last_output = time.monotonic()
-        feed.event.set()
-        feed.event = asyncio.Event()
-        for cb in list(feed.callbacks):
-            try:
-                cb(pid, data)
-            except Exception:
-                log.exception("output subscriber failed for %s", pid)
+        self.feeds.output(pane_id.decode(), decode_output(payload))
 
     def _on_notification(self, line: bytes) -> None:
         parts = line.decode("utf-8", errors="replace").split(" ")
@@ -490,14 +477,13 @@ class ControlClient:
                 # tmux reports every pane once when it first sees it (alive: "0"): only a
                 # change, or a first report of a dead pane, is news for its watcher.
                 if before != dead and (before is not None or dead == "1"):
-                    self._wake(pane)
+                    self.feeds.wake(pane)
         elif note.name == "pane-mode-changed" and note.args:
             # A person scrolling (copy mode) or leaving it: the pane's watcher looks again.
-            self._wake(note.args[0])
+            self.feeds.wake(note.args[0])
         elif note.name in ("window-close", "unlinked-window-close", "session-changed"):
             # Panes may be gone or moved: every watcher re-checks instead of sleeping on.
-            for pane_id in list(self._panes):
-                self._wake(pane_id)
+            self.feeds.wake_all()
         for cb in list(self._listeners):
             try:
                 cb(note)
@@ -510,9 +496,7 @@ class ControlClient:
         self._connected.clear()
         self._fail_pending(f"tmux control connection dropped ({self.exit_reason or 'eof'})")
         # Wake every waiter so it re-checks the pane instead of sleeping to its timeout.
-        for feed in self._panes.values():
-            feed.event.set()
-            feed.event = asyncio.Event()
+        self.feeds.wake_all()
         if not self._closing and self.reconnect:
             self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect_loop())
         elif not self._closing:
@@ -546,67 +530,13 @@ class ControlClient:
         self._set_dead(
             f"tmux server on socket {self.socket_name!r} is gone (session {self.session!r}): {last}"
         )
-        for feed in self._panes.values():
-            feed.event.set()
-            feed.event = asyncio.Event()
-
-    def _wake(self, pane_id: str) -> None:
-        feed = self._feed(pane_id)
-        feed.event.set()
-        feed.event = asyncio.Event()
+        self.feeds.wake_all()
 
     def _set_dead(self, reason: str) -> None:
         self._dead_reason = reason
         self._dead.set()
 
-    # --- events ---------------------------------------------------------------------------
-
-    def _feed(self, pane_id: str) -> _PaneFeed:
-        feed = self._panes.get(pane_id)
-        if feed is None:
-            feed = self._panes[pane_id] = _PaneFeed()
-        return feed
-
-    def output_event(self, pane_id: str) -> asyncio.Event:
-        """Return an event set at the next ``%output`` of the pane (or a disconnect).
-
-        Take the event *before* looking at the screen, then wait on it, so that output
-        arriving in between is not missed.
-        """
-        return self._feed(pane_id).event
-
-    def output_seq(self, pane_id: str) -> int:
-        """Number of ``%output`` notifications seen for the pane so far."""
-        return self._feed(pane_id).seq
-
-    def last_output(self, pane_id: str) -> float:
-        """``time.monotonic()`` of the pane's last output, 0.0 if none yet."""
-        return self._feed(pane_id).last_output
-
-    def subscribe(self, pane_id: str, callback: OutputCallback) -> Callable[[], None]:
-        """Call ``callback(pane_id, data)`` with each decoded output chunk of the pane.
-
-        Returns a function that removes the subscription. On a :meth:`quiet` client, tmux
-        sends output again from the first subscription on (asked before any command sent
-        after this call) until the last one is removed.
-        """
-        feed = self._feed(pane_id)
-        feed.callbacks.append(callback)
-        self._subscribers += 1
-        self._want_output()
-        removed = False
-
-        def unsubscribe() -> None:
-            nonlocal removed
-            if removed:
-                return
-            removed = True
-            with contextlib.suppress(ValueError):
-                feed.callbacks.remove(callback)
-            self._subscribers -= 1
-            self._want_output()
-
-        return unsubscribe
+    # --- quiet and notifications -----------------------------------------------------------
 
     async def quiet(self) -> None:
         """Have tmux send no pane output to this connection while nobody subscribed to one.
@@ -614,11 +544,11 @@ class ControlClient:
         tmux writes every pane's output to every control client attached to the session;
         a reader that only looks at the session's layout and deaths (the views) need not
         receive it, nor make the server write it. Notifications still come; a
-        :meth:`subscribe` turns output on for as long as it lasts. Kept over reconnects.
+        subscription (:attr:`feeds`) turns output on for as long as it lasts. Kept over reconnects.
         Needs tmux's ``no-output`` client flag (3.2).
         """
         self._quiet = True
-        if self._subscribers == 0 and not self._no_output:
+        if self.feeds.subscribers == 0 and not self._no_output:
             await self._set_no_output(True)
 
     @property
@@ -640,7 +570,7 @@ class ControlClient:
         Called from synchronous code (a subscription and its removal): the line is queued
         now, so it reaches tmux before any command sent after it; its answer is not awaited.
         """
-        off = self._quiet and self._subscribers == 0
+        off = self._quiet and self.feeds.subscribers == 0
         if off == self._no_output or not self._connected.is_set():
             return  # a reconnect applies the wanted state itself
         proc = self._proc
@@ -660,23 +590,7 @@ class ControlClient:
 
     def on_notification(self, callback: NotificationCallback) -> Callable[[], None]:
         """Call ``callback`` with every notification (``%exit``, ``%window-close``, ...)."""
-        self._listeners.append(callback)
-
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(callback)
-
-        return remove
-
-    async def wait_output(self, pane_id: str, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the pane's next output; True if it came."""
-        event = self.output_event(pane_id)
-        try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-        except TimeoutError:
-            return False
-        return True
+        return listen(self._listeners, callback)
 
     @property
     def dead_reason(self) -> str | None:

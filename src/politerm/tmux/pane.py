@@ -263,7 +263,7 @@ class Pane:
 
     def subscribe(self, callback: t.Callable[[bytes], None]) -> t.Callable[[], None]:
         """Call ``callback`` with each decoded output chunk of the pane; returns the remover."""
-        return self.client.subscribe(self.pane_id, lambda _pane, data: callback(data))
+        return self.client.feeds.subscribe(self.pane_id, lambda _pane, data: callback(data))
 
     async def paste(self, data: bytes, *, bracketed: bool = True, keep_lf: bool = True) -> None:
         """Paste ``data`` into the pane through a uniquely named buffer.
@@ -374,11 +374,11 @@ class Pane:
 
     async def wait_output(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the pane's next output; True if it came."""
-        return await self.client.wait_output(self.pane_id, timeout)
+        return await self.client.feeds.wait(self.pane_id, timeout)
 
     def output_event(self) -> asyncio.Event:
         """Event set by the pane's next output (take it before looking at the screen)."""
-        return self.client.output_event(self.pane_id)
+        return self.client.feeds.event(self.pane_id)
 
 
 HIDDEN_TMUX_VARS: t.Final = ("TMUX", "TMUX_PANE")

@@ -88,25 +88,11 @@ def answer(
         The answer is empty.
     """
     from politerm.engine.loop import answer as loop_answer
-    from politerm.store.models import TaskState
 
     if not text.strip():
         msg = "the answer is empty"
         raise UiError(msg)
-    task = store.get_task(task_id)
-    if task is None or task.state is not TaskState.WAITING_USER:
-        msg = f"task {task_id} is not waiting for an answer any more"
-        raise StaleAction(msg)
-    if (task.question or "") != question:
-        msg = f"task {task_id} now asks {task.question!r}, not the question shown"
-        raise StaleAction(msg)
-    loop_answer(store, config, task_id, text)
-    store.add_event(
-        "ui-action",
-        task_id=task_id,
-        detail=f"{by}: answered {question!r}",
-        data={"action": "answer", "by": by},
-    )
+    loop_answer(store, config, task_id, text, question=question, by=by)
     return f"answered task {task_id}"
 
 

@@ -19,10 +19,11 @@ import logging
 import time
 import typing as t
 
+from politerm._internal.aio import listen
 from politerm.driver.observer import Observer
 from politerm.driver.panes import PaneEntry, find
 from politerm.engine.placement import here_config
-from politerm.errors import PaneNotFound, UiError
+from politerm.errors import PaneNotFound, StoreError, UiError
 from politerm.project import project_key
 from politerm.redact import ChunkRedactor, Redactor
 from politerm.store import RunStore
@@ -124,8 +125,14 @@ class LiveState:
         self._seen = self.store.data_version()
         self._unhook.append(self._watch.subscribe(self._on_store))
         self._unhook.append(self.observer.listen(self._on_change))
-        for ref in self.others:
-            other = RunStore.open(ref.store_path)
+        for ref in list(self.others):
+            try:
+                # As it is: a view must not create or migrate another project's store.
+                other = RunStore.open_existing(ref.store_path)
+            except StoreError as exc:
+                log.warning("not showing project %s: %s", ref.name, exc)
+                self.others.remove(ref)
+                continue
             self.stores[ref.key] = other
             watch = StoreWatch(ref.store_path)
             await watch.start()
@@ -179,13 +186,7 @@ class LiveState:
 
     def listen(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with the new overview after each refresh; returns the undo."""
-        self._listeners.append(listener)
-
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return remove
+        return listen(self._listeners, listener)
 
     def poke(self) -> None:
         """Ask for a refresh (after this process wrote to the store itself)."""
@@ -272,6 +273,31 @@ class LiveState:
             self._queue, ref.agent, deny=deny, by=by, asked=ref.asked, command=ref.command
         )
 
+    def answer_remote(self, task_id: str, question: str, text: str, *, by: str) -> str:
+        """Answer a task another node's router runs, through the router holding the role.
+
+        Blocks until that router took the answer (at most
+        :data:`politerm.engine.fleetlink.ANSWER_WAIT`): call it in a thread.
+
+        Raises
+        ------
+        StaleAction
+            The task does not ask ``question`` any more.
+        UiError
+            This view follows no fleet, or the answer is empty.
+        """
+        if self._queue is None or self.config.fleet is None:
+            msg = f"no task {task_id!r} here, and this view follows no fleet"
+            raise UiError(msg)
+        if not text.strip():
+            msg = "the answer is empty"
+            raise UiError(msg)
+        from politerm.engine.fleetanswers import answer_task_remote
+
+        return answer_task_remote(
+            self._queue, task_id, text, by=by, lease=self.config.fleet.lease, question=question
+        )
+
     def _rechecked(self) -> None:
         self._recheck = None
         self._dirty.set()
@@ -317,22 +343,34 @@ class LiveState:
 
     # --- panes and mirrors -----------------------------------------------------------------
 
-    def pane(self, name: str) -> PaneEntry | None:
-        """The pane of agent ``name`` or with id ``name`` (:func:`politerm.driver.panes.find`)."""
+    def pane(self, name: str, pane_id: str | None = None) -> PaneEntry | None:
+        """The pane of agent ``name`` or with id ``name`` (:func:`politerm.driver.panes.find`).
+
+        With ``pane_id``, the pane of that id tagged ``name`` comes first: a pane id is
+        unique on its own server only, and a session of many agents spans several.
+        """
+        if pane_id is not None:
+            for p in self.panes:
+                if p.pane_id == pane_id and (p.agent or "").upper() == name.upper():
+                    return p
         return find(self.panes, name)
 
-    async def mirror(self, name: str, sink: Sink, *, redact: bool = True) -> Mirror:
+    async def mirror(
+        self, name: str, sink: Sink, *, redact: bool = True, pane_id: str | None = None
+    ) -> Mirror:
         """Start mirroring the pane ``name`` into ``sink`` (redacted unless told otherwise).
+
+        ``pane_id``: the agent's pane id, as :meth:`pane` takes it.
 
         Raises
         ------
         PaneNotFound
             No such agent or pane on the server.
         """
-        entry = self.pane(name)
+        entry = self.pane(name, pane_id)
         if entry is None:
             self.panes = await self.observer.panes()
-            entry = self.pane(name)
+            entry = self.pane(name, pane_id)
         if entry is None:
             raise PaneNotFound(name, "no agent or pane of that name on the private server")
         if not redact:

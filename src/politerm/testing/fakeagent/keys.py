@@ -87,11 +87,6 @@ class KeyDecoder:
         """Whether a partial escape sequence waits for more bytes (not a paste)."""
         return self._paste is None and bool(self._buf)
 
-    @property
-    def in_paste(self) -> bool:
-        """Whether a bracketed paste has started and not yet ended."""
-        return self._paste is not None
-
     def feed(self, data: bytes) -> list[InputEvent]:
         """Add ``data`` and return every event it completes."""
         self._buf += data

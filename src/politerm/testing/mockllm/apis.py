@@ -285,35 +285,12 @@ def responses_events(answer: Answer, model: str) -> Iterator[Event]:
             pending = {**item, "status": "in_progress", "content": []}
             yield ev("response.output_item.added", output_index=index, item=pending)
             part = {"type": "output_text", "text": "", "annotations": []}
-            yield ev(
-                "response.content_part.added",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                part=part,
-            )
+            at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            yield ev("response.content_part.added", **at, part=part)
             for piece in _chunks(text):
-                yield ev(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    delta=piece,
-                )
-            yield ev(
-                "response.output_text.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                text=text,
-            )
-            yield ev(
-                "response.content_part.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                part={**part, "text": text},
-            )
+                yield ev("response.output_text.delta", **at, delta=piece)
+            yield ev("response.output_text.done", **at, text=text)
+            yield ev("response.content_part.done", **at, part={**part, "text": text})
         else:
             yield ev("response.output_item.added", output_index=index, item=item)
         yield ev("response.output_item.done", output_index=index, item=item)

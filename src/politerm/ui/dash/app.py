@@ -13,6 +13,7 @@ import datetime
 import os
 import typing as t
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import App
 from textual.binding import Binding
@@ -33,7 +34,7 @@ if t.TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from textual.app import ComposeResult
-    from textual.widgets.data_table import RowKey
+    from textual.widgets.data_table import ColumnKey, RowKey
 
     from politerm.config import Config
     from politerm.store import RunStore
@@ -89,7 +90,8 @@ class MirrorView(Static):
     def redraw(self) -> None:
         """Draw the mirror's screen as it is now."""
         if self.screen_mirror is not None:
-            self.update(render_screen(self.screen_mirror.screen))
+            # Its size is the layout's, not the screen's: no layout pass per output chunk.
+            self.update(render_screen(self.screen_mirror.screen), layout=False)
 
 
 class DashApp(App[None]):
@@ -153,12 +155,23 @@ class DashApp(App[None]):
         self.selected_item: str | None = None
         self.filter_text = ""
         self.mirror_name: str | None = None
+        """The mirrored pane's id (None: nothing mirrored)."""
+        self._mirrored: tuple[str, str] | None = None  # its pane id and agent, upper-cased
         self.screen_mirror: ScreenMirror | None = None
         self._stop_mirror: Callable[[], None] | None = None
         self._unlisten: Callable[[], None] | None = None
         self.messages_shown: list[str] = []
         self.overview_frozen = False
         self._mirror_lock = asyncio.Lock()
+        # Each table's column keys and the rows drawn in it (key, cells compared by value):
+        # a refresh redraws the cells that changed, not every row (500 rows at 500 agents).
+        self._columns: dict[str, list[ColumnKey]] = {}
+        self._drawn: dict[str, list[tuple[str, tuple[object, ...]]]] = {}
+        self._agent_rows: dict[str, tuple[str | None, str]] = {}  # row key -> pane, agent
+        self.rows_drawn = 0
+        """How many table rows the refreshes added or changed (a row drawn again counts)."""
+        self._events_drawn: Text | None = None
+        self._inbox_title = ""
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -207,7 +220,7 @@ class DashApp(App[None]):
             "manager": ("project", "state", "agent", "task", "status", "question / error"),
         }
         for name, cols in columns.items():
-            self.query_one(f"#{name}", DataTable).add_columns(*cols)
+            self._columns[name] = self.query_one(f"#{name}", DataTable).add_columns(*cols)
         await self.live.start()
         if self.selected_agent:
             await self._mirror(self.selected_agent)
@@ -231,16 +244,38 @@ class DashApp(App[None]):
         return any(self.filter_text in str(c).lower() for c in cells)
 
     def _fill(self, name: str, rows: Sequence[tuple[str, Sequence[object]]]) -> None:
+        """Show ``rows`` (key, cells) in table ``name``, drawing only what changed.
+
+        The same keys in the same order: the changed cells are updated in place. Otherwise
+        (rows came, went or moved; the filter changed) the table is filled again.
+        """
         table = self.query_one(f"#{name}", DataTable)
+        kept = [(key, tuple(cells)) for key, cells in _unique(rows) if self._keep(*cells)]
+        drawn = self._drawn.get(name)
+        self._drawn[name] = kept
+        if drawn is not None and [k for k, _ in drawn] == [k for k, _ in kept]:
+            columns = self._columns[name]
+            for (key, new), (_, old) in zip(kept, drawn, strict=True):
+                changed = [
+                    i for i, (a, b) in enumerate(zip(new, old, strict=True)) if _differ(a, b)
+                ]
+                for i in changed:
+                    # Widening is cheap; a narrower cell would have the table measure every
+                    # cell of its column again (500 at 500 agents): then the width stays.
+                    wider = _width(new[i]) > table.columns[columns[i]].content_width
+                    table.update_cell(key, columns[i], new[i], update_width=wider)
+                self.rows_drawn += bool(changed)
+            return
         cursor = table.cursor_row
-        keys = []
         table.clear()
-        for key, cells in rows:
-            if self._keep(*cells):
-                table.add_row(*cells, key=key)
-                keys.append(key)
-        if name == "agents" and self.mirror_name in keys:
-            cursor = keys.index(self.mirror_name)  # the cursor stays on the mirrored agent
+        for key, cells in kept:
+            table.add_row(*cells, key=key)
+        self.rows_drawn += len(kept)
+        if name == "agents" and self._mirrored is not None:
+            for i, (key, _) in enumerate(kept):  # the cursor stays on the mirrored agent
+                pane, agent = self._agent_rows.get(key, (None, ""))
+                if (pane, agent.upper()) == self._mirrored:
+                    cursor = i
         if table.row_count:
             table.move_cursor(row=min(cursor, table.row_count - 1))
 
@@ -249,11 +284,16 @@ class DashApp(App[None]):
         if self.overview_frozen:
             return
         fleet = self.live.config.fleet is not None  # the agents' table has a node column
+        agents = data.get("agents", [])
+        # A pane id is unique on its own server only (a session of many agents spans several,
+        # and other projects have their own): a row is its project's, node's and agent's.
+        keys = [f"{a['project_key']}/{a.get('node') or ''}/{a['name']}" for a in agents]
+        self._agent_rows = {k: (a["pane"], a["name"]) for k, a in zip(keys, agents, strict=True)}
         self._fill(
             "agents",
             [
                 (
-                    a["pane"] or (f"{a['node']}/{a['name']}" if a.get("node") else a["name"]),
+                    key,
                     (
                         a["name"], *((a.get("node") or "-",) if fleet else ()),
                         Text(a["state_words"], style=_STATE_STYLE.get(a["state"], "")),
@@ -261,14 +301,15 @@ class DashApp(App[None]):
                         a["tokens"] if a["tokens"] is not None else "-", a["turn"] or "-",
                     ),
                 )
-                for a in data.get("agents", [])
+                for key, a in zip(keys, agents, strict=True)
             ],
         )  # fmt: skip
         shown = ", ".join(p["name"] for p in data.get("projects", []))
         waiting = data.get("inbox", [])
-        self.query_one("#inbox-title", Label).update(
-            f"inbox: {len(waiting)} waiting on you · projects: {shown or '-'}"
-        )
+        title = f"inbox: {len(waiting)} waiting on you · projects: {shown or '-'}"
+        if title != self._inbox_title:  # an update lays the whole screen out again
+            self._inbox_title = title
+            self.query_one("#inbox-title", Label).update(title)
         self._fill(
             "inbox",
             [
@@ -342,19 +383,22 @@ class DashApp(App[None]):
             who = f"[{e['agent']}] " if e["agent"] else ""
             detail = " ".join(e["detail"].split())[:160]
             lines.append(f"{_when(e['ts'])} {e['kind']:<14} {who}{detail}\n", style=style)
-        self.query_one("#events", Static).update(lines)
+        if self._events_drawn is None or _differ(lines, self._events_drawn):
+            self._events_drawn = lines
+            # Its size is fixed (CSS): no need to lay the screen out again.
+            self.query_one("#events", Static).update(lines, layout=False)
 
     # --- the mirror -----------------------------------------------------------------------
 
-    async def _mirror(self, name: str) -> None:
+    async def _mirror(self, name: str, pane_id: str | None = None) -> None:
         async with self._mirror_lock:
-            await self._switch_mirror(name)
+            await self._switch_mirror(name, pane_id)
 
-    async def _switch_mirror(self, name: str) -> None:
-        entry = self.live.pane(name)
+    async def _switch_mirror(self, name: str, pane_id: str | None = None) -> None:
+        entry = self.live.pane(name, pane_id)
         if entry is not None:
-            name = entry.pane_id
-        if name == self.mirror_name:
+            name, pane_id = entry.agent or entry.pane_id, entry.pane_id
+        if entry is not None and self._mirrored == (entry.pane_id, (entry.agent or "").upper()):
             return
         if self._stop_mirror is not None:
             self._stop_mirror()
@@ -369,15 +413,16 @@ class DashApp(App[None]):
                     screen.feed(data)
                     view.redraw()
 
-            mirror = await self.live.mirror(name, sink)
+            mirror = await self.live.mirror(name, sink, pane_id=pane_id)
         except PolitermError as exc:
             title.update(f"mirror: {exc}")
             return
         screen = ScreenMirror(mirror.width, mirror.height)
         screen.feed(mirror.initial)
-        self.screen_mirror, self.mirror_name = screen, name
+        self.screen_mirror, self.mirror_name = screen, mirror.pane_id
         self._stop_mirror = mirror.stop
-        entry = self.live.pane(name)
+        entry = self.live.pane(name, pane_id)
+        self._mirrored = (entry.pane_id, (entry.agent or "").upper()) if entry else None
         label = entry.label if entry else name
         title.update(f"{label} ({mirror.pane_id}, {mirror.width}×{mirror.height}) live")
         view.show(screen)
@@ -390,8 +435,9 @@ class DashApp(App[None]):
         if not event.data_table.has_focus:
             return
         if table == "agents" and key:
-            self.selected_agent = key
-            await self._mirror(key)
+            pane, agent = self._agent_rows.get(key, (None, key))
+            self.selected_agent = agent
+            await self._mirror(agent, pane)
         elif table == "inbox" and key:
             self.selected_item = key
         elif table == "tasks" and key:
@@ -580,3 +626,45 @@ class DashApp(App[None]):
 
 def _key(row_key: RowKey) -> str | None:
     return str(row_key.value) if row_key.value is not None else None
+
+
+def _unique(
+    rows: Sequence[tuple[str, Sequence[object]]],
+) -> list[tuple[str, Sequence[object]]]:
+    """``rows`` with each key made unique (a table refuses a key twice).
+
+    Examples
+    --------
+    >>> [k for k, _ in _unique([("a", ()), ("b", ()), ("a", ()), ("a", ())])]
+    ['a', 'b', 'a#2', 'a#3']
+    """
+    seen: dict[str, int] = {}
+    out: list[tuple[str, Sequence[object]]] = []
+    for key, cells in rows:
+        seen[key] = seen.get(key, 0) + 1
+        out.append((key if seen[key] == 1 else f"{key}#{seen[key]}", cells))
+    return out
+
+
+def _width(cell: object) -> int:
+    """The terminal cells ``cell`` takes.
+
+    Examples
+    --------
+    >>> _width(Text("busy")), _width(42), _width("日本")
+    (4, 2, 4)
+    """
+    return cell_len(cell.plain if isinstance(cell, Text) else str(cell))
+
+
+def _differ(a: object, b: object) -> bool:
+    """Whether two cells draw differently (rich's ``Text`` equality ignores the style).
+
+    Examples
+    --------
+    >>> _differ(Text("busy", style="cyan"), Text("busy", style="green")), _differ(3, 3)
+    (True, False)
+    """
+    if isinstance(a, Text) and isinstance(b, Text):
+        return a.plain != b.plain or str(a.style) != str(b.style) or a.spans != b.spans
+    return type(a) is not type(b) or a != b

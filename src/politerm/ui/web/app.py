@@ -294,6 +294,19 @@ class WebMonitor:
         @app.post("/api/answer")
         async def answer(request: Request, body: AnswerBody) -> JSONResponse:
             live, by = self.live, request.state.who
+            home = body.project is None or body.project == live.home.key
+            if home and live.config.fleet is not None and live.store.get_task(body.task) is None:
+                # Another node's router runs it: waiting for its word must not hold the loop.
+                if not self.allow_actions:
+                    return _read_only()
+                try:
+                    said = await asyncio.to_thread(
+                        live.answer_remote, body.task, body.question, body.text, by=by
+                    )
+                except PolitermError as exc:
+                    return _refused(exc)
+                live.poke()
+                return JSONResponse({"ok": True, "message": said})
 
             def run() -> str:
                 store, _ = live.project_of(body.project)

@@ -53,19 +53,6 @@ def fingerprint(cert: x509.Certificate) -> str:
     return _colons(cert.fingerprint(hashes.SHA256()))
 
 
-def der_fingerprint(der: bytes) -> str:
-    """The same fingerprint from a DER certificate (what ``ssl`` hands a client).
-
-    Examples
-    --------
-    >>> der_fingerprint(b"")[:11]
-    'E3:B0:C4:42'
-    """
-    import hashlib
-
-    return _colons(hashlib.sha256(der).digest())
-
-
 def _colons(digest: bytes) -> str:
     return ":".join(f"{b:02X}" for b in digest)
 

@@ -142,6 +142,9 @@ class ApprovalRequest:
     follow_up
         The question follows the command decided before it and asks none of its own
         (``approval.follow_up``).
+    unmatched
+        The profile's command regex matched nothing where the command belongs: the box
+        may still be being drawn (a CLI under load draws the question before its command).
     """
 
     tool: str
@@ -151,6 +154,7 @@ class ApprovalRequest:
     complete: bool = True
     doubt: str = ""
     follow_up: bool = False
+    unmatched: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +287,7 @@ def read_request(
         spec.box_top is not None and start + text.count("\n", 0, found.end()) != q.index
     ):
         where = "its box" if spec.box_top is not None else "the lines above it"
-        return _unread(lines, q, start, f"no command could be read from {where}")
+        return _unread(lines, q, start, f"no command could be read from {where}", unmatched=True)
     groups = found.groupdict()
     command = command_text(groups.get("command") or "")
     tool = (groups.get("tool") or "").strip()
@@ -304,11 +308,15 @@ def read_request(
 _UNREAD_LINES = 8
 
 
-def _unread(lines: Sequence[str], q: OpenQuestion, start: int, doubt: str) -> ApprovalRequest:
+def _unread(
+    lines: Sequence[str], q: OpenQuestion, start: int, doubt: str, *, unmatched: bool = False
+) -> ApprovalRequest:
     """A question whose command was not read: its evidence is the lines just above it."""
     above = [ln.strip() for ln in lines[start : q.index] if ln.strip()][-_UNREAD_LINES:]
     evidence = tuple(dict.fromkeys((q.line, *above)))
-    return ApprovalRequest("", "", evidence, q.line, complete=False, doubt=doubt)
+    return ApprovalRequest(
+        "", "", evidence, q.line, complete=False, doubt=doubt, unmatched=unmatched
+    )
 
 
 def _command_match(spec: ApprovalSpec, text: str, *, box: bool) -> re.Match[str] | None:

@@ -9,7 +9,9 @@ pressed on the next look after the answer. A follow-up question (the profile's
 (:func:`~politerm.agents.approval.follow`); one the approver did not see answered (a
 person answered the question before it in the pane) goes to the policy like any other.
 A question still on screen HOLD seconds after our keys, never seen gone in between, lost
-them: its answer is pressed again, never asked of the user a second time. Every decision is
+them: its answer is pressed again, never asked of the user a second time. A question where
+no command matched is decided only once its screen stood SETTLE seconds (a box drawn in
+part would otherwise be asked about, then asked again whole). Every decision is
 an event with its evidence.
 """
 
@@ -45,6 +47,10 @@ if t.TYPE_CHECKING:
 # again.
 HOLD = 5.0
 _MIN_GAP = 0.3
+# A question whose command could not be read may be a box drawn in part (opencode under
+# load draws "Permission required" before its "$ command" line): it is decided only once
+# the same screen has stood this long.
+SETTLE = 1.0
 
 
 @dataclasses.dataclass
@@ -83,6 +89,8 @@ class Approver:
     _decided: Decided | None = None
     # The question our keys answered last (any answer), until a look shows it gone.
     _pressed: Decided | None = None
+    # A screen with a question whose command matched nothing, and when it was first seen.
+    _unsure: tuple[tuple[str, ...], float] | None = None
 
     @property
     def pending(self) -> PendingApproval | None:
@@ -115,6 +123,8 @@ class Approver:
             if whole is None:
                 return "none"
             request = whole
+        if request.unmatched and not self._settled(snap, now):
+            return "none"
         if self._just_answered(request, now):
             # Our keys for this very question were pressed a moment ago; the agent has not
             # redrawn it away yet (a spinner or a moved selection changed the screen).
@@ -215,6 +225,12 @@ class Approver:
             and now - self._at < HOLD
             and _same(request, last)
         )
+
+    def _settled(self, snap: Snapshot, now: float) -> bool:
+        """Whether ``snap`` (its command unmatched) has stood unchanged for SETTLE."""
+        if self._unsure is None or self._unsure[0] != snap.lines:
+            self._unsure = (snap.lines, now)
+        return now - self._unsure[1] >= SETTLE
 
     def left(self, *, task_id: str | None = None) -> None:
         """A look found no question: the one answered last is gone (or was never kept)."""

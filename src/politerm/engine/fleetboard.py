@@ -25,7 +25,7 @@ import typing as t
 from politerm._internal.aio import finish, listen, wait_any
 from politerm.agents.approval import list_pending
 from politerm.errors import FleetError, StaleAction
-from politerm.fleet.board import Board, BoardRow
+from politerm.fleet.board import ASKED, Board, BoardRow, TaskAsk, ask_field
 from politerm.store.watch import StoreWatch
 
 if t.TYPE_CHECKING:
@@ -91,6 +91,22 @@ def agent_rows(
     return out
 
 
+def task_asks(store: RunStore) -> dict[str, Row]:
+    """The questions the store's tasks wait on (task id → ``question``, ``agent``, ``asked``)."""
+    from politerm.store.models import TaskState
+
+    return {
+        tk.id: {
+            "question": tk.question,
+            # The loop records who asked (the turn has ended by then).
+            "agent": store.get_meta(f"asker:{tk.id}") or "",
+            "asked": tk.updated,
+        }
+        for tk in store.list_tasks(active_only=True)
+        if tk.state is TaskState.WAITING_USER and tk.question
+    }
+
+
 class BoardPublisher:
     """Publishes the rows of the agents one process drives, whenever the store changes.
 
@@ -116,6 +132,9 @@ class BoardPublisher:
         turn runs has nobody looking at its screen, and its store row keeps its last
         state: the observer's word (tmux announces the death) makes the row EXITED at
         once, and wakes the publisher.
+    tasks
+        Whether it publishes the questions the store's tasks wait on (the router's
+        publisher: the tasks are its), and removes each once answered or ended.
     """
 
     def __init__(
@@ -129,9 +148,12 @@ class BoardPublisher:
         role: str = "node",
         every: float = 5.0,
         observer: Observer | None = None,
+        tasks: bool = False,
     ) -> None:
         self.store, self.board, self.node = store, board, node
-        self.observer = observer
+        self.observer, self.tasks = observer, tasks
+        self._asked: dict[str, Row] = {}
+        self._full = True  # the first publish names all its questions: older ones go
         self.agents, self.session = frozenset(agents), session
         self.role, self.every = role, every
         self._sent: dict[str, Row] = {}
@@ -149,10 +171,28 @@ class BoardPublisher:
         rows = agent_rows(self.store, self.agents, self.session, states)
         return {name: row for name, row in rows.items() if self._sent.get(name) != row}
 
-    def publish(self, rows: dict[str, Row]) -> None:
-        """Publish ``rows`` (blocking: call it in a thread); remembered once Redis took them."""
-        self.board.publish(self.node, rows, role=self.role, every=self.every)
+    def changed_asks(self) -> dict[str, Row | None]:
+        """The tasks' questions that differ from what was published (None: no more)."""
+        if not self.tasks:
+            return {}
+        now = task_asks(self.store)
+        gone: dict[str, Row | None] = {task: None for task in self._asked if task not in now}
+        return gone | {task: ask for task, ask in now.items() if self._asked.get(task) != ask}
+
+    def publish(self, rows: dict[str, Row], asks: dict[str, Row | None] | None = None) -> None:
+        """Publish ``rows`` and ``asks`` (blocking: call it in a thread).
+
+        Remembered once Redis took them.
+        """
+        full = self.tasks and self._full
+        self.board.publish(self.node, rows, role=self.role, every=self.every, asks=asks, full=full)
         self._sent.update(rows)
+        for task, ask in (asks or {}).items():
+            if ask is None:
+                self._asked.pop(task, None)
+            else:
+                self._asked[task] = ask
+        self._full = self._full and not full
         self.published += 1
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -167,12 +207,15 @@ class BoardPublisher:
                     # Every row again now and then: a board lost with Redis's data fills again.
                     self._all_at = loop.time()
                     self._sent.clear()
+                    self._asked.clear()
+                    self._full = True
                 rows = await self.changed()
+                asks = self.changed_asks()
                 # A commit that changed none of its rows costs nothing, unless the beat is due.
-                due = rows or loop.time() - self._beat_at >= self.every * BEAT_SHARE
+                due = rows or asks or loop.time() - self._beat_at >= self.every * BEAT_SHARE
                 try:
                     if due:
-                        await asyncio.to_thread(self.publish, rows)
+                        await asyncio.to_thread(self.publish, rows, asks)
                         self._beat_at = loop.time()
                     wait = self.every * BEAT_SHARE - (loop.time() - self._beat_at)
                 except FleetError as exc:
@@ -202,6 +245,8 @@ class BoardFeed:
         self.board, self.every = board, every
         self.rows: dict[str, BoardRow] = {}
         """``NODE/AGENT`` → the row."""
+        self.asks: dict[str, TaskAsk] = {}
+        """``NODE/TASK`` → the question a task of that node's router waits on."""
         self.error: str | None = None
         """Why the board could not be read last time (None: it was)."""
         self._listeners: list[Listener] = []
@@ -226,12 +271,18 @@ class BoardFeed:
         """Every row as plain data, by node and agent."""
         return [r.to_json() for r in sorted(self.rows.values(), key=lambda r: (r.node, r.agent))]
 
+    def asked(self) -> list[dict[str, t.Any]]:
+        """The tasks' questions of routers that still beat, as plain data, by node and task."""
+        shown = sorted(self.asks.values(), key=lambda a: (a.node, a.task))
+        return [a.to_json() for a in shown if not a.lost]
+
     async def start(self) -> None:
         """Read the board once, then follow it (in the background)."""
         cursor = "0-0"
         try:
             cursor = await asyncio.to_thread(self.board.last_change)
             self._replace(await asyncio.to_thread(self.board.rows))
+            self._replace_asks(await asyncio.to_thread(self.board.asks))
         except FleetError as exc:
             self.error = str(exc)
         self._task = asyncio.create_task(self._follow(cursor), name="poli-board-feed")
@@ -257,11 +308,16 @@ class BoardFeed:
                 cursor, fields = await asyncio.to_thread(
                     self.board.changes, cursor, min(FEED_BLOCK, self.every)
                 )
+                asked = {f for f in fields if f.startswith(ASKED)}
                 if loop.time() >= full_at:
                     full_at = loop.time() + self.every
                     self._replace(await asyncio.to_thread(self.board.rows))
-                elif fields:
-                    self._update(await asyncio.to_thread(self.board.rows, fields))
+                    asked.add(ASKED)
+                elif fields - asked:
+                    self._update(await asyncio.to_thread(self.board.rows, fields - asked))
+                if asked:
+                    # A handful at most (the tasks waiting on a person): read them all.
+                    self._replace_asks(await asyncio.to_thread(self.board.asks))
                 self.error = None
             except FleetError as exc:
                 if self.error != str(exc):
@@ -276,6 +332,14 @@ class BoardFeed:
         changed |= {r.agent for k, r in new.items() if self.rows.get(k) != r}
         self.rows = new
         self._tell(changed)
+
+    def _replace_asks(self, asks: list[TaskAsk]) -> None:
+        new = {ask_field(a.node, a.task): a for a in asks}
+        if new != self.asks:
+            changed = {ASKED + k for k in new.keys() ^ self.asks.keys()}
+            changed |= {ASKED + k for k, a in new.items() if self.asks.get(k, a) != a}
+            self.asks = new
+            self._tell(changed)
 
     def _update(self, rows: list[BoardRow]) -> None:
         changed = set()
@@ -326,6 +390,7 @@ async def router_board(
         config.tmux.session,
         role="router",
         every=config.fleet.heartbeat,
+        tasks=True,
     )
     task = asyncio.create_task(publisher.run(stop), name="poli-board-publisher")
     feed = BoardFeed(board, config.fleet.heartbeat) if remote else None
@@ -361,7 +426,20 @@ def open_board(config: Config, store: RunStore | None = None) -> tuple[WorkQueue
 
 
 def read_board(config: Config, store: RunStore | None = None) -> list[dict[str, t.Any]]:
-    """Every row of the board once, as plain data (``poli status``).
+    """Every row of the board once, as plain data (MCP ``list_agents``).
+
+    Raises
+    ------
+    FleetError
+        Redis could not be reached.
+    """
+    return read_fleet(config, store, asks=False)[0]
+
+
+def read_fleet(
+    config: Config, store: RunStore | None = None, *, asks: bool = True
+) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
+    """Every row of the board and the tasks' questions of live routers, once (``poli status``).
 
     Raises
     ------
@@ -370,7 +448,9 @@ def read_board(config: Config, store: RunStore | None = None) -> list[dict[str, 
     """
     queue, board = open_board(config, store)
     try:
-        return [r.to_json() for r in board.rows()]
+        rows = [r.to_json() for r in board.rows()]
+        asked = [a.to_json() for a in board.asks() if not a.lost] if asks else []
+        return rows, asked
     finally:
         queue.conn.close()
 

@@ -312,12 +312,14 @@ return now
 BOARD: t.Final = (
     _NOW
     + """
--- KEYS: board hash, board log stream, the publisher's beat
--- ARGV: node, keep ms, maxlen, beat ms, then triples of field, state, row (JSON without
--- its times: 'at' and 'since' are set here, by Redis's clock; 'since' is kept while the
--- state stays the one published before).
+-- KEYS: board hash, board log stream, the publisher's beat, the asks hash
+-- ARGV: node, keep ms, maxlen, beat ms, the count of rows, full (1: the asks given are all
+-- the publisher's), the publisher (NODE:ROLE); then triples of field, state, row (JSON
+-- without its times: 'at' and 'since' are set here, by Redis's clock; 'since' is kept while
+-- the state stays the one published before); then pairs of ask field, ask (JSON; '': gone).
 local fields = {}
-for i = 5, #ARGV, 3 do
+local asks_at = 8 + 3 * tonumber(ARGV[5])
+for i = 8, asks_at - 1, 3 do
   local since = now
   local old = redis.call('HGET', KEYS[1], ARGV[i])
   if old then
@@ -330,11 +332,37 @@ for i = 5, #ARGV, 3 do
   redis.call('HSET', KEYS[1], ARGV[i], row)
   fields[#fields + 1] = ARGV[i]
 end
+-- A task's question, or its end ('' removes it); the log names it with a '?' before.
+local given = {}
+for i = asks_at, #ARGV, 2 do
+  given[ARGV[i]] = true
+  if ARGV[i + 1] == '' then
+    if redis.call('HDEL', KEYS[4], ARGV[i]) == 1 then fields[#fields + 1] = '?' .. ARGV[i] end
+  else
+    redis.call('HSET', KEYS[4], ARGV[i], '{"at":' .. now .. ',' .. string.sub(ARGV[i + 1], 2))
+    fields[#fields + 1] = '?' .. ARGV[i]
+  end
+end
+if ARGV[6] == '1' then
+  -- All of this publisher's open questions were given: any other of its is answered or
+  -- ended (while it was away, or before it restarted).
+  local all = redis.call('HGETALL', KEYS[4])
+  for j = 1, #all, 2 do
+    if not given[all[j]] then
+      local ok, was = pcall(cjson.decode, all[j + 1])
+      if ok and type(was) == 'table' and was.by == ARGV[7] then
+        redis.call('HDEL', KEYS[4], all[j])
+        fields[#fields + 1] = '?' .. all[j]
+      end
+    end
+  end
+end
 if #fields > 0 then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[1],
     'fields', table.concat(fields, ' '))
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
+  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[2])) end
 end
 -- The publisher is alive while this key is: its rows read as lost once it expires.
 redis.call('SET', KEYS[3], now, 'PX', tonumber(ARGV[4]))

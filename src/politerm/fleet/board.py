@@ -12,6 +12,11 @@ to say: each publish (one at least every heartbeat interval) sets a key that exp
 :data:`~politerm.fleet.nodes.MISSED_BEATS` intervals, by Redis's clock. The rows of a
 publisher whose beat expired — its process or machine died, or is cut off — read as
 :data:`LOST`. The board and its log expire after the queue's ``keep`` without a change.
+
+A router publishes in the same call the questions its tasks wait on (:class:`TaskAsk`, in
+a sibling hash, ``NODE/TASK`` → the question, named in the log with a ``?`` before), and
+removes each once it is answered or its task ended, so that the views of every node can
+list them; they too read as lost with their publisher's beat.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ if t.TYPE_CHECKING:
 
     from politerm.fleet.queue import WorkQueue
 
-__all__ = ["LOST", "MAX_TEXT", "Board", "BoardRow", "field"]
+__all__ = ["ASKED", "LOST", "MAX_TEXT", "Board", "BoardRow", "TaskAsk", "ask_field", "field"]
 
 MAX_TEXT: t.Final = 200
 """Longest text of a row (a question, a command): the board stays small whatever an agent asks."""
@@ -51,6 +56,21 @@ def field(node: str, agent: str) -> str:
     'b/EXECUTER'
     """
     return f"{node}/{agent}"
+
+
+ASKED: t.Final = "?"
+"""What the board's log puts before the field of a task's question (:func:`ask_field`)."""
+
+
+def ask_field(node: str, task: str) -> str:
+    """The field of task ``task``'s question, published by the router on ``node``.
+
+    Examples
+    --------
+    >>> ask_field("a", "T-1")
+    'a/T-1'
+    """
+    return f"{node}/{task}"
 
 
 def _clip(text: t.Any) -> str:
@@ -93,6 +113,29 @@ class BoardRow:
         return data
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskAsk:
+    """A question a task waits on, as the router running it last published it."""
+
+    task: str
+    node: str
+    """The node of the router that runs the task (the one that applies its answer)."""
+    question: str
+    """The question, clipped to :data:`MAX_TEXT` and redacted."""
+    agent: str
+    """The agent that asked (empty when the router did not know)."""
+    asked: float
+    """When (epoch seconds) the task began to wait, as its router's store has it."""
+    at: float
+    """When (epoch seconds, Redis's clock) it was last published."""
+    lost: bool
+    """Its router stopped beating: nobody there to take an answer."""
+
+    def to_json(self) -> dict[str, t.Any]:
+        """The question as plain data."""
+        return dataclasses.asdict(self)
+
+
 class Board:
     """The agents' board of a project (built over a :class:`WorkQueue`)."""
 
@@ -107,6 +150,8 @@ class Board:
         *,
         role: str = "node",
         every: float = 5.0,
+        asks: Mapping[str, Mapping[str, t.Any] | None] | None = None,
+        full: bool = False,
     ) -> int:
         """Publish the rows of ``node``'s agents that changed (agent → row); Redis's ms time.
 
@@ -116,11 +161,18 @@ class Board:
         last change (``since``). One script call, whatever the count; with no rows it is
         the publisher's beat alone. ``role`` tells the publishers of one node apart (its
         ``node`` service, its ``router``); ``every`` is how often it publishes at least.
+
+        ``asks``: task id → the question it waits on (``question``, ``agent``, ``asked``),
+        or None once it waits on none; clipped and redacted as a row. ``full``: these are
+        all the questions this publisher has open, any other it published is removed.
         """
         check_name("node", node)
         by = f"{node}:{role}"
         beat_ms = max(1, round(MISSED_BEATS * every * 1000))
-        args: list[t.Any] = [node, round(self.queue.keep * 1000), LOG_MAXLEN, beat_ms]
+        args: list[t.Any] = [
+            node, round(self.queue.keep * 1000), LOG_MAXLEN, beat_ms, len(rows),
+            1 if full else 0, by,
+        ]  # fmt: skip
         for agent, row in sorted(rows.items()):
             check_name("agent", agent)
             approval = row.get("approval")
@@ -142,11 +194,46 @@ class Board:
             clean = redact_payload(bounded, self.queue.redact)
             text = to_json(clean, f"the board row of {agent}")
             args += [field(node, agent), clean["state"], text]
+        for task, ask in sorted((asks or {}).items()):
+            args += [ask_field(node, task), "" if ask is None else self._ask(node, by, task, ask)]
         keys = self.queue.keys
         with self.queue.conn.talking(f"publishing node {node}'s agents"):
             return int(
-                self._publish(keys=[keys.board, keys.board_log, keys.board_beat(by)], args=args)
+                self._publish(
+                    keys=[keys.board, keys.board_log, keys.board_beat(by), keys.board_asks],
+                    args=args,
+                )
             )
+
+    def _ask(self, node: str, by: str, task: str, ask: Mapping[str, t.Any]) -> str:
+        bounded = {
+            "task": _clip(task),
+            "node": node,
+            "by": by,
+            "question": _clip(ask.get("question")),
+            "agent": _clip(ask.get("agent")),
+            "asked": float(ask.get("asked") or 0.0),
+        }
+        clean = redact_payload(bounded, self.queue.redact)
+        return to_json(clean, f"the question of task {task}")
+
+    def asks(self) -> list[TaskAsk]:
+        """The questions tasks wait on, of every router, by node and task (two round trips)."""
+        client = self.queue.conn.cmd
+        keys = self.queue.keys
+        with self.queue.conn.talking("reading the tasks' questions"):
+            found = client.hgetall(keys.board_asks)
+            records = [r for r in (_record(v, "task") for v in found.values() if v) if r]
+            alive = self._alive(sorted({str(r.get("by") or r["node"]) for r in records}))
+        out = [_task_ask(r, not alive.get(str(r.get("by") or r["node"]))) for r in records]
+        return sorted(out, key=lambda a: (a.node, a.task))
+
+    def _alive(self, publishers: list[str]) -> dict[str, bool]:
+        """Whether each publisher (``NODE:ROLE``) still beats (one round trip)."""
+        pipe = self.queue.conn.cmd.pipeline(transaction=False)
+        for by in publishers:
+            pipe.exists(self.queue.keys.board_beat(by))
+        return {by: bool(n) for by, n in zip(publishers, pipe.execute(), strict=True)}
 
     def rows(self, fields: Iterable[str] | None = None) -> list[BoardRow]:
         """The board's rows (those of ``fields`` only, when given), by node and agent.
@@ -163,12 +250,8 @@ class Board:
                 found = {}
             else:
                 found = dict(zip(wanted, client.hmget(keys.board, wanted), strict=True))
-            records = [r for r in (_row(v) for v in found.values() if v) if r is not None]
-            publishers = sorted({str(r.get("by") or r["node"]) for r in records})
-            pipe = client.pipeline(transaction=False)
-            for by in publishers:
-                pipe.exists(keys.board_beat(by))
-            alive = dict(zip(publishers, pipe.execute(), strict=True))
+            records = [r for r in (_record(v, "agent") for v in found.values() if v) if r]
+            alive = self._alive(sorted({str(r.get("by") or r["node"]) for r in records}))
         out = [_board_row(r, not alive.get(str(r.get("by") or r["node"]))) for r in records]
         return sorted(out, key=lambda r: (r.node, r.agent))
 
@@ -197,14 +280,27 @@ class Board:
         return after, changed
 
 
-def _row(text: str) -> dict[str, t.Any] | None:
+def _record(text: str, name: str) -> dict[str, t.Any] | None:
+    """A row or an ask as published (None: not one, with its ``name`` and node)."""
     try:
         value = json.loads(text)
     except ValueError:
         return None  # written by another program: not shown, never a traceback
-    if not isinstance(value, dict) or not value.get("agent") or not value.get("node"):
+    if not isinstance(value, dict) or not value.get(name) or not value.get("node"):
         return None
     return value
+
+
+def _task_ask(raw: Mapping[str, t.Any], lost: bool) -> TaskAsk:
+    return TaskAsk(
+        task=str(raw["task"]),
+        node=str(raw["node"]),
+        question=str(raw.get("question") or ""),
+        agent=str(raw.get("agent") or ""),
+        asked=float(raw.get("asked") or 0.0),
+        at=float(raw.get("at") or 0) / 1000,
+        lost=lost,
+    )
 
 
 def _board_row(raw: Mapping[str, t.Any], lost: bool) -> BoardRow:

@@ -124,6 +124,8 @@ class Plan:
     views: bool = True
     #: ``[tmux] shard_size``: agents per tmux server (a size above N: one server for all).
     shard_size: int = 50
+    #: False: the views without ``poli dash`` (the issue's idle target names status and web).
+    dash: bool = True
 
 
 def _load() -> str:
@@ -347,12 +349,13 @@ async def one(plan: Plan) -> dict[str, t.Any]:
             if plan.views:
                 watcher = await _watcher(bench, store)
                 web = await _web(root)
-                dash, dash_pid, first_paint = await _dash(bench, root)
-                views = {"web": web.proc.pid, "status": watcher.pid, "dash": dash_pid}
+                views = {"web": web.proc.pid, "status": watcher.pid}
+                if plan.dash:
+                    dash, views["dash"], first_paint = await _dash(bench, root)
+                    out.update(first_paint)
                 for pid in views.values():
                     await _settled(psutil.Process(pid))
                 out.update(web.first)
-                out.update(first_paint)
             harness = bench.client._proc.pid if bench.client._proc is not None else -1
             cpu = Cpu.of(me.pid, views, [p.pid for p in servers], harness)
             out["control clients"] = len(cpu.parts["clients"])
@@ -682,12 +685,14 @@ def main(
     profile: str = "",
     views: bool = True,
     shard_sizes: Sequence[int] = (50,),
+    dash: bool = True,
 ) -> dict[str, list[Row]]:
     """Run every N in its own process and print the tables; return them.
 
     ``ns`` replaces the default agent counts; with ``profile`` (a directory), each N's
     handoff phase is profiled into ``PROFILE/scale-N.prof`` (cProfile, router process);
-    ``views=False`` runs without ``status --watch`` and ``poli web`` beside the router.
+    ``views=False`` runs without ``status --watch``, ``poli web`` and ``poli dash`` beside
+    the router; ``dash=False`` without ``poli dash`` only.
     Each N runs once per ``shard_sizes`` entry, one after the other (an A/B in one run:
     e.g. 50 and 100000, every agent on one server).
     """
@@ -702,7 +707,7 @@ def main(
             prof = str(pathlib.Path(profile, name).resolve()) if profile else ""
             window = 5.0 if quick else 30.0 if n >= LONG_WINDOW_FROM else 10.0
             tasks = 5 if quick else 15
-            plan = Plan(n, window, tasks, profile=prof, views=views, shard_size=size)
+            plan = Plan(n, window, tasks, profile=prof, views=views, shard_size=size, dash=dash)
             results.append({"shard size": size, **_child(plan)})
             print(f"(N={n}, shard size {size} measured)")
             sys.stdout.flush()
@@ -855,11 +860,12 @@ if __name__ == "__main__":
         parser.add_argument("--n", type=int, nargs="+", default=[], help="agent counts")
         parser.add_argument("--profile", default="", help="directory for handoff profiles")
         parser.add_argument(
-            "--no-views", action="store_true", help="no status --watch and no poli web"
+            "--no-views", action="store_true", help="no status --watch, poli web or poli dash"
         )
         parser.add_argument(
             "--shard-size", type=int, nargs="+", default=[50], help="agents per tmux server"
         )
+        parser.add_argument("--no-dash", action="store_true", help="the views without poli dash")
         args = parser.parse_args()
         print_machine()
         main(
@@ -868,4 +874,5 @@ if __name__ == "__main__":
             profile=args.profile,
             views=not args.no_views,
             shard_sizes=args.shard_size,
+            dash=not args.no_dash,
         )

@@ -323,6 +323,35 @@ async def test_approval_answered_with_poli_approve(
     store.close()
 
 
+async def test_a_users_answer_whose_keys_were_lost_is_pressed_again_not_asked_again(
+    tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
+) -> None:
+    # The agent drops the keys of the first answer (a CLI that reads them before its
+    # question listens): the question stays on screen past HOLD. The user already answered
+    # it; it is not asked again (CI: opencode's re-asked question was never answered).
+    store = RunStore.open(tmp_path / "store.db")
+    body = APPROVAL + "\n[faults]\nlose_answers = 1\n"
+    driver = await start(tmux_server, tmux_session, tmp_path, body, store=store)
+    turn = asyncio.create_task(driver.run_turn(prompt("T8"), Expect.block("done"), timeout=30))
+
+    async def asked() -> bool:
+        return get_pending(store, "AGENT") is not None
+
+    await aretry_until(asked, 60, what="the approval question to be pending")
+    answer_pending(store, "AGENT", Decision.APPROVE)
+    async with asyncio.timeout(TURN):
+        result = await turn
+    assert result.ok, result.error
+    events = store.list_events()
+    assert len([e for e in events if e.kind == "approval-asked"]) == 1, events
+    pressed = [e.data for e in events if e.kind == "approval"]
+    assert [(d["decision"], d["by"]) for d in pressed] == [("approve", "user")] * 2, pressed
+    log = read_log(tmp_path / "fa")
+    assert [e["kind"] for e in log if e["event"] == "fault"] == ["lost_answer"]
+    assert [e["approved"] for e in log if e["event"] == "approval"] == [True]
+    store.close()
+
+
 async def test_two_drivers_of_one_agent_answer_its_question_once(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:

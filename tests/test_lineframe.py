@@ -25,12 +25,17 @@ FRAMES = [
 ]
 
 SCRIPT = """
-import json, os, sys, time
+import json, os, signal, sys, time
 from politerm._internal.lineframe import LineFrame
 frames, report = json.loads(sys.argv[1]), sys.argv[2]
+# The window gets its size after the script started: wait for the SIGWINCH that says so
+# (blocked first, so one sent between the check and the wait is kept, not lost).
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGWINCH})
 deadline = time.monotonic() + 30
-while tuple(os.get_terminal_size()) != (60, 20) and time.monotonic() < deadline:
-    time.sleep(0.01)  # until the window has its size (set after it started)
+while tuple(os.get_terminal_size()) != (60, 20):
+    left = deadline - time.monotonic()
+    if left <= 0 or signal.sigtimedwait({signal.SIGWINCH}, left) is None:
+        sys.exit(f"the window never got its size 60x20: {tuple(os.get_terminal_size())}")
 frame = LineFrame(sys.stdout, height=20)
 written = []
 for lines in frames:

@@ -274,7 +274,7 @@ async def test_split_pane_with_size_cwd_env(
 # under load): it answers the first command at once but announces the attach 0.5 s later,
 # and refuses client-scoped commands before that, as real tmux does ("no current client").
 _LATE_ATTACH_TMUX = """\
-import sys, threading, time
+import sys, threading
 if "has-session" in sys.argv:
     sys.exit(0)
 log, lock, attached, n = open(sys.argv[-1][1:] + ".log", "a"), threading.Lock(), [], [0]
@@ -283,7 +283,6 @@ def say(*lines):
         sys.stdout.write("".join(line + "\\n" for line in lines))
         sys.stdout.flush()
 def attach():
-    time.sleep(0.5)
     attached.append(1)
     say("%session-changed $0 t")
 for line in sys.stdin:
@@ -292,8 +291,8 @@ for line in sys.stdin:
     n[0] += 1
     log.write(f"{line.split()[0]} attached={bool(attached)}\\n")
     log.flush()
-    if n[0] == 1:
-        threading.Thread(target=attach, daemon=True).start()
+    if n[0] == 1:  # the attach, announced 0.5 s after the first answer
+        threading.Timer(0.5, attach).start()
     if line.startswith("refresh-client") and not attached:
         say(f"%begin 1 {n[0]} 1", "no current client", f"%error 1 {n[0]} 1")
     else:

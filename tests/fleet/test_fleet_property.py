@@ -34,6 +34,7 @@ import redis
 
 from politerm.errors import Fenced, FleetUnavailable, LeaseExpiring
 from politerm.fleet import Lease, Work, WorkQueue, WorkState, connect
+from politerm.testing.retry import WaitTimeout, retry_until
 
 if t.TYPE_CHECKING:
     from tests.fleet.redisserver import RedisServer
@@ -153,12 +154,14 @@ def act(node: Node, rng: random.Random, log: Log, now: float) -> None:
 
 def answered(call: t.Callable[[], T]) -> T:
     """``call()`` once Redis answers (right after a restart the old sockets are dead)."""
-    for _ in range(200):
+
+    def attempt() -> tuple[T] | None:
         try:
-            return call()
+            return (call(),)  # in a tuple: a falsy answer (0 results) is an answer too
         except (FleetUnavailable, redis.ConnectionError):
-            time.sleep(0.05)
-    return call()
+            return None
+
+    return retry_until(attempt, 10, what="Redis to answer after its restart")[0]
 
 
 class Run(t.NamedTuple):
@@ -185,10 +188,14 @@ def test_many_works_across_three_nodes_with_random_faults(
         for name in HOSTS
     ]
     log = Log()
-    deadline = time.monotonic() + 90
     down_until = 0.0
-    for rounds in itertools.count():
-        if rounds == restart_at:
+    rounds = itertools.count()
+    ended = 0
+
+    def one_round() -> bool:
+        """Twenty random steps of the nodes; True once every work has ended."""
+        nonlocal down_until, ended
+        if next(rounds) == restart_at:
             redis_server.kill()  # kill -9; down until the nodes met it, then back on its AOF
             down_until = time.monotonic() + DOWN_AT_MOST
         down = down_until > 0
@@ -196,14 +203,20 @@ def test_many_works_across_three_nodes_with_random_faults(
             redis_server.start()
             down_until, down = 0.0, False
         # One result per ended work (done or dead): checked below, id by id.
-        ended = 0 if down else answered(lambda: submitter.conn.cmd.xlen(submitter.keys.results))
+        if not down:
+            ended = answered(lambda: submitter.conn.cmd.xlen(submitter.keys.results))
         if ended >= len(ids):
-            break
-        assert time.monotonic() < deadline, f"{len(ids) - ended} works never ended"
+            return True
         for _ in range(20):
             node = rng.choice(nodes)
             step(node, rng, log, time.monotonic())
-        time.sleep(0.002)
+        return False
+
+    try:
+        retry_until(one_round, 90, interval=0.002, what="every work to end")
+    except WaitTimeout:
+        msg = f"{len(ids) - ended} works never ended"
+        raise AssertionError(msg) from None
 
     results = [f["id"] for _e, f in submitter.conn.cmd.xrange(submitter.keys.results)]
     assert sorted(results) == sorted(ids)  # one result each: none lost, none twice

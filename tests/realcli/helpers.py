@@ -20,7 +20,7 @@ import typing as t
 import psutil
 
 from politerm._internal.proctree import process_tree
-from politerm.agents.approval import ApprovalPolicy, Decision, Verdict
+from politerm.agents.approval import ApprovalPolicy, Decision, Verdict, get_pending
 from politerm.agents.state import AgentState
 from politerm.config import load_config
 from politerm.engine.session import Session
@@ -67,6 +67,8 @@ class Agent:
     spec: Spec
     profile: AgentProfile
     pane: Pane
+    store: RunStore | None = None
+    """The rig's store: a wait that times out shows its latest events."""
 
     async def snapshot(self) -> Snapshot:
         return await self.pane.snapshot()
@@ -84,15 +86,23 @@ class Agent:
     async def wait(
         self, fn: t.Callable[[], t.Awaitable[T | bool | None]], what: str, seconds: float = REPLY
     ) -> T:
-        """:func:`aretry_until`, with the agent's screen in the message when it times out."""
+        """:func:`aretry_until`; when it times out the message shows what the agent was
+        at: its screen, what it reads as, and the store's latest events and open question."""
         try:
             return await aretry_until(fn, seconds, interval=0.1, what=what)
         except WaitTimeout as exc:
-            snap = await self.pane.snapshot()
-            screen = "\n".join(ln.rstrip() for ln in snap.lines if ln.strip())
-            reading = self.profile.detect(snap)
-            msg = f"{exc}\n{self.name} reads {reading.state.value} ({reading.rule}):\n{screen}"
+            msg = f"{exc}\n{await self.explain()}"
             raise WaitTimeout(msg) from None
+
+    async def explain(self) -> str:
+        """The agent's screen, its reading and (with a store) the events and its question."""
+        snap = await self.pane.snapshot()
+        screen = "\n".join(ln.rstrip() for ln in snap.lines if ln.strip())
+        reading = self.profile.detect(snap)
+        out = f"{self.name} reads {reading.state.value} ({reading.rule}):\n{screen}"
+        if self.store is not None:
+            out += "\n" + store_story(self.store, self.name)
+        return out
 
     async def wait_state(self, *states: AgentState, seconds: float = REPLY) -> AgentState:
         async def check() -> AgentState | None:
@@ -159,7 +169,7 @@ class Rig:
         started = await self.session.up(primers=primers, resume=resume, on_event=say)
         panes = await self.session.host.agent_panes()
         self.agents = {
-            name: Agent(name, self.specs[name], driver.profile, panes[name])
+            name: Agent(name, self.specs[name], driver.profile, panes[name], self.store)
             for name, driver in started.items()
         }
         return self.agents
@@ -209,6 +219,16 @@ def written(path: pathlib.Path) -> t.Callable[[], t.Awaitable[bool]]:
             return False
 
     return check
+
+
+def store_story(store: RunStore, key: str, last: int = 40) -> str:
+    """The store's ``last`` events (time, kind, agent, detail) and ``key``'s open question."""
+    events = store.list_events(limit=last)
+    t0 = events[0].ts if events else 0.0
+    lines = [f"  +{e.ts - t0:7.2f}s {e.kind} [{e.agent}] {e.detail}" for e in events]
+    pending = get_pending(store, key)
+    asked = "none" if pending is None else repr(pending)
+    return f"last {len(events)} events:\n" + "\n".join(lines) + f"\n{key}'s question: {asked}"
 
 
 def _running(proc: psutil.Process) -> bool:

@@ -85,10 +85,14 @@ def approvals(store: RunStore, kind: str = "approval") -> list[dict[str, t.Any]]
 
 
 async def answer_as_user(
-    store: RunStore, key: str, seen: list[tuple[str, str]], decision: Decision | None = None
+    store: RunStore, agent: Agent, seen: list[tuple[str, str]], decision: Decision | None = None
 ) -> None:
     """`poli approve` for every question asked: ``decision``, else run aider's commands and
-    deny anything else."""
+    deny anything else.
+
+    A question is told from the one before by when it was asked, not by its text: the
+    same question asked again is answered again."""
+    key = agent.name
     while True:
         pending = get_pending(store, key)
         if pending is not None and pending.answer is None:
@@ -97,11 +101,11 @@ async def answer_as_user(
             answer = decision or (Decision.APPROVE if ok else Decision.DENY)
             answer_pending(store, key, answer)
 
-            async def answered(q: str = pending.question) -> bool:
+            async def answered(asked: float = pending.asked) -> bool:
                 p = get_pending(store, key)
-                return p is None or (p.answer is None and p.question != q)
+                return p is None or p.asked != asked
 
-            await aretry_until(answered, REPLY, interval=0.1, what=f"{key} to take the answer")
+            await agent.wait(answered, f"{key} to take the answer")
         await asyncio.sleep(0.1)
 
 
@@ -164,7 +168,7 @@ async def test_aider_executer_two_commands_in_a_row(
     agent = r.agent("EXECUTER")
     driver = driver_for(r, agent, AIDER_POLICIES[mode])
     seen: list[tuple[str, str]] = []
-    user = asyncio.create_task(answer_as_user(r.store, "EXECUTER", seen))
+    user = asyncio.create_task(answer_as_user(r.store, agent, seen))
     try:
         result = await driver.run_turn(prompt("APPROVALS-TWO"), Expect.block("result"), timeout=240)
     finally:
@@ -353,7 +357,7 @@ async def test_ask_with_patterns_approves_by_pattern_and_asks_only_the_rest(
     agent = r.agent("EXECUTER")
     driver = driver_for(r, agent, ApprovalPolicy.of("ask", [r"^echo approved-out "]))
     seen: list[tuple[str, str]] = []
-    user = asyncio.create_task(answer_as_user(r.store, "EXECUTER", seen, Decision.DENY))
+    user = asyncio.create_task(answer_as_user(r.store, agent, seen, Decision.DENY))
     try:
         # A command the pattern matches runs without asking anyone (nor does aider's
         # follow-up about its output reach the user).

@@ -70,7 +70,7 @@ async def test_aider_executer_in_the_loop_answers_each_open_question(
         extra=ROUTING[mode],
     )
     seen: list[tuple[str, str]] = []
-    user = asyncio.create_task(answer_as_user(r.store, "EXECUTER", seen))
+    user = asyncio.create_task(answer_as_user(r.store, r.agent("EXECUTER"), seen))
     events: list[str] = []
     try:
         task = await run_task(

@@ -1,4 +1,8 @@
-"""What every demo shares: its scratch project, its private tmux server, its outcome."""
+"""What every demo shares: its scratch project, its private tmux server, its outcome.
+
+A demo is a workflow like any other: it reaches its tmux server through the driver's
+:class:`~politerm.driver.Host` only.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import tempfile
 import typing as t
 
 from politerm._internal.private import write_private
-from politerm.tmux.server import TmuxServer
+from politerm.driver import Host
 
 Say = t.Callable[[str], None]
 
@@ -66,11 +70,10 @@ class Scratch:
         ]
 
     async def remove(self) -> None:
-        """Stop the demo's tmux server (socket file and config too) and delete the dir."""
-        server = TmuxServer(self.socket)
-        rc, _, _ = await server.run("list-sessions")
-        if rc == 0:
-            await server.kill_server()
-        else:
-            await server.kill_server_files()
+        """Stop the demo's tmux servers (socket files and configs too) and delete the dir."""
+        await self.host().kill_servers()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def host(self, session: str | None = None) -> Host:
+        """The demo's terminal host: its session (or ``session``) on its private server."""
+        return Host.at(self.socket, session or self.session)

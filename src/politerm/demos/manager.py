@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import typing as t
@@ -10,6 +11,7 @@ import typing as t
 from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.config import load_config
 from politerm.demos._scratch import Outcome, Say, Scratch
+from politerm.errors import SessionNotFound
 from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.engine import Manager
 from politerm.manager.pane import PaneChannel, session_name
@@ -17,7 +19,6 @@ from politerm.manager.states import ManagerState
 from politerm.manager.store import ManagerStore
 from politerm.redact import Redactor
 from politerm.store import RunStore
-from politerm.tmux.server import TmuxServer
 
 if t.TYPE_CHECKING:
     from politerm.manager.store import Project
@@ -68,7 +69,8 @@ async def run(*, say: Say, keep: bool = False) -> Outcome:
                 # Only the dev agent's session is kept: `poli down` then ends the server.
                 await brain.kill()
                 brain_session = session_name(config, "brain")
-                await TmuxServer(scratch.socket).run("kill-session", "-t", f"={brain_session}")
+                with contextlib.suppress(SessionNotFound):  # the brain may have ended it
+                    await scratch.host(brain_session).kill()
             turns = [tt for tt in mstore.turns("demo") if tt.role == "dev"]
             for ch in channels:
                 await (ch.aclose() if keep else ch.kill())

@@ -370,9 +370,9 @@ class AgentDriver:
             self._dead = True
         elif reading.state is AgentState.WAITING_APPROVAL:
             approval = await self._approver.look(snap, task_id=task_id)
-        elif self._approver.asked and reading.state is not AgentState.UNKNOWN:
+        elif reading.state is not AgentState.UNKNOWN:
             # A redraw frame (UNKNOWN) is not an answer; a definite other state is.
-            self._approver.gone(task_id=task_id)
+            self._approver.left(task_id=task_id)
         self._row.saw(reading, task_id)
         if not defer_row:
             self.record_row()

@@ -8,7 +8,9 @@ pressed on the next look after the answer. A follow-up question (the profile's
 ``approval.follow_up``) right after a question this approver answered gets that answer
 (:func:`~politerm.agents.approval.follow`); one the approver did not see answered (a
 person answered the question before it in the pane) goes to the policy like any other.
-Every decision is an event with its evidence.
+A question still on screen HOLD seconds after our keys, never seen gone in between, lost
+them: its answer is pressed again, never asked of the user a second time. Every decision is
+an event with its evidence.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from politerm.agents.approval import (
     Decided,
     Decision,
     PendingApproval,
+    Verdict,
     clear_pending,
     describe,
     follow,
@@ -79,6 +82,8 @@ class Approver:
     _box: tuple[tuple[str, ...], ApprovalRequest] | None = None
     # The question answered last with our keys, while a follow-up of it may come.
     _decided: Decided | None = None
+    # The question our keys answered last (any answer), until a look shows it gone.
+    _pressed: Decided | None = None
 
     @property
     def pending(self) -> PendingApproval | None:
@@ -105,6 +110,7 @@ class Approver:
             return "held"
         request = self.profile.approval_request(snap)
         if request is None:
+            self._pressed = None
             return "none"
         if not request.complete and not request.follow_up:
             whole = await self._with_history(snap, request)
@@ -116,7 +122,12 @@ class Approver:
             # redrawn it away yet (a spinner or a moved selection changed the screen).
             return "held"
         what = describe(request)
-        if request.follow_up and self._decided is not None:
+        again = self._pressed if self._pressed and _same(self._pressed.request, request) else None
+        self._pressed = None
+        if again is not None:
+            # Our keys were lost: the answer given stands (a person is not asked twice).
+            verdict, by = Verdict(again.decision, f"pressed again after {HOLD:g}s"), again.by
+        elif request.follow_up and self._decided is not None:
             verdict, by = follow(self._decided), "follow-up"
         else:
             verdict, by = self.policy.decide(request), "policy"
@@ -176,7 +187,9 @@ class Approver:
         self._screen, self._at = snap.lines, now
         self.answered += 1
         self.last = request
-        self._decided = None if request.follow_up else Decided(request, decision, by)
+        self._pressed = Decided(request, decision, by)
+        if again is None:
+            self._decided = None if request.follow_up else self._pressed
         if self.asked or by == "user":
             self._clear_pending()
             self.asked = False
@@ -209,9 +222,14 @@ class Approver:
             last is not None
             and self._screen is not None
             and now - self._at < HOLD
-            and (request.question, request.command, request.tool)
-            == (last.question, last.command, last.tool)
+            and _same(request, last)
         )
+
+    def left(self, *, task_id: str | None = None) -> None:
+        """A look found no question: the one answered last is gone (or was never kept)."""
+        self._pressed = None
+        if self.asked:
+            self.gone(task_id=task_id)
 
     async def _with_history(
         self, snap: Snapshot, request: ApprovalRequest
@@ -268,6 +286,11 @@ class Approver:
     ) -> None:
         if self.store is not None:
             self.store.add_event(kind, task_id=task_id, agent=self.key, detail=detail, data=data)
+
+
+def _same(a: ApprovalRequest, b: ApprovalRequest) -> bool:
+    """Whether two readings are one question (asked, naming the same tool and command)."""
+    return (a.question, a.command, a.tool) == (b.question, b.command, b.tool)
 
 
 def _answered_from(origin: str) -> str:

@@ -195,6 +195,20 @@ class Host:
             msg = f"no tmux session {self.session!r} on socket {self.socket!r}"
             raise SessionNotFound(msg)
 
+    async def kill_servers(self) -> None:
+        """Stop every server of the session, whatever else runs there, and remove its files.
+
+        For a private server that belongs to one throwaway project (a demo's). A server
+        that is not running has its leftover socket file and generated config removed.
+        """
+        for server in self.shards():
+            rc, _, _ = await server.run("list-sessions")
+            if rc == 0:
+                await server.kill_server()
+            else:
+                await server.kill_server_files()
+        self._loads = None
+
     async def close(self) -> None:
         """Close this process's connections to the servers (the agents keep running)."""
         for server in self._shards.values():

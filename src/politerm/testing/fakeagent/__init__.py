@@ -63,6 +63,8 @@ Scenario format (TOML; JSON when the file ends in ``.json``)::
     slow_seconds = 1.0
     leave_text_share = 0.0          # share of finished turns that leave text in the box
     leave_text = "draft: half-typed note"
+    lose_answers = 0                # first answers to its questions lost over the log's
+                                    # life (the question stays, as if pressed too early)
 
 Editing keys: Backspace; Ctrl-U (and Esc when idle) empties the input box; Ctrl-A then
 Ctrl-K does too (kill from the start); Ctrl-C empties it when idle.
@@ -72,8 +74,8 @@ and ``event``: ``start`` (mode, name, pid, child_pid, cwd, cols, rows), ``key`` 
 text for typed text), ``paste`` (len, sha256), ``prompt`` (n, len, sha256, text,
 queued), ``swallowed_enter`` (reason: ``after_paste``, ``burst``, ``all`` or ``fault``),
 ``cleared`` (key, len, text: what an editing key removed from the box), ``fault`` (kind:
-``crash`` with ``at``, ``freeze``/``slow`` with ``seconds``, ``leave_text`` with ``text``;
-``n``), ``dialog``,
+``crash`` with ``at``, ``freeze``/``slow`` with ``seconds``, ``leave_text`` with ``text``,
+``lost_answer``; ``n``), ``dialog``,
 ``approval`` (tool, command, choice, approved), ``write_file``, ``reply``, ``interrupt``,
 ``resize``, ``crash``, ``exit`` (code, reason). Read it back with :func:`read_log` and
 :func:`prompts`.

@@ -474,6 +474,9 @@ class FakeAgent:
     def _answer_approval(self, choice: int) -> None:
         turn = self.turn
         assert turn is not None
+        if self.faults.lose_answer(turn.n):
+            self.selected = 0
+            return
         approved = choice < len(self.screen.approve_options) - 1
         self.log.write(
             "approval",

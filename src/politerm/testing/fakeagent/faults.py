@@ -49,6 +49,9 @@ class FaultPlan:
             1 for e in history if e.get("event") == "fault" and e.get("kind") == "crash"
         )
         self.prompts_before = sum(1 for e in history if e.get("event") == "prompt")
+        self.answers_lost = sum(
+            1 for e in history if e.get("event") == "fault" and e.get("kind") == "lost_answer"
+        )
         self.rng = random.Random(f"{faults.seed}:{name}:{starts}")
 
     def _draw(self, share: float) -> bool:
@@ -85,6 +88,18 @@ class FaultPlan:
             return 0.0
         self.log.write("fault", kind="slow", n=n, seconds=self.faults.slow_seconds)
         return self.faults.slow_seconds
+
+    def lose_answer(self, n: int) -> bool:
+        """Whether the keys answering turn ``n``'s question are lost (it stays on screen).
+
+        A CLI that reads keys before its question listens drops them; the first
+        ``lose_answers`` answers over the log's life are.
+        """
+        if self.answers_lost >= self.faults.lose_answers:
+            return False
+        self.answers_lost += 1
+        self.log.write("fault", kind="lost_answer", n=n)
+        return True
 
     def leave_text(self, n: int) -> str | None:
         """Text to leave in the input box after turn ``n``, or ``None``."""

@@ -127,6 +127,7 @@ class Faults:
     slow_seconds: float = _bounds(1.0, ge=0, le=600)
     leave_text_share: float = _share()  # share of finished turns that leave text in the box
     leave_text: str = _bounds("draft: half-typed note", min_length=1)
+    lose_answers: int = _bounds(0, ge=0)  # first answers to its questions lost (log-wide)
 
 
 def _sleep_child() -> list[str]:

@@ -7,9 +7,10 @@ the publisher (:class:`~politerm.store.watch.StoreWatch`), which reads its agent
 and publishes only those that changed, in one script call. Nothing is polled per agent.
 
 :class:`BoardFeed` follows the board for a router or a view: it blocks on the board's log
-(one thread, one ``XREAD`` at a time), reads the rows named there, and every heartbeat
-interval reads the whole board again so that a node that stopped beating shows its agents
-as lost. Listeners are told which agents changed.
+(one thread, one ``XREAD`` at a time) and takes the rows the entries carry, reads the
+publishers' beats every heartbeat interval (one ``MGET``) so that a node that stopped
+beating shows its agents as lost, and reads the whole board again now and then. Listeners
+are told which agents changed.
 
 Imported only when ``[fleet]`` is configured (it needs redis-py).
 """
@@ -25,7 +26,17 @@ import typing as t
 from politerm._internal.aio import finish, listen, wait_any
 from politerm.agents.approval import list_pending
 from politerm.errors import FleetError, StaleAction
-from politerm.fleet.board import ASKED, Board, BoardRow, TaskAsk, ask_field
+from politerm.fleet.board import (
+    ASKED,
+    Board,
+    BoardRow,
+    TaskAsk,
+    ask_field,
+    asks_of,
+    field,
+    publisher,
+    rows_of,
+)
 from politerm.store.watch import StoreWatch
 
 if t.TYPE_CHECKING:
@@ -49,6 +60,13 @@ UNREACHABLE_BACKOFF = 1.0
 BEAT_SHARE = 0.9
 #: Longest one wait of the feed on the board's log (it looks at its stop flag between).
 FEED_BLOCK = 1.0
+#: How often a feed reads the whole board again, changed or not (a safety net: the log
+#: carries every change, and the beats are looked at every heartbeat interval).
+FULL_EVERY = 60.0
+#: A read of the log that came this much later than its wait allows means the feed fell
+#: behind (a paused process, a starved machine): the log's cap may have dropped changes,
+#: so it reads the whole board again.
+STALL_SLACK = 1.0
 
 Row = dict[str, t.Any]
 
@@ -245,10 +263,13 @@ class BoardFeed:
         self.board, self.every = board, every
         self.rows: dict[str, BoardRow] = {}
         """``NODE/AGENT`` → the row."""
-        self.asks: dict[str, TaskAsk] = {}
-        """``NODE/TASK`` → the question a task of that node's router waits on."""
         self.error: str | None = None
         """Why the board could not be read last time (None: it was)."""
+        self.asks: dict[str, TaskAsk] = {}
+        """``NODE/TASK`` → the question a task of that node's router waits on."""
+        self._raw: dict[str, dict[str, t.Any]] = {}
+        self._raw_asks: list[dict[str, t.Any]] = []
+        self._alive: dict[str, bool] = {}
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
         self._event = asyncio.Event()
@@ -281,8 +302,7 @@ class BoardFeed:
         cursor = "0-0"
         try:
             cursor = await asyncio.to_thread(self.board.last_change)
-            self._replace(await asyncio.to_thread(self.board.rows))
-            self._replace_asks(await asyncio.to_thread(self.board.asks))
+            await self._read_all()
         except FleetError as exc:
             self.error = str(exc)
         self._task = asyncio.create_task(self._follow(cursor), name="poli-board-feed")
@@ -301,53 +321,95 @@ class BoardFeed:
         await self.close()
 
     async def _follow(self, cursor: str) -> None:
+        """Follow the log until cancelled.
+
+        Each change from the entry that woke it (one round trip), the beats every heartbeat
+        interval (one ``MGET``), the whole board now and then, or when it fell behind.
+        """
         loop = asyncio.get_running_loop()
-        full_at = loop.time() + self.every
+        full_at = loop.time() + FULL_EVERY
+        beats_at = loop.time() + self.every
+        block = min(FEED_BLOCK, self.every)
         while True:
             try:
-                cursor, fields = await asyncio.to_thread(
-                    self.board.changes, cursor, min(FEED_BLOCK, self.every)
-                )
-                asked = {f for f in fields if f.startswith(ASKED)}
-                if loop.time() >= full_at:
-                    full_at = loop.time() + self.every
-                    self._replace(await asyncio.to_thread(self.board.rows))
-                    asked.add(ASKED)
-                elif fields - asked:
-                    self._update(await asyncio.to_thread(self.board.rows, fields - asked))
-                if asked:
-                    # A handful at most (the tasks waiting on a person): read them all.
-                    self._replace_asks(await asyncio.to_thread(self.board.asks))
+                asked = loop.time()
+                cursor, changed, more = await asyncio.to_thread(self.board.follow, cursor, block)
+                now = loop.time()
+                behind = now - asked > block + STALL_SLACK
+                if behind or self.error is not None or now >= full_at:
+                    full_at, beats_at = now + FULL_EVERY, now + self.every
+                    await self._read_all()
+                else:
+                    if changed:
+                        await self._take(changed)
+                    if now >= beats_at:
+                        beats_at = now + self.every
+                        alive = await asyncio.to_thread(self.board.alive, self._alive)
+                        self._set(alive=alive)
                 self.error = None
             except FleetError as exc:
                 if self.error != str(exc):
                     log.warning("the agents' board: %s", exc)
                 self.error = str(exc)
                 await asyncio.sleep(UNREACHABLE_BACKOFF)
+                continue
+            if more:
+                continue  # more entries wait: read on at once
 
-    def _replace(self, rows: list[BoardRow]) -> None:
-        new = {f"{r.node}/{r.agent}": r for r in rows}
-        gone = {k for k in self.rows if k not in new}
-        changed = {self.rows[k].agent for k in gone}
+    async def _read_all(self) -> None:
+        """The whole board, the tasks' questions and every publisher's beat (3 round trips)."""
+        records = await asyncio.to_thread(self.board.records)
+        asks = await asyncio.to_thread(self.board.ask_records)
+        by = {publisher(r) for r in [*records, *asks]}
+        alive = await asyncio.to_thread(self.board.alive, by)
+        self._set({field(r["node"], r["agent"]): r for r in records}, alive, whole=True, asks=asks)
+
+    async def _take(self, changed: dict[str, dict[str, t.Any] | None]) -> None:
+        """Rows the log carried (their publishers beat as they published), or read back.
+
+        A task's question named there: all of them read again, with their routers' beats.
+        """
+        if any(k.startswith(ASKED) for k in changed):
+            asks = await asyncio.to_thread(self.board.ask_records)
+            by = {publisher(r) for r in asks}
+            alive = await asyncio.to_thread(self.board.alive, by)
+            self._set(alive=alive, asks=asks)
+            changed = {k: r for k, r in changed.items() if not k.startswith(ASKED)}
+        if not changed:
+            return
+        carried = {k: r for k, r in changed.items() if r is not None}
+        named = sorted(k for k, r in changed.items() if r is None)
+        if named:
+            records = await asyncio.to_thread(self.board.records, named)
+            carried |= {field(r["node"], r["agent"]): r for r in records}
+        self._set(carried, {publisher(r): True for r in carried.values()})
+
+    def _set(
+        self,
+        raw: t.Mapping[str, dict[str, t.Any]] | None = None,
+        alive: t.Mapping[str, bool] | None = None,
+        *,
+        whole: bool = False,
+        asks: list[dict[str, t.Any]] | None = None,
+    ) -> None:
+        """New rows, questions and beats in; the listeners told which changed.
+
+        Agents by name; a task's question as :data:`~politerm.fleet.board.ASKED` and its
+        field.
+        """
+        self._raw = dict(raw or {}) if whole else self._raw | dict(raw or {})
+        self._alive = dict(alive or {}) if whole else self._alive | dict(alive or {})
+        if asks is not None:
+            self._raw_asks = asks
+        rows = rows_of(self._raw.values(), self._alive)
+        new = {field(r.node, r.agent): r for r in rows}
+        changed = {r.agent for k, r in self.rows.items() if k not in new}
         changed |= {r.agent for k, r in new.items() if self.rows.get(k) != r}
         self.rows = new
-        self._tell(changed)
-
-    def _replace_asks(self, asks: list[TaskAsk]) -> None:
-        new = {ask_field(a.node, a.task): a for a in asks}
-        if new != self.asks:
-            changed = {ASKED + k for k in new.keys() ^ self.asks.keys()}
-            changed |= {ASKED + k for k, a in new.items() if self.asks.get(k, a) != a}
-            self.asks = new
-            self._tell(changed)
-
-    def _update(self, rows: list[BoardRow]) -> None:
-        changed = set()
-        for r in rows:
-            key = f"{r.node}/{r.agent}"
-            if self.rows.get(key) != r:
-                self.rows[key] = r
-                changed.add(r.agent)
+        asked = {ask_field(a.node, a.task): a for a in asks_of(self._raw_asks, self._alive)}
+        changed |= {ASKED + k for k in asked.keys() ^ self.asks.keys()}
+        changed |= {ASKED + k for k, a in asked.items() if self.asks.get(k, a) != a}
+        self.asks = asked
         self._tell(changed)
 
     def _tell(self, changed: set[str]) -> None:
@@ -439,7 +501,7 @@ def read_board(config: Config, store: RunStore | None = None) -> list[dict[str, 
 def read_fleet(
     config: Config, store: RunStore | None = None, *, asks: bool = True
 ) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
-    """Every row of the board and the tasks' questions of live routers, once (``poli status``).
+    """The board's rows and the live routers' tasks' questions, once (``poli status``).
 
     Raises
     ------

@@ -28,6 +28,7 @@ if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Host
     from politerm.engine.fleetlink import RouterSeat
     from politerm.engine.remote import AgentStates, TurnPost
+    from politerm.engine.routebase import TurnGate
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
@@ -97,7 +98,11 @@ async def route(
         routing = Routing(
             session.config, store, agents, templates=templates_for(config), remote=elsewhere
         )
-        async with _board(config, store, list(agents), elsewhere, routing.wake) as states:
+        async with (
+            _board(config, store, list(agents), elsewhere, routing.wake) as states,
+            _breaker(config, store, list(agents), routing.wake) as gate,
+        ):
+            routing.gate = gate
             router = Router(routing, post=post, states=states)
             if seat is not None:
                 for driver in routing.agents.values():
@@ -187,6 +192,17 @@ def _board(
     from politerm.engine.fleetboard import router_board
 
     return router_board(config, store, local, remote, wake)
+
+
+def _breaker(
+    config: Config, store: RunStore, agents: list[str], wake: t.Callable[[str], None]
+) -> contextlib.AbstractAsyncContextManager[TurnGate | None]:
+    """The fleet's budget breaker in front of this router's own agents' turns."""
+    if config.fleet is None:
+        return contextlib.nullcontext(None)
+    from politerm.engine.fleetbudget import router_breaker
+
+    return router_breaker(config, store, agents, wake)
 
 
 FOLLOW_BACKSTOP = 30.0

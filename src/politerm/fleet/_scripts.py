@@ -125,16 +125,16 @@ if ARGV[8] == 'new' then
   return start(stream, entry, ARGV[10], p[1][2], tonumber(p[1][3]))
 end
 for s = 5, #KEYS do
-  -- A node may ask before any work was submitted, or after Redis lost its data.
-  if redis.call('EXISTS', KEYS[s]) == 0 then
-    redis.call('XGROUP', 'CREATE', KEYS[s], group, '0', 'MKSTREAM')
-  end
-end
-for s = 5, #KEYS do
   local stream = KEYS[s]
   -- Not XAUTOCLAIM: it would move an entry before we know whether its lease has expired.
   -- The idle filter only narrows the scan; the record's expiry decides.
-  local pending = redis.call('XPENDING', stream, group, 'IDLE', lease_ms, '-', '+', 32)
+  local pending = redis.pcall('XPENDING', stream, group, 'IDLE', lease_ms, '-', '+', 32)
+  if pending.err then
+    -- No stream or group yet: a node may ask before any work was submitted, or after
+    -- Redis lost its data. (Every stream is looked at here before any is read below.)
+    redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+    pending = {}
+  end
   for _, p in ipairs(pending) do
     local entry = p[1]
     local id = work_of(stream, entry)
@@ -312,14 +312,17 @@ return now
 BOARD: t.Final = (
     _NOW
     + """
--- KEYS: board hash, board log stream, the publisher's beat, the asks hash
--- ARGV: node, keep ms, maxlen, beat ms, the count of rows, full (1: the asks given are all
--- the publisher's), the publisher (NODE:ROLE); then triples of field, state, row (JSON
--- without its times: 'at' and 'since' are set here, by Redis's clock; 'since' is kept while
--- the state stays the one published before); then pairs of ask field, ask (JSON; '': gone).
-local fields = {}
-local asks_at = 8 + 3 * tonumber(ARGV[5])
-for i = 8, asks_at - 1, 3 do
+-- KEYS: board hash, board log stream, the publisher's beat, the tasks' questions hash
+-- ARGV: node, keep ms, maxlen, beat ms, most rows a log entry carries, the count of rows,
+-- full (1: the questions given are all the publisher has open), the publisher
+-- (NODE:ROLE); then triples of field, state, row (JSON without its times: 'at' and 'since'
+-- are set here, by Redis's clock; 'since' is kept while the state stays the one published
+-- before); then pairs of question field, question (JSON; '': answered or ended).
+local fields, entry = {}, {}
+local count = tonumber(ARGV[6])
+local inline = count <= tonumber(ARGV[5])
+local asks_at = 9 + 3 * count
+for i = 9, asks_at - 1, 3 do
   local since = now
   local old = redis.call('HGET', KEYS[1], ARGV[i])
   if old then
@@ -331,9 +334,14 @@ for i = 8, asks_at - 1, 3 do
   local row = '{"at":' .. now .. ',"since":' .. since .. ',' .. string.sub(ARGV[i + 2], 2)
   redis.call('HSET', KEYS[1], ARGV[i], row)
   fields[#fields + 1] = ARGV[i]
+  -- A few rows ride on the log entry itself: followers need not read them back.
+  if inline then
+    entry[#entry + 1] = 'row:' .. ARGV[i]
+    entry[#entry + 1] = row
+  end
 end
--- A task's question, or its end ('' removes it); the log names it with a '?' before.
-local given = {}
+-- The tasks' questions: the log names each with a '?' before (followers read them all).
+local given, asked = {}, 0
 for i = asks_at, #ARGV, 2 do
   given[ARGV[i]] = true
   if ARGV[i + 1] == '' then
@@ -341,28 +349,38 @@ for i = asks_at, #ARGV, 2 do
   else
     redis.call('HSET', KEYS[4], ARGV[i], '{"at":' .. now .. ',' .. string.sub(ARGV[i + 1], 2))
     fields[#fields + 1] = '?' .. ARGV[i]
+    asked = asked + 1
   end
 end
-if ARGV[6] == '1' then
-  -- All of this publisher's open questions were given: any other of its is answered or
+if ARGV[7] == '1' then
+  -- All of this publisher's open questions were given: any other of its was answered or
   -- ended (while it was away, or before it restarted).
   local all = redis.call('HGETALL', KEYS[4])
   for j = 1, #all, 2 do
     if not given[all[j]] then
       local ok, was = pcall(cjson.decode, all[j + 1])
-      if ok and type(was) == 'table' and was.by == ARGV[7] then
+      if ok and type(was) == 'table' and was.by == ARGV[8] then
         redis.call('HDEL', KEYS[4], all[j])
         fields[#fields + 1] = '?' .. all[j]
       end
     end
   end
 end
+if asked > 0 then
+  local keep = tonumber(ARGV[2])
+  if redis.call('PTTL', KEYS[4]) < keep - math.min(60000, keep / 2) then
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+end
 if #fields > 0 then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[1],
-    'fields', table.concat(fields, ' '))
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
-  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[2])) end
+    'fields', table.concat(fields, ' '), unpack(entry))
+  -- Both expire after keep without a change; pushed back once a minute, not every change.
+  local keep = tonumber(ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < keep - math.min(60000, keep / 2) then
+    redis.call('PEXPIRE', KEYS[1], keep)
+    redis.call('PEXPIRE', KEYS[2], keep)
+  end
 end
 -- The publisher is alive while this key is: its rows read as lost once it expires.
 redis.call('SET', KEYS[3], now, 'PX', tonumber(ARGV[4]))

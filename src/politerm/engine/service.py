@@ -27,7 +27,6 @@ import typing as t
 
 from politerm._internal.pidlock import try_flock
 from politerm._internal.private import private_dir
-from politerm.driver import Host, state_dir
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -99,6 +98,10 @@ class ServiceLock:
         *,
         kind: str = ROUTER,
     ) -> None:
+        # Imported here: ``driver.host`` brings the whole turn machinery, and ``poli status``
+        # reads a lock without driving anything.
+        from politerm.driver import state_dir
+
         base = directory if directory is not None else state_dir()
         self.path = base / f"{kind}-{socket}-{session}.pid"
         self._fd: int | None = None
@@ -276,6 +279,7 @@ def _die_with_parent() -> None:
 def _session_up(socket: str, session: str) -> bool:
     import asyncio
 
+    from politerm.driver import Host
     from politerm.errors import PolitermError
 
     async def look() -> bool:

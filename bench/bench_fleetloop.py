@@ -29,6 +29,8 @@ Run ``python -m bench.bench_fleetloop [--quick]``.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import itertools
 import pathlib
 import tempfile
@@ -46,17 +48,39 @@ from politerm.fleet import connect
 IDLE_WINDOW = 5.0
 
 
-def _commands(server: RedisServer) -> int:
-    """Every command Redis ran so far (``INFO commandstats``), scripts' insides included."""
+#: How many commands the breakdown of one layout's commands per task names.
+TOP_COMMANDS = 12
+
+Counts = collections.Counter[str]
+
+
+def _commands(server: RedisServer) -> Counts:
+    """Every command Redis ran so far, by name (``INFO commandstats``), scripts' insides
+    included."""
     conn = connect(server.url)
-    stats = conn.cmd.info("commandstats")
-    return sum(int(v["calls"]) for v in stats.values())
+    try:
+        stats = conn.cmd.info("commandstats")
+    finally:
+        conn.close()
+    return collections.Counter(
+        {name.removeprefix("cmdstat_").upper(): int(v["calls"]) for name, v in stats.items()}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """What one layout cost Redis: per task (idle rate subtracted), and per second idle."""
+
+    per_task: float
+    idle_rate: float
+    task_by_command: dict[str, float]
+    idle_by_command: dict[str, float]
 
 
 def _run(
     root: pathlib.Path, server: RedisServer, executer_on: str, n: int, *, transcripts: bool
-) -> tuple[Handoffs, float]:
-    """The handoffs of ``n`` tasks, and Redis's commands per task over them."""
+) -> tuple[Handoffs, Load]:
+    """The handoffs of ``n`` tasks, and what they and the idle fleet cost Redis."""
     names = ["a"] if executer_on == "a" else ["a", executer_on]
     nodes = make_fleet(
         root, server, names, executer_nodes=(executer_on,), lease=10, transcripts=transcripts
@@ -73,14 +97,22 @@ def _run(
         quiet = _commands(server)
         time.sleep(IDLE_WINDOW)  # the fleet left alone: its idle rate of commands
         before = _commands(server)
-        idle_rate = (before - quiet - 1) / IDLE_WINDOW  # less the first INFO itself
+        idle = before - quiet - collections.Counter({"INFO": 1})  # less the first INFO
         start = time.monotonic()
         for i in range(n):
             done = a.poli("task", f"handoff {i}", "--id", f"T-{i}", "--timeout", "60")
             check(done.returncode == 0, f"task T-{i}: {done.stdout}{done.stderr}")
-        busy = _commands(server) - before - 1
-        per_task = (busy - idle_rate * (time.monotonic() - start)) / n
-        return Handoffs.read(a.root, nodes[executer_on].root), per_task
+        busy = _commands(server) - before - collections.Counter({"INFO": 1})
+        took = time.monotonic() - start
+        idle_by = {c: k / IDLE_WINDOW for c, k in idle.items()}
+        task_by = {c: (busy[c] - idle_by.get(c, 0.0) * took) / n for c in busy | idle}
+        load = Load(
+            per_task=sum(task_by.values()),
+            idle_rate=sum(idle_by.values()),
+            task_by_command=task_by,
+            idle_by_command=idle_by,
+        )
+        return Handoffs.read(a.root, nodes[executer_on].root), load
     finally:
         tear_down(nodes)
 
@@ -94,17 +126,19 @@ def main(quick: bool = False) -> list[Row]:
         root = pathlib.Path(tmp)
         server = RedisServer(root / "redis")
         server.start()
-        runs: dict[bool, tuple[Handoffs, Handoffs, float]] = {}
+        runs: dict[bool, tuple[Handoffs, Handoffs, Load]] = {}
         try:
             for transcripts in (True, False):
                 kept = "kept" if transcripts else "none"
                 one, _ = _run(root / f"one-{kept}", server, "a", n, transcripts=transcripts)
-                two, per_task = _run(root / f"two-{kept}", server, "b", n, transcripts=transcripts)
-                runs[transcripts] = (one, two, per_task)
+                two, load = _run(root / f"two-{kept}", server, "b", n, transcripts=transcripts)
+                runs[transcripts] = (one, two, load)
         finally:
             server.stop()
     rows: list[Row] = []
-    for (transcripts, (one, two, per_task)), (what, pick, delay) in itertools.product(
+    for transcripts, (_, _, load) in runs.items():
+        _print_breakdown("kept" if transcripts else "none", load)
+    for (transcripts, (one, two, load)), (what, pick, delay) in itertools.product(
         runs.items(),
         (
             ("P→E (plan)", Handoffs.plan_ms, executer_delay),
@@ -124,10 +158,24 @@ def main(quick: bool = False) -> list[Row]:
                 "two nodes p99 ms": remote.p99,
                 "two/one p50": ratio(remote.p50, local.p50),
                 "two/one p99": ratio(remote.p99, local.p99),
-                "redis cmds/task": per_task,
+                "redis cmds/task": load.per_task,
+                "idle cmds/s": load.idle_rate,
             }
         )
     return print_table("fleet: the loop's handoff across nodes vs on one node", rows)
+
+
+def _print_breakdown(kept: str, load: Load) -> None:
+    """The two-node layout's commands per task and per idle second, by command."""
+
+    def top(by: dict[str, float]) -> str:
+        named = sorted(by.items(), key=lambda kv: -kv[1])[:TOP_COMMANDS]
+        return ", ".join(f"{c} {k:.1f}" for c, k in named if round(k, 1) != 0)
+
+    print(f"two nodes, transcripts {kept}: {load.per_task:.1f} commands per task: "
+          f"{top(load.task_by_command)}")  # fmt: skip
+    print(f"two nodes, transcripts {kept}: {load.idle_rate:.1f} commands per idle second: "
+          f"{top(load.idle_by_command)}")  # fmt: skip
 
 
 if __name__ == "__main__":

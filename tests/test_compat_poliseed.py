@@ -17,8 +17,8 @@ import typing as t
 import pytest
 
 from politerm.config import load_config
-from politerm.engine.loop import run_task
 from politerm.engine.templates import Templates
+from politerm.messaging.routing import run_task
 from politerm.protocol.parser import parse_blocks
 from politerm.store import RunStore
 from politerm.store.models import TaskState

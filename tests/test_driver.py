@@ -352,25 +352,24 @@ async def test_a_users_answer_whose_keys_were_lost_is_pressed_again_not_asked_ag
     store.close()
 
 
-async def test_two_drivers_of_one_agent_answer_its_question_once(
+async def test_two_looks_at_one_agent_answer_its_question_once(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:
-    # The router's and the postman's drivers of one agent, in two processes, both look at
-    # its question; only one presses the keys (a second press lands on the next screen).
+    # The router's step and a message lane look at one agent through its one driver (one
+    # owner per agent) at the same moment: the keys are pressed once (a second press would
+    # land on the agent's next screen).
     store = RunStore.open(tmp_path / "store.db")
     approve = ApprovalPolicy.of("approve", [])
-    first = await start(tmux_server, tmux_session, tmp_path, APPROVAL, store=store, policy=approve)
-    pane = await Host(tmux_server, "t").find_agent_pane("AGENT")
-    assert pane is not None
-    second = AgentDriver("AGENT", first.profile, pane, store=store, policy=approve)
-    result = await first.deliver("DO T6 nonce=abc123")
+    driver = await start(tmux_server, tmux_session, tmp_path, APPROVAL, store=store, policy=approve)
+    result = await driver.deliver("DO T6 nonce=abc123")
     assert result.got_in, result
 
     async def asked() -> bool:
-        return first.profile.detect(await pane.snapshot()).state is AgentState.WAITING_APPROVAL
+        snap = await driver.snapshot()
+        return snap is not None and driver.profile.detect(snap).state is AgentState.WAITING_APPROVAL
 
     await aretry_until(asked, 30, what="the approval question")
-    await asyncio.gather(first.observe(), second.observe())
+    await asyncio.gather(driver.observe(), driver.observe())
 
     async def answered() -> bool:
         return any(e["event"] == "reply" for e in read_log(tmp_path / "fa"))

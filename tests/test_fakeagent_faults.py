@@ -169,7 +169,9 @@ def test_slow_turn_thinks_longer(
 
 
 @pytest.mark.parametrize(
-    "keys", [("C-u",), ("C-a", "C-k"), ("Escape",)], ids=["ctrl-u", "ctrl-a-ctrl-k", "esc"]
+    "keys",
+    [("C-u",), ("C-a", "C-k"), ("Escape",), ("C-c",)],
+    ids=["ctrl-u", "ctrl-a-ctrl-k", "esc", "ctrl-c"],
 )
 def test_text_left_in_the_box_and_cleared(
     server: Server, workdir: pathlib.Path, tmp_path: pathlib.Path, keys: tuple[str, ...]

@@ -276,32 +276,29 @@ async def test_limit_that_never_lifts_ends_the_turn_stuck(
         store.close()
 
 
-async def test_two_drivers_of_one_agent_resume_its_limit_once(
+async def test_two_looks_at_one_agent_resume_its_limit_once(
     tmux_server: TmuxServer, tmux_session: ControlClient, tmp_path: pathlib.Path
 ) -> None:
-    # The router's and the postman's drivers of one agent (two processes) both see its
-    # limit reset; only one types the resume text.
+    # The router's step and a message lane look at one agent through its one driver (one
+    # owner per agent) at its limit's reset: the resume text is typed once.
     store = RunStore.open(tmp_path / "runs.sqlite3")
     policy = LimitPolicy(resume="continue", margin=0.0)
     body = LIMIT_SCENARIO.format(secs=2, nonce=NONCE)
-    first = await _start(tmux_server, tmux_session, tmp_path, body, store=store, limits=policy)
-    pane = await Host(tmux_server, "t").find_agent_pane("AGENT")
-    assert pane is not None
-    second = AgentDriver("AGENT", first.profile, pane, store=store, limits=policy)
+    driver = await _start(tmux_server, tmux_session, tmp_path, body, store=store, limits=policy)
     try:
-        assert (await first.deliver(f"DO T1 nonce={NONCE}")).ok
+        assert (await driver.deliver(f"DO T1 nonce={NONCE}")).ok
 
         async def limited() -> bool:
-            looks = await asyncio.gather(first.observe(), second.observe())
+            looks = await asyncio.gather(driver.observe(), driver.observe())
             return all(o.state is AgentState.LIMITED for o in looks)
 
-        await aretry_until(limited, 30, what="both drivers to read the limit")
+        await aretry_until(limited, 30, what="the limit")
 
         async def due() -> bool:
-            return all((d.limit_due_in() or 0.0) <= 0 for d in (first, second))
+            return (driver.limit_due_in() or 0.0) <= 0
 
         await aretry_until(due, 30, what="the limit's reset")
-        await asyncio.gather(first.observe(), second.observe())
+        await asyncio.gather(driver.observe(), driver.observe())
 
         async def answered() -> bool:
             return [e["event"] for e in read_log(tmp_path / "fa")].count("reply") == 2
@@ -310,7 +307,7 @@ async def test_two_drivers_of_one_agent_resume_its_limit_once(
         assert prompts(tmp_path / "fa") == [f"DO T1 nonce={NONCE}".encode(), b"continue"]
         assert [e.kind for e in store.list_events()].count("limit-resumed") == 1
     finally:
-        await first.kill()
+        await driver.kill()
         store.close()
 
 
@@ -468,7 +465,7 @@ LIMITED_EXECUTER = (
 async def test_router_task_waits_out_a_limit_longer_than_its_step_timeout(
     server: t.Any, tmp_path: pathlib.Path
 ) -> None:
-    from politerm.engine.loop import run_task
+    from politerm.messaging.routing import run_task
     from politerm.store.models import TaskState
     from tests.loophelpers import started, write_project
 
@@ -555,7 +552,7 @@ async def test_router_fails_a_task_whose_turn_goes_over_its_token_budget(
     server: t.Any, tmp_path: pathlib.Path
 ) -> None:
     from politerm.driver.tokens import stored_tokens
-    from politerm.engine.loop import run_task
+    from politerm.messaging.routing import run_task
     from politerm.store.models import TaskState
     from tests.loophelpers import started, write_project
 

@@ -11,8 +11,9 @@ import typing as t
 
 import pytest
 
-from politerm.engine.loop import answer, route, run_task, submit
+from politerm.engine.loop import answer, route, submit
 from politerm.errors import ServerNotRunning
+from politerm.messaging.routing import run_task
 from politerm.store.models import MessageState, TaskState
 from politerm.testing.retry import retry_until
 from tests.loophelpers import (

@@ -10,9 +10,9 @@ import typing as t
 
 import pytest
 
-from politerm.engine.loop import run_task
 from politerm.engine.router import LAST_LOOK
 from politerm.errors import RoutingError
+from politerm.messaging.routing import run_task
 from politerm.store.models import TaskState
 from tests.loophelpers import (
     EXECUTER_OK,

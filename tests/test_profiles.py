@@ -17,8 +17,8 @@ from politerm.agents.approval import (
     get_pending,
 )
 from politerm.agents.profile import ApprovalRequest, list_profiles
-from politerm.engine.loop import run_task
 from politerm.errors import ProfileError, RoutingError
+from politerm.messaging.routing import run_task
 from politerm.store.models import TaskState
 from politerm.terminal import Snapshot
 from politerm.testing.fakeagent import read_log

@@ -18,9 +18,10 @@ import pytest
 
 from politerm.cli.attach import agent_target
 from politerm.driver.observer import Observer
-from politerm.engine.loop import route, run_task, submit
+from politerm.engine.loop import route, submit
 from politerm.engine.service import _session_up
 from politerm.errors import SessionNotFound
+from politerm.messaging.routing import run_task
 from politerm.store.models import TaskState
 from politerm.testing.retry import aretry_until
 from politerm.tmux.server import TmuxServer

@@ -14,12 +14,13 @@ import typing as t
 import pytest
 
 from politerm.config import Config, StoreConfig, TmuxConfig
-from politerm.engine.loop import abort, route, run_task, submit, templates_for
+from politerm.engine.loop import abort, route, submit, templates_for
 from politerm.engine.routebase import Routing
 from politerm.engine.router import Router
 from politerm.engine.sending import handed
 from politerm.engine.session import RouterLock
 from politerm.errors import IdError, TransitionRejected
+from politerm.messaging.routing import run_task
 from politerm.status import collect
 from politerm.store import RunStore
 from politerm.store.models import MessageState, TaskState, TurnEnd, TurnState

@@ -18,12 +18,13 @@ import typing as t
 
 import pytest
 
-from politerm.engine.loop import abort, route, router_lock, run_task, submit, templates_for
+from politerm.engine.loop import abort, route, router_lock, submit, templates_for
 from politerm.engine.routebase import RESUME_META, Routing
 from politerm.engine.router import Router
 from politerm.engine.sending import handed
 from politerm.engine.session import Session
 from politerm.errors import RoutingError, ServerNotRunning
+from politerm.messaging.routing import run_task
 from politerm.store.models import MessageState, TaskState, TurnState
 from politerm.testing.retry import aretry_until
 from tests.loophelpers import EXECUTER_OK, open_loop, started, write_project

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
 import os
 import pathlib
 import secrets
@@ -23,6 +24,7 @@ import pytest
 from politerm.config import load_config
 from politerm.store import RunStore
 from politerm.testing.fakeagent.eventlog import read_log
+from politerm.testing.retry import retry_until
 from tests.loophelpers import EXECUTER_OK, PLANNER_OK, write_project
 
 if t.TYPE_CHECKING:
@@ -132,6 +134,22 @@ class FleetNode:
         """Everything ``agent`` on this node logged itself (none if it never ran here)."""
         path = self.root / f"{agent.lower()}.jsonl"
         return read_log(path) if path.exists() else []
+
+    def paused(self, task_id: str) -> str | None:
+        """Why ``poli status --json`` here says ``task_id`` waits for the fleet's budget."""
+        shown = self.poli("status", "--json")
+        assert shown.returncode == 0, shown.stderr
+        tasks = json.loads(shown.stdout)["tasks"]
+        return next((tk["paused"] for tk in tasks if tk["id"] == task_id), None)
+
+    def shows_paused(self, task_id: str, reason: str) -> None:
+        """Wait until ``poli status`` here shows ``task_id`` paused by the fleet's budget
+        for ``reason`` (the breaker's words), in JSON and in the plain view."""
+        said = retry_until(
+            lambda: self.paused(task_id), 90, what=f"poli status to show {task_id} paused"
+        )
+        assert reason in said
+        assert "paused by the fleet's budget" in self.poli("status").stdout
 
     def prompts(self, agent: str) -> list[str]:
         """What ``agent`` on this node was handed, from its own log."""

@@ -232,3 +232,37 @@ async def test_a_publisher_sends_its_own_agents_changes_once_each(
         finally:
             stop.set()
             await asyncio.wait_for(running, 10)
+
+
+def _reads_back(board: Board) -> int:
+    """How many times Redis was asked for board rows (``HGETALL``, ``HMGET``) so far."""
+    stats = board.queue.conn.cmd.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("hgetall", "hmget"))
+
+
+async def test_a_feed_takes_each_change_from_the_log_and_a_lost_publisher_from_its_beat(
+    redis_server: RedisServer,
+) -> None:
+    from politerm.engine.fleetboard import BoardFeed
+
+    board = make_board(redis_server)
+    board.publish("b", {"EXECUTER": {"state": "ready"}}, every=0.2)  # lost 0.6 s after
+    board.publish("c", {"PLANNER": {"state": "ready"}}, every=60)
+    async with BoardFeed(board, every=0.2) as feed:
+        before = _reads_back(board)
+        woken = feed.event()
+        await asyncio.to_thread(board.publish, "c", {"PLANNER": {"state": "busy"}}, every=60)
+        await asyncio.wait_for(woken.wait(), 10)  # bounded: the feed saw the change
+        planner = feed.of("PLANNER")
+        assert planner is not None and (planner.state, planner.lost) == ("busy", False)
+
+        # b stopped beating: its row reads lost, from its beat alone.
+        def lost() -> bool:
+            row = feed.of("EXECUTER")
+            return row is not None and row.lost
+
+        await aretry_until(lambda: asyncio.sleep(0, lost()), 10, what="b's row to read lost")
+        executer = feed.of("EXECUTER")
+        assert executer is not None and (executer.state, executer.last_state) == (LOST, "ready")
+        # Neither the change nor the lost beat made the feed read a row back from Redis.
+        assert _reads_back(board) == before

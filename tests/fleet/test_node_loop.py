@@ -269,16 +269,8 @@ def test_the_fleet_budget_pauses_a_turn_before_anything_is_typed_and_a_raised_ca
         assert a.poli("up").returncode == 0
         task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
 
-        def paused() -> str | None:
-            shown = a.poli("status", "--json")
-            assert shown.returncode == 0, shown.stderr
-            tasks = json.loads(shown.stdout)["tasks"]
-            return next((tk["paused"] for tk in tasks if tk["id"] == "T-1"), None)
-
         # The router on a shows the task paused, with the breaker's words.
-        said = retry_until(paused, 90, what="poli status on a to show T-1 paused")
-        assert over in said
-        assert "paused by the fleet's budget" in a.poli("status").stdout
+        a.shows_paused("T-1", over)
         budget = a.poli("fleet", "budget")
         assert "paused by the budget: loop-" in budget.stdout and over in budget.stdout
         assert over in a.poli("fleet", "status").stdout
@@ -301,7 +293,7 @@ def test_the_fleet_budget_pauses_a_turn_before_anything_is_typed_and_a_raised_ca
         record = queue.get(work.work_id)
         assert record is not None and (record.state.value, record.attempt) == ("done", 1)
         assert queue.ledger.paused() == []
-        assert paused() is None
+        assert a.paused("T-1") is None
         kinds = [e["kind"] for e in json.loads(a.poli("status", "--json").stdout)["events"]]
         assert "budget-resumed" in kinds
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 import typing as t
 
@@ -259,3 +260,26 @@ def test_paused_work_keeps_its_attempt_wakes_its_waiter_and_is_claimed_again(
     assert queue.standing("w1")[0].paused == ""
     queue.complete(again, {"ok": True})
     assert queue.wait_result("w1", timeout=5).outcome == {"ok": True}
+
+
+def _calls(queue: WorkQueue) -> collections.Counter[str]:
+    """Every command Redis ran so far, by name (scripts' insides included)."""
+    stats = queue.conn.cmd.info("commandstats")
+    return collections.Counter(
+        {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    )
+
+
+def test_an_idle_claim_looks_once_then_blocks_once(redis_server: RedisServer) -> None:
+    queue = make_queue(redis_server)
+    agents = ["EXECUTER", "EXECUTER.answer"]
+    assert queue.claim("a", agents) is None  # makes the streams and their group
+    before = _calls(queue)
+    assert queue.claim("a", agents, block_ms=300) is None
+    spent = _calls(queue) - before - collections.Counter({"info": 1})
+    # One script (each stream's pending entries and new ones, the next expiry), then one
+    # blocked read of both streams. The node's next claim looks first: no look again at
+    # the end of this one.
+    assert spent == collections.Counter(
+        {"evalsha": 1, "time": 1, "xpending": 2, "xreadgroup": 3, "zrange": 1}
+    )

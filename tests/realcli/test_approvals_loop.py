@@ -17,7 +17,7 @@ import typing as t
 
 import pytest
 
-from politerm.engine.loop import run_task
+from politerm.messaging.routing import run_task
 from politerm.store.models import TaskState
 from politerm.testing.mockllm import Rule
 from tests.realcli.helpers import AgentSpec

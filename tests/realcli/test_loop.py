@@ -11,7 +11,7 @@ import typing as t
 
 import pytest
 
-from politerm.engine.loop import run_task
+from politerm.messaging.routing import run_task
 from politerm.store.models import MessageState, TaskState
 from politerm.testing.mockllm import Rule
 from tests.loophelpers import IDS

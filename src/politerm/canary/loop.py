@@ -149,8 +149,8 @@ async def run_loop_checks(
     import tempfile
 
     from politerm.config import load_config
-    from politerm.engine.loop import run_task
     from politerm.engine.session import Session
+    from politerm.messaging.routing import run_task
     from politerm.store import RunStore
     from politerm.store.models import TaskState
 

@@ -14,7 +14,7 @@ from politerm.engine import service
 from politerm.engine.decide import ACTIVE
 from politerm.engine.loop import follow, follow_until_idle, router_lock
 from politerm.errors import RoutingError
-from politerm.messaging.postman import serve
+from politerm.messaging.routing import serve
 from politerm.messaging.service import Messenger
 
 

@@ -6,8 +6,8 @@ import typing as t
 
 from politerm.config import load_config
 from politerm.demos._scratch import Outcome, Say, Scratch
-from politerm.engine.loop import run_task
 from politerm.engine.session import Session
+from politerm.messaging.routing import run_task
 from politerm.store import RunStore
 from politerm.store.models import TaskState
 

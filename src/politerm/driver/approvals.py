@@ -16,7 +16,6 @@ an event with its evidence.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 import typing as t
 
@@ -176,13 +175,6 @@ class Approver:
             origin = pending.by or "cli"
         spec = self.profile.approval
         keys = spec.approve if decision is Decision.APPROVE else spec.deny
-        which = f"{request.tool}\0{request.command}\0{request.question}"
-        if self.store is not None and not self.store.claim(
-            f"answering:{self.key}", which, f"{os.getpid()}:{id(self)}", hold=HOLD
-        ):
-            # Another driver of this agent (another process) is answering it right now.
-            self._screen, self._at = snap.lines, now
-            return "held"
         await self.term.send_keys(*keys)
         self._screen, self._at = snap.lines, now
         self.answered += 1

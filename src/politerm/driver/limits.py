@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import time
 import typing as t
 
@@ -43,9 +42,6 @@ if t.TYPE_CHECKING:
 # Bounds on closing a CLI's limit menu: the screen's answer to each key, the menu gone.
 _KEY_ECHO = 2.0
 _MENU_GONE = 15.0
-# How long after one driver of an agent resumed it at a reset no other driver does (each
-# reads the reset off the screen at its own moment, so their reset times differ).
-_CLAIM = 60.0
 # The input box is back: idle, or idle under an error line (Gemini's "✕ [API Error: …]").
 _TYPABLE = frozenset({AgentState.READY, AgentState.ERROR})
 
@@ -158,11 +154,6 @@ class Limiter:
                 f"{driver.name} is still limited after {self.resumes} resume(s)",
             )
             return self._stuck(reading)
-        if driver.store is not None and not driver.store.claim(
-            f"resuming:{driver.name}", "resume", f"{os.getpid()}:{id(self)}", hold=_CLAIM
-        ):
-            # Another driver of this agent (another process) resumes it at this reset.
-            return reading
         self.resumes += 1
         self._end(driver, now)
         closed, menu = await self._close_menu(driver)

@@ -133,7 +133,12 @@ class BlockEffects:
             clear_pending=target in self.routing.clear_later,
             stopping=self.routing.stopping.is_set(),
         )
-        return await driver.ready_look() if agentstep.takes_handoff(recipient) else None
+        if not agentstep.takes_handoff(recipient):
+            return None
+        gate = self.routing.gate
+        if gate is not None and not await gate.admit(target, block.id, handoff=True):
+            return None  # held back: the prompt is queued, and typed when the gate allows
+        return await driver.ready_look()
 
     def apply_block(
         self, name: str, turn: Turn, block: Block, *, ready: Snapshot | None = None

@@ -7,9 +7,10 @@ the publisher (:class:`~politerm.store.watch.StoreWatch`), which reads its agent
 and publishes only those that changed, in one script call. Nothing is polled per agent.
 
 :class:`BoardFeed` follows the board for a router or a view: it blocks on the board's log
-(one thread, one ``XREAD`` at a time), reads the rows named there, and every heartbeat
-interval reads the whole board again so that a node that stopped beating shows its agents
-as lost. Listeners are told which agents changed.
+(one thread, one ``XREAD`` at a time) and takes the rows the entries carry, reads the
+publishers' beats every heartbeat interval (one ``MGET``) so that a node that stopped
+beating shows its agents as lost, and reads the whole board again now and then. Listeners
+are told which agents changed.
 
 Imported only when ``[fleet]`` is configured (it needs redis-py).
 """
@@ -25,7 +26,7 @@ import typing as t
 from politerm._internal.aio import finish, listen, wait_any
 from politerm.agents.approval import list_pending
 from politerm.errors import FleetError, StaleAction
-from politerm.fleet.board import Board, BoardRow
+from politerm.fleet.board import Board, BoardRow, field, publisher, rows_of
 from politerm.store.watch import StoreWatch
 
 if t.TYPE_CHECKING:
@@ -49,6 +50,13 @@ UNREACHABLE_BACKOFF = 1.0
 BEAT_SHARE = 0.9
 #: Longest one wait of the feed on the board's log (it looks at its stop flag between).
 FEED_BLOCK = 1.0
+#: How often a feed reads the whole board again, changed or not (a safety net: the log
+#: carries every change, and the beats are looked at every heartbeat interval).
+FULL_EVERY = 60.0
+#: A read of the log that came this much later than its wait allows means the feed fell
+#: behind (a paused process, a starved machine): the log's cap may have dropped changes,
+#: so it reads the whole board again.
+STALL_SLACK = 1.0
 
 Row = dict[str, t.Any]
 
@@ -204,6 +212,8 @@ class BoardFeed:
         """``NODE/AGENT`` → the row."""
         self.error: str | None = None
         """Why the board could not be read last time (None: it was)."""
+        self._raw: dict[str, dict[str, t.Any]] = {}
+        self._alive: dict[str, bool] = {}
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
         self._event = asyncio.Event()
@@ -231,7 +241,7 @@ class BoardFeed:
         cursor = "0-0"
         try:
             cursor = await asyncio.to_thread(self.board.last_change)
-            self._replace(await asyncio.to_thread(self.board.rows))
+            await self._read_all()
         except FleetError as exc:
             self.error = str(exc)
         self._task = asyncio.create_task(self._follow(cursor), name="poli-board-feed")
@@ -250,40 +260,71 @@ class BoardFeed:
         await self.close()
 
     async def _follow(self, cursor: str) -> None:
+        """Follow the log until cancelled.
+
+        Each change from the entry that woke it (one round trip), the beats every heartbeat
+        interval (one ``MGET``), the whole board now and then, or when it fell behind.
+        """
         loop = asyncio.get_running_loop()
-        full_at = loop.time() + self.every
+        full_at = loop.time() + FULL_EVERY
+        beats_at = loop.time() + self.every
+        block = min(FEED_BLOCK, self.every)
         while True:
             try:
-                cursor, fields = await asyncio.to_thread(
-                    self.board.changes, cursor, min(FEED_BLOCK, self.every)
-                )
-                if loop.time() >= full_at:
-                    full_at = loop.time() + self.every
-                    self._replace(await asyncio.to_thread(self.board.rows))
-                elif fields:
-                    self._update(await asyncio.to_thread(self.board.rows, fields))
+                asked = loop.time()
+                cursor, changed, more = await asyncio.to_thread(self.board.follow, cursor, block)
+                now = loop.time()
+                behind = now - asked > block + STALL_SLACK
+                if behind or self.error is not None or now >= full_at:
+                    full_at, beats_at = now + FULL_EVERY, now + self.every
+                    await self._read_all()
+                else:
+                    if changed:
+                        await self._take(changed)
+                    if now >= beats_at:
+                        beats_at = now + self.every
+                        alive = await asyncio.to_thread(self.board.alive, self._alive)
+                        self._set(alive=alive)
                 self.error = None
             except FleetError as exc:
                 if self.error != str(exc):
                     log.warning("the agents' board: %s", exc)
                 self.error = str(exc)
                 await asyncio.sleep(UNREACHABLE_BACKOFF)
+                continue
+            if more:
+                continue  # more entries wait: read on at once
 
-    def _replace(self, rows: list[BoardRow]) -> None:
-        new = {f"{r.node}/{r.agent}": r for r in rows}
-        gone = {k for k in self.rows if k not in new}
-        changed = {self.rows[k].agent for k in gone}
+    async def _read_all(self) -> None:
+        """The whole board and every publisher's beat (two round trips)."""
+        records = await asyncio.to_thread(self.board.records)
+        alive = await asyncio.to_thread(self.board.alive, {publisher(r) for r in records})
+        self._set({field(r["node"], r["agent"]): r for r in records}, alive, whole=True)
+
+    async def _take(self, changed: dict[str, dict[str, t.Any] | None]) -> None:
+        """Rows the log carried (their publishers beat as they published), or read back."""
+        carried = {k: r for k, r in changed.items() if r is not None}
+        named = sorted(k for k, r in changed.items() if r is None)
+        if named:
+            records = await asyncio.to_thread(self.board.records, named)
+            carried |= {field(r["node"], r["agent"]): r for r in records}
+        self._set(carried, {publisher(r): True for r in carried.values()})
+
+    def _set(
+        self,
+        raw: t.Mapping[str, dict[str, t.Any]] | None = None,
+        alive: t.Mapping[str, bool] | None = None,
+        *,
+        whole: bool = False,
+    ) -> None:
+        """New rows and beats in; the listeners told which agents' rows changed."""
+        self._raw = dict(raw or {}) if whole else self._raw | dict(raw or {})
+        self._alive = dict(alive or {}) if whole else self._alive | dict(alive or {})
+        rows = rows_of(self._raw.values(), self._alive)
+        new = {field(r.node, r.agent): r for r in rows}
+        changed = {r.agent for k, r in self.rows.items() if k not in new}
         changed |= {r.agent for k, r in new.items() if self.rows.get(k) != r}
         self.rows = new
-        self._tell(changed)
-
-    def _update(self, rows: list[BoardRow]) -> None:
-        changed = set()
-        for r in rows:
-            key = f"{r.node}/{r.agent}"
-            if self.rows.get(key) != r:
-                self.rows[key] = r
-                changed.add(r.agent)
         self._tell(changed)
 
     def _tell(self, changed: set[str]) -> None:

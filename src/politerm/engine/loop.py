@@ -28,12 +28,15 @@ if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Host
     from politerm.engine.fleetlink import RouterSeat
     from politerm.engine.remote import AgentStates, TurnPost
+    from politerm.engine.routebase import TurnGate
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
 Printer = t.Callable[["Event"], None]
 Beside = t.Callable[["t.Mapping[str, AgentDriver]", "Host"], t.Coroutine[t.Any, t.Any, None]]
-"""Work a router runs beside its loops over its own drivers (the service's message lanes)."""
+"""Work a router runs beside its loops over its own drivers (the message lanes)."""
+Serve = t.Callable[[t.Callable[[], bool]], t.Coroutine[t.Any, t.Any, None]]
+"""Routes the session here until its argument turns true (with the message lanes)."""
 TERMINAL = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.ABORTED})
 
 
@@ -95,7 +98,11 @@ async def route(
         routing = Routing(
             session.config, store, agents, templates=templates_for(config), remote=elsewhere
         )
-        async with _board(config, store, list(agents), elsewhere, routing.wake) as states:
+        async with (
+            _board(config, store, list(agents), elsewhere, routing.wake) as states,
+            _breaker(config, store, list(agents), routing.wake) as gate,
+        ):
+            routing.gate = gate
             router = Router(routing, post=post, states=states)
             if seat is not None:
                 for driver in routing.agents.values():
@@ -187,6 +194,17 @@ def _board(
     return router_board(config, store, local, remote, wake)
 
 
+def _breaker(
+    config: Config, store: RunStore, agents: list[str], wake: t.Callable[[str], None]
+) -> contextlib.AbstractAsyncContextManager[TurnGate | None]:
+    """The fleet's budget breaker in front of this router's own agents' turns."""
+    if config.fleet is None:
+        return contextlib.nullcontext(None)
+    from politerm.engine.fleetbudget import router_breaker
+
+    return router_breaker(config, store, agents, wake)
+
+
 FOLLOW_BACKSTOP = 30.0
 """Longest a follower sleeps without a store notification (a missed one costs this much)."""
 
@@ -232,27 +250,6 @@ def submit(store: RunStore, config: Config, request: str, *, task_id: str | None
     return task
 
 
-async def run_task(
-    config: Config,
-    store: RunStore,
-    request: str,
-    *,
-    task_id: str | None = None,
-    printer: Printer | None = None,
-    timeout: float | None = None,
-) -> Task:
-    """Submit a task and route until it ends (or waits for the user); return it.
-
-    Routes in this process whenever no router runs for the session; otherwise follows the
-    running router's progress (see :func:`follow_task`).
-    """
-    task = submit(store, config, request, task_id=task_id)
-    after = min((e.id for e in store.list_events(task_id=task.id, limit=5)), default=1) - 1
-    return await follow_task(
-        config, store, task.id, printer=printer, timeout=timeout, after=after, route_here=True
-    )
-
-
 LOCK_LOOK = 1.0
 """How often a follower looks whether the router it relied on has stopped."""
 
@@ -265,7 +262,7 @@ async def follow_task(
     printer: Printer | None = None,
     timeout: float | None = None,
     after: int | None = None,
-    route_here: bool = False,
+    route_here: Serve | None = None,
 ) -> Task:
     """Print a task's events until it ends (or waits for the user); return it.
 
@@ -293,10 +290,10 @@ async def follow_task(
     try:
         async with asyncio.timeout(timeout), StoreWatch(store.path) as watch:
             while not settled():
-                if route_here and lock.acquire():
+                if route_here is not None and lock.acquire():
                     lock.release()
                     with contextlib.suppress(RoutingError):  # another one took it first
-                        await route(config, store, until=settled)
+                        await route_here(settled)
                     continue
                 changed = watch.event()
                 if settled():

@@ -26,7 +26,7 @@ from politerm.driver import DeliveryResult, Outcome
 from politerm.engine import agentstep, decide
 from politerm.engine.decide import ACTIVE, FOLLOW_UPS
 from politerm.engine.execute import At
-from politerm.engine.fleetmeta import BUDGET_PAUSED
+from politerm.engine.fleetmeta import BUDGET_PAUSED, show_budget_pause
 from politerm.engine.turnwork import OVER_BUDGET, PAUSED, TurnReply, TurnWork
 from politerm.errors import PolitermError
 from politerm.store.models import MessageState, TaskState, TurnEnd
@@ -236,18 +236,7 @@ class RemoteTurns:
         The task stays in its step (its message DELIVERING, so its clock stands still):
         ``poli status`` shows why it waits; it goes on when the fleet's cap allows.
         """
-        key = f"{BUDGET_PAUSED}{turn.task_id or name}"
-        shown = self.store.get_meta(key) or None
-        if shown == reason:
-            return
-        with self.store.batch():
-            self.store.set_meta(key, reason or "")
-            if reason is not None:
-                why = f"{name}'s turn paused by the fleet's budget: {reason}"
-                self.store.add_event("budget-paused", task_id=turn.task_id, agent=name, detail=why)
-            else:
-                why = f"{name}'s turn goes on: the fleet's budget allows it"
-                self.store.add_event("budget-resumed", task_id=turn.task_id, agent=name, detail=why)
+        show_budget_pause(self.store, name, turn.task_id, reason)
 
     def apply(self, name: str, turn: Turn, msg: Message, reply: TurnReply) -> None:
         """Record the delivery's outcome, then apply the answering block (or end the turn)."""

@@ -25,10 +25,26 @@ if t.TYPE_CHECKING:
     from politerm.store import RunStore
     from politerm.store.models import Message
 
-__all__ = ["RESUME_META", "RESUME_MSG", "Begun", "LoopState", "Routing"]
+__all__ = ["RESUME_META", "RESUME_MSG", "Begun", "LoopState", "Routing", "TurnGate"]
 
 RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
+
+
+class TurnGate(t.Protocol):
+    """What a router asks before it types a new turn into one of its own agents.
+
+    In a fleet, the fleet's budget breaker (:class:`politerm.engine.fleetbudget.
+    RouterBreaker`): the caps apply to every turn of the project, whoever types it.
+    """
+
+    async def admit(self, agent: str, task_id: str | None, *, handoff: bool = False) -> bool:
+        """Whether a new turn of ``agent`` (for ``task_id``) may be typed now.
+
+        Counted when it may. False: its prompt waits (queued) and the gate wakes the
+        agent's loop when it may go on. ``handoff``: asked before a block's commit begins
+        the delivery, which may not follow; the next ask within moments is then free.
+        """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +97,8 @@ class Routing:
         The prompts.
     remote
         The agents hosted on other nodes of the fleet (their turns go through its queue).
+    gate
+        Asked before a new turn of an agent driven here is typed (the fleet's budget).
     """
 
     def __init__(
@@ -91,8 +109,10 @@ class Routing:
         *,
         templates: Templates | None = None,
         remote: t.Collection[str] = (),
+        gate: TurnGate | None = None,
     ) -> None:
         self.config = config
+        self.gate = gate
         self.store = store
         self.templates = templates or Templates(contract=config.routing.contract)
         self.nonce_required = nonce_required(config.routing.require_nonce, config.routing.contract)

@@ -414,8 +414,12 @@ class Router:
             msg = self.store.next_queued(name, task_id=turn.task_id, types=FOLLOW_UPS)
         else:
             msg = self.store.next_queued(name)
-        if msg is not None:
-            await self.sending.deliver(driver, msg, turn, obs.snap)
+        if msg is None:
+            return
+        gate = self.routing.gate
+        if turn is None and gate is not None and not await gate.admit(name, msg.task_id):
+            return  # a new turn the gate holds back: its prompt stays queued
+        await self.sending.deliver(driver, msg, turn, obs.snap)
 
     async def _in_turn(
         self, driver: AgentDriver, turn: Turn, task: Task | None, obs: Observation

@@ -125,16 +125,16 @@ if ARGV[8] == 'new' then
   return start(stream, entry, ARGV[10], p[1][2], tonumber(p[1][3]))
 end
 for s = 5, #KEYS do
-  -- A node may ask before any work was submitted, or after Redis lost its data.
-  if redis.call('EXISTS', KEYS[s]) == 0 then
-    redis.call('XGROUP', 'CREATE', KEYS[s], group, '0', 'MKSTREAM')
-  end
-end
-for s = 5, #KEYS do
   local stream = KEYS[s]
   -- Not XAUTOCLAIM: it would move an entry before we know whether its lease has expired.
   -- The idle filter only narrows the scan; the record's expiry decides.
-  local pending = redis.call('XPENDING', stream, group, 'IDLE', lease_ms, '-', '+', 32)
+  local pending = redis.pcall('XPENDING', stream, group, 'IDLE', lease_ms, '-', '+', 32)
+  if pending.err then
+    -- No stream or group yet: a node may ask before any work was submitted, or after
+    -- Redis lost its data. (Every stream is looked at here before any is read below.)
+    redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+    pending = {}
+  end
   for _, p in ipairs(pending) do
     local entry = p[1]
     local id = work_of(stream, entry)
@@ -313,11 +313,12 @@ BOARD: t.Final = (
     _NOW
     + """
 -- KEYS: board hash, board log stream, the publisher's beat
--- ARGV: node, keep ms, maxlen, beat ms, then triples of field, state, row (JSON without
--- its times: 'at' and 'since' are set here, by Redis's clock; 'since' is kept while the
--- state stays the one published before).
-local fields = {}
-for i = 5, #ARGV, 3 do
+-- ARGV: node, keep ms, maxlen, beat ms, most rows a log entry carries, then triples of
+-- field, state, row (JSON without its times: 'at' and 'since' are set here, by Redis's
+-- clock; 'since' is kept while the state stays the one published before).
+local fields, entry = {}, {}
+local inline = (#ARGV - 5) / 3 <= tonumber(ARGV[5])
+for i = 6, #ARGV, 3 do
   local since = now
   local old = redis.call('HGET', KEYS[1], ARGV[i])
   if old then
@@ -329,12 +330,21 @@ for i = 5, #ARGV, 3 do
   local row = '{"at":' .. now .. ',"since":' .. since .. ',' .. string.sub(ARGV[i + 2], 2)
   redis.call('HSET', KEYS[1], ARGV[i], row)
   fields[#fields + 1] = ARGV[i]
+  -- A few rows ride on the log entry itself: followers need not read them back.
+  if inline then
+    entry[#entry + 1] = 'row:' .. ARGV[i]
+    entry[#entry + 1] = row
+  end
 end
 if #fields > 0 then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[1],
-    'fields', table.concat(fields, ' '))
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
+    'fields', table.concat(fields, ' '), unpack(entry))
+  -- Both expire after keep without a change; pushed back once a minute, not every change.
+  local keep = tonumber(ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < keep - math.min(60000, keep / 2) then
+    redis.call('PEXPIRE', KEYS[1], keep)
+    redis.call('PEXPIRE', KEYS[2], keep)
+  end
 end
 -- The publisher is alive while this key is: its rows read as lost once it expires.
 redis.call('SET', KEYS[3], now, 'PX', tonumber(ARGV[4]))

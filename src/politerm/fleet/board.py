@@ -4,8 +4,10 @@ A process that drives agents (a node's ``poli node``, a router) publishes a row 
 whenever one changes (state, what it works on, the question it waits on): one script sets
 the rows in the project's board (a hash, ``NODE/AGENT`` → JSON) with Redis's time and
 appends one entry naming them to the board's log (a capped stream), which watchers block
-on. A row is small and bounded (each text at most :data:`MAX_TEXT` characters) and
-redacted before it is sent, like every payload.
+on; the entry carries up to :data:`INLINE_ROWS` rows themselves, so a watcher takes a
+change in the one read that woke it (:meth:`Board.follow`). A row is small and bounded
+(each text at most :data:`MAX_TEXT` characters) and redacted before it is sent, like
+every payload.
 
 A row says what its publisher last saw; whether that still holds is the publisher's beat's
 to say: each publish (one at least every heartbeat interval) sets a key that expires after
@@ -30,16 +32,23 @@ if t.TYPE_CHECKING:
 
     from politerm.fleet.queue import WorkQueue
 
-__all__ = ["LOST", "MAX_TEXT", "Board", "BoardRow", "field"]
+__all__ = ["LOST", "MAX_TEXT", "Board", "BoardRow", "field", "publisher", "rows_of"]
 
 MAX_TEXT: t.Final = 200
 """Longest text of a row (a question, a command): the board stays small whatever an agent asks."""
+
+FOLLOW_COUNT: t.Final = 100
+"""Most log entries one read of the log returns."""
 
 LOST: t.Final = "node lost"
 """The state shown for an agent whose node stopped beating."""
 
 LOG_MAXLEN: t.Final = 1000
 """About how many changes the board's log keeps (watchers only need the newest)."""
+
+INLINE_ROWS: t.Final = 8
+"""Most rows one log entry carries itself (a larger publish names them only): a follower
+takes a change from the entry that woke it, and the log stays small."""
 
 
 def field(node: str, agent: str) -> str:
@@ -120,7 +129,7 @@ class Board:
         check_name("node", node)
         by = f"{node}:{role}"
         beat_ms = max(1, round(MISSED_BEATS * every * 1000))
-        args: list[t.Any] = [node, round(self.queue.keep * 1000), LOG_MAXLEN, beat_ms]
+        args: list[t.Any] = [node, round(self.queue.keep * 1000), LOG_MAXLEN, beat_ms, INLINE_ROWS]
         for agent, row in sorted(rows.items()):
             check_name("agent", agent)
             approval = row.get("approval")
@@ -153,6 +162,15 @@ class Board:
 
         Two round trips: the rows, then whether their publishers still beat.
         """
+        records = self.records(fields)
+        return rows_of(records, self.alive({publisher(r) for r in records}))
+
+    def records(self, fields: Iterable[str] | None = None) -> list[dict[str, t.Any]]:
+        """The board's rows as published (those of ``fields`` only, when given).
+
+        One round trip: the publishers' beats are not looked at (:meth:`alive`,
+        :func:`rows_of`).
+        """
         client = self.queue.conn.cmd
         keys = self.queue.keys
         wanted = None if fields is None else sorted(set(fields))
@@ -163,14 +181,16 @@ class Board:
                 found = {}
             else:
                 found = dict(zip(wanted, client.hmget(keys.board, wanted), strict=True))
-            records = [r for r in (_row(v) for v in found.values() if v) if r is not None]
-            publishers = sorted({str(r.get("by") or r["node"]) for r in records})
-            pipe = client.pipeline(transaction=False)
-            for by in publishers:
-                pipe.exists(keys.board_beat(by))
-            alive = dict(zip(publishers, pipe.execute(), strict=True))
-        out = [_board_row(r, not alive.get(str(r.get("by") or r["node"]))) for r in records]
-        return sorted(out, key=lambda r: (r.node, r.agent))
+        return [r for r in (_row(v) for v in found.values() if v) if r is not None]
+
+    def alive(self, publishers: Iterable[str]) -> dict[str, bool]:
+        """Whether each publisher (``NODE:ROLE``) still beats: one ``MGET`` of their beats."""
+        names = sorted(set(publishers))
+        if not names:
+            return {}
+        with self.queue.conn.talking("reading the board's beats"):
+            beats = self.queue.conn.cmd.mget([self.queue.keys.board_beat(n) for n in names])
+        return {n: beat is not None for n, beat in zip(names, beats, strict=True)}
 
     def last_change(self) -> str:
         """The id of the board log's newest entry (``0-0`` when it has none)."""
@@ -183,18 +203,53 @@ class Board:
 
         Returns the newest entry's id (to pass next time) and the fields named since.
         """
+        after, changed, _ = self.follow(after, block)
+        return after, set(changed)
+
+    def follow(
+        self, after: str, block: float
+    ) -> tuple[str, dict[str, dict[str, t.Any] | None], bool]:
+        """The rows changed after log entry ``after``, as the log carries them; one round trip.
+
+        Waits up to ``block`` s for a change. Returns the newest entry's id (to pass next
+        time), each changed field with its newest row (None: the entry only named it — a
+        large publish; read it with :meth:`rows`), and whether the read was cut at its count
+        (more entries wait: read on at once).
+        """
         client = self.queue.conn.cmd
         bound = min(block, self.queue.conn.timeout * 0.5)
-        changed: set[str] = set()
+        changed: dict[str, dict[str, t.Any] | None] = {}
         with self.queue.conn.talking("waiting for the agents' board"):
             got = client.xread(
-                {self.queue.keys.board_log: after}, count=100, block=max(1, round(bound * 1000))
+                {self.queue.keys.board_log: after},
+                count=FOLLOW_COUNT,
+                block=max(1, round(bound * 1000)),
             )
+        read = 0
         for _stream, entries in got or []:
             for entry, fields in entries:
-                after = entry
-                changed.update(str(fields.get("fields", "")).split())
-        return after, changed
+                after, read = entry, read + 1
+                for name in str(fields.get("fields", "")).split():
+                    text = fields.get(f"row:{name}")
+                    changed[name] = None if text is None else _row(text)
+        return after, changed, read >= FOLLOW_COUNT
+
+
+def publisher(raw: Mapping[str, t.Any]) -> str:
+    """Who published a row: ``NODE:ROLE`` (a row of an older publisher: its node).
+
+    Examples
+    --------
+    >>> publisher({"node": "b", "by": "b:router"}), publisher({"node": "b"})
+    ('b:router', 'b')
+    """
+    return str(raw.get("by") or raw["node"])
+
+
+def rows_of(records: Iterable[Mapping[str, t.Any]], alive: Mapping[str, bool]) -> list[BoardRow]:
+    """Raw rows as :class:`BoardRow`, lost where their publisher's beat is not ``alive``."""
+    out = [_board_row(r, not alive.get(publisher(r))) for r in records]
+    return sorted(out, key=lambda r: (r.node, r.agent))
 
 
 def _row(text: str) -> dict[str, t.Any] | None:

@@ -33,7 +33,16 @@ if t.TYPE_CHECKING:
 
     from politerm.fleet.queue import WorkQueue
 
-__all__ = ["CAP_NAMES", "Caps", "FleetBudget", "Spending", "Verdict", "day_of", "spending_words"]
+__all__ = [
+    "CAP_NAMES",
+    "HELD_PREFIX",
+    "Caps",
+    "FleetBudget",
+    "Spending",
+    "Verdict",
+    "day_of",
+    "spending_words",
+]
 
 MICROS: t.Final = 1_000_000
 KEEP_DAYS: t.Final = 2
@@ -60,12 +69,17 @@ local function cap(name, configured)
   if v == '' or v == 'none' then return nil end
   return tonumber(v)
 end
-if mode == 'charge' then
+-- An admit may carry what the agent spent since last charged: charged first, so it counts.
+local charged = false
+if mode == 'charge' or mode == 'admit' then
   for _, key in ipairs({pkey, akey}) do
-    redis.call('HINCRBY', key, 'input', ARGV[4])
-    redis.call('HINCRBY', key, 'output', ARGV[5])
-    redis.call('HINCRBY', key, 'cost', ARGV[6])
-    redis.call('PEXPIRE', key, tonumber(ARGV[11]))
+    for i, name in ipairs({'input', 'output', 'cost'}) do
+      if tonumber(ARGV[3 + i]) ~= 0 then
+        redis.call('HINCRBY', key, name, ARGV[3 + i])
+        charged = true
+      end
+    end
+    if charged then redis.call('PEXPIRE', key, tonumber(ARGV[11])) end
   end
 end
 local function used(key, field)
@@ -90,11 +104,22 @@ end
 if mode == 'admit' then
   for _, key in ipairs({pkey, akey}) do
     redis.call('HINCRBY', key, 'turns', 1)
-    redis.call('PEXPIRE', key, tonumber(ARGV[11]))
+    if not charged then redis.call('PEXPIRE', key, tonumber(ARGV[11])) end
   end
 end
 return {'ok', day}
 """
+
+_HELD = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- KEYS: paused hash; ARGV: label, agent, node, reason
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({agent = ARGV[2], node = ARGV[3],
+  reason = ARGV[4], at = now}))
+"""
+
+HELD_PREFIX: t.Final = "router-turn-"
+"""How the paused list names a turn a router's breaker holds back (no work on the queue)."""
 
 _TODAY = """
 local t = redis.call('TIME')
@@ -214,6 +239,7 @@ class FleetBudget:
         client = queue.conn.client
         self._script = client.register_script(_BUDGET)
         self._today = client.register_script(_TODAY)
+        self._held = client.register_script(_HELD)
 
     def _run(self, mode: str, agent: str, usage: Usage, cost: float) -> Verdict:
         check_name("agent", agent)
@@ -244,9 +270,13 @@ class FleetBudget:
             return Verdict(ok=True, day=day)
         return Verdict(ok=False, day=day, reason=_reason(agent, reply))
 
-    def admit(self, agent: str) -> Verdict:
-        """May a new turn of ``agent`` start? Counts the turn when it may (one script)."""
-        return self._run("admit", agent, Usage(), 0.0)
+    def admit(self, agent: str, spent: Usage | None = None, cost: float = 0.0) -> Verdict:
+        """May a new turn of ``agent`` start? Counts the turn when it may (one script).
+
+        ``spent`` and ``cost``: what the agent spent since it was last charged, charged
+        first in the same script (so its last turn counts against the next one).
+        """
+        return self._run("admit", agent, spent or Usage(), cost)
 
     def peek(self, agent: str) -> Verdict:
         """Would a new turn of ``agent`` be admitted now? Counts nothing (one script).
@@ -259,6 +289,34 @@ class FleetBudget:
     def charge(self, agent: str, usage: Usage, cost: float = 0.0) -> Verdict:
         """Add what a turn of ``agent`` spent; the verdict for its next turn."""
         return self._run("charge", agent, usage, cost)
+
+    def hold(self, label: str, agent: str, node: str, reason: str) -> None:
+        """List a turn this breaker stopped that is no work on the queue, beside paused work.
+
+        A router types the turns of the agents placed where it runs itself: a turn it holds
+        back is listed with the queue's paused work (:meth:`Ledger.paused
+        <politerm.fleet.ledger.Ledger.paused>`, ``poli fleet status``) as ``label``
+        (:data:`HELD_PREFIX` + what it is for) until :meth:`release`. ``reason`` is redacted.
+        """
+        with self.queue.conn.talking(f"listing {agent}'s turn as paused"):
+            self._held(
+                keys=[self.queue.keys.paused],
+                args=[label, check_name("agent", agent), node, self.queue.redact(reason)],
+            )
+
+    def release(self, labels: Sequence[str] | None = None) -> None:
+        """Take turns :meth:`hold` listed off the paused list (None: every one of them).
+
+        A router releases all of them when it starts: a router killed while it held a turn
+        back left its listing behind, and the project has one router.
+        """
+        key = self.queue.keys.paused
+        client = self.queue.conn.cmd
+        with self.queue.conn.talking("taking held turns off the paused list"):
+            if labels is None:
+                labels = [k for k in client.hkeys(key) if str(k).startswith(HELD_PREFIX)]
+            if labels:
+                client.hdel(key, *labels)
 
     def set_cap(self, name: str, value: float | None, agent: str | None = None) -> None:
         """Set cap ``name`` (one of :data:`CAP_NAMES`) for the whole fleet; None: no cap.

@@ -26,6 +26,7 @@ drives the agents and calls these.
 
 from __future__ import annotations
 
+import math
 import time
 import typing as t
 
@@ -329,7 +330,7 @@ class WorkQueue:
         with self.conn.talking(what):
             lease = self._from_backlog(node) or self._start(node, names, ["any"])
             while lease is None:
-                left_ms = int((deadline - time.monotonic()) * 1000)
+                left_ms = math.ceil((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
                     break
                 # Each slice ends when the project's next lease runs out: its work is
@@ -345,7 +346,9 @@ class WorkQueue:
                     agent = stream[len(self.keys.stream("")) :]
                     backlog.extend((agent, entry, f.get("id", "")) for entry, f in entries)
                 lease = self._from_backlog(node)
-                if lease is None and not got:
+                if lease is None and not got and time.monotonic() < deadline:
+                    # The slice ended early, at the project's next lease expiry: look
+                    # again now. (Past the deadline the caller's next claim looks first.)
                     lease = self._start(node, names, ["any"])
             return lease
 

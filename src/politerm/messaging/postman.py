@@ -1,7 +1,7 @@
 """The postman: delivers queued messages to idle receivers and watches for their answers.
 
-The project's service runs it beside its router, over the router's own drivers (one
-owner per agent: :mod:`politerm.engine.service`); one postman runs per session (an
+Whatever routes a session runs it beside its router, over the router's own drivers (one
+owner per agent: :mod:`politerm.messaging.routing`); one postman runs per session (an
 ``flock`` in the message directory). It stands on the agent driver: every receiver is an
 :class:`~politerm.driver.AgentDriver` (the router's, or one built for an agent started
 elsewhere); the driver says whether it is idle, delivers with confirmation and answers
@@ -57,12 +57,10 @@ from politerm.driver import AgentDriver, Host, Outcome
 from politerm.driver.idle import wait_idle
 from politerm.driver.leftover import abandon, resume
 from politerm.driver.sessionagent import session_driver
-from politerm.engine.loop import route
 from politerm.engine.placement import elsewhere
 from politerm.errors import (
     MessagingError,
     PolitermError,
-    SessionNotFound,
     UnsafeMessagePath,
 )
 from politerm.messaging.answers import Take, judge, named_ids
@@ -76,7 +74,6 @@ from politerm.store.mail import Mail, MailKind, MailState
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from politerm.engine.loop import Printer
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
 
@@ -501,35 +498,4 @@ class Postman:
         self.say(f"rejected a response line from {line.pane}: {why}")
 
 
-async def serve(
-    messenger: Messenger,
-    *,
-    until: Callable[[], bool] | None = None,
-    printer: Printer | None = None,
-    say: Callable[[str], None] | None = None,
-    alone: bool = False,
-) -> None:
-    """Route the session with its message lanes beside the router, over the same drivers.
-
-    What the project's service runs (``poli route``). With ``alone`` (the service), when
-    the session's configured agents are not up (messages between agents started some
-    other way), the lanes run alone; ``poli up --resume`` restarts the service as a router.
-
-    Raises
-    ------
-    SessionNotFound
-        The session or its agents are not up (and not ``alone``).
-    """
-
-    async def lanes(owned: Mapping[str, AgentDriver], host: Host | None) -> None:
-        await Postman(messenger, host, say=say, owned=owned).run()
-
-    try:
-        await route(messenger.config, messenger.store, until=until, printer=printer, beside=lanes)
-    except SessionNotFound:
-        if not alone:
-            raise
-        await lanes({}, None)
-
-
-__all__ = ["READONLY_COMMANDS", "Postman", "PostmanLock", "readonly_policy", "serve"]
+__all__ = ["READONLY_COMMANDS", "Postman", "PostmanLock", "readonly_policy"]

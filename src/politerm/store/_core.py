@@ -435,25 +435,6 @@ class StoreCore:
             )
         self._audit.append("meta.set", key=key, value=value)
 
-    def claim(self, key: str, what: str, by: str, *, hold: float) -> bool:
-        """Claim the act ``what`` under ``key`` (meta) for ``by``; False if another has it.
-
-        Two drivers of one agent in two processes both see
-        its question, or its limit's reset: only the one that claims it presses the keys or
-        types the resume, or the second would land on whatever the agent shows next. A claim
-        of the same ``what`` by another less than ``hold`` seconds ago (wall clock) takes
-        it; one write transaction, so two claims never both win.
-        """
-        now = time.time()
-        with self.batch(durable=False):
-            raw = self.get_meta(key)
-            if raw:
-                held = json.loads(raw)
-                if (held.get("what"), now - float(held.get("at", 0.0)) < hold) == (what, True):
-                    return bool(held.get("by") == by)
-            self.set_meta(key, json.dumps({"what": what, "by": by, "at": now}))
-        return True
-
     def get_meta(self, key: str) -> str | None:
         """Return the value of ``key``, or None when unset."""
         with self._reading() as c:

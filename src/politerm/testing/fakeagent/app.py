@@ -374,7 +374,7 @@ class FakeAgent:
             if self.phase is Phase.BUSY:
                 self._interrupt()
             elif not self.box.empty:
-                self.box.clear()
+                self._clear(key)
             elif self.ctrl_c_deadline and time.monotonic() < self.ctrl_c_deadline:
                 raise _Exit(0, "ctrl-c")
             else:
@@ -383,7 +383,7 @@ class FakeAgent:
             raise _Exit(0, "ctrl-d")
 
     def _clear(self, key: str) -> None:
-        """Ctrl-U and Esc empty the box; Ctrl-K does after Ctrl-A (kill to the end)."""
+        """Ctrl-U, Ctrl-C and Esc empty the box; Ctrl-K does after Ctrl-A (kill to the end)."""
         if self.box.empty or (key == "ctrl-k" and not self.box.cursor_home):
             return
         cleared = self.box.clear()

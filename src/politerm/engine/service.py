@@ -210,7 +210,9 @@ def start(
     deadline = time.monotonic() + START_WAIT
     while time.monotonic() < deadline:
         info = lock.read()
-        if info is not None:
+        # Up once it started its child: the supervisor takes the lock before it looks at the
+        # session, and a caller (``poli up``, ``poli status``) is told which router runs.
+        if info is not None and info.router is not None:
             return info
         if proc.poll() is not None:
             info = lock.read()  # another one won the race

@@ -109,6 +109,18 @@ Cell = str | int | float
 Row = dict[str, Cell]
 
 
+def one_vs_two_nodes(local: Stats, remote: Stats) -> Row:
+    """The fleet benches' columns: p50/p99 on one node and across two, and two/one."""
+    return {
+        "one node p50 ms": local.p50,
+        "one node p99 ms": local.p99,
+        "two nodes p50 ms": remote.p50,
+        "two nodes p99 ms": remote.p99,
+        "two/one p50": ratio(remote.p50, local.p50),
+        "two/one p99": ratio(remote.p99, local.p99),
+    }
+
+
 def fmt(value: Cell) -> str:
     """Format one table cell: floats with 3 significant digits, the rest as text.
 

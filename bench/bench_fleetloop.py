@@ -39,7 +39,7 @@ import time
 from tests.fleet.nodes import make_fleet, tear_down
 from tests.fleet.redisserver import RedisServer
 
-from bench._common import Row, Stats, check, cli, print_table, ratio
+from bench._common import Row, Stats, check, cli, one_vs_two_nodes, print_table
 from bench.bench_loop import Handoffs
 from politerm.agents.profile import load_profile
 from politerm.fleet import connect
@@ -152,12 +152,7 @@ def main(quick: bool = False) -> list[Row]:
                 "handoff": what,
                 "transcripts": "kept" if transcripts else "none",
                 "n": n,
-                "one node p50 ms": local.p50,
-                "one node p99 ms": local.p99,
-                "two nodes p50 ms": remote.p50,
-                "two nodes p99 ms": remote.p99,
-                "two/one p50": ratio(remote.p50, local.p50),
-                "two/one p99": ratio(remote.p99, local.p99),
+                **one_vs_two_nodes(local, remote),
                 "redis cmds/task": load.per_task,
                 "idle cmds/s": load.idle_rate,
             }

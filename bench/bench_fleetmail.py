@@ -29,7 +29,7 @@ import typing as t
 from tests.fleet.nodes import FleetNode, make_fleet, tear_down
 from tests.fleet.redisserver import RedisServer
 
-from bench._common import Row, Stats, check, cli, print_table, ratio
+from bench._common import Row, Stats, check, cli, one_vs_two_nodes, print_table
 from politerm.agents.profile import load_profile
 from politerm.testing.retry import retry_until
 
@@ -96,18 +96,7 @@ def main(quick: bool = False) -> list[Row]:
     local = Stats.of([ms - delay for ms in one])
     remote = Stats.of([ms - delay for ms in two])
     check(local.n == n and remote.n == n, f"{local.n}/{remote.n} of {n} messages timed")
-    rows: list[Row] = [
-        {
-            "path": "poli send → typed",
-            "n": n,
-            "one node p50 ms": local.p50,
-            "one node p99 ms": local.p99,
-            "two nodes p50 ms": remote.p50,
-            "two nodes p99 ms": remote.p99,
-            "two/one p50": ratio(remote.p50, local.p50),
-            "two/one p99": ratio(remote.p99, local.p99),
-        }
-    ]
+    rows: list[Row] = [{"path": "poli send → typed", "n": n, **one_vs_two_nodes(local, remote)}]
     return print_table("fleet: a message across nodes vs on one node", rows)
 
 

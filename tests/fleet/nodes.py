@@ -27,6 +27,9 @@ from politerm.testing.fakeagent.eventlog import read_log
 from politerm.testing.retry import retry_until
 from tests.loophelpers import EXECUTER_OK, PLANNER_OK, write_project
 
+PLAN_HEAD = "You received a PLANNER plan block:"
+"""How the loop's prompt to EXECUTER with PLANNER's plan begins."""
+
 if t.TYPE_CHECKING:
     from tests.fleet.netns import FleetNet
     from tests.fleet.redisserver import RedisServer
@@ -155,6 +158,10 @@ class FleetNode:
         """What ``agent`` on this node was handed, from its own log."""
         return [e["text"] for e in self.events(agent) if e["event"] == "prompt"]
 
+    def plans(self) -> list[str]:
+        """The plans this node's EXECUTER was handed (the loop's prompt for a plan block)."""
+        return [p for p in self.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]
+
     def store(self) -> RunStore:
         """This node's run store (the journal of turns of what it typed)."""
         config = load_config(self.root, env={})
@@ -164,6 +171,25 @@ class FleetNode:
         """The node process's output so far (for assertion messages)."""
         path = self.root / "node.log"
         return path.read_text() if path.exists() else ""
+
+
+def start_task(
+    a: FleetNode, workers: t.Iterable[FleetNode], *, timeout: int
+) -> subprocess.Popen[str]:
+    """Start the ``workers``' nodes, bring node ``a`` up and start task T-1 there."""
+    for node in workers:
+        node.start_node()
+    up = a.poli("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    return a.start("task", "make hello", "--id", "T-1", "--timeout", str(timeout))
+
+
+def finished(task: subprocess.Popen[str], *logs: FleetNode, timeout: float = 150) -> str:
+    """Task T-1's output, once it ended with its final report (else the nodes' ``logs``)."""
+    out, _ = task.communicate(timeout=timeout)
+    assert task.returncode == 0, out + "".join(node.log() for node in logs)
+    assert "final report (T-1)" in out
+    return out
 
 
 def slow_executer(seconds: float) -> str:

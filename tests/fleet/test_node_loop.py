@@ -19,7 +19,14 @@ from politerm.fleet.budget import Caps, FleetBudget
 from politerm.protocol.usage import Usage
 from politerm.testing.retry import retry_until
 from tests.fleet.chaos import Machine, Starver
-from tests.fleet.nodes import FleetNode, make_fleet, slow_executer, tear_down
+from tests.fleet.nodes import (
+    FleetNode,
+    finished,
+    make_fleet,
+    slow_executer,
+    start_task,
+    tear_down,
+)
 from tests.loophelpers import EXECUTER_OK, PLANNER_OK
 
 if t.TYPE_CHECKING:
@@ -29,8 +36,6 @@ if t.TYPE_CHECKING:
     from tests.fleet.redisserver import RedisServer
 
 pytestmark = pytest.mark.slow
-
-PLAN_HEAD = "You received a PLANNER plan block:"
 
 
 def test_planner_on_a_executer_on_b_finishes_a_task(
@@ -48,7 +53,7 @@ def test_planner_on_a_executer_on_b_finishes_a_task(
         # The agents' own logs: the task reached PLANNER on a once, its plan EXECUTER on b
         # once, and EXECUTER's result came back to PLANNER.
         assert len([p for p in a.prompts("PLANNER") if p.startswith("TASK_ID=T-1")]) == 1
-        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        assert len(b.plans()) == 1
         assert a.prompts("EXECUTER") == []
         assert any(p.startswith("EXECUTER replied:") for p in a.prompts("PLANNER"))
         # Node b typed the plan under a lease, recorded in its journal of turns, accepted.
@@ -75,7 +80,7 @@ def _first_to_take(nodes: t.Iterable[FleetNode]) -> FleetNode:
     found: list[FleetNode] = []
 
     def handed() -> bool:
-        found[:] = [n for n in nodes if any(p.startswith(PLAN_HEAD) for p in n.prompts("EXECUTER"))]
+        found[:] = [n for n in nodes if n.plans()]
         return bool(found)
 
     retry_until(handed, 90, what="a node's EXECUTER to be handed the plan")
@@ -94,19 +99,14 @@ def test_a_node_killed_mid_turn_its_work_finishes_on_another_node(
     )
     a = nodes["a"]
     try:
-        for name in ("b", "c"):
-            nodes[name].start_node()
-        assert a.poli("up").returncode == 0
-        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
+        task = start_task(a, [nodes["b"], nodes["c"]], timeout=150)
         first = _first_to_take([nodes["b"], nodes["c"]])
         first.kill_node()  # mid-turn: its EXECUTER is thinking
         other = nodes["c"] if first is nodes["b"] else nodes["b"]
-        out, _ = task.communicate(timeout=180)
-        assert task.returncode == 0, out + other.log()
-        assert "final report (T-1)" in out
+        finished(task, other, timeout=180)
         # Each EXECUTER was handed the plan once: attempt 1 on the dead node, 2 on the other.
         for node in (first, other):
-            assert len([p for p in node.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+            assert len(node.plans()) == 1
         with first.store() as store:
             (dead,) = store.journal_leased()
         with other.store() as store:
@@ -138,10 +138,7 @@ def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejec
     )
     a = nodes["a"]
     try:
-        for name in ("b", "c"):
-            nodes[name].start_node()
-        assert a.poli("up").returncode == 0
-        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
+        task = start_task(a, [nodes["b"], nodes["c"]], timeout=150)
         first = _first_to_take([nodes["b"], nodes["c"]])
         linked = how == "cut" and fleet_net.namespaced
         # Cut off mid-turn: its lease runs out.
@@ -170,7 +167,7 @@ def test_a_node_cut_off_beyond_its_lease_comes_back_fenced_its_late_result_rejec
         assert took.verdict == "accepted"
         # The plan was handed once to each EXECUTER: nothing typed again by the fenced node.
         for node in (first, other):
-            assert len([p for p in node.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+            assert len(node.plans()) == 1
     finally:
         tear_down(nodes)
 
@@ -194,9 +191,7 @@ def test_a_slow_node_keeps_its_work_while_it_renews_its_lease(
     )
     a, b, c = nodes["a"], nodes["b"], nodes["c"]
     try:
-        b.start_node()  # alone at first: the plan goes to b
-        assert a.poli("up").returncode == 0
-        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
+        task = start_task(a, [b], timeout=150)  # b alone at first: the plan goes to b
         _first_to_take([b])
         c.start_node()
         with Starver(Machine("b", [b])):
@@ -204,7 +199,7 @@ def test_a_slow_node_keeps_its_work_while_it_renews_its_lease(
         assert task.returncode == 0, out + b.log() + c.log()
         assert "final report (T-1)" in out
         # The agents' own logs: b's EXECUTER was handed the plan once, c's never.
-        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        assert len(b.plans()) == 1
         assert c.prompts("EXECUTER") == []
         with b.store() as store:
             (row,) = store.journal_leased()
@@ -226,9 +221,7 @@ def test_an_approval_given_on_node_a_reaches_the_executer_on_node_b(
     nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=executer, extra=ask)
     a, b = nodes["a"], nodes["b"]
     try:
-        b.start_node()
-        assert a.poli("up").returncode == 0
-        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "120")
+        task = start_task(a, [b], timeout=120)
 
         def asking() -> dict[str, t.Any] | None:
             shown = a.poli("fleet", "status", "--json")
@@ -265,9 +258,7 @@ def test_the_fleet_budget_pauses_a_turn_before_anything_is_typed_and_a_raised_ca
     FleetBudget(queue, Caps.from_config(config.fleet.budget)).charge("EXECUTER", Usage(10, 0))
     over = "agent EXECUTER spent 10 tokens, its cap is 5"
     try:
-        b.start_node()
-        assert a.poli("up").returncode == 0
-        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "150")
+        task = start_task(a, [b], timeout=150)
 
         # The router on a shows the task paused, with the breaker's words.
         a.shows_paused("T-1", over)
@@ -277,7 +268,7 @@ def test_the_fleet_budget_pauses_a_turn_before_anything_is_typed_and_a_raised_ca
         [work] = queue.ledger.paused()
         assert (work.agent, work.node) == ("EXECUTER", "b")
         # Nothing was typed into EXECUTER (its own log), and its attempt was undone.
-        assert [p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)] == []
+        assert b.plans() == []
         record = queue.get(work.work_id)
         assert record is not None and record.attempt == 0
         assert task.poll() is None  # not failed: it waits
@@ -285,11 +276,9 @@ def test_the_fleet_budget_pauses_a_turn_before_anything_is_typed_and_a_raised_ca
         raised = a.poli("fleet", "budget", "set", "agent_tokens_per_day", "1000000")
         assert raised.returncode == 0, raised.stderr
         assert "1 paused work(s) go on within seconds" in raised.stdout
-        out, _ = task.communicate(timeout=150)
-        assert task.returncode == 0, out + b.log()
-        assert "final report (T-1)" in out
+        finished(task, b)
         # The same work went on, once: the plan handed to EXECUTER once, as attempt 1.
-        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        assert len(b.plans()) == 1
         record = queue.get(work.work_id)
         assert record is not None and (record.state.value, record.attempt) == ("done", 1)
         assert queue.ledger.paused() == []
@@ -306,15 +295,11 @@ def test_redis_restarted_mid_turn_nothing_acknowledged_is_lost(
     nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=slow_executer(3), lease=10)
     a, b = nodes["a"], nodes["b"]
     try:
-        b.start_node()
-        assert a.poli("up").returncode == 0
-        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "120")
+        task = start_task(a, [b], timeout=120)
         _first_to_take([b])
         redis_server.restart()  # kill -9 and start again on its AOF, mid-turn
-        out, _ = task.communicate(timeout=150)
-        assert task.returncode == 0, out + b.log()
-        assert "final report (T-1)" in out
-        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        finished(task, b)
+        assert len(b.plans()) == 1
         with b.store() as store:
             (row,) = store.journal_leased()
         assert row.verdict == "accepted"
@@ -328,18 +313,14 @@ def test_the_router_killed_while_a_remote_turn_runs_posts_the_same_work_again(
     nodes = make_fleet(tmp_path, redis_server, ["a", "b"], executer=slow_executer(3))
     a, b = nodes["a"], nodes["b"]
     try:
-        b.start_node()
-        assert a.poli("up").returncode == 0
-        task = a.start("task", "make hello", "--id", "T-1", "--timeout", "120")
+        task = start_task(a, [b], timeout=120)
         _first_to_take([b])
         shown = json.loads(a.poli("status", "--json").stdout)["router"]
         os.kill(int(shown["router"]), signal.SIGKILL)  # its supervisor starts another
-        out, _ = task.communicate(timeout=150)
-        assert task.returncode == 0, out + b.log()
-        assert "final report (T-1)" in out
+        finished(task, b)
         # The new router found the turn open, posted the same work (kept once) and took
         # its reply: the plan was handed to EXECUTER once, under one lease.
-        assert len([p for p in b.prompts("EXECUTER") if p.startswith(PLAN_HEAD)]) == 1
+        assert len(b.plans()) == 1
         with b.store() as store:
             (row,) = store.journal_leased()
         assert row.verdict == "accepted"

@@ -64,6 +64,19 @@ def mail_id_in(prompt: str) -> str:
     return found.group(1)
 
 
+def sent_to_b(
+    a: FleetNode, b: FleetNode, text: str, *, seen: str | None = None
+) -> tuple[subprocess.Popen[str], str, str]:
+    """Start node b and ``poli send --wait`` ``text`` to EXECUTER from a; once b's EXECUTER
+    was handed it (a prompt carrying ``seen``, default ``text``): the sender, that prompt
+    and the message's id."""
+    b.start_node()
+    sent = a.start("send", "--to", "EXECUTER", "--wait", "--timeout", "120", text)
+    wait_handed([b], seen or text)
+    (prompt,) = handed(b, seen or text)
+    return sent, prompt, mail_id_in(prompt)
+
+
 def shown(node: FleetNode, mail_id: str) -> dict[str, t.Any]:
     """``poli msg show ID --json`` on ``node``."""
     out = node.poli("msg", "show", mail_id, "--json")
@@ -121,11 +134,7 @@ def test_poli_send_from_a_is_typed_once_on_b_and_the_reply_comes_back(
 ) -> None:
     with mail_fleet(tmp_path, redis_server, ["a", "b"]) as nodes:
         a, b = nodes["a"], nodes["b"]
-        b.start_node()
-        sent = a.start("send", "--to", "EXECUTER", "--wait", "--timeout", "120", "count the lines")
-        wait_handed([b], "count the lines")
-        (prompt,) = handed(b, "count the lines")
-        mail_id = mail_id_in(prompt)
+        sent, prompt, mail_id = sent_to_b(a, b, "count the lines")
         # The sender's store says what the node reported: delivered on node b.
         mail = wait_state(a, mail_id, "delivered")
         assert "on node b" in mail["reason"], mail
@@ -255,11 +264,7 @@ def test_a_secret_in_a_message_across_nodes_never_reaches_redis(
     extra = '[redact]\npatterns = ["ACME-[0-9a-f]{10}"]\n'  # a project's own pattern
     with mail_fleet(tmp_path, redis_server, ["a", "b"], extra=extra) as nodes:
         a, b = nodes["a"], nodes["b"]
-        b.start_node()
-        sent = a.start("send", "--to", "EXECUTER", "--wait", "--timeout", "120", f"use {every}")
-        wait_handed([b], "use ")
-        (prompt,) = handed(b, "use ")
-        mail_id = mail_id_in(prompt)
+        sent, prompt, mail_id = sent_to_b(a, b, f"use {every}", seen="use ")
         said = b.poli("reply", "--no-postman", "--to", mail_id, f"used {every}")
         assert said.returncode == 0, said.stderr
         out, err = sent.communicate(timeout=WAIT)

@@ -22,7 +22,7 @@ from politerm.engine.fleetmeta import budget_paused
 from politerm.fleet import Caps, FleetBudget, WorkQueue, connect
 from politerm.protocol.usage import Usage
 from politerm.store import RunStore
-from politerm.testing.retry import aretry_until
+from politerm.testing.retry import aretry_until, retry_until
 from tests.fleet.nodes import FleetNode, make_fleet, tear_down
 
 if t.TYPE_CHECKING:
@@ -142,3 +142,38 @@ async def test_the_router_breaker_charges_its_agents_spending_before_their_next_
         assert budget.queue.ledger.paused() == []
         assert await breaker.admit("PLANNER", "T-1")
         assert budget.spending(["PLANNER"])[1].turns == 2
+
+
+@pytest.mark.slow
+def test_a_cap_holds_back_a_message_to_the_routers_own_agent_until_it_is_raised(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    caps = "[fleet.budget]\nagent_tokens_per_day = 5\n"
+    nodes = make_fleet(tmp_path, redis_server, ["a"], executer_nodes=("a",), extra=caps)
+    a = nodes["a"]
+    config = load_config(a.root, env={"POLI_FLEET_NODE": "a"})
+    assert config.fleet is not None
+    queue = open_queue(config)
+    FleetBudget(queue, Caps.from_config(config.fleet.budget)).charge("PLANNER", Usage(10, 0))
+    over = "agent PLANNER spent 10 tokens, its cap is 5"
+    body = "count the lines of ledger.txt"
+
+    def handed() -> list[str]:
+        return [p for p in a.prompts("PLANNER") if body in p]
+
+    try:
+        assert a.poli("up").returncode == 0
+        sent = a.poli("send", "--to", "PLANNER", body)
+        assert sent.returncode == 0, sent.stderr
+        # Typed by the message lanes beside the router: the same breaker holds it back.
+        listed = f"paused by the budget: router-turn-PLANNER (PLANNER, on node a): {over}"
+        retry_until(lambda: listed in a.poli("fleet", "budget").stdout, 90, what="the held message")
+        assert handed() == []
+
+        raised = a.poli("fleet", "budget", "set", "agent_tokens_per_day", "1000000")
+        assert raised.returncode == 0, raised.stderr
+        retry_until(handed, 90, what="the message typed into PLANNER")
+        assert len(handed()) == 1
+        assert retry_until(lambda: queue.ledger.paused() == [], 30, what="the held line taken off")
+    finally:
+        tear_down(nodes)

@@ -108,8 +108,7 @@ class Approver:
         ):
             return "held"
         request = self.profile.approval_request(snap)
-        if request is None:
-            self._pressed = None
+        if request is None:  # a frame drawn in part: not a sign the question went
             return "none"
         if not request.complete and not request.follow_up:
             whole = await self._with_history(snap, request)

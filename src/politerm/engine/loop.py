@@ -33,8 +33,11 @@ if t.TYPE_CHECKING:
     from politerm.store.models import Event, Task
 
 Printer = t.Callable[["Event"], None]
-Beside = t.Callable[["t.Mapping[str, AgentDriver]", "Host"], t.Coroutine[t.Any, t.Any, None]]
-"""Work a router runs beside its loops over its own drivers (the message lanes)."""
+Beside = t.Callable[
+    ["t.Mapping[str, AgentDriver]", "Host", "TurnGate | None"], t.Coroutine[t.Any, t.Any, None]
+]
+"""Work a router runs beside its loops over its own drivers (the message lanes), asking
+the router's gate (the fleet's budget) before a turn of one of them."""
 Serve = t.Callable[[t.Callable[[], bool]], t.Coroutine[t.Any, t.Any, None]]
 """Routes the session here until its argument turns true (with the message lanes)."""
 TERMINAL = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.ABORTED})
@@ -109,7 +112,9 @@ async def route(
                     driver.on("before-paste", seat.before_paste)
                 holding = asyncio.create_task(seat.hold(router.stop), name="router-role")
                 answers = asyncio.create_task(_take_answers(config, store, seat))
-            lanes = None if beside is None else asyncio.create_task(beside(agents, session.host))
+            lanes = None
+            if beside is not None:
+                lanes = asyncio.create_task(beside(agents, session.host, gate))
             if lanes is not None:
                 lanes.add_done_callback(lambda _done: router.stop())
             try:

@@ -74,6 +74,7 @@ from politerm.store.mail import Mail, MailKind, MailState
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from politerm.engine.routebase import TurnGate
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
 
@@ -86,6 +87,8 @@ READONLY_COMMANDS: t.Final = (
 """Commands a READONLY turn may still run; every other approval question is denied."""
 
 # Longest a lane waits on one receiver before re-reading its queue (expiry, new mail).
+#: How often a lane whose receiver's turns the fleet's budget holds back asks again.
+GATE_LOOK = 2.0
 _LANE_LOOK = 30.0
 # Longest the main loop sleeps with no event (expiry has no event of its own).
 _BACKSTOP = 5.0
@@ -138,6 +141,9 @@ class Postman:
     owned
         The drivers of the agents a router drives in this process, by name: their
         messages go through them (never a second driver of the same agent).
+    gate
+        The router's gate (the fleet's budget breaker), asked before a message opens a
+        turn of one of ``owned``: the caps stop every turn, whoever types it.
     """
 
     def __init__(
@@ -149,8 +155,10 @@ class Postman:
         settle: float = 1.0,
         fleet: FleetMail | None = None,
         owned: Mapping[str, AgentDriver] | None = None,
+        gate: TurnGate | None = None,
     ) -> None:
         self.m = messenger
+        self.gate = gate
         self.host = host or Host.of(messenger.config)
         self.say = say or (lambda _line: None)
         self.settle = settle
@@ -293,6 +301,12 @@ class Postman:
                     return
                 if obs.state is not AgentState.READY:
                     continue  # busy: the message waits; expiry is the main loop's
+                gate = self.gate if recipient in self.owned else None
+                if gate is not None and not await gate.admit(recipient, None):
+                    # Held back by the fleet's budget: the message stays queued (its
+                    # time to live runs on) and the lane asks again.
+                    await asyncio.sleep(GATE_LOOK)
+                    continue
                 await self._deliver(driver, mail)
         except PolitermError as exc:
             self.say(f"postman: lane {recipient} stopped: {exc}")

@@ -19,6 +19,7 @@ if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver import AgentDriver, Host
     from politerm.engine.loop import Printer
+    from politerm.engine.routebase import TurnGate
     from politerm.engine.session import Session
     from politerm.store import RunStore
     from politerm.store.models import Task
@@ -45,8 +46,10 @@ async def serve(
         The session or its agents are not up (and not ``alone``).
     """
 
-    async def lanes(owned: Mapping[str, AgentDriver], host: Host | None) -> None:
-        await Postman(messenger, host, say=say, owned=owned).run()
+    async def lanes(
+        owned: Mapping[str, AgentDriver], host: Host | None, gate: TurnGate | None
+    ) -> None:
+        await Postman(messenger, host, say=say, owned=owned, gate=gate).run()
 
     m = messenger
     try:
@@ -54,7 +57,7 @@ async def serve(
     except SessionNotFound:
         if not alone:
             raise
-        await lanes({}, None)
+        await lanes({}, None, None)
 
 
 async def run_task(

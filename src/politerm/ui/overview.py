@@ -270,11 +270,14 @@ def _managers(store: RunStore) -> list[dict[str, t.Any]]:
 def _pipelines(project: pathlib.Path | None) -> list[dict[str, t.Any]]:
     if project is None:
         return []
-    from politerm.pipeline.ops import project_status
     from politerm.pipeline.state import project_runs
 
     if not project_runs(project):
         return []
+    # Imported only when there are runs to show: it pulls the pipeline runner and the driver's
+    # turn machinery, a tenth of ``poli dash``'s start for a project with no pipeline.
+    from politerm.pipeline.ops import project_status
+
     with contextlib.suppress(PolitermError):
         return project_status(project)
     return []

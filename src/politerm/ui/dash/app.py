@@ -27,7 +27,6 @@ from politerm.ui.dash.modals import CSS as MODAL_CSS
 from politerm.ui.dash.modals import AskScreen, ConfirmScreen, GateScreen
 from politerm.ui.dash.screen import render_screen
 from politerm.ui.live import LiveState
-from politerm.ui.mirror import ScreenMirror
 from politerm.ui.overview import ATTENTION, FINISHED
 
 if t.TYPE_CHECKING:
@@ -39,6 +38,7 @@ if t.TYPE_CHECKING:
 
     from politerm.config import Config
     from politerm.store import RunStore
+    from politerm.ui.mirror import ScreenMirror
     from politerm.ui.projects import ProjectRef
 
 #: The keys that answer an inbox item in place.
@@ -424,6 +424,9 @@ class DashApp(App[None]):
         except PolitermError as exc:
             title.update(f"mirror: {exc}")
             return
+        # Imported when a pane is first mirrored: pyte is not needed to draw the tables.
+        from politerm.ui.mirror import ScreenMirror
+
         screen = ScreenMirror(mirror.width, mirror.height)
         screen.feed(mirror.initial)
         self.screen_mirror, self.mirror_name = screen, mirror.pane_id

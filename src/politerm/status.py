@@ -170,17 +170,47 @@ def remote_rows(
     return [r for r in board if not (r["node"] == node and r["agent"] in local)]
 
 
+def remote_tasks(
+    asks: t.Sequence[t.Mapping[str, t.Any]], node: str, mine: t.Collection[str]
+) -> list[dict[str, t.Any]]:
+    """Task rows (as :func:`collect`'s) of the questions other nodes' routers published.
+
+    ``asks``: :meth:`politerm.fleet.board.TaskAsk.to_json` of each; those of this ``node``
+    or of a task this store has (``mine``) are left out: this machine shows its own.
+
+    Examples
+    --------
+    >>> asks = [{"task": "T-1", "node": "a", "question": "which?", "agent": "PLANNER"}]
+    >>> [(tk["id"], tk["node"], tk["state"]) for tk in remote_tasks(asks, "c", ())]
+    [('T-1', 'a', 'waiting_user')]
+    >>> remote_tasks(asks, "a", ())
+    []
+    """
+    return [
+        {
+            "id": a["task"], "state": "waiting_user", "round": None, "request": "",
+            "question": a["question"], "paused": None, "error": None, "report": None,
+            "tokens": None, "node": a["node"], "agent": a["agent"],
+        }
+        for a in asks
+        if a["node"] != node and a["task"] not in mine
+    ]  # fmt: skip
+
+
 def merge_fleet(
     data: dict[str, t.Any],
     board: t.Sequence[t.Mapping[str, t.Any]],
     node: str,
     elsewhere: t.Collection[str],
+    asks: t.Sequence[t.Mapping[str, t.Any]] = (),
 ) -> dict[str, t.Any]:
     """:func:`collect`'s data with the fleet's agents: each row says its ``node``.
 
     The agents this machine does not drive (``elsewhere``) are shown from the board, as
     their nodes published them (``node lost`` when a node stopped beating), not from rows
-    this store may keep of them; the questions they wait on join the approvals.
+    this store may keep of them; the questions they wait on join the approvals. The tasks
+    another node's router runs that wait for an answer (``asks``,
+    :meth:`politerm.fleet.board.TaskAsk.to_json`) join the tasks, each with its ``node``.
     """
     local = [{**a, "node": node} for a in data["agents"] if a["name"] not in elsewhere]
     names = {a["name"] for a in local}
@@ -202,7 +232,7 @@ def merge_fleet(
         }
         for r in shown
     ]
-    asks = [
+    approving = [
         {
             "agent": r["agent"],
             "tool": "",
@@ -218,7 +248,13 @@ def merge_fleet(
         if r.get("approval")
     ]
     approvals = [{**ap, "node": node} for ap in data["approvals"] if ap["agent"] not in elsewhere]
-    return {**data, "agents": local + remote, "approvals": approvals + asks}
+    waiting = remote_tasks(asks, node, {tk["id"] for tk in data["tasks"]})
+    return {
+        **data,
+        "agents": local + remote,
+        "approvals": approvals + approving,
+        "tasks": data["tasks"] + waiting,
+    }
 
 
 def state_words(agent: dict[str, t.Any], now: float | None = None) -> str:
@@ -379,9 +415,10 @@ def render(
         pause = tk.get("paused") and f"paused by the fleet's budget: {tk['paused']}"
         note = tk["question"] or pause or tk["error"] or (tk["report"] or "")[:120]
         row = (
-            tk["id"],
+            # Another node's router runs it: an answer given here goes there.
+            f"{tk['id']} (node {tk['node']})" if tk.get("node") else tk["id"],
             f"{tk['state']}, paused" if pause else tk["state"],
-            str(tk["round"]),
+            "-" if tk["round"] is None else str(tk["round"]),
             _count(tk.get("tokens")),
             tk["request"][:60],
         )

@@ -266,3 +266,77 @@ async def test_a_feed_takes_each_change_from_the_log_and_a_lost_publisher_from_i
         assert executer is not None and (executer.state, executer.last_state) == (LOST, "ready")
         # Neither the change nor the lost beat made the feed read a row back from Redis.
         assert _reads_back(board) == before
+
+
+def test_a_tasks_question_is_published_bounded_and_removed_with_its_publisher(
+    redis_server: RedisServer,
+) -> None:
+    board = make_board(redis_server)
+    start = board.last_change()
+    question = f"Which key? {SECRET} " + "y" * 500
+    ask = {"question": question, "agent": "PLANNER", "asked": 4.5}
+    board.publish("a", {}, role="router", every=60, asks={"T-1": ask, "T-2": ask})
+    board.publish("b", {}, role="router", every=60, asks={"T-9": ask})
+    after, changed = board.changes(start, 1.0)
+    assert changed == {"?a/T-1", "?a/T-2", "?b/T-9"}
+    one, two, nine = board.asks()
+    assert (one.task, one.node, one.agent, one.asked) == ("T-1", "a", "PLANNER", 4.5)
+    assert not one.lost
+    assert SECRET not in one.question and "REDACTED" in one.question
+    assert len(one.question) <= MAX_TEXT and (two.task, nine.node) == ("T-2", "b")
+    raw = board.queue.conn.cmd.hgetall(board.queue.keys.board_asks)
+    assert SECRET not in repr(raw) and all(len(v) < 1024 for v in raw.values())
+    # Answered: None removes it, and the log says so.
+    board.publish("a", {}, role="router", every=60, asks={"T-1": None})
+    assert board.changes(after, 1.0)[1] == {"?a/T-1"}
+    assert [a.task for a in board.asks()] == ["T-2", "T-9"]
+    # A publisher that restarted names all its open questions: its others go, b's stay.
+    board.publish("a", {}, role="router", every=60, asks={}, full=True)
+    assert [a.task for a in board.asks()] == ["T-9"]
+    # b's router stops beating: its question reads lost.
+    board.publish("b", {}, role="router", every=0.05)
+    retry_until(lambda: board.asks()[0].lost, 10, what="b's question to read lost")
+
+
+async def test_a_routers_publisher_publishes_its_tasks_questions_until_answered(
+    redis_server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    from politerm.engine.fleetboard import BoardFeed, BoardPublisher
+    from politerm.store.models import TaskState
+
+    board = make_board(redis_server)
+    board.publish("a", {}, role="router", every=60, asks={"T-old": {"question": "stale?"}})
+    with RunStore.open(tmp_path / "store.db") as store:
+        store.create_task("T-1", "make hello", max_rounds=3)
+        store.update_task("T-1", state=TaskState.WAITING_USER, question="Which greeting?")
+        store.set_meta("asker:T-1", "PLANNER")
+        node = BoardPublisher(store, board, "a", [], "s-node", every=60)
+        router = BoardPublisher(store, board, "a", [], "s", role="router", every=60, tasks=True)
+        assert await node.changed() == {} and node.changed_asks() == {}  # a node's: none
+        stop = asyncio.Event()
+        async with BoardFeed(board, every=60) as feed:
+            running = asyncio.create_task(router.run(stop))
+            try:
+                # Its first publish names all its questions: the one of its last run goes.
+
+                async def only_t1() -> bool:
+                    await asyncio.sleep(0)
+                    return [a["task"] for a in feed.asked()] == ["T-1"]
+
+                await aretry_until(only_t1, 10, what="T-1 on the board and T-old gone")
+                (asked,) = feed.asked()
+                assert (asked["node"], asked["agent"], asked["question"]) == (
+                    "a",
+                    "PLANNER",
+                    "Which greeting?",
+                )
+                store.update_task("T-1", state=TaskState.PLANNING, clear=["question"])
+
+                async def none_asked() -> bool:
+                    await asyncio.sleep(0)
+                    return not feed.asked()
+
+                await aretry_until(none_asked, 10, what="T-1 answered, gone from the board")
+            finally:
+                stop.set()
+                await asyncio.wait_for(running, 10)

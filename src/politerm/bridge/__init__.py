@@ -13,8 +13,9 @@ journal), :mod:`~politerm.bridge.agent` (agent executor), :mod:`~politerm.bridge
 
 from __future__ import annotations
 
-import importlib
 import typing as t
+
+from politerm._internal.lazy import lazy_names
 
 if t.TYPE_CHECKING:
     from politerm.bridge.models import (
@@ -43,13 +44,7 @@ _LAZY = {
     "TaskQueue": "queue",
 }
 
-
-def __getattr__(name: str) -> t.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'politerm.bridge' has no attribute {name!r}"
-        raise AttributeError(msg)
-    return getattr(importlib.import_module(f"politerm.bridge.{module}"), name)
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

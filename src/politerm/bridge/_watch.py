@@ -8,8 +8,6 @@ import os
 import time
 import typing as t
 
-import watchfiles
-
 from politerm._internal.aio import wait_event
 from politerm.errors import BridgeError
 
@@ -31,6 +29,9 @@ async def poked_by(
     poke = asyncio.Event()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    # Imported here: the views read :func:`pid_alive` only, and watchfiles pulls anyio.
+    import watchfiles
 
     async def watch() -> None:
         async for _changes in watchfiles.awatch(

@@ -106,23 +106,27 @@ def command(
     lock = service.ServiceLock.of(config)
     board_error: list[str] = []
 
-    def with_fleet(data: dict[str, t.Any], board: list[dict[str, t.Any]]) -> dict[str, t.Any]:
+    def with_fleet(
+        data: dict[str, t.Any],
+        board: list[dict[str, t.Any]],
+        asks: list[dict[str, t.Any]],
+    ) -> dict[str, t.Any]:
         if config.fleet is None:
             return data
-        return merge_fleet(data, board, config.fleet.node, here_config(config)[1])
+        return merge_fleet(data, board, config.fleet.node, here_config(config)[1], asks)
 
     def read_once(store: RunStore) -> dict[str, t.Any]:
         data = collect(store, **asyncio.run(_live_once(store, observer)))
         if config.fleet is None:
             return data
-        from politerm.engine.fleetboard import read_board
+        from politerm.engine.fleetboard import read_fleet
 
         try:
-            board = read_board(config, store)
+            board, asks = read_fleet(config, store)
         except FleetError as exc:
             board_error.append(str(exc))  # this machine's agents are still shown
-            board = []
-        return with_fleet(data, board)
+            board, asks = [], []
+        return with_fleet(data, board, asks)
 
     def with_router(data: dict[str, t.Any]) -> dict[str, t.Any]:
         info = lock.read()
@@ -269,7 +273,9 @@ async def _watch(
         async with BoardFeed(board, config.fleet.heartbeat) as feed:
 
             def with_board(*args: t.Any, **kwargs: t.Any) -> dict[str, t.Any]:
-                return merge_fleet(collect(*args, **kwargs), feed.snapshot(), node, elsewhere)
+                return merge_fleet(
+                    collect(*args, **kwargs), feed.snapshot(), node, elsewhere, feed.asked()
+                )
 
             await watch_status(store, observer, draw, collect=with_board, also=feed.event)
         queue.conn.close()

@@ -28,10 +28,11 @@ from politerm.agents.profile import load_profile
 from politerm.driver.agent import AgentDriver
 from politerm.driver.launch import Launched, launch
 from politerm.driver.receipts import PANE_OPTION
+from politerm.driver.statedir import state_dir
 from politerm.errors import ServerNotRunning, SessionNotFound, TmuxError
 from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.tmux.pane import Pane, agent_panes, hide_tmux, new_window
-from politerm.tmux.server import TmuxServer, default_config_dir
+from politerm.tmux.server import TmuxServer
 from politerm.tmux.shards import SHARD_WINDOW, shard_index, shard_socket, shard_sockets
 
 if t.TYPE_CHECKING:
@@ -404,11 +405,6 @@ class Host:
         for name in wanted:
             await found[name].kill()
         return wanted
-
-
-def state_dir() -> pathlib.Path:
-    """Where politerm keeps per-server files (tmux configs, session locks)."""
-    return default_config_dir()
 
 
 __all__ = ["Host", "Launched", "Pane", "hide_tmux", "state_dir"]

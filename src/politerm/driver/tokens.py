@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import typing as t
 
-from politerm.driver.transcripts import Tail, locate_transcript, open_tail
 from politerm.errors import StoreError
 from politerm.protocol.usage import Usage, usage_reader
 
@@ -32,6 +31,7 @@ if t.TYPE_CHECKING:
     from collections.abc import Mapping
 
     from politerm.agents.profile import AgentProfile
+    from politerm.driver.transcripts import Tail
     from politerm.store import RunStore
 
 # The longest an answered turn waits for its usage to be written to the transcript.
@@ -154,6 +154,10 @@ class TokenMeter:
     def _locate(self) -> Tail | None:
         if not self.works or self.spec is None or self.cwd is None:
             return None
+        # Imported here: the views read the stored counts only (``poli status``, ``poli dash``)
+        # and should not import the transcript readers to start.
+        from politerm.driver.transcripts import locate_transcript, open_tail
+
         path = locate_transcript(self.spec, self.cwd, self.env)
         return open_tail(self.spec, path, self.cwd) if path is not None else None
 

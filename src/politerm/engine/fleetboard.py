@@ -26,7 +26,17 @@ import typing as t
 from politerm._internal.aio import finish, listen, wait_any
 from politerm.agents.approval import list_pending
 from politerm.errors import FleetError, StaleAction
-from politerm.fleet.board import Board, BoardRow, field, publisher, rows_of
+from politerm.fleet.board import (
+    ASKED,
+    Board,
+    BoardRow,
+    TaskAsk,
+    ask_field,
+    asks_of,
+    field,
+    publisher,
+    rows_of,
+)
 from politerm.store.watch import StoreWatch
 
 if t.TYPE_CHECKING:
@@ -99,6 +109,22 @@ def agent_rows(
     return out
 
 
+def task_asks(store: RunStore) -> dict[str, Row]:
+    """The questions the store's tasks wait on (task id → ``question``, ``agent``, ``asked``)."""
+    from politerm.store.models import TaskState
+
+    return {
+        tk.id: {
+            "question": tk.question,
+            # The loop records who asked (the turn has ended by then).
+            "agent": store.get_meta(f"asker:{tk.id}") or "",
+            "asked": tk.updated,
+        }
+        for tk in store.list_tasks(active_only=True)
+        if tk.state is TaskState.WAITING_USER and tk.question
+    }
+
+
 class BoardPublisher:
     """Publishes the rows of the agents one process drives, whenever the store changes.
 
@@ -124,6 +150,9 @@ class BoardPublisher:
         turn runs has nobody looking at its screen, and its store row keeps its last
         state: the observer's word (tmux announces the death) makes the row EXITED at
         once, and wakes the publisher.
+    tasks
+        Whether it publishes the questions the store's tasks wait on (the router's
+        publisher: the tasks are its), and removes each once answered or ended.
     """
 
     def __init__(
@@ -137,9 +166,12 @@ class BoardPublisher:
         role: str = "node",
         every: float = 5.0,
         observer: Observer | None = None,
+        tasks: bool = False,
     ) -> None:
         self.store, self.board, self.node = store, board, node
-        self.observer = observer
+        self.observer, self.tasks = observer, tasks
+        self._asked: dict[str, Row] = {}
+        self._full = True  # the first publish names all its questions: older ones go
         self.agents, self.session = frozenset(agents), session
         self.role, self.every = role, every
         self._sent: dict[str, Row] = {}
@@ -157,10 +189,28 @@ class BoardPublisher:
         rows = agent_rows(self.store, self.agents, self.session, states)
         return {name: row for name, row in rows.items() if self._sent.get(name) != row}
 
-    def publish(self, rows: dict[str, Row]) -> None:
-        """Publish ``rows`` (blocking: call it in a thread); remembered once Redis took them."""
-        self.board.publish(self.node, rows, role=self.role, every=self.every)
+    def changed_asks(self) -> dict[str, Row | None]:
+        """The tasks' questions that differ from what was published (None: no more)."""
+        if not self.tasks:
+            return {}
+        now = task_asks(self.store)
+        gone: dict[str, Row | None] = {task: None for task in self._asked if task not in now}
+        return gone | {task: ask for task, ask in now.items() if self._asked.get(task) != ask}
+
+    def publish(self, rows: dict[str, Row], asks: dict[str, Row | None] | None = None) -> None:
+        """Publish ``rows`` and ``asks`` (blocking: call it in a thread).
+
+        Remembered once Redis took them.
+        """
+        full = self.tasks and self._full
+        self.board.publish(self.node, rows, role=self.role, every=self.every, asks=asks, full=full)
         self._sent.update(rows)
+        for task, ask in (asks or {}).items():
+            if ask is None:
+                self._asked.pop(task, None)
+            else:
+                self._asked[task] = ask
+        self._full = self._full and not full
         self.published += 1
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -175,12 +225,15 @@ class BoardPublisher:
                     # Every row again now and then: a board lost with Redis's data fills again.
                     self._all_at = loop.time()
                     self._sent.clear()
+                    self._asked.clear()
+                    self._full = True
                 rows = await self.changed()
+                asks = self.changed_asks()
                 # A commit that changed none of its rows costs nothing, unless the beat is due.
-                due = rows or loop.time() - self._beat_at >= self.every * BEAT_SHARE
+                due = rows or asks or loop.time() - self._beat_at >= self.every * BEAT_SHARE
                 try:
                     if due:
-                        await asyncio.to_thread(self.publish, rows)
+                        await asyncio.to_thread(self.publish, rows, asks)
                         self._beat_at = loop.time()
                     wait = self.every * BEAT_SHARE - (loop.time() - self._beat_at)
                 except FleetError as exc:
@@ -212,7 +265,10 @@ class BoardFeed:
         """``NODE/AGENT`` → the row."""
         self.error: str | None = None
         """Why the board could not be read last time (None: it was)."""
+        self.asks: dict[str, TaskAsk] = {}
+        """``NODE/TASK`` → the question a task of that node's router waits on."""
         self._raw: dict[str, dict[str, t.Any]] = {}
+        self._raw_asks: list[dict[str, t.Any]] = []
         self._alive: dict[str, bool] = {}
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
@@ -235,6 +291,11 @@ class BoardFeed:
     def snapshot(self) -> list[dict[str, t.Any]]:
         """Every row as plain data, by node and agent."""
         return [r.to_json() for r in sorted(self.rows.values(), key=lambda r: (r.node, r.agent))]
+
+    def asked(self) -> list[dict[str, t.Any]]:
+        """The tasks' questions of routers that still beat, as plain data, by node and task."""
+        shown = sorted(self.asks.values(), key=lambda a: (a.node, a.task))
+        return [a.to_json() for a in shown if not a.lost]
 
     async def start(self) -> None:
         """Read the board once, then follow it (in the background)."""
@@ -296,13 +357,26 @@ class BoardFeed:
                 continue  # more entries wait: read on at once
 
     async def _read_all(self) -> None:
-        """The whole board and every publisher's beat (two round trips)."""
+        """The whole board, the tasks' questions and every publisher's beat (3 round trips)."""
         records = await asyncio.to_thread(self.board.records)
-        alive = await asyncio.to_thread(self.board.alive, {publisher(r) for r in records})
-        self._set({field(r["node"], r["agent"]): r for r in records}, alive, whole=True)
+        asks = await asyncio.to_thread(self.board.ask_records)
+        by = {publisher(r) for r in [*records, *asks]}
+        alive = await asyncio.to_thread(self.board.alive, by)
+        self._set({field(r["node"], r["agent"]): r for r in records}, alive, whole=True, asks=asks)
 
     async def _take(self, changed: dict[str, dict[str, t.Any] | None]) -> None:
-        """Rows the log carried (their publishers beat as they published), or read back."""
+        """Rows the log carried (their publishers beat as they published), or read back.
+
+        A task's question named there: all of them read again, with their routers' beats.
+        """
+        if any(k.startswith(ASKED) for k in changed):
+            asks = await asyncio.to_thread(self.board.ask_records)
+            by = {publisher(r) for r in asks}
+            alive = await asyncio.to_thread(self.board.alive, by)
+            self._set(alive=alive, asks=asks)
+            changed = {k: r for k, r in changed.items() if not k.startswith(ASKED)}
+        if not changed:
+            return
         carried = {k: r for k, r in changed.items() if r is not None}
         named = sorted(k for k, r in changed.items() if r is None)
         if named:
@@ -316,15 +390,26 @@ class BoardFeed:
         alive: t.Mapping[str, bool] | None = None,
         *,
         whole: bool = False,
+        asks: list[dict[str, t.Any]] | None = None,
     ) -> None:
-        """New rows and beats in; the listeners told which agents' rows changed."""
+        """New rows, questions and beats in; the listeners told which changed.
+
+        Agents by name; a task's question as :data:`~politerm.fleet.board.ASKED` and its
+        field.
+        """
         self._raw = dict(raw or {}) if whole else self._raw | dict(raw or {})
         self._alive = dict(alive or {}) if whole else self._alive | dict(alive or {})
+        if asks is not None:
+            self._raw_asks = asks
         rows = rows_of(self._raw.values(), self._alive)
         new = {field(r.node, r.agent): r for r in rows}
         changed = {r.agent for k, r in self.rows.items() if k not in new}
         changed |= {r.agent for k, r in new.items() if self.rows.get(k) != r}
         self.rows = new
+        asked = {ask_field(a.node, a.task): a for a in asks_of(self._raw_asks, self._alive)}
+        changed |= {ASKED + k for k in asked.keys() ^ self.asks.keys()}
+        changed |= {ASKED + k for k, a in asked.items() if self.asks.get(k, a) != a}
+        self.asks = asked
         self._tell(changed)
 
     def _tell(self, changed: set[str]) -> None:
@@ -367,6 +452,7 @@ async def router_board(
         config.tmux.session,
         role="router",
         every=config.fleet.heartbeat,
+        tasks=True,
     )
     task = asyncio.create_task(publisher.run(stop), name="poli-board-publisher")
     feed = BoardFeed(board, config.fleet.heartbeat) if remote else None
@@ -402,7 +488,20 @@ def open_board(config: Config, store: RunStore | None = None) -> tuple[WorkQueue
 
 
 def read_board(config: Config, store: RunStore | None = None) -> list[dict[str, t.Any]]:
-    """Every row of the board once, as plain data (``poli status``).
+    """Every row of the board once, as plain data (MCP ``list_agents``).
+
+    Raises
+    ------
+    FleetError
+        Redis could not be reached.
+    """
+    return read_fleet(config, store, asks=False)[0]
+
+
+def read_fleet(
+    config: Config, store: RunStore | None = None, *, asks: bool = True
+) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
+    """The board's rows and the live routers' tasks' questions, once (``poli status``).
 
     Raises
     ------
@@ -411,7 +510,9 @@ def read_board(config: Config, store: RunStore | None = None) -> list[dict[str, 
     """
     queue, board = open_board(config, store)
     try:
-        return [r.to_json() for r in board.rows()]
+        rows = [r.to_json() for r in board.rows()]
+        asked = [a.to_json() for a in board.asks() if not a.lost] if asks else []
+        return rows, asked
     finally:
         queue.conn.close()
 

@@ -27,7 +27,6 @@ import typing as t
 
 from politerm._internal.pidlock import try_flock
 from politerm._internal.private import private_dir
-from politerm.driver import Host, state_dir
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -99,6 +98,10 @@ class ServiceLock:
         *,
         kind: str = ROUTER,
     ) -> None:
+        # Imported here: ``driver.host`` brings the whole turn machinery, and ``poli status``
+        # reads a lock without driving anything.
+        from politerm.driver import state_dir
+
         base = directory if directory is not None else state_dir()
         self.path = base / f"{kind}-{socket}-{session}.pid"
         self._fd: int | None = None
@@ -207,7 +210,9 @@ def start(
     deadline = time.monotonic() + START_WAIT
     while time.monotonic() < deadline:
         info = lock.read()
-        if info is not None:
+        # Up once it started its child: the supervisor takes the lock before it looks at the
+        # session, and a caller (``poli up``, ``poli status``) is told which router runs.
+        if info is not None and info.router is not None:
             return info
         if proc.poll() is not None:
             info = lock.read()  # another one won the race
@@ -276,6 +281,7 @@ def _die_with_parent() -> None:
 def _session_up(socket: str, session: str) -> bool:
     import asyncio
 
+    from politerm.driver import Host
     from politerm.errors import PolitermError
 
     async def look() -> bool:

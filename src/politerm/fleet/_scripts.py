@@ -312,13 +312,17 @@ return now
 BOARD: t.Final = (
     _NOW
     + """
--- KEYS: board hash, board log stream, the publisher's beat
--- ARGV: node, keep ms, maxlen, beat ms, most rows a log entry carries, then triples of
--- field, state, row (JSON without its times: 'at' and 'since' are set here, by Redis's
--- clock; 'since' is kept while the state stays the one published before).
+-- KEYS: board hash, board log stream, the publisher's beat, the tasks' questions hash
+-- ARGV: node, keep ms, maxlen, beat ms, most rows a log entry carries, the count of rows,
+-- full (1: the questions given are all the publisher has open), the publisher
+-- (NODE:ROLE); then triples of field, state, row (JSON without its times: 'at' and 'since'
+-- are set here, by Redis's clock; 'since' is kept while the state stays the one published
+-- before); then pairs of question field, question (JSON; '': answered or ended).
 local fields, entry = {}, {}
-local inline = (#ARGV - 5) / 3 <= tonumber(ARGV[5])
-for i = 6, #ARGV, 3 do
+local count = tonumber(ARGV[6])
+local inline = count <= tonumber(ARGV[5])
+local asks_at = 9 + 3 * count
+for i = 9, asks_at - 1, 3 do
   local since = now
   local old = redis.call('HGET', KEYS[1], ARGV[i])
   if old then
@@ -334,6 +338,38 @@ for i = 6, #ARGV, 3 do
   if inline then
     entry[#entry + 1] = 'row:' .. ARGV[i]
     entry[#entry + 1] = row
+  end
+end
+-- The tasks' questions: the log names each with a '?' before (followers read them all).
+local given, asked = {}, 0
+for i = asks_at, #ARGV, 2 do
+  given[ARGV[i]] = true
+  if ARGV[i + 1] == '' then
+    if redis.call('HDEL', KEYS[4], ARGV[i]) == 1 then fields[#fields + 1] = '?' .. ARGV[i] end
+  else
+    redis.call('HSET', KEYS[4], ARGV[i], '{"at":' .. now .. ',' .. string.sub(ARGV[i + 1], 2))
+    fields[#fields + 1] = '?' .. ARGV[i]
+    asked = asked + 1
+  end
+end
+if ARGV[7] == '1' then
+  -- All of this publisher's open questions were given: any other of its was answered or
+  -- ended (while it was away, or before it restarted).
+  local all = redis.call('HGETALL', KEYS[4])
+  for j = 1, #all, 2 do
+    if not given[all[j]] then
+      local ok, was = pcall(cjson.decode, all[j + 1])
+      if ok and type(was) == 'table' and was.by == ARGV[8] then
+        redis.call('HDEL', KEYS[4], all[j])
+        fields[#fields + 1] = '?' .. all[j]
+      end
+    end
+  end
+end
+if asked > 0 then
+  local keep = tonumber(ARGV[2])
+  if redis.call('PTTL', KEYS[4]) < keep - math.min(60000, keep / 2) then
+    redis.call('PEXPIRE', KEYS[4], keep)
   end
 end
 if #fields > 0 then

@@ -14,6 +14,11 @@ to say: each publish (one at least every heartbeat interval) sets a key that exp
 :data:`~politerm.fleet.nodes.MISSED_BEATS` intervals, by Redis's clock. The rows of a
 publisher whose beat expired — its process or machine died, or is cut off — read as
 :data:`LOST`. The board and its log expire after the queue's ``keep`` without a change.
+
+A router publishes in the same call the questions its tasks wait on (:class:`TaskAsk`, in
+a sibling hash, ``NODE/TASK`` → the question, named in the log with :data:`ASKED` before),
+and removes each once it is answered or its task ended, so that the views of every node
+can list them; they too read as lost with their publisher's beat.
 """
 
 from __future__ import annotations
@@ -32,7 +37,19 @@ if t.TYPE_CHECKING:
 
     from politerm.fleet.queue import WorkQueue
 
-__all__ = ["LOST", "MAX_TEXT", "Board", "BoardRow", "field", "publisher", "rows_of"]
+__all__ = [
+    "ASKED",
+    "LOST",
+    "MAX_TEXT",
+    "Board",
+    "BoardRow",
+    "TaskAsk",
+    "ask_field",
+    "asks_of",
+    "field",
+    "publisher",
+    "rows_of",
+]
 
 MAX_TEXT: t.Final = 200
 """Longest text of a row (a question, a command): the board stays small whatever an agent asks."""
@@ -60,6 +77,21 @@ def field(node: str, agent: str) -> str:
     'b/EXECUTER'
     """
     return f"{node}/{agent}"
+
+
+ASKED: t.Final = "?"
+"""What the board's log puts before the field of a task's question (:func:`ask_field`)."""
+
+
+def ask_field(node: str, task: str) -> str:
+    """The field of task ``task``'s question, published by the router on ``node``.
+
+    Examples
+    --------
+    >>> ask_field("a", "T-1")
+    'a/T-1'
+    """
+    return f"{node}/{task}"
 
 
 def _clip(text: t.Any) -> str:
@@ -102,6 +134,29 @@ class BoardRow:
         return data
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskAsk:
+    """A question a task waits on, as the router running it last published it."""
+
+    task: str
+    node: str
+    """The node of the router that runs the task (the one that applies its answer)."""
+    question: str
+    """The question, clipped to :data:`MAX_TEXT` and redacted."""
+    agent: str
+    """The agent that asked (empty when the router did not know)."""
+    asked: float
+    """When (epoch seconds) the task began to wait, as its router's store has it."""
+    at: float
+    """When (epoch seconds, Redis's clock) it was last published."""
+    lost: bool
+    """Its router stopped beating: nobody there to take an answer."""
+
+    def to_json(self) -> dict[str, t.Any]:
+        """The question as plain data."""
+        return dataclasses.asdict(self)
+
+
 class Board:
     """The agents' board of a project (built over a :class:`WorkQueue`)."""
 
@@ -116,6 +171,8 @@ class Board:
         *,
         role: str = "node",
         every: float = 5.0,
+        asks: Mapping[str, Mapping[str, t.Any] | None] | None = None,
+        full: bool = False,
     ) -> int:
         """Publish the rows of ``node``'s agents that changed (agent → row); Redis's ms time.
 
@@ -125,11 +182,18 @@ class Board:
         last change (``since``). One script call, whatever the count; with no rows it is
         the publisher's beat alone. ``role`` tells the publishers of one node apart (its
         ``node`` service, its ``router``); ``every`` is how often it publishes at least.
+
+        ``asks``: task id → the question it waits on (``question``, ``agent``, ``asked``),
+        or None once it waits on none; clipped and redacted as a row. ``full``: these are
+        all the questions this publisher has open, any other it published is removed.
         """
         check_name("node", node)
         by = f"{node}:{role}"
         beat_ms = max(1, round(MISSED_BEATS * every * 1000))
-        args: list[t.Any] = [node, round(self.queue.keep * 1000), LOG_MAXLEN, beat_ms, INLINE_ROWS]
+        args: list[t.Any] = [
+            node, round(self.queue.keep * 1000), LOG_MAXLEN, beat_ms, INLINE_ROWS, len(rows),
+            1 if full else 0, by,
+        ]  # fmt: skip
         for agent, row in sorted(rows.items()):
             check_name("agent", agent)
             approval = row.get("approval")
@@ -151,11 +215,42 @@ class Board:
             clean = redact_payload(bounded, self.queue.redact)
             text = to_json(clean, f"the board row of {agent}")
             args += [field(node, agent), clean["state"], text]
+        for task, ask in sorted((asks or {}).items()):
+            args += [ask_field(node, task), "" if ask is None else self._ask(node, by, task, ask)]
         keys = self.queue.keys
         with self.queue.conn.talking(f"publishing node {node}'s agents"):
             return int(
-                self._publish(keys=[keys.board, keys.board_log, keys.board_beat(by)], args=args)
+                self._publish(
+                    keys=[keys.board, keys.board_log, keys.board_beat(by), keys.board_asks],
+                    args=args,
+                )
             )
+
+    def _ask(self, node: str, by: str, task: str, ask: Mapping[str, t.Any]) -> str:
+        bounded = {
+            "task": _clip(task),
+            "node": node,
+            "by": by,
+            "question": _clip(ask.get("question")),
+            "agent": _clip(ask.get("agent")),
+            "asked": float(ask.get("asked") or 0.0),
+        }
+        clean = redact_payload(bounded, self.queue.redact)
+        return to_json(clean, f"the question of task {task}")
+
+    def ask_records(self) -> list[dict[str, t.Any]]:
+        """The tasks' questions as published, of every router (one round trip).
+
+        A handful at most (the tasks waiting on a person): read whole.
+        """
+        with self.queue.conn.talking("reading the tasks' questions"):
+            found = self.queue.conn.cmd.hgetall(self.queue.keys.board_asks)
+        return [r for r in (_row(v, "task") for v in found.values() if v) if r is not None]
+
+    def asks(self) -> list[TaskAsk]:
+        """The questions tasks wait on, of every router, by node and task (two round trips)."""
+        records = self.ask_records()
+        return asks_of(records, self.alive({publisher(r) for r in records}))
 
     def rows(self, fields: Iterable[str] | None = None) -> list[BoardRow]:
         """The board's rows (those of ``fields`` only, when given), by node and agent.
@@ -252,12 +347,30 @@ def rows_of(records: Iterable[Mapping[str, t.Any]], alive: Mapping[str, bool]) -
     return sorted(out, key=lambda r: (r.node, r.agent))
 
 
-def _row(text: str) -> dict[str, t.Any] | None:
+def asks_of(records: Iterable[Mapping[str, t.Any]], alive: Mapping[str, bool]) -> list[TaskAsk]:
+    """Raw questions as :class:`TaskAsk`, lost where their publisher's beat is not ``alive``."""
+    out = [
+        TaskAsk(
+            task=str(r["task"]),
+            node=str(r["node"]),
+            question=str(r.get("question") or ""),
+            agent=str(r.get("agent") or ""),
+            asked=float(r.get("asked") or 0.0),
+            at=float(r.get("at") or 0) / 1000,
+            lost=not alive.get(publisher(r)),
+        )
+        for r in records
+    ]
+    return sorted(out, key=lambda a: (a.node, a.task))
+
+
+def _row(text: str, name: str = "agent") -> dict[str, t.Any] | None:
+    """A row (or, with ``name`` ``task``, a question) as published; None: not one."""
     try:
         value = json.loads(text)
     except ValueError:
         return None  # written by another program: not shown, never a traceback
-    if not isinstance(value, dict) or not value.get("agent") or not value.get("node"):
+    if not isinstance(value, dict) or not value.get(name) or not value.get("node"):
         return None
     return value
 

@@ -138,6 +138,11 @@ class Keys:
         """The board's changes (a capped stream): which rows changed, for watchers to wake."""
         return f"{self.prefix}board:log"
 
+    @property
+    def board_asks(self) -> str:
+        """The tasks waiting for an answer (a hash): ``NODE/TASK`` → the question asked."""
+        return f"{self.prefix}board:asks"
+
     def board_beat(self, publisher: str) -> str:
         """A board publisher's beat (``NODE:ROLE``): set with an expiry at each publish."""
         return f"{self.prefix}board:beat:{publisher}"

@@ -14,9 +14,10 @@ import json
 import re
 import typing as t
 
-import jsonschema
-
 from politerm.errors import BlockRejected, OldBlock
+
+if t.TYPE_CHECKING:
+    import jsonschema.protocols
 
 #: Characters a renderer puts in front of content: indent, reply bullets, borders, tool gutters.
 GUTTER_CHARS = " \t●•✦┃│⎿⏺"
@@ -59,6 +60,10 @@ def _schema() -> dict[str, t.Any]:
 
 @functools.cache
 def _validator() -> jsonschema.protocols.Validator:
+    # Imported here: the views import this module for its line cleaning only, and jsonschema
+    # is a tenth of ``poli dash``'s start.
+    import jsonschema
+
     schema = _schema()
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)

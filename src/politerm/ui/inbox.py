@@ -112,6 +112,21 @@ def asked_on_node(
     )  # fmt: skip
 
 
+def task_asked_on_node(project: ProjectRef, ask: Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The question a task of another node's router waits on (its published question).
+
+    Answered through the router holding the fleet's router role
+    (:func:`politerm.engine.fleetanswers.answer_task_remote`), naming the question shown.
+    """
+    node, task = str(ask["node"]), str(ask["task"])
+    ref = {"task": task, "question": ask["question"], "node": node}
+    return _item(
+        project, "question", str(ask.get("agent") or ""), str(ask["question"]),
+        float(ask.get("asked") or 0.0), task=task, actions=["answer"], ref=ref, node=node,
+        detail=f"task {task}, asked on node {node}",
+    )  # fmt: skip
+
+
 def project_inbox(
     store: RunStore,
     project: ProjectRef,

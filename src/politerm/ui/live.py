@@ -244,7 +244,7 @@ class LiveState:
         if fleet is None or self.board is None:
             return None
         elsewhere = frozenset(here_config(self.config)[1])
-        return FleetRows(fleet.node, elsewhere, self.board.snapshot())
+        return FleetRows(fleet.node, elsewhere, self.board.snapshot(), self.board.asked())
 
     def remote_node(self, node: str | None) -> bool:
         """Whether ``node`` is another node of the fleet (its agents answer through Redis)."""

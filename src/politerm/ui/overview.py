@@ -21,9 +21,15 @@ from politerm.agents.approval import all_pending
 from politerm.errors import PolitermError
 from politerm.project import project_key
 from politerm.redact import Redactor
-from politerm.status import approval_row, collect, remote_rows, state_words
+from politerm.status import approval_row, collect, remote_rows, remote_tasks, state_words
 from politerm.store.epics import EpicStore
-from politerm.ui.inbox import approval_panes, asked_on_node, merge, project_inbox
+from politerm.ui.inbox import (
+    approval_panes,
+    asked_on_node,
+    merge,
+    project_inbox,
+    task_asked_on_node,
+)
 from politerm.ui.projects import ProjectRef, owner_of
 from politerm.ui.sessions import bridge_sessions, epic_sessions, tmux_sessions
 
@@ -172,6 +178,8 @@ class FleetRows:
     """The agents this machine does not drive: shown from the board only."""
     rows: t.Sequence[t.Mapping[str, t.Any]]
     """The board's rows (:meth:`politerm.fleet.board.BoardRow.to_json`)."""
+    asks: t.Sequence[t.Mapping[str, t.Any]] = ()
+    """The questions the tasks of live routers wait on (``TaskAsk.to_json``)."""
 
 
 def _fleet(
@@ -207,6 +215,8 @@ def _fleet(
         )
         if approval:
             asks.append(asked_on_node(home, r["agent"], r["node"], approval))
+    # This machine's router's tasks are in its own store, so in its inbox already.
+    asks += [task_asked_on_node(home, a) for a in fleet.asks if a["node"] != fleet.node]
     return local + rows, asks
 
 
@@ -260,11 +270,14 @@ def _managers(store: RunStore) -> list[dict[str, t.Any]]:
 def _pipelines(project: pathlib.Path | None) -> list[dict[str, t.Any]]:
     if project is None:
         return []
-    from politerm.pipeline.ops import project_status
     from politerm.pipeline.state import project_runs
 
     if not project_runs(project):
         return []
+    # Imported only when there are runs to show: it pulls the pipeline runner and the driver's
+    # turn machinery, a tenth of ``poli dash``'s start for a project with no pipeline.
+    from politerm.pipeline.ops import project_status
+
     with contextlib.suppress(PolitermError):
         return project_status(project)
     return []
@@ -388,6 +401,9 @@ def collect_overview(
         )  # fmt: skip
     waiting = merge(*inbox)
     _mark_approvals(agents, waiting)
+    # Another node's router runs these: listed (marked with its node) to be answered here.
+    ids = {tk["id"] for tk in status["tasks"]}
+    elsewhere = [] if fleet is None else remote_tasks(fleet.asks, fleet.node, ids)
     # Every workflow keeps its questions under its own key (agent name, "<run>.step-<n>",
     # "epic.<session>"...): list them all, not only the loop's agents'.
     by_key = {(i["project_key"], i["agent"]): i for i in waiting if i["kind"] == "approval"}
@@ -398,6 +414,7 @@ def collect_overview(
             "project": home.name, "project_key": home.key, "pane": None, "node": i["node"],
         }
         for i in asked_elsewhere
+        if i["kind"] == "approval"
     ]  # fmt: skip
     for ref, st in [(home, store), *others]:
         for p in all_pending(st):
@@ -421,7 +438,7 @@ def collect_overview(
         "sessions": sessions + epic_sessions(runs) + bridge_sessions(store),
         "agents": agents,
         "approvals": approvals,
-        "tasks": status["tasks"],
+        "tasks": status["tasks"] + elsewhere,
         "messages": status["messages"],
         "mail": _mail(store),
         "managers": _managers(store),

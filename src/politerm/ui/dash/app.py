@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import os
 import typing as t
 
@@ -26,7 +27,6 @@ from politerm.ui.dash.modals import CSS as MODAL_CSS
 from politerm.ui.dash.modals import AskScreen, ConfirmScreen, GateScreen
 from politerm.ui.dash.screen import render_screen
 from politerm.ui.live import LiveState
-from politerm.ui.mirror import ScreenMirror
 from politerm.ui.overview import ATTENTION, FINISHED
 
 if t.TYPE_CHECKING:
@@ -38,6 +38,7 @@ if t.TYPE_CHECKING:
 
     from politerm.config import Config
     from politerm.store import RunStore
+    from politerm.ui.mirror import ScreenMirror
     from politerm.ui.projects import ProjectRef
 
 #: The keys that answer an inbox item in place.
@@ -67,6 +68,12 @@ def attach_argv(socket: str, pane_id: str) -> list[str]:
         "tmux", "-L", socket, "select-window", "-t", pane_id, ";",
         "select-pane", "-t", pane_id, ";", "attach-session", "-t", pane_id,
     ]  # fmt: skip
+
+
+def _waits(item: t.Mapping[str, t.Any]) -> str:
+    """What an inbox item waits for, and the node that asks when it is another machine's."""
+    node = item.get("node")
+    return f"{item['kind_words']} (node {node})" if node else str(item["kind_words"])
 
 
 def _when(ts: float | None) -> str:
@@ -313,7 +320,7 @@ class DashApp(App[None]):
         self._fill(
             "inbox",
             [
-                (i["id"], (Text(i["kind_words"], style="bold yellow"), i["project"],
+                (i["id"], (Text(_waits(i), style="bold yellow"), i["project"],
                            i["agent"] or "-", i["what"][:80], _when(i["since"]),
                            _KEYS.get(i["kind"], "")))
                 for i in waiting
@@ -417,6 +424,9 @@ class DashApp(App[None]):
         except PolitermError as exc:
             title.update(f"mirror: {exc}")
             return
+        # Imported when a pane is first mirrored: pyte is not needed to draw the tables.
+        from politerm.ui.mirror import ScreenMirror
+
         screen = ScreenMirror(mirror.width, mirror.height)
         screen.feed(mirror.initial)
         self.screen_mirror, self.mirror_name = screen, mirror.pane_id
@@ -481,7 +491,8 @@ class DashApp(App[None]):
         def done(yes: bool | None) -> None:
             if yes and self.live.remote_node(ref.node):
                 # Answered on the agent's node: waited for off the screen's loop.
-                self.run_worker(self._run_remote(ref, deny), exclusive=False)
+                there = functools.partial(self.live.approve_remote, ref, deny=deny, by="dash")
+                self.run_worker(self._run_remote(there), exclusive=False)
             elif yes:
 
                 def act() -> str:
@@ -500,9 +511,10 @@ class DashApp(App[None]):
         """Deny the open question of the selected agent (asks first)."""
         self._answer_approval(deny=True)
 
-    async def _run_remote(self, ref: actions.ApprovalRef, deny: bool) -> None:
+    async def _run_remote(self, act: Callable[[], str]) -> None:
+        """``act`` (it waits for another node's word) in a thread; what it said, shown."""
         try:
-            said = await asyncio.to_thread(self.live.approve_remote, ref, deny=deny, by="dash")
+            said = await asyncio.to_thread(act)
         except PolitermError as exc:
             self._say(f"refused: {exc}", error=True)
             return
@@ -527,9 +539,16 @@ class DashApp(App[None]):
             self._say("no task is waiting for an answer", error=True)
             return
         task_id, question, key = item["task"], item["what"], item["project_key"]
+        remote = self.live.remote_node(item.get("node"))
 
         def done(text: str | None) -> None:
-            if text is not None:
+            if text is not None and remote:
+                # Another node's router runs it: waited for off the screen's loop.
+                there = functools.partial(
+                    self.live.answer_remote, task_id, question, text, by="dash"
+                )
+                self.run_worker(self._run_remote(there), exclusive=False)
+            elif text is not None:
 
                 def act() -> str:
                     store, _ = self.live.project_of(key)

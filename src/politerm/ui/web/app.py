@@ -66,6 +66,8 @@ class AnswerBody(BaseModel):
     question: str
     text: str
     project: str | None = None
+    node: str | None = None
+    """The fleet's node whose router runs the task, when the page showed one."""
 
 
 class GateBody(BaseModel):

@@ -11,6 +11,7 @@ import dataclasses
 import pathlib
 import re
 import shlex
+import sys
 import typing as t
 
 import pytest
@@ -268,4 +269,57 @@ async def test_approver_reads_a_tall_box_from_the_pty_history(tmp_path: pathlib.
         assert (event.data["decision"], event.data["command"]) == ("approve", HEREDOC)
         store.close()
     finally:
+        await term.kill(grace=1.0)
+
+
+# opencode under load draws its question before the command in it (CI: the user was asked
+# about '' and then, the command drawn, asked again).
+OPENCODE_DRAWN = [
+    "  ┃",
+    "  ┃  Please run it. (nonce=be7644)",
+    "  ┃",
+    "     ▣  Build · Mock Model",
+    "  ┃",
+    "  ┃  △ Permission required",
+    "  ┃    # Shell command",
+    "  ┃",
+    "  ┃  $ echo denied-out > no.txt",
+    "  ┃",
+    "  ┃   Allow once   Allow always   Reject          ctrl+f fullscreen  ⇆ select",
+]
+OPENCODE_IN_PART = [ln for ln in OPENCODE_DRAWN if "$ echo" not in ln]
+
+
+async def test_a_question_drawn_before_its_command_is_asked_once_with_the_command(
+    tmp_path: pathlib.Path,
+) -> None:
+    # The box first without its command; a line on stdin draws the whole box.
+    script = tmp_path / "draw.py"
+    script.write_text(
+        "import sys\n"
+        f"print('\\n'.join({OPENCODE_IN_PART!r}), flush=True)\n"
+        "sys.stdin.readline()\n"
+        f"print('\\x1b[2J\\x1b[H' + '\\n'.join({OPENCODE_DRAWN!r}), flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    term = await PtyTerminal.spawn([sys.executable, str(script)], size=(120, 40), name="q")
+    store = RunStore.open(tmp_path / "runs.sqlite3")
+    approver = Approver("EXECUTER", load_profile("opencode"), term, ApprovalPolicy(), store)
+    try:
+
+        async def showing(lines: list[str]) -> bool:
+            snap = await term.snapshot()
+            return [ln.rstrip() for ln in snap.lines[: len(lines)]] == lines
+
+        await aretry_until(lambda: showing(OPENCODE_IN_PART), 30, what="the box in part")
+        assert await approver.look(await term.snapshot()) == "none"
+        assert get_pending(store, "EXECUTER") is None
+        await term.send_keys("Enter")
+        await aretry_until(lambda: showing(OPENCODE_DRAWN), 30, what="the whole box")
+        assert await approver.look(await term.snapshot()) == "asked"
+        pending = get_pending(store, "EXECUTER")
+        assert pending is not None and pending.command == "echo denied-out > no.txt"
+        assert len([e for e in store.list_events() if e.kind == "approval-asked"]) == 1
+    finally:
+        store.close()
         await term.kill(grace=1.0)

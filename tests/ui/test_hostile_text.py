@@ -75,6 +75,8 @@ def _project(server: libtmux.Server, tmp_path: pathlib.Path) -> tuple[pathlib.Pa
 
 def _fill(store: RunStore, root: pathlib.Path) -> None:
     store.create_task("T-hostile", f"request {HOSTILE}", max_rounds=2)
+    # Within the tasks table's 50 characters: a closing tag with nothing to close.
+    store.create_task("T-markup", "fix list[/] then [bold]bold[/bold]", max_rounds=2)
     store.update_task("T-hostile", state=TaskState.WAITING_USER, question=f"question {HOSTILE}")
     store.add_event("stuck", agent="PLANNER", detail=f"event {HOSTILE}")
     ManagerStore(store).add_project("web", root, goal=f"goal {HOSTILE}", agent="dev")
@@ -142,3 +144,5 @@ async def test_the_dashboard_shows_agent_text_inert(
             assert "[bold red]markup[/]" in text  # markup shown as typed, never applied
             screen = app.export_screenshot()
             assert TOKEN not in screen and "\x1b]" not in screen
+            # What the table draws, not only what it holds: Textual reads a str cell as markup.
+            assert "list[/]&#160;then&#160;[bold]bold[/bold]" in screen, "markup was applied"

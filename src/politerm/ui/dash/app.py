@@ -257,7 +257,12 @@ class DashApp(App[None]):
         (rows came, went or moved; the filter changed) the table is filled again.
         """
         table = self.query_one(f"#{name}", DataTable)
-        kept = [(key, tuple(cells)) for key, cells in _unique(rows) if self._keep(*cells)]
+        # Textual reads a str cell as markup: agent and user text ("list[/]") is plain Text.
+        kept = [
+            (key, tuple(Text(c) if isinstance(c, str) else c for c in cells))
+            for key, cells in _unique(rows)
+            if self._keep(*cells)
+        ]
         drawn = self._drawn.get(name)
         self._drawn[name] = kept
         if drawn is not None and [k for k, _ in drawn] == [k for k, _ in kept]:

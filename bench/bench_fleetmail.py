@@ -65,8 +65,8 @@ def _run(root: pathlib.Path, server: RedisServer, executer_on: str, n: int) -> l
     names = ["a"] if executer_on == "a" else ["a", executer_on]
     nodes = make_fleet(root, server, names, executer_nodes=(executer_on,), lease=10)
     a = nodes["a"]
-    a.env["POLI_POSTMAN"] = "off"  # a's postman is this run's (stopped with it)
-    postman = a.start("msg", "route", "--idle-exit", "300")
+    # a's first `poli send` starts a's project service, whose postman delivers (or posts
+    # to the fleet); tear_down's `poli down` stops it.
     try:
         if executer_on == "a":
             up = a.poli("up")
@@ -76,8 +76,6 @@ def _run(root: pathlib.Path, server: RedisServer, executer_on: str, n: int) -> l
         _send(a, nodes[executer_on], "warm up")  # not counted: b starts its EXECUTER
         return [_send(a, nodes[executer_on], f"ping {i}") for i in range(n)]
     finally:
-        postman.terminate()
-        postman.communicate(timeout=30)
         tear_down(nodes)
 
 

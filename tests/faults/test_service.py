@@ -17,9 +17,10 @@ import ptyprocess
 import pytest
 
 from politerm.agents.bundled import FAKE_AGENT_MODULE
+from politerm.engine import service
 from politerm.engine.service import ServiceLock
 from politerm.store.models import TaskState
-from politerm.testing.retry import retry_until
+from politerm.testing.retry import WaitTimeout, retry_until
 from tests.loophelpers import (
     EXECUTER_OK,
     FINAL,
@@ -218,7 +219,13 @@ def test_the_service_killed_mid_delivery_is_restarted_and_loses_nothing(
             info = lock.read()
             return info is not None and info.router not in (None, first.router)
 
-        retry_until(restarted, 30, what="the supervisor to start a new router")
+        log = service.log_path(loop.config)
+        try:
+            retry_until(restarted, 30, what="the supervisor to start a new router")
+        except WaitTimeout as exc:  # the service's own word on why (CI saw this once)
+            said = log.read_text() if log.exists() else "(no service log)"
+            msg = f"{exc}; lock {lock.read()}; service log:\n{said}"
+            raise AssertionError(msg) from None
         retry_until(lambda: _state(loop, "T-k") is TaskState.DONE, 60, what="T-k to be done")
         # Nothing lost, nothing twice: one task prompt, one plan, one result.
         assert len(_prompts(loop, "PLANNER", "TASK_ID=T-k\n")) == 1

@@ -39,6 +39,8 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 10.0
 SESSION_LOOK = 10.0
 """How often the supervisor looks whether its tmux session still exists."""
+SESSION_RECHECK = 1.0
+"""A session seen gone is looked at again this much later before the router is stopped."""
 STABLE_AFTER = 30.0
 """A router that lived this long starts the backoff over when it dies."""
 
@@ -298,6 +300,21 @@ def _session_up(socket: str, session: str) -> bool:
         return True
 
 
+def _session_gone(socket: str, session: str, stopping: threading.Event) -> bool:
+    """Whether the session is gone, seen so on two looks SESSION_RECHECK apart.
+
+    One failed ``has-session`` (a busy machine, a server between two commands) must not
+    stop the project's router: only a second look that agrees does.
+    """
+    if _session_up(socket, session):
+        return False
+    stopping.wait(SESSION_RECHECK)
+    if _session_up(socket, session):
+        return False
+    print(f"tmux session {session!r} is gone: stopping", flush=True)
+    return True
+
+
 def _wait_while_up(
     child: subprocess.Popen[bytes],
     socket: str,
@@ -318,7 +335,7 @@ def _wait_while_up(
         except subprocess.TimeoutExpired:
             if not follow:
                 continue
-            if not stopping.is_set() and not _session_up(socket, session):
+            if not stopping.is_set() and _session_gone(socket, session, stopping):
                 stopping.set()
                 child.send_signal(signal.SIGTERM)
 
@@ -346,7 +363,7 @@ def supervise(socket: str, session: str, argv: list[str], kind: str = ROUTER) ->
     restarts, backoff = 0, BACKOFF_FIRST
     follow = kind == ROUTER and _session_up(socket, session)
     try:
-        while not stopping.is_set() and (not follow or _session_up(socket, session)):
+        while not stopping.is_set() and not (follow and _session_gone(socket, session, stopping)):
             began = time.monotonic()
             # The supervisor runs no threads, so preexec_fn is safe here.
             child = subprocess.Popen(

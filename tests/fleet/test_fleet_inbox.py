@@ -105,6 +105,10 @@ async def test_the_routers_questions_are_listed_and_answered_in_the_dash_and_web
                 [item] = inbox()
                 assert item[0] == "question (node a)" and item[2] == "PLANNER", item
                 assert QUESTION in item[3]
+                # Its tasks table names the task's node and no round it cannot know.
+                tasks = app.query_one("#tasks", DataTable)
+                row = [str(x) for x in tasks.get_row_at(0)]
+                assert row[:3] == ["T-q (node a)", "waiting_user", "-"], row
                 await pilot.press("n")
 
                 async def asking() -> bool:

@@ -334,7 +334,7 @@ class DashApp(App[None]):
         self._fill(
             "tasks",
             [
-                (tk["id"], (tk["id"], tk["state"], tk["round"], tk["request"][:50],
+                (tk["id"], (_task_id(tk), tk["state"], _or_dash(tk["round"]), tk["request"][:50],
                             tk["question"] or tk["error"] or (tk["report"] or "")[:80]))
                 for tk in data.get("tasks", [])
             ],
@@ -668,6 +668,29 @@ def _unique(
         seen[key] = seen.get(key, 0) + 1
         out.append((key if seen[key] == 1 else f"{key}#{seen[key]}", cells))
     return out
+
+
+def _task_id(task: t.Mapping[str, t.Any]) -> str:
+    """A task's id, with the node whose router runs it when that is another machine's.
+
+    Examples
+    --------
+    >>> _task_id({"id": "T-1"}), _task_id({"id": "T-2", "node": "a"})
+    ('T-1', 'T-2 (node a)')
+    """
+    node = task.get("node")
+    return f"{task['id']} (node {node})" if node else str(task["id"])
+
+
+def _or_dash(value: object) -> object:
+    """``value``, or "-" for one that is not known (a task of another node has no round).
+
+    Examples
+    --------
+    >>> _or_dash(None), _or_dash(2)
+    ('-', 2)
+    """
+    return "-" if value is None else value
 
 
 def _width(cell: object) -> int:

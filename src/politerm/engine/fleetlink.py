@@ -117,7 +117,7 @@ class Results:
 
 
 class FleetPost:
-    """A router's :class:`~politerm.engine.remote.TurnPost` over the fleet's queue.
+    """Where a router posts turns for other nodes and reads their replies: the fleet's queue.
 
     ``seat``: the router's hold on the fleet's router role; its posts carry the role's
     token, and the queue refuses them once another router took the role.

@@ -26,15 +26,15 @@ from politerm.store.watch import EventCursor, StoreWatch
 if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver import AgentDriver, Host
-    from politerm.engine.fleetlink import RouterSeat
-    from politerm.engine.remote import AgentStates, TurnPost
-    from politerm.engine.routebase import TurnGate
+    from politerm.engine.fleetboard import BoardFeed
+    from politerm.engine.fleetbudget import RouterBreaker
+    from politerm.engine.fleetlink import FleetPost, RouterSeat
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
 Printer = t.Callable[["Event"], None]
 Beside = t.Callable[
-    ["t.Mapping[str, AgentDriver]", "Host", "TurnGate | None"], t.Coroutine[t.Any, t.Any, None]
+    ["t.Mapping[str, AgentDriver]", "Host", "RouterBreaker | None"], t.Coroutine[t.Any, t.Any, None]
 ]
 """Work a router runs beside its loops over its own drivers (the message lanes), asking
 the router's gate (the fleet's budget) before a turn of one of them."""
@@ -174,7 +174,7 @@ async def _take_answers(config: Config, store: RunStore, seat: RouterSeat) -> No
 
 def _remote(
     config: Config, store: RunStore, seat: RouterSeat | None
-) -> tuple[TurnPost, list[str]] | None:
+) -> tuple[FleetPost, list[str]] | None:
     """The fleet's queue and the agents whose turns go through it (None without a fleet)."""
     elsewhere = here_config(config)[1]
     if not elsewhere:
@@ -190,7 +190,7 @@ def _board(
     local: list[str],
     remote: t.Collection[str],
     wake: t.Callable[[str], None],
-) -> contextlib.AbstractAsyncContextManager[AgentStates | None]:
+) -> contextlib.AbstractAsyncContextManager[BoardFeed | None]:
     """The fleet's board for this router (nothing without ``[fleet]``)."""
     if config.fleet is None:
         return contextlib.nullcontext(None)
@@ -201,7 +201,7 @@ def _board(
 
 def _breaker(
     config: Config, store: RunStore, agents: list[str], wake: t.Callable[[str], None]
-) -> contextlib.AbstractAsyncContextManager[TurnGate | None]:
+) -> contextlib.AbstractAsyncContextManager[RouterBreaker | None]:
     """The fleet's budget breaker in front of this router's own agents' turns."""
     if config.fleet is None:
         return contextlib.nullcontext(None)

@@ -74,7 +74,7 @@ from politerm.store.mail import Mail, MailKind, MailState
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from politerm.engine.routebase import TurnGate
+    from politerm.engine.fleetbudget import RouterBreaker
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
 
@@ -155,7 +155,7 @@ class Postman:
         settle: float = 1.0,
         fleet: FleetMail | None = None,
         owned: Mapping[str, AgentDriver] | None = None,
-        gate: TurnGate | None = None,
+        gate: RouterBreaker | None = None,
     ) -> None:
         self.m = messenger
         self.gate = gate

@@ -288,31 +288,14 @@ async def follow_task(
         current = store.get_task(task_id)
         return current is None or current.state not in ACTIVE
 
-    lock = router_lock(config)
+    here = None if route_here is None else (router_lock(config), route_here)
     cursor = EventCursor(store, task_id=task_id, after=after)
-    show = printer or (lambda _e: None)
-    follower = asyncio.create_task(follow(store, show, cursor=cursor))
     try:
-        async with asyncio.timeout(timeout), StoreWatch(store.path) as watch:
-            while not settled():
-                if route_here is not None and lock.acquire():
-                    lock.release()
-                    with contextlib.suppress(RoutingError):  # another one took it first
-                        await route_here(settled)
-                    continue
-                changed = watch.event()
-                if settled():
-                    break
-                await watch.wait(LOCK_LOOK if route_here else FOLLOW_BACKSTOP, event=changed)
+        async with asyncio.timeout(timeout):
+            await _follow_until(store, settled, printer, cursor, here)
     except TimeoutError:
         msg = f"task {task_id} not finished within {timeout:g}s (it goes on; see `poli status`)"
         raise RoutingError(msg) from None
-    finally:
-        follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follower
-        for event in cursor.read():
-            show(event)
     final = store.get_task(task_id)
     assert final is not None
     return final
@@ -324,16 +307,31 @@ async def follow_until_idle(store: RunStore, printer: Printer | None = None) -> 
     def idle() -> bool:
         return not any(tk.state in ACTIVE for tk in store.list_tasks(active_only=True))
 
-    cursor = EventCursor(store)
+    await _follow_until(store, idle, printer, EventCursor(store))
+
+
+async def _follow_until(
+    store: RunStore,
+    settled: t.Callable[[], bool],
+    printer: Printer | None,
+    cursor: EventCursor,
+    here: tuple[RouterLock, Serve] | None = None,
+) -> None:
+    """Print ``cursor``'s events until ``settled()``; ``here``: route whenever no router runs."""
     show = printer or (lambda _e: None)
     follower = asyncio.create_task(follow(store, show, cursor=cursor))
     try:
         async with StoreWatch(store.path) as watch:
-            while True:
+            while not settled():
+                if here is not None and here[0].acquire():
+                    here[0].release()
+                    with contextlib.suppress(RoutingError):  # another one took it first
+                        await here[1](settled)
+                    continue
                 changed = watch.event()
-                if idle():
+                if settled():
                     break
-                await watch.wait(FOLLOW_BACKSTOP, event=changed)
+                await watch.wait(LOCK_LOOK if here else FOLLOW_BACKSTOP, event=changed)
     finally:
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -349,15 +349,8 @@ class Postman:
                 self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited: {evidence}")
                 return
             why = f"attempt {mail.attempts}: {result.outcome.value}: {evidence}"
-            if mail.attempts >= mail.max_attempts:
-                self.m.change(
-                    mail,
-                    MailState.DEAD,
-                    reason=f"not delivered after {mail.attempts} attempts; last {why}",
-                )
+            if self.m.not_delivered(mail, why) is MailState.DEAD:
                 self.say(f"{mail.id} dead after {mail.attempts} attempts")
-            else:
-                self.m.change(mail, MailState.QUEUED, reason=why)
         finally:
             driver.policy = base
 

@@ -13,9 +13,8 @@ import typing as t
 
 from politerm.config import load_config
 from politerm.driver import Host
-from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.engine import Manager
-from politerm.manager.pane import STEP_RECORD, PaneChannel, step_id
+from politerm.manager.pane import STEP_RECORD, AgentBrain, PaneChannel, step_id
 from politerm.manager.states import ManagerState
 from politerm.manager.store import ManagerStore
 from politerm.redact import Redactor
@@ -257,7 +256,7 @@ details: |
             rig.manager.start("proj", "Make hello.py")
             async with asyncio.timeout(BOUND):
                 project = await rig.manager.run("proj")
-            brain_driver = await brain._agent()
+            brain_driver = await brain.driver()
             await brain_driver.kill()
         finally:
             await rig.close()

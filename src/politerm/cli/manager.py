@@ -63,7 +63,7 @@ def _others_running(config: Config, manager: Manager, name: str) -> bool:
         if other.name == name:
             continue
         try:
-            ProjectLock(config.store.resolved_path(), other.name).acquire().release()
+            ProjectLock(config.store.resolved_path(), other.name).take().release()
         except ManagerError:
             return True
     return False

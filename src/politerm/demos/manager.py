@@ -12,9 +12,8 @@ from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.config import load_config
 from politerm.demos._scratch import Outcome, Say, Scratch
 from politerm.errors import SessionNotFound
-from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.engine import Manager
-from politerm.manager.pane import PaneChannel, session_name
+from politerm.manager.pane import AgentBrain, PaneChannel, session_name
 from politerm.manager.states import ManagerState
 from politerm.manager.store import ManagerStore
 from politerm.redact import Redactor

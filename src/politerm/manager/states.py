@@ -64,8 +64,6 @@ _IN_TASK: t.Final = frozenset(
     }
 )
 
-ERROR_STATES: t.Final = frozenset(s for s in ManagerState if s.is_error)
-
 _S = ManagerState
 # Leaving a task (stop, a new project) is allowed from every state where one can be running;
 # pausing (Ctrl-C) from every state of a running task.

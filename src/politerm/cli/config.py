@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from politerm.cli._common import config_option
 from politerm.compat.obi import convert_config, write_prompts
 from politerm.config import load_config
 from politerm.errors import CompatError, ConfigError
@@ -15,12 +16,7 @@ from politerm.store.db import FILE_MODE
 
 
 @click.group("config", invoke_without_command=True)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Read this file instead of ./poli.toml.",
-)
+@config_option
 @click.pass_context
 def command(ctx: click.Context, config_path: Path | None) -> None:
     """Print the effective configuration as JSON (files, then environment, applied)."""

@@ -60,8 +60,6 @@ from politerm.errors import (
     PromptNotDelivered,
     PtyError,
 )
-from politerm.pty.runner import PtyTerminal
-from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -164,25 +162,13 @@ class AgentDriver:
     #: Start an agent and wait until it is ready: :func:`politerm.driver.launch.start`.
     start = classmethod(start)
 
-    @property
-    def _pane(self) -> Pane | None:
-        return self._term if isinstance(self._term, Pane) else None
-
     def host_gone(self) -> str | None:
         """Why the agent's terminal host went away (its tmux server died); None while it is up."""
-        pane = self._pane
-        return pane.client.dead_reason if pane is not None else None
+        return self._term.host_gone()
 
     async def pid(self) -> int | None:
         """The agent program's process id; None once it has exited (or its terminal is gone)."""
-        if isinstance(self._term, PtyTerminal):
-            return self._term.pid if self._term.proc.isalive() else None
-        pane = self._pane
-        try:
-            info = await pane.info() if pane is not None else None
-        except (PaneNotFound, ControlModeError):
-            return None
-        return info.pid if info is not None and info.pid and not info.dead else None
+        return await self._term.pid()
 
     async def stop(self, *, grace: float = 3.0) -> None:
         """Stop the agent's whole process tree; its terminal stays, with its last screen.
@@ -681,11 +667,7 @@ class AgentDriver:
         Use as ``async with``; see :class:`~politerm.pty.liveview.LiveView`. None when the
         agent runs in a tmux pane (the operator attaches to it with tmux).
         """
-        if not isinstance(self._term, PtyTerminal):
-            return None
-        from politerm.pty.liveview import LiveView
-
-        return LiveView(self._term, fields=fields, on_interrupt=on_interrupt)
+        return self._term.live_view(fields=fields, on_interrupt=on_interrupt)
 
     # --- stopping -------------------------------------------------------------------------
 

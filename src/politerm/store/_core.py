@@ -25,6 +25,8 @@ from politerm.store.db import connect, connect_existing, default_store_path, use
 if t.TYPE_CHECKING:
     import types
 
+R = t.TypeVar("R")
+
 
 # Redactions remembered: at most this many texts, of at most this many characters in all.
 _CACHE_SIZE = 2048
@@ -310,6 +312,18 @@ class StoreCore:
             except sqlite3.Error as e:
                 msg = f"run store {self._path}: read failed: {e}"
                 raise StoreError(msg) from e
+
+    def _one(self, build: t.Callable[[sqlite3.Row], R], sql: str, *args: t.Any) -> R | None:
+        """The first row ``sql`` reads, built by ``build``; None when it reads none."""
+        with self._reading() as c:
+            row = c.execute(sql, args).fetchone()
+        return None if row is None else build(row)
+
+    def _all(self, build: t.Callable[[sqlite3.Row], R], sql: str, *args: t.Any) -> list[R]:
+        """Every row ``sql`` reads, each built by ``build``."""
+        with self._reading() as c:
+            rows = c.execute(sql, args).fetchall()
+        return [build(r) for r in rows]
 
     @contextlib.contextmanager
     def _writing(self) -> t.Iterator[sqlite3.Connection]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import typing as t
 
 from politerm.redact import Redactor
@@ -25,6 +26,37 @@ def record_of(cls: type[R], row: sqlite3.Row, **convert: Callable[[t.Any], t.Any
     for name, to in convert.items():
         values[name] = to(values[name])
     return cls(**values)
+
+
+def where(**filters: t.Any) -> tuple[str, list[t.Any]]:
+    """A ``WHERE`` clause over every filter given (not None), and its arguments.
+
+    A collection is a set of values (``IN``); an enum member stands for its value.
+
+    Examples
+    --------
+    >>> where(task_id="T1", agent=None, state=["b", "a"])
+    (' WHERE task_id = ? AND state IN (?, ?)', ['T1', 'a', 'b'])
+    >>> where(agent=None)
+    ('', [])
+    """
+    clauses: list[str] = []
+    args: list[t.Any] = []
+    for column, value in filters.items():
+        if value is None:
+            continue
+        if isinstance(value, list | tuple | set | frozenset):
+            values = sorted(_value(v) for v in value)
+            clauses.append(f"{column} IN ({', '.join('?' * len(values))})")
+            args += values
+        else:
+            clauses.append(f"{column} = ?")
+            args.append(_value(value))
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
+
+
+def _value(value: t.Any) -> t.Any:
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}

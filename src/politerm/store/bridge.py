@@ -16,12 +16,12 @@ import enum
 import json
 import typing as t
 
-from politerm.redact import Redactor
-from politerm.store._tables import record_of
+from politerm.store._tables import StoreTables, record_of
 
 if t.TYPE_CHECKING:
     import sqlite3
 
+    from politerm.redact import Redactor
     from politerm.store.runstore import RunStore
 
 
@@ -54,7 +54,7 @@ def _step(row: sqlite3.Row) -> BridgeStep:
     return record_of(BridgeStep, row, state=StepState, evidence=json.loads, result=json.loads)
 
 
-class BridgeJournal:
+class BridgeJournal(StoreTables):
     """The ``bridge_steps`` table of a :class:`~politerm.store.RunStore`.
 
     Parameters
@@ -69,9 +69,8 @@ class BridgeJournal:
     """
 
     def __init__(self, store: RunStore, queue: str, redactor: Redactor | None = None) -> None:
-        self.store = store
+        super().__init__(store, redactor)
         self.queue = queue
-        self.redactor = redactor or Redactor()
 
     def _json(self, value: dict[str, t.Any]) -> str:
         return json.dumps(self.redactor.redact_json(value), sort_keys=True)
@@ -90,16 +89,14 @@ class BridgeJournal:
                     kind,
                     StepState.STARTED.value,
                     self._json(evidence),
-                    self.store._clock(),
+                    self._now(),
                 ),
             )
             row = c.execute(
                 "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? AND step = ?",
                 (self.queue, task_id, step),
             ).fetchone()
-        self.store._audit.append(
-            "bridge.step", queue=self.queue, task_id=task_id, step=step, step_kind=kind
-        )
+        self._audit("bridge.step", queue=self.queue, task_id=task_id, step=step, step_kind=kind)
         return _step(row)
 
     def finish(self, task_id: str, step: int, state: StepState, result: dict[str, t.Any]) -> None:
@@ -108,36 +105,19 @@ class BridgeJournal:
             c.execute(
                 "UPDATE bridge_steps SET state = ?, result = ?, finished = ?"
                 " WHERE queue = ? AND task_id = ? AND step = ?",
-                (
-                    state.value,
-                    self._json(result),
-                    self.store._clock(),
-                    self.queue,
-                    task_id,
-                    step,
-                ),
+                (state.value, self._json(result), self._now(), self.queue, task_id, step),
             )
-        self.store._audit.append(
-            "bridge.step." + state.value, queue=self.queue, task_id=task_id, step=step
-        )
+        self._audit("bridge.step." + state.value, queue=self.queue, task_id=task_id, step=step)
 
     def get(self, task_id: str, step: int) -> BridgeStep | None:
         """The journalled step, if it was ever started."""
-        with self.store._reading() as c:
-            row = c.execute(
-                "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? AND step = ?",
-                (self.queue, task_id, step),
-            ).fetchone()
-        return _step(row) if row else None
+        sql = "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? AND step = ?"
+        return self.store._one(_step, sql, self.queue, task_id, step)
 
     def steps(self, task_id: str) -> list[BridgeStep]:
         """Every step of a task, in order."""
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? ORDER BY step",
-                (self.queue, task_id),
-            ).fetchall()
-        return [_step(r) for r in rows]
+        sql = "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? ORDER BY step"
+        return self.store._all(_step, sql, self.queue, task_id)
 
     def forget(self, task_id: str) -> None:
         """Drop a finalized task's steps (its archive keeps the story)."""

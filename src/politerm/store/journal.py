@@ -41,7 +41,7 @@ import typing as t
 
 from politerm.errors import TransitionRejected
 from politerm.store._core import StoreCore
-from politerm.store._tables import record_of
+from politerm.store._tables import record_of, where
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -387,20 +387,12 @@ class JournalRows(StoreCore):
 
     def journal_of_work(self, work: str) -> list[JournalRow]:
         """Every row typed under a lease of fleet work ``work``, oldest first."""
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turn_journal WHERE work = ? ORDER BY id", (work,)
-            ).fetchall()
-        return [_row(r) for r in rows]
+        return self._all(_row, "SELECT * FROM turn_journal WHERE work = ? ORDER BY id", work)
 
     def journal_leased(self, limit: int = 50) -> list[JournalRow]:
         """The newest rows typed under a fleet lease (``poli fleet status``), newest first."""
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turn_journal WHERE work IS NOT NULL ORDER BY id DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
-        return [_row(r) for r in rows]
+        sql = "SELECT * FROM turn_journal WHERE work IS NOT NULL ORDER BY id DESC LIMIT ?"
+        return self._all(_row, sql, limit)
 
     def journal_conversation(self, agent: str, conversation: str | None = None) -> str:
         """``agent``'s CLI conversation id, as its newest row that names one keeps it.
@@ -415,29 +407,20 @@ class JournalRows(StoreCore):
                     " (SELECT MAX(id) FROM turn_journal WHERE agent = ?)",
                     (conversation, agent),
                 )
-        with self._reading() as c:
-            row = c.execute(
-                "SELECT conversation FROM turn_journal WHERE agent = ?"
-                " AND conversation IS NOT NULL ORDER BY id DESC LIMIT 1",
-                (agent,),
-            ).fetchone()
-        return "" if row is None else str(row[0])
+        sql = (
+            "SELECT conversation FROM turn_journal WHERE agent = ?"
+            " AND conversation IS NOT NULL ORDER BY id DESC LIMIT 1"
+        )
+        return self._one(lambda row: str(row[0]), sql, agent) or ""
 
     def journal_row(self, turn_id: int) -> JournalRow | None:
         """The row ``turn_id``, if any."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM turn_journal WHERE id = ?", (turn_id,)).fetchone()
-        return None if row is None else _row(row)
+        return self._one(_row, "SELECT * FROM turn_journal WHERE id = ?", turn_id)
 
     def journal_of(self, record: str, key: tuple[str | int, ...]) -> list[JournalRow]:
         """Every attempt at one workflow record, oldest first."""
-        key_text = json.dumps(list(key), ensure_ascii=False)
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turn_journal WHERE record = ? AND record_key = ? ORDER BY id",
-                (record, key_text),
-            ).fetchall()
-        return [_row(r) for r in rows]
+        sql = "SELECT * FROM turn_journal WHERE record = ? AND record_key = ? ORDER BY id"
+        return self._all(_row, sql, record, json.dumps(list(key), ensure_ascii=False))
 
     def journal_open(
         self,
@@ -448,19 +431,6 @@ class JournalRows(StoreCore):
         nonce: str | None = None,
     ) -> list[JournalRow]:
         """The rows in flight (HANDED or DELIVERED), oldest first, optionally filtered."""
-        where = ["state IN ('handed', 'delivered')"]
-        args: list[t.Any] = []
-        for column, value in (
-            ("agent", agent),
-            ("workflow", None if workflow is None else workflow.value),
-            ("record", record),
-            ("nonce", nonce),
-        ):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turn_journal WHERE " + " AND ".join(where) + " ORDER BY id", args
-            ).fetchall()
-        return [_row(r) for r in rows]
+        sql, args = where(agent=agent, workflow=workflow, record=record, nonce=nonce)
+        sql = f"{sql} {'AND' if sql else 'WHERE'} state IN ('handed', 'delivered')"
+        return self._all(_row, f"SELECT * FROM turn_journal{sql} ORDER BY id", *args)

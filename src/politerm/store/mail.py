@@ -16,7 +16,7 @@ import enum
 import typing as t
 
 from politerm.errors import MessageNotFound, StoreError
-from politerm.store._tables import StoreTables, record_of
+from politerm.store._tables import StoreTables, record_of, where
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.mailstates import MAIL_TRANSITIONS, MailState
 
@@ -189,9 +189,7 @@ class Mailbox(StoreTables):
 
     def get(self, mail_id: str) -> Mail | None:
         """The message with this id, if any."""
-        with self.store._reading() as c:
-            row = c.execute("SELECT * FROM mail WHERE id = ?", (mail_id,)).fetchone()
-        return _mail(row) if row else None
+        return self.store._one(_mail, "SELECT * FROM mail WHERE id = ?", mail_id)
 
     def require(self, mail_id: str) -> Mail:
         """The message with this id.
@@ -217,23 +215,11 @@ class Mailbox(StoreTables):
         limit: int = 1000,
     ) -> list[Mail]:
         """Messages matching every given filter, oldest first."""
-        where: list[str] = []
-        args: list[t.Any] = []
-        wanted = [s.value for s in states]
-        if wanted:
-            where.append(f"state IN ({', '.join('?' * len(wanted))})")
-            args += wanted
-        for column, value in (("recipient", recipient), ("sender", sender)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if kind is not None:
-            where.append("kind = ?")
-            args.append(kind.value)
-        sql = "SELECT * FROM mail" + (f" WHERE {' AND '.join(where)}" if where else "")
-        with self.store._reading() as c:
-            rows = c.execute(sql + " ORDER BY created, id LIMIT ?", [*args, limit]).fetchall()
-        return [_mail(r) for r in rows]
+        sql, args = where(
+            state=tuple(states) or None, recipient=recipient, sender=sender, kind=kind
+        )
+        sql = f"SELECT * FROM mail{sql} ORDER BY created, id LIMIT ?"
+        return self.store._all(_mail, sql, *args, limit)
 
     def inbox(self, agent: str) -> list[Mail]:
         """What ``agent`` should see: messages to it, and its own requests that ended badly.
@@ -241,21 +227,12 @@ class Mailbox(StoreTables):
         Dead and expired requests show in the sender's inbox too, so a sender learns that
         its message will never be answered.
         """
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM mail WHERE recipient = ?"
-                " OR (sender = ? AND kind = ? AND state IN (?, ?, ?))"
-                " ORDER BY created, id",
-                (
-                    agent,
-                    agent,
-                    MailKind.REQUEST.value,
-                    MailState.DEAD.value,
-                    MailState.EXPIRED.value,
-                    MailState.RESPONDED.value,
-                ),
-            ).fetchall()
-        return [_mail(r) for r in rows]
+        sql = (
+            "SELECT * FROM mail WHERE recipient = ?"
+            " OR (sender = ? AND kind = 'request' AND state IN ('dead', 'expired', 'responded'))"
+            " ORDER BY created, id"
+        )
+        return self.store._all(_mail, sql, agent, agent)
 
     def next_queued(self, recipient: str) -> Mail | None:
         """The oldest queued message for ``recipient``."""
@@ -264,12 +241,8 @@ class Mailbox(StoreTables):
 
     def recipients_waiting(self) -> list[str]:
         """Recipients with at least one queued message."""
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT DISTINCT recipient FROM mail WHERE state = ? ORDER BY recipient",
-                (MailState.QUEUED.value,),
-            ).fetchall()
-        return [str(r[0]) for r in rows]
+        sql = "SELECT DISTINCT recipient FROM mail WHERE state = 'queued' ORDER BY recipient"
+        return self.store._all(lambda row: str(row[0]), sql)
 
     def transition(
         self,
@@ -334,33 +307,24 @@ class Mailbox(StoreTables):
         Not those to a recipient waiting for a usage limit to reset: their clock stands
         still meanwhile (see :mod:`politerm.store.limits`).
         """
-        now = self._now() if now is None else now
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM mail WHERE state IN (?, ?) AND expires <= ?"
-                f" AND NOT {_PAUSED} ORDER BY expires, created, id",
-                (MailState.QUEUED.value, MailState.DELIVERED.value, now),
-            ).fetchall()
-        return [_mail(r) for r in rows]
+        sql = (
+            "SELECT * FROM mail WHERE state IN ('queued', 'delivered') AND expires <= ?"
+            f" AND NOT {_PAUSED} ORDER BY expires, created, id"
+        )
+        return self.store._all(_mail, sql, self._now() if now is None else now)
 
     def next_expiry(self) -> float | None:
         """When the next queued or delivered message expires, if any (limits aside)."""
-        with self.store._reading() as c:
-            row = c.execute(
-                f"SELECT MIN(expires) FROM mail WHERE state IN (?, ?) AND NOT {_PAUSED}",
-                (MailState.QUEUED.value, MailState.DELIVERED.value),
-            ).fetchone()
-        return None if row[0] is None else float(row[0])
+        sql = "SELECT MIN(expires) FROM mail WHERE state IN ('queued', 'delivered') AND NOT "
+        return self.store._one(lambda row: row[0], sql + _PAUSED)
 
     def answered_with(self, response_path: str) -> Mail | None:
         """The request already answered by the file at ``response_path``, if any."""
-        with self.store._reading() as c:
-            row = c.execute(
-                "SELECT * FROM mail WHERE response_path = ? AND kind = ? AND state = ?"
-                " ORDER BY created, id LIMIT 1",
-                (response_path, MailKind.REQUEST.value, MailState.RESPONDED.value),
-            ).fetchone()
-        return None if row is None else _mail(row)
+        sql = (
+            "SELECT * FROM mail WHERE response_path = ? AND kind = 'request'"
+            " AND state = 'responded' ORDER BY created, id LIMIT 1"
+        )
+        return self.store._one(_mail, sql, response_path)
 
 
 # MailState is re-exported: every reader of a message row names its state.

@@ -8,6 +8,7 @@ import typing as t
 from politerm.errors import StoreError
 from politerm.store._core import StoreCore
 from politerm.store._rows import _json, _message, _states
+from politerm.store._tables import where
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.models import Message
 from politerm.store.turns import SENDABLE_STATES, MessageState, message_step
@@ -208,21 +209,14 @@ class MessageRows(StoreCore):
         ``task_id`` and ``types`` narrow the choice (a turn's own nudge or retry goes ahead
         of other tasks' messages).
         """
-        sql = (
-            "SELECT * FROM messages WHERE recipient = ? AND state IN (?, ?)"
-            " AND (deadline IS NULL OR deadline > ?)"
+        sql, args = where(
+            recipient=recipient,
+            state=SENDABLE_STATES,
+            task_id=task_id,
+            type=None if types is None else tuple(types),
         )
-        args: list[t.Any] = [recipient, *(s.value for s in sorted(SENDABLE_STATES)), self._clock()]
-        if task_id is not None:
-            sql += " AND task_id = ?"
-            args.append(task_id)
-        if types is not None:
-            kinds = sorted(types)
-            sql += f" AND type IN ({', '.join('?' * len(kinds))})"
-            args.extend(kinds)
-        with self._reading() as c:
-            row = c.execute(sql + " ORDER BY id LIMIT 1", args).fetchone()
-        return None if row is None else _message(row)
+        sql += " AND (deadline IS NULL OR deadline > ?) ORDER BY id LIMIT 1"
+        return self._one(_message, f"SELECT * FROM messages{sql}", *args, self._clock())
 
     def list_messages(
         self,
@@ -232,24 +226,9 @@ class MessageRows(StoreCore):
         recipient: str | None = None,
     ) -> list[Message]:
         """Return messages matching every filter given, oldest first."""
-        where: list[str] = []
-        args: list[t.Any] = []
-        if task_id is not None:
-            where.append("task_id = ?")
-            args.append(task_id)
-        if recipient is not None:
-            where.append("recipient = ?")
-            args.append(recipient)
-        if state is not None:
-            states = sorted(s.value for s in _states(state))
-            where.append(f"state IN ({', '.join('?' * len(states))})")
-            args.extend(states)
-        sql = "SELECT * FROM messages"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        with self._reading() as c:
-            rows = c.execute(sql + " ORDER BY id", args).fetchall()
-        return [_message(r) for r in rows]
+        states = None if state is None else _states(state)
+        sql, args = where(task_id=task_id, recipient=recipient, state=states)
+        return self._all(_message, f"SELECT * FROM messages{sql} ORDER BY id", *args)
 
     def count_messages(self, task_id: str, type: str) -> int:
         """How many messages of ``type`` the task has (in any state)."""
@@ -261,15 +240,11 @@ class MessageRows(StoreCore):
 
     def get_message(self, message_id: int) -> Message | None:
         """Return the message with row id ``message_id``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
-        return None if row is None else _message(row)
+        return self._one(_message, "SELECT * FROM messages WHERE id = ?", message_id)
 
     def find_message(self, dedupe_key: str) -> Message | None:
         """Return the message with ``dedupe_key``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM messages WHERE dedupe_key = ?", (dedupe_key,)).fetchone()
-        return None if row is None else _message(row)
+        return self._one(_message, "SELECT * FROM messages WHERE dedupe_key = ?", dedupe_key)
 
     def expire_messages(self, now: float) -> list[Message]:
         """Mark QUEUED/RETRIED messages whose deadline has passed as DEAD ("ttl expired").

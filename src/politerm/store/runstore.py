@@ -17,6 +17,7 @@ from __future__ import annotations
 import typing as t
 
 from politerm.store._rows import _block, _event, _json
+from politerm.store._tables import where
 from politerm.store.messages import MessageRows
 from politerm.store.models import Block, Event
 from politerm.store.tasks import DEFAULT_AGENT_STATE, TaskField, TaskRows
@@ -127,12 +128,8 @@ class RunStore(TaskRows, TurnRows, MessageRows):
 
     def list_blocks(self, task_id: str | None = None) -> list[Block]:
         """Return recorded blocks in the order seen, optionally for one task."""
-        sql, args = "SELECT * FROM blocks", []
-        if task_id is not None:
-            sql, args = sql + " WHERE task_id = ?", [task_id]
-        with self._reading() as c:
-            rows = c.execute(sql + " ORDER BY id", args).fetchall()
-        return [_block(r) for r in rows]
+        sql, args = where(task_id=task_id)
+        return self._all(_block, f"SELECT * FROM blocks{sql} ORDER BY id", *args)
 
     # --- events ---------------------------------------------------------------------------
 
@@ -184,18 +181,9 @@ class RunStore(TaskRows, TurnRows, MessageRows):
         Without ``after``: the latest ``limit``. With ``after``: the first ``limit`` whose id
         is greater (what a follower has not seen yet; one indexed range read).
         """
-        where: list[str] = []
-        args: list[t.Any] = []
-        if task_id is not None:
-            where.append("task_id = ?")
-            args.append(task_id)
-        if after is not None:
-            where.append("id > ?")
-            args.append(after)
-        sql = "SELECT * FROM events" + (" WHERE " + " AND ".join(where) if where else "")
-        with self._reading() as c:
-            if after is not None:
-                rows = c.execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
-                return [_event(r) for r in rows]
-            rows = c.execute(sql + " ORDER BY id DESC LIMIT ?", [*args, limit]).fetchall()
-        return [_event(r) for r in reversed(rows)]
+        sql, args = where(task_id=task_id)
+        if after is None:
+            sql = f"SELECT * FROM events{sql} ORDER BY id DESC LIMIT ?"
+            return self._all(_event, sql, *args, limit)[::-1]
+        sql = f"SELECT * FROM events{sql} {'AND' if sql else 'WHERE'} id > ? ORDER BY id LIMIT ?"
+        return self._all(_event, sql, *args, after, limit)

@@ -8,6 +8,7 @@ import typing as t
 from politerm.errors import StoreError
 from politerm.store._core import StoreCore
 from politerm.store._rows import _agent, _expectation, _json, _task, _text
+from politerm.store._tables import where
 from politerm.store.models import TERMINAL_TASK_STATES, Agent, Expectation, Task, TaskState
 
 DEFAULT_AGENT_STATE: t.Final = "starting"
@@ -88,9 +89,7 @@ class TaskRows(StoreCore):
 
     def get_agent(self, name: str) -> Agent | None:
         """Return the agent called ``name``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM agents WHERE name = ?", (name,)).fetchone()
-        return None if row is None else _agent(row)
+        return self._one(_agent, "SELECT * FROM agents WHERE name = ?", name)
 
     def list_agents(self) -> list[Agent]:
         """Return every agent, by name.
@@ -162,20 +161,13 @@ class TaskRows(StoreCore):
 
     def get_task(self, task_id: str) -> Task | None:
         """Return the task, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
-        return None if row is None else _task(row)
+        return self._one(_task, "SELECT * FROM tasks WHERE id = ?", task_id)
 
     def list_tasks(self, active_only: bool = False) -> list[Task]:
         """Return tasks oldest first; with ``active_only``, those not DONE/FAILED/ABORTED."""
-        sql = "SELECT * FROM tasks"
-        args: list[str] = []
-        if active_only:
-            sql += f" WHERE state NOT IN ({', '.join('?' * len(TERMINAL_TASK_STATES))})"
-            args = [s.value for s in TERMINAL_TASK_STATES]
-        with self._reading() as c:
-            rows = c.execute(sql + " ORDER BY created, rowid", args).fetchall()
-        return [_task(r) for r in rows]
+        active = sorted(set(TaskState) - TERMINAL_TASK_STATES) if active_only else None
+        sql, args = where(state=active)
+        return self._all(_task, f"SELECT * FROM tasks{sql} ORDER BY created, rowid", *args)
 
     def update_task(
         self,
@@ -284,9 +276,7 @@ class TaskRows(StoreCore):
 
     def get_expectation(self, task_id: str) -> Expectation | None:
         """Return what the router waits for on ``task_id``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM expectations WHERE task_id = ?", (task_id,)).fetchone()
-        return None if row is None else _expectation(row)
+        return self._one(_expectation, "SELECT * FROM expectations WHERE task_id = ?", task_id)
 
     def clear_expectation(self, task_id: str) -> bool:
         """Stop waiting on ``task_id``; return whether there was an expectation."""
@@ -317,6 +307,4 @@ class TaskRows(StoreCore):
 
     def list_expectations(self) -> list[Expectation]:
         """Return every open expectation, earliest deadline first."""
-        with self._reading() as c:
-            rows = c.execute("SELECT * FROM expectations ORDER BY deadline, task_id").fetchall()
-        return [_expectation(r) for r in rows]
+        return self._all(_expectation, "SELECT * FROM expectations ORDER BY deadline, task_id")

@@ -79,23 +79,15 @@ class TurnRows(JournalRows):
 
     def current_turn(self, agent: str) -> Turn | None:
         """Return the prompt outstanding at ``agent``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM turns WHERE agent = ?", (agent,)).fetchone()
-        return None if row is None else _turn(row)
+        return self._one(_turn, "SELECT * FROM turns WHERE agent = ?", agent)
 
     def list_turns(self) -> list[Turn]:
         """Return every open turn (one query, whatever the number of agents)."""
-        with self._reading() as c:
-            rows = c.execute("SELECT * FROM turns ORDER BY agent").fetchall()
-        return [_turn(r) for r in rows]
+        return self._all(_turn, "SELECT * FROM turns ORDER BY agent")
 
     def turns_of_task(self, task_id: str) -> list[Turn]:
         """Every open turn that belongs to ``task_id``."""
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turns WHERE task_id = ? ORDER BY agent", (task_id,)
-            ).fetchall()
-        return [_turn(r) for r in rows]
+        return self._all(_turn, "SELECT * FROM turns WHERE task_id = ? ORDER BY agent", task_id)
 
     def set_turn_state(self, agent: str, nonce: str, state: TurnState) -> Turn | None:
         """Move ``agent``'s turn ``nonce`` to ``state``; None when that turn is not open.

@@ -22,6 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, TabbedContent
 
 from politerm.errors import PolitermError
+from politerm.status import on_node
 from politerm.ui import actions
 from politerm.ui.dash.modals import CSS as MODAL_CSS
 from politerm.ui.dash.modals import AskScreen, ConfirmScreen, GateScreen
@@ -31,7 +32,7 @@ from politerm.ui.overview import ATTENTION, FINISHED
 
 if t.TYPE_CHECKING:
     import pathlib
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from textual.app import ComposeResult
     from textual.widgets.data_table import ColumnKey, RowKey
@@ -68,12 +69,6 @@ def attach_argv(socket: str, pane_id: str) -> list[str]:
         "tmux", "-L", socket, "select-window", "-t", pane_id, ";",
         "select-pane", "-t", pane_id, ";", "attach-session", "-t", pane_id,
     ]  # fmt: skip
-
-
-def _waits(item: t.Mapping[str, t.Any]) -> str:
-    """What an inbox item waits for, and the node that asks when it is another machine's."""
-    node = item.get("node")
-    return f"{item['kind_words']} (node {node})" if node else str(item["kind_words"])
 
 
 def _when(ts: float | None) -> str:
@@ -325,8 +320,8 @@ class DashApp(App[None]):
         self._fill(
             "inbox",
             [
-                (i["id"], (Text(_waits(i), style="bold yellow"), i["project"],
-                           i["agent"] or "-", i["what"][:80], _when(i["since"]),
+                (i["id"], (Text(on_node(i["kind_words"], i.get("node")), style="bold yellow"),
+                           i["project"], i["agent"] or "-", i["what"][:80], _when(i["since"]),
                            _KEYS.get(i["kind"], "")))
                 for i in waiting
             ],
@@ -334,7 +329,8 @@ class DashApp(App[None]):
         self._fill(
             "tasks",
             [
-                (tk["id"], (_task_id(tk), tk["state"], _or_dash(tk["round"]), tk["request"][:50],
+                (tk["id"], (on_node(tk["id"], tk.get("node")), tk["state"],
+                            "-" if tk["round"] is None else tk["round"], tk["request"][:50],
                             tk["question"] or tk["error"] or (tk["report"] or "")[:80]))
                 for tk in data.get("tasks", [])
             ],
@@ -478,11 +474,8 @@ class DashApp(App[None]):
             )
         return chosen or (items[0] if items else None)
 
-    def _open_approval(self) -> dict[str, t.Any] | None:
-        return self._waiting("approval")
-
     def _answer_approval(self, deny: bool) -> None:
-        pending = self._open_approval()
+        pending = self._waiting("approval")
         if pending is None:
             self._say("no approval question is open", error=True)
             return
@@ -497,7 +490,7 @@ class DashApp(App[None]):
             if yes and self.live.remote_node(ref.node):
                 # Answered on the agent's node: waited for off the screen's loop.
                 there = functools.partial(self.live.approve_remote, ref, deny=deny, by="dash")
-                self.run_worker(self._run_remote(there), exclusive=False)
+                self.run_worker(self._run_async(lambda: asyncio.to_thread(there)), exclusive=False)
             elif yes:
 
                 def act() -> str:
@@ -516,10 +509,10 @@ class DashApp(App[None]):
         """Deny the open question of the selected agent (asks first)."""
         self._answer_approval(deny=True)
 
-    async def _run_remote(self, act: Callable[[], str]) -> None:
-        """``act`` (it waits for another node's word) in a thread; what it said, shown."""
+    async def _run_async(self, act: Callable[[], Awaitable[str]]) -> None:
+        """What ``act`` (waited for in a worker, off the screen's loop) said, shown."""
         try:
-            said = await asyncio.to_thread(act)
+            said = await act()
         except PolitermError as exc:
             self._say(f"refused: {exc}", error=True)
             return
@@ -552,7 +545,7 @@ class DashApp(App[None]):
                 there = functools.partial(
                     self.live.answer_remote, task_id, question, text, by="dash"
                 )
-                self.run_worker(self._run_remote(there), exclusive=False)
+                self.run_worker(self._run_async(lambda: asyncio.to_thread(there)), exclusive=False)
             elif text is not None:
 
                 def act() -> str:
@@ -589,18 +582,12 @@ class DashApp(App[None]):
             self._say("select a task to abort (tasks tab)", error=True)
             return
 
-        async def go() -> None:
-            try:
-                said = await actions.abort(self.live.store, self.live.config, task["id"], by="dash")
-            except PolitermError as exc:
-                self._say(f"refused: {exc}", error=True)
-                return
-            self._say(said)
-            self.live.poke()
-
         def done(yes: bool | None) -> None:
             if yes:
-                self.run_worker(go(), exclusive=True)
+                stop = functools.partial(
+                    actions.abort, self.live.store, self.live.config, task["id"], by="dash"
+                )
+                self.run_worker(self._run_async(stop), exclusive=True)
 
         self.push_screen(
             ConfirmScreen("abort this task?", f"{task['id']}: {task['request']}"), done
@@ -668,29 +655,6 @@ def _unique(
         seen[key] = seen.get(key, 0) + 1
         out.append((key if seen[key] == 1 else f"{key}#{seen[key]}", cells))
     return out
-
-
-def _task_id(task: t.Mapping[str, t.Any]) -> str:
-    """A task's id, with the node whose router runs it when that is another machine's.
-
-    Examples
-    --------
-    >>> _task_id({"id": "T-1"}), _task_id({"id": "T-2", "node": "a"})
-    ('T-1', 'T-2 (node a)')
-    """
-    node = task.get("node")
-    return f"{task['id']} (node {node})" if node else str(task["id"])
-
-
-def _or_dash(value: object) -> object:
-    """``value``, or "-" for one that is not known (a task of another node has no round).
-
-    Examples
-    --------
-    >>> _or_dash(None), _or_dash(2)
-    ('-', 2)
-    """
-    return "-" if value is None else value
 
 
 def _width(cell: object) -> int:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import typing as t
 
-from politerm.bridge._watch import pid_alive, wait_until
+from politerm._internal.waits import pid_alive, wait_until
 from politerm.bridge.bridge import Bridge
 from politerm.bridge.executor import BuiltinExecutor, Executor
 from politerm.bridge.queue import TaskQueue, atomic_write
@@ -233,6 +233,7 @@ def start_daemon(argv: t.Sequence[str], queue: TaskQueue) -> int:
             pids=[proc.pid],
             timeout=START_TIMEOUT,
             what=f"the bridge to write {pid_path(queue)}",
+            error=BridgeError,
         )
     )
 
@@ -256,7 +257,14 @@ def stop_daemon(queue: TaskQueue, *, timeout: float = STOP_TIMEOUT) -> int | Non
 
     try:
         asyncio.run(
-            wait_until(gone, dirs=[queue.root], pids=[pid], timeout=timeout, what="the bridge")
+            wait_until(
+                gone,
+                dirs=[queue.root],
+                pids=[pid],
+                timeout=timeout,
+                what="the bridge",
+                error=BridgeError,
+            )
         )
     except BridgeError:
         msg = f"bridge {pid} did not stop within {timeout:g} s after SIGTERM"

@@ -16,12 +16,13 @@ import time
 import typing as t
 
 from politerm._internal.private import write_private
+from politerm._internal.waits import pid_alive, wait_until
 from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import AgentDriver
 from politerm.driver.leftover import resume
 from politerm.driver.limits import driver_settings
 from politerm.driver.turn import Expect, TurnOutcome
-from politerm.errors import AgentError, ControlModeError, PaneNotFound
+from politerm.errors import AgentError, ControlModeError, PaneNotFound, PolitermError
 from politerm.pipeline import worktrees
 from politerm.pipeline.launch import DONE_TYPE, Launch, exit_file, launch, prompt_file, step_id
 from politerm.pipeline.launch import render_prompt as _render_prompt
@@ -35,8 +36,6 @@ if t.TYPE_CHECKING:
 
 #: A step attempt, as the journal of turns names the record its prompt serves.
 STEP_RECORD = "pipeline-step"
-# How often a headless step's exit file is looked for.
-_POLL = 0.1
 
 
 def approval_key(run_id: str, num: int) -> str:
@@ -292,35 +291,33 @@ class StepAgent:
         """Wait for a headless step's exit-code file (its wrapper runs under ``driver``)."""
         run = self.run
         path = exit_file(run.state.steps_dir, step.num)
-        gone_since: float | None = None
-        while True:
-            if path.exists():
-                text = path.read_text(encoding="ascii").strip()
-                code = int(text) if text.lstrip("-").isdigit() else -1
-                run.marks[f"done:{step.num}"] = time.monotonic()
-                # The wrapper exits right after the rename; let it, then make sure.
-                for _ in range(20):
-                    if not await _runs(driver):
-                        break
-                    await asyncio.sleep(_POLL / 2)
-                if driver is not None:
-                    await driver.stop()
-                if code == 0:
-                    return None
-                return f"exited with status {code}"
-            alive = await _runs(driver)
-            now = time.monotonic()
-            if not alive:
-                # The wrapper writes the file before it exits; give the rename a moment.
-                gone_since = gone_since or now
-                if now - gone_since > 1.0:
-                    return "the step's wrapper ended without writing its exit status"
-            if now >= deadline:
-                if driver is not None:
-                    await driver.stop()
-                minutes = run.pipeline.timeout_of(step) / 60
-                return f"timed out after {minutes:g} min"
-            await asyncio.sleep(_POLL)
+        pid = await driver.pid() if driver is not None else None
+
+        def ended() -> str | None:
+            # The wrapper writes the file (a rename) before it exits: look again once gone.
+            if path.exists() or not pid_alive(pid):
+                return path.read_text(encoding="ascii").strip() if path.exists() else ""
+            return None
+
+        try:
+            text = await wait_until(
+                ended,
+                dirs=[path.parent],
+                pids=[pid] if pid is not None else [],
+                timeout=max(0.0, deadline - time.monotonic()),
+                what=f"step {step.num}'s exit status",
+            )
+        except PolitermError:
+            text = None
+        if driver is not None:
+            await driver.stop()
+        if text is None:
+            return f"timed out after {run.pipeline.timeout_of(step) / 60:g} min"
+        if not text:
+            return "the step's wrapper ended without writing its exit status"
+        run.marks[f"done:{step.num}"] = time.monotonic()
+        code = int(text) if text.lstrip("-").isdigit() else -1
+        return None if code == 0 else f"exited with status {code}"
 
     async def reattach(self, step: Step) -> str | None:
         """Continue an attempt a killed runner left running; ``"rerun"`` if it cannot be."""
@@ -361,8 +358,3 @@ class StepAgent:
         return await self.deliver_and_wait(
             step, spec, driver, text, deadline, resumed=found.resumed
         )
-
-
-async def _runs(driver: AgentDriver | None) -> bool:
-    """Whether the step's program runs (a pane gone, or unreachable, runs nothing)."""
-    return driver is not None and await driver.pid() is not None

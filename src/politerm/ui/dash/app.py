@@ -14,7 +14,6 @@ import functools
 import os
 import typing as t
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual.app import App
 from textual.binding import Binding
@@ -27,6 +26,7 @@ from politerm.ui import actions
 from politerm.ui.dash.modals import CSS as MODAL_CSS
 from politerm.ui.dash.modals import AskScreen, ConfirmScreen, GateScreen
 from politerm.ui.dash.screen import render_screen
+from politerm.ui.dash.tables import Row, Tables, differ
 from politerm.ui.live import LiveState
 from politerm.ui.overview import ATTENTION, FINISHED
 
@@ -35,7 +35,6 @@ if t.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     from textual.app import ComposeResult
-    from textual.widgets.data_table import ColumnKey, RowKey
 
     from politerm.config import Config
     from politerm.store import RunStore
@@ -165,13 +164,8 @@ class DashApp(App[None]):
         self.messages_shown: list[str] = []
         self.overview_frozen = False
         self._mirror_lock = asyncio.Lock()
-        # Each table's column keys and the rows drawn in it (key, cells compared by value):
-        # a refresh redraws the cells that changed, not every row (500 rows at 500 agents).
-        self._columns: dict[str, list[ColumnKey]] = {}
-        self._drawn: dict[str, list[tuple[str, tuple[object, ...]]]] = {}
+        self.tables = Tables()
         self._agent_rows: dict[str, tuple[str | None, str]] = {}  # row key -> pane, agent
-        self.rows_drawn = 0
-        """How many table rows the refreshes added or changed (a row drawn again counts)."""
         self._events_drawn: Text | None = None
         self._inbox_title = ""
 
@@ -187,16 +181,10 @@ class DashApp(App[None]):
                 yield DataTable(id="inbox", cursor_type="row")
                 yield Label("agents", classes="section")
                 yield DataTable(id="agents", cursor_type="row")
-                with TabbedContent(
-                    "tasks", "messages", "mail", "sessions", "pipelines", "work", "manager"
-                ):
-                    yield DataTable(id="tasks", cursor_type="row")
-                    yield DataTable(id="messages", cursor_type="row")
-                    yield DataTable(id="mail", cursor_type="row")
-                    yield DataTable(id="sessions", cursor_type="row")
-                    yield DataTable(id="pipelines", cursor_type="row")
-                    yield DataTable(id="work", cursor_type="row")
-                    yield DataTable(id="manager", cursor_type="row")
+                tabs = ("tasks", "messages", "mail", "sessions", "pipelines", "work", "manager")
+                with TabbedContent(*tabs):
+                    for name in tabs:
+                        yield DataTable(id=name, cursor_type="row")
             with Vertical(id="right"):
                 yield Label("mirror", id="mirror-title")
                 yield MirrorView(id="mirror")
@@ -222,7 +210,7 @@ class DashApp(App[None]):
             "manager": ("project", "state", "agent", "task", "status", "question / error"),
         }
         for name, cols in columns.items():
-            self._columns[name] = self.query_one(f"#{name}", DataTable).add_columns(*cols)
+            self.tables.add_columns(self.query_one(f"#{name}", DataTable), cols)
         await self.live.start()
         if self.selected_agent:
             await self._mirror(self.selected_agent)
@@ -245,46 +233,19 @@ class DashApp(App[None]):
             return True
         return any(self.filter_text in str(c).lower() for c in cells)
 
-    def _fill(self, name: str, rows: Sequence[tuple[str, Sequence[object]]]) -> None:
-        """Show ``rows`` (key, cells) in table ``name``, drawing only what changed.
+    def _fill(self, name: str, rows: Sequence[Row]) -> None:
+        # Refilled, the agents' table keeps its cursor on the mirrored agent.
+        mirrored = self._is_mirrored if name == "agents" else None
+        self.tables.fill(self.query_one(f"#{name}", DataTable), rows, self._keep, mirrored)
 
-        The same keys in the same order: the changed cells are updated in place. Otherwise
-        (rows came, went or moved; the filter changed) the table is filled again.
-        """
-        table = self.query_one(f"#{name}", DataTable)
-        # Textual reads a str cell as markup: agent and user text ("list[/]") is plain Text.
-        kept = [
-            (key, tuple(Text(c) if isinstance(c, str) else c for c in cells))
-            for key, cells in _unique(rows)
-            if self._keep(*cells)
-        ]
-        drawn = self._drawn.get(name)
-        self._drawn[name] = kept
-        if drawn is not None and [k for k, _ in drawn] == [k for k, _ in kept]:
-            columns = self._columns[name]
-            for (key, new), (_, old) in zip(kept, drawn, strict=True):
-                changed = [
-                    i for i, (a, b) in enumerate(zip(new, old, strict=True)) if _differ(a, b)
-                ]
-                for i in changed:
-                    # Widening is cheap; a narrower cell would have the table measure every
-                    # cell of its column again (500 at 500 agents): then the width stays.
-                    wider = _width(new[i]) > table.columns[columns[i]].content_width
-                    table.update_cell(key, columns[i], new[i], update_width=wider)
-                self.rows_drawn += bool(changed)
-            return
-        cursor = table.cursor_row
-        table.clear()
-        for key, cells in kept:
-            table.add_row(*cells, key=key)
-        self.rows_drawn += len(kept)
-        if name == "agents" and self._mirrored is not None:
-            for i, (key, _) in enumerate(kept):  # the cursor stays on the mirrored agent
-                pane, agent = self._agent_rows.get(key, (None, ""))
-                if (pane, agent.upper()) == self._mirrored:
-                    cursor = i
-        if table.row_count:
-            table.move_cursor(row=min(cursor, table.row_count - 1))
+    def _is_mirrored(self, key: str) -> bool:
+        pane, agent = self._agent_rows.get(key, (None, ""))
+        return (pane, agent.upper()) == self._mirrored
+
+    @property
+    def rows_drawn(self) -> int:
+        """How many table rows the refreshes added or changed (a row drawn again counts)."""
+        return self.tables.rows_drawn
 
     def _show(self, data: dict[str, t.Any]) -> None:
         self.overview = data
@@ -350,7 +311,7 @@ class DashApp(App[None]):
                 for s in data.get("sessions", [])
             ],
         )
-        rows: list[tuple[str, Sequence[object]]] = []
+        rows: list[Row] = []
         for run in data.get("pipelines", []):
             q = run.get("question") or {}
             for s in run["steps"]:
@@ -358,7 +319,7 @@ class DashApp(App[None]):
                 row = (run["run_id"], s["num"], s["agent"], s["status"], s["gate"], asks)
                 rows.append((f"{run['run_id']}:{s['num']}", row))
         self._fill("pipelines", rows)
-        work: list[tuple[str, Sequence[object]]] = [
+        work: list[Row] = [
             (f"run:{r['id']}", ("epic run", r["id"], r["epic"], r["agent"], r["state"]))
             for r in data.get("epic_runs", [])
         ]
@@ -391,7 +352,7 @@ class DashApp(App[None]):
             who = f"[{e['agent']}] " if e["agent"] else ""
             detail = " ".join(e["detail"].split())[:160]
             lines.append(f"{_when(e['ts'])} {e['kind']:<14} {who}{detail}\n", style=style)
-        if self._events_drawn is None or _differ(lines, self._events_drawn):
+        if self._events_drawn is None or differ(lines, self._events_drawn):
             self._events_drawn = lines
             # Its size is fixed (CSS): no need to lay the screen out again.
             self.query_one("#events", Static).update(lines, layout=False)
@@ -440,7 +401,7 @@ class DashApp(App[None]):
 
     async def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Follow the selection: agents are mirrored, tasks and approvals chosen."""
-        key = _key(event.row_key)
+        key = None if event.row_key.value is None else str(event.row_key.value)
         table = event.data_table.id
         # Refills move the cursor too; only a person moving it (table focused) switches.
         if not event.data_table.has_focus:
@@ -633,49 +594,3 @@ class DashApp(App[None]):
         if event.input.id == "filter":
             self.filter_text = event.value.strip().lower()
             self._show(self.overview)
-
-
-def _key(row_key: RowKey) -> str | None:
-    return str(row_key.value) if row_key.value is not None else None
-
-
-def _unique(
-    rows: Sequence[tuple[str, Sequence[object]]],
-) -> list[tuple[str, Sequence[object]]]:
-    """``rows`` with each key made unique (a table refuses a key twice).
-
-    Examples
-    --------
-    >>> [k for k, _ in _unique([("a", ()), ("b", ()), ("a", ()), ("a", ())])]
-    ['a', 'b', 'a#2', 'a#3']
-    """
-    seen: dict[str, int] = {}
-    out: list[tuple[str, Sequence[object]]] = []
-    for key, cells in rows:
-        seen[key] = seen.get(key, 0) + 1
-        out.append((key if seen[key] == 1 else f"{key}#{seen[key]}", cells))
-    return out
-
-
-def _width(cell: object) -> int:
-    """The terminal cells ``cell`` takes.
-
-    Examples
-    --------
-    >>> _width(Text("busy")), _width(42), _width("日本")
-    (4, 2, 4)
-    """
-    return cell_len(cell.plain if isinstance(cell, Text) else str(cell))
-
-
-def _differ(a: object, b: object) -> bool:
-    """Whether two cells draw differently (rich's ``Text`` equality ignores the style).
-
-    Examples
-    --------
-    >>> _differ(Text("busy", style="cyan"), Text("busy", style="green")), _differ(3, 3)
-    (True, False)
-    """
-    if isinstance(a, Text) and isinstance(b, Text):
-        return a.plain != b.plain or str(a.style) != str(b.style) or a.spans != b.spans
-    return type(a) is not type(b) or a != b

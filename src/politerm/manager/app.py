@@ -55,22 +55,18 @@ def make_brain(
         Its SDK is missing.
     """
     settings = config.manager.brain
-    if settings.provider in API_BRAINS:
-        try:
-            return _api_brain(config, resolve_key(settings, env))
-        except BrainError as exc:
-            if not lazy:
-                raise
-            return _Unusable(settings.provider, exc), Redactor(config.redact.patterns)
-    redactor = Redactor(config.redact.patterns)
-    return AgentBrain(config), redactor
-
-
-def _api_brain(config: Config, key: str) -> tuple[Brain, Redactor]:
-    settings = config.manager.brain
-    # The key itself, whatever its shape, is redacted on every path this manager writes.
-    redactor = Redactor([*config.redact.patterns, re.escape(key)])
-    return API_BRAINS[settings.provider](settings, key, redactor), redactor
+    patterns = config.redact.patterns
+    if settings.provider not in API_BRAINS:
+        return AgentBrain(config), Redactor(patterns)
+    try:
+        key = resolve_key(settings, env)
+        # The key itself, whatever its shape, is redacted on every path this manager writes.
+        redactor = Redactor([*patterns, re.escape(key)])
+        return API_BRAINS[settings.provider](settings, key, redactor), redactor
+    except BrainError as exc:
+        if not lazy:
+            raise
+        return _Unusable(exc), Redactor(patterns)
 
 
 def channel_factory(
@@ -127,8 +123,7 @@ async def run_interruptible(manager: Manager, name: str) -> Project:
 class _Unusable:
     """A brain that could not be built; every call says why."""
 
-    def __init__(self, provider: str, error: BrainError) -> None:
-        self.label = f"{provider}:unavailable"
+    def __init__(self, error: BrainError) -> None:
         self.error = error
 
     async def ask(self, prompt: str, *, system: str) -> str:

@@ -39,11 +39,6 @@ _MAX_DELAY: t.Final = 30.0
 class Brain(t.Protocol):
     """What the engine needs from a brain."""
 
-    @property
-    def label(self) -> str:
-        """Provider and model, for status lines and events."""
-        ...
-
     async def ask(self, prompt: str, *, system: str) -> str:
         """One reply to ``prompt`` under ``system``; raises :class:`BrainError` subclasses."""
         ...

@@ -36,11 +36,6 @@ END_MARKER: t.Final = "END_OF_REPORT"
 class DevChannel(t.Protocol):
     """What the engine needs from the way to the dev agent."""
 
-    @property
-    def label(self) -> str:
-        """Where instructions go, for status lines."""
-        ...
-
     async def send(self, task_id: str, step: int, instruction: str) -> None:
         """Hand ``instruction`` (step ``step`` of ``task_id``) to the dev agent.
 
@@ -127,11 +122,6 @@ class FileChannel:
         self.logs = root / LOGS_DIR
         self.report_path = self.logs / REPORT_FILE
         self.processed = self.logs / PROCESSED_DIR
-
-    @property
-    def label(self) -> str:
-        """``files in <root>``."""
-        return f"files in {self.root}"
 
     async def send(self, task_id: str, step: int, instruction: str) -> None:
         """Write ``next_step.txt`` atomically unless it already holds this very step."""

@@ -12,9 +12,10 @@ which the engine parses exactly like an API model's reply.
 
 After a crash the agent usually still runs in its pane. Before delivering a step the channel
 reads the pane's history: the step's report already there is taken as it is. Each step's
-prompt has its row in the journal of turns (``manager-step``, written by the driver); a step
-whose row says delivered but not reported is not typed again — the agent is only asked to
-finish it and print its report.
+prompt has its row in the journal of turns (``manager-step``, written by the driver); a row
+still open is settled by the driver's one recovery (:func:`~politerm.driver.leftover.resume`):
+a step the agent has is never typed again, only its report awaited (the driver nudges an
+agent that went idle without it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import Expect, Host, TurnOutcome
+from politerm.driver.leftover import resume
 from politerm.errors import (
     AgentError,
     BrainError,
@@ -62,10 +64,6 @@ details: |
 
 If you cannot go on without a person, write `status: needs_help` and add a line
 `escalation: why`. The report must be the last thing you print."""
-
-FINISH_TEMPLATE: t.Final = """\
-If you have finished the step with STEP_ID={step_id}, print its report now; otherwise finish \
-it first. The report is the fenced poli:<STEP_ID> block described in that step."""
 
 REPLY_TEMPLATE: t.Final = """\
 {system}
@@ -188,7 +186,6 @@ class PaneAgent:
     ) -> None:
         self.config = config
         self.store = store
-        self.session = session
         self.name = name
         self.profile = profile
         self._argv = argv
@@ -197,11 +194,6 @@ class PaneAgent:
         self._host = (host or Host.of(config)).on(session)
         self._own_host = host is None
         self._driver: AgentDriver | None = None
-
-    @property
-    def label(self) -> str:
-        """``<agent> (<profile>) in tmux session <session>``."""
-        return f"{self.name} ({self.profile}) in tmux session {self.session}"
 
     async def driver(self) -> AgentDriver:
         """The agent's driver: attached to its pane if it runs, else started there."""
@@ -232,10 +224,25 @@ class PaneAgent:
         serves: Serves,
         task_id: str | None = None,
     ) -> Report:
-        """Deliver ``prompt`` and return the fenced report ``poli:<sid>`` that answers it."""
+        """Deliver ``prompt`` and return the fenced report ``poli:<sid>`` that answers it.
+
+        Its row left open by a manager that died (the agent may have the prompt) is settled
+        first: the prompt is typed again only if nothing of it reached the agent.
+        """
         driver = await self.driver()
+        rows = [] if self.store is None else self.store.journal_of(serves.record, serves.key)
+        row = next((r for r in rows if r.open), None)
+        snap = None if row is None else await driver.snapshot()
+        found = None if row is None or snap is None else await resume(driver, row, prompt, snap)
         result = await driver.run_turn(
-            prompt, Expect.fenced_report(sid), timeout=timeout, task_id=task_id, serves=serves
+            prompt,
+            Expect.fenced_report(sid),
+            timeout=timeout,
+            task_id=task_id,
+            serves=serves,
+            nonce=None if row is None else row.nonce,
+            start=None if row is None else row.start_line,
+            resumed=None if found is None else found.resumed,
         )
         if result.outcome is TurnOutcome.ANSWERED and result.report is not None:
             return result.report
@@ -305,12 +312,6 @@ class PaneChannel(PaneAgent):
         )
         self._instructions: dict[str, str] = {}
 
-    def _delivered(self, sid: str) -> bool:
-        # A manager that died after the driver confirmed the step never types it again.
-        if self.store is None:
-            return False
-        return any(r.delivered is not None for r in self.store.journal_of(STEP_RECORD, (sid,)))
-
     async def send(self, task_id: str, step: int, instruction: str) -> None:
         """Keep the instruction; it is delivered (with confirmation) by :meth:`report`."""
         self._instructions[step_id(task_id, step)] = instruction
@@ -334,11 +335,8 @@ class PaneChannel(PaneAgent):
         found = _report_in(history, sid)
         if found is not None:  # reported while no manager was watching
             return report_text(found)
-        if self._delivered(sid):
-            prompt = FINISH_TEMPLATE.format(step_id=sid)
-        else:
-            instruction = self._instructions.get(sid, "")
-            prompt = REPORT_TEMPLATE.format(instruction=instruction.strip(), step_id=sid)
+        instruction = self._instructions.get(sid, "").strip()
+        prompt = REPORT_TEMPLATE.format(instruction=instruction, step_id=sid)
         serves = Serves(Workflow.MANAGER, STEP_RECORD, (sid,))
         report = await self._turn(prompt, sid, f"step {step}", timeout, serves, task_id)
         return report_text(report)
@@ -377,11 +375,6 @@ class AgentBrain(PaneAgent):
             setting="manager.brain.command",
             cwd=pathlib.Path.cwd(),
         )
-
-    @property
-    def label(self) -> str:
-        """``agent:<profile>``."""
-        return f"agent:{self.profile}"
 
     async def ask(self, prompt: str, *, system: str) -> str:
         """Deliver the prompt and read the reply from the agent's fenced report.

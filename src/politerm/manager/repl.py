@@ -111,17 +111,8 @@ class Repl:
 
     def _completer(self) -> Completer:
         names = WordCompleter([p.name for p in self.store.list_projects()])
-        return NestedCompleter.from_nested_dict(
-            {
-                "project": {"add": None, "list": None, "select": names},
-                "goal": None,
-                "input": None,
-                "status": None,
-                "stop": None,
-                "quit": None,
-                "help": None,
-            }
-        )
+        project = {"add": None, "list": None, "select": names}
+        return NestedCompleter.from_nested_dict(dict.fromkeys(COMMANDS) | {"project": project})
 
     def _prompt(self) -> str:
         selected = self.store.selected()

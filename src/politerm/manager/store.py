@@ -206,9 +206,7 @@ class ManagerStore(StoreTables):
 
     def get_project(self, name: str) -> Project | None:
         """The project called ``name``, if any."""
-        with self.store._reading() as c:
-            row = c.execute("SELECT * FROM manager_projects WHERE name = ?", (name,)).fetchone()
-        return _project(row) if row else None
+        return self.store._one(_project, "SELECT * FROM manager_projects WHERE name = ?", name)
 
     def project(self, name: str) -> Project:
         """The project called ``name``.
@@ -227,9 +225,7 @@ class ManagerStore(StoreTables):
 
     def list_projects(self) -> list[Project]:
         """Every project, by name."""
-        with self.store._reading() as c:
-            rows = c.execute("SELECT * FROM manager_projects ORDER BY name").fetchall()
-        return [_project(r) for r in rows]
+        return self.store._all(_project, "SELECT * FROM manager_projects ORDER BY name")
 
     def select(self, name: str) -> None:
         """Remember ``name`` as the selected project."""
@@ -344,9 +340,7 @@ class ManagerStore(StoreTables):
         sql = "SELECT * FROM manager_turns WHERE project = ? AND task_id = ?"
         if live:
             sql += " AND summarized = 0"
-        with self.store._reading() as c:
-            rows = c.execute(sql + " ORDER BY id", (name, task_id)).fetchall()
-        return [_turn(r) for r in rows]
+        return self.store._all(_turn, sql + " ORDER BY id", name, task_id)
 
     def fold_summary(self, name: str, summary: str, turn_ids: t.Sequence[int]) -> Project:
         """Replace the context summary and mark ``turn_ids`` as summarized, in one transaction."""

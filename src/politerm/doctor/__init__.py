@@ -281,29 +281,17 @@ def check_agents(ctx: DoctorContext) -> Iterable[CheckResult]:
     rows: list[CheckResult] = []
     probed: dict[str, tuple[Status, str]] = {}
     for name, agent in config.agents.items():
-        check = f"agent {name}"
         program = agent.argv()[0]
         binary = shutil.which(program, path=ctx.path)
         if binary is None:
-            rows.append(
-                CheckResult(
-                    check,
-                    Status.FAIL,
-                    f"{program} not found on PATH",
-                    f"install {program}, or set {_setting(name)}",
-                )
-            )
-            continue
-        if binary not in probed:
-            probed[binary] = probe_version(binary, ctx)
-        status, detail = probed[binary]
-        fix = (
-            ""
-            if status is Status.OK
-            else f"check that `{program} --version` runs without a terminal, "
-            f"or set {_setting(name)}"
-        )
-        rows.append(CheckResult(check, status, detail, fix))
+            status, detail, fix = Status.FAIL, f"{program} not found on PATH", f"install {program}"
+        else:
+            if binary not in probed:
+                probed[binary] = probe_version(binary, ctx)
+            status, detail = probed[binary]
+            fix = f"check that `{program} --version` runs without a terminal"
+        fix = "" if status is Status.OK else f"{fix}, or set {_setting(name)}"
+        rows.append(CheckResult(f"agent {name}", status, detail, fix))
     return rows
 
 

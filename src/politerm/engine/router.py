@@ -47,7 +47,8 @@ from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Observation
-    from politerm.engine.remote import AgentStates, TurnPost
+    from politerm.engine.fleetboard import BoardFeed
+    from politerm.engine.fleetlink import FleetPost
     from politerm.engine.routebase import Routing
     from politerm.store.models import Task, Turn
 
@@ -124,8 +125,8 @@ class Router:
         self,
         routing: Routing,
         *,
-        post: TurnPost | None = None,
-        states: AgentStates | None = None,
+        post: FleetPost | None = None,
+        states: BoardFeed | None = None,
     ) -> None:
         self.routing, self.config, self.store = routing, routing.config, routing.store
         self.agents, self.loops = routing.agents, routing.loops

@@ -74,7 +74,7 @@ from politerm.store.mail import Mail, MailKind, MailState
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from politerm.engine.routebase import TurnGate
+    from politerm.engine.fleetbudget import RouterBreaker
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
 
@@ -155,7 +155,7 @@ class Postman:
         settle: float = 1.0,
         fleet: FleetMail | None = None,
         owned: Mapping[str, AgentDriver] | None = None,
-        gate: TurnGate | None = None,
+        gate: RouterBreaker | None = None,
     ) -> None:
         self.m = messenger
         self.gate = gate
@@ -350,15 +350,8 @@ class Postman:
                 self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited: {evidence}")
                 return
             why = f"attempt {mail.attempts}: {result.outcome.value}: {evidence}"
-            if mail.attempts >= mail.max_attempts:
-                self.m.change(
-                    mail,
-                    MailState.DEAD,
-                    reason=f"not delivered after {mail.attempts} attempts; last {why}",
-                )
+            if self.m.not_delivered(mail, why) is MailState.DEAD:
                 self.say(f"{mail.id} dead after {mail.attempts} attempts")
-            else:
-                self.m.change(mail, MailState.QUEUED, reason=why)
         finally:
             driver.policy = base
 

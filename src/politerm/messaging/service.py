@@ -383,6 +383,15 @@ class Messenger:
         began = mail.updated if mail.state is MailState.DELIVERING else True
         self.change(mail, MailState.DELIVERED, delivered=began, started=True, reason=reason)
 
+    def not_delivered(self, mail: Mail, why: str) -> MailState:
+        """An attempt that did not get in: QUEUED for another, DEAD once the attempts ran out."""
+        if mail.attempts < mail.max_attempts:
+            self.change(mail, MailState.QUEUED, reason=why)
+            return MailState.QUEUED
+        reason = f"not delivered after {mail.attempts} attempts; last {why}"
+        self.change(mail, MailState.DEAD, reason=reason)
+        return MailState.DEAD
+
     def dead_letters(self, recipient: str, reason: str) -> list[Mail]:
         """Every open message to ``recipient`` becomes a dead letter with ``reason``; those."""
         open_states = [MailState.QUEUED, MailState.DELIVERING, MailState.DELIVERED]

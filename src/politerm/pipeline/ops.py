@@ -17,7 +17,6 @@ import typing as t
 
 import psutil
 
-from politerm._internal.proctree import process_tree
 from politerm.config import load_config
 from politerm.driver import Host
 from politerm.errors import HookError, PipelineError, TmuxError
@@ -36,7 +35,6 @@ from politerm.pipeline.state import (
     state_path,
     steps_dir,
 )
-from politerm.pipeline.stepagent import terminate
 from politerm.store import RunStore
 
 if t.TYPE_CHECKING:
@@ -284,33 +282,30 @@ def _remove_hooks(state: RunState) -> None:
 
 
 async def _session_up(config: Config, rec: RunRecord) -> bool:
-    server = Host.of(config).server
-    server.socket_name = rec.socket
+    host = Host.of(config, rec.session, socket=rec.socket)
     try:
-        return await server.has_session(rec.session)
+        return await host.up_anywhere()
     except TmuxError:
         return False
+    finally:
+        await host.close()
 
 
 async def _kill_session(config: Config, rec: RunRecord) -> bool:
-    """Kill the run's session and every process tree in it; False if it was not there.
+    """Stop the run's agents (process trees) and kill its session; False if it was not there.
 
     Its last session takes the private server, socket file and config with it.
     """
-    server = Host.of(config).server
-    server.socket_name = rec.socket
+    host = Host.of(config, rec.session, socket=rec.socket)
     try:
-        if not await server.has_session(rec.session):
+        if not await host.up_anywhere():
             return False
-        client = await server.connect(rec.session)
-        lines = await client.cmd("list-panes", "-s", "-t", f"={rec.session}", "-F", "#{pane_pid}")
-        procs = [p for pid in lines if pid.isdigit() for p in process_tree(int(pid))]
-        await server.kill_session(rec.session)
-        await asyncio.to_thread(terminate, procs)
+        await host.stop_agents()
+        await host.kill()
     except TmuxError:
         return False  # the server is gone: nothing of the run is left running in it
     finally:
-        await server.close()
+        await host.close()
     return True
 
 

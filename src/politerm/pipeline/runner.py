@@ -246,19 +246,9 @@ class PipelineRunner:
     async def _ensure_session(self) -> None:
         rec = self.record
         argv = control_argv(self.project, rec.run_id, self.config.project_file)
-        created = await self.host.ensure(window="control", argv=argv, cwd=self.project)
-        if created:
+        # A resumed run brings its control window back if it ended.
+        if await self.host.ensure(window="control", argv=argv, cwd=self.project, revive=True):
             self.say(f"session {rec.session} on socket {rec.socket}")
-            return
-        # A resumed run: bring the control window back if it ended.
-        _rc, out, _err = await self.host.tmux(
-            "list-panes", "-t", f"={rec.session}:0", "-F", "#{pane_id}\t#{pane_dead}"
-        )
-        for line in out.splitlines():
-            pane_id, _, dead = line.partition("\t")
-            pane = await self.host.pane(pane_id) if dead == "1" else None
-            if pane is not None:
-                await pane.respawn(argv, cwd=self.project)
 
     async def _run_stage(self, stage: tuple[Step, ...]) -> None:
         parallel = stage[0].group is not None

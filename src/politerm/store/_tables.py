@@ -59,6 +59,29 @@ def _value(value: t.Any) -> t.Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
+def insert(
+    c: sqlite3.Connection, table: str, values: t.Mapping[str, t.Any], conflict: str = ""
+) -> t.Any:
+    """Write ``values`` (column: value) as a row of ``table``; return the row as written.
+
+    ``conflict``: an ``ON CONFLICT`` clause; the row is None when it wrote nothing.
+    """
+    sql = f"INSERT INTO {table} ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})"
+    return c.execute(f"{sql} {conflict} RETURNING *", tuple(values.values())).fetchone()
+
+
+def update_set(key: str, columns: t.Iterable[str]) -> str:
+    """The ``ON CONFLICT`` clause that sets ``columns`` of the row of the same ``key``.
+
+    Examples
+    --------
+    >>> update_set("name", ["state", "updated"])
+    'ON CONFLICT (name) DO UPDATE SET state = excluded.state, updated = excluded.updated'
+    """
+    sets = ", ".join(f"{col} = excluded.{col}" for col in columns)
+    return f"ON CONFLICT ({key}) DO UPDATE SET {sets}"
+
+
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 

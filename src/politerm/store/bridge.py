@@ -16,7 +16,7 @@ import enum
 import json
 import typing as t
 
-from politerm.store._tables import StoreTables, record_of
+from politerm.store._tables import StoreTables, insert, record_of
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -50,6 +50,9 @@ class BridgeStep:
     """An agent step's row in the journal of turns (:mod:`politerm.store.journal`)."""
 
 
+_KEY: t.Final = " WHERE queue = ? AND task_id = ? AND step = ?"
+
+
 def _step(row: sqlite3.Row) -> BridgeStep:
     return record_of(BridgeStep, row, state=StepState, evidence=json.loads, result=json.loads)
 
@@ -77,25 +80,16 @@ class BridgeJournal(StoreTables):
 
     def start(self, task_id: str, step: int, kind: str, evidence: dict[str, t.Any]) -> BridgeStep:
         """Record that a step is about to act; an existing row is returned unchanged."""
+        values = {"queue": self.queue, "task_id": task_id, "step": step, "kind": kind}
+        values |= {"state": "started", "evidence": self._json(evidence), "started": self._now()}
         with self.store._writing() as c:
-            c.execute(
-                "INSERT OR IGNORE INTO bridge_steps"
-                " (queue, task_id, step, kind, state, evidence, started)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    self.queue,
-                    task_id,
-                    step,
-                    kind,
-                    StepState.STARTED.value,
-                    self._json(evidence),
-                    self._now(),
-                ),
+            # Read back through the same (redacting) connection: the key is stored redacted.
+            row = (
+                insert(c, "bridge_steps", values, "ON CONFLICT DO NOTHING")
+                or c.execute(
+                    f"SELECT * FROM bridge_steps{_KEY}", (self.queue, task_id, step)
+                ).fetchone()
             )
-            row = c.execute(
-                "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? AND step = ?",
-                (self.queue, task_id, step),
-            ).fetchone()
         self._audit("bridge.step", queue=self.queue, task_id=task_id, step=step, step_kind=kind)
         return _step(row)
 
@@ -111,7 +105,7 @@ class BridgeJournal(StoreTables):
 
     def get(self, task_id: str, step: int) -> BridgeStep | None:
         """The journalled step, if it was ever started."""
-        sql = "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? AND step = ?"
+        sql = f"SELECT * FROM bridge_steps{_KEY}"
         return self.store._one(_step, sql, self.queue, task_id, step)
 
     def steps(self, task_id: str) -> list[BridgeStep]:

@@ -14,7 +14,7 @@ import re
 import typing as t
 
 from politerm.errors import StoreError, WorkItemError
-from politerm.store._tables import StoreTables, record_of, where
+from politerm.store._tables import StoreTables, insert, record_of, where
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -401,15 +401,12 @@ class EpicStore(StoreTables):
         self, run_id: str, *, epic: str, repo_root: str, source: str, agent: str, config_hash: str
     ) -> EpicRun:
         """Record the start of a ``poli go`` run."""
+        said = {"epic": epic, "source": source, "agent": agent}
+        values: dict[str, t.Any] = {"id": run_id, "repo_root": repo_root, **said}
+        values |= {"config_hash": config_hash, "state": "running", "started": self._now()}
         with self.store._writing() as c:
-            c.execute(
-                "INSERT INTO epic_runs (id, epic, repo_root, source, agent, state, started,"
-                " config_hash) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
-                (run_id, epic, repo_root, source, agent, self._now(), config_hash),
-            )
-        self._audit("run.start", run=run_id, epic=epic, source=source, agent=agent)
-        run = self.get_run(run_id)
-        assert run is not None
+            run = _run(insert(c, "epic_runs", values))
+        self._audit("run.start", run=run_id, **said)
         return run
 
     def get_run(self, run_id: str) -> EpicRun | None:

@@ -41,7 +41,7 @@ import typing as t
 
 from politerm.errors import TransitionRejected
 from politerm.store._core import StoreCore
-from politerm.store._tables import record_of, where
+from politerm.store._tables import insert, record_of, where
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -238,6 +238,7 @@ class JournalRows(StoreCore):
         """
         key = serves.key_text
         with self._writing() as c:
+            # Through the writing (redacting) connection: a key is stored redacted.
             found = c.execute(
                 "SELECT * FROM turn_journal WHERE record = ? AND record_key = ? AND agent = ?"
                 " AND state IN ('handed', 'delivered') ORDER BY id",
@@ -252,44 +253,19 @@ class JournalRows(StoreCore):
                 " WHERE record = ? AND record_key = ?",
                 (serves.record, key),
             ).fetchone()[0]
-            row = c.execute(
-                "INSERT INTO turn_journal (agent, workflow, record, record_key, attempt, nonce,"
-                " state, digest, length, head, conversation, start_line, started)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                (
-                    agent,
-                    serves.workflow.value,
-                    serves.record,
-                    key,
-                    attempt,
-                    nonce,
-                    JournalState.HANDED.value,
-                    prompt_digest(text),
-                    len(text),
-                    text[:HEAD_CHARS],
-                    conversation,
-                    start_line,
-                    self._clock(),
-                ),
-            ).fetchone()
-            entry = _row(row)
+            said: dict[str, t.Any] = {"agent": agent, "workflow": serves.workflow.value}
+            said["record"] = serves.record
+            said |= {"attempt": attempt, "nonce": nonce}
+            values = said | {"record_key": key, "state": "handed", "digest": prompt_digest(text)}
+            values |= {"length": len(text), "head": text[:HEAD_CHARS], "conversation": conversation}
+            values |= {"start_line": start_line, "started": self._clock()}
+            entry = _row(insert(c, "turn_journal", values))
             columns = LINKED_TABLES.get(serves.record)
             if columns is not None and len(columns) == len(serves.key):
-                where = " AND ".join(f"{col} = ?" for col in columns)
-                c.execute(
-                    f"UPDATE {serves.record} SET turn_id = ? WHERE {where}",
-                    (entry.id, *serves.key),
-                )
-        self._audit.append(
-            "journal.hand",
-            id=entry.id,
-            agent=agent,
-            workflow=entry.workflow,
-            record=entry.record,
-            key=key,
-            attempt=entry.attempt,
-            nonce=nonce,
-        )
+                match = " AND ".join(f"{col} = ?" for col in columns)
+                sql = f"UPDATE {serves.record} SET turn_id = ? WHERE {match}"
+                c.execute(sql, (entry.id, *serves.key))
+        self._audit.append("journal.hand", id=entry.id, key=key, **said)
         return entry
 
     def journal_move(

@@ -16,7 +16,7 @@ import enum
 import typing as t
 
 from politerm.errors import MessageNotFound, StoreError
-from politerm.store._tables import StoreTables, record_of, where
+from politerm.store._tables import StoreTables, insert, record_of, where
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.mailstates import MAIL_TRANSITIONS, MailState
 
@@ -86,23 +86,6 @@ def _mail(row: sqlite3.Row) -> Mail:
     return record_of(Mail, row, kind=MailKind, capability=Capability, state=MailState)
 
 
-_COLUMNS: t.Final = (
-    "id",
-    "kind",
-    "session",
-    "sender",
-    "sender_pane",
-    "recipient",
-    "recipient_pane",
-    "capability",
-    "reply_to",
-    "body_path",
-    "size",
-    "sha256",
-    "max_attempts",
-    "expires",
-    "origin",
-)
 _STAMPS: t.Final = frozenset({"delivered", "started", "responded"})
 # A recipient with an open usage limit: its messages' clocks stand still.
 _PAUSED: t.Final = PAUSED_SQL.format(col="mail.recipient")
@@ -146,46 +129,24 @@ class Mailbox(StoreTables):
         takes it from a queue.
         """
         now = self._now()
-        values = (
-            id,
-            kind.value,
-            session,
-            sender,
-            sender_pane,
-            recipient,
-            recipient_pane,
-            capability.value,
-            reply_to,
-            body_path,
-            size,
-            sha256,
-            max_attempts,
-            now + ttl,
-            origin,
-        )
+        said: dict[str, t.Any] = {"id": id, "sender": sender, "recipient": recipient}
+        said |= {"capability": capability.value, "size": size, "sha256": sha256}
+        values = said | {"kind": kind.value, "session": session, "sender_pane": sender_pane}
+        values |= {"recipient_pane": recipient_pane, "reply_to": reply_to, "origin": origin}
+        values |= {"body_path": body_path, "max_attempts": max_attempts, "expires": now + ttl}
         state = MailState.QUEUED if origin is None else MailState.DELIVERING
+        values |= {"state": state.value, "attempts": int(origin is not None)}
         with self.store._writing() as c:
-            cur = c.execute(
-                f"INSERT OR IGNORE INTO mail ({', '.join(_COLUMNS)}, state, attempts, created,"
-                f" updated) VALUES ({', '.join('?' * len(_COLUMNS))}, ?, ?, ?, ?)",
-                (*values, state.value, 0 if origin is None else 1, now, now),
+            row = insert(
+                c, "mail", values | {"created": now, "updated": now}, "ON CONFLICT DO NOTHING"
             )
-            added = cur.rowcount == 1
-            row = c.execute("SELECT * FROM mail WHERE id = ?", (id,)).fetchone()
-        mail = _mail(row)
-        if added:
+            mail = _mail(c.execute("SELECT * FROM mail WHERE id = ?", (id,)).fetchone())
+        if row is not None:
+            said |= {} if origin is None else {"origin": origin}
             self._audit(
-                "mail.queued" if origin is None else "mail.arrived",
-                id=id,
-                type=kind.value,
-                sender=sender,
-                recipient=recipient,
-                capability=capability.value,
-                size=size,
-                sha256=sha256,
-                **({} if origin is None else {"origin": origin}),
+                "mail.queued" if origin is None else "mail.arrived", type=kind.value, **said
             )
-        return mail, added
+        return mail, row is not None
 
     def get(self, mail_id: str) -> Mail | None:
         """The message with this id, if any."""

@@ -8,7 +8,7 @@ import typing as t
 from politerm.errors import StoreError
 from politerm.store._core import StoreCore
 from politerm.store._rows import _json, _message, _states
-from politerm.store._tables import where
+from politerm.store._tables import insert, where
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.models import Message
 from politerm.store.turns import SENDABLE_STATES, MessageState, message_step
@@ -63,53 +63,29 @@ class MessageRows(StoreCore):
             The new row, or None when ``dedupe_key`` was taken (nothing is written).
         """
         now = self._clock()
-        deadline = None if ttl is None else now + ttl
-        state = MessageState(state)
+        said = {
+            "task_id": task_id,
+            "sender": sender,
+            "recipient": recipient,
+            "type": type,
+            "msg_id": msg_id,
+            "nonce": nonce,
+            "dedupe_key": dedupe_key,
+            "state": MessageState(state).value,
+            "deadline": None if ttl is None else now + ttl,
+            "body": body,
+        }
+        values = said | {"header": _json(header), "text": text, "created": now, "updated": now}
         with self._writing() as c:
             try:
-                row = c.execute(
-                    "INSERT INTO messages (task_id, sender, recipient, type, msg_id, nonce,"
-                    " body, header, text, state, created, updated, deadline, dedupe_key)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (dedupe_key) DO NOTHING RETURNING *",
-                    (
-                        task_id,
-                        sender,
-                        recipient,
-                        type,
-                        msg_id,
-                        nonce,
-                        body,
-                        _json(header),
-                        text,
-                        state.value,
-                        now,
-                        now,
-                        deadline,
-                        dedupe_key,
-                    ),
-                ).fetchone()
+                row = insert(c, "messages", values, "ON CONFLICT (dedupe_key) DO NOTHING")
             except sqlite3.IntegrityError as e:
                 msg = f"run store {self._path}: cannot add message: {e}"
                 raise StoreError(msg) from e
             if row is None:
                 return None
             message = _message(row)
-        self._audit.append(
-            "message.add",
-            id=message.id,
-            task_id=task_id,
-            sender=sender,
-            recipient=recipient,
-            type=type,
-            msg_id=msg_id,
-            nonce=nonce,
-            dedupe_key=dedupe_key,
-            state=state.value,
-            deadline=deadline,
-            header=message.header,
-            body=body,
-        )
+        self._audit.append("message.add", id=message.id, header=message.header, **said)
         return message
 
     def transition(

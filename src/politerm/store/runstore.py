@@ -17,7 +17,7 @@ from __future__ import annotations
 import typing as t
 
 from politerm.store._rows import _block, _event, _json
-from politerm.store._tables import where
+from politerm.store._tables import insert, where
 from politerm.store.messages import MessageRows
 from politerm.store.models import Block, Event
 from politerm.store.tasks import DEFAULT_AGENT_STATE, TaskField, TaskRows
@@ -93,38 +93,15 @@ class RunStore(TaskRows, TurnRows, MessageRows):
             False when a block with this ``dedupe_key`` and the same ``accepted`` verdict was
             recorded before (nothing is written).
         """
+        said: dict[str, t.Any] = {"agent": agent, "task_id": task_id, "type": type}
+        said |= {"msg_id": msg_id, "nonce": nonce, "dedupe_key": dedupe_key}
+        said |= {"accepted": accepted, "reason": reason}
+        values = said | {"header": _json(header), "body": body, "seen": self._clock()}
         with self._writing() as c:
-            n = c.execute(
-                "INSERT INTO blocks (agent, task_id, type, msg_id, nonce, dedupe_key, header,"
-                " body, accepted, reason, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (dedupe_key, accepted) DO NOTHING",
-                (
-                    agent,
-                    task_id,
-                    type,
-                    msg_id,
-                    nonce,
-                    dedupe_key,
-                    _json(header),
-                    body,
-                    int(accepted),
-                    reason,
-                    self._clock(),
-                ),
-            ).rowcount
-        if n:
-            self._audit.append(
-                "block.record",
-                agent=agent,
-                task_id=task_id,
-                type=type,
-                msg_id=msg_id,
-                nonce=nonce,
-                dedupe_key=dedupe_key,
-                accepted=accepted,
-                reason=reason,
-            )
-        return bool(n)
+            row = insert(c, "blocks", values, "ON CONFLICT (dedupe_key, accepted) DO NOTHING")
+        if row is not None:
+            self._audit.append("block.record", **said)
+        return row is not None
 
     def list_blocks(self, task_id: str | None = None) -> list[Block]:
         """Return recorded blocks in the order seen, optionally for one task."""
@@ -155,13 +132,9 @@ class RunStore(TaskRows, TurnRows, MessageRows):
         data
             Extra JSON-serialisable fields.
         """
+        values = {"kind": kind, "task_id": task_id, "agent": agent, "detail": detail}
         with self._writing() as c:
-            row = c.execute(
-                "INSERT INTO events (ts, kind, task_id, agent, detail, data)"
-                " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
-                (self._clock(), kind, task_id, agent, detail, _json(data)),
-            ).fetchone()
-            event = _event(row)
+            event = _event(insert(c, "events", values | {"ts": self._clock(), "data": _json(data)}))
         self._audit.append(
             "event.add",
             id=event.id,

@@ -8,7 +8,7 @@ import typing as t
 from politerm.errors import StoreError
 from politerm.store._core import StoreCore
 from politerm.store._rows import _agent, _expectation, _json, _task, _text
-from politerm.store._tables import where
+from politerm.store._tables import insert, update_set, where
 from politerm.store.models import TERMINAL_TASK_STATES, Agent, Expectation, Task, TaskState
 
 DEFAULT_AGENT_STATE: t.Final = "starting"
@@ -46,45 +46,21 @@ class TaskRows(StoreCore):
         Agent
             The row as stored.
         """
+        launch = {
+            "session": session,
+            "pane_id": pane_id,
+            "command": command,
+            "cwd": cwd,
+            "profile": profile,
+            "resume_command": resume_command,
+            "env": _json(env),
+            "socket": socket,
+        }
         now = self._clock()
+        row = {"name": name, **launch, "state": DEFAULT_AGENT_STATE, "created": now, "updated": now}
         with self._writing() as c:
-            row = c.execute(
-                "INSERT INTO agents (name, session, pane_id, command, cwd, profile,"
-                " resume_command, env, state, created, updated, socket)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (name) DO UPDATE SET session = excluded.session,"
-                " pane_id = excluded.pane_id, command = excluded.command, cwd = excluded.cwd,"
-                " profile = excluded.profile, resume_command = excluded.resume_command,"
-                " env = excluded.env, updated = excluded.updated, socket = excluded.socket"
-                " RETURNING *",
-                (
-                    name,
-                    session,
-                    pane_id,
-                    command,
-                    cwd,
-                    profile,
-                    resume_command,
-                    _json(env),
-                    DEFAULT_AGENT_STATE,
-                    now,
-                    now,
-                    socket,
-                ),
-            ).fetchone()
-            agent = _agent(row)
-        self._audit.append(
-            "agent.upsert",
-            name=name,
-            session=session,
-            pane_id=pane_id,
-            command=command,
-            cwd=cwd,
-            profile=profile,
-            resume_command=resume_command,
-            env=agent.env,
-            socket=socket,
-        )
+            agent = _agent(insert(c, "agents", row, update_set("name", [*launch, "updated"])))
+        self._audit.append("agent.upsert", name=name, **(launch | {"env": agent.env}))
         return agent
 
     def get_agent(self, name: str) -> Agent | None:
@@ -146,12 +122,10 @@ class TaskRows(StoreCore):
         """
         now = self._clock()
         with self._writing() as c:
+            values: dict[str, t.Any] = {"id": task_id, "request": request, "state": "pending"}
+            values |= {"max_rounds": max_rounds, "created": now, "updated": now}
             try:
-                row = c.execute(
-                    "INSERT INTO tasks (id, request, state, round, max_rounds, created, updated)"
-                    " VALUES (?, ?, ?, 0, ?, ?, ?) RETURNING *",
-                    (task_id, request, TaskState.PENDING.value, max_rounds, now, now),
-                ).fetchone()
+                row = insert(c, "tasks", values)
             except sqlite3.IntegrityError as e:
                 msg = f"run store {self._path}: task {task_id!r} exists"
                 raise StoreError(msg) from e
@@ -250,28 +224,15 @@ class TaskRows(StoreCore):
         """
         now = self._clock()
         with self._writing() as c:
+            wait = {"sender": sender, "type": type, "deadline": deadline, "nudged": nudged}
+            values = {"task_id": task_id, **wait, "created": now}
             try:
-                row = c.execute(
-                    "INSERT INTO expectations (task_id, sender, type, deadline, nudged, created)"
-                    " VALUES (?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (task_id) DO UPDATE SET sender = excluded.sender,"
-                    " type = excluded.type, deadline = excluded.deadline,"
-                    " nudged = excluded.nudged, created = excluded.created"
-                    " RETURNING *",
-                    (task_id, sender, type, deadline, int(nudged), now),
-                ).fetchone()
+                row = insert(c, "expectations", values, update_set("task_id", [*wait, "created"]))
             except sqlite3.IntegrityError as e:
                 msg = f"run store {self._path}: no task {task_id!r}"
                 raise StoreError(msg) from e
             exp = _expectation(row)
-        self._audit.append(
-            "expectation.set",
-            task_id=task_id,
-            sender=sender,
-            type=type,
-            deadline=deadline,
-            nudged=nudged,
-        )
+        self._audit.append("expectation.set", task_id=task_id, **wait)
         return exp
 
     def get_expectation(self, task_id: str) -> Expectation | None:

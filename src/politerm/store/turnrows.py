@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from politerm.errors import TransitionRejected
 from politerm.store._rows import _turn
+from politerm.store._tables import insert
 from politerm.store.journal import JournalRows
 from politerm.store.models import Turn
 from politerm.store.turns import TurnEnd, TurnState, turn_step
@@ -60,21 +61,10 @@ class TurnRows(JournalRows):
                 msg = f"turn of {agent}: turn {prev[0]} is still open; end it first"
                 raise TransitionRejected(msg)
             turn_step(f"turn of {agent}", None, TurnState.DELIVERING)
-            row = c.execute(
-                "INSERT INTO turns (agent, nonce, task_id, message_id, start_line,"
-                " started, state) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                (agent, nonce, task_id, message_id, start_line, now, state.value),
-            ).fetchone()
-            turn = _turn(row)
-        self._audit.append(
-            "turn.start",
-            agent=agent,
-            nonce=nonce,
-            task_id=task_id,
-            message_id=message_id,
-            start_line=start_line,
-            state=state.value,
-        )
+            said = {"agent": agent, "nonce": nonce, "task_id": task_id, "message_id": message_id}
+            said |= {"start_line": start_line, "state": state.value}
+            turn = _turn(insert(c, "turns", said | {"started": now}))
+        self._audit.append("turn.start", **said)
         return turn
 
     def current_turn(self, agent: str) -> Turn | None:

@@ -281,30 +281,19 @@ class StoreWatch:
             return pathlib.Path(path).name in names
 
         self._stop = stop = anyio.Event()
+        how: dict[str, t.Any] = {"step": self.step_ms, "debounce": self.debounce_ms}
+        how |= {"watch_filter": relevant, "stop_event": stop, "recursive": False}
         try:
+            # The store dir is ours (0700); a denied sibling must not kill the watcher.
             async for _changes in watchfiles.awatch(
-                self.path.parent,
-                watch_filter=relevant,
-                step=self.step_ms,
-                debounce=self.debounce_ms,
-                stop_event=stop,
-                recursive=False,
-                # The store dir is ours (0700); a denied sibling must not kill the watcher.
-                ignore_permission_denied=True,
+                self.path.parent, ignore_permission_denied=True, **how
             ):
                 self._written()
         except OSError as exc:
             # e.g. the inotify watch limit reached: fall back to watchfiles' own polling.
             log.warning("store watch: %s; polling %s instead", exc, self.path.parent)
             async for _changes in watchfiles.awatch(
-                self.path.parent,
-                watch_filter=relevant,
-                step=self.step_ms,
-                debounce=self.debounce_ms,
-                stop_event=stop,
-                recursive=False,
-                force_polling=True,
-                poll_delay_ms=250,
+                self.path.parent, force_polling=True, poll_delay_ms=250, **how
             ):
                 self._written()
 

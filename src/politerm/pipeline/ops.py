@@ -17,6 +17,7 @@ import typing as t
 
 import psutil
 
+from politerm._internal.proctree import kill_processes
 from politerm.config import load_config
 from politerm.driver import Host
 from politerm.errors import HookError, PipelineError, TmuxError
@@ -206,7 +207,9 @@ async def abort_run(*, project: pathlib.Path, run_id: str | None = None) -> RunS
             )  # fmt: skip
             raise PipelineError(msg)
         if rec.pid is not None and _is_runner(rec.pid):
-            await asyncio.to_thread(_stop_runner, rec.pid)
+            # SIGTERM: the runner saves its state and exits (10 s, then SIGKILL).
+            runner = [psutil.Process(rec.pid)]
+            await asyncio.to_thread(kill_processes, runner, grace=10.0, what="the runner")
         state = RunState.load(store, rid)  # the runner saved its last state on the way out
         rec = state.record
         await _kill_session(config, rec)
@@ -307,17 +310,6 @@ async def _kill_session(config: Config, rec: RunRecord) -> bool:
     finally:
         await host.close()
     return True
-
-
-def _stop_runner(pid: int, grace: float = 10.0) -> None:
-    proc = psutil.Process(pid)
-    with contextlib.suppress(psutil.Error):
-        proc.terminate()  # SIGTERM: the runner saves its state and exits
-        proc.wait(grace)
-    with contextlib.suppress(psutil.Error):
-        if proc.is_running():
-            proc.kill()
-            proc.wait(grace)
 
 
 def answer(project: pathlib.Path, run_id: str | None, reply: str, *, by: str) -> dict[str, t.Any]:

@@ -44,6 +44,7 @@ from politerm.pipeline.state import (
     session_name,
 )
 from politerm.pipeline.stepagent import StepAgent
+from politerm.store.watch import StoreWatch
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -52,10 +53,8 @@ if t.TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How often an unanswered question is checked for an answer, and a headless step for its file.
-_POLL = 0.1
-# Upper bound on a wait for pane output before looking again anyway.
-_MAX_WAIT = 0.5
+# Longest wait for an answer without a store change (one a lost notification hid).
+_BACKSTOP = 30.0
 GATE_QUESTION = "Approve? [y/n/r/s]"
 
 
@@ -349,13 +348,15 @@ class PipelineRunner:
             self.state.save()
             seq = self.state.ask(step.num, kind, question)
             self._say(f"? {question}  (answer in the control window or with `poli gate`)")
-            while True:
-                current = self.state.question() or {}
-                got = current.get("answer")
-                if current.get("seq") == seq and isinstance(got, str) and got in ANSWERS:
-                    answer = got
-                    break
-                await asyncio.sleep(_POLL)
+            # The answer is a store commit (poli gate, the control window, a view): woken by it.
+            async with StoreWatch(self.state.store.path) as watch:
+                while True:
+                    changed = watch.event()
+                    current = self.state.question() or {}
+                    answer = current.get("answer")
+                    if current.get("seq") == seq and isinstance(answer, str) and answer in ANSWERS:
+                        break
+                    await watch.wait(_BACKSTOP, event=changed)
             self.record.status = RunStatus.RUNNING
             self.state.save()
             self._say(f"  answer: {answer}")

@@ -239,8 +239,9 @@ class Postman:
         nxt = self.m.mailbox.next_expiry()
         if nxt is not None:
             bound = min(bound, max(0.0, nxt - time.time()) + 0.01)
-        events = [self.wake, *(d.output_event() for d in senders)]
-        waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(e.wait()) for e in events]
+        waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(self.wake.wait())]
+        # A sender's change counts from its mark taken here, not from when its task first runs.
+        waiters += [asyncio.ensure_future(d.changed(bound, since=d.mark())) for d in senders]
         lanes: list[asyncio.Future[t.Any]] = [x for x in self.lanes.values() if not x.done()]
         try:
             await asyncio.wait([*waiters, *lanes], timeout=bound, return_when="FIRST_COMPLETED")

@@ -77,6 +77,7 @@ if t.TYPE_CHECKING:
     from politerm.engine.fleetbudget import RouterBreaker
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
+    from politerm.terminal import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -427,7 +428,9 @@ class Postman:
                 continue  # typed by a fleet node, under its work's lease: not ours to settle
             self.m.change(mail, MailState.QUEUED, reason="settled after a restart: never typed")
 
-    async def _settle(self, driver: AgentDriver, mail: Mail, row: JournalRow, snap: t.Any) -> str:
+    async def _settle(
+        self, driver: AgentDriver, mail: Mail, row: JournalRow, snap: Snapshot
+    ) -> str:
         """A DELIVERING mail's fate from the receiver itself (:func:`resume`), in a word."""
         text = self.m.request_text(mail)
         found = await resume(driver, row, text, snap)

@@ -39,9 +39,6 @@ from politerm.pipeline.state import (
     ANSWERS,
     RunRecord,
     RunState,
-    StepRecord,
-    new_run_id,
-    session_name,
 )
 from politerm.pipeline.stepagent import StepAgent
 from politerm.store.watch import StoreWatch
@@ -109,39 +106,6 @@ def control_argv(
         "--project", str(project), "--run-id", run_id,
     ]  # fmt: skip
     return [*argv, "--config", str(config_file)] if config_file is not None else argv
-
-
-def new_record(
-    pipeline: Pipeline,
-    *,
-    project: pathlib.Path,
-    task: str,
-    cli: str,
-    socket: str,
-    run_id: str | None = None,
-    headless: bool = False,
-    unsafe: bool = False,
-    use_worktrees: bool = False,
-    on_fail: str = "ask",
-) -> RunRecord:
-    """A fresh run record (nothing is written yet)."""
-    rid = run_id or new_run_id()
-    assert pipeline.path is not None
-    return RunRecord(
-        run_id=rid,
-        pipeline=str(pipeline.path),
-        pipeline_name=pipeline.name,
-        project=str(project),
-        task=task,
-        session=session_name(project, rid),
-        socket=socket,
-        cli=cli,
-        headless=headless,
-        unsafe=unsafe,
-        worktrees=use_worktrees,
-        on_fail=on_fail,
-        steps={s.num: StepRecord() for s in pipeline.steps},
-    )
 
 
 class PipelineRunner:
@@ -455,6 +419,8 @@ def start_run(
     project = pathlib.Path(record.project)
     if record.worktrees:
         worktrees.require_repo(project)
+    for step in pipeline.steps:
+        record.step(step.num)  # each step in the state file from the start, pending
     state = RunState(store, record)
     if store.get_meta(f"pipeline.run:{record.run_id}"):
         msg = f"run id {record.run_id} is taken"
@@ -481,6 +447,5 @@ __all__ = [
     "PipelineRunner",
     "control_argv",
     "finished",
-    "new_record",
     "start_run",
 ]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
+from politerm._internal.private import write_private
 from politerm.cli._common import config_option
 from politerm.compat.obi import convert_config, write_prompts
 from politerm.config import load_config
 from politerm.errors import CompatError, ConfigError
 from politerm.preflight import problems
-from politerm.store.db import FILE_MODE
 
 
 @click.group("config", invoke_without_command=True)
@@ -64,7 +64,5 @@ def import_obi(file: Path, output: Path | None, prompts_dir: Path, force: bool) 
     if output is None:
         click.echo(converted.toml, nl=False)
         return
-    output.touch(mode=FILE_MODE)
-    output.chmod(FILE_MODE)
-    output.write_text(converted.toml, encoding="utf-8")
+    write_private(output, converted.toml)
     click.echo(f"wrote {output}", err=True)

@@ -56,17 +56,11 @@ keep_agents_option = click.option(
 
 def _others_running(config: Config, manager: Manager, name: str) -> bool:
     """Whether another manager process drives a project (and so may use the brain agent)."""
-    from politerm.errors import ManagerError
     from politerm.manager.app import ProjectLock
 
-    for other in manager.store.list_projects():
-        if other.name == name:
-            continue
-        try:
-            ProjectLock(config.store.resolved_path(), other.name).acquire().release()
-        except ManagerError:
-            return True
-    return False
+    path = config.store.resolved_path()
+    others = [p.name for p in manager.store.list_projects() if p.name != name]
+    return any(ProjectLock(path, other).holder() is not None for other in others)
 
 
 def _drive(

@@ -219,14 +219,8 @@ def check_config(ctx: DoctorContext) -> Iterable[CheckResult]:
     """Check that the configuration files and variables load."""
     config = ctx.config()
     if config is None:
-        return [
-            CheckResult(
-                "config",
-                Status.FAIL,
-                str(ctx.config_error),
-                "correct the file or variable named in the detail",
-            )
-        ]
+        fix = "correct the file or variable named in the detail"
+        return [CheckResult("config", Status.FAIL, str(ctx.config_error), fix)]
     read = ", ".join(str(p) for p in config.sources) or "no poli.toml found, built-in defaults"
     rows = [CheckResult("config", Status.OK, f"loaded: {read}")]
     from politerm.preflight import problems
@@ -281,29 +275,17 @@ def check_agents(ctx: DoctorContext) -> Iterable[CheckResult]:
     rows: list[CheckResult] = []
     probed: dict[str, tuple[Status, str]] = {}
     for name, agent in config.agents.items():
-        check = f"agent {name}"
         program = agent.argv()[0]
         binary = shutil.which(program, path=ctx.path)
         if binary is None:
-            rows.append(
-                CheckResult(
-                    check,
-                    Status.FAIL,
-                    f"{program} not found on PATH",
-                    f"install {program}, or set {_setting(name)}",
-                )
-            )
-            continue
-        if binary not in probed:
-            probed[binary] = probe_version(binary, ctx)
-        status, detail = probed[binary]
-        fix = (
-            ""
-            if status is Status.OK
-            else f"check that `{program} --version` runs without a terminal, "
-            f"or set {_setting(name)}"
-        )
-        rows.append(CheckResult(check, status, detail, fix))
+            status, detail, fix = Status.FAIL, f"{program} not found on PATH", f"install {program}"
+        else:
+            if binary not in probed:
+                probed[binary] = probe_version(binary, ctx)
+            status, detail = probed[binary]
+            fix = f"check that `{program} --version` runs without a terminal"
+        fix = "" if status is Status.OK else f"{fix}, or set {_setting(name)}"
+        rows.append(CheckResult(f"agent {name}", status, detail, fix))
     return rows
 
 
@@ -374,14 +356,8 @@ def check_python_deps(ctx: DoctorContext) -> Iterable[CheckResult]:
     try:
         requirements = importlib.metadata.requires("politerm") or []
     except importlib.metadata.PackageNotFoundError:
-        return [
-            CheckResult(
-                name,
-                Status.WARN,
-                "politerm is not installed as a distribution; cannot list its dependencies",
-                "pip install -e .",
-            )
-        ]
+        detail = "politerm is not installed as a distribution; cannot list its dependencies"
+        return [CheckResult(name, Status.WARN, detail, "pip install -e .")]
     problems: list[str] = []
     wanted: list[str] = []
     count = 0
@@ -445,12 +421,8 @@ def check_pipelines(ctx: DoctorContext) -> Iterable[CheckResult]:
     problems = [line for p in found for line in validate_file(p, project)]
     if problems:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-        detail = "; ".join(problems[:3]) + more
-        return [
-            CheckResult(
-                "pipelines", Status.FAIL, detail, "run `poli pipeline validate FILE` and fix it"
-            )
-        ]
+        detail, fix = "; ".join(problems[:3]) + more, "run `poli pipeline validate FILE` and fix it"
+        return [CheckResult("pipelines", Status.FAIL, detail, fix)]
     return [CheckResult("pipelines", Status.OK, f"{len(found)} pipelines valid")]
 
 

@@ -7,7 +7,7 @@ backoff on 429, 5xx, timeouts and dropped connections, and one clear error for a
 (:class:`~politerm.errors.BrainModelError`). The SDKs' own retries are off so that this is
 the only policy. A body the SDK cannot read becomes a
 :class:`~politerm.errors.BrainReplyError`, which the engine retries once like any malformed
-reply. The brain that is a politerm agent lives in :mod:`politerm.manager.agent_brain`.
+reply. The brain that is a politerm agent lives in :mod:`politerm.manager.pane`.
 """
 
 from __future__ import annotations
@@ -38,11 +38,6 @@ _MAX_DELAY: t.Final = 30.0
 
 class Brain(t.Protocol):
     """What the engine needs from a brain."""
-
-    @property
-    def label(self) -> str:
-        """Provider and model, for status lines and events."""
-        ...
 
     async def ask(self, prompt: str, *, system: str) -> str:
         """One reply to ``prompt`` under ``system``; raises :class:`BrainError` subclasses."""

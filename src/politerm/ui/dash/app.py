@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
-import os
 import typing as t
 
 from rich.text import Text
@@ -20,6 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, TabbedContent
 
+from politerm.driver.panes import attach_argv, attach_env
 from politerm.errors import PolitermError
 from politerm.status import on_node
 from politerm.ui import actions
@@ -53,21 +53,6 @@ _STATE_STYLE = {
     "busy": "cyan",
     "ready": "green",
 }
-
-
-def attach_argv(socket: str, pane_id: str) -> list[str]:
-    """The tmux command that shows ``pane_id`` of the private server in this terminal.
-
-    Examples
-    --------
-    >>> attach_argv("poli", "%3")  # doctest: +NORMALIZE_WHITESPACE
-    ['tmux', '-L', 'poli', 'select-window', '-t', '%3', ';', 'select-pane', '-t', '%3', ';',
-     'attach-session', '-t', '%3']
-    """
-    return [
-        "tmux", "-L", socket, "select-window", "-t", pane_id, ";",
-        "select-pane", "-t", pane_id, ";", "attach-session", "-t", pane_id,
-    ]  # fmt: skip
 
 
 def _when(ts: float | None) -> str:
@@ -564,9 +549,8 @@ class DashApp(App[None]):
         if not self.is_headless:
             import subprocess
 
-            env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
             with self.suspend():
-                subprocess.run(argv, env=env, check=False)
+                subprocess.run(argv, env=attach_env(), check=False)
             return
         self._say("attach: " + " ".join(argv))
 

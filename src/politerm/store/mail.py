@@ -16,12 +16,11 @@ import enum
 import typing as t
 
 from politerm.errors import MessageNotFound, StoreError
-from politerm.store._tables import StoreTables, insert, record_of, where
+from politerm.store._tables import StoreTables, insert, row_mapper, where
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.mailstates import MAIL_TRANSITIONS, MailState
 
 if t.TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Iterable
 
 
@@ -82,8 +81,7 @@ class Mail:
         return out
 
 
-def _mail(row: sqlite3.Row) -> Mail:
-    return record_of(Mail, row, kind=MailKind, capability=Capability, state=MailState)
+_mail = row_mapper(Mail, kind=MailKind, capability=Capability, state=MailState)
 
 
 _STAMPS: t.Final = frozenset({"delivered", "started", "responded"})

@@ -230,16 +230,11 @@ class Mailbox(StoreTables):
             msg = f"cannot set {sorted(unknown)} on a message"
             raise StoreError(msg)
         now = self._now()
-        sets = ["state = ?", "updated = ?"]
-        args: list[t.Any] = [new.value, now]
+        changes = {"state": new.value, "updated": now}
+        changes |= {key: now if value is True else value for key, value in fields.items()}
         if reason is not None:
-            sets.append("reason = ?")
-            args.append(self.redactor.redact(reason))
-        if count_attempt:
-            sets.append("attempts = attempts + 1")
-        for key, value in fields.items():
-            sets.append(f"{key} = ?")
-            args.append(now if value is True else value)
+            changes["reason"] = self.redactor.redact(reason)
+        sets = [f"{key} = ?" for key in changes] + ["attempts = attempts + 1"] * count_attempt
         olds = [s.value for s, targets in MAIL_TRANSITIONS.items() if new in targets]
         with self.store._writing() as c:
             row = c.execute("SELECT state FROM mail WHERE id = ?", (mail_id,)).fetchone()
@@ -248,14 +243,13 @@ class Mailbox(StoreTables):
                 raise MessageNotFound(msg)
             if not olds:
                 return None
-            cur = c.execute(
+            updated = c.execute(
                 f"UPDATE mail SET {', '.join(sets)} WHERE id = ?"
-                f" AND state IN ({', '.join('?' * len(olds))})",
-                [*args, mail_id, *olds],
-            )
-            if cur.rowcount != 1:
-                return None
-            updated = c.execute("SELECT * FROM mail WHERE id = ?", (mail_id,)).fetchone()
+                f" AND state IN ({', '.join('?' * len(olds))}) RETURNING *",
+                [*changes.values(), mail_id, *olds],
+            ).fetchone()
+        if updated is None:
+            return None
         mail = _mail(updated)
         self._audit("mail.state", id=mail_id, old=row[0], state=new.value, reason=mail.reason)
         return mail

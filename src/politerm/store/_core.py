@@ -459,9 +459,4 @@ class StoreCore:
 
     def meta_keys(self, prefix: str) -> list[str]:
         """Every meta key that starts with ``prefix`` and has a non-empty value, sorted."""
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT key FROM meta WHERE substr(key, 1, ?) = ? AND value != '' ORDER BY key",
-                (len(prefix), prefix),
-            ).fetchall()
-        return [str(r[0]) for r in rows]
+        return sorted(self.meta_values(prefix))

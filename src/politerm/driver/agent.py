@@ -31,6 +31,7 @@ import pathlib
 import time
 import typing as t
 
+from politerm._internal.aio import wait_any
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.chrome import chrome_top, reply_tail
@@ -43,7 +44,7 @@ from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliv
 from politerm.driver.journal import TurnLog
 from politerm.driver.launch import start
 from politerm.driver.limits import Limiter, LimitPolicy
-from politerm.driver.looking import Observation
+from politerm.driver.looking import Mark, Observation
 from politerm.driver.ownword import OwnWord
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import HOOK_GRACE, Drift
@@ -242,9 +243,22 @@ class AgentDriver:
         """Seconds until an open usage limit's reset is acted on; None when none is open."""
         return self._limiter.due_in()
 
-    def output_event(self) -> asyncio.Event:
-        """An event the agent's next output sets: take it before a look, wait on it after."""
-        return self._term.output_event()
+    def mark(self) -> Mark:
+        """Now, in the agent's output: take it before a look, and :meth:`changed` waits from it."""
+        return Mark(self._term.output_event())
+
+    async def changed(
+        self, timeout: float, *, since: Mark | None = None, wake: asyncio.Event | None = None
+    ) -> bool:
+        """Wait until the agent printed, exited or lost its terminal, or ``wake`` is set.
+
+        It counts from ``since`` (a :meth:`mark` taken before the caller's look: a change
+        after that look ends the wait at once), else from now; at most ``timeout`` seconds.
+        True when the agent changed; False when woken or the bound ran out.
+        """
+        output = (since or self.mark())._output
+        await wait_any(output, *(() if wake is None else (wake,)), timeout=timeout)
+        return output.is_set()
 
     @property
     def terminal_name(self) -> str:

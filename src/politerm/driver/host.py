@@ -448,4 +448,4 @@ class Host:
         return wanted
 
 
-__all__ = ["Host", "Launched", "Pane", "hide_tmux", "state_dir"]
+__all__ = ["Host", "Launched", "hide_tmux", "state_dir"]

@@ -27,7 +27,7 @@ from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.agents.profile import load_profile
 from politerm.driver import AgentDriver, Host
-from politerm.driver.limits import LimitPolicy
+from politerm.driver.limits import driver_settings
 from politerm.driver.stop import StopControl
 from politerm.epic.items import pick_source
 from politerm.epic.prompt import item_prompt, operator_note
@@ -482,7 +482,7 @@ class EpicRunner:
             policy=ApprovalPolicy.of(
                 self.config.routing.approval, self.config.routing.approval_patterns
             ),
-            limits=LimitPolicy(**self.config.limits.model_dump()),
+            **driver_settings(self.config),
         )
         if self._host is not None:
             socket = self.config.tmux.socket

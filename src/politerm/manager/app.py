@@ -33,12 +33,6 @@ if t.TYPE_CHECKING:
     from politerm.manager.store import Project
 
 
-def open_store(config: Config, redactor: Redactor | None = None) -> ManagerStore:
-    """The manager tables of the configured run store."""
-    store = RunStore.for_config(config)
-    return ManagerStore(store, redactor or Redactor(config.redact.patterns))
-
-
 def make_brain(
     config: Config, env: Mapping[str, str] | None = None, *, lazy: bool = False
 ) -> tuple[Brain, Redactor]:
@@ -92,7 +86,7 @@ def build_manager(
 ) -> Manager:
     """A :class:`Manager` over the configured store, brain and channels."""
     brain, redactor = make_brain(config, env, lazy=lazy)
-    store = open_store(config, redactor)
+    store = ManagerStore(RunStore.for_config(config), redactor)
     if isinstance(brain, AgentBrain):
         brain.store = store.store
     return Manager(

@@ -130,7 +130,7 @@ class FileChannel:
             if self.instruction_path.read_text(encoding="utf-8") == text:
                 return
         try:
-            write_private(self.instruction_path, text)
+            write_private(self.instruction_path, text, sync=True)
             private_dir(self.logs)
         except OSError as exc:
             msg = f"cannot write {self.instruction_path}: {exc.strerror or exc}"

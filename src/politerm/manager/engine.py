@@ -157,7 +157,7 @@ class Manager:
             return project
         channel = self._channels.get(name)
         if channel is not None:
-            with _suppress_channel():
+            with contextlib.suppress(DevChannelError, AgentError):
                 await channel.interrupt()
         question = f"step interrupted by the user during {project.state.value}; what now?"
         return self._move(
@@ -189,7 +189,7 @@ class Manager:
     async def aclose(self) -> None:
         """Close the channels and the brain."""
         for channel in self._channels.values():
-            with _suppress_channel():
+            with contextlib.suppress(DevChannelError, AgentError):
                 await channel.aclose()
         self._channels.clear()
         await self.brain.aclose()
@@ -393,7 +393,3 @@ def _line(text: str, width: int = 100) -> str:
     """
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first if len(first) <= width else first[: width - 1] + "…"
-
-
-def _suppress_channel() -> contextlib.suppress:
-    return contextlib.suppress(DevChannelError, AgentError)

@@ -77,6 +77,7 @@ if t.TYPE_CHECKING:
     from politerm.engine.fleetbudget import RouterBreaker
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
+    from politerm.terminal import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +240,9 @@ class Postman:
         nxt = self.m.mailbox.next_expiry()
         if nxt is not None:
             bound = min(bound, max(0.0, nxt - time.time()) + 0.01)
-        events = [self.wake, *(d.output_event() for d in senders)]
-        waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(e.wait()) for e in events]
+        waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(self.wake.wait())]
+        # A sender's change counts from its mark taken here, not from when its task first runs.
+        waiters += [asyncio.ensure_future(d.changed(bound, since=d.mark())) for d in senders]
         lanes: list[asyncio.Future[t.Any]] = [x for x in self.lanes.values() if not x.done()]
         try:
             await asyncio.wait([*waiters, *lanes], timeout=bound, return_when="FIRST_COMPLETED")
@@ -426,7 +428,9 @@ class Postman:
                 continue  # typed by a fleet node, under its work's lease: not ours to settle
             self.m.change(mail, MailState.QUEUED, reason="settled after a restart: never typed")
 
-    async def _settle(self, driver: AgentDriver, mail: Mail, row: JournalRow, snap: t.Any) -> str:
+    async def _settle(
+        self, driver: AgentDriver, mail: Mail, row: JournalRow, snap: Snapshot
+    ) -> str:
         """A DELIVERING mail's fate from the receiver itself (:func:`resume`), in a word."""
         text = self.m.request_text(mail)
         found = await resume(driver, row, text, snap)

@@ -201,7 +201,7 @@ class PtyTerminal:
 
     async def pid(self) -> int | None:
         """The program's process id; None once it has exited."""
-        return int(self.proc.pid) if self.proc.isalive() else None
+        return int(self.proc.pid) if self.is_alive() else None
 
     def host_gone(self) -> str | None:
         """None: a PTY has no host that could go away under it."""

@@ -489,21 +489,10 @@ def open_board(config: Config, store: RunStore | None = None) -> tuple[WorkQueue
     return queue, Board(queue)
 
 
-def read_board(config: Config, store: RunStore | None = None) -> list[dict[str, t.Any]]:
-    """Every row of the board once, as plain data (MCP ``list_agents``).
-
-    Raises
-    ------
-    FleetError
-        Redis could not be reached.
-    """
-    return read_fleet(config, store, asks=False)[0]
-
-
 def read_fleet(
     config: Config, store: RunStore | None = None, *, asks: bool = True
 ) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
-    """The board's rows and the live routers' tasks' questions, once (``poli status``).
+    """The board's rows and the live routers' tasks' questions, once (``poli status``, MCP).
 
     Raises
     ------

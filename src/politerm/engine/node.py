@@ -34,6 +34,7 @@ import logging
 import os
 import typing as t
 
+from politerm._internal.aio import wait_event
 from politerm.agents.approval import Decision, answer_pending, get_pending
 from politerm.agents.state import AgentState
 from politerm.driver import Expect, Outcome, run_turn
@@ -168,7 +169,7 @@ class Node:
                     lease = await asyncio.to_thread(self._claim, free)
                 except FleetError as exc:
                     log.warning("node %s: claiming: %s", self.name, exc)
-                    await _sleep_unless(self.stopping, UNREACHABLE_BACKOFF)
+                    await wait_event(self.stopping, UNREACHABLE_BACKOFF)
                     continue
                 if lease is None:
                     continue
@@ -487,8 +488,3 @@ def _reply(result: TurnResult, node: str, epoch: int) -> TurnReply:
     delivered = delivery is None or delivery.got_in or delivery.submitted
     outcome = result.outcome.value if delivered else delivery.outcome.value  # type: ignore[union-attr]
     return TurnReply(delivered, outcome, result.blocks, result.error, node, epoch)
-
-
-async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)

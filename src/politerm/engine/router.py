@@ -26,6 +26,7 @@ import time
 import typing as t
 import zlib
 
+from politerm._internal.aio import wait_any
 from politerm.agents.state import AgentState
 from politerm.engine import agentstep
 from politerm.engine.agentstep import IDLE_BACKSTOP
@@ -194,7 +195,7 @@ class Router:
                 if until is not None and until():
                     break
                 bound = SCAN_EVERY if self._in_flight else IDLE_TICK
-                await _first(self.routing.stopping, committed, timeout=bound)
+                await wait_any(self.routing.stopping, committed, timeout=bound)
                 self._next_scan = 0.0 if committed.is_set() else self._next_scan
         finally:
             await watch.close()
@@ -458,13 +459,3 @@ class Router:
         self.deadlines.check(time.time())
         for msg in self.store.expire_messages(time.time()):
             self.routing.event("dead-letter", msg, detail="ttl expired")
-
-
-async def _first(*events: asyncio.Event, timeout: float) -> None:
-    """Wait until any of ``events`` is set, at most ``timeout`` seconds."""
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waiters:
-            w.cancel()

@@ -42,9 +42,6 @@ USER: t.Final = "user"
 ENV_POSTMAN: t.Final = "POLI_POSTMAN"
 """``off`` stops ``poli send``/``reply`` and MCP tools from starting the project's service."""
 
-DEFAULT_TTL: t.Final = 3600.0
-DEFAULT_MAX_ATTEMPTS: t.Final = 3
-
 
 @dataclasses.dataclass(frozen=True)
 class Identity:

@@ -18,7 +18,7 @@ import typing as t
 
 from politerm._internal import vault
 from politerm.errors import StoreError
-from politerm.redact import Redactor
+from politerm.redact import Redactor, map_strings
 from politerm.store.audit import AuditLog, audit_path_for
 from politerm.store.db import connect, connect_existing, default_store_path, user_version
 
@@ -275,31 +275,20 @@ class StoreCore:
             else:
                 if isinstance(value, dict | list):
                     found: dict[str, str] = {}
-                    red = self._redact_value(value, found)
+
+                    def leaf(text: str) -> str:
+                        out, more = self._redact_new(text)
+                        found.update(more)
+                        return out
+
+                    red = map_strings(value, leaf)
                     # Unchanged JSON keeps its exact text (a body is delivered as written).
                     out = text if red == value else json.dumps(red, ensure_ascii=False)
                     return out, found
         return self._redactor.tagged(text)
 
-    def _redact_value(self, value: t.Any, found: dict[str, str]) -> t.Any:
-        if isinstance(value, str):
-            out, more = self._redact_new(value)
-            found.update(more)
-            return out
-        if isinstance(value, dict):
-            return {k: self._redact_value(v, found) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self._redact_value(v, found) for v in value]
-        return value
-
     def _redact_json(self, value: t.Any) -> t.Any:
-        if isinstance(value, str):
-            return self.redact(value)
-        if isinstance(value, dict):
-            return {k: self._redact_json(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self._redact_json(v) for v in value]
-        return value
+        return map_strings(value, self.redact)
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -470,9 +459,4 @@ class StoreCore:
 
     def meta_keys(self, prefix: str) -> list[str]:
         """Every meta key that starts with ``prefix`` and has a non-empty value, sorted."""
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT key FROM meta WHERE substr(key, 1, ?) = ? AND value != '' ORDER BY key",
-                (len(prefix), prefix),
-            ).fetchall()
-        return [str(r[0]) for r in rows]
+        return sorted(self.meta_values(prefix))

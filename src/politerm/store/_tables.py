@@ -28,6 +28,11 @@ def record_of(cls: type[R], row: sqlite3.Row, **convert: Callable[[t.Any], t.Any
     return cls(**values)
 
 
+def row_mapper(cls: type[R], **convert: Callable[[t.Any], t.Any]) -> Callable[[sqlite3.Row], R]:
+    """The function that makes the record ``cls`` of a row (:func:`record_of`, ``convert``)."""
+    return lambda row: record_of(cls, row, **convert)
+
+
 def where(**filters: t.Any) -> tuple[str, list[t.Any]]:
     """A ``WHERE`` clause over every filter given (not None), and its arguments.
 

@@ -16,11 +16,9 @@ import enum
 import json
 import typing as t
 
-from politerm.store._tables import StoreTables, insert, record_of
+from politerm.store._tables import StoreTables, insert, row_mapper
 
 if t.TYPE_CHECKING:
-    import sqlite3
-
     from politerm.redact import Redactor
     from politerm.store.runstore import RunStore
 
@@ -53,8 +51,7 @@ class BridgeStep:
 _KEY: t.Final = " WHERE queue = ? AND task_id = ? AND step = ?"
 
 
-def _step(row: sqlite3.Row) -> BridgeStep:
-    return record_of(BridgeStep, row, state=StepState, evidence=json.loads, result=json.loads)
+_step = row_mapper(BridgeStep, state=StepState, evidence=json.loads, result=json.loads)
 
 
 class BridgeJournal(StoreTables):

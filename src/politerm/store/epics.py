@@ -14,7 +14,7 @@ import re
 import typing as t
 
 from politerm.errors import StoreError, WorkItemError
-from politerm.store._tables import StoreTables, insert, record_of, where
+from politerm.store._tables import StoreTables, insert, row_mapper, where
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -208,12 +208,9 @@ def _strings(raw: str) -> tuple[str, ...]:
     return tuple(json.loads(raw))
 
 
-def _record(row: sqlite3.Row) -> SessionRecord:
-    return record_of(SessionRecord, row, flags=_strings, drift=_strings)
-
-
-def _run(row: sqlite3.Row) -> EpicRun:
-    return record_of(EpicRun, row)
+_record = row_mapper(SessionRecord, flags=_strings, drift=_strings)
+_run = row_mapper(EpicRun)
+_epic = row_mapper(Epic)
 
 
 def check_id(value: str, what: str) -> str:
@@ -262,13 +259,11 @@ class EpicStore(StoreTables):
             )
             row = c.execute("SELECT * FROM epics WHERE name = ?", (name,)).fetchone()
         self._audit("epic.ensure", epic=name, title=title)
-        return record_of(Epic, row)
+        return _epic(row)
 
     def get_epic(self, name: str) -> Epic | None:
         """The epic called ``name``, if it exists."""
-        return self.store._one(
-            lambda row: record_of(Epic, row), "SELECT * FROM epics WHERE name = ?", name
-        )
+        return self.store._one(_epic, "SELECT * FROM epics WHERE name = ?", name)
 
     def add_item(
         self,

@@ -41,10 +41,7 @@ import typing as t
 
 from politerm.errors import TransitionRejected
 from politerm.store._core import StoreCore
-from politerm.store._tables import insert, record_of, where
-
-if t.TYPE_CHECKING:
-    import sqlite3
+from politerm.store._tables import insert, row_mapper, where
 
 #: Characters of a prompt's start kept in its row (redacted), to tell rows apart.
 HEAD_CHARS: t.Final = 120
@@ -211,8 +208,7 @@ def prompt_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _row(row: sqlite3.Row) -> JournalRow:
-    return record_of(JournalRow, row, state=JournalState, proof=json.loads)
+_row = row_mapper(JournalRow, state=JournalState, proof=json.loads)
 
 
 class JournalRows(StoreCore):

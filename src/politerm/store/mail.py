@@ -16,12 +16,11 @@ import enum
 import typing as t
 
 from politerm.errors import MessageNotFound, StoreError
-from politerm.store._tables import StoreTables, insert, record_of, where
+from politerm.store._tables import StoreTables, insert, row_mapper, where
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.mailstates import MAIL_TRANSITIONS, MailState
 
 if t.TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Iterable
 
 
@@ -82,8 +81,7 @@ class Mail:
         return out
 
 
-def _mail(row: sqlite3.Row) -> Mail:
-    return record_of(Mail, row, kind=MailKind, capability=Capability, state=MailState)
+_mail = row_mapper(Mail, kind=MailKind, capability=Capability, state=MailState)
 
 
 _STAMPS: t.Final = frozenset({"delivered", "started", "responded"})
@@ -232,16 +230,11 @@ class Mailbox(StoreTables):
             msg = f"cannot set {sorted(unknown)} on a message"
             raise StoreError(msg)
         now = self._now()
-        sets = ["state = ?", "updated = ?"]
-        args: list[t.Any] = [new.value, now]
+        changes = {"state": new.value, "updated": now}
+        changes |= {key: now if value is True else value for key, value in fields.items()}
         if reason is not None:
-            sets.append("reason = ?")
-            args.append(self.redactor.redact(reason))
-        if count_attempt:
-            sets.append("attempts = attempts + 1")
-        for key, value in fields.items():
-            sets.append(f"{key} = ?")
-            args.append(now if value is True else value)
+            changes["reason"] = self.redactor.redact(reason)
+        sets = [f"{key} = ?" for key in changes] + ["attempts = attempts + 1"] * count_attempt
         olds = [s.value for s, targets in MAIL_TRANSITIONS.items() if new in targets]
         with self.store._writing() as c:
             row = c.execute("SELECT state FROM mail WHERE id = ?", (mail_id,)).fetchone()
@@ -250,14 +243,13 @@ class Mailbox(StoreTables):
                 raise MessageNotFound(msg)
             if not olds:
                 return None
-            cur = c.execute(
+            updated = c.execute(
                 f"UPDATE mail SET {', '.join(sets)} WHERE id = ?"
-                f" AND state IN ({', '.join('?' * len(olds))})",
-                [*args, mail_id, *olds],
-            )
-            if cur.rowcount != 1:
-                return None
-            updated = c.execute("SELECT * FROM mail WHERE id = ?", (mail_id,)).fetchone()
+                f" AND state IN ({', '.join('?' * len(olds))}) RETURNING *",
+                [*changes.values(), mail_id, *olds],
+            ).fetchone()
+        if updated is None:
+            return None
         mail = _mail(updated)
         self._audit("mail.state", id=mail_id, old=row[0], state=new.value, reason=mail.reason)
         return mail

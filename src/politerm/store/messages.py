@@ -143,13 +143,9 @@ class MessageRows(StoreCore):
                 msg = f"message {message_id} is {old.value}, expected {want}"
                 raise StoreError(msg)
             message_step(f"message {message_id}", old, new_state)
-            changes: dict[str, t.Any] = {"state": new_state.value, "updated": self._clock()}
-            if error is not None:
-                changes["last_error"] = error
-            if evidence is not None:
-                changes["evidence"] = evidence
-            if turn_nonce is not None:
-                changes["turn_nonce"] = turn_nonce
+            given = {"last_error": error, "evidence": evidence, "turn_nonce": turn_nonce}
+            changes: dict[str, t.Any] = {k: v for k, v in given.items() if v is not None}
+            changes |= {"state": new_state.value, "updated": self._clock()}
             if text is not None:
                 changes["text"] = text
             assignments = ", ".join(f"{k} = ?" for k in changes)  # keys are our own names

@@ -171,14 +171,10 @@ class TaskRows(StoreCore):
         StoreError
             No such task, or a field is both set and cleared.
         """
-        changes: dict[str, t.Any] = {}
-        if state is not None:
-            changes["state"] = TaskState(state).value
-        if round is not None:
-            changes["round"] = round
-        for name, value in (("report", report), ("error", error), ("question", question)):
-            if value is not None:
-                changes[name] = value
+        given: dict[str, t.Any] = {"state": state and TaskState(state).value, "round": round}
+        given["report"] = report
+        given |= {"error": error, "question": question}
+        changes = {name: value for name, value in given.items() if value is not None}
         for name in clear:
             if name not in ("report", "error", "question"):
                 msg = f"cannot clear task field {name!r}"

@@ -42,7 +42,7 @@ import pathlib
 import sqlite3
 import typing as t
 
-from politerm._internal.aio import listen
+from politerm._internal.aio import listen, wait_event
 from politerm._internal.inotify import watch_dir
 from politerm.errors import StoreError
 
@@ -211,12 +211,7 @@ class StoreWatch:
         if timeout is None:
             await target.wait()
             return True
-        try:
-            async with asyncio.timeout(max(0.0, timeout)):
-                await target.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(target, timeout)
 
     def _written(self) -> None:
         # The first write of a burst starts the gathering; the rest of it joins in. A write

@@ -422,9 +422,8 @@ class Host:
         """
         agent_profile = load_profile(profile)
         await self.ensure(cwd=cwd)
-        pane = await self.find_agent_pane(name)
-        if pane is not None and await pane.is_alive():
-            driver = AgentDriver(name, agent_profile, pane, cwd=cwd, store=store, policy=policy)
+        driver = await self.attach(name, agent_profile, cwd=cwd, store=store, policy=policy)
+        if driver is not None and await driver.pid() is not None:
             await driver.observe()
             return driver
         return await AgentDriver.start(

@@ -215,7 +215,7 @@ async def abort_run(*, project: pathlib.Path, run_id: str | None = None) -> RunS
             await asyncio.to_thread(kill_processes, runner, grace=10.0, what="the runner")
         state = RunState.load(store, rid)  # the runner saved its last state on the way out
         rec = state.record
-        await _kill_session(config, rec)
+        await _close_session(config, state)
         if rec.worktrees:
             with contextlib.suppress(PipelineError):
                 await asyncio.to_thread(worktrees.abort_merge, project)
@@ -252,11 +252,9 @@ async def close_run(*, project: pathlib.Path, run_id: str | None = None) -> RunS
                 f"`poli abort --run-id {rid}`"
             )
             raise PipelineError(msg)
-        if not await _kill_session(config, rec):
+        if not await _close_session(config, state):
             msg = f"run {rid} ({rec.status.value}) has no session left to close"
             raise PipelineError(msg)
-        _remove_hooks(state)
-        state.event("pipeline.closed", f"session {rec.session} closed")
         return state
     finally:
         store.close()
@@ -272,19 +270,8 @@ async def _close_if_finished(
         if say is not None:
             say(f"session {rec.session} kept; close it with `poli down --run-id {rec.run_id}`")
         return
-    if await _kill_session(config, rec):
-        _remove_hooks(state)
-        state.event("pipeline.closed", f"session {rec.session} closed")
-        if say is not None:
-            say(f"session {rec.session} closed")
-
-
-def _remove_hooks(state: RunState) -> None:
-    """The finished run's session is closed: its steps' hook channels go with it."""
-    try:
-        remove_hooks_dir(state.steps_dir / "hooks")
-    except HookError as exc:
-        state.event("pipeline.hooks", f"hooks directory left: {exc}")
+    if await _close_session(config, state) and say is not None:
+        say(f"session {rec.session} closed")
 
 
 async def _session_up(config: Config, rec: RunRecord) -> bool:
@@ -297,11 +284,13 @@ async def _session_up(config: Config, rec: RunRecord) -> bool:
         await host.close()
 
 
-async def _kill_session(config: Config, rec: RunRecord) -> bool:
-    """Stop the run's agents (process trees) and kill its session; False if it was not there.
+async def _close_session(config: Config, state: RunState) -> bool:
+    """Stop the run's agents and kill its session; False if it was not there.
 
-    Its last session takes the private server, socket file and config with it.
+    Its steps' hook channels go with it; its last session takes the private server, its
+    socket file and config with it.
     """
+    rec = state.record
     host = Host.of(config, rec.session, socket=rec.socket)
     try:
         if not await host.up_anywhere():
@@ -312,6 +301,11 @@ async def _kill_session(config: Config, rec: RunRecord) -> bool:
         return False  # the server is gone: nothing of the run is left running in it
     finally:
         await host.close()
+    try:
+        remove_hooks_dir(state.steps_dir / "hooks")
+    except HookError as exc:
+        state.event("pipeline.hooks", f"hooks directory left: {exc}")
+    state.event("pipeline.closed", f"session {rec.session} closed")
     return True
 
 

@@ -34,7 +34,7 @@ from politerm.errors import (
 from politerm.pipeline import handoff, worktrees
 from politerm.pipeline.agents import AgentSearch
 from politerm.pipeline.gitignore import keep_out_of_git
-from politerm.pipeline.model import FINISHED_RUN, Gate, RunStatus, StepStatus
+from politerm.pipeline.model import Gate, RunStatus, StepStatus
 from politerm.pipeline.state import (
     ANSWERS,
     RunRecord,
@@ -436,16 +436,10 @@ def start_run(
     return state
 
 
-def finished(record: RunRecord) -> bool:
-    """Whether a run has ended for good."""
-    return record.status in FINISHED_RUN
-
-
 __all__ = [
     "GATE_QUESTION",
     "FailurePolicy",
     "PipelineRunner",
     "control_argv",
-    "finished",
     "start_run",
 ]

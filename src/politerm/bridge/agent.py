@@ -28,6 +28,7 @@ from politerm.bridge.models import TaskResult, TaskStatus, Tool
 from politerm.bridge.queue import TaskQueue, find
 from politerm.bridge.remote import remote_reply, work_id
 from politerm.driver import AgentDriver, Expect, TurnOutcome
+from politerm.driver.launch import agent_env, agent_profile
 from politerm.driver.leftover import abandon
 from politerm.driver.limits import driver_settings
 from politerm.engine.placement import elsewhere
@@ -191,10 +192,11 @@ class AgentExecutor:
         self.driver: AgentDriver | None = None
         conf = config.agents.get(agent)
         if conf is not None:
-            self.profile = load_profile(conf.profile or "generic")
+            # Read as the session reads it: its ready_regex, its own history file.
+            self.profile = agent_profile(conf)
             self.argv: list[str] = conf.argv()
             self.cwd: pathlib.Path | None = conf.cwd
-            self.env = dict(conf.env)
+            self.env = agent_env(agent, conf, self.profile)
         else:
             self.profile = load_profile(agent)
             self.argv = list(self.profile.command)

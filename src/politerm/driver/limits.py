@@ -28,7 +28,6 @@ import dataclasses
 import time
 import typing as t
 
-from politerm._internal.aio import wait_event
 from politerm.agents.limits import reset_in_words
 from politerm.agents.state import AgentState
 from politerm.store.limits import begin_limit, end_limit, stored_limit
@@ -217,15 +216,15 @@ class Limiter:
         if dialog is None or snap is None or not dialog.pattern.search("\n".join(snap.lines)):
             return True, ""
         for key in dialog.keys:
-            echoed = driver._term.output_event()
+            echoed = driver.mark()
             await driver.press(key)
-            await wait_event(echoed, _KEY_ECHO)
+            await driver.changed(_KEY_ECHO, since=echoed)
             # A key right behind another's redraw is taken for a paste burst (Gemini CLI
             # drops such an Enter): the pause the profile keeps before a submit.
             await asyncio.sleep(driver.profile.submit_delay)
         deadline = self.clock() + _MENU_GONE
         while True:
-            changed = driver._term.output_event()
+            since = driver.mark()
             snap = await driver.snapshot()
             if snap is None or (
                 not dialog.pattern.search("\n".join(snap.lines))
@@ -234,7 +233,7 @@ class Limiter:
                 return True, f"its {dialog.name} menu closed ({'+'.join(dialog.keys)}); "
             if self.clock() >= deadline:
                 return False, f"its {dialog.name} menu still open after {'+'.join(dialog.keys)}; "
-            await wait_event(changed, max(0.0, deadline - self.clock()))
+            await driver.changed(max(0.0, deadline - self.clock()), since=since)
 
     def _stuck(self, reading: StateReading) -> StateReading:
         return dataclasses.replace(

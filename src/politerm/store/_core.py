@@ -314,6 +314,15 @@ class StoreCore:
             rows = c.execute(sql, args).fetchall()
         return [build(r) for r in rows]
 
+    def _change(self, build: t.Callable[[sqlite3.Row], R], what: str, sql: str, *args: t.Any) -> R:
+        """Write with ``sql`` (``… RETURNING *``) and build the row; StoreError: no ``what``."""
+        with self._writing() as c:
+            row = c.execute(sql, args).fetchone()
+        if row is None:
+            msg = f"run store {self._path}: no {what}"
+            raise StoreError(msg)
+        return build(row)
+
     @contextlib.contextmanager
     def _writing(self) -> t.Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction (or a part of the open :meth:`batch`).

@@ -98,15 +98,8 @@ class TaskRows(StoreCore):
             No agent is called ``name``.
         """
         value = _text(state)
-        with self._writing() as c:
-            row = c.execute(
-                "UPDATE agents SET state = ?, updated = ? WHERE name = ? RETURNING *",
-                (value, self._clock(), name),
-            ).fetchone()
-            if row is None:
-                msg = f"run store {self._path}: no agent named {name!r}"
-                raise StoreError(msg)
-            agent = _agent(row)
+        sql = "UPDATE agents SET state = ?, updated = ? WHERE name = ? RETURNING *"
+        agent = self._change(_agent, f"agent named {name!r}", sql, value, self._clock(), name)
         self._audit.append("agent.state", name=name, state=value)
         return agent
 
@@ -185,15 +178,8 @@ class TaskRows(StoreCore):
             changes[name] = None
         changes["updated"] = self._clock()
         assignments = ", ".join(f"{k} = ?" for k in changes)  # keys are our own names
-        with self._writing() as c:
-            row = c.execute(
-                f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING *",
-                [*changes.values(), task_id],
-            ).fetchone()
-            if row is None:
-                msg = f"run store {self._path}: no task {task_id!r}"
-                raise StoreError(msg)
-            task = _task(row)
+        sql = f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING *"
+        task = self._change(_task, f"task {task_id!r}", sql, *changes.values(), task_id)
         del changes["updated"]
         self._audit.append("task.update", task_id=task_id, **changes)
         return task
@@ -251,14 +237,8 @@ class TaskRows(StoreCore):
         StoreError
             Nothing is expected on ``task_id``.
         """
-        with self._writing() as c:
-            row = c.execute(
-                "UPDATE expectations SET nudged = 1 WHERE task_id = ? RETURNING *", (task_id,)
-            ).fetchone()
-            if row is None:
-                msg = f"run store {self._path}: no expectation on task {task_id!r}"
-                raise StoreError(msg)
-            exp = _expectation(row)
+        sql = "UPDATE expectations SET nudged = 1 WHERE task_id = ? RETURNING *"
+        exp = self._change(_expectation, f"expectation on task {task_id!r}", sql, task_id)
         self._audit.append("expectation.nudged", task_id=task_id)
         return exp
 

@@ -21,7 +21,6 @@ import pathlib
 import typing as t
 
 from politerm.agents import load_profile
-from politerm.agents.approval import ApprovalPolicy
 from politerm.bridge.edits import file_state
 from politerm.bridge.executor import Handoff, Outcome
 from politerm.bridge.models import TaskResult, TaskStatus, Tool
@@ -212,7 +211,6 @@ class AgentExecutor:
     async def _driver(self, handoff: Handoff) -> AgentDriver:
         if self.driver is not None and not self.driver.dead:
             return self.driver
-        routing = self.config.routing
         self.driver = await AgentDriver.start(
             f"bridge-{self.agent}",
             self.profile,
@@ -222,7 +220,6 @@ class AgentExecutor:
             setting=f"agents.{self.agent}.command",
             ready_timeout=READY_TIMEOUT,
             store=handoff.journal.store,
-            policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
             **driver_settings(self.config),
         )
         return self.driver

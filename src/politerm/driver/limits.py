@@ -33,6 +33,7 @@ from politerm.agents.state import AgentState
 from politerm.store.limits import begin_limit, end_limit, stored_limit
 
 if t.TYPE_CHECKING:
+    from politerm.agents.approval import ApprovalPolicy
     from politerm.agents.state import StateReading
     from politerm.config import Config
     from politerm.driver.agent import AgentDriver
@@ -68,17 +69,21 @@ class LimitPolicy:
 
 
 class Settings(t.TypedDict):
-    """The ``limits`` and ``budget`` arguments of an agent driver."""
+    """The ``policy``, ``limits`` and ``budget`` arguments of an agent driver."""
 
+    policy: ApprovalPolicy
     limits: LimitPolicy
     budget: Budget
 
 
 def driver_settings(config: Config) -> Settings:
-    """The ``limits`` and ``budget`` arguments of an agent driver, from the configuration."""
+    """The project's approval policy (``[routing]``), limits and budget for an agent driver."""
+    from politerm.agents.approval import ApprovalPolicy
     from politerm.driver.tokens import Budget
 
+    routing = config.routing
     return {
+        "policy": ApprovalPolicy.of(routing.approval, routing.approval_patterns),
         "limits": LimitPolicy(**config.limits.model_dump()),
         "budget": Budget(**config.budget.model_dump()),
     }

@@ -23,7 +23,6 @@ import typing as t
 import uuid
 
 from politerm._internal.private import RedactedFile
-from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.agents.profile import load_profile
 from politerm.driver import AgentDriver, Host
@@ -479,9 +478,6 @@ class EpicRunner:
             # The agent's own hooks report beside the store (the screen decides without them).
             hooks_dir=self.store.path.parent / "hooks" / "epic",
             store=self.store,
-            policy=ApprovalPolicy.of(
-                self.config.routing.approval, self.config.routing.approval_patterns
-            ),
             **driver_settings(self.config),
         )
         if self._host is not None:

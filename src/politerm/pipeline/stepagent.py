@@ -17,7 +17,6 @@ import typing as t
 
 from politerm._internal.private import write_private
 from politerm._internal.waits import pid_alive, wait_until
-from politerm.agents.approval import ApprovalPolicy
 from politerm.driver import AgentDriver
 from politerm.driver.leftover import resume
 from politerm.driver.limits import driver_settings
@@ -54,8 +53,6 @@ class StepAgent:
 
     def __init__(self, run: PipelineRunner) -> None:
         self.run = run
-        cfg = run.config.routing
-        self.policy = ApprovalPolicy.of(cfg.approval, cfg.approval_patterns)
 
     def launch(self, step: Step, attempt: int) -> Launch:
         """How to start ``step``'s agent for ``attempt``."""
@@ -95,11 +92,10 @@ class StepAgent:
         return await self.run.host.attach(name, spec.profile, cwd=where, **self.settings(step))
 
     def settings(self, step: Step) -> dict[str, t.Any]:
-        """The driver's store, approvals, limits and budget for ``step``."""
+        """The driver's store, approval key, policy, limits and budget for ``step``."""
         run = self.run
         return {
             "store": run.state.store,
-            "policy": self.policy,
             "approval_key": approval_key(run.record.run_id, step.num),
             **driver_settings(run.config),
         }

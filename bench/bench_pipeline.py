@@ -26,7 +26,8 @@ from bench._common import Row, Stats, check, cli, fakeagent_available, print_tab
 from politerm.config import load_config
 from politerm.pipeline.model import RunStatus, StepStatus
 from politerm.pipeline.parser import load_pipeline
-from politerm.pipeline.runner import PipelineRunner, new_record, start_run
+from politerm.pipeline.runner import PipelineRunner, start_run
+from politerm.pipeline.state import RunRecord, session_name
 from politerm.store import RunStore
 from politerm.testing.fakeagent import read_log
 
@@ -57,10 +58,16 @@ async def run(quick: bool = False) -> list[Row]:
         config = load_config(root, env={})
         store = RunStore.open(config.store.resolved_path())
         try:
-            record = new_record(
-                pipeline, project=root, task="benchmark", cli="fake", socket=bench.socket,
+            record = RunRecord(
                 run_id="BENCH",
-            )  # fmt: skip
+                pipeline=str(pipeline.path),
+                pipeline_name=pipeline.name,
+                project=str(root),
+                task="benchmark",
+                session=session_name(root, "BENCH"),
+                socket=bench.socket,
+                cli="fake",
+            )
             state = start_run(pipeline, record, store)
             runner = PipelineRunner(pipeline, state, config)
             status = await runner.run()

@@ -16,7 +16,7 @@ import typing as t
 
 import psutil
 
-from politerm.bridge._watch import pid_alive
+from politerm._internal.waits import pid_alive
 from politerm.bridge.bridge import Bridge
 from politerm.bridge.executor import BuiltinExecutor
 from politerm.bridge.queue import TaskQueue, find

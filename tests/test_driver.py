@@ -93,6 +93,7 @@ async def test_turn_on_tmux_answered_with_the_block(
     assert logged(tmp_path) == [f"DO T1 nonce={result.nonce}".encode()]
     pid = await driver.pid()
     assert pid is not None
+    assert driver.live_view(fields=list, on_interrupt=print) is None  # attached with tmux
     await driver.kill()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
@@ -110,9 +111,14 @@ async def test_turn_on_a_pty(tmp_path: pathlib.Path) -> None:
             result = await driver.run_turn(prompt("P1"), Expect.block("done"), timeout=30)
         assert result.outcome is TurnOutcome.ANSWERED, result.error
         assert result.block is not None and result.block.id == "P1"
+        assert driver.host_gone() is None  # a PTY has no host to lose
+        assert driver.live_view(fields=list, on_interrupt=print) is not None  # poli go's view
+        pid = await driver.pid()
+        assert pid is not None and psutil.Process(pid).is_running()
     finally:
         await driver.kill()
     assert driver.dead
+    assert await driver.pid() is None
 
 
 async def test_an_agent_taken_as_exited_has_its_row_say_so(tmp_path: pathlib.Path) -> None:

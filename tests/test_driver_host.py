@@ -8,6 +8,7 @@ import typing as t
 
 from politerm.agents import load_profile
 from politerm.driver import AgentDriver, Host
+from politerm.testing.retry import aretry_until
 
 if t.TYPE_CHECKING:
     from politerm.tmux.server import TmuxServer
@@ -76,3 +77,32 @@ async def test_find_or_start_attaches_to_the_running_agent(
     finally:
         await started.kill(grace=1.0)
         await host.kill()
+
+
+async def test_ensure_revives_the_first_window_and_attach_takes_an_agent_back(
+    tmux_server: TmuxServer, tmp_path: pathlib.Path
+) -> None:
+    host = Host(tmux_server, "run")
+    runs = tmp_path / "runs"
+    argv = ["sh", "-c", f"echo ran >> {runs}"]
+
+    async def first_window_dead() -> bool:
+        _, out, _ = await tmux_server.run("list-panes", "-t", "=run:0", "-F", "#{pane_dead}")
+        return out.strip() == "1"
+
+    assert await host.ensure(argv=argv)
+    await aretry_until(first_window_dead, 10, what="the first window's program to end")
+    assert not await host.ensure(argv=argv)  # without revive, an ended window stays so
+    assert runs.read_text() == "ran\n"
+    assert not await host.ensure(argv=argv, revive=True)
+    await aretry_until(first_window_dead, 10, what="the revived program to end")
+    assert runs.read_text() == "ran\nran\n"
+
+    # A restarted workflow takes its agent back by name, dead or alive; none: None.
+    assert await host.attach("STEP", load_profile("generic")) is None
+    launched = await host.launch("STEP", "generic", FAKE, cwd=tmp_path, env={}, hooks_dir=None)
+    driver = await host.attach("STEP", load_profile("generic"), cwd=tmp_path, approval_key="r.1")
+    assert driver is not None and driver.terminal_name == launched.term.pane_id
+    assert driver.approval_key == "r.1"
+    await launched.term.kill()
+    await host.kill()

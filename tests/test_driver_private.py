@@ -43,7 +43,7 @@ def _reaches(path: pathlib.Path, names: set[str]) -> list[str]:
 
 def test_nothing_outside_the_driver_reaches_into_its_parts() -> None:
     names = _private_names()
-    assert {"_term", "_pane", "_tracker", "_approver", "_blocks", "_meter", "_limiter"} <= names
+    assert {"_term", "_tracker", "_approver", "_blocks", "_meter", "_limiter"} <= names
     files = [
         p
         for top in ("src", "tests", "bench")
@@ -65,3 +65,20 @@ def test_the_terminal_is_reached_only_through_named_calls() -> None:
     public = {n for n in dir(AgentDriver) if not n.startswith("_")}
     assert not {"pane", "term", "terminal"} & public
     assert {"host_gone", "terminal_name", "pid", "stop"} <= public
+
+
+def test_no_workflow_waits_on_a_terminals_output_event() -> None:
+    """Above the driver, a wait for an agent is ``driver.changed()``, never its output event."""
+    below = {"driver", "tmux", "pty"}
+    files = [
+        p
+        for p in sorted((ROOT / "src" / "politerm").rglob("*.py"))
+        if not below & {q.name for q in p.parents} and p.name != "terminal.py"
+    ]
+    reached = [
+        f"{p.relative_to(ROOT)}:{node.lineno}"
+        for p in files
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "output_event"
+    ]
+    assert reached == [], "wait with driver.changed():\n" + "\n".join(reached)

@@ -13,9 +13,9 @@ import typing as t
 
 from politerm.config import load_config
 from politerm.driver import Host
-from politerm.manager.agent_brain import AgentBrain
+from politerm.driver.turn import NUDGE_TEXT
 from politerm.manager.engine import Manager
-from politerm.manager.pane import STEP_RECORD, PaneChannel, step_id
+from politerm.manager.pane import STEP_RECORD, AgentBrain, PaneChannel, step_id
 from politerm.manager.states import ManagerState
 from politerm.manager.store import ManagerStore
 from politerm.redact import Redactor
@@ -257,7 +257,7 @@ details: |
             rig.manager.start("proj", "Make hello.py")
             async with asyncio.timeout(BOUND):
                 project = await rig.manager.run("proj")
-            brain_driver = await brain._agent()
+            brain_driver = await brain.driver()
             await brain_driver.kill()
         finally:
             await rig.close()
@@ -274,7 +274,8 @@ think_time = 0.2
 strip_fences = false
 
 [[rules]]
-match = '(?s)If you have finished the step with STEP_ID=(?P<sid>\\S+),'
+match = '^If you are finished, emit the requested block'
+recall = true
 reply = '''
 ```poli:{sid}
 status: success
@@ -318,15 +319,13 @@ async def test_a_step_delivered_before_a_crash_is_not_typed_again(
         finally:
             await rig.close()
     assert report == "status: success\nDid: the step, reported on request"
-    # one row per prompt: the step (superseded by the request to finish it), then that one
-    assert [(r.attempt, r.state.value, r.outcome) for r in rows] == [
-        (1, "abandoned", "superseded"),
-        (2, "ended", "answered"),
-    ]
+    # one row: the step's, settled by the driver's recovery, its turn ended by the report
+    assert [(r.attempt, r.state.value, r.outcome) for r in rows] == [(1, "ended", "answered")]
     sent = [p.decode() for p in prompts(tmp_path / "dev")]
     assert sent[0].startswith("Create hello.py\n")
     assert [s.startswith("Create hello.py") for s in sent].count(True) == 1
-    assert sent[-1].startswith("If you have finished the step with STEP_ID=")
+    # the driver's nudge asked for the report, with the step's own nonce
+    assert sent[-1].startswith(NUDGE_TEXT) and f"(nonce {rows[0].nonce})" in sent[-1]
 
 
 async def test_ctrl_c_interrupts_the_dev_agent_and_pauses_the_task(

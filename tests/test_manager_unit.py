@@ -268,7 +268,7 @@ def test_one_project_is_driven_by_one_manager_at_a_time(tmp_path: pathlib.Path) 
         with pytest.raises(
             ManagerError, match=f"driven by another poli manager \\(pid {os.getpid()}\\)"
         ):
-            ProjectLock(store, "shop").acquire()
+            ProjectLock(store, "shop").take()
         with ProjectLock(store, "other"):
             pass  # another project is free
     assert not first.held

@@ -22,6 +22,7 @@ import typing as t
 
 from politerm._internal.aio import wait_any
 from politerm.errors import PolitermError, StoreError
+from politerm.status import event_row
 from politerm.store.watch import EventCursor, StoreWatch
 
 if t.TYPE_CHECKING:
@@ -137,7 +138,7 @@ async def watch(
                 log.warning("status: could not read (%s); trying again", exc or "no answer in time")
                 await wait_any(stop, timeout=RETRY_READ)
                 continue
-            data["events"] = [_event_row(e) for e in recent]
+            data["events"] = [event_row(e) for e in recent]
             draw(data)
             last_draw = time.monotonic()
             await wait_any(store_changed, pane_changed, other_changed, stop, timeout=WATCH_BACKSTOP)
@@ -147,14 +148,3 @@ async def watch(
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(pause):
                         await stop.wait()
-
-
-def _event_row(e: Event) -> dict[str, t.Any]:
-    return {
-        "id": e.id,
-        "ts": e.ts,
-        "kind": e.kind,
-        "task": e.task_id,
-        "agent": e.agent,
-        "detail": e.detail,
-    }

@@ -192,13 +192,26 @@ class Redactor:
 
     def redact_json(self, value: t.Any) -> t.Any:
         """Redact every string inside a JSON-like value (dicts, lists, strings)."""
-        if isinstance(value, str):
-            return self.redact(value)
-        if isinstance(value, dict):
-            return {k: self.redact_json(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.redact_json(v) for v in value]
-        return value
+        return map_strings(value, self.redact)
+
+
+def map_strings(value: t.Any, fn: t.Callable[[str], t.Any]) -> t.Any:
+    """``value`` (JSON-like: dicts, lists, strings) with ``fn`` applied to each string in it.
+
+    Keys are names, kept as they are; a tuple comes back a list, as JSON has it.
+
+    Examples
+    --------
+    >>> map_strings({"prompt": "pw=1", "n": [1, ("pw=2",)]}, lambda s: s.replace("pw=", "*"))
+    {'prompt': '*1', 'n': [1, ['*2']]}
+    """
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: map_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [map_strings(v, fn) for v in value]
+    return value
 
 
 TAG_RE: t.Final = re.compile(r"\[REDACTED:(?P<kind>[a-z0-9-]+)#(?P<tag>[0-9a-f]{16})\]")

@@ -39,6 +39,39 @@ def approval_row(p: PendingApproval) -> dict[str, t.Any]:
     }
 
 
+def asked_on_node_row(
+    agent: str, what: str, command: str, asked: float | None, node: str
+) -> dict[str, t.Any]:
+    """An approval another node's agent waits on, as :func:`approval_row` shows one."""
+    return {
+        "agent": agent, "tool": "", "command": command, "question": "", "what": what,
+        "asked": asked, "answer": None, "evidence": [], "node": node,
+    }  # fmt: skip
+
+
+def event_row(e: Event) -> dict[str, t.Any]:
+    """An event as ``poli status --json`` and the views show it."""
+    return {
+        "id": e.id,
+        "ts": e.ts,
+        "kind": e.kind,
+        "task": e.task_id,
+        "agent": e.agent,
+        "detail": e.detail,
+    }
+
+
+def on_node(text: str, node: str | None) -> str:
+    """``text`` with the node it belongs to, when that is another machine's.
+
+    Examples
+    --------
+    >>> on_node("T-1", None), on_node("T-2", "a")
+    ('T-1', 'T-2 (node a)')
+    """
+    return f"{text} (node {node})" if node else text
+
+
 def collect(
     store: RunStore,
     *,
@@ -139,17 +172,7 @@ def collect(
         ],
         # The journal of turns' rows not ended: every workflow's prompts in flight.
         "turns": [row.to_json() for row in store.journal_open()],
-        "events": [
-            {
-                "id": e.id,
-                "ts": e.ts,
-                "kind": e.kind,
-                "task": e.task_id,
-                "agent": e.agent,
-                "detail": e.detail,
-            }
-            for e in (store.list_events(limit=events) if events else [])
-        ],
+        "events": [event_row(e) for e in (store.list_events(limit=events) if events else [])],
     }
 
 
@@ -233,19 +256,11 @@ def merge_fleet(
         for r in shown
     ]
     approving = [
-        {
-            "agent": r["agent"],
-            "tool": "",
-            "command": r["approval"].get("command", ""),
-            "question": "",
-            "what": r["approval"].get("what", ""),
-            "asked": r["approval"].get("asked"),
-            "answer": None,
-            "evidence": [],
-            "node": r["node"],
-        }
+        asked_on_node_row(
+            r["agent"], ap.get("what", ""), ap.get("command", ""), ap.get("asked"), r["node"]
+        )
         for r in shown
-        if r.get("approval")
+        if (ap := r.get("approval"))
     ]
     approvals = [{**ap, "node": node} for ap in data["approvals"] if ap["agent"] not in elsewhere]
     waiting = remote_tasks(asks, node, {tk["id"] for tk in data["tasks"]})
@@ -415,8 +430,7 @@ def render(
         pause = tk.get("paused") and f"paused by the fleet's budget: {tk['paused']}"
         note = tk["question"] or pause or tk["error"] or (tk["report"] or "")[:120]
         row = (
-            # Another node's router runs it: an answer given here goes there.
-            f"{tk['id']} (node {tk['node']})" if tk.get("node") else tk["id"],
+            on_node(tk["id"], tk.get("node")),  # an answer given here goes to that node
             f"{tk['state']}, paused" if pause else tk["state"],
             "-" if tk["round"] is None else str(tk["round"]),
             _count(tk.get("tokens")),

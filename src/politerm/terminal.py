@@ -12,7 +12,9 @@ import typing as t
 
 if t.TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
+
+    from politerm.pty.liveview import LiveView
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,4 +149,21 @@ class Terminal(t.Protocol):
 
     async def kill(self, *, grace: float = 3.0) -> None:
         """Kill the program's whole process tree, verified gone."""
+        ...
+
+    async def pid(self) -> int | None:
+        """The program's process id; None once it has exited (or the terminal is gone)."""
+        ...
+
+    def host_gone(self) -> str | None:
+        """Why the terminal's host went away (its tmux server died); None while it is up."""
+        ...
+
+    def live_view(
+        self, *, fields: Callable[[], Sequence[str]], on_interrupt: Callable[[], None]
+    ) -> LiveView | None:
+        """The operator's terminal attached to this one, with a status line (``async with``).
+
+        None when the operator attaches another way (to a tmux pane, with tmux).
+        """
         ...

@@ -1,10 +1,12 @@
 """Bring real agent CLIs up in a politerm session on a per-test tmux server, and down again.
 
 A :class:`Rig` is one test's project: a ``poli.toml`` naming the agents (each with its own
-scratch home and workdir, seeded by :func:`tests.realcli.clis.prepare`), the run store and
-the :class:`Session`. :meth:`Rig.close` takes the session down and asserts that every
-process of every agent is gone: the pane's whole tree, and anything else still running
-with the agent's scratch ``HOME`` in its environment (a daemon that slipped away).
+scratch home and workdir, seeded by :func:`tests.realcli.clis.prepare`: opencode's with the
+plugin dependencies installed once into the cache, so that no start waits on the npm
+registry), the run store and the :class:`Session`. :meth:`Rig.close` takes the session
+down and asserts that every process of every agent is gone: the pane's whole tree, and
+anything else still running with the agent's scratch ``HOME`` in its environment (a daemon
+that slipped away).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class AgentSpec:
     hooks: bool = True
     place: str | None = None
     """Agents with the same place share one scratch home and workdir (default: the name)."""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Added to the recipe's environment."""
 
 
 @dataclasses.dataclass
@@ -286,7 +290,7 @@ def write_rig(
         binary = installed.bins[a.cli]
         spec = prepare(a.cli, binary, llm, base / "home", base / "work", a.options, a.profile)
         argv = [*spec.argv, *a.args]
-        specs[name] = dataclasses.replace(spec, argv=argv)
+        specs[name] = spec = dataclasses.replace(spec, argv=argv, env={**spec.env, **a.env})
         toml += (
             f"[agents.{name}]\ncommand = {json.dumps(argv)}\n"
             f"profile = {_toml_str(spec.profile)}\n"

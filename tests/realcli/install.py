@@ -4,6 +4,12 @@ npm packages go to ``.cache/realcli/npm`` (``npm install --prefix``), aider to i
 virtualenv ``.cache/realcli/aider``. Versions are pinned to the ones ``realcli.md`` was
 written against; a pin that can no longer be installed falls back to the latest release,
 with a warning. One ``flock`` serialises installs across test processes.
+
+opencode's own dependencies go to ``.cache/realcli/npm/opencode-config``, installed as
+opencode installs them into ``~/.config/opencode`` on every start where they are missing
+(``@opencode-ai/plugin`` at opencode's own version, from the registry).
+:func:`politerm.canary.recipes.prepare` links them into each scratch home, so that no start
+of a test depends on the registry (see :mod:`politerm.canary.recipes` for why it matters).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import time
 import typing as t
 import warnings
 
+from politerm.canary.recipes import OPENCODE_SEED
+
 if t.TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -28,6 +36,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 CACHE = pathlib.Path(os.environ.get("POLI_REALCLI_CACHE", ROOT / ".cache" / "realcli"))
 NPM_PREFIX = CACHE / "npm"
 AIDER_VENV = CACHE / "aider"
+OPENCODE_CONFIG = NPM_PREFIX / OPENCODE_SEED
+OPENCODE_PLUGIN = "@opencode-ai/plugin"
 
 # name -> (registry package, pinned version, binary name)
 NPM: dict[str, tuple[str, str, str]] = {
@@ -81,9 +91,9 @@ def _run(argv: list[str], what: str, timeout: float = 900) -> None:
         raise InstallError(msg)
 
 
-def npm_version(package: str) -> str | None:
-    """The version of ``package`` installed under the cache prefix, if any."""
-    manifest = NPM_PREFIX / "node_modules" / package / "package.json"
+def npm_version(package: str, prefix: pathlib.Path = NPM_PREFIX) -> str | None:
+    """The version of ``package`` installed under ``prefix`` (the CLIs'), if any."""
+    manifest = prefix / "node_modules" / package / "package.json"
     try:
         return str(json.loads(manifest.read_text())["version"])
     except (OSError, ValueError, KeyError):
@@ -119,6 +129,29 @@ def _install_npm(missing: list[str]) -> None:
         )
 
 
+def _install_opencode_config(version: str) -> None:
+    """Install opencode's config-directory dependencies as opencode does (exact, no scripts).
+
+    Into a scratch directory first, moved into place once complete: a half-done install
+    must not look like one to seed homes with.
+    """
+    npm = shutil.which("npm")
+    spec = f"{OPENCODE_PLUGIN}@{version}"
+    if npm is None:
+        msg = f"cannot install {spec}: npm is not on PATH (install Node.js)"
+        raise InstallError(msg)
+    scratch = OPENCODE_CONFIG.with_name(OPENCODE_CONFIG.name + ".new")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    _run(
+        [npm, "install", "--prefix", str(scratch), "--save-exact", "--ignore-scripts",
+         "--no-audit", "--no-fund", "--loglevel=error", spec],
+        spec,
+    )  # fmt: skip
+    shutil.rmtree(OPENCODE_CONFIG, ignore_errors=True)
+    scratch.rename(OPENCODE_CONFIG)
+
+
 def _install_aider() -> None:
     name, version = AIDER
     python = AIDER_VENV / "bin" / "python"
@@ -149,6 +182,9 @@ def ensure_installed(names: t.Iterable[str] = NAMES) -> Installed:
         missing = [n for n in wanted if n in NPM and npm_version(NPM[n][0]) != NPM[n][1]]
         if missing:
             _install_npm(missing)
+        opencode = npm_version(NPM["opencode"][0]) if "opencode" in wanted else None
+        if opencode is not None and npm_version(OPENCODE_PLUGIN, OPENCODE_CONFIG) != opencode:
+            _install_opencode_config(opencode)
         if "aider" in wanted and aider_version() != AIDER[1]:
             _install_aider()
     seconds = time.monotonic() - start

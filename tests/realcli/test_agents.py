@@ -153,3 +153,30 @@ async def test_first_run_dialogs_answered_by_profile(
         return any("Hello from the mock model." in ln for ln in await agent.lines())
 
     await agent.wait(replied, f"{cli}'s reply after its dialogs")
+
+
+async def test_opencode_starts_on_its_seeded_dependencies_without_the_registry(
+    rig: RigFactory,
+) -> None:
+    """opencode finds ``@opencode-ai/plugin`` seeded into its home and installs nothing.
+
+    Left to install it, with the hook plugin configured, opencode draws nothing until its
+    install from the registry is over: with the registry unreachable it stayed blank past
+    the rig's wait for ready.
+    """
+    unreachable = {"npm_config_registry": "http://127.0.0.1:9/"}
+    r = await rig({"A": AgentSpec("opencode", env=unreachable)}, up=False)
+    config_dir = r.specs["A"].home / ".config" / "opencode"
+    files = [
+        config_dir / "node_modules" / "@opencode-ai" / "plugin" / "package.json",
+        config_dir / "package-lock.json",
+    ]
+
+    def stamps() -> list[tuple[int, int]]:
+        return [(f.stat().st_ino, f.stat().st_mtime_ns) for f in files]
+
+    seeded = stamps()
+    await r.up()
+    assert await r.agents["A"].state() is AgentState.READY
+    # An install replaces the package's files and rewrites the lock file.
+    assert stamps() == seeded

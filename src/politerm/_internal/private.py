@@ -16,6 +16,8 @@ import typing as t
 if t.TYPE_CHECKING:
     import pathlib
 
+    from politerm.redact import Redactor
+
 FILE_MODE: t.Final = 0o600
 DIR_MODE: t.Final = 0o700
 
@@ -46,8 +48,18 @@ def private_dir(directory: pathlib.Path) -> pathlib.Path:
     return directory
 
 
-def write_private(path: pathlib.Path, data: str | bytes, *, encoding: str = "utf-8") -> None:
+def write_private(
+    path: pathlib.Path,
+    data: str | bytes,
+    *,
+    encoding: str = "utf-8",
+    mode: int = FILE_MODE,
+    sync: bool = False,
+) -> None:
     """Write ``data`` to ``path`` atomically with mode 0600 (parents made 0700).
+
+    ``mode`` replaces 0600 (an edited file keeps its own); with ``sync`` the file is on disk
+    before the rename, and the rename before this returns (a queue a crash must not lose).
 
     Examples
     --------
@@ -60,18 +72,30 @@ def write_private(path: pathlib.Path, data: str | bytes, *, encoding: str = "utf
     private_dir(path.parent)
     raw = data.encode(encoding) if isinstance(data, str) else data
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(raw):x}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        os.fchmod(fd, FILE_MODE)  # the umask may have removed bits we asked for; never added
+        os.fchmod(fd, mode)  # the umask may have removed bits we asked for; never added
         view = memoryview(raw)
         while view:
             view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
     os.close(fd)
-    tmp.replace(path)
+    try:
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if sync:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
 
 def append_private(path: pathlib.Path, data: str, *, encoding: str = "utf-8") -> None:
@@ -92,3 +116,76 @@ def append_private(path: pathlib.Path, data: str, *, encoding: str = "utf-8") ->
         os.write(fd, data.encode(encoding))
     finally:
         os.close(fd)
+
+
+class RedactedFile:
+    r"""A stream's text kept as redacted lines in a private file (0600, parents 0700).
+
+    Chunks go in as they arrive; each complete line is cleaned (``clean``: a terminal's
+    escapes dropped, say), redacted (private key blocks held until they end:
+    :class:`~politerm.redact.LineRedactor`) and written. A line without its newline is
+    written anyway once it is ``max_line`` long, and as it is at :meth:`close`.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from politerm.redact import Redactor
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "out.log"
+    >>> f = RedactedFile(p, Redactor(), header="== run ==")
+    >>> f.write("token=sk-ant-api03-" + "a" * 40 + "\npart"); f.write("ial"); f.close()
+    >>> p.read_text().split("\n")[::2], "sk-ant" in p.read_text(), f.redactions > 0
+    (['== run ==', 'partial'], False, True)
+    """
+
+    def __init__(
+        self,
+        path: pathlib.Path,
+        redactor: Redactor,
+        *,
+        clean: t.Callable[[str], str] = str,
+        header: str = "",
+        append: bool = True,
+        max_line: int = 65536,
+    ) -> None:
+        from politerm.redact import LineRedactor
+
+        private_dir(path.parent)
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        self.path = path
+        self._fd: int | None = os.open(path, flags, FILE_MODE)
+        os.fchmod(self._fd, FILE_MODE)
+        self._lines = LineRedactor(redactor)
+        self._clean = clean
+        self._max = max_line
+        self._tail = ""
+        if header:
+            self._put([header])
+
+    @property
+    def redactions(self) -> int:
+        """How many secrets were replaced so far."""
+        return self._lines.count
+
+    def write(self, text: str) -> None:
+        """Take the next chunk of the stream."""
+        *complete, self._tail = (self._tail + text).split("\n")
+        if len(self._tail) > self._max:
+            complete.append(self._tail)
+            self._tail = ""
+        self._put([out for line in complete for out in self._lines.push(self._clean(line))])
+
+    def _put(self, lines: list[str], end: str = "\n") -> None:
+        data = ("\n".join(lines) + end).encode("utf-8", "replace") if lines else b""
+        while data and self._fd is not None:
+            data = data[os.write(self._fd, data) :]
+
+    def close(self) -> None:
+        """Write what is left (redacted; a last line as it came) and close the file."""
+        if self._fd is None:
+            return
+        if self._tail:
+            self._put(self._lines.push(self._clean(self._tail)), end="")
+        self._tail = ""
+        self._put(self._lines.flush())
+        os.close(self._fd)
+        self._fd = None

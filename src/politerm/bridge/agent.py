@@ -21,13 +21,13 @@ import pathlib
 import typing as t
 
 from politerm.agents import load_profile
-from politerm.agents.approval import ApprovalPolicy
 from politerm.bridge.edits import file_state
 from politerm.bridge.executor import Handoff, Outcome
 from politerm.bridge.models import TaskResult, TaskStatus, Tool
 from politerm.bridge.queue import TaskQueue, find
 from politerm.bridge.remote import remote_reply, work_id
 from politerm.driver import AgentDriver, Expect, TurnOutcome
+from politerm.driver.launch import agent_env, agent_profile
 from politerm.driver.leftover import abandon
 from politerm.driver.limits import driver_settings
 from politerm.engine.placement import elsewhere
@@ -191,10 +191,11 @@ class AgentExecutor:
         self.driver: AgentDriver | None = None
         conf = config.agents.get(agent)
         if conf is not None:
-            self.profile = load_profile(conf.profile or "generic")
+            # Read as the session reads it: its ready_regex, its own history file.
+            self.profile = agent_profile(conf)
             self.argv: list[str] = conf.argv()
             self.cwd: pathlib.Path | None = conf.cwd
-            self.env = dict(conf.env)
+            self.env = agent_env(agent, conf, self.profile)
         else:
             self.profile = load_profile(agent)
             self.argv = list(self.profile.command)
@@ -210,7 +211,6 @@ class AgentExecutor:
     async def _driver(self, handoff: Handoff) -> AgentDriver:
         if self.driver is not None and not self.driver.dead:
             return self.driver
-        routing = self.config.routing
         self.driver = await AgentDriver.start(
             f"bridge-{self.agent}",
             self.profile,
@@ -220,7 +220,6 @@ class AgentExecutor:
             setting=f"agents.{self.agent}.command",
             ready_timeout=READY_TIMEOUT,
             store=handoff.journal.store,
-            policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
             **driver_settings(self.config),
         )
         return self.driver

@@ -20,8 +20,8 @@ import shutil
 import time
 import typing as t
 
-from politerm._internal.private import append_private
-from politerm.bridge.queue import atomic_write, dump_json
+from politerm._internal.private import append_private, write_private
+from politerm.bridge.queue import dump_json
 from politerm.errors import BridgeError
 from politerm.store.db import ensure_private_dir
 
@@ -69,7 +69,7 @@ class TaskFiles:
             "error": self.redactor.redact(error),
             "time": time.time(),
         }
-        atomic_write(self.error_path, dump_json(body))
+        write_private(self.error_path, dump_json(body), sync=True)
 
     def archive(self, task: dict[str, t.Any], *, failed: bool) -> pathlib.Path:
         """Copy the task JSON and its work folder to ``archive/processed|failed/<task_id>``.
@@ -87,7 +87,7 @@ class TaskFiles:
             else:
                 tmp.mkdir(mode=0o700)
             tmp.chmod(0o700)
-            atomic_write(tmp / "task.json", dump_json(self.redactor.redact_json(task)))
+            write_private(tmp / "task.json", dump_json(self.redactor.redact_json(task)), sync=True)
             if dest.exists():
                 shutil.rmtree(dest)
             tmp.rename(dest)

@@ -37,7 +37,7 @@ import time
 import typing as t
 
 from politerm._internal.aio import wait_event
-from politerm.bridge._watch import poked_by
+from politerm._internal.waits import poked_by
 from politerm.bridge.archive import TaskFiles
 from politerm.bridge.edits import file_state, plan_edits, resolve
 from politerm.bridge.executor import Handoff

@@ -21,10 +21,11 @@ import subprocess
 import sys
 import typing as t
 
-from politerm.bridge._watch import pid_alive, wait_until
+from politerm._internal.private import write_private
+from politerm._internal.waits import pid_alive, wait_until
 from politerm.bridge.bridge import Bridge
 from politerm.bridge.executor import BuiltinExecutor, Executor
-from politerm.bridge.queue import TaskQueue, atomic_write
+from politerm.bridge.queue import TaskQueue
 from politerm.errors import BridgeError, StoreError
 from politerm.redact import Redactor
 from politerm.store.bridge import BridgeJournal
@@ -103,7 +104,7 @@ def _exclusive(queue: TaskQueue) -> Iterator[None]:
             other = running_pid(queue)
             msg = f"a bridge already serves {queue.path}" + (f" (pid {other})" if other else "")
             raise BridgeError(msg) from None
-        atomic_write(pid_path(queue), f"{os.getpid()}\n".encode())
+        write_private(pid_path(queue), f"{os.getpid()}\n")
         try:
             yield
         finally:
@@ -233,6 +234,7 @@ def start_daemon(argv: t.Sequence[str], queue: TaskQueue) -> int:
             pids=[proc.pid],
             timeout=START_TIMEOUT,
             what=f"the bridge to write {pid_path(queue)}",
+            error=BridgeError,
         )
     )
 
@@ -256,7 +258,14 @@ def stop_daemon(queue: TaskQueue, *, timeout: float = STOP_TIMEOUT) -> int | Non
 
     try:
         asyncio.run(
-            wait_until(gone, dirs=[queue.root], pids=[pid], timeout=timeout, what="the bridge")
+            wait_until(
+                gone,
+                dirs=[queue.root],
+                pids=[pid],
+                timeout=timeout,
+                what="the bridge",
+                error=BridgeError,
+            )
         )
     except BridgeError:
         msg = f"bridge {pid} did not stop within {timeout:g} s after SIGTERM"

@@ -15,8 +15,8 @@ import os
 import pathlib
 import typing as t
 
+from politerm._internal.private import write_private
 from politerm.bridge.models import FileAction, FileModificationInstruction
-from politerm.bridge.queue import atomic_write
 from politerm.errors import EditError
 
 if t.TYPE_CHECKING:
@@ -289,9 +289,8 @@ def write_planned(planned: Sequence[PlannedFile]) -> list[pathlib.Path]:
             continue
         try:
             mode = p.path.stat().st_mode & 0o7777 if p.before is not None else 0o600
-            if p.before is None:  # create_file (and created files) may name a new folder
-                p.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            atomic_write(p.path, p.after, mode=mode)
+            # A created file may name a new folder: made 0700.
+            write_private(p.path, p.after, mode=mode, sync=True)
         except OSError as e:
             msg = f"{p.path}: cannot write: {e.strerror or e}"
             raise EditError(msg) from e

@@ -26,7 +26,7 @@ import typing as t
 
 import psutil
 
-from politerm.bridge._watch import pid_alive, wait_until
+from politerm._internal.waits import pid_alive, wait_until
 from politerm.bridge.edits import file_state, plan_edits, resolve, write_planned
 from politerm.bridge.models import CommandResult, TaskResult, Tool
 from politerm.bridge.runner import (
@@ -241,6 +241,7 @@ class BuiltinExecutor:
                 pids=[runner_pid] if runner_pid else [],
                 timeout=bound,
                 what=f"command {spec.command_id} to end",
+                error=BridgeError,
             )
         except BridgeError as e:
             if runner_pid is not None and pid_alive(runner_pid):

@@ -126,10 +126,6 @@ class FileAction(str, enum.Enum):
 
 MARKER_ACTIONS: t.Final = frozenset({FileAction.INSERT_BEFORE_LINE, FileAction.INSERT_AFTER_LINE})
 RANGE_ACTIONS: t.Final = frozenset({FileAction.DELETE_LINES, FileAction.REPLACE_LINES})
-CREATING_ACTIONS: t.Final = frozenset(
-    {FileAction.CREATE_FILE, FileAction.REPLACE_CONTENT, FileAction.APPEND_CONTENT}
-)
-"""Actions that may create a missing file (create_file always, the others when asked)."""
 
 
 class Tool(str, enum.Enum):

@@ -18,10 +18,10 @@ import fcntl
 import json
 import os
 import pathlib
-import secrets
 import time
 import typing as t
 
+from politerm._internal.private import write_private
 from politerm.errors import BridgeError, BridgeTaskInvalid
 from politerm.store.db import create_private_file, ensure_private_dir
 
@@ -119,38 +119,6 @@ def parse_queue_text(text: str) -> list[RawTask]:
     return tasks
 
 
-def atomic_write(path: pathlib.Path, data: bytes, *, mode: int = FILE_MODE) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one.
-
-    The temporary file lives in the same directory (``rename`` is atomic only within one
-    file system) and is fsynced before the rename; the directory is fsynced after it.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    try:
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 def dump_json(value: t.Any) -> bytes:
     """Stable, readable JSON bytes (2-space indent, trailing newline)."""
     return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode()
@@ -229,7 +197,7 @@ class TaskQueue:
             reason = str(e).splitlines()[0]
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         backup = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        atomic_write(backup, raw)
+        write_private(backup, raw, sync=True)
         tasks = salvage_tasks(text)
         repair = QueueRepair(self.path, backup, reason, tuple(str(x.get("task_id")) for x in tasks))
         self.repairs.append(repair)
@@ -239,7 +207,7 @@ class TaskQueue:
 
     def _store(self, tasks: list[RawTask]) -> None:
         try:
-            atomic_write(self.path, dump_json({"tasks": tasks}))
+            write_private(self.path, dump_json({"tasks": tasks}), sync=True)
         except OSError as e:
             msg = f"cannot write queue {self.path}: {e.strerror or e}"
             raise BridgeError(msg) from e

@@ -45,10 +45,10 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from politerm._internal.aio import wait_event
+from politerm._internal.private import RedactedFile, write_private
 from politerm._internal.proctree import kill_processes, process_tree
-from politerm.bridge.queue import atomic_write
 from politerm.errors import AgentError, RunnerError
-from politerm.redact import LineRedactor, Redactor
+from politerm.redact import Redactor
 from politerm.store.db import ensure_private_dir
 
 if t.TYPE_CHECKING:
@@ -199,42 +199,6 @@ def read_status(path: pathlib.Path) -> CommandStatus | None:
         return None
 
 
-class _Stream:
-    """One pipe: chunks to a redacted file and to the shared tail of the last output."""
-
-    def __init__(self, run: _Run, name: str, path: pathlib.Path | None) -> None:
-        self.run = run
-        self.name = name
-        self.path = path
-        self.partial = ""
-        self.lines = LineRedactor(run.redactor)
-        # open(), not Path.open(): only the builtin takes an opener (for mode 0600).
-        self.fh = None if path is None else open(path, "w", encoding="utf-8", opener=_private)  # noqa: SIM115
-
-    def write(self, lines: list[str]) -> None:
-        if self.fh is not None and lines:
-            self.fh.write("".join(lines))
-            self.fh.flush()
-
-    def feed(self, chunk: bytes) -> None:
-        text = self.partial + chunk.decode("utf-8", errors="replace")
-        *whole, self.partial = text.split("\n")
-        for line in whole:
-            self.write(self.lines.push(line + "\n"))
-
-    def close(self) -> None:
-        if self.partial:
-            self.write(self.lines.push(self.partial))
-            self.partial = ""
-        self.write(self.lines.flush())
-        if self.fh is not None:
-            self.fh.close()
-
-
-def _private(path: str, flags: int) -> int:
-    return os.open(path, flags, 0o600)
-
-
 class _Run:
     def __init__(self, spec: CommandSpec, redactor: Redactor) -> None:
         self.spec = spec
@@ -255,7 +219,7 @@ class _Run:
 
     def save(self) -> None:
         self.status.last_output = self.redactor.redact(self.tail[-LAST_OUTPUT_CHARS:])
-        atomic_write(self.spec.status_path, self.status.model_dump_json(indent=2).encode())
+        write_private(self.spec.status_path, self.status.model_dump_json(indent=2), sync=True)
         self.last_write = time.monotonic()
 
     def got(self, chunk: bytes) -> None:
@@ -276,7 +240,9 @@ class _Pipe:
     Non-blocking: no read ever waits, so a pipe held open by a stray process cannot hang us.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, stream: _Stream, run: _Run):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, fd: int, stream: RedactedFile | None, run: _Run
+    ):
         self.loop = loop
         self.fd = fd
         self.stream = stream
@@ -295,7 +261,8 @@ class _Pipe:
         if not chunk:
             self.stop()
             return
-        self.stream.feed(chunk)
+        if self.stream is not None:
+            self.stream.write(chunk.decode("utf-8", errors="replace"))
         self.run.got(chunk)
 
     def stop(self) -> None:
@@ -443,8 +410,8 @@ async def run_command_async(spec: CommandSpec) -> CommandStatus:
     run.status.state = RunState.RUNNING
     run.save()
     streams = [
-        _Stream(run, "stdout", spec.stream_path("stdout") if spec.capture_stdout else None),
-        _Stream(run, "stderr", spec.stream_path("stderr") if spec.capture_stderr else None),
+        RedactedFile(spec.stream_path(name), run.redactor, append=False) if wanted else None
+        for name, wanted in (("stdout", spec.capture_stdout), ("stderr", spec.capture_stderr))
     ]
     pipes = [
         _Pipe(loop, proc.stdout.fileno(), streams[0], run),
@@ -485,7 +452,8 @@ async def run_command_async(spec: CommandSpec) -> CommandStatus:
         for pipe in pipes:
             pipe.stop()
         for s in streams:
-            s.close()
+            if s is not None:
+                s.close()
         proc.stdout.close()
         proc.stderr.close()
     with contextlib.suppress(subprocess.TimeoutExpired):

@@ -3,6 +3,13 @@
 :func:`prepare` seeds a scratch home for one agent (the configs that skip first-run dialogs
 and point the CLI at the mock server) and returns its command line and environment. The
 display settings stay the CLIs' defaults: the canary checks what users see.
+
+opencode npm-installs ``@opencode-ai/plugin`` into its config directory on every start whose
+directory has no ``node_modules`` (about 64 MB from the npm registry), and while a plugin is
+configured (politerm's hooks are one) it draws nothing until that install is over. An
+installer that puts those dependencies once next to the binary (:func:`opencode_seed`, as
+``tests/realcli/install.py`` does) spares every start the registry: :func:`prepare` links
+them into the scratch home. Without them opencode installs as it would for a user.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import typing as t
 
@@ -28,6 +36,10 @@ API = {
     "aider": "chat",
 }
 AIDER_MODEL = "openai/mock"
+# Beside ``node_modules`` in the npm prefix opencode was installed into: a copy of what
+# opencode itself installs into ``~/.config/opencode`` (package.json, package-lock.json,
+# node_modules) when it starts.
+OPENCODE_SEED = "opencode-config"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +90,52 @@ def _git_init(workdir: pathlib.Path, env: dict[str, str]) -> None:
         subprocess.run(argv, cwd=workdir, env=env, check=True, capture_output=True, timeout=30)
 
 
+def opencode_seed(binary: pathlib.Path) -> pathlib.Path | None:
+    """The config-directory dependencies installed for an opencode ``binary``, if any.
+
+    They are looked for in ``<prefix>/opencode-config`` for a binary at
+    ``<prefix>/node_modules/.bin/opencode`` (an ``npm install --prefix``); complete means
+    ``node_modules`` and the ``package-lock.json`` that opencode reads to see it is done.
+
+    Examples
+    --------
+    >>> opencode_seed(pathlib.Path("/usr/bin/opencode")) is None
+    True
+    """
+    bin_dir = binary.parent
+    if bin_dir.name != ".bin" or bin_dir.parent.name != "node_modules":
+        return None
+    seed = bin_dir.parent.parent / OPENCODE_SEED
+    if (seed / "node_modules").is_dir() and (seed / "package-lock.json").is_file():
+        return seed
+    return None
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem, or links not allowed here
+        shutil.copy2(src, dst)
+
+
+def _seed_opencode(seed: pathlib.Path, config_dir: pathlib.Path) -> None:
+    """Put opencode's dependencies into ``config_dir`` so that it does not install them.
+
+    opencode skips its install when ``node_modules`` exists and the lock file's root lists
+    every dependency of ``package.json``. The files are hard links (about 3,900 entries,
+    64 MB: 0.6 s where a copy took 3.4 s, on a loaded machine), which nothing writes into
+    as opencode installs nothing; a copy where linking fails. The two JSON files are
+    copies: an install would rewrite them in place.
+    """
+    if (config_dir / "node_modules").exists():  # a second agent sharing this home
+        return
+    config_dir.mkdir(parents=True, exist_ok=True)
+    modules = config_dir / "node_modules"
+    shutil.copytree(seed / "node_modules", modules, symlinks=True, copy_function=_link_or_copy)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(seed / name, config_dir / name)
+
+
 def _base_env(home: pathlib.Path) -> dict[str, str]:
     return {
         "HOME": str(home),
@@ -104,7 +162,8 @@ def prepare(
     """Seed ``home`` for ``cli`` and return how to launch it in ``workdir``.
 
     The command line is the profile's (``profile_name``, default the CLI's own), with the
-    installed binary in place of the program name.
+    installed binary in place of the program name. opencode's home gets the dependencies
+    its installer put beside it (:func:`opencode_seed`), when there are any.
     """
     opts = options or Options()
     home.mkdir(parents=True, exist_ok=True)
@@ -181,6 +240,9 @@ def prepare(
             "share": "disabled",
         }
         _write(home / ".config" / "opencode" / "opencode.json", json.dumps(config))
+        seed = opencode_seed(binary)
+        if seed is not None:
+            _seed_opencode(seed, home / ".config" / "opencode")
         # The one display setting changed from the default; the opencode profile says why.
         _write(home / ".local" / "state" / "opencode" / "kv.json", json.dumps({"sidebar": "hide"}))
     elif cli == "aider":

@@ -16,6 +16,8 @@ from click.shell_completion import CompletionItem
 if t.TYPE_CHECKING:
     import click
 
+    from politerm.store import RunStore
+
 SHELLS: t.Final = ("bash", "zsh", "fish")
 
 
@@ -67,20 +69,12 @@ def agent_names(
     return _offer(names, incomplete)
 
 
-@contextlib.contextmanager
-def _store() -> t.Iterator[t.Any]:
+def _store() -> RunStore:
     from politerm.config import load_config
     from politerm.store import RunStore
 
-    path = load_config().store.resolved_path()
-    if not path.exists():  # completing must never create a store
-        msg = "no store"
-        raise FileNotFoundError(msg)
-    store = RunStore.open(path)
-    try:
-        yield store
-    finally:
-        store.close()
+    # Completing must never create (nor migrate) a store.
+    return RunStore.open_existing(load_config().store.resolved_path())
 
 
 def script(shell: str, prog: str = "poli") -> str:

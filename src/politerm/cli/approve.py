@@ -30,10 +30,11 @@ def command(agent: str, deny: bool, config_path: pathlib.Path | None) -> None:
     named = next((a for a in remote if a.upper() == agent.upper()), None)
     if named is not None:
         # Its question is asked on the node that runs it: the answer goes there.
-        from politerm.engine.fleetlink import answer_remote, open_queue
+        from politerm.engine.fleetboard import approve_remote
+        from politerm.engine.fleetlink import open_queue
 
         with open_store(config) as store:
-            said = answer_remote(open_queue(config, store), named, decision.value, by="cli")
+            said = approve_remote(open_queue(config, store), named, deny=deny, by="cli")
         click.echo(said)
         return
     with open_store(config) as store:

@@ -12,7 +12,7 @@ import click
 
 from politerm.cli._common import config_option, load, project_option
 from politerm.driver.observer import Observer
-from politerm.driver.panes import find
+from politerm.driver.panes import attach_argv, attach_env, find
 from politerm.errors import SessionNotFound
 from politerm.tmux.binary import find_tmux
 
@@ -49,8 +49,7 @@ def command(agent: str | None, read_only: bool, config_path: pathlib.Path | None
         args = [*server, "attach-session", "-t", target]
     if read_only:
         args.append("-r")
-    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
-    os.execvpe(tmux, args, env)
+    os.execvpe(tmux, args, attach_env())
 
 
 async def agent_target(config: Config, agent: str) -> list[str]:
@@ -68,8 +67,4 @@ async def agent_target(config: Config, agent: str) -> list[str]:
         known = ", ".join(sorted(p.agent for p in panes if p.agent)) or "none"
         msg = f"no agent {agent!r} in session {config.tmux.session!r} (agents: {known})"
         raise SessionNotFound(msg)
-    pane = entry.pane_id
-    return [
-        "-L", entry.socket or config.tmux.socket, "select-window", "-t", pane, ";",
-        "select-pane", "-t", pane, ";", "attach-session", "-t", pane,
-    ]  # fmt: skip
+    return attach_argv(entry.socket or config.tmux.socket, entry.pane_id)[1:]

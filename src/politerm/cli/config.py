@@ -7,20 +7,16 @@ from pathlib import Path
 
 import click
 
+from politerm._internal.private import write_private
+from politerm.cli._common import config_option
 from politerm.compat.obi import convert_config, write_prompts
 from politerm.config import load_config
 from politerm.errors import CompatError, ConfigError
 from politerm.preflight import problems
-from politerm.store.db import FILE_MODE
 
 
 @click.group("config", invoke_without_command=True)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Read this file instead of ./poli.toml.",
-)
+@config_option
 @click.pass_context
 def command(ctx: click.Context, config_path: Path | None) -> None:
     """Print the effective configuration as JSON (files, then environment, applied)."""
@@ -68,7 +64,5 @@ def import_obi(file: Path, output: Path | None, prompts_dir: Path, force: bool) 
     if output is None:
         click.echo(converted.toml, nl=False)
         return
-    output.touch(mode=FILE_MODE)
-    output.chmod(FILE_MODE)
-    output.write_text(converted.toml, encoding="utf-8")
+    write_private(output, converted.toml)
     click.echo(f"wrote {output}", err=True)

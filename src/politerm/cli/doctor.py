@@ -9,18 +9,14 @@ from pathlib import Path
 
 import click
 
+from politerm.cli._common import config_option
 from politerm.cli._output import show
 from politerm.doctor import DoctorContext, doctor_timeout, exit_code, render_table, run_checks
 
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Read this file instead of ./poli.toml.",
-)
+@config_option
 @click.option(
     "--project",
     type=click.Path(file_okay=False, exists=True, path_type=Path),

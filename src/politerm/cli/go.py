@@ -97,9 +97,7 @@ def command(
     if dry_run and not result.previews:
         click.echo(f"epic {epic}: no ready items")
     if result.summary is not None:
-        click.echo(result.summary.commit_summary or "")
-        click.echo("")
-        click.echo(result.summary.commit_body or "")
+        click.echo(f"{result.summary.commit_summary or ''}\n\n{result.summary.commit_body or ''}")
     if result.run_id:
         click.echo(f"poli: run {result.run_id} {result.state}", err=True)
     sys.exit(result.exit_code)

@@ -8,18 +8,21 @@ now), 4 the task was stopped, 1 it failed (the error state says what failed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pathlib
 import typing as t
 
 import click
 
-from politerm.cli._common import config_option, load
+from politerm.cli._common import config_option, load, open_store
 
 if t.TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from politerm.config import Config
     from politerm.manager.engine import Manager
-    from politerm.manager.store import Project
+    from politerm.manager.store import ManagerStore, Project
 
 EXIT_COMPLETE: t.Final = 0
 EXIT_FAILED: t.Final = 1
@@ -56,17 +59,11 @@ keep_agents_option = click.option(
 
 def _others_running(config: Config, manager: Manager, name: str) -> bool:
     """Whether another manager process drives a project (and so may use the brain agent)."""
-    from politerm.errors import ManagerError
     from politerm.manager.app import ProjectLock
 
-    for other in manager.store.list_projects():
-        if other.name == name:
-            continue
-        try:
-            ProjectLock(config.store.resolved_path(), other.name).acquire().release()
-        except ManagerError:
-            return True
-    return False
+    path = config.store.resolved_path()
+    others = [p.name for p in manager.store.list_projects() if p.name != name]
+    return any(ProjectLock(path, other).holder() is not None for other in others)
 
 
 def _drive(
@@ -151,6 +148,16 @@ def _config(ctx: click.Context) -> Config:
     return load(ctx.obj.get("config_path") if ctx.obj else None)
 
 
+@contextlib.contextmanager
+def _store(config: Config) -> Iterator[ManagerStore]:
+    """The manager tables of the project's run store, closed after the block."""
+    from politerm.manager.store import ManagerStore
+    from politerm.redact import Redactor
+
+    with open_store(config) as store:
+        yield ManagerStore(store, Redactor(config.redact.patterns))
+
+
 @command.command("goal")
 @click.option("--project", "name", required=True, help="The manager project.")
 @click.argument("text")
@@ -192,16 +199,12 @@ def resume(ctx: click.Context, name: str, as_json: bool, keep_agents: bool) -> N
 @click.pass_context
 def stop(ctx: click.Context, name: str) -> None:
     """Stop the project's task (it is not offered for resumption any more)."""
-    from politerm.manager.app import ProjectLock, open_store
+    from politerm.manager.app import ProjectLock
     from politerm.manager.engine import stop_task
 
     config = _config(ctx)
-    store = open_store(config)
-    try:
-        with ProjectLock(config.store.resolved_path(), name):
-            project = stop_task(store, name)
-    finally:
-        store.store.close()
+    with _store(config) as store, ProjectLock(config.store.resolved_path(), name):
+        project = stop_task(store, name)
     click.echo(f"{name}: {project.state.value}")
 
 
@@ -211,15 +214,11 @@ def stop(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def status(ctx: click.Context, name: str | None, as_json: bool) -> None:
     """Where every manager project (or one) stands."""
-    from politerm.manager.app import open_store
     from politerm.manager.repl import status_lines
 
-    store = open_store(_config(ctx))
-    try:
+    with _store(_config(ctx)) as store:
         projects = [store.project(name)] if name else store.list_projects()
         selected = store.selected()
-    finally:
-        store.store.close()
     if as_json:
         out = {
             "selected": selected.name if selected else None,
@@ -254,16 +253,11 @@ def project_add(
     agent: str,
 ) -> None:
     """Register project NAME at PATH."""
-    from politerm.manager.app import open_store
-
     config = _config(ctx)
-    store = open_store(config)
-    try:
+    with _store(config) as store:
         p = store.add_project(
             name, path, goal=goal, channel=channel or config.manager.channel, agent=agent
         )
-    finally:
-        store.store.close()
     click.echo(f"project {p.name} added ({p.path}, {p.channel} channel)")
 
 
@@ -272,13 +266,8 @@ def project_add(
 @click.pass_context
 def project_list(ctx: click.Context, as_json: bool) -> None:
     """The projects and their states."""
-    from politerm.manager.app import open_store
-
-    store = open_store(_config(ctx))
-    try:
+    with _store(_config(ctx)) as store:
         projects = store.list_projects()
-    finally:
-        store.store.close()
     if as_json:
         click.echo(json.dumps([p.to_json() for p in projects], indent=2))
         return

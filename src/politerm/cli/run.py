@@ -166,7 +166,7 @@ def command(  # one parameter per flag, as click passes them
             project=root,
             task=task,
             cli=cli,
-            run_id=run_id,
+            run_id=run_id or new_run_id(),
             headless=headless,
             unsafe=unsafe,
             use_worktrees=use_worktrees,

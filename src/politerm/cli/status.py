@@ -106,15 +106,6 @@ def command(
     lock = service.ServiceLock.of(config)
     board_error: list[str] = []
 
-    def with_fleet(
-        data: dict[str, t.Any],
-        board: list[dict[str, t.Any]],
-        asks: list[dict[str, t.Any]],
-    ) -> dict[str, t.Any]:
-        if config.fleet is None:
-            return data
-        return merge_fleet(data, board, config.fleet.node, here_config(config)[1], asks)
-
     def read_once(store: RunStore) -> dict[str, t.Any]:
         data = collect(store, **asyncio.run(_live_once(store, observer)))
         if config.fleet is None:
@@ -126,7 +117,7 @@ def command(
         except FleetError as exc:
             board_error.append(str(exc))  # this machine's agents are still shown
             board, asks = [], []
-        return with_fleet(data, board, asks)
+        return merge_fleet(data, board, config.fleet.node, here_config(config)[1], asks)
 
     def with_router(data: dict[str, t.Any]) -> dict[str, t.Any]:
         info = lock.read()

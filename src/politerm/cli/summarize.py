@@ -47,6 +47,4 @@ def command(
             say=lambda line: click.echo(f"poli: {line}", err=True),
         )
         record = asyncio.run(runner.summarize())
-    click.echo(record.commit_summary or "")
-    click.echo("")
-    click.echo(record.commit_body or "")
+    click.echo(f"{record.commit_summary or ''}\n\n{record.commit_body or ''}")

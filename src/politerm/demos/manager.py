@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
-import typing as t
 
 from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.config import load_config
 from politerm.demos._scratch import Outcome, Say, Scratch
-from politerm.errors import SessionNotFound
-from politerm.manager.agent_brain import AgentBrain
-from politerm.manager.engine import Manager
-from politerm.manager.pane import PaneChannel, session_name
+from politerm.manager.app import build_manager
+from politerm.manager.pane import close_sessions, session_name
 from politerm.manager.states import ManagerState
-from politerm.manager.store import ManagerStore
-from politerm.redact import Redactor
-from politerm.store import RunStore
-
-if t.TYPE_CHECKING:
-    from politerm.manager.store import Project
 
 GOAL = "Make hello.py with a test"
 
@@ -45,35 +35,23 @@ async def run(*, say: Say, keep: bool = False) -> Outcome:
         '[manager.brain]\nprovider = "agent"\nagent = "fake-claude"\ncall_timeout = 60\n'
         f"command = {json.dumps(_fake('manager-brain'))}\n"
     )
-    channels: list[PaneChannel] = []
     try:
         config = load_config(scratch.root, env={})
-        with RunStore.open(config.store.resolved_path()) as store:
-            mstore = ManagerStore(store, Redactor())
-            brain = AgentBrain(config, store)
-
-            def channel(project: Project) -> PaneChannel:
-                ch = PaneChannel(config, project, store)
-                channels.append(ch)
-                return ch
-
-            manager = Manager(
-                mstore, config.manager, brain, channel, on_event=lambda _p, line: say(line)
-            )
+        manager = build_manager(config, on_event=lambda _p, line: say(line))
+        mstore = manager.store
+        try:
             mstore.add_project("demo", scratch.root / "proj", goal=GOAL, channel="pane")
             manager.start("demo", GOAL)
             try:
                 async with asyncio.timeout(120):
                     project = await manager.run("demo")
             finally:
+                await manager.aclose()
                 # Only the dev agent's session is kept: `poli down` then ends the server.
-                await brain.kill()
-                brain_session = session_name(config, "brain")
-                with contextlib.suppress(SessionNotFound):  # the brain may have ended it
-                    await scratch.host(brain_session).kill()
+                await close_sessions(config, ["brain"] if keep else None)
             turns = [tt for tt in mstore.turns("demo") if tt.role == "dev"]
-            for ch in channels:
-                await (ch.aclose() if keep else ch.kill())
+        finally:
+            mstore.store.close()
         if keep:
             # Point the kept project's poli.toml at the dev agent's own session.
             scratch.session = session_name(config, "demo")

@@ -184,52 +184,31 @@ def check_socket_dir(ctx: DoctorContext) -> Iterable[CheckResult]:
         # A session of more agents spans further servers, <socket>-<session>-<n> beside it.
         shards = f"; {tc.shard_size} agents per server, more on {tc.socket}-{tc.session}-N"
         socket = f"{shards}; socket {directory / tc.socket}"
+    own = "set TMUX_TMPDIR to a directory you own"
+
+    def fail(detail: str, fix: str) -> list[CheckResult]:
+        return [CheckResult(name, Status.FAIL, detail, fix)]
+
     try:
         info = directory.stat()
     except FileNotFoundError:
         parent = directory.parent
         if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK):
             return [CheckResult(name, Status.OK, f"{directory} will be created by tmux{socket}")]
-        return [
-            CheckResult(
-                name,
-                Status.FAIL,
-                f"{directory} does not exist and {parent} is not a writable directory",
-                "set TMUX_TMPDIR to a writable directory",
-            )
-        ]
+        return fail(
+            f"{directory} does not exist and {parent} is not a writable directory",
+            "set TMUX_TMPDIR to a writable directory",
+        )
     except OSError as exc:
-        return [
-            CheckResult(
-                name,
-                Status.FAIL,
-                f"cannot inspect {directory}: {exc.strerror}",
-                "set TMUX_TMPDIR to a directory you own",
-            )
-        ]
+        return fail(f"cannot inspect {directory}: {exc.strerror}", own)
     if not stat.S_ISDIR(info.st_mode):
-        return [
-            CheckResult(name, Status.FAIL, f"{directory} is not a directory", f"rm {directory}")
-        ]
+        return fail(f"{directory} is not a directory", f"rm {directory}")
     if info.st_uid != os.getuid():
-        return [
-            CheckResult(
-                name,
-                Status.FAIL,
-                f"{directory} is owned by uid {info.st_uid}, not by us (uid {os.getuid()})",
-                "set TMUX_TMPDIR to a directory you own",
-            )
-        ]
+        uid = os.getuid()
+        return fail(f"{directory} is owned by uid {info.st_uid}, not by us (uid {uid})", own)
     mode = stat.S_IMODE(info.st_mode)
     if mode != 0o700:
-        return [
-            CheckResult(
-                name,
-                Status.FAIL,
-                f"{directory} has mode {mode:04o}; tmux needs 0700",
-                f"chmod 700 {directory}",
-            )
-        ]
+        return fail(f"{directory} has mode {mode:04o}; tmux needs 0700", f"chmod 700 {directory}")
     return [CheckResult(name, Status.OK, f"{directory} (mode 0700){socket}")]
 
 
@@ -240,14 +219,8 @@ def check_config(ctx: DoctorContext) -> Iterable[CheckResult]:
     """Check that the configuration files and variables load."""
     config = ctx.config()
     if config is None:
-        return [
-            CheckResult(
-                "config",
-                Status.FAIL,
-                str(ctx.config_error),
-                "correct the file or variable named in the detail",
-            )
-        ]
+        fix = "correct the file or variable named in the detail"
+        return [CheckResult("config", Status.FAIL, str(ctx.config_error), fix)]
     read = ", ".join(str(p) for p in config.sources) or "no poli.toml found, built-in defaults"
     rows = [CheckResult("config", Status.OK, f"loaded: {read}")]
     from politerm.preflight import problems
@@ -302,29 +275,17 @@ def check_agents(ctx: DoctorContext) -> Iterable[CheckResult]:
     rows: list[CheckResult] = []
     probed: dict[str, tuple[Status, str]] = {}
     for name, agent in config.agents.items():
-        check = f"agent {name}"
         program = agent.argv()[0]
         binary = shutil.which(program, path=ctx.path)
         if binary is None:
-            rows.append(
-                CheckResult(
-                    check,
-                    Status.FAIL,
-                    f"{program} not found on PATH",
-                    f"install {program}, or set {_setting(name)}",
-                )
-            )
-            continue
-        if binary not in probed:
-            probed[binary] = probe_version(binary, ctx)
-        status, detail = probed[binary]
-        fix = (
-            ""
-            if status is Status.OK
-            else f"check that `{program} --version` runs without a terminal, "
-            f"or set {_setting(name)}"
-        )
-        rows.append(CheckResult(check, status, detail, fix))
+            status, detail, fix = Status.FAIL, f"{program} not found on PATH", f"install {program}"
+        else:
+            if binary not in probed:
+                probed[binary] = probe_version(binary, ctx)
+            status, detail = probed[binary]
+            fix = f"check that `{program} --version` runs without a terminal"
+        fix = "" if status is Status.OK else f"{fix}, or set {_setting(name)}"
+        rows.append(CheckResult(f"agent {name}", status, detail, fix))
     return rows
 
 
@@ -357,63 +318,8 @@ _REQ_RE = re.compile(
 )
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    """Numeric release segments of a version, enough to compare lower bounds.
-
-    Examples
-    --------
-    >>> _version_key("2.13.4")
-    (2, 13, 4)
-    >>> _version_key("1.0rc1")
-    (1, 0)
-    """
-    parts: list[int] = []
-    for piece in version.split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-        if digits.end() != len(piece):
-            break
-    return tuple(parts)
-
-
-def _simple_satisfies(installed: str, spec: str) -> bool:
-    """Compare without :mod:`packaging`: good enough for ``>=``/``<``/``==`` bounds.
-
-    Examples
-    --------
-    >>> _simple_satisfies("8.4.0", ">=8.1")
-    True
-    >>> _simple_satisfies("2.5.3", ">=2.6,<3")
-    False
-    >>> _simple_satisfies("0.10", ">=0.9")
-    True
-    """
-    have = _version_key(installed)
-    checks: dict[str, Callable[[tuple[int, ...], tuple[int, ...]], bool]] = {
-        ">=": lambda a, b: a >= b,
-        "<=": lambda a, b: a <= b,
-        "==": lambda a, b: a[: len(b)] == b,
-        "!=": lambda a, b: a[: len(b)] != b,
-        "~=": lambda a, b: a >= b and a[: max(len(b) - 1, 1)] == b[: max(len(b) - 1, 1)],
-        ">": lambda a, b: a > b,
-        "<": lambda a, b: a < b,
-    }
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        op = next((o for o in checks if clause.startswith(o)), None)
-        if op is None:
-            continue
-        want = _version_key(clause[len(op) :].strip().removesuffix(".*"))
-        if not checks[op](have, want):
-            return False
-    return True
-
-
 def version_satisfies(installed: str, spec: str) -> bool:
     """Return whether version ``installed`` meets specifier ``spec`` (e.g. ``">=2.6"``).
-
-    Uses :mod:`packaging` when it is installed, else a small release-number comparison.
 
     Examples
     --------
@@ -422,26 +328,22 @@ def version_satisfies(installed: str, spec: str) -> bool:
     >>> version_satisfies("13.6.0", ">=13.7")
     False
     """
-    try:
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
-        from packaging.version import InvalidVersion
-    except ImportError:
-        return _simple_satisfies(installed, spec)
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion
+
     try:
         return SpecifierSet(spec).contains(installed, prereleases=True)
     except (InvalidSpecifier, InvalidVersion):
-        return _simple_satisfies(installed, spec)
+        return True  # a bound it cannot read is not a problem it found
 
 
 def _applies(requirement: str) -> bool:
     """Whether a requirement applies here; extras (``; extra == "dev"``) never do."""
+    from packaging.markers import InvalidMarker, Marker
+
     _, _, marker = requirement.partition(";")
     if not marker.strip():
         return True
-    try:
-        from packaging.markers import InvalidMarker, Marker
-    except ImportError:
-        return "extra" not in marker
     try:
         return Marker(marker).evaluate({"extra": ""})
     except InvalidMarker:
@@ -454,14 +356,8 @@ def check_python_deps(ctx: DoctorContext) -> Iterable[CheckResult]:
     try:
         requirements = importlib.metadata.requires("politerm") or []
     except importlib.metadata.PackageNotFoundError:
-        return [
-            CheckResult(
-                name,
-                Status.WARN,
-                "politerm is not installed as a distribution; cannot list its dependencies",
-                "pip install -e .",
-            )
-        ]
+        detail = "politerm is not installed as a distribution; cannot list its dependencies"
+        return [CheckResult(name, Status.WARN, detail, "pip install -e .")]
     problems: list[str] = []
     wanted: list[str] = []
     count = 0
@@ -525,12 +421,8 @@ def check_pipelines(ctx: DoctorContext) -> Iterable[CheckResult]:
     problems = [line for p in found for line in validate_file(p, project)]
     if problems:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-        detail = "; ".join(problems[:3]) + more
-        return [
-            CheckResult(
-                "pipelines", Status.FAIL, detail, "run `poli pipeline validate FILE` and fix it"
-            )
-        ]
+        detail, fix = "; ".join(problems[:3]) + more, "run `poli pipeline validate FILE` and fix it"
+        return [CheckResult("pipelines", Status.FAIL, detail, fix)]
     return [CheckResult("pipelines", Status.OK, f"{len(found)} pipelines valid")]
 
 

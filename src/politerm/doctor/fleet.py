@@ -57,33 +57,20 @@ def fleet_rows(ctx: DoctorContext) -> Iterable[CheckResult]:
             hello if isinstance(hello, dict) else dict(zip(hello[::2], hello[1::2], strict=False))
         )
         version = str(info.get("version", "?"))
-        rows = [
-            CheckResult(
-                NAME,
-                Status.OK,
-                f"Redis {version} at {conn.where} accepts node {fleet.node}",
-            )
-        ]
         if _version(version) < MIN_VERSION:
             want = ".".join(map(str, MIN_VERSION))
-            rows = [
-                CheckResult(
-                    NAME,
-                    Status.FAIL,
-                    f"Redis {version} at {conn.where}",
-                    f"use Redis {want} or newer",
-                )
-            ]
+            fix = f"use Redis {want} or newer"
+            rows = [CheckResult(NAME, Status.FAIL, f"Redis {version} at {conn.where}", fix)]
+        else:
+            said = f"Redis {version} at {conn.where} accepts node {fleet.node}"
+            rows = [CheckResult(NAME, Status.OK, said)]
         rows += _durability(conn)
     except FleetAuthError as exc:
         fix = f"check the ACL user and the password (in the URL or {fleet.password_env})"
         rows = [CheckResult(NAME, Status.FAIL, str(exc), fix)]
     except FleetUnavailable as exc:
-        rows = [
-            CheckResult(
-                NAME, Status.FAIL, str(exc), "start Redis, or check the URL and the network"
-            )
-        ]
+        fix = "start Redis, or check the URL and the network"
+        rows = [CheckResult(NAME, Status.FAIL, str(exc), fix)]
     finally:
         conn.close()
     return rows

@@ -45,12 +45,8 @@ def dash_rows(ctx: DoctorContext) -> Iterable[CheckResult]:
     try:
         textual = importlib.metadata.version("textual")
     except importlib.metadata.PackageNotFoundError:
-        return [
-            CheckResult(
-                "poli dash", Status.WARN, "cannot start: textual is not installed",
-                "pip install 'textual>=0.80'",
-            )
-        ]  # fmt: skip
+        detail = "cannot start: textual is not installed"
+        return [CheckResult("poli dash", Status.WARN, detail, "pip install 'textual>=0.80'")]
     term = ctx.env.get("TERM", "")
     if term in ("", "dumb"):
         detail = f"textual {textual}; TERM is {term or 'unset'}: poli dash needs a real terminal"
@@ -93,27 +89,21 @@ def session_bus(env: Mapping[str, str]) -> str | None:
 
 def notice_rows(ctx: DoctorContext) -> Iterable[CheckResult]:
     """Desktop notices (``[notify] desktop``, which poli web and poli notify send)."""
-    config = ctx.config()
+    name, config = "desktop notices", ctx.config()
     if config is not None and not config.notify.desktop:
-        return [CheckResult("desktop notices", Status.OK, "off ([notify] desktop = false)")]
+        return [CheckResult(name, Status.OK, "off ([notify] desktop = false)")]
     off = "desktop notices will not show; the ntfy topics and the webhook still go"
     if shutil.which("notify-send", path=ctx.path) is None:
-        return [
-            CheckResult(
-                "desktop notices", Status.WARN, f"notify-send is not installed: {off}",
-                "apt-get install libnotify-bin, or set [notify] desktop = false",
-            )
-        ]  # fmt: skip
+        fix = "apt-get install libnotify-bin, or set [notify] desktop = false"
+        return [CheckResult(name, Status.WARN, f"notify-send is not installed: {off}", fix)]
     why = session_bus(ctx.env)
     if why is not None:
-        return [
-            CheckResult(
-                "desktop notices", Status.WARN, f"no desktop session bus ({why}): {off}",
-                "set [notify] desktop = false on a machine without a desktop; use [notify] "
-                "ntfy or webhook to reach a phone",
-            )
-        ]  # fmt: skip
-    return [CheckResult("desktop notices", Status.OK, "notify-send and a session bus")]
+        fix = (
+            "set [notify] desktop = false on a machine without a desktop; use [notify] ntfy or "
+            "webhook to reach a phone"
+        )
+        return [CheckResult(name, Status.WARN, f"no desktop session bus ({why}): {off}", fix)]
+    return [CheckResult(name, Status.OK, "notify-send and a session bus")]
 
 
 def browser_rows(ctx: DoctorContext) -> Iterable[CheckResult]:
@@ -126,10 +116,7 @@ def browser_rows(ctx: DoctorContext) -> Iterable[CheckResult]:
         _CHROMIUM if Path(_CHROMIUM).exists() else None
     )
     if found is None:
-        return [
-            CheckResult(
-                "browser tests", Status.WARN, "chromium is not installed: the web tests fail",
-                "apt-get install chromium (scripts/test does)",
-            )
-        ]  # fmt: skip
+        detail = "chromium is not installed: the web tests fail"
+        fix = "apt-get install chromium (scripts/test does)"
+        return [CheckResult("browser tests", Status.WARN, detail, fix)]
     return [CheckResult("browser tests", Status.OK, f"chromium at {found}")]

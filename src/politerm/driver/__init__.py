@@ -17,7 +17,7 @@ if t.TYPE_CHECKING:
     from politerm.driver.approvals import Approver
     from politerm.driver.blocks import BlockReader, Window, turn_start
     from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliver
-    from politerm.driver.host import Host, Pane
+    from politerm.driver.host import Host
     from politerm.driver.launch import Launched, check_program, launch
     from politerm.driver.limits import Limiter, LimitPolicy
     from politerm.driver.looking import Observation, watch
@@ -42,7 +42,6 @@ _LAZY = {
     "clear_input": "delivery",
     "deliver": "delivery",
     "Host": "host",
-    "Pane": "host",
     "state_dir": "statedir",
     "Launched": "launch",
     "check_program": "launch",
@@ -81,7 +80,6 @@ __all__ = [
     "Limiter",
     "Observation",
     "Outcome",
-    "Pane",
     "Receipts",
     "ReportStream",
     "Source",

@@ -31,6 +31,7 @@ import pathlib
 import time
 import typing as t
 
+from politerm._internal.aio import wait_any
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.chrome import chrome_top, reply_tail
@@ -43,7 +44,7 @@ from politerm.driver.delivery import DeliveryResult, Outcome, clear_input, deliv
 from politerm.driver.journal import TurnLog
 from politerm.driver.launch import start
 from politerm.driver.limits import Limiter, LimitPolicy
-from politerm.driver.looking import Observation
+from politerm.driver.looking import Mark, Observation
 from politerm.driver.ownword import OwnWord
 from politerm.driver.ready import wait_ready
 from politerm.driver.receipts import HOOK_GRACE, Drift
@@ -60,8 +61,6 @@ from politerm.errors import (
     PromptNotDelivered,
     PtyError,
 )
-from politerm.pty.runner import PtyTerminal
-from politerm.tmux.pane import Pane
 
 if t.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -164,25 +163,13 @@ class AgentDriver:
     #: Start an agent and wait until it is ready: :func:`politerm.driver.launch.start`.
     start = classmethod(start)
 
-    @property
-    def _pane(self) -> Pane | None:
-        return self._term if isinstance(self._term, Pane) else None
-
     def host_gone(self) -> str | None:
         """Why the agent's terminal host went away (its tmux server died); None while it is up."""
-        pane = self._pane
-        return pane.client.dead_reason if pane is not None else None
+        return self._term.host_gone()
 
     async def pid(self) -> int | None:
         """The agent program's process id; None once it has exited (or its terminal is gone)."""
-        if isinstance(self._term, PtyTerminal):
-            return self._term.pid if self._term.proc.isalive() else None
-        pane = self._pane
-        try:
-            info = await pane.info() if pane is not None else None
-        except (PaneNotFound, ControlModeError):
-            return None
-        return info.pid if info is not None and info.pid and not info.dead else None
+        return await self._term.pid()
 
     async def stop(self, *, grace: float = 3.0) -> None:
         """Stop the agent's whole process tree; its terminal stays, with its last screen.
@@ -256,9 +243,22 @@ class AgentDriver:
         """Seconds until an open usage limit's reset is acted on; None when none is open."""
         return self._limiter.due_in()
 
-    def output_event(self) -> asyncio.Event:
-        """An event the agent's next output sets: take it before a look, wait on it after."""
-        return self._term.output_event()
+    def mark(self) -> Mark:
+        """Now, in the agent's output: take it before a look, and :meth:`changed` waits from it."""
+        return Mark(self._term.output_event())
+
+    async def changed(
+        self, timeout: float, *, since: Mark | None = None, wake: asyncio.Event | None = None
+    ) -> bool:
+        """Wait until the agent printed, exited or lost its terminal, or ``wake`` is set.
+
+        It counts from ``since`` (a :meth:`mark` taken before the caller's look: a change
+        after that look ends the wait at once), else from now; at most ``timeout`` seconds.
+        True when the agent changed; False when woken or the bound ran out.
+        """
+        output = (since or self.mark())._output
+        await wait_any(output, *(() if wake is None else (wake,)), timeout=timeout)
+        return output.is_set()
 
     @property
     def terminal_name(self) -> str:
@@ -681,11 +681,7 @@ class AgentDriver:
         Use as ``async with``; see :class:`~politerm.pty.liveview.LiveView`. None when the
         agent runs in a tmux pane (the operator attaches to it with tmux).
         """
-        if not isinstance(self._term, PtyTerminal):
-            return None
-        from politerm.pty.liveview import LiveView
-
-        return LiveView(self._term, fields=fields, on_interrupt=on_interrupt)
+        return self._term.live_view(fields=fields, on_interrupt=on_interrupt)
 
     # --- stopping -------------------------------------------------------------------------
 

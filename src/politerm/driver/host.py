@@ -41,7 +41,10 @@ if t.TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from politerm.agents.approval import ApprovalPolicy
+    from politerm.agents.profile import AgentProfile
     from politerm.config import Config
+    from politerm.driver.limits import LimitPolicy
+    from politerm.driver.tokens import Budget
     from politerm.store import RunStore
 
 
@@ -166,15 +169,26 @@ class Host:
         argv: Sequence[str] | None = None,
         cwd: str | pathlib.Path | None = None,
         options: Mapping[str, str] | None = None,
+        revive: bool = False,
     ) -> bool:
         """Create the session unless it exists; True if it was created.
 
         Its first window (``window``) runs ``argv`` (default a shell); ``options`` are
-        session user options (``@name``) set on a new session.
+        session user options (``@name``) set on a new session. With ``revive``, a session
+        that exists gets ``argv`` started again in its first window if it ended there.
         """
-        return await self.server.ensure_session(
+        created = await self.server.ensure_session(
             self.session, window_name=window, argv=argv, cwd=cwd, options=options
         )
+        if not created and revive and argv is not None:
+            client = await self.server.connect(self.session)
+            lines = await client.cmd(
+                "list-panes", "-t", f"={self.session}:0", "-F", "#{pane_id}\t#{pane_dead}"
+            )
+            for pane_id, _, dead in (line.partition("\t") for line in lines):
+                if dead == "1":
+                    await (await self.server.pane(self.session, pane_id)).respawn(argv, cwd=cwd)
+        return created
 
     async def kill(self) -> None:
         """Kill the session on every server; a server goes (socket, config) with its last one.
@@ -214,10 +228,6 @@ class Host:
         """Close this process's connections to the servers (the agents keep running)."""
         for server in self._shards.values():
             await server.close()
-
-    async def tmux(self, *args: str) -> tuple[int, str, str]:
-        """Run one read-only tmux query on the server: (exit status, stdout, stderr)."""
-        return await self.server.run(*args)
 
     # --- its agents -----------------------------------------------------------------------
 
@@ -284,6 +294,37 @@ class Host:
     async def find_agent_pane(self, name: str) -> Pane | None:
         """The pane of agent ``name`` in the session, if it has one (alive or dead)."""
         return (await self.agent_panes()).get(name)
+
+    async def attach(
+        self,
+        name: str,
+        profile: AgentProfile,
+        *,
+        cwd: pathlib.Path | None = None,
+        store: RunStore | None = None,
+        policy: ApprovalPolicy | None = None,
+        approval_key: str | None = None,
+        limits: LimitPolicy | None = None,
+        budget: Budget | None = None,
+    ) -> AgentDriver | None:
+        """The driver of agent ``name`` in its pane of the session (alive or dead), if any.
+
+        A restarted workflow takes its agent back with it (its dead pane keeps the screen).
+        """
+        pane = await self.find_agent_pane(name)
+        if pane is None:
+            return None
+        return AgentDriver(
+            name,
+            profile,
+            pane,
+            cwd=cwd,
+            store=store,
+            policy=policy,
+            approval_key=approval_key,
+            limits=limits,
+            budget=budget,
+        )
 
     async def pane(self, pane_id: str, socket: str = "") -> Pane | None:
         """A handle on pane ``pane_id`` of any session of a server; None if it is gone.
@@ -381,9 +422,8 @@ class Host:
         """
         agent_profile = load_profile(profile)
         await self.ensure(cwd=cwd)
-        pane = await self.find_agent_pane(name)
-        if pane is not None and await pane.is_alive():
-            driver = AgentDriver(name, agent_profile, pane, cwd=cwd, store=store, policy=policy)
+        driver = await self.attach(name, agent_profile, cwd=cwd, store=store, policy=policy)
+        if driver is not None and await driver.pid() is not None:
             await driver.observe()
             return driver
         return await AgentDriver.start(
@@ -407,4 +447,4 @@ class Host:
         return wanted
 
 
-__all__ = ["Host", "Launched", "Pane", "hide_tmux", "state_dir"]
+__all__ = ["Host", "Launched", "hide_tmux", "state_dir"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 import typing as t
 
-from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
 
 if t.TYPE_CHECKING:
@@ -42,7 +41,7 @@ async def wait_idle(
     deadline = time.monotonic() + max(0.0, timeout)
     ready_since: float | None = None
     while True:
-        output = driver._term.output_event()
+        since = driver.mark()
         obs = await driver.observe()
         now = time.monotonic()
         state = obs.state
@@ -59,4 +58,4 @@ async def wait_idle(
         bound = min(_BACKSTOP, deadline - now)
         if ready_since is not None:
             bound = min(bound, ready_since + settle - now)
-        await wait_event(output, max(0.0, bound))
+        await driver.changed(max(0.0, bound), since=since)

@@ -28,12 +28,12 @@ import dataclasses
 import time
 import typing as t
 
-from politerm._internal.aio import wait_event
 from politerm.agents.limits import reset_in_words
 from politerm.agents.state import AgentState
 from politerm.store.limits import begin_limit, end_limit, stored_limit
 
 if t.TYPE_CHECKING:
+    from politerm.agents.approval import ApprovalPolicy
     from politerm.agents.state import StateReading
     from politerm.config import Config
     from politerm.driver.agent import AgentDriver
@@ -69,17 +69,21 @@ class LimitPolicy:
 
 
 class Settings(t.TypedDict):
-    """The ``limits`` and ``budget`` arguments of an agent driver."""
+    """The ``policy``, ``limits`` and ``budget`` arguments of an agent driver."""
 
+    policy: ApprovalPolicy
     limits: LimitPolicy
     budget: Budget
 
 
 def driver_settings(config: Config) -> Settings:
-    """The ``limits`` and ``budget`` arguments of an agent driver, from the configuration."""
+    """The project's approval policy (``[routing]``), limits and budget for an agent driver."""
+    from politerm.agents.approval import ApprovalPolicy
     from politerm.driver.tokens import Budget
 
+    routing = config.routing
     return {
+        "policy": ApprovalPolicy.of(routing.approval, routing.approval_patterns),
         "limits": LimitPolicy(**config.limits.model_dump()),
         "budget": Budget(**config.budget.model_dump()),
     }
@@ -217,15 +221,15 @@ class Limiter:
         if dialog is None or snap is None or not dialog.pattern.search("\n".join(snap.lines)):
             return True, ""
         for key in dialog.keys:
-            echoed = driver._term.output_event()
+            echoed = driver.mark()
             await driver.press(key)
-            await wait_event(echoed, _KEY_ECHO)
+            await driver.changed(_KEY_ECHO, since=echoed)
             # A key right behind another's redraw is taken for a paste burst (Gemini CLI
             # drops such an Enter): the pause the profile keeps before a submit.
             await asyncio.sleep(driver.profile.submit_delay)
         deadline = self.clock() + _MENU_GONE
         while True:
-            changed = driver._term.output_event()
+            since = driver.mark()
             snap = await driver.snapshot()
             if snap is None or (
                 not dialog.pattern.search("\n".join(snap.lines))
@@ -234,7 +238,7 @@ class Limiter:
                 return True, f"its {dialog.name} menu closed ({'+'.join(dialog.keys)}); "
             if self.clock() >= deadline:
                 return False, f"its {dialog.name} menu still open after {'+'.join(dialog.keys)}; "
-            await wait_event(changed, max(0.0, deadline - self.clock()))
+            await driver.changed(max(0.0, deadline - self.clock()), since=since)
 
     def _stuck(self, reading: StateReading) -> StateReading:
         return dataclasses.replace(

@@ -12,10 +12,10 @@ import dataclasses
 import time
 import typing as t
 
-from politerm._internal.aio import wait_event
 from politerm.agents.state import AgentState
 
 if t.TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable
 
     from politerm.agents.state import StateReading
@@ -27,6 +27,13 @@ T = t.TypeVar("T")
 # Longest sleep without output: agent ready (an answer may be silence) / not.
 _READY_BOUND = 0.5
 _BUSY_BOUND = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """A moment of the agent's output (:meth:`AgentDriver.mark`): what a wait counts from."""
+
+    _output: asyncio.Event
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +77,7 @@ async def watch(
 
     deadline = time.monotonic() + timeout
     while True:
-        event = driver._term.output_event()
+        since = driver.mark()
         obs = await driver.observe(task_id=task_id)
         got = until(obs)
         if got is not None:
@@ -91,4 +98,4 @@ async def watch(
         change = driver._tracker.next_change()
         if change is not None:
             bound = min(bound, max(0.05, change - now))
-        await wait_event(event, min(bound, deadline - now))
+        await driver.changed(min(bound, deadline - now), since=since)

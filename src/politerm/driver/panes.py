@@ -10,6 +10,7 @@ reads its answer.
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing as t
 
 FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better
@@ -114,3 +115,23 @@ def find(panes: t.Sequence[PaneEntry], name: str) -> PaneEntry | None:
         if p.pane_id == name or (p.agent and p.agent.upper() == name.upper()):
             return p
     return None
+
+
+def attach_argv(socket: str, pane_id: str) -> list[str]:
+    """The tmux command that shows ``pane_id`` of the private server in this terminal.
+
+    Examples
+    --------
+    >>> attach_argv("poli", "%3")  # doctest: +NORMALIZE_WHITESPACE
+    ['tmux', '-L', 'poli', 'select-window', '-t', '%3', ';', 'select-pane', '-t', '%3', ';',
+     'attach-session', '-t', '%3']
+    """
+    return [
+        "tmux", "-L", socket, "select-window", "-t", pane_id, ";",
+        "select-pane", "-t", pane_id, ";", "attach-session", "-t", pane_id,
+    ]  # fmt: skip
+
+
+def attach_env() -> dict[str, str]:
+    """The environment for a tmux client started from this process: not nested in tmux."""
+    return {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}

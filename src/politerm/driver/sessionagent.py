@@ -14,7 +14,6 @@ import pathlib
 import shlex
 import typing as t
 
-from politerm.agents.approval import ApprovalPolicy
 from politerm.agents.profile import load_profile
 from politerm.agents.state import AgentState
 from politerm.driver.agent import AgentDriver
@@ -60,13 +59,11 @@ def session_driver(
         profile = load_profile(row.profile if row else "generic")
         cwd = pathlib.Path(row.cwd) if row is not None and row.cwd else None
         env = None
-    routing = config.routing
     return AgentDriver(
         name,
         profile,
         term,
         store=store,
-        policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
         cwd=cwd,
         env=env,
         receipts=receipts,

@@ -56,6 +56,7 @@ if t.TYPE_CHECKING:
     from politerm.protocol.block import Block
     from politerm.protocol.report import Report
     from politerm.store.journal import Serves
+    from politerm.terminal import Snapshot
 
 #: What a nudge says (the turn's nonce is appended).
 NUDGE_TEXT = "If you are finished, emit the requested block (or report) now."
@@ -505,7 +506,7 @@ class _Turn:
         d.drift(drift, task_id=self.task_id)
         return self._answered()
 
-    async def _look_for_answer(self, snap: t.Any) -> None:
+    async def _look_for_answer(self, snap: Snapshot) -> None:
         answered = self.answer or self.report is not None or self.elsewhere
         if not answered and self.answered_elsewhere is not None and self.answered_elsewhere():
             self.elsewhere = True

@@ -3,8 +3,8 @@
 A task lives in the store of the router that runs it. ``poli answer`` (or the web page) on
 a machine whose store does not hold the task posts the answer as work of kind ``answer`` on
 the stream :data:`~politerm.engine.turnwork.TASK_ANSWERS` — the way an approval for an agent
-of another node goes on that agent's answer stream (:func:`~politerm.engine.fleetlink.
-answer_remote`) — and waits for the taker's word. The router holding the fleet's router
+of another node goes on that agent's answer stream (:func:`~politerm.engine.fleetboard.
+approve_remote`) — and waits for the taker's word. The router holding the fleet's router
 role takes it (:class:`TaskAnswers`) and applies it at once with the same call as a
 ``poli answer`` on its own machine, only if the task still asks the question named (a view
 names the one it showed; the command line names none), and says what it did.

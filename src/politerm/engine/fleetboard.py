@@ -21,10 +21,12 @@ import asyncio
 import contextlib
 import logging
 import math
+import secrets
 import typing as t
 
 from politerm._internal.aio import finish, listen, wait_any
 from politerm.agents.approval import list_pending
+from politerm.engine.turnwork import answer_stream
 from politerm.errors import FleetError, StaleAction
 from politerm.fleet.board import (
     ASKED,
@@ -487,21 +489,10 @@ def open_board(config: Config, store: RunStore | None = None) -> tuple[WorkQueue
     return queue, Board(queue)
 
 
-def read_board(config: Config, store: RunStore | None = None) -> list[dict[str, t.Any]]:
-    """Every row of the board once, as plain data (MCP ``list_agents``).
-
-    Raises
-    ------
-    FleetError
-        Redis could not be reached.
-    """
-    return read_fleet(config, store, asks=False)[0]
-
-
 def read_fleet(
     config: Config, store: RunStore | None = None, *, asks: bool = True
 ) -> tuple[list[dict[str, t.Any]], list[dict[str, t.Any]]]:
-    """The board's rows and the live routers' tasks' questions, once (``poli status``).
+    """The board's rows and the live routers' tasks' questions, once (``poli status``, MCP).
 
     Raises
     ------
@@ -535,13 +526,15 @@ def approve_remote(
     FleetError
         The node did not take the answer in time.
     """
-    from politerm.engine.fleetlink import answer_remote
+    from politerm.engine.fleetlink import post_answer
 
-    decision = "deny" if deny else "approve"
+    # The node answers the question named (asked, command) only while it is the open one.
+    payload: dict[str, t.Any] = {"decision": "deny" if deny else "approve", "by": by}
+    if asked is not None:
+        payload |= {"asked": asked, "command": command or ""}
+    work_id = f"answer-{agent}-{secrets.token_hex(4)}"
     try:
-        return answer_remote(queue, agent, decision, by=by, asked=asked, command=command)
-    except StaleAction:
-        raise
+        return post_answer(queue, work_id, answer_stream(agent), payload, agent)
     except FleetError as exc:
         if "no approval question" in str(exc):
             raise StaleAction(str(exc)) from None

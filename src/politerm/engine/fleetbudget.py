@@ -4,7 +4,7 @@ A node asks the fleet's breaker (:class:`~politerm.fleet.budget.FleetBudget`) be
 turn of the work it claims (:mod:`politerm.engine.node`). The agents placed where the
 router runs are not claimed from the queue: the router types their turns itself. So the
 router asks the same breaker before it types a new turn into one of them
-(:class:`RouterBreaker`, the router's :class:`~politerm.engine.routebase.TurnGate`), and
+(:class:`RouterBreaker`, what the router asks before it types a turn), and
 tells it what they spent, from this machine's token counts. A turn held back is shown as a
 node's paused work is: its task ``paused`` in ``poli status`` (with the breaker's reason),
 events ``budget-paused`` and ``budget-resumed``, a line in ``poli fleet budget`` and ``poli
@@ -92,7 +92,11 @@ class RouterBreaker:
         self._credit: dict[str, float] = {}
 
     async def admit(self, agent: str, task_id: str | None, *, handoff: bool = False) -> bool:
-        """Whether a new turn of ``agent`` may be typed now (:class:`TurnGate`).
+        """Whether a new turn of ``agent`` (for ``task_id``) may be typed now; counted if so.
+
+        False: its prompt waits (queued) and the agent's loop is woken when it may go on.
+        ``handoff``: asked before a block's commit begins the delivery, which may not
+        follow; the next ask within moments is then free.
 
         What the agent spent since it was last charged is charged first, in the same
         script, so its last turn counts against the caps its next one is asked about.

@@ -11,11 +11,10 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import typing as t
 
 from politerm.engine.fleetmeta import ROUTER_META
-from politerm.engine.turnwork import ANSWER_KIND, PAUSED, TURN_KIND, TurnReply, answer_stream
+from politerm.engine.turnwork import ANSWER_KIND, PAUSED, TURN_KIND, TurnReply
 from politerm.errors import Fenced, FleetError, LeaseLost, StaleAction, WorkInvalid
 from politerm.fleet.connect import connect_config
 from politerm.fleet.queue import WorkQueue
@@ -117,7 +116,7 @@ class Results:
 
 
 class FleetPost:
-    """A router's :class:`~politerm.engine.remote.TurnPost` over the fleet's queue.
+    """Where a router posts turns for other nodes and reads their replies: the fleet's queue.
 
     ``seat``: the router's hold on the fleet's router role; its posts carry the role's
     token, and the queue refuses them once another router took the role.
@@ -282,35 +281,6 @@ def router_seat(config: Config, store: RunStore, queue: WorkQueue) -> RouterSeat
     assert config.fleet is not None
     seat = f"{config.fleet.node}/{config.tmux.socket}/{config.tmux.session}"
     return RouterSeat(RouterRole(queue, seat, config.fleet.lease, os.getpid()), store)
-
-
-def answer_remote(
-    queue: WorkQueue,
-    agent: str,
-    decision: str,
-    *,
-    by: str,
-    asked: float | None = None,
-    command: str | None = None,
-) -> str:
-    """Give an approval to ``agent`` on its node (work of kind answer); what the node said.
-
-    ``asked`` and ``command`` name the question a view showed: the node answers it only if
-    it is still the open one (as :func:`politerm.ui.actions.approve` does on one machine).
-
-    Raises
-    ------
-    StaleAction
-        The question named is not the open one any more (the node said so).
-    FleetError
-        The node did not take it within :data:`ANSWER_WAIT`, or said why it could not (no
-        question waiting there).
-    """
-    payload: dict[str, t.Any] = {"decision": decision, "by": by}
-    if asked is not None:
-        payload |= {"asked": asked, "command": command or ""}
-    return post_answer(queue, f"answer-{agent}-{secrets.token_hex(4)}", answer_stream(agent),
-                       payload, agent)  # fmt: skip
 
 
 def post_answer(

@@ -26,15 +26,15 @@ from politerm.store.watch import EventCursor, StoreWatch
 if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver import AgentDriver, Host
-    from politerm.engine.fleetlink import RouterSeat
-    from politerm.engine.remote import AgentStates, TurnPost
-    from politerm.engine.routebase import TurnGate
+    from politerm.engine.fleetboard import BoardFeed
+    from politerm.engine.fleetbudget import RouterBreaker
+    from politerm.engine.fleetlink import FleetPost, RouterSeat
     from politerm.store import RunStore
     from politerm.store.models import Event, Task
 
 Printer = t.Callable[["Event"], None]
 Beside = t.Callable[
-    ["t.Mapping[str, AgentDriver]", "Host", "TurnGate | None"], t.Coroutine[t.Any, t.Any, None]
+    ["t.Mapping[str, AgentDriver]", "Host", "RouterBreaker | None"], t.Coroutine[t.Any, t.Any, None]
 ]
 """Work a router runs beside its loops over its own drivers (the message lanes), asking
 the router's gate (the fleet's budget) before a turn of one of them."""
@@ -174,7 +174,7 @@ async def _take_answers(config: Config, store: RunStore, seat: RouterSeat) -> No
 
 def _remote(
     config: Config, store: RunStore, seat: RouterSeat | None
-) -> tuple[TurnPost, list[str]] | None:
+) -> tuple[FleetPost, list[str]] | None:
     """The fleet's queue and the agents whose turns go through it (None without a fleet)."""
     elsewhere = here_config(config)[1]
     if not elsewhere:
@@ -190,7 +190,7 @@ def _board(
     local: list[str],
     remote: t.Collection[str],
     wake: t.Callable[[str], None],
-) -> contextlib.AbstractAsyncContextManager[AgentStates | None]:
+) -> contextlib.AbstractAsyncContextManager[BoardFeed | None]:
     """The fleet's board for this router (nothing without ``[fleet]``)."""
     if config.fleet is None:
         return contextlib.nullcontext(None)
@@ -201,7 +201,7 @@ def _board(
 
 def _breaker(
     config: Config, store: RunStore, agents: list[str], wake: t.Callable[[str], None]
-) -> contextlib.AbstractAsyncContextManager[TurnGate | None]:
+) -> contextlib.AbstractAsyncContextManager[RouterBreaker | None]:
     """The fleet's budget breaker in front of this router's own agents' turns."""
     if config.fleet is None:
         return contextlib.nullcontext(None)
@@ -288,31 +288,14 @@ async def follow_task(
         current = store.get_task(task_id)
         return current is None or current.state not in ACTIVE
 
-    lock = router_lock(config)
+    here = None if route_here is None else (router_lock(config), route_here)
     cursor = EventCursor(store, task_id=task_id, after=after)
-    show = printer or (lambda _e: None)
-    follower = asyncio.create_task(follow(store, show, cursor=cursor))
     try:
-        async with asyncio.timeout(timeout), StoreWatch(store.path) as watch:
-            while not settled():
-                if route_here is not None and lock.acquire():
-                    lock.release()
-                    with contextlib.suppress(RoutingError):  # another one took it first
-                        await route_here(settled)
-                    continue
-                changed = watch.event()
-                if settled():
-                    break
-                await watch.wait(LOCK_LOOK if route_here else FOLLOW_BACKSTOP, event=changed)
+        async with asyncio.timeout(timeout):
+            await _follow_until(store, settled, printer, cursor, here)
     except TimeoutError:
         msg = f"task {task_id} not finished within {timeout:g}s (it goes on; see `poli status`)"
         raise RoutingError(msg) from None
-    finally:
-        follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follower
-        for event in cursor.read():
-            show(event)
     final = store.get_task(task_id)
     assert final is not None
     return final
@@ -324,16 +307,31 @@ async def follow_until_idle(store: RunStore, printer: Printer | None = None) -> 
     def idle() -> bool:
         return not any(tk.state in ACTIVE for tk in store.list_tasks(active_only=True))
 
-    cursor = EventCursor(store)
+    await _follow_until(store, idle, printer, EventCursor(store))
+
+
+async def _follow_until(
+    store: RunStore,
+    settled: t.Callable[[], bool],
+    printer: Printer | None,
+    cursor: EventCursor,
+    here: tuple[RouterLock, Serve] | None = None,
+) -> None:
+    """Print ``cursor``'s events until ``settled()``; ``here``: route whenever no router runs."""
     show = printer or (lambda _e: None)
     follower = asyncio.create_task(follow(store, show, cursor=cursor))
     try:
         async with StoreWatch(store.path) as watch:
-            while True:
+            while not settled():
+                if here is not None and here[0].acquire():
+                    here[0].release()
+                    with contextlib.suppress(RoutingError):  # another one took it first
+                        await here[1](settled)
+                    continue
                 changed = watch.event()
-                if idle():
+                if settled():
                     break
-                await watch.wait(FOLLOW_BACKSTOP, event=changed)
+                await watch.wait(LOCK_LOOK if here else FOLLOW_BACKSTOP, event=changed)
     finally:
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -34,6 +34,7 @@ import logging
 import os
 import typing as t
 
+from politerm._internal.aio import wait_event
 from politerm.agents.approval import Decision, answer_pending, get_pending
 from politerm.agents.state import AgentState
 from politerm.driver import Expect, Outcome, run_turn
@@ -58,7 +59,7 @@ from politerm.protocol.block import MessageType
 from politerm.protocol.usage import Usage
 
 if t.TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
 
     from politerm.agents.approval import PendingApproval
     from politerm.config import Config
@@ -66,7 +67,8 @@ if t.TYPE_CHECKING:
     from politerm.engine.letters import Letter, Letters
     from politerm.engine.nodelease import Attempt
     from politerm.fleet.board import Board
-    from politerm.fleet.budget import Verdict
+    from politerm.fleet.budget import FleetBudget
+    from politerm.fleet.nodes import NodeQueue
     from politerm.fleet.work import Lease
     from politerm.store import RunStore
 
@@ -80,44 +82,6 @@ BUDGET_LOOK = 2.0
 FOLLOW_SETTLE = 1.0
 #: Block types that answer a loop turn (a status block is shown, never an answer).
 ANSWERS: t.Final = frozenset(m.value for m in MessageType) - {MessageType.STATUS.value}
-
-
-class NodeClaims(t.Protocol):
-    """What a node asks of the fleet's queue (:class:`politerm.fleet.nodes.NodeQueue`)."""
-
-    def claim(self, agents: Sequence[str], *, block: float) -> Lease | None:
-        """A lease on the next piece of work for one of ``agents``, waiting ``block`` s."""
-
-    def renew(self, lease: Lease) -> Lease:
-        """The lease extended; raises :class:`~politerm.errors.LeaseLost` when it is not."""
-
-    def check(self, lease: Lease) -> Lease:
-        """Renewed with more than the margin left (right before typing), or raise."""
-
-    def give_back(self, lease: Lease, error: str) -> None:
-        """End an attempt that could not run (the next claim starts another)."""
-
-    def park(self, lease: Lease, reason: str) -> None:
-        """Pause the work: a budget cap stopped it before anything was typed."""
-
-    def complete(self, lease: Lease, outcome: Mapping[str, t.Any]) -> None:
-        """Report the outcome; raises :class:`~politerm.errors.Fenced` when it is late."""
-
-    def heartbeat(self, agents: Sequence[str], load: Mapping[str, t.Any]) -> None:
-        """Say this node is alive, which agents it hosts and how busy it is."""
-
-
-class Breaker(t.Protocol):
-    """The fleet-wide budget breaker (:class:`politerm.fleet.budget.FleetBudget`)."""
-
-    def admit(self, agent: str) -> Verdict:
-        """Whether a new turn of ``agent`` may start (counted when it may)."""
-
-    def charge(self, agent: str, usage: Usage, cost: float = 0.0) -> Verdict:
-        """Add what a turn of ``agent`` spent."""
-
-    def peek(self, agent: str) -> Verdict:
-        """Whether a new turn of ``agent`` would be admitted now (nothing counted)."""
 
 
 class Node:
@@ -144,8 +108,8 @@ class Node:
         self,
         config: Config,
         store: RunStore,
-        queue: NodeClaims,
-        budget: Breaker | None = None,
+        queue: NodeQueue,
+        budget: FleetBudget | None = None,
         letters: Letters | None = None,
         board: Board | None = None,
     ) -> None:
@@ -205,7 +169,7 @@ class Node:
                     lease = await asyncio.to_thread(self._claim, free)
                 except FleetError as exc:
                     log.warning("node %s: claiming: %s", self.name, exc)
-                    await _sleep_unless(self.stopping, UNREACHABLE_BACKOFF)
+                    await wait_event(self.stopping, UNREACHABLE_BACKOFF)
                     continue
                 if lease is None:
                     continue
@@ -524,8 +488,3 @@ def _reply(result: TurnResult, node: str, epoch: int) -> TurnReply:
     delivered = delivery is None or delivery.got_in or delivery.submitted
     outcome = result.outcome.value if delivered else delivery.outcome.value  # type: ignore[union-attr]
     return TurnReply(delivered, outcome, result.blocks, result.error, node, epoch)
-
-
-async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)

@@ -24,7 +24,7 @@ from politerm.store.journal import JournalState, Serves, Workflow
 if t.TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from politerm.engine.node import NodeClaims
+    from politerm.fleet.nodes import NodeQueue
     from politerm.fleet.work import Lease
     from politerm.store import RunStore
     from politerm.store.journal import JournalRow
@@ -63,7 +63,7 @@ class Attempts:
         How long a lease lasts: it is renewed every third of that.
     """
 
-    def __init__(self, store: RunStore, queue: NodeClaims, node: str, lease_seconds: float) -> None:
+    def __init__(self, store: RunStore, queue: NodeQueue, node: str, lease_seconds: float) -> None:
         self.store, self.queue, self.node = store, queue, node
         self.lease_seconds = lease_seconds
         self.by_agent: dict[str, Attempt] = {}

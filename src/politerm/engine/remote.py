@@ -34,9 +34,10 @@ from politerm.store.models import MessageState, TaskState, TurnEnd
 if t.TYPE_CHECKING:
     from politerm.engine.effects import BlockEffects
     from politerm.engine.execute import Executor
+    from politerm.engine.fleetboard import BoardFeed
+    from politerm.engine.fleetlink import FleetPost
     from politerm.engine.routebase import Routing
     from politerm.engine.sending import Sending
-    from politerm.fleet.board import BoardRow
     from politerm.store.models import Message, Task, Turn
 
 log = logging.getLogger(__name__)
@@ -45,26 +46,6 @@ log = logging.getLogger(__name__)
 REMOTE_BACKSTOP = 5.0
 #: After the queue could not be reached, how long before trying again.
 UNREACHABLE_BACKOFF = 1.0
-
-
-class AgentStates(t.Protocol):
-    """The states of the agents of other nodes, as they publish them (the fleet's board)."""
-
-    def of(self, agent: str) -> BoardRow | None:
-        """``agent``'s newest row (None: its node never published it)."""
-
-
-class TurnPost(t.Protocol):
-    """Where a router posts turns for other nodes and reads their replies (the fleet queue)."""
-
-    def post(self, work: TurnWork) -> None:
-        """Submit ``work`` (posting one id twice keeps one)."""
-
-    def reply(self, work: TurnWork) -> TurnReply | None:
-        """The reply to ``work``, once its node sent one (or the queue gave up on it)."""
-
-    async def wait(self, work: TurnWork, timeout: float) -> None:
-        """Sleep until ``work``'s reply may have come, at most ``timeout`` seconds."""
 
 
 def work_id(msg: Message, nonce: str) -> str:
@@ -105,8 +86,8 @@ class RemoteTurns:
         executor: Executor,
         sending: Sending,
         effects: BlockEffects,
-        post: TurnPost,
-        states: AgentStates | None = None,
+        post: FleetPost,
+        states: BoardFeed | None = None,
     ) -> None:
         self.routing, self.store = routing, routing.store
         self.executor, self.sending, self.effects, self.post = executor, sending, effects, post

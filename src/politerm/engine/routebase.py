@@ -21,30 +21,15 @@ from politerm.protocol.contract import Contract, nonce_required
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
+    from politerm.engine.fleetbudget import RouterBreaker
     from politerm.protocol.block import Block
     from politerm.store import RunStore
     from politerm.store.models import Message
 
-__all__ = ["RESUME_META", "RESUME_MSG", "Begun", "LoopState", "Routing", "TurnGate"]
+__all__ = ["RESUME_META", "RESUME_MSG", "Begun", "LoopState", "Routing"]
 
 RESUME_META = "resume-state:"
 RESUME_MSG = "resume-message:"
-
-
-class TurnGate(t.Protocol):
-    """What a router asks before it types a new turn into one of its own agents.
-
-    In a fleet, the fleet's budget breaker (:class:`politerm.engine.fleetbudget.
-    RouterBreaker`): the caps apply to every turn of the project, whoever types it.
-    """
-
-    async def admit(self, agent: str, task_id: str | None, *, handoff: bool = False) -> bool:
-        """Whether a new turn of ``agent`` (for ``task_id``) may be typed now.
-
-        Counted when it may. False: its prompt waits (queued) and the gate wakes the
-        agent's loop when it may go on. ``handoff``: asked before a block's commit begins
-        the delivery, which may not follow; the next ask within moments is then free.
-        """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +94,7 @@ class Routing:
         *,
         templates: Templates | None = None,
         remote: t.Collection[str] = (),
-        gate: TurnGate | None = None,
+        gate: RouterBreaker | None = None,
     ) -> None:
         self.config = config
         self.gate = gate

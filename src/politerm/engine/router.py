@@ -26,7 +26,7 @@ import time
 import typing as t
 import zlib
 
-from politerm._internal.aio import wait_event
+from politerm._internal.aio import wait_any
 from politerm.agents.state import AgentState
 from politerm.engine import agentstep
 from politerm.engine.agentstep import IDLE_BACKSTOP
@@ -48,7 +48,8 @@ from politerm.store.watch import EventCursor, StoreWatch, agents_with_work
 
 if t.TYPE_CHECKING:
     from politerm.driver import AgentDriver, Observation
-    from politerm.engine.remote import AgentStates, TurnPost
+    from politerm.engine.fleetboard import BoardFeed
+    from politerm.engine.fleetlink import FleetPost
     from politerm.engine.routebase import Routing
     from politerm.store.models import Task, Turn
 
@@ -125,8 +126,8 @@ class Router:
         self,
         routing: Routing,
         *,
-        post: TurnPost | None = None,
-        states: AgentStates | None = None,
+        post: FleetPost | None = None,
+        states: BoardFeed | None = None,
     ) -> None:
         self.routing, self.config, self.store = routing, routing.config, routing.store
         self.agents, self.loops = routing.agents, routing.loops
@@ -194,7 +195,7 @@ class Router:
                 if until is not None and until():
                     break
                 bound = SCAN_EVERY if self._in_flight else IDLE_TICK
-                await _first(self.routing.stopping, committed, timeout=bound)
+                await wait_any(self.routing.stopping, committed, timeout=bound)
                 self._next_scan = 0.0 if committed.is_set() else self._next_scan
         finally:
             await watch.close()
@@ -236,7 +237,7 @@ class Router:
         # A block that ends the turn waits until the agent is idle (its spinner may still
         # show for a moment after the answer): look again on its next output.
         while True:
-            output = driver.output_event()
+            since = driver.mark()
             obs = await driver.observe(task_id=turn.task_id)
             if obs.state is AgentState.EXITED:
                 return
@@ -246,7 +247,7 @@ class Router:
             waiting = self.routing.loops[driver.name].held or driver.blocks_settling
             if not waiting or current is None or current.nonce != turn.nonce:
                 return
-            await wait_event(output, 0.25)
+            await driver.changed(0.25, since=since)
 
     # --- the loops ------------------------------------------------------------------------
 
@@ -254,7 +255,7 @@ class Router:
         loop = self.routing.loops[driver.name]
         # A delivery handed to this loop is typed even when the router is stopping.
         while not driver.dead and (not self.routing.stopping.is_set() or loop.handoff is not None):
-            output = driver.output_event()
+            since = driver.mark()
             loop.wake.clear()
             try:
                 # The service's message lanes type into the same driver: one at a time.
@@ -283,19 +284,7 @@ class Router:
                 return
             if loop.handoff is not None:
                 continue
-            waiters = [
-                asyncio.create_task(output.wait()),
-                asyncio.create_task(loop.wake.wait()),
-            ]
-            try:
-                await asyncio.wait(
-                    waiters,
-                    timeout=self._sleep_for(driver),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                for w in waiters:
-                    w.cancel()
+            await driver.changed(self._sleep_for(driver), since=since, wake=loop.wake)
             await asyncio.sleep(0)  # let the other loops run between bursts
 
     def _host_gone(self, driver: AgentDriver, why: str) -> None:
@@ -470,13 +459,3 @@ class Router:
         self.deadlines.check(time.time())
         for msg in self.store.expire_messages(time.time()):
             self.routing.event("dead-letter", msg, detail="ttl expired")
-
-
-async def _first(*events: asyncio.Event, timeout: float) -> None:
-    """Wait until any of ``events`` is set, at most ``timeout`` seconds."""
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waiters:
-            w.cancel()

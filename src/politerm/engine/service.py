@@ -163,16 +163,11 @@ class ServiceLock:
             return None  # being written this instant
 
 
-def router_argv(config_path: pathlib.Path | None) -> list[str]:
-    """The router the service supervises: ``poli route`` on this interpreter."""
+def child_argv(kind: str, config_path: pathlib.Path | None) -> list[str]:
+    """What a service supervises: ``poli route`` (``poli node`` for a node) on this interpreter."""
     extra = ["--config", str(config_path.resolve())] if config_path is not None else []
-    return [sys.executable, "-m", "politerm", "route", "--as-service", *extra]
-
-
-def node_argv(config_path: pathlib.Path | None) -> list[str]:
-    """The fleet node the node service supervises: ``poli node`` on this interpreter."""
-    extra = ["--config", str(config_path.resolve())] if config_path is not None else []
-    return [sys.executable, "-m", "politerm", "node", "--as-service", *extra]
+    command = "route" if kind == ROUTER else "node"
+    return [sys.executable, "-m", "politerm", command, "--as-service", *extra]
 
 
 def log_path(config: Config, kind: str = ROUTER) -> pathlib.Path:
@@ -232,7 +227,7 @@ def _spawn(config: Config, config_path: pathlib.Path | None, kind: str) -> subpr
     private_dir(log.parent)
     session = [config.tmux.socket, config.tmux.session]
     argv = [sys.executable, "-m", "politerm.engine.service", "--kind", kind, *session, "--"]
-    argv += router_argv(config_path) if kind == ROUTER else node_argv(config_path)
+    argv += child_argv(kind, config_path)
     env = {**os.environ, "POLI_PROJECT": str(config.project.root), "PYTHONUNBUFFERED": "1"}
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:

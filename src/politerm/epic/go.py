@@ -22,22 +22,18 @@ import time
 import typing as t
 import uuid
 
-from politerm.agents.approval import ApprovalPolicy
+from politerm._internal.private import RedactedFile
 from politerm.agents.bundled import FAKE_AGENT_MODULE
 from politerm.agents.profile import load_profile
 from politerm.driver import AgentDriver, Host
-from politerm.driver.limits import LimitPolicy
+from politerm.driver.limits import driver_settings
 from politerm.driver.stop import StopControl
 from politerm.epic.items import pick_source
 from politerm.epic.prompt import item_prompt, operator_note
-from politerm.epic.session import (
-    SessionOutcome,
-    TranscriptWriter,
-    run_session,
-    transcript_header,
-)
+from politerm.epic.session import SessionOutcome, run_session, transcript_header
 from politerm.epic.summary import summarize
 from politerm.errors import EpicError
+from politerm.protocol.parser import clean_line
 from politerm.redact import Redactor, install_log_redaction
 from politerm.store.epics import (
     EpicStore,
@@ -354,7 +350,7 @@ class EpicRunner:
         item: WorkItem,
         sid: str,
         outcome: SessionOutcome,
-        transcript: TranscriptWriter | None,
+        transcript: RedactedFile | None,
     ) -> SessionRecord:
         report = outcome.report
         texts = [outcome.error or ""]
@@ -394,7 +390,7 @@ class EpicRunner:
 
     def _transcript(
         self, run_id: str, sid: str, item: str, *, file_id: str | None = None
-    ) -> TranscriptWriter | None:
+    ) -> RedactedFile | None:
         if self.options.tee is not None:
             path = self.options.tee
         elif self.config.epic.transcripts:
@@ -402,12 +398,13 @@ class EpicRunner:
             path = base / f"{file_id or sid}.log"
         else:
             return None
-        return TranscriptWriter(path, self.redactor, header=transcript_header(sid, item))
+        header = transcript_header(sid, item)
+        return RedactedFile(path, self.redactor, clean=clean_line, header=header)
 
     # --- sessions -------------------------------------------------------------------------
 
     async def _session(
-        self, prompt: str, sid: str, label: str, transcript: TranscriptWriter | None
+        self, prompt: str, sid: str, label: str, transcript: RedactedFile | None
     ) -> SessionOutcome:
         self._item, self._since = label, time.monotonic()
         driver = await self._start(label, sid)
@@ -481,10 +478,7 @@ class EpicRunner:
             # The agent's own hooks report beside the store (the screen decides without them).
             hooks_dir=self.store.path.parent / "hooks" / "epic",
             store=self.store,
-            policy=ApprovalPolicy.of(
-                self.config.routing.approval, self.config.routing.approval_patterns
-            ),
-            limits=LimitPolicy(**self.config.limits.model_dump()),
+            **driver_settings(self.config),
         )
         if self._host is not None:
             socket = self.config.tmux.socket

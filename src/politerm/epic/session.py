@@ -11,85 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
 import time
 import typing as t
 
 from politerm.driver.turn import Expect, TurnOutcome
 from politerm.errors import AgentExited, AgentTimeout
-from politerm.protocol.parser import clean_line
 from politerm.protocol.report import Report, ReportStatus
-from politerm.redact import LineRedactor
-from politerm.store.db import FILE_MODE, ensure_private_dir
 from politerm.store.epics import SessionStatus
 from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
-    import pathlib
     from collections.abc import Callable
 
     from politerm.driver import AgentDriver
     from politerm.driver.stop import StopControl
-    from politerm.redact import Redactor
 
-#: A transcript line without a newline is written anyway once it is this long.
-MAX_LINE = 65536
 #: What a session's turn ended as, when it did not end with a report.
 _STATUS = {TurnOutcome.ABORTED: SessionStatus.ABORTED}
 #: The turn's progress words as the session's status line says them.
 _WORDS = {"answered": "report received"}
-
-
-class TranscriptWriter:
-    """Appends a session's output to a file (mode 0600) as clean text lines, redacted.
-
-    Escape sequences are dropped and carriage-return overdraws resolved
-    (:func:`~politerm.protocol.parser.clean_line`); each complete line is redacted before it
-    is written, and private key blocks are held back until they can be redacted whole.
-    """
-
-    def __init__(self, path: pathlib.Path, redactor: Redactor, *, header: str = "") -> None:
-        self.path = path
-        ensure_private_dir(path.parent)
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-        os.fchmod(self._fd, FILE_MODE)
-        self._lines = LineRedactor(redactor)
-        self._tail = ""
-        if header:
-            self._write([header])
-
-    @property
-    def redactions(self) -> int:
-        """How many secrets were replaced so far."""
-        return self._lines.count
-
-    def write(self, text: str) -> None:
-        """Take the next chunk of output."""
-        *complete, self._tail = (self._tail + text).split("\n")
-        if len(self._tail) > MAX_LINE:
-            complete.append(self._tail)
-            self._tail = ""
-        out: list[str] = []
-        for line in complete:
-            out += self._lines.push(clean_line(line))
-        self._write(out)
-
-    def _write(self, lines: list[str]) -> None:
-        if self._fd is None or not lines:
-            return
-        data = ("\n".join(lines) + "\n").encode("utf-8", "replace")
-        while data:
-            data = data[os.write(self._fd, data) :]
-
-    def close(self) -> None:
-        """Write what is left (redacted) and close the file."""
-        if self._fd is None:
-            return
-        out = self._lines.push(clean_line(self._tail)) if self._tail.strip() else []
-        self._tail = ""
-        self._write(out + self._lines.flush())
-        os.close(self._fd)
-        self._fd = None
 
 
 @dataclasses.dataclass(frozen=True)

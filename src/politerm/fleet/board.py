@@ -30,7 +30,8 @@ import typing as t
 from politerm.fleet import _scripts
 from politerm.fleet.keys import check_name
 from politerm.fleet.nodes import MISSED_BEATS
-from politerm.fleet.work import redact_payload, to_json
+from politerm.fleet.work import to_json
+from politerm.redact import map_strings
 
 if t.TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -212,7 +213,7 @@ class Board:
                     "asked": float(approval.get("asked") or 0.0),
                 },
             }
-            clean = redact_payload(bounded, self.queue.redact)
+            clean = map_strings(bounded, self.queue.redact)
             text = to_json(clean, f"the board row of {agent}")
             args += [field(node, agent), clean["state"], text]
         for task, ask in sorted((asks or {}).items()):
@@ -235,7 +236,7 @@ class Board:
             "agent": _clip(ask.get("agent")),
             "asked": float(ask.get("asked") or 0.0),
         }
-        clean = redact_payload(bounded, self.queue.redact)
+        clean = map_strings(bounded, self.queue.redact)
         return to_json(clean, f"the question of task {task}")
 
     def ask_records(self) -> list[dict[str, t.Any]]:

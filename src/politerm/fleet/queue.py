@@ -41,10 +41,9 @@ from politerm.fleet.work import (
     WorkKind,
     WorkRecord,
     WorkState,
-    redact_payload,
     to_json,
 )
-from politerm.redact import Redactor
+from politerm.redact import Redactor, map_strings
 
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -228,7 +227,7 @@ class WorkQueue:
         Fenced
             ``router`` does not hold the router role (any more): nothing was queued.
         """
-        payload = to_json(redact_payload(dict(work.payload), self.redact), f"work {work.id}")
+        payload = to_json(map_strings(dict(work.payload), self.redact), f"work {work.id}")
         if self.redact(work.id) != work.id:
             msg = f"work id {work.id!r} looks like a secret: choose another id"
             raise WorkInvalid(msg)
@@ -429,7 +428,7 @@ class WorkQueue:
             The attempt had been fenced: the outcome was rejected and recorded as a late
             result (:meth:`late_results`).
         """
-        text = to_json(redact_payload(dict(outcome), self.redact), f"the outcome of {lease}")
+        text = to_json(map_strings(dict(outcome), self.redact), f"the outcome of {lease}")
         with self.conn.talking(f"completing {lease}"):
             reply = self._complete(
                 keys=[

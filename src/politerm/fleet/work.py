@@ -19,7 +19,7 @@ from politerm.errors import WorkInvalid
 from politerm.fleet.keys import check_name
 
 if t.TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
 __all__ = [
     "Lease",
@@ -29,7 +29,6 @@ __all__ = [
     "WorkRecord",
     "WorkState",
     "check_work_id",
-    "redact_payload",
 ]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
@@ -85,23 +84,6 @@ def check_work_id(work_id: str) -> str:
         msg = f"work id {work_id!r}: expected letters, digits, '_', '.', ':', '-' (at most 200)"
         raise WorkInvalid(msg)
     return work_id
-
-
-def redact_payload(value: t.Any, redact: Callable[[str], str]) -> t.Any:
-    """Every string inside a JSON value redacted with ``redact`` (keys are names, kept).
-
-    Examples
-    --------
-    >>> redact_payload({"prompt": "pw=1", "n": [1, "pw=2"]}, lambda s: s.replace("pw=", "*"))
-    {'prompt': '*1', 'n': [1, '*2']}
-    """
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {str(k): redact_payload(v, redact) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_payload(v, redact) for v in value]
-    return value
 
 
 def to_json(value: t.Any, what: str) -> str:

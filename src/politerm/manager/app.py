@@ -9,38 +9,28 @@ kernel drops it when its process dies, so a ``kill -9`` never leaves a stale loc
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
-import os
+import pathlib
 import re
 import signal
 import typing as t
 
+from politerm._internal.pidlock import PidLock
 from politerm.errors import BrainError, ManagerError
-from politerm.manager.agent_brain import AgentBrain
 from politerm.manager.brain import API_BRAINS, resolve_key
 from politerm.manager.channels import FileChannel
 from politerm.manager.engine import EventSink, Manager
+from politerm.manager.pane import AgentBrain, PaneChannel
 from politerm.manager.store import Channel, ManagerStore
 from politerm.redact import Redactor
 from politerm.store import RunStore
-from politerm.store.db import FILE_MODE, ensure_private_dir
 
 if t.TYPE_CHECKING:
-    import pathlib
-    import types
     from collections.abc import Mapping
 
     from politerm.config import Config
     from politerm.manager.brain import Brain
     from politerm.manager.channels import DevChannel
     from politerm.manager.store import Project
-
-
-def open_store(config: Config, redactor: Redactor | None = None) -> ManagerStore:
-    """The manager tables of the configured run store."""
-    store = RunStore.for_config(config)
-    return ManagerStore(store, redactor or Redactor(config.redact.patterns))
 
 
 def make_brain(
@@ -59,22 +49,18 @@ def make_brain(
         Its SDK is missing.
     """
     settings = config.manager.brain
-    if settings.provider in API_BRAINS:
-        try:
-            return _api_brain(config, resolve_key(settings, env))
-        except BrainError as exc:
-            if not lazy:
-                raise
-            return _Unusable(settings.provider, exc), Redactor(config.redact.patterns)
-    redactor = Redactor(config.redact.patterns)
-    return AgentBrain(config), redactor
-
-
-def _api_brain(config: Config, key: str) -> tuple[Brain, Redactor]:
-    settings = config.manager.brain
-    # The key itself, whatever its shape, is redacted on every path this manager writes.
-    redactor = Redactor([*config.redact.patterns, re.escape(key)])
-    return API_BRAINS[settings.provider](settings, key, redactor), redactor
+    patterns = config.redact.patterns
+    if settings.provider not in API_BRAINS:
+        return AgentBrain(config), Redactor(patterns)
+    try:
+        key = resolve_key(settings, env)
+        # The key itself, whatever its shape, is redacted on every path this manager writes.
+        redactor = Redactor([*patterns, re.escape(key)])
+        return API_BRAINS[settings.provider](settings, key, redactor), redactor
+    except BrainError as exc:
+        if not lazy:
+            raise
+        return _Unusable(exc), Redactor(patterns)
 
 
 def channel_factory(
@@ -83,14 +69,9 @@ def channel_factory(
     """Builds a project's dev channel: its own setting, else ``[manager] channel``."""
 
     def build(project: Project) -> DevChannel:
-        import pathlib
-
-        kind = project.channel or config.manager.channel
-        root = pathlib.Path(project.path)
-        if kind == Channel.FILE.value:
+        if (project.channel or config.manager.channel) == Channel.FILE.value:
+            root = pathlib.Path(project.path)
             return FileChannel(root, stable_seconds=config.manager.file_stable_seconds)
-        from politerm.manager.pane import PaneChannel
-
         return PaneChannel(config, project, store)
 
     return build
@@ -105,7 +86,7 @@ def build_manager(
 ) -> Manager:
     """A :class:`Manager` over the configured store, brain and channels."""
     brain, redactor = make_brain(config, env, lazy=lazy)
-    store = open_store(config, redactor)
+    store = ManagerStore(RunStore.for_config(config), redactor)
     if isinstance(brain, AgentBrain):
         brain.store = store.store
     return Manager(
@@ -136,8 +117,7 @@ async def run_interruptible(manager: Manager, name: str) -> Project:
 class _Unusable:
     """A brain that could not be built; every call says why."""
 
-    def __init__(self, provider: str, error: BrainError) -> None:
-        self.label = f"{provider}:unavailable"
+    def __init__(self, error: BrainError) -> None:
         self.error = error
 
     async def ask(self, prompt: str, *, system: str) -> str:
@@ -147,43 +127,26 @@ class _Unusable:
         return None
 
 
-class ProjectLock:
-    """An exclusive ``flock`` on one project, beside the run store (mode 0600).
+class ProjectLock(PidLock):
+    """The exclusive lock on one project, beside the run store (its holder's pid inside).
 
     Raises
     ------
     ManagerError
-        From :meth:`acquire`, when another process holds it (the message names its pid).
+        From :meth:`take`, when another process holds it (the message names its pid).
     """
 
     def __init__(self, store_path: pathlib.Path, name: str) -> None:
-        self.path = store_path.parent / f"manager-{name}.lock"
+        super().__init__(store_path.parent / f"manager-{name}.lock")
         self.name = name
-        self._fd: int | None = None
 
-    def acquire(self) -> t.Self:
+    def take(self) -> t.Self:
         """Take the lock at once or raise."""
-        ensure_private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            msg = f"project {self.name!r} is driven by another poli manager (pid {holder})"
-            raise ManagerError(msg) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._fd = fd
+        if not self.acquire():
+            pid = self.holder() or "?"
+            msg = f"project {self.name!r} is driven by another poli manager (pid {pid})"
+            raise ManagerError(msg)
         return self
-
-    def release(self) -> None:
-        """Drop the lock (idempotent)."""
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
 
     @property
     def held(self) -> bool:
@@ -191,12 +154,7 @@ class ProjectLock:
         return self._fd is not None
 
     def __enter__(self) -> t.Self:
-        return self.acquire()
+        return self.take()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: types.TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.release()

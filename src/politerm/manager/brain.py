@@ -7,7 +7,7 @@ backoff on 429, 5xx, timeouts and dropped connections, and one clear error for a
 (:class:`~politerm.errors.BrainModelError`). The SDKs' own retries are off so that this is
 the only policy. A body the SDK cannot read becomes a
 :class:`~politerm.errors.BrainReplyError`, which the engine retries once like any malformed
-reply. The brain that is a politerm agent lives in :mod:`politerm.manager.agent_brain`.
+reply. The brain that is a politerm agent lives in :mod:`politerm.manager.pane`.
 """
 
 from __future__ import annotations
@@ -38,11 +38,6 @@ _MAX_DELAY: t.Final = 30.0
 
 class Brain(t.Protocol):
     """What the engine needs from a brain."""
-
-    @property
-    def label(self) -> str:
-        """Provider and model, for status lines and events."""
-        ...
 
     async def ask(self, prompt: str, *, system: str) -> str:
         """One reply to ``prompt`` under ``system``; raises :class:`BrainError` subclasses."""
@@ -103,7 +98,7 @@ def _status(exc: BaseException) -> int | None:
 
 
 class ApiBrain:
-    """Shared call policy of the SDK brains; subclasses implement :meth:`_call`.
+    """Shared call policy of the SDK brains; subclasses implement :meth:`_connect`, :meth:`_call`.
 
     Parameters
     ----------
@@ -120,6 +115,7 @@ class ApiBrain:
     provider: t.ClassVar[str] = ""
     #: Exception types of the SDK that mean "the connection failed or timed out: retry".
     transient: tuple[type[BaseException], ...] = ()
+    _client: t.Any
 
     def __init__(
         self,
@@ -136,6 +132,7 @@ class ApiBrain:
         self._sleep = sleep
         self.calls = 0
         self.retries = 0
+        self._connect(key)
 
     @property
     def label(self) -> str:
@@ -145,11 +142,16 @@ class ApiBrain:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.label!r})"  # never the key
 
+    def _connect(self, key: str) -> None:
+        """Build the SDK's client (``_client``) and name its ``transient`` errors."""
+        raise NotImplementedError
+
     async def _call(self, prompt: str, system: str) -> str:
         raise NotImplementedError
 
     async def aclose(self) -> None:
-        """Nothing to release beyond what the SDK client closes itself."""
+        """Close the SDK's HTTP client."""
+        await self._client.close()
 
     def _clean(self, exc: BaseException) -> str:
         text = " ".join(str(exc).split()) or type(exc).__name__
@@ -235,14 +237,13 @@ class GeminiBrain(ApiBrain):
 
     provider = "gemini"
 
-    def __init__(self, settings: BrainSettings, key: str, redactor: Redactor, **kw: t.Any):
-        super().__init__(settings, key, redactor, **kw)
+    def _connect(self, key: str) -> None:
         genai = _need("google.genai", "gemini")
         types = _need("google.genai.types", "gemini")
         self._types = types
         options = {"api_version": "v1beta"}
-        if settings.base_url:
-            options["base_url"] = settings.base_url
+        if self.settings.base_url:
+            options["base_url"] = self.settings.base_url
         self._client = genai.Client(api_key=key, http_options=types.HttpOptions(**options))
         self.transient = tuple(_transport_errors())
 
@@ -267,11 +268,10 @@ class AnthropicBrain(ApiBrain):
 
     provider = "anthropic"
 
-    def __init__(self, settings: BrainSettings, key: str, redactor: Redactor, **kw: t.Any):
-        super().__init__(settings, key, redactor, **kw)
+    def _connect(self, key: str) -> None:
         anthropic = _need("anthropic", "anthropic")
         self._client = anthropic.AsyncAnthropic(
-            api_key=key, base_url=settings.base_url or None, max_retries=0
+            api_key=key, base_url=self.settings.base_url or None, max_retries=0
         )
         self.transient = (anthropic.APIConnectionError,)
 
@@ -286,20 +286,15 @@ class AnthropicBrain(ApiBrain):
             str(getattr(block, "text", "")) for block in message.content if block.type == "text"
         )
 
-    async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self._client.close()
-
 
 class OpenAIBrain(ApiBrain):
     """OpenAI through ``openai`` (Chat Completions, which every compatible server speaks)."""
 
     provider = "openai"
 
-    def __init__(self, settings: BrainSettings, key: str, redactor: Redactor, **kw: t.Any):
-        super().__init__(settings, key, redactor, **kw)
+    def _connect(self, key: str) -> None:
         openai = _need("openai", "openai")
-        base = settings.base_url.rstrip("/")
+        base = self.settings.base_url.rstrip("/")
         if base and not base.endswith("/v1"):
             base += "/v1"
         self._client = openai.AsyncOpenAI(api_key=key, base_url=base or None, max_retries=0)
@@ -317,10 +312,6 @@ class OpenAIBrain(ApiBrain):
         if not response.choices:
             return ""
         return str(response.choices[0].message.content or "")
-
-    async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self._client.close()
 
 
 def _transport_errors() -> list[type[BaseException]]:

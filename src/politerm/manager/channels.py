@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import pathlib
 import time
 import typing as t
 
 import watchfiles
 
+from politerm._internal.private import private_dir, write_private
 from politerm.errors import DevChannelError, DevStepTimeout
-from politerm.store.db import FILE_MODE, ensure_private_dir
 
 INSTRUCTIONS_DIR: t.Final = "dev_instructions"
 INSTRUCTION_FILE: t.Final = "next_step.txt"
@@ -36,11 +35,6 @@ END_MARKER: t.Final = "END_OF_REPORT"
 
 class DevChannel(t.Protocol):
     """What the engine needs from the way to the dev agent."""
-
-    @property
-    def label(self) -> str:
-        """Where instructions go, for status lines."""
-        ...
 
     async def send(self, task_id: str, step: int, instruction: str) -> None:
         """Hand ``instruction`` (step ``step`` of ``task_id``) to the dev agent.
@@ -88,23 +82,6 @@ def instruction_text(step: int, instruction: str, task_id: str = "") -> str:
     )
 
 
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a private temporary file and a rename.
-
-    A reader sees the old file or the whole new one, never a half-written one.
-    """
-    ensure_private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        os.fchmod(fd, FILE_MODE)
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    tmp.replace(path)
-
-
 def strip_end_marker(text: str) -> tuple[str, bool]:
     r"""The report without its end-marker line, and whether it had one.
 
@@ -131,8 +108,6 @@ class FileChannel:
     stable_seconds
         A report file without the end marker counts as complete once no change was seen
         for this long.
-    clock
-        Timestamps for processed file names.
     """
 
     def __init__(
@@ -140,20 +115,13 @@ class FileChannel:
         root: pathlib.Path,
         *,
         stable_seconds: float = 2.0,
-        clock: t.Callable[[], float] = time.time,
     ) -> None:
         self.root = root
         self.stable_seconds = stable_seconds
-        self._clock = clock
         self.instruction_path = root / INSTRUCTIONS_DIR / INSTRUCTION_FILE
         self.logs = root / LOGS_DIR
         self.report_path = self.logs / REPORT_FILE
         self.processed = self.logs / PROCESSED_DIR
-
-    @property
-    def label(self) -> str:
-        """``files in <root>``."""
-        return f"files in {self.root}"
 
     async def send(self, task_id: str, step: int, instruction: str) -> None:
         """Write ``next_step.txt`` atomically unless it already holds this very step."""
@@ -162,8 +130,8 @@ class FileChannel:
             if self.instruction_path.read_text(encoding="utf-8") == text:
                 return
         try:
-            write_atomic(self.instruction_path, text)
-            ensure_private_dir(self.logs)
+            write_private(self.instruction_path, text, sync=True)
+            private_dir(self.logs)
         except OSError as exc:
             msg = f"cannot write {self.instruction_path}: {exc.strerror or exc}"
             raise DevChannelError(msg) from None
@@ -174,8 +142,8 @@ class FileChannel:
 
     def _take(self, key: str) -> str:
         """Move the report to ``processed/`` (timestamped, with the step) and return it."""
-        ensure_private_dir(self.processed)
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock()))
+        private_dir(self.processed)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         target = self.processed / f"{self.report_path.stem}_{stamp}_{key}.txt"
         try:
             self.report_path.replace(target)
@@ -211,7 +179,7 @@ class FileChannel:
         if done is not None:  # taken before a crash, not yet recorded
             return strip_end_marker(done.read_text(encoding="utf-8", errors="replace"))[0]
         try:
-            ensure_private_dir(self.logs)
+            private_dir(self.logs)
         except OSError as exc:
             msg = f"cannot create {self.logs}: {exc.strerror or exc}"
             raise DevChannelError(msg) from None
@@ -258,5 +226,4 @@ __all__ = [
     "FileChannel",
     "instruction_text",
     "strip_end_marker",
-    "write_atomic",
 ]

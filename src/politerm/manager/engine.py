@@ -100,7 +100,7 @@ class Manager:
             self.store.select(name)  # keep a running or paused task where it is
             return project
         self._move(name, S.LOADING_PROJECT, f"loading {project.path}")
-        root = _path(project.path)
+        root = pathlib.Path(project.path)
         if not root.is_dir():
             self._move(name, S.ERROR_PROJECT, f"{root} is not a directory", error=str(root))
             msg = f"project {name!r}: {root} is not a directory"
@@ -157,7 +157,7 @@ class Manager:
             return project
         channel = self._channels.get(name)
         if channel is not None:
-            with _suppress_channel():
+            with contextlib.suppress(DevChannelError, AgentError):
                 await channel.interrupt()
         question = f"step interrupted by the user during {project.state.value}; what now?"
         return self._move(
@@ -189,7 +189,7 @@ class Manager:
     async def aclose(self) -> None:
         """Close the channels and the brain."""
         for channel in self._channels.values():
-            with _suppress_channel():
+            with contextlib.suppress(DevChannelError, AgentError):
                 await channel.aclose()
         self._channels.clear()
         await self.brain.aclose()
@@ -213,7 +213,9 @@ class Manager:
         shown = live[:-1] if latest is not None else live
         overview = None
         if not project.overview_sent:
-            overview = await asyncio.to_thread(project_overview, _path(project.path), self.limits)
+            overview = await asyncio.to_thread(
+                project_overview, pathlib.Path(project.path), self.limits
+            )
         prompt = planning_prompt(
             overall_goal=project.goal,
             task_goal=project.task_goal or "",
@@ -391,11 +393,3 @@ def _line(text: str, width: int = 100) -> str:
     """
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first if len(first) <= width else first[: width - 1] + "…"
-
-
-def _path(value: str) -> pathlib.Path:
-    return pathlib.Path(value)
-
-
-def _suppress_channel() -> contextlib.suppress:
-    return contextlib.suppress(DevChannelError, AgentError)

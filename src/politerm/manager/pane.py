@@ -1,30 +1,41 @@
-"""The pane channel: the dev agent is a politerm agent in the private tmux server.
+"""The manager's agents in the private tmux server: the dev agent and an agent as the brain.
 
-Everything about the agent goes through :class:`~politerm.driver.AgentDriver`: start (or
-attach to the agent a previous manager left running), dialogs, confirmed delivery, approvals
-by policy and ``poli approve``, STUCK, timeouts, and the fenced report ``poli:<step id>``
-that ends each step. The step id (task id + step number) makes a report of an older step
-useless for a newer one.
+The dev agent of the pane channel and the brain that is a politerm agent (e.g. a ``claude``
+TUI) are both a :class:`PaneAgent`: one agent in its own session, attached if a previous manager
+left it running, else started (:meth:`~politerm.driver.Host.find_or_start`); everything about
+it goes through :class:`~politerm.driver.AgentDriver`: dialogs, confirmed delivery, approvals
+by policy and ``poli approve``, STUCK, timeouts, and the fenced report ``poli:<id>`` that ends
+each turn. The step id (task id + step number) makes a report of an older step useless for a
+newer one. The brain's reply id is fresh per call; the report's ``details`` hold its whole
+answer (an instruction, ``NEED_USER_INPUT: …``, ``TASK_COMPLETE …`` or ``SYSTEM_ERROR: …``),
+which the engine parses exactly like an API model's reply.
 
 After a crash the agent usually still runs in its pane. Before delivering a step the channel
 reads the pane's history: the step's report already there is taken as it is. Each step's
-prompt has its row in the journal of turns (``manager-step``, written by the driver); a step
-whose row says delivered but not reported is not typed again — the agent is only asked to
-finish it and print its report.
+prompt has its row in the journal of turns (``manager-step``, written by the driver); a row
+still open is settled by the driver's one recovery (:func:`~politerm.driver.leftover.resume`):
+a step the agent has is never typed again, only its report awaited (the driver nudges an
+agent that went idle without it).
 """
 
 from __future__ import annotations
 
 import pathlib
 import re
+import secrets
 import typing as t
 
 from politerm.agents.approval import ApprovalPolicy
-from politerm.driver import AgentDriver, Expect, Host, TurnOutcome
+from politerm.driver import Expect, Host, TurnOutcome
+from politerm.driver.leftover import resume
 from politerm.errors import (
     AgentError,
+    BrainError,
+    BrainReplyError,
+    BrainTimeout,
     DevChannelError,
     DevStepTimeout,
+    ManagerError,
     ReportError,
     TmuxError,
 )
@@ -33,6 +44,7 @@ from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
+    from politerm.driver import AgentDriver
     from politerm.manager.store import Project
     from politerm.store import RunStore
 
@@ -53,13 +65,25 @@ details: |
 If you cannot go on without a person, write `status: needs_help` and add a line
 `escalation: why`. The report must be the last thing you print."""
 
-FINISH_TEMPLATE: t.Final = """\
-If you have finished the step with STEP_ID={step_id}, print its report now; otherwise finish \
-it first. The report is the fenced poli:<STEP_ID> block described in that step."""
+REPLY_TEMPLATE: t.Final = """\
+{system}
+
+{prompt}
+
+---
+Give your answer as a report in exactly this shape, replacing <STEP_ID> with this reply's id,
+STEP_ID={reply_id}
+
+```poli:<STEP_ID>
+status: success
+commit_msg: reply
+details: |
+  Your whole answer: the instruction, or NEED_USER_INPUT: …, or TASK_COMPLETE …,
+  or SYSTEM_ERROR: …
+```"""
 
 #: The dev agent's step, as the journal of turns names the record its prompts serve.
 STEP_RECORD: t.Final = "manager-step"
-"""Event written when a step's instruction is confirmed delivered to the dev agent."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -123,36 +147,135 @@ async def close_sessions(config: Config, projects: t.Iterable[str] | None = None
     return stopped
 
 
-async def start_agent(
-    config: Config,
-    host: Host,
-    *,
-    name: str,
-    profile: str,
-    argv: list[str],
-    setting: str,
-    cwd: pathlib.Path,
-    store: RunStore | None,
-) -> AgentDriver:
-    """Attach to agent ``name`` on ``host`` if it runs, else start it there.
+class PaneAgent:
+    """One manager agent in its own session of the private tmux server.
 
-    The approval policy is the configured one (``[routing] approval``); questions it leaves
-    open are answered with ``poli approve <name>``.
+    Parameters
+    ----------
+    config
+        Timeouts, tmux and the approval policy (``[routing] approval``; questions it leaves
+        open are answered with ``poli approve <name>``).
+    store
+        Where the driver records events and pending approvals.
+    host
+        The terminal host (default: the configured private tmux server).
+    session, name, profile, argv, setting, cwd
+        Its session, agent name, profile, command (empty: the profile's), the key that
+        chooses the command (named when it is not found), its working directory.
     """
-    routing = config.routing
-    return await host.find_or_start(
-        name,
-        profile,
-        argv=argv,
-        cwd=cwd,
-        setting=setting,
-        ready_timeout=config.timeouts.ready,
-        store=store,
-        policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
-    )
+
+    #: How it is named in errors.
+    role: t.ClassVar[str] = "the dev agent"
+    #: What a turn without a report in time, a malformed report and any other failure raise.
+    timeout_error: t.ClassVar[type[ManagerError]] = DevStepTimeout
+    report_error: t.ClassVar[type[ManagerError]] = DevChannelError
+    error: t.ClassVar[type[ManagerError]] = DevChannelError
+
+    def __init__(
+        self,
+        config: Config,
+        store: RunStore | None,
+        host: Host | None,
+        *,
+        session: str,
+        name: str,
+        profile: str,
+        argv: list[str],
+        setting: str,
+        cwd: pathlib.Path,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.name = name
+        self.profile = profile
+        self._argv = argv
+        self._setting = setting
+        self._cwd = cwd
+        self._host = (host or Host.of(config)).on(session)
+        self._own_host = host is None
+        self._driver: AgentDriver | None = None
+
+    async def driver(self) -> AgentDriver:
+        """The agent's driver: attached to its pane if it runs, else started there."""
+        if self._driver is None or self._driver.dead:
+            routing = self.config.routing
+            try:
+                self._driver = await self._host.find_or_start(
+                    self.name,
+                    self.profile,
+                    argv=self._argv,
+                    cwd=self._cwd,
+                    setting=self._setting,
+                    ready_timeout=self.config.timeouts.ready,
+                    store=self.store,
+                    policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
+                )
+            except (AgentError, TmuxError) as exc:
+                msg = f"{self.role} {self.name} ({self.profile}) could not start: {exc}"
+                raise self.error(msg) from None
+        return self._driver
+
+    async def _turn(
+        self,
+        prompt: str,
+        sid: str,
+        what: str,
+        timeout: float,
+        serves: Serves,
+        task_id: str | None = None,
+    ) -> Report:
+        """Deliver ``prompt`` and return the fenced report ``poli:<sid>`` that answers it.
+
+        Its row left open by a manager that died (the agent may have the prompt) is settled
+        first: the prompt is typed again only if nothing of it reached the agent.
+        """
+        driver = await self.driver()
+        rows = [] if self.store is None else self.store.journal_of(serves.record, serves.key)
+        row = next((r for r in rows if r.open), None)
+        snap = None if row is None else await driver.snapshot()
+        found = None if row is None or snap is None else await resume(driver, row, prompt, snap)
+        result = await driver.run_turn(
+            prompt,
+            Expect.fenced_report(sid),
+            timeout=timeout,
+            task_id=task_id,
+            serves=serves,
+            nonce=None if row is None else row.nonce,
+            start=None if row is None else row.start_line,
+            resumed=None if found is None else found.resumed,
+        )
+        if result.outcome is TurnOutcome.ANSWERED and result.report is not None:
+            return result.report
+        if result.outcome in (TurnOutcome.TIMEOUT, TurnOutcome.IDLE):
+            msg = f"no report from {self.role} for {what}: {result.error}"
+            raise self.timeout_error(msg)
+        msg = f"{self.role} {self.name}: {result.outcome.value}: {result.error}"
+        bad = result.outcome is TurnOutcome.REPORT_ERROR
+        raise (self.report_error if bad else self.error)(msg)
+
+    async def interrupt(self) -> None:
+        """Press the agent's interrupt key (its current turn stops)."""
+        if self._driver is not None and not self._driver.dead:
+            await self._driver.press(self._driver.profile.interrupt_key)
+
+    async def aclose(self) -> None:
+        """Leave the agent running in its pane (a later manager attaches to it)."""
+        self._driver = None
+        if self._own_host:
+            await self._host.close()
+
+    async def kill(self) -> None:
+        """Kill the agent's process tree, then close as :meth:`aclose`.
+
+        Left open, this agent's control clients would try to reconnect once the server
+        goes, and their tasks would outlive the caller's event loop.
+        """
+        if self._driver is not None:
+            await self._driver.kill()
+        await self.aclose()
 
 
-class PaneChannel:
+class PaneChannel(PaneAgent):
     """The dev agent in a tmux pane, driven by the agent driver.
 
     Parameters
@@ -176,56 +299,22 @@ class PaneChannel:
         *,
         host: Host | None = None,
     ) -> None:
-        self.config = config
-        self.project = project
-        self.store = store
-        self.profile_name = project.agent or config.manager.dev_agent
-        self.agent_name = f"DEV-{_UNSAFE.sub('_', project.name)}"
-        self.session = session_name(config, project.name)
-        self._host = (host or Host.of(config)).on(self.session)
-        self._own_host = host is None
-        self._driver: AgentDriver | None = None
+        super().__init__(
+            config,
+            store,
+            host,
+            session=session_name(config, project.name),
+            name=f"DEV-{_UNSAFE.sub('_', project.name)}",
+            profile=project.agent or config.manager.dev_agent,
+            argv=config.manager.dev_command,
+            setting="manager.dev_command",
+            cwd=pathlib.Path(project.path),
+        )
         self._instructions: dict[str, str] = {}
-
-    @property
-    def label(self) -> str:
-        """``<agent> in tmux session <session>``."""
-        return f"{self.agent_name} ({self.profile_name}) in tmux session {self.session}"
-
-    async def driver(self) -> AgentDriver:
-        """The dev agent's driver: attached to its pane if it runs, else started there."""
-        if self._driver is None or self._driver.dead:
-            try:
-                self._driver = await start_agent(
-                    self.config,
-                    self._host,
-                    name=self.agent_name,
-                    profile=self.profile_name,
-                    argv=self.config.manager.dev_command,
-                    setting="manager.dev_command",
-                    cwd=pathlib.Path(self.project.path),
-                    store=self.store,
-                )
-            except (AgentError, TmuxError) as exc:
-                msg = f"dev agent {self.agent_name} ({self.profile_name}) could not start: {exc}"
-                raise DevChannelError(msg) from None
-        return self._driver
-
-    def _delivered(self, sid: str) -> bool:
-        # A manager that died after the driver confirmed the step never types it again.
-        if self.store is None:
-            return False
-        return any(r.delivered is not None for r in self.store.journal_of(STEP_RECORD, (sid,)))
 
     async def send(self, task_id: str, step: int, instruction: str) -> None:
         """Keep the instruction; it is delivered (with confirmation) by :meth:`report`."""
         self._instructions[step_id(task_id, step)] = instruction
-
-    async def _history(self, driver: AgentDriver) -> str:
-        try:
-            return "\n".join(await driver.history())
-        except TmuxError:
-            return ""
 
     async def report(self, task_id: str, step: int, timeout: float) -> str:
         """Deliver the step (unless the agent already has it) and wait for its report.
@@ -239,49 +328,71 @@ class PaneChannel:
         """
         driver = await self.driver()
         sid = step_id(task_id, step)
-        found = _report_in(await self._history(driver), sid)
+        try:
+            history = "\n".join(await driver.history())
+        except TmuxError:
+            history = ""
+        found = _report_in(history, sid)
         if found is not None:  # reported while no manager was watching
             return report_text(found)
-        if self._delivered(sid):
-            prompt = FINISH_TEMPLATE.format(step_id=sid)
-        else:
-            instruction = self._instructions.get(sid, "")
-            prompt = REPORT_TEMPLATE.format(instruction=instruction.strip(), step_id=sid)
-        result = await driver.run_turn(
-            prompt,
-            Expect.fenced_report(sid),
-            timeout=timeout,
-            task_id=task_id,
-            serves=Serves(Workflow.MANAGER, STEP_RECORD, (sid,)),
+        instruction = self._instructions.get(sid, "").strip()
+        prompt = REPORT_TEMPLATE.format(instruction=instruction, step_id=sid)
+        serves = Serves(Workflow.MANAGER, STEP_RECORD, (sid,))
+        report = await self._turn(prompt, sid, f"step {step}", timeout, serves, task_id)
+        return report_text(report)
+
+
+class AgentBrain(PaneAgent):
+    """The brain as an agent TUI in its own session (started once, then reused).
+
+    Parameters
+    ----------
+    config
+        ``[manager.brain] agent`` (profile) and ``command``, tmux and timeouts.
+    store
+        Where the driver records events and pending approvals.
+    host
+        The terminal host (default: the configured private tmux server).
+    """
+
+    role = "the brain agent"
+    timeout_error = BrainTimeout
+    report_error = BrainReplyError
+    error = BrainError
+
+    def __init__(
+        self, config: Config, store: RunStore | None = None, *, host: Host | None = None
+    ) -> None:
+        self.settings = config.manager.brain
+        super().__init__(
+            config,
+            store,
+            host,
+            session=session_name(config, "brain"),
+            name="BRAIN",
+            profile=self.settings.agent,
+            argv=self.settings.command,
+            setting="manager.brain.command",
+            cwd=pathlib.Path.cwd(),
         )
-        if result.outcome is TurnOutcome.ANSWERED and result.report is not None:
-            return report_text(result.report)
-        if result.outcome in (TurnOutcome.TIMEOUT, TurnOutcome.IDLE):
-            msg = f"no report from the dev agent for step {step}: {result.error}"
-            raise DevStepTimeout(msg)
-        msg = f"dev agent {self.agent_name}: {result.outcome.value}: {result.error}"
-        raise DevChannelError(msg)
 
-    async def interrupt(self) -> None:
-        """Press the agent's interrupt key (its current step stops)."""
-        if self._driver is not None and not self._driver.dead:
-            await self._driver.press(self._driver.profile.interrupt_key)
+    async def ask(self, prompt: str, *, system: str) -> str:
+        """Deliver the prompt and read the reply from the agent's fenced report.
 
-    async def aclose(self) -> None:
-        """Leave the agent running in its pane (a later manager attaches to it)."""
-        self._driver = None
-        if self._own_host:
-            await self._host.close()
-
-    async def kill(self) -> None:
-        """Kill the dev agent's process tree, then close as :meth:`aclose`.
-
-        Left open, this channel's control clients would try to reconnect once the server
-        goes, and their tasks would outlive the caller's event loop.
+        Raises
+        ------
+        BrainTimeout
+            No report within ``call_timeout`` (or the agent went idle without one).
+        BrainReplyError
+            The report was malformed.
+        BrainError
+            The agent exited, got stuck or could not be typed into.
         """
-        if self._driver is not None:
-            await self._driver.kill()
-        await self.aclose()
+        rid = f"brain-{secrets.token_hex(4)}"
+        text = REPLY_TEMPLATE.format(system=system, prompt=prompt, reply_id=rid)
+        serves = Serves(Workflow.MANAGER, "brain-call", (rid,))
+        report = await self._turn(text, rid, f"reply {rid}", self.settings.call_timeout, serves)
+        return report.details or report.commit_msg
 
 
 def _report_in(history: str, sid: str) -> Report | None:

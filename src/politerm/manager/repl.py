@@ -10,9 +10,7 @@ in a history file (0600) with secrets redacted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import shlex
 import typing as t
 
@@ -21,9 +19,10 @@ from prompt_toolkit.completion import DynamicCompleter, NestedCompleter, WordCom
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from politerm._internal.aio import finish
+from politerm._internal.private import append_private
 from politerm.errors import PolitermError
 from politerm.manager.states import ManagerState
-from politerm.store.db import FILE_MODE, ensure_private_dir
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -57,10 +56,7 @@ class RedactingHistory(FileHistory):
     """prompt_toolkit's file history, private (0600) and with secrets redacted."""
 
     def __init__(self, path: pathlib.Path, redactor: Redactor) -> None:
-        ensure_private_dir(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-        os.fchmod(fd, FILE_MODE)
-        os.close(fd)
+        append_private(path, "")  # made 0600 before prompt_toolkit opens it
         self._redactor = redactor
         super().__init__(str(path))
 
@@ -115,17 +111,8 @@ class Repl:
 
     def _completer(self) -> Completer:
         names = WordCompleter([p.name for p in self.store.list_projects()])
-        return NestedCompleter.from_nested_dict(
-            {
-                "project": {"add": None, "list": None, "select": names},
-                "goal": None,
-                "input": None,
-                "status": None,
-                "stop": None,
-                "quit": None,
-                "help": None,
-            }
-        )
+        project = {"add": None, "list": None, "select": names}
+        return NestedCompleter.from_nested_dict(dict.fromkeys(COMMANDS) | {"project": project})
 
     def _prompt(self) -> str:
         selected = self.store.selected()
@@ -185,7 +172,7 @@ class Repl:
         """Take the project's lock (before any state is written) unless held already."""
         lock = self._locks.get(name)
         if lock is None or not lock.held:
-            self._locks[name] = self._lock_for(name).acquire()
+            self._locks[name] = self._lock_for(name).take()
 
     def _launch(self, name: str) -> None:
         self._hold(name)
@@ -195,8 +182,6 @@ class Repl:
     async def _drive(self, name: str) -> None:
         try:
             project = await self.manager.run(name)
-        except asyncio.CancelledError:
-            raise
         except PolitermError as exc:
             self.say(f"[{name}] error: {exc}")
             return
@@ -216,9 +201,7 @@ class Repl:
         self._task = self._running = None
         if task is None or task.done():
             return None
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await finish(task)
         return name
 
     async def _interrupt(self) -> None:

@@ -64,8 +64,6 @@ _IN_TASK: t.Final = frozenset(
     }
 )
 
-ERROR_STATES: t.Final = frozenset(s for s in ManagerState if s.is_error)
-
 _S = ManagerState
 # Leaving a task (stop, a new project) is allowed from every state where one can be running;
 # pausing (Ctrl-C) from every state of a running task.
@@ -109,19 +107,6 @@ TRANSITIONS: t.Final[t.Mapping[ManagerState, frozenset[ManagerState]]] = {
 """Every allowed move: ``TRANSITIONS[a]`` holds the states ``a`` may go to."""
 
 
-def can_transition(current: ManagerState, target: ManagerState) -> bool:
-    """Whether the machine allows ``current`` → ``target``.
-
-    Examples
-    --------
-    >>> can_transition(ManagerState.CALLING_BRAIN, ManagerState.WAITING_DEV_REPORT)
-    True
-    >>> can_transition(ManagerState.IDLE, ManagerState.TASK_COMPLETE)
-    False
-    """
-    return target in TRANSITIONS[current]
-
-
 def check_transition(current: ManagerState | str, target: ManagerState | str) -> ManagerState:
     """Return ``target`` as a state if ``current`` may move to it; raise otherwise.
 
@@ -144,7 +129,7 @@ def check_transition(current: ManagerState | str, target: ManagerState | str) ->
     except ValueError as exc:
         msg = f"unknown manager state: {exc}"
         raise ManagerStateError(msg) from None
-    if not can_transition(a, b):
+    if b not in TRANSITIONS[a]:
         msg = f"manager cannot go from {a.value} to {b.value}"
         raise ManagerStateError(msg)
     return b

@@ -134,27 +134,9 @@ def check_name(name: str) -> str:
     return name
 
 
-_FIELDS: t.Final = frozenset(
-    {
-        "goal",
-        "channel",
-        "agent",
-        "task_id",
-        "task_goal",
-        "task_status",
-        "summary",
-        "summaries",
-        "turn_count",
-        "step",
-        "brain_calls",
-        "overview_sent",
-        "last_instruction",
-        "last_report",
-        "question",
-        "result",
-        "error",
-    }
-)
+# What a move may write: every column but the key and the row's own bookkeeping.
+_KEYS: t.Final = ("name", "path", "created", "updated")
+_FIELDS: t.Final = frozenset(f.name for f in dataclasses.fields(Project)).difference(_KEYS)
 
 
 def _project(row: sqlite3.Row) -> Project:
@@ -224,9 +206,7 @@ class ManagerStore(StoreTables):
 
     def get_project(self, name: str) -> Project | None:
         """The project called ``name``, if any."""
-        with self.store._reading() as c:
-            row = c.execute("SELECT * FROM manager_projects WHERE name = ?", (name,)).fetchone()
-        return _project(row) if row else None
+        return self.store._one(_project, "SELECT * FROM manager_projects WHERE name = ?", name)
 
     def project(self, name: str) -> Project:
         """The project called ``name``.
@@ -245,9 +225,7 @@ class ManagerStore(StoreTables):
 
     def list_projects(self) -> list[Project]:
         """Every project, by name."""
-        with self.store._reading() as c:
-            rows = c.execute("SELECT * FROM manager_projects ORDER BY name").fetchall()
-        return [_project(r) for r in rows]
+        return self.store._all(_project, "SELECT * FROM manager_projects ORDER BY name")
 
     def select(self, name: str) -> None:
         """Remember ``name`` as the selected project."""
@@ -262,7 +240,7 @@ class ManagerStore(StoreTables):
     # --- state ----------------------------------------------------------------------------
 
     def _set(self, c: sqlite3.Connection, name: str, fields: t.Mapping[str, t.Any]) -> None:
-        unknown = set(fields) - _FIELDS - {"state"}
+        unknown = set(fields) - _FIELDS
         if unknown:
             msg = f"unknown project fields: {', '.join(sorted(unknown))}"
             raise ManagerProjectError(msg)
@@ -331,11 +309,8 @@ class ManagerStore(StoreTables):
 
     # --- turns ----------------------------------------------------------------------------
 
-    def add_turn(self, name: str, role: Role, text: str, **fields: t.Any) -> Turn:
-        """Append a turn to the project's current task (and bump its turn count).
-
-        ``fields`` are written to the project in the same transaction.
-        """
+    def add_turn(self, name: str, role: Role, text: str) -> Turn:
+        """Append a turn to the project's current task (and bump its turn count)."""
         text = self._kept(text)
         with self.store._writing() as c:
             p = c.execute(
@@ -353,24 +328,19 @@ class ManagerStore(StoreTables):
             c.execute(
                 "UPDATE manager_projects SET turn_count = turn_count + 1 WHERE name = ?", (name,)
             )
-            if fields:
-                self._set(c, name, fields)
         self._audit("manager.turn", project=name, task=turn.task_id, role=role.value, text=text)
         return turn
 
-    def turns(self, name: str, *, task_id: str | None = None, live: bool = False) -> list[Turn]:
-        """Turns of the project's current task (or ``task_id``), oldest first.
+    def turns(self, name: str, *, live: bool = False) -> list[Turn]:
+        """Turns of the project's current task, oldest first.
 
         ``live`` keeps only the turns not yet folded into the context summary.
         """
-        if task_id is None:
-            task_id = self.project(name).task_id
+        task_id = self.project(name).task_id
         sql = "SELECT * FROM manager_turns WHERE project = ? AND task_id = ?"
         if live:
             sql += " AND summarized = 0"
-        with self.store._reading() as c:
-            rows = c.execute(sql + " ORDER BY id", (name, task_id)).fetchall()
-        return [_turn(r) for r in rows]
+        return self.store._all(_turn, sql + " ORDER BY id", name, task_id)
 
     def fold_summary(self, name: str, summary: str, turn_ids: t.Sequence[int]) -> Project:
         """Replace the context summary and mark ``turn_ids`` as summarized, in one transaction."""

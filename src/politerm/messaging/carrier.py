@@ -136,11 +136,8 @@ class Carrier:
         why = f"attempt {mail.attempts}: {reply.outcome}{where}: {reply.error}"
         if reply.outcome in (Outcome.AGENT_EXITED.value, DEAD_LETTERED):
             self.m.change(mail, MailState.DEAD, reason=why)
-        elif mail.attempts >= mail.max_attempts:
-            reason = f"not delivered after {mail.attempts} attempts; last {why}"
-            self.m.change(mail, MailState.DEAD, reason=reason)
         else:
-            self.m.change(mail, MailState.QUEUED, reason=why)
+            self.m.not_delivered(mail, why)
 
     async def responses(self, fleet: FleetMail) -> None:
         """Take the responses other nodes send to this machine's requests, as they come."""

@@ -101,7 +101,7 @@ class Tools:
         FleetError
             Redis could not be reached (one line; the other nodes' agents are unknown).
         """
-        from politerm.engine.fleetboard import read_board
+        from politerm.engine.fleetboard import read_fleet
         from politerm.engine.placement import here_config
 
         config = self.m.config
@@ -110,7 +110,7 @@ class Tools:
         away = set(here_config(config)[1])
         local = [{**a, "node": node} for a in listed if a["name"] not in away]
         names = {a["name"] for a in local}
-        board = read_board(config)
+        board = read_fleet(config, asks=False)[0]
         remote = [
             {
                 "name": r["agent"],

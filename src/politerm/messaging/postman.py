@@ -74,9 +74,10 @@ from politerm.store.mail import Mail, MailKind, MailState
 if t.TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from politerm.engine.routebase import TurnGate
+    from politerm.engine.fleetbudget import RouterBreaker
     from politerm.messaging.protocol import ResponseLine
     from politerm.messaging.service import Messenger
+    from politerm.terminal import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class Postman:
         settle: float = 1.0,
         fleet: FleetMail | None = None,
         owned: Mapping[str, AgentDriver] | None = None,
-        gate: TurnGate | None = None,
+        gate: RouterBreaker | None = None,
     ) -> None:
         self.m = messenger
         self.gate = gate
@@ -239,8 +240,9 @@ class Postman:
         nxt = self.m.mailbox.next_expiry()
         if nxt is not None:
             bound = min(bound, max(0.0, nxt - time.time()) + 0.01)
-        events = [self.wake, *(d.output_event() for d in senders)]
-        waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(e.wait()) for e in events]
+        waiters: list[asyncio.Future[t.Any]] = [asyncio.ensure_future(self.wake.wait())]
+        # A sender's change counts from its mark taken here, not from when its task first runs.
+        waiters += [asyncio.ensure_future(d.changed(bound, since=d.mark())) for d in senders]
         lanes: list[asyncio.Future[t.Any]] = [x for x in self.lanes.values() if not x.done()]
         try:
             await asyncio.wait([*waiters, *lanes], timeout=bound, return_when="FIRST_COMPLETED")
@@ -349,15 +351,8 @@ class Postman:
                 self._dead_letters(mail.recipient, f"receiver {mail.recipient} exited: {evidence}")
                 return
             why = f"attempt {mail.attempts}: {result.outcome.value}: {evidence}"
-            if mail.attempts >= mail.max_attempts:
-                self.m.change(
-                    mail,
-                    MailState.DEAD,
-                    reason=f"not delivered after {mail.attempts} attempts; last {why}",
-                )
+            if self.m.not_delivered(mail, why) is MailState.DEAD:
                 self.say(f"{mail.id} dead after {mail.attempts} attempts")
-            else:
-                self.m.change(mail, MailState.QUEUED, reason=why)
         finally:
             driver.policy = base
 
@@ -433,7 +428,9 @@ class Postman:
                 continue  # typed by a fleet node, under its work's lease: not ours to settle
             self.m.change(mail, MailState.QUEUED, reason="settled after a restart: never typed")
 
-    async def _settle(self, driver: AgentDriver, mail: Mail, row: JournalRow, snap: t.Any) -> str:
+    async def _settle(
+        self, driver: AgentDriver, mail: Mail, row: JournalRow, snap: Snapshot
+    ) -> str:
         """A DELIVERING mail's fate from the receiver itself (:func:`resume`), in a word."""
         text = self.m.request_text(mail)
         found = await resume(driver, row, text, snap)

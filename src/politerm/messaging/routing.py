@@ -18,8 +18,8 @@ if t.TYPE_CHECKING:
 
     from politerm.config import Config
     from politerm.driver import AgentDriver, Host
+    from politerm.engine.fleetbudget import RouterBreaker
     from politerm.engine.loop import Printer
-    from politerm.engine.routebase import TurnGate
     from politerm.engine.session import Session
     from politerm.store import RunStore
     from politerm.store.models import Task
@@ -47,7 +47,7 @@ async def serve(
     """
 
     async def lanes(
-        owned: Mapping[str, AgentDriver], host: Host | None, gate: TurnGate | None
+        owned: Mapping[str, AgentDriver], host: Host | None, gate: RouterBreaker | None
     ) -> None:
         await Postman(messenger, host, say=say, owned=owned, gate=gate).run()
 

@@ -42,9 +42,6 @@ USER: t.Final = "user"
 ENV_POSTMAN: t.Final = "POLI_POSTMAN"
 """``off`` stops ``poli send``/``reply`` and MCP tools from starting the project's service."""
 
-DEFAULT_TTL: t.Final = 3600.0
-DEFAULT_MAX_ATTEMPTS: t.Final = 3
-
 
 @dataclasses.dataclass(frozen=True)
 class Identity:
@@ -382,6 +379,15 @@ class Messenger:
         """
         began = mail.updated if mail.state is MailState.DELIVERING else True
         self.change(mail, MailState.DELIVERED, delivered=began, started=True, reason=reason)
+
+    def not_delivered(self, mail: Mail, why: str) -> MailState:
+        """An attempt that did not get in: QUEUED for another, DEAD once the attempts ran out."""
+        if mail.attempts < mail.max_attempts:
+            self.change(mail, MailState.QUEUED, reason=why)
+            return MailState.QUEUED
+        reason = f"not delivered after {mail.attempts} attempts; last {why}"
+        self.change(mail, MailState.DEAD, reason=reason)
+        return MailState.DEAD
 
     def dead_letters(self, recipient: str, reason: str) -> list[Mail]:
         """Every open message to ``recipient`` becomes a dead letter with ``reason``; those."""

@@ -5,19 +5,3 @@ runs one in a tmux session (one window per step, window 0 the control window);
 :mod:`.state` keeps a run's state in the run store and ``.poli/state.<run id>``;
 :mod:`.handoff` and :mod:`.worktrees` join parallel steps back together.
 """
-
-from __future__ import annotations
-
-from politerm.pipeline.model import Gate, Pipeline, RunStatus, Step, StepStatus
-from politerm.pipeline.parser import load_pipeline, parse_pipeline, split_columns
-
-__all__ = [
-    "Gate",
-    "Pipeline",
-    "RunStatus",
-    "Step",
-    "StepStatus",
-    "load_pipeline",
-    "parse_pipeline",
-    "split_columns",
-]

@@ -141,9 +141,7 @@ def launch(
             "--scenario", FAKE_SCENARIO, "--log", str(log), "--name", f"step-{step.num}",
         ]  # fmt: skip
         if headless:
-            argv = [
-                *_wrapper(steps_dir, step.num, attempt), "--fake-log", str(log), "--", *argv,
-            ]  # fmt: skip
+            argv = [*_wrapper(steps_dir, step.num, attempt), "--", *argv, "--print"]
         return Launch(cli, profile, tuple(argv), headless, log, interactive)
     try:
         profile = load_profile(cli)

@@ -17,7 +17,7 @@ import typing as t
 
 import psutil
 
-from politerm._internal.proctree import process_tree
+from politerm._internal.proctree import kill_processes
 from politerm.config import load_config
 from politerm.driver import Host
 from politerm.errors import HookError, PipelineError, TmuxError
@@ -26,22 +26,22 @@ from politerm.pipeline import worktrees
 from politerm.pipeline.agents import find_pipeline
 from politerm.pipeline.model import FINISHED_RUN, Pipeline, RunStatus
 from politerm.pipeline.parser import load_pipeline
-from politerm.pipeline.runner import PipelineRunner, new_record, start_run
+from politerm.pipeline.runner import PipelineRunner, start_run
 from politerm.pipeline.state import (
+    RunRecord,
     RunState,
     answer_question,
     latest_run_id,
     project_runs,
     read_question,
+    session_name,
     state_path,
     steps_dir,
 )
-from politerm.pipeline.stepagent import terminate
 from politerm.store import RunStore
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
-    from politerm.pipeline.state import RunRecord
 
 Say = t.Callable[[str], None]
 
@@ -94,7 +94,7 @@ async def run_new(
     project: pathlib.Path,
     task: str,
     cli: str,
-    run_id: str | None = None,
+    run_id: str,
     headless: bool = False,
     unsafe: bool = False,
     use_worktrees: bool = False,
@@ -120,22 +120,24 @@ async def run_new(
     require_clis(pipeline, cli, override=cli_override)
     config, store = open_project(project)
     try:
-        record = new_record(
-            pipeline,
-            project=project,
-            task=task,
-            cli=cli,
-            socket=config.tmux.socket,
+        record = RunRecord(
             run_id=run_id,
+            pipeline=str(pipeline.path),
+            pipeline_name=pipeline.name,
+            project=str(project),
+            task=task,
+            session=session_name(project, run_id),
+            socket=config.tmux.socket,
+            cli=cli,
             headless=headless,
             unsafe=unsafe,
-            use_worktrees=use_worktrees,
+            worktrees=use_worktrees,
             on_fail=on_fail,
+            cli_override=cli_override,
+            auto_approve=auto_approve,
+            agents=[str(d.resolve()) for d in agents],
+            handoff_dir=layout_for(pipeline.path, config.pipeline.handoff_dir).directory,
         )
-        record.cli_override = cli_override
-        record.auto_approve = auto_approve
-        record.agents = [str(d.resolve()) for d in agents]
-        record.handoff_dir = layout_for(pipeline.path, config.pipeline.handoff_dir).directory
         state = start_run(pipeline, record, store)
         await PipelineRunner(pipeline, state, config, say=say).run()
         await _close_if_finished(config, state, keep=keep, say=say)
@@ -208,10 +210,12 @@ async def abort_run(*, project: pathlib.Path, run_id: str | None = None) -> RunS
             )  # fmt: skip
             raise PipelineError(msg)
         if rec.pid is not None and _is_runner(rec.pid):
-            await asyncio.to_thread(_stop_runner, rec.pid)
+            # SIGTERM: the runner saves its state and exits (10 s, then SIGKILL).
+            runner = [psutil.Process(rec.pid)]
+            await asyncio.to_thread(kill_processes, runner, grace=10.0, what="the runner")
         state = RunState.load(store, rid)  # the runner saved its last state on the way out
         rec = state.record
-        await _kill_session(config, rec)
+        await _close_session(config, state)
         if rec.worktrees:
             with contextlib.suppress(PipelineError):
                 await asyncio.to_thread(worktrees.abort_merge, project)
@@ -248,11 +252,9 @@ async def close_run(*, project: pathlib.Path, run_id: str | None = None) -> RunS
                 f"`poli abort --run-id {rid}`"
             )
             raise PipelineError(msg)
-        if not await _kill_session(config, rec):
+        if not await _close_session(config, state):
             msg = f"run {rid} ({rec.status.value}) has no session left to close"
             raise PipelineError(msg)
-        _remove_hooks(state)
-        state.event("pipeline.closed", f"session {rec.session} closed")
         return state
     finally:
         store.close()
@@ -268,61 +270,43 @@ async def _close_if_finished(
         if say is not None:
             say(f"session {rec.session} kept; close it with `poli down --run-id {rec.run_id}`")
         return
-    if await _kill_session(config, rec):
-        _remove_hooks(state)
-        state.event("pipeline.closed", f"session {rec.session} closed")
-        if say is not None:
-            say(f"session {rec.session} closed")
+    if await _close_session(config, state) and say is not None:
+        say(f"session {rec.session} closed")
 
 
-def _remove_hooks(state: RunState) -> None:
-    """The finished run's session is closed: its steps' hook channels go with it."""
+async def _session_up(config: Config, rec: RunRecord) -> bool:
+    host = Host.of(config, rec.session, socket=rec.socket)
+    try:
+        return await host.up_anywhere()
+    except TmuxError:
+        return False
+    finally:
+        await host.close()
+
+
+async def _close_session(config: Config, state: RunState) -> bool:
+    """Stop the run's agents and kill its session; False if it was not there.
+
+    Its steps' hook channels go with it; its last session takes the private server, its
+    socket file and config with it.
+    """
+    rec = state.record
+    host = Host.of(config, rec.session, socket=rec.socket)
+    try:
+        if not await host.up_anywhere():
+            return False
+        await host.stop_agents()
+        await host.kill()
+    except TmuxError:
+        return False  # the server is gone: nothing of the run is left running in it
+    finally:
+        await host.close()
     try:
         remove_hooks_dir(state.steps_dir / "hooks")
     except HookError as exc:
         state.event("pipeline.hooks", f"hooks directory left: {exc}")
-
-
-async def _session_up(config: Config, rec: RunRecord) -> bool:
-    server = Host.of(config).server
-    server.socket_name = rec.socket
-    try:
-        return await server.has_session(rec.session)
-    except TmuxError:
-        return False
-
-
-async def _kill_session(config: Config, rec: RunRecord) -> bool:
-    """Kill the run's session and every process tree in it; False if it was not there.
-
-    Its last session takes the private server, socket file and config with it.
-    """
-    server = Host.of(config).server
-    server.socket_name = rec.socket
-    try:
-        if not await server.has_session(rec.session):
-            return False
-        client = await server.connect(rec.session)
-        lines = await client.cmd("list-panes", "-s", "-t", f"={rec.session}", "-F", "#{pane_pid}")
-        procs = [p for pid in lines if pid.isdigit() for p in process_tree(int(pid))]
-        await server.kill_session(rec.session)
-        await asyncio.to_thread(terminate, procs)
-    except TmuxError:
-        return False  # the server is gone: nothing of the run is left running in it
-    finally:
-        await server.close()
+    state.event("pipeline.closed", f"session {rec.session} closed")
     return True
-
-
-def _stop_runner(pid: int, grace: float = 10.0) -> None:
-    proc = psutil.Process(pid)
-    with contextlib.suppress(psutil.Error):
-        proc.terminate()  # SIGTERM: the runner saves its state and exits
-        proc.wait(grace)
-    with contextlib.suppress(psutil.Error):
-        if proc.is_running():
-            proc.kill()
-            proc.wait(grace)
 
 
 def answer(project: pathlib.Path, run_id: str | None, reply: str, *, by: str) -> dict[str, t.Any]:

@@ -91,7 +91,6 @@ def split_columns(line: str) -> list[str]:
 class _Context:
     known_clis: Collection[str] | None
     agent_exists: Callable[[str], bool] | None
-    read: Callable[[pathlib.Path], str]
     agent_where: str = ""
     problems: list[PipelineSyntaxError] = dataclasses.field(default_factory=list)
     headers: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
@@ -260,7 +259,7 @@ def _include(
         ctx.problem(path, lineno, f"@include {target}: includes nested too deep")
         return []
     try:
-        text = ctx.read(inc)
+        text = inc.read_text(encoding="utf-8")
     except OSError as exc:
         ctx.problem(path, lineno, f"@include {target}: cannot read {inc}: {exc.strerror}")
         ctx.include_failed = True
@@ -314,7 +313,6 @@ def parse_pipeline(
     *,
     known_clis: Collection[str] | None = None,
     agent_exists: Callable[[str], bool] | None = None,
-    read: Callable[[pathlib.Path], str] | None = None,
     agent_where: str = "",
 ) -> tuple[Pipeline | None, list[PipelineSyntaxError]]:
     r"""Parse pipeline ``text``; return the pipeline (None if invalid) and every problem.
@@ -329,8 +327,6 @@ def parse_pipeline(
         Accepted CLI names; None accepts any.
     agent_exists
         Tells whether an agent definition exists; None accepts any.
-    read
-        Reads an included file (default: UTF-8 from disk).
     agent_where
         Where agent definitions were looked for (named when one is missing).
 
@@ -351,9 +347,7 @@ def parse_pipeline(
     """
     where = str(path)
     p = pathlib.Path(path) if where != "<string>" else None
-    ctx = _Context(
-        known_clis, agent_exists, read or (lambda f: f.read_text(encoding="utf-8")), agent_where
-    )
+    ctx = _Context(known_clis, agent_exists, agent_where)
     stack = (str(p.resolve()),) if p is not None else ()
     base = p.resolve().parent if p is not None else None
     rows = _scan(text, where, base, ctx, offset=0, stack=stack, module=False)

@@ -34,16 +34,14 @@ from politerm.errors import (
 from politerm.pipeline import handoff, worktrees
 from politerm.pipeline.agents import AgentSearch
 from politerm.pipeline.gitignore import keep_out_of_git
-from politerm.pipeline.model import FINISHED_RUN, Gate, RunStatus, StepStatus
+from politerm.pipeline.model import Gate, RunStatus, StepStatus
 from politerm.pipeline.state import (
     ANSWERS,
     RunRecord,
     RunState,
-    StepRecord,
-    new_run_id,
-    session_name,
 )
 from politerm.pipeline.stepagent import StepAgent
+from politerm.store.watch import StoreWatch
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
@@ -52,10 +50,8 @@ if t.TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How often an unanswered question is checked for an answer, and a headless step for its file.
-_POLL = 0.1
-# Upper bound on a wait for pane output before looking again anyway.
-_MAX_WAIT = 0.5
+# Longest wait for an answer without a store change (one a lost notification hid).
+_BACKSTOP = 30.0
 GATE_QUESTION = "Approve? [y/n/r/s]"
 
 
@@ -110,39 +106,6 @@ def control_argv(
         "--project", str(project), "--run-id", run_id,
     ]  # fmt: skip
     return [*argv, "--config", str(config_file)] if config_file is not None else argv
-
-
-def new_record(
-    pipeline: Pipeline,
-    *,
-    project: pathlib.Path,
-    task: str,
-    cli: str,
-    socket: str,
-    run_id: str | None = None,
-    headless: bool = False,
-    unsafe: bool = False,
-    use_worktrees: bool = False,
-    on_fail: str = "ask",
-) -> RunRecord:
-    """A fresh run record (nothing is written yet)."""
-    rid = run_id or new_run_id()
-    assert pipeline.path is not None
-    return RunRecord(
-        run_id=rid,
-        pipeline=str(pipeline.path),
-        pipeline_name=pipeline.name,
-        project=str(project),
-        task=task,
-        session=session_name(project, rid),
-        socket=socket,
-        cli=cli,
-        headless=headless,
-        unsafe=unsafe,
-        worktrees=use_worktrees,
-        on_fail=on_fail,
-        steps={s.num: StepRecord() for s in pipeline.steps},
-    )
 
 
 class PipelineRunner:
@@ -246,19 +209,9 @@ class PipelineRunner:
     async def _ensure_session(self) -> None:
         rec = self.record
         argv = control_argv(self.project, rec.run_id, self.config.project_file)
-        created = await self.host.ensure(window="control", argv=argv, cwd=self.project)
-        if created:
+        # A resumed run brings its control window back if it ended.
+        if await self.host.ensure(window="control", argv=argv, cwd=self.project, revive=True):
             self.say(f"session {rec.session} on socket {rec.socket}")
-            return
-        # A resumed run: bring the control window back if it ended.
-        _rc, out, _err = await self.host.tmux(
-            "list-panes", "-t", f"={rec.session}:0", "-F", "#{pane_id}\t#{pane_dead}"
-        )
-        for line in out.splitlines():
-            pane_id, _, dead = line.partition("\t")
-            pane = await self.host.pane(pane_id) if dead == "1" else None
-            if pane is not None:
-                await pane.respawn(argv, cwd=self.project)
 
     async def _run_stage(self, stage: tuple[Step, ...]) -> None:
         parallel = stage[0].group is not None
@@ -359,13 +312,15 @@ class PipelineRunner:
             self.state.save()
             seq = self.state.ask(step.num, kind, question)
             self._say(f"? {question}  (answer in the control window or with `poli gate`)")
-            while True:
-                current = self.state.question() or {}
-                got = current.get("answer")
-                if current.get("seq") == seq and isinstance(got, str) and got in ANSWERS:
-                    answer = got
-                    break
-                await asyncio.sleep(_POLL)
+            # The answer is a store commit (poli gate, the control window, a view): woken by it.
+            async with StoreWatch(self.state.store.path) as watch:
+                while True:
+                    changed = watch.event()
+                    current = self.state.question() or {}
+                    answer = current.get("answer")
+                    if current.get("seq") == seq and isinstance(answer, str) and answer in ANSWERS:
+                        break
+                    await watch.wait(_BACKSTOP, event=changed)
             self.record.status = RunStatus.RUNNING
             self.state.save()
             self._say(f"  answer: {answer}")
@@ -464,6 +419,8 @@ def start_run(
     project = pathlib.Path(record.project)
     if record.worktrees:
         worktrees.require_repo(project)
+    for step in pipeline.steps:
+        record.step(step.num)  # each step in the state file from the start, pending
     state = RunState(store, record)
     if store.get_meta(f"pipeline.run:{record.run_id}"):
         msg = f"run id {record.run_id} is taken"
@@ -479,17 +436,10 @@ def start_run(
     return state
 
 
-def finished(record: RunRecord) -> bool:
-    """Whether a run has ended for good."""
-    return record.status in FINISHED_RUN
-
-
 __all__ = [
     "GATE_QUESTION",
     "FailurePolicy",
     "PipelineRunner",
     "control_argv",
-    "finished",
-    "new_record",
     "start_run",
 ]

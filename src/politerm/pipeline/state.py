@@ -68,11 +68,6 @@ def steps_dir(project: pathlib.Path, run_id: str) -> pathlib.Path:
     return poli_dir(project) / "steps" / run_id
 
 
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Write ``text`` to ``path`` (0600, folders 0700) through a temporary file and a rename."""
-    write_private(path, text)
-
-
 @dataclasses.dataclass
 class StepRecord:
     """What a run knows about one step."""
@@ -80,7 +75,6 @@ class StepRecord:
     status: StepStatus = StepStatus.PENDING
     attempt: int = 0
     nonce: str | None = None
-    pane: str | None = None
     start_line: int = -1
     started: float | None = None
     finished: float | None = None
@@ -244,7 +238,7 @@ class RunState:
         """Write the record to the store and (unless told not to) the state file."""
         self.store.set_meta(RUN_KEY + self.run_id, json.dumps(self.record.as_dict()))
         if file:
-            write_atomic(self.state_file, self.record.state_lines())
+            write_private(self.state_file, self.record.state_lines())
 
     def event(self, kind: str, detail: str, *, step: int | None = None) -> None:
         """Add a timeline entry for this run."""

@@ -10,38 +10,31 @@ with no open question after its block. A headless step waits for its wrapper's e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import pathlib
 import time
 import typing as t
 
-from politerm._internal.proctree import kill_processes
-from politerm.agents.approval import ApprovalPolicy
+from politerm._internal.private import write_private
+from politerm._internal.waits import pid_alive, wait_until
 from politerm.driver import AgentDriver
 from politerm.driver.leftover import resume
 from politerm.driver.limits import driver_settings
 from politerm.driver.turn import Expect, TurnOutcome
-from politerm.errors import AgentError, ControlModeError, PaneNotFound, TmuxCommandError
+from politerm.errors import AgentError, ControlModeError, PaneNotFound, PolitermError
 from politerm.pipeline import worktrees
 from politerm.pipeline.launch import DONE_TYPE, Launch, exit_file, launch, prompt_file, step_id
 from politerm.pipeline.launch import render_prompt as _render_prompt
 from politerm.pipeline.model import StepStatus
-from politerm.pipeline.state import write_atomic
 from politerm.protocol.primer import new_nonce
 from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
-    import psutil
-
-    from politerm.driver.host import Pane
     from politerm.pipeline.model import Step
     from politerm.pipeline.runner import PipelineRunner
 
 #: A step attempt, as the journal of turns names the record its prompt serves.
 STEP_RECORD = "pipeline-step"
-# How often a headless step's exit file is looked for.
-_POLL = 0.1
 
 
 def approval_key(run_id: str, num: int) -> str:
@@ -60,8 +53,6 @@ class StepAgent:
 
     def __init__(self, run: PipelineRunner) -> None:
         self.run = run
-        cfg = run.config.routing
-        self.policy = ApprovalPolicy.of(cfg.approval, cfg.approval_patterns)
 
     def launch(self, step: Step, attempt: int) -> Launch:
         """How to start ``step``'s agent for ``attempt``."""
@@ -93,18 +84,18 @@ class StepAgent:
             redactor=run.state.store.redactor,
         )
 
-    def driver(self, step: Step, spec: Launch, pane: Pane) -> AgentDriver:
-        """The driver of ``step``'s agent in ``pane`` (a killed runner's, attached again)."""
+    async def attach(self, step: Step, spec: Launch) -> AgentDriver | None:
+        """The driver of ``step``'s agent in its window (a killed runner's), if it has one."""
         cwd = self.run.record.step(step.num).cwd
         where = None if cwd is None else pathlib.Path(cwd)
-        return AgentDriver(f"step-{step.num}", spec.profile, pane, cwd=where, **self.settings(step))
+        name = f"step-{step.num}"
+        return await self.run.host.attach(name, spec.profile, cwd=where, **self.settings(step))
 
     def settings(self, step: Step) -> dict[str, t.Any]:
-        """The driver's store, approvals, limits and budget for ``step``."""
+        """The driver's store, approval key, policy, limits and budget for ``step``."""
         run = self.run
         return {
             "store": run.state.store,
-            "policy": self.policy,
             "approval_key": approval_key(run.record.run_id, step.num),
             **driver_settings(run.config),
         }
@@ -119,7 +110,8 @@ class StepAgent:
                 return outcome
             run.say(f"step {step.num}: its agent is gone; running it again", step=step.num)
         attempt = rec.attempt + 1
-        await self.drop_window(step)
+        # An earlier attempt's window (and agent) goes.
+        await run.host.stop_agents([f"step-{step.num}"])
         cwd = run.project
         if run.record.worktrees and parallel:
             cwd = await asyncio.to_thread(
@@ -129,7 +121,7 @@ class StepAgent:
         nonce = None if spec.headless else new_nonce()
         text = self.prompt(step, attempt, nonce, parallel=parallel)
         # The record on disk holds no secret; the step's agent still gets them (vault).
-        write_atomic(
+        write_private(
             prompt_file(run.state.steps_dir, step.num, attempt), run.state.store.redact(text)
         )
         exit_file(run.state.steps_dir, step.num).unlink(missing_ok=True)
@@ -138,7 +130,6 @@ class StepAgent:
             StepStatus.RUNNING,
             attempt=attempt,
             nonce=nonce,
-            pane=None,
             start_line=-1,
             turn_id=None,
             started=time.time(),
@@ -168,7 +159,6 @@ class StepAgent:
             )
         except AgentError as exc:
             return str(exc)
-        run.state.set_step(step.num, StepStatus.RUNNING, pane=driver.terminal_name)
         run.say(
             f"step {step.num} ({step.agent}, {spec.cli}{', headless' if spec.headless else ''})"
             f" attempt {attempt} started in window {step.window}",
@@ -187,7 +177,7 @@ class StepAgent:
         try:
             await driver.wait_ready(self.run.config.timeouts.ready)
         except AgentError as exc:
-            await self.stop_agent(driver)
+            await driver.stop()
             return str(exc)
         snap = await driver.snapshot()
         start = driver.turn_start(snap) if snap is not None else -1
@@ -222,7 +212,7 @@ class StepAgent:
                     start_line=rec.start_line,
                 )
                 if not result.got_in:
-                    await self.stop_agent(driver)
+                    await driver.stop()
                     evidence = " | ".join(result.evidence)
                     return f"prompt not delivered ({result.outcome.value}): {evidence}"
                 turn_id = result.turn_id
@@ -265,7 +255,7 @@ class StepAgent:
         elif turn.outcome is TurnOutcome.EXITED:
             tail = " | ".join(turn.screen[-4:])
             return f"the agent exited (exit status {status}) without a done block: {tail}"
-        await self.stop_agent(driver)
+        await driver.stop()
         if turn.outcome is TurnOutcome.ANSWERED:
             return None
         if turn.outcome is TurnOutcome.NOT_DELIVERED:
@@ -288,7 +278,7 @@ class StepAgent:
             f"Step {step.num} ({step.agent}) is interactive: work with the agent in window "
             f"{step.window}, then answer y when the step is done (n: it failed)",
         )
-        await self.stop_agent(driver)
+        await driver.stop()
         return None if answer == "y" else f"marked not done ({answer}) by a person"
 
     async def wait_exit(
@@ -297,33 +287,33 @@ class StepAgent:
         """Wait for a headless step's exit-code file (its wrapper runs under ``driver``)."""
         run = self.run
         path = exit_file(run.state.steps_dir, step.num)
-        gone_since: float | None = None
-        while True:
-            if path.exists():
-                text = path.read_text(encoding="ascii").strip()
-                code = int(text) if text.lstrip("-").isdigit() else -1
-                run.marks[f"done:{step.num}"] = time.monotonic()
-                # The wrapper exits right after the rename; let it, then make sure.
-                for _ in range(20):
-                    if not await _runs(driver):
-                        break
-                    await asyncio.sleep(_POLL / 2)
-                await self._stop(driver)
-                if code == 0:
-                    return None
-                return f"exited with status {code}"
-            alive = await _runs(driver)
-            now = time.monotonic()
-            if not alive:
-                # The wrapper writes the file before it exits; give the rename a moment.
-                gone_since = gone_since or now
-                if now - gone_since > 1.0:
-                    return "the step's wrapper ended without writing its exit status"
-            if now >= deadline:
-                await self._stop(driver)
-                minutes = run.pipeline.timeout_of(step) / 60
-                return f"timed out after {minutes:g} min"
-            await asyncio.sleep(_POLL)
+        pid = await driver.pid() if driver is not None else None
+
+        def ended() -> str | None:
+            # The wrapper writes the file (a rename) before it exits: look again once gone.
+            if path.exists() or not pid_alive(pid):
+                return path.read_text(encoding="ascii").strip() if path.exists() else ""
+            return None
+
+        try:
+            text = await wait_until(
+                ended,
+                dirs=[path.parent],
+                pids=[pid] if pid is not None else [],
+                timeout=max(0.0, deadline - time.monotonic()),
+                what=f"step {step.num}'s exit status",
+            )
+        except PolitermError:
+            text = None
+        if driver is not None:
+            await driver.stop()
+        if text is None:
+            return f"timed out after {run.pipeline.timeout_of(step) / 60:g} min"
+        if not text:
+            return "the step's wrapper ended without writing its exit status"
+        run.marks[f"done:{step.num}"] = time.monotonic()
+        code = int(text) if text.lstrip("-").isdigit() else -1
+        return None if code == 0 else f"exited with status {code}"
 
     async def reattach(self, step: Step) -> str | None:
         """Continue an attempt a killed runner left running; ``"rerun"`` if it cannot be."""
@@ -331,18 +321,13 @@ class StepAgent:
         rec = run.record.step(step.num)
         spec = self.launch(step, rec.attempt)
         deadline = time.monotonic() + run.pipeline.timeout_of(step)
-        pane = await run.host.pane(rec.pane) if rec.pane else None
+        driver = await self.attach(step, spec)
         if spec.headless and exit_file(run.state.steps_dir, step.num).exists():
-            driver = self.driver(step, spec, pane) if pane is not None else None
             return await self.wait_exit(step, driver, deadline)
-        if pane is None:
-            return "rerun"
-        try:
-            snap = await pane.snapshot()
-        except PaneNotFound:
+        snap = await driver.snapshot() if driver is not None else None
+        if driver is None or snap is None:
             return "rerun"
         run.say(f"step {step.num}: re-attached to window {step.window}", step=step.num)
-        driver = self.driver(step, spec, pane)
         if spec.headless:
             return await self.wait_exit(step, driver, deadline)
         text = prompt_file(run.state.steps_dir, step.num, rec.attempt).read_text("utf-8")
@@ -353,7 +338,9 @@ class StepAgent:
             blocks += await driver.read_blocks(snap, rec.start_line, rec.nonce)
             if not any(b.type == DONE_TYPE and b.id == step_id(step.num) for b in blocks):
                 return "rerun"
-            driver = self.driver(step, spec, pane)  # a fresh reader sees the block again
+            driver = await self.attach(step, spec)  # a fresh reader sees the block again
+            if driver is None:
+                return "rerun"
             return await self.deliver_and_wait(
                 step, spec, driver, text, deadline, resumed="delivered"
             )
@@ -367,36 +354,3 @@ class StepAgent:
         return await self.deliver_and_wait(
             step, spec, driver, text, deadline, resumed=found.resumed
         )
-
-    async def stop_agent(self, driver: AgentDriver) -> None:
-        """Kill the agent's process tree; the dead pane keeps its last screen."""
-        await driver.stop()
-
-    async def _stop(self, driver: AgentDriver | None) -> None:
-        if driver is not None:
-            await driver.stop()
-
-    async def drop_window(self, step: Step) -> None:
-        """Kill the window (and agent) of an earlier attempt of ``step``, if any."""
-        run = self.run
-        rec = run.record.step(step.num)
-        if rec.pane is None:
-            return
-        with contextlib.suppress(PaneNotFound, TmuxCommandError, ControlModeError):
-            pane = await run.host.pane(rec.pane)
-            if pane is not None:
-                await pane.kill()
-
-
-async def _runs(driver: AgentDriver | None) -> bool:
-    """Whether the step's program runs (a pane gone, or unreachable, runs nothing)."""
-    return driver is not None and await driver.pid() is not None
-
-
-def terminate(procs: t.Sequence[psutil.Process], grace: float = 3.0) -> bool:
-    """SIGTERM ``procs``, SIGKILL what is left after ``grace``; True when all are gone."""
-    try:
-        kill_processes(procs, grace=grace, what="step agent")
-    except AgentError:
-        return False
-    return True

@@ -24,6 +24,7 @@ import pyte
 from politerm._internal.aio import listen
 from politerm._internal.proctree import kill_processes, process_tree
 from politerm.errors import PtyError
+from politerm.pty.liveview import LiveView
 from politerm.terminal import Snapshot
 from politerm.tmux.pane import check_key, sanitize_paste
 from politerm.tmux.server import NOT_INHERITED
@@ -198,10 +199,19 @@ class PtyTerminal:
         """Display name."""
         return self._name
 
-    @property
-    def pid(self) -> int:
-        """The program's process id."""
-        return int(self.proc.pid)
+    async def pid(self) -> int | None:
+        """The program's process id; None once it has exited."""
+        return int(self.proc.pid) if self.is_alive() else None
+
+    def host_gone(self) -> str | None:
+        """None: a PTY has no host that could go away under it."""
+        return None
+
+    def live_view(
+        self, *, fields: Callable[[], Sequence[str]], on_interrupt: Callable[[], None]
+    ) -> LiveView:
+        """The operator's terminal attached to this PTY, with a status line (``async with``)."""
+        return LiveView(self, fields=fields, on_interrupt=on_interrupt)
 
     async def snapshot(self) -> Snapshot:
         """The rendered screen, cursor and liveness now."""
@@ -341,16 +351,17 @@ class PtyTerminal:
         """Stop the program and its whole process tree, verified gone; close the terminal."""
         if self.is_alive():
             # Our own child is reaped here (to keep its exit status), the rest by psutil.
-            others = [p for p in process_tree(self.pid) if p.pid != self.pid]
+            pid = int(self.proc.pid)
+            others = [p for p in process_tree(pid) if p.pid != pid]
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
             reap = asyncio.to_thread(kill_processes, others, grace=grace, what=self._name)
             _, status = await asyncio.gather(reap, self.wait_exit(grace))
             if status is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 if await self.wait_exit(grace) is None:
-                    msg = f"{self._name}: process {self.pid} survived SIGKILL"
+                    msg = f"{self._name}: process {pid} survived SIGKILL"
                     raise PtyError(msg)
         self.close()
 

@@ -18,12 +18,14 @@ import typing as t
 
 from politerm._internal import vault
 from politerm.errors import StoreError
-from politerm.redact import Redactor
+from politerm.redact import Redactor, map_strings
 from politerm.store.audit import AuditLog, audit_path_for
 from politerm.store.db import connect, connect_existing, default_store_path, user_version
 
 if t.TYPE_CHECKING:
     import types
+
+R = t.TypeVar("R")
 
 
 # Redactions remembered: at most this many texts, of at most this many characters in all.
@@ -273,31 +275,20 @@ class StoreCore:
             else:
                 if isinstance(value, dict | list):
                     found: dict[str, str] = {}
-                    red = self._redact_value(value, found)
+
+                    def leaf(text: str) -> str:
+                        out, more = self._redact_new(text)
+                        found.update(more)
+                        return out
+
+                    red = map_strings(value, leaf)
                     # Unchanged JSON keeps its exact text (a body is delivered as written).
                     out = text if red == value else json.dumps(red, ensure_ascii=False)
                     return out, found
         return self._redactor.tagged(text)
 
-    def _redact_value(self, value: t.Any, found: dict[str, str]) -> t.Any:
-        if isinstance(value, str):
-            out, more = self._redact_new(value)
-            found.update(more)
-            return out
-        if isinstance(value, dict):
-            return {k: self._redact_value(v, found) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self._redact_value(v, found) for v in value]
-        return value
-
     def _redact_json(self, value: t.Any) -> t.Any:
-        if isinstance(value, str):
-            return self.redact(value)
-        if isinstance(value, dict):
-            return {k: self._redact_json(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self._redact_json(v) for v in value]
-        return value
+        return map_strings(value, self.redact)
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -310,6 +301,27 @@ class StoreCore:
             except sqlite3.Error as e:
                 msg = f"run store {self._path}: read failed: {e}"
                 raise StoreError(msg) from e
+
+    def _one(self, build: t.Callable[[sqlite3.Row], R], sql: str, *args: t.Any) -> R | None:
+        """The first row ``sql`` reads, built by ``build``; None when it reads none."""
+        with self._reading() as c:
+            row = c.execute(sql, args).fetchone()
+        return None if row is None else build(row)
+
+    def _all(self, build: t.Callable[[sqlite3.Row], R], sql: str, *args: t.Any) -> list[R]:
+        """Every row ``sql`` reads, each built by ``build``."""
+        with self._reading() as c:
+            rows = c.execute(sql, args).fetchall()
+        return [build(r) for r in rows]
+
+    def _change(self, build: t.Callable[[sqlite3.Row], R], what: str, sql: str, *args: t.Any) -> R:
+        """Write with ``sql`` (``… RETURNING *``) and build the row; StoreError: no ``what``."""
+        with self._writing() as c:
+            row = c.execute(sql, args).fetchone()
+        if row is None:
+            msg = f"run store {self._path}: no {what}"
+            raise StoreError(msg)
+        return build(row)
 
     @contextlib.contextmanager
     def _writing(self) -> t.Iterator[sqlite3.Connection]:
@@ -456,9 +468,4 @@ class StoreCore:
 
     def meta_keys(self, prefix: str) -> list[str]:
         """Every meta key that starts with ``prefix`` and has a non-empty value, sorted."""
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT key FROM meta WHERE substr(key, 1, ?) = ? AND value != '' ORDER BY key",
-                (len(prefix), prefix),
-            ).fetchall()
-        return [str(r[0]) for r in rows]
+        return sorted(self.meta_values(prefix))

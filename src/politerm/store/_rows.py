@@ -6,7 +6,7 @@ import enum
 import json
 import typing as t
 
-from politerm.store._tables import record_of
+from politerm.store._tables import row_mapper
 from politerm.store.models import (
     Agent,
     Block,
@@ -19,9 +19,6 @@ from politerm.store.models import (
     Turn,
 )
 from politerm.store.turns import TurnState
-
-if t.TYPE_CHECKING:
-    import sqlite3
 
 
 def _json(value: t.Mapping[str, t.Any] | None) -> str:
@@ -65,29 +62,10 @@ def _env(raw: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in _load(raw).items()}
 
 
-def _agent(row: sqlite3.Row) -> Agent:
-    return record_of(Agent, row, env=_env)
-
-
-def _task(row: sqlite3.Row) -> Task:
-    return record_of(Task, row, state=TaskState)
-
-
-def _expectation(row: sqlite3.Row) -> Expectation:
-    return record_of(Expectation, row, nudged=bool)
-
-
-def _turn(row: sqlite3.Row) -> Turn:
-    return record_of(Turn, row, state=TurnState)
-
-
-def _message(row: sqlite3.Row) -> Message:
-    return record_of(Message, row, header=_load, state=MessageState)
-
-
-def _block(row: sqlite3.Row) -> Block:
-    return record_of(Block, row, header=_load, accepted=bool)
-
-
-def _event(row: sqlite3.Row) -> Event:
-    return record_of(Event, row, data=_load)
+_agent = row_mapper(Agent, env=_env)
+_task = row_mapper(Task, state=TaskState)
+_expectation = row_mapper(Expectation, nudged=bool)
+_turn = row_mapper(Turn, state=TurnState)
+_message = row_mapper(Message, header=_load, state=MessageState)
+_block = row_mapper(Block, header=_load, accepted=bool)
+_event = row_mapper(Event, data=_load)

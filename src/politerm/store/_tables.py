@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import typing as t
 
 from politerm.redact import Redactor
@@ -25,6 +26,65 @@ def record_of(cls: type[R], row: sqlite3.Row, **convert: Callable[[t.Any], t.Any
     for name, to in convert.items():
         values[name] = to(values[name])
     return cls(**values)
+
+
+def row_mapper(cls: type[R], **convert: Callable[[t.Any], t.Any]) -> Callable[[sqlite3.Row], R]:
+    """The function that makes the record ``cls`` of a row (:func:`record_of`, ``convert``)."""
+    return lambda row: record_of(cls, row, **convert)
+
+
+def where(**filters: t.Any) -> tuple[str, list[t.Any]]:
+    """A ``WHERE`` clause over every filter given (not None), and its arguments.
+
+    A collection is a set of values (``IN``); an enum member stands for its value.
+
+    Examples
+    --------
+    >>> where(task_id="T1", agent=None, state=["b", "a"])
+    (' WHERE task_id = ? AND state IN (?, ?)', ['T1', 'a', 'b'])
+    >>> where(agent=None)
+    ('', [])
+    """
+    clauses: list[str] = []
+    args: list[t.Any] = []
+    for column, value in filters.items():
+        if value is None:
+            continue
+        if isinstance(value, list | tuple | set | frozenset):
+            values = sorted(_value(v) for v in value)
+            clauses.append(f"{column} IN ({', '.join('?' * len(values))})")
+            args += values
+        else:
+            clauses.append(f"{column} = ?")
+            args.append(_value(value))
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
+
+
+def _value(value: t.Any) -> t.Any:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def insert(
+    c: sqlite3.Connection, table: str, values: t.Mapping[str, t.Any], conflict: str = ""
+) -> t.Any:
+    """Write ``values`` (column: value) as a row of ``table``; return the row as written.
+
+    ``conflict``: an ``ON CONFLICT`` clause; the row is None when it wrote nothing.
+    """
+    sql = f"INSERT INTO {table} ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})"
+    return c.execute(f"{sql} {conflict} RETURNING *", tuple(values.values())).fetchone()
+
+
+def update_set(key: str, columns: t.Iterable[str]) -> str:
+    """The ``ON CONFLICT`` clause that sets ``columns`` of the row of the same ``key``.
+
+    Examples
+    --------
+    >>> update_set("name", ["state", "updated"])
+    'ON CONFLICT (name) DO UPDATE SET state = excluded.state, updated = excluded.updated'
+    """
+    sets = ", ".join(f"{col} = excluded.{col}" for col in columns)
+    return f"ON CONFLICT ({key}) DO UPDATE SET {sets}"
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}

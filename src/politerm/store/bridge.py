@@ -16,12 +16,10 @@ import enum
 import json
 import typing as t
 
-from politerm.redact import Redactor
-from politerm.store._tables import record_of
+from politerm.store._tables import StoreTables, insert, row_mapper
 
 if t.TYPE_CHECKING:
-    import sqlite3
-
+    from politerm.redact import Redactor
     from politerm.store.runstore import RunStore
 
 
@@ -50,11 +48,13 @@ class BridgeStep:
     """An agent step's row in the journal of turns (:mod:`politerm.store.journal`)."""
 
 
-def _step(row: sqlite3.Row) -> BridgeStep:
-    return record_of(BridgeStep, row, state=StepState, evidence=json.loads, result=json.loads)
+_KEY: t.Final = " WHERE queue = ? AND task_id = ? AND step = ?"
 
 
-class BridgeJournal:
+_step = row_mapper(BridgeStep, state=StepState, evidence=json.loads, result=json.loads)
+
+
+class BridgeJournal(StoreTables):
     """The ``bridge_steps`` table of a :class:`~politerm.store.RunStore`.
 
     Parameters
@@ -69,37 +69,25 @@ class BridgeJournal:
     """
 
     def __init__(self, store: RunStore, queue: str, redactor: Redactor | None = None) -> None:
-        self.store = store
+        super().__init__(store, redactor)
         self.queue = queue
-        self.redactor = redactor or Redactor()
 
     def _json(self, value: dict[str, t.Any]) -> str:
         return json.dumps(self.redactor.redact_json(value), sort_keys=True)
 
     def start(self, task_id: str, step: int, kind: str, evidence: dict[str, t.Any]) -> BridgeStep:
         """Record that a step is about to act; an existing row is returned unchanged."""
+        values = {"queue": self.queue, "task_id": task_id, "step": step, "kind": kind}
+        values |= {"state": "started", "evidence": self._json(evidence), "started": self._now()}
         with self.store._writing() as c:
-            c.execute(
-                "INSERT OR IGNORE INTO bridge_steps"
-                " (queue, task_id, step, kind, state, evidence, started)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    self.queue,
-                    task_id,
-                    step,
-                    kind,
-                    StepState.STARTED.value,
-                    self._json(evidence),
-                    self.store._clock(),
-                ),
+            # Read back through the same (redacting) connection: the key is stored redacted.
+            row = (
+                insert(c, "bridge_steps", values, "ON CONFLICT DO NOTHING")
+                or c.execute(
+                    f"SELECT * FROM bridge_steps{_KEY}", (self.queue, task_id, step)
+                ).fetchone()
             )
-            row = c.execute(
-                "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? AND step = ?",
-                (self.queue, task_id, step),
-            ).fetchone()
-        self.store._audit.append(
-            "bridge.step", queue=self.queue, task_id=task_id, step=step, step_kind=kind
-        )
+        self._audit("bridge.step", queue=self.queue, task_id=task_id, step=step, step_kind=kind)
         return _step(row)
 
     def finish(self, task_id: str, step: int, state: StepState, result: dict[str, t.Any]) -> None:
@@ -108,36 +96,19 @@ class BridgeJournal:
             c.execute(
                 "UPDATE bridge_steps SET state = ?, result = ?, finished = ?"
                 " WHERE queue = ? AND task_id = ? AND step = ?",
-                (
-                    state.value,
-                    self._json(result),
-                    self.store._clock(),
-                    self.queue,
-                    task_id,
-                    step,
-                ),
+                (state.value, self._json(result), self._now(), self.queue, task_id, step),
             )
-        self.store._audit.append(
-            "bridge.step." + state.value, queue=self.queue, task_id=task_id, step=step
-        )
+        self._audit("bridge.step." + state.value, queue=self.queue, task_id=task_id, step=step)
 
     def get(self, task_id: str, step: int) -> BridgeStep | None:
         """The journalled step, if it was ever started."""
-        with self.store._reading() as c:
-            row = c.execute(
-                "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? AND step = ?",
-                (self.queue, task_id, step),
-            ).fetchone()
-        return _step(row) if row else None
+        sql = f"SELECT * FROM bridge_steps{_KEY}"
+        return self.store._one(_step, sql, self.queue, task_id, step)
 
     def steps(self, task_id: str) -> list[BridgeStep]:
         """Every step of a task, in order."""
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? ORDER BY step",
-                (self.queue, task_id),
-            ).fetchall()
-        return [_step(r) for r in rows]
+        sql = "SELECT * FROM bridge_steps WHERE queue = ? AND task_id = ? ORDER BY step"
+        return self.store._all(_step, sql, self.queue, task_id)
 
     def forget(self, task_id: str) -> None:
         """Drop a finalized task's steps (its archive keeps the story)."""

@@ -14,7 +14,7 @@ import re
 import typing as t
 
 from politerm.errors import StoreError, WorkItemError
-from politerm.store._tables import StoreTables, record_of
+from politerm.store._tables import StoreTables, insert, row_mapper, where
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -208,12 +208,9 @@ def _strings(raw: str) -> tuple[str, ...]:
     return tuple(json.loads(raw))
 
 
-def _record(row: sqlite3.Row) -> SessionRecord:
-    return record_of(SessionRecord, row, flags=_strings, drift=_strings)
-
-
-def _run(row: sqlite3.Row) -> EpicRun:
-    return record_of(EpicRun, row)
+_record = row_mapper(SessionRecord, flags=_strings, drift=_strings)
+_run = row_mapper(EpicRun)
+_epic = row_mapper(Epic)
 
 
 def check_id(value: str, what: str) -> str:
@@ -262,13 +259,11 @@ class EpicStore(StoreTables):
             )
             row = c.execute("SELECT * FROM epics WHERE name = ?", (name,)).fetchone()
         self._audit("epic.ensure", epic=name, title=title)
-        return Epic(row["name"], row["title"], row["prompt"], row["created"])
+        return _epic(row)
 
     def get_epic(self, name: str) -> Epic | None:
         """The epic called ``name``, if it exists."""
-        with self.store._reading() as c:
-            row = c.execute("SELECT * FROM epics WHERE name = ?", (name,)).fetchone()
-        return Epic(row["name"], row["title"], row["prompt"], row["created"]) if row else None
+        return self.store._one(_epic, "SELECT * FROM epics WHERE name = ?", name)
 
     def add_item(
         self,
@@ -352,11 +347,8 @@ class EpicStore(StoreTables):
 
     def list_items(self, epic: str | None = None) -> list[WorkItem]:
         """Work items (of one epic), by priority then age."""
-        sql = "SELECT * FROM work_items"
-        args: tuple[str, ...] = ()
-        if epic is not None:
-            sql += " WHERE epic = ?"
-            args = (epic,)
+        sql, args = where(epic=epic)
+        sql = f"SELECT * FROM work_items{sql}"
         with self.store._reading() as c:
             rows = c.execute(sql + " ORDER BY priority, created, id", args).fetchall()
             return [self._item(c, r) for r in rows]
@@ -404,30 +396,23 @@ class EpicStore(StoreTables):
         self, run_id: str, *, epic: str, repo_root: str, source: str, agent: str, config_hash: str
     ) -> EpicRun:
         """Record the start of a ``poli go`` run."""
+        said = {"epic": epic, "source": source, "agent": agent}
+        values: dict[str, t.Any] = {"id": run_id, "repo_root": repo_root, **said}
+        values |= {"config_hash": config_hash, "state": "running", "started": self._now()}
         with self.store._writing() as c:
-            c.execute(
-                "INSERT INTO epic_runs (id, epic, repo_root, source, agent, state, started,"
-                " config_hash) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
-                (run_id, epic, repo_root, source, agent, self._now(), config_hash),
-            )
-        self._audit("run.start", run=run_id, epic=epic, source=source, agent=agent)
-        run = self.get_run(run_id)
-        assert run is not None
+            run = _run(insert(c, "epic_runs", values))
+        self._audit("run.start", run=run_id, **said)
         return run
 
     def get_run(self, run_id: str) -> EpicRun | None:
         """The run ``run_id``, if recorded."""
-        with self.store._reading() as c:
-            row = c.execute("SELECT * FROM epic_runs WHERE id = ?", (run_id,)).fetchone()
-        return _run(row) if row else None
+        return self.store._one(_run, "SELECT * FROM epic_runs WHERE id = ?", run_id)
 
     def list_runs(self, limit: int = 20) -> list[EpicRun]:
         """The newest ``limit`` runs, newest first."""
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM epic_runs ORDER BY started DESC, id DESC LIMIT ?", (limit,)
-            ).fetchall()
-        return [_run(r) for r in rows]
+        return self.store._all(
+            _run, "SELECT * FROM epic_runs ORDER BY started DESC, id DESC LIMIT ?", limit
+        )
 
     def set_run_state(self, run_id: str, state: str, *, finished: bool = True) -> None:
         """Mark a run ``state`` (``done``, ``stopped``, ``aborted``, ``running``)."""
@@ -501,9 +486,7 @@ class EpicStore(StoreTables):
 
     def get_record(self, record_id: str) -> SessionRecord | None:
         """The record ``record_id`` (a session UUID), if any."""
-        with self.store._reading() as c:
-            row = c.execute("SELECT * FROM session_records WHERE id = ?", (record_id,)).fetchone()
-        return _record(row) if row else None
+        return self.store._one(_record, "SELECT * FROM session_records WHERE id = ?", record_id)
 
     def list_records(
         self,
@@ -514,22 +497,10 @@ class EpicStore(StoreTables):
         newest_first: bool = False,
     ) -> list[SessionRecord]:
         """Records, filtered; oldest first unless ``newest_first``."""
-        where: list[str] = []
-        args: list[str] = []
-        for column, value in (("run_id", run_id), ("epic", epic)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if kind is not None:
-            where.append("kind = ?")
-            args.append(kind.value)
-        sql = "SELECT * FROM session_records"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+        sql, args = where(run_id=run_id, epic=epic, kind=kind)
         order = "DESC" if newest_first else "ASC"
         sql += f" ORDER BY COALESCE(finished, started, queued) {order}, queued {order}, id {order}"
-        with self.store._reading() as c:
-            return [_record(r) for r in c.execute(sql, args).fetchall()]
+        return self.store._all(_record, f"SELECT * FROM session_records{sql}", *args)
 
     def import_records(self, records: Iterable[SessionRecord]) -> tuple[int, int]:
         """Add records not already present; returns (added, skipped)."""

@@ -41,10 +41,7 @@ import typing as t
 
 from politerm.errors import TransitionRejected
 from politerm.store._core import StoreCore
-from politerm.store._tables import record_of
-
-if t.TYPE_CHECKING:
-    import sqlite3
+from politerm.store._tables import insert, row_mapper, where
 
 #: Characters of a prompt's start kept in its row (redacted), to tell rows apart.
 HEAD_CHARS: t.Final = 120
@@ -211,8 +208,7 @@ def prompt_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _row(row: sqlite3.Row) -> JournalRow:
-    return record_of(JournalRow, row, state=JournalState, proof=json.loads)
+_row = row_mapper(JournalRow, state=JournalState, proof=json.loads)
 
 
 class JournalRows(StoreCore):
@@ -238,6 +234,7 @@ class JournalRows(StoreCore):
         """
         key = serves.key_text
         with self._writing() as c:
+            # Through the writing (redacting) connection: a key is stored redacted.
             found = c.execute(
                 "SELECT * FROM turn_journal WHERE record = ? AND record_key = ? AND agent = ?"
                 " AND state IN ('handed', 'delivered') ORDER BY id",
@@ -252,44 +249,19 @@ class JournalRows(StoreCore):
                 " WHERE record = ? AND record_key = ?",
                 (serves.record, key),
             ).fetchone()[0]
-            row = c.execute(
-                "INSERT INTO turn_journal (agent, workflow, record, record_key, attempt, nonce,"
-                " state, digest, length, head, conversation, start_line, started)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                (
-                    agent,
-                    serves.workflow.value,
-                    serves.record,
-                    key,
-                    attempt,
-                    nonce,
-                    JournalState.HANDED.value,
-                    prompt_digest(text),
-                    len(text),
-                    text[:HEAD_CHARS],
-                    conversation,
-                    start_line,
-                    self._clock(),
-                ),
-            ).fetchone()
-            entry = _row(row)
+            said: dict[str, t.Any] = {"agent": agent, "workflow": serves.workflow.value}
+            said["record"] = serves.record
+            said |= {"attempt": attempt, "nonce": nonce}
+            values = said | {"record_key": key, "state": "handed", "digest": prompt_digest(text)}
+            values |= {"length": len(text), "head": text[:HEAD_CHARS], "conversation": conversation}
+            values |= {"start_line": start_line, "started": self._clock()}
+            entry = _row(insert(c, "turn_journal", values))
             columns = LINKED_TABLES.get(serves.record)
             if columns is not None and len(columns) == len(serves.key):
-                where = " AND ".join(f"{col} = ?" for col in columns)
-                c.execute(
-                    f"UPDATE {serves.record} SET turn_id = ? WHERE {where}",
-                    (entry.id, *serves.key),
-                )
-        self._audit.append(
-            "journal.hand",
-            id=entry.id,
-            agent=agent,
-            workflow=entry.workflow,
-            record=entry.record,
-            key=key,
-            attempt=entry.attempt,
-            nonce=nonce,
-        )
+                match = " AND ".join(f"{col} = ?" for col in columns)
+                sql = f"UPDATE {serves.record} SET turn_id = ? WHERE {match}"
+                c.execute(sql, (entry.id, *serves.key))
+        self._audit.append("journal.hand", id=entry.id, key=key, **said)
         return entry
 
     def journal_move(
@@ -387,20 +359,12 @@ class JournalRows(StoreCore):
 
     def journal_of_work(self, work: str) -> list[JournalRow]:
         """Every row typed under a lease of fleet work ``work``, oldest first."""
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turn_journal WHERE work = ? ORDER BY id", (work,)
-            ).fetchall()
-        return [_row(r) for r in rows]
+        return self._all(_row, "SELECT * FROM turn_journal WHERE work = ? ORDER BY id", work)
 
     def journal_leased(self, limit: int = 50) -> list[JournalRow]:
         """The newest rows typed under a fleet lease (``poli fleet status``), newest first."""
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turn_journal WHERE work IS NOT NULL ORDER BY id DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
-        return [_row(r) for r in rows]
+        sql = "SELECT * FROM turn_journal WHERE work IS NOT NULL ORDER BY id DESC LIMIT ?"
+        return self._all(_row, sql, limit)
 
     def journal_conversation(self, agent: str, conversation: str | None = None) -> str:
         """``agent``'s CLI conversation id, as its newest row that names one keeps it.
@@ -415,29 +379,20 @@ class JournalRows(StoreCore):
                     " (SELECT MAX(id) FROM turn_journal WHERE agent = ?)",
                     (conversation, agent),
                 )
-        with self._reading() as c:
-            row = c.execute(
-                "SELECT conversation FROM turn_journal WHERE agent = ?"
-                " AND conversation IS NOT NULL ORDER BY id DESC LIMIT 1",
-                (agent,),
-            ).fetchone()
-        return "" if row is None else str(row[0])
+        sql = (
+            "SELECT conversation FROM turn_journal WHERE agent = ?"
+            " AND conversation IS NOT NULL ORDER BY id DESC LIMIT 1"
+        )
+        return self._one(lambda row: str(row[0]), sql, agent) or ""
 
     def journal_row(self, turn_id: int) -> JournalRow | None:
         """The row ``turn_id``, if any."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM turn_journal WHERE id = ?", (turn_id,)).fetchone()
-        return None if row is None else _row(row)
+        return self._one(_row, "SELECT * FROM turn_journal WHERE id = ?", turn_id)
 
     def journal_of(self, record: str, key: tuple[str | int, ...]) -> list[JournalRow]:
         """Every attempt at one workflow record, oldest first."""
-        key_text = json.dumps(list(key), ensure_ascii=False)
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turn_journal WHERE record = ? AND record_key = ? ORDER BY id",
-                (record, key_text),
-            ).fetchall()
-        return [_row(r) for r in rows]
+        sql = "SELECT * FROM turn_journal WHERE record = ? AND record_key = ? ORDER BY id"
+        return self._all(_row, sql, record, json.dumps(list(key), ensure_ascii=False))
 
     def journal_open(
         self,
@@ -448,19 +403,6 @@ class JournalRows(StoreCore):
         nonce: str | None = None,
     ) -> list[JournalRow]:
         """The rows in flight (HANDED or DELIVERED), oldest first, optionally filtered."""
-        where = ["state IN ('handed', 'delivered')"]
-        args: list[t.Any] = []
-        for column, value in (
-            ("agent", agent),
-            ("workflow", None if workflow is None else workflow.value),
-            ("record", record),
-            ("nonce", nonce),
-        ):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turn_journal WHERE " + " AND ".join(where) + " ORDER BY id", args
-            ).fetchall()
-        return [_row(r) for r in rows]
+        sql, args = where(agent=agent, workflow=workflow, record=record, nonce=nonce)
+        sql = f"{sql} {'AND' if sql else 'WHERE'} state IN ('handed', 'delivered')"
+        return self._all(_row, f"SELECT * FROM turn_journal{sql} ORDER BY id", *args)

@@ -88,13 +88,8 @@ def stored_limit(store: RunStore, agent: str) -> StoredLimit | None:
 
 def open_limits(store: RunStore) -> dict[str, StoredLimit]:
     """Every agent's open limit, by agent name."""
-    out: dict[str, StoredLimit] = {}
-    for key in store.meta_keys(PREFIX):
-        agent = key[len(PREFIX) :]
-        found = decode(agent, store.get_meta(key))
-        if found is not None:
-            out[agent] = found
-    return out
+    found = (decode(key[len(PREFIX) :], value) for key, value in store.meta_values(PREFIX).items())
+    return {limit.agent: limit for limit in found if limit is not None}
 
 
 def begin_limit(

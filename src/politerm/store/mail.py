@@ -16,12 +16,11 @@ import enum
 import typing as t
 
 from politerm.errors import MessageNotFound, StoreError
-from politerm.store._tables import StoreTables, record_of
+from politerm.store._tables import StoreTables, insert, row_mapper, where
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.mailstates import MAIL_TRANSITIONS, MailState
 
 if t.TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Iterable
 
 
@@ -82,27 +81,9 @@ class Mail:
         return out
 
 
-def _mail(row: sqlite3.Row) -> Mail:
-    return record_of(Mail, row, kind=MailKind, capability=Capability, state=MailState)
+_mail = row_mapper(Mail, kind=MailKind, capability=Capability, state=MailState)
 
 
-_COLUMNS: t.Final = (
-    "id",
-    "kind",
-    "session",
-    "sender",
-    "sender_pane",
-    "recipient",
-    "recipient_pane",
-    "capability",
-    "reply_to",
-    "body_path",
-    "size",
-    "sha256",
-    "max_attempts",
-    "expires",
-    "origin",
-)
 _STAMPS: t.Final = frozenset({"delivered", "started", "responded"})
 # A recipient with an open usage limit: its messages' clocks stand still.
 _PAUSED: t.Final = PAUSED_SQL.format(col="mail.recipient")
@@ -146,52 +127,28 @@ class Mailbox(StoreTables):
         takes it from a queue.
         """
         now = self._now()
-        values = (
-            id,
-            kind.value,
-            session,
-            sender,
-            sender_pane,
-            recipient,
-            recipient_pane,
-            capability.value,
-            reply_to,
-            body_path,
-            size,
-            sha256,
-            max_attempts,
-            now + ttl,
-            origin,
-        )
+        said: dict[str, t.Any] = {"id": id, "sender": sender, "recipient": recipient}
+        said |= {"capability": capability.value, "size": size, "sha256": sha256}
+        values = said | {"kind": kind.value, "session": session, "sender_pane": sender_pane}
+        values |= {"recipient_pane": recipient_pane, "reply_to": reply_to, "origin": origin}
+        values |= {"body_path": body_path, "max_attempts": max_attempts, "expires": now + ttl}
         state = MailState.QUEUED if origin is None else MailState.DELIVERING
+        values |= {"state": state.value, "attempts": int(origin is not None)}
         with self.store._writing() as c:
-            cur = c.execute(
-                f"INSERT OR IGNORE INTO mail ({', '.join(_COLUMNS)}, state, attempts, created,"
-                f" updated) VALUES ({', '.join('?' * len(_COLUMNS))}, ?, ?, ?, ?)",
-                (*values, state.value, 0 if origin is None else 1, now, now),
+            row = insert(
+                c, "mail", values | {"created": now, "updated": now}, "ON CONFLICT DO NOTHING"
             )
-            added = cur.rowcount == 1
-            row = c.execute("SELECT * FROM mail WHERE id = ?", (id,)).fetchone()
-        mail = _mail(row)
-        if added:
+            mail = _mail(c.execute("SELECT * FROM mail WHERE id = ?", (id,)).fetchone())
+        if row is not None:
+            said |= {} if origin is None else {"origin": origin}
             self._audit(
-                "mail.queued" if origin is None else "mail.arrived",
-                id=id,
-                type=kind.value,
-                sender=sender,
-                recipient=recipient,
-                capability=capability.value,
-                size=size,
-                sha256=sha256,
-                **({} if origin is None else {"origin": origin}),
+                "mail.queued" if origin is None else "mail.arrived", type=kind.value, **said
             )
-        return mail, added
+        return mail, row is not None
 
     def get(self, mail_id: str) -> Mail | None:
         """The message with this id, if any."""
-        with self.store._reading() as c:
-            row = c.execute("SELECT * FROM mail WHERE id = ?", (mail_id,)).fetchone()
-        return _mail(row) if row else None
+        return self.store._one(_mail, "SELECT * FROM mail WHERE id = ?", mail_id)
 
     def require(self, mail_id: str) -> Mail:
         """The message with this id.
@@ -217,23 +174,11 @@ class Mailbox(StoreTables):
         limit: int = 1000,
     ) -> list[Mail]:
         """Messages matching every given filter, oldest first."""
-        where: list[str] = []
-        args: list[t.Any] = []
-        wanted = [s.value for s in states]
-        if wanted:
-            where.append(f"state IN ({', '.join('?' * len(wanted))})")
-            args += wanted
-        for column, value in (("recipient", recipient), ("sender", sender)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if kind is not None:
-            where.append("kind = ?")
-            args.append(kind.value)
-        sql = "SELECT * FROM mail" + (f" WHERE {' AND '.join(where)}" if where else "")
-        with self.store._reading() as c:
-            rows = c.execute(sql + " ORDER BY created, id LIMIT ?", [*args, limit]).fetchall()
-        return [_mail(r) for r in rows]
+        sql, args = where(
+            state=tuple(states) or None, recipient=recipient, sender=sender, kind=kind
+        )
+        sql = f"SELECT * FROM mail{sql} ORDER BY created, id LIMIT ?"
+        return self.store._all(_mail, sql, *args, limit)
 
     def inbox(self, agent: str) -> list[Mail]:
         """What ``agent`` should see: messages to it, and its own requests that ended badly.
@@ -241,21 +186,12 @@ class Mailbox(StoreTables):
         Dead and expired requests show in the sender's inbox too, so a sender learns that
         its message will never be answered.
         """
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM mail WHERE recipient = ?"
-                " OR (sender = ? AND kind = ? AND state IN (?, ?, ?))"
-                " ORDER BY created, id",
-                (
-                    agent,
-                    agent,
-                    MailKind.REQUEST.value,
-                    MailState.DEAD.value,
-                    MailState.EXPIRED.value,
-                    MailState.RESPONDED.value,
-                ),
-            ).fetchall()
-        return [_mail(r) for r in rows]
+        sql = (
+            "SELECT * FROM mail WHERE recipient = ?"
+            " OR (sender = ? AND kind = 'request' AND state IN ('dead', 'expired', 'responded'))"
+            " ORDER BY created, id"
+        )
+        return self.store._all(_mail, sql, agent, agent)
 
     def next_queued(self, recipient: str) -> Mail | None:
         """The oldest queued message for ``recipient``."""
@@ -264,12 +200,8 @@ class Mailbox(StoreTables):
 
     def recipients_waiting(self) -> list[str]:
         """Recipients with at least one queued message."""
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT DISTINCT recipient FROM mail WHERE state = ? ORDER BY recipient",
-                (MailState.QUEUED.value,),
-            ).fetchall()
-        return [str(r[0]) for r in rows]
+        sql = "SELECT DISTINCT recipient FROM mail WHERE state = 'queued' ORDER BY recipient"
+        return self.store._all(lambda row: str(row[0]), sql)
 
     def transition(
         self,
@@ -298,16 +230,11 @@ class Mailbox(StoreTables):
             msg = f"cannot set {sorted(unknown)} on a message"
             raise StoreError(msg)
         now = self._now()
-        sets = ["state = ?", "updated = ?"]
-        args: list[t.Any] = [new.value, now]
+        changes = {"state": new.value, "updated": now}
+        changes |= {key: now if value is True else value for key, value in fields.items()}
         if reason is not None:
-            sets.append("reason = ?")
-            args.append(self.redactor.redact(reason))
-        if count_attempt:
-            sets.append("attempts = attempts + 1")
-        for key, value in fields.items():
-            sets.append(f"{key} = ?")
-            args.append(now if value is True else value)
+            changes["reason"] = self.redactor.redact(reason)
+        sets = [f"{key} = ?" for key in changes] + ["attempts = attempts + 1"] * count_attempt
         olds = [s.value for s, targets in MAIL_TRANSITIONS.items() if new in targets]
         with self.store._writing() as c:
             row = c.execute("SELECT state FROM mail WHERE id = ?", (mail_id,)).fetchone()
@@ -316,14 +243,13 @@ class Mailbox(StoreTables):
                 raise MessageNotFound(msg)
             if not olds:
                 return None
-            cur = c.execute(
+            updated = c.execute(
                 f"UPDATE mail SET {', '.join(sets)} WHERE id = ?"
-                f" AND state IN ({', '.join('?' * len(olds))})",
-                [*args, mail_id, *olds],
-            )
-            if cur.rowcount != 1:
-                return None
-            updated = c.execute("SELECT * FROM mail WHERE id = ?", (mail_id,)).fetchone()
+                f" AND state IN ({', '.join('?' * len(olds))}) RETURNING *",
+                [*changes.values(), mail_id, *olds],
+            ).fetchone()
+        if updated is None:
+            return None
         mail = _mail(updated)
         self._audit("mail.state", id=mail_id, old=row[0], state=new.value, reason=mail.reason)
         return mail
@@ -334,33 +260,24 @@ class Mailbox(StoreTables):
         Not those to a recipient waiting for a usage limit to reset: their clock stands
         still meanwhile (see :mod:`politerm.store.limits`).
         """
-        now = self._now() if now is None else now
-        with self.store._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM mail WHERE state IN (?, ?) AND expires <= ?"
-                f" AND NOT {_PAUSED} ORDER BY expires, created, id",
-                (MailState.QUEUED.value, MailState.DELIVERED.value, now),
-            ).fetchall()
-        return [_mail(r) for r in rows]
+        sql = (
+            "SELECT * FROM mail WHERE state IN ('queued', 'delivered') AND expires <= ?"
+            f" AND NOT {_PAUSED} ORDER BY expires, created, id"
+        )
+        return self.store._all(_mail, sql, self._now() if now is None else now)
 
     def next_expiry(self) -> float | None:
         """When the next queued or delivered message expires, if any (limits aside)."""
-        with self.store._reading() as c:
-            row = c.execute(
-                f"SELECT MIN(expires) FROM mail WHERE state IN (?, ?) AND NOT {_PAUSED}",
-                (MailState.QUEUED.value, MailState.DELIVERED.value),
-            ).fetchone()
-        return None if row[0] is None else float(row[0])
+        sql = "SELECT MIN(expires) FROM mail WHERE state IN ('queued', 'delivered') AND NOT "
+        return self.store._one(lambda row: row[0], sql + _PAUSED)
 
     def answered_with(self, response_path: str) -> Mail | None:
         """The request already answered by the file at ``response_path``, if any."""
-        with self.store._reading() as c:
-            row = c.execute(
-                "SELECT * FROM mail WHERE response_path = ? AND kind = ? AND state = ?"
-                " ORDER BY created, id LIMIT 1",
-                (response_path, MailKind.REQUEST.value, MailState.RESPONDED.value),
-            ).fetchone()
-        return None if row is None else _mail(row)
+        sql = (
+            "SELECT * FROM mail WHERE response_path = ? AND kind = 'request'"
+            " AND state = 'responded' ORDER BY created, id LIMIT 1"
+        )
+        return self.store._one(_mail, sql, response_path)
 
 
 # MailState is re-exported: every reader of a message row names its state.

@@ -8,6 +8,7 @@ import typing as t
 from politerm.errors import StoreError
 from politerm.store._core import StoreCore
 from politerm.store._rows import _json, _message, _states
+from politerm.store._tables import insert, where
 from politerm.store.limits import PAUSED_SQL
 from politerm.store.models import Message
 from politerm.store.turns import SENDABLE_STATES, MessageState, message_step
@@ -62,53 +63,29 @@ class MessageRows(StoreCore):
             The new row, or None when ``dedupe_key`` was taken (nothing is written).
         """
         now = self._clock()
-        deadline = None if ttl is None else now + ttl
-        state = MessageState(state)
+        said = {
+            "task_id": task_id,
+            "sender": sender,
+            "recipient": recipient,
+            "type": type,
+            "msg_id": msg_id,
+            "nonce": nonce,
+            "dedupe_key": dedupe_key,
+            "state": MessageState(state).value,
+            "deadline": None if ttl is None else now + ttl,
+            "body": body,
+        }
+        values = said | {"header": _json(header), "text": text, "created": now, "updated": now}
         with self._writing() as c:
             try:
-                row = c.execute(
-                    "INSERT INTO messages (task_id, sender, recipient, type, msg_id, nonce,"
-                    " body, header, text, state, created, updated, deadline, dedupe_key)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (dedupe_key) DO NOTHING RETURNING *",
-                    (
-                        task_id,
-                        sender,
-                        recipient,
-                        type,
-                        msg_id,
-                        nonce,
-                        body,
-                        _json(header),
-                        text,
-                        state.value,
-                        now,
-                        now,
-                        deadline,
-                        dedupe_key,
-                    ),
-                ).fetchone()
+                row = insert(c, "messages", values, "ON CONFLICT (dedupe_key) DO NOTHING")
             except sqlite3.IntegrityError as e:
                 msg = f"run store {self._path}: cannot add message: {e}"
                 raise StoreError(msg) from e
             if row is None:
                 return None
             message = _message(row)
-        self._audit.append(
-            "message.add",
-            id=message.id,
-            task_id=task_id,
-            sender=sender,
-            recipient=recipient,
-            type=type,
-            msg_id=msg_id,
-            nonce=nonce,
-            dedupe_key=dedupe_key,
-            state=state.value,
-            deadline=deadline,
-            header=message.header,
-            body=body,
-        )
+        self._audit.append("message.add", id=message.id, header=message.header, **said)
         return message
 
     def transition(
@@ -166,13 +143,9 @@ class MessageRows(StoreCore):
                 msg = f"message {message_id} is {old.value}, expected {want}"
                 raise StoreError(msg)
             message_step(f"message {message_id}", old, new_state)
-            changes: dict[str, t.Any] = {"state": new_state.value, "updated": self._clock()}
-            if error is not None:
-                changes["last_error"] = error
-            if evidence is not None:
-                changes["evidence"] = evidence
-            if turn_nonce is not None:
-                changes["turn_nonce"] = turn_nonce
+            given = {"last_error": error, "evidence": evidence, "turn_nonce": turn_nonce}
+            changes: dict[str, t.Any] = {k: v for k, v in given.items() if v is not None}
+            changes |= {"state": new_state.value, "updated": self._clock()}
             if text is not None:
                 changes["text"] = text
             assignments = ", ".join(f"{k} = ?" for k in changes)  # keys are our own names
@@ -208,21 +181,14 @@ class MessageRows(StoreCore):
         ``task_id`` and ``types`` narrow the choice (a turn's own nudge or retry goes ahead
         of other tasks' messages).
         """
-        sql = (
-            "SELECT * FROM messages WHERE recipient = ? AND state IN (?, ?)"
-            " AND (deadline IS NULL OR deadline > ?)"
+        sql, args = where(
+            recipient=recipient,
+            state=SENDABLE_STATES,
+            task_id=task_id,
+            type=None if types is None else tuple(types),
         )
-        args: list[t.Any] = [recipient, *(s.value for s in sorted(SENDABLE_STATES)), self._clock()]
-        if task_id is not None:
-            sql += " AND task_id = ?"
-            args.append(task_id)
-        if types is not None:
-            kinds = sorted(types)
-            sql += f" AND type IN ({', '.join('?' * len(kinds))})"
-            args.extend(kinds)
-        with self._reading() as c:
-            row = c.execute(sql + " ORDER BY id LIMIT 1", args).fetchone()
-        return None if row is None else _message(row)
+        sql += " AND (deadline IS NULL OR deadline > ?) ORDER BY id LIMIT 1"
+        return self._one(_message, f"SELECT * FROM messages{sql}", *args, self._clock())
 
     def list_messages(
         self,
@@ -232,24 +198,9 @@ class MessageRows(StoreCore):
         recipient: str | None = None,
     ) -> list[Message]:
         """Return messages matching every filter given, oldest first."""
-        where: list[str] = []
-        args: list[t.Any] = []
-        if task_id is not None:
-            where.append("task_id = ?")
-            args.append(task_id)
-        if recipient is not None:
-            where.append("recipient = ?")
-            args.append(recipient)
-        if state is not None:
-            states = sorted(s.value for s in _states(state))
-            where.append(f"state IN ({', '.join('?' * len(states))})")
-            args.extend(states)
-        sql = "SELECT * FROM messages"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        with self._reading() as c:
-            rows = c.execute(sql + " ORDER BY id", args).fetchall()
-        return [_message(r) for r in rows]
+        states = None if state is None else _states(state)
+        sql, args = where(task_id=task_id, recipient=recipient, state=states)
+        return self._all(_message, f"SELECT * FROM messages{sql} ORDER BY id", *args)
 
     def count_messages(self, task_id: str, type: str) -> int:
         """How many messages of ``type`` the task has (in any state)."""
@@ -261,15 +212,11 @@ class MessageRows(StoreCore):
 
     def get_message(self, message_id: int) -> Message | None:
         """Return the message with row id ``message_id``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
-        return None if row is None else _message(row)
+        return self._one(_message, "SELECT * FROM messages WHERE id = ?", message_id)
 
     def find_message(self, dedupe_key: str) -> Message | None:
         """Return the message with ``dedupe_key``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM messages WHERE dedupe_key = ?", (dedupe_key,)).fetchone()
-        return None if row is None else _message(row)
+        return self._one(_message, "SELECT * FROM messages WHERE dedupe_key = ?", dedupe_key)
 
     def expire_messages(self, now: float) -> list[Message]:
         """Mark QUEUED/RETRIED messages whose deadline has passed as DEAD ("ttl expired").

@@ -17,6 +17,7 @@ from __future__ import annotations
 import typing as t
 
 from politerm.store._rows import _block, _event, _json
+from politerm.store._tables import insert, where
 from politerm.store.messages import MessageRows
 from politerm.store.models import Block, Event
 from politerm.store.tasks import DEFAULT_AGENT_STATE, TaskField, TaskRows
@@ -92,47 +93,20 @@ class RunStore(TaskRows, TurnRows, MessageRows):
             False when a block with this ``dedupe_key`` and the same ``accepted`` verdict was
             recorded before (nothing is written).
         """
+        said: dict[str, t.Any] = {"agent": agent, "task_id": task_id, "type": type}
+        said |= {"msg_id": msg_id, "nonce": nonce, "dedupe_key": dedupe_key}
+        said |= {"accepted": accepted, "reason": reason}
+        values = said | {"header": _json(header), "body": body, "seen": self._clock()}
         with self._writing() as c:
-            n = c.execute(
-                "INSERT INTO blocks (agent, task_id, type, msg_id, nonce, dedupe_key, header,"
-                " body, accepted, reason, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (dedupe_key, accepted) DO NOTHING",
-                (
-                    agent,
-                    task_id,
-                    type,
-                    msg_id,
-                    nonce,
-                    dedupe_key,
-                    _json(header),
-                    body,
-                    int(accepted),
-                    reason,
-                    self._clock(),
-                ),
-            ).rowcount
-        if n:
-            self._audit.append(
-                "block.record",
-                agent=agent,
-                task_id=task_id,
-                type=type,
-                msg_id=msg_id,
-                nonce=nonce,
-                dedupe_key=dedupe_key,
-                accepted=accepted,
-                reason=reason,
-            )
-        return bool(n)
+            row = insert(c, "blocks", values, "ON CONFLICT (dedupe_key, accepted) DO NOTHING")
+        if row is not None:
+            self._audit.append("block.record", **said)
+        return row is not None
 
     def list_blocks(self, task_id: str | None = None) -> list[Block]:
         """Return recorded blocks in the order seen, optionally for one task."""
-        sql, args = "SELECT * FROM blocks", []
-        if task_id is not None:
-            sql, args = sql + " WHERE task_id = ?", [task_id]
-        with self._reading() as c:
-            rows = c.execute(sql + " ORDER BY id", args).fetchall()
-        return [_block(r) for r in rows]
+        sql, args = where(task_id=task_id)
+        return self._all(_block, f"SELECT * FROM blocks{sql} ORDER BY id", *args)
 
     # --- events ---------------------------------------------------------------------------
 
@@ -158,13 +132,9 @@ class RunStore(TaskRows, TurnRows, MessageRows):
         data
             Extra JSON-serialisable fields.
         """
+        values = {"kind": kind, "task_id": task_id, "agent": agent, "detail": detail}
         with self._writing() as c:
-            row = c.execute(
-                "INSERT INTO events (ts, kind, task_id, agent, detail, data)"
-                " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
-                (self._clock(), kind, task_id, agent, detail, _json(data)),
-            ).fetchone()
-            event = _event(row)
+            event = _event(insert(c, "events", values | {"ts": self._clock(), "data": _json(data)}))
         self._audit.append(
             "event.add",
             id=event.id,
@@ -184,18 +154,9 @@ class RunStore(TaskRows, TurnRows, MessageRows):
         Without ``after``: the latest ``limit``. With ``after``: the first ``limit`` whose id
         is greater (what a follower has not seen yet; one indexed range read).
         """
-        where: list[str] = []
-        args: list[t.Any] = []
-        if task_id is not None:
-            where.append("task_id = ?")
-            args.append(task_id)
-        if after is not None:
-            where.append("id > ?")
-            args.append(after)
-        sql = "SELECT * FROM events" + (" WHERE " + " AND ".join(where) if where else "")
-        with self._reading() as c:
-            if after is not None:
-                rows = c.execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
-                return [_event(r) for r in rows]
-            rows = c.execute(sql + " ORDER BY id DESC LIMIT ?", [*args, limit]).fetchall()
-        return [_event(r) for r in reversed(rows)]
+        sql, args = where(task_id=task_id)
+        if after is None:
+            sql = f"SELECT * FROM events{sql} ORDER BY id DESC LIMIT ?"
+            return self._all(_event, sql, *args, limit)[::-1]
+        sql = f"SELECT * FROM events{sql} {'AND' if sql else 'WHERE'} id > ? ORDER BY id LIMIT ?"
+        return self._all(_event, sql, *args, after, limit)

@@ -8,6 +8,7 @@ import typing as t
 from politerm.errors import StoreError
 from politerm.store._core import StoreCore
 from politerm.store._rows import _agent, _expectation, _json, _task, _text
+from politerm.store._tables import insert, update_set, where
 from politerm.store.models import TERMINAL_TASK_STATES, Agent, Expectation, Task, TaskState
 
 DEFAULT_AGENT_STATE: t.Final = "starting"
@@ -45,52 +46,26 @@ class TaskRows(StoreCore):
         Agent
             The row as stored.
         """
+        launch = {
+            "session": session,
+            "pane_id": pane_id,
+            "command": command,
+            "cwd": cwd,
+            "profile": profile,
+            "resume_command": resume_command,
+            "env": _json(env),
+            "socket": socket,
+        }
         now = self._clock()
+        row = {"name": name, **launch, "state": DEFAULT_AGENT_STATE, "created": now, "updated": now}
         with self._writing() as c:
-            row = c.execute(
-                "INSERT INTO agents (name, session, pane_id, command, cwd, profile,"
-                " resume_command, env, state, created, updated, socket)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (name) DO UPDATE SET session = excluded.session,"
-                " pane_id = excluded.pane_id, command = excluded.command, cwd = excluded.cwd,"
-                " profile = excluded.profile, resume_command = excluded.resume_command,"
-                " env = excluded.env, updated = excluded.updated, socket = excluded.socket"
-                " RETURNING *",
-                (
-                    name,
-                    session,
-                    pane_id,
-                    command,
-                    cwd,
-                    profile,
-                    resume_command,
-                    _json(env),
-                    DEFAULT_AGENT_STATE,
-                    now,
-                    now,
-                    socket,
-                ),
-            ).fetchone()
-            agent = _agent(row)
-        self._audit.append(
-            "agent.upsert",
-            name=name,
-            session=session,
-            pane_id=pane_id,
-            command=command,
-            cwd=cwd,
-            profile=profile,
-            resume_command=resume_command,
-            env=agent.env,
-            socket=socket,
-        )
+            agent = _agent(insert(c, "agents", row, update_set("name", [*launch, "updated"])))
+        self._audit.append("agent.upsert", name=name, **(launch | {"env": agent.env}))
         return agent
 
     def get_agent(self, name: str) -> Agent | None:
         """Return the agent called ``name``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM agents WHERE name = ?", (name,)).fetchone()
-        return None if row is None else _agent(row)
+        return self._one(_agent, "SELECT * FROM agents WHERE name = ?", name)
 
     def list_agents(self) -> list[Agent]:
         """Return every agent, by name.
@@ -123,15 +98,8 @@ class TaskRows(StoreCore):
             No agent is called ``name``.
         """
         value = _text(state)
-        with self._writing() as c:
-            row = c.execute(
-                "UPDATE agents SET state = ?, updated = ? WHERE name = ? RETURNING *",
-                (value, self._clock(), name),
-            ).fetchone()
-            if row is None:
-                msg = f"run store {self._path}: no agent named {name!r}"
-                raise StoreError(msg)
-            agent = _agent(row)
+        sql = "UPDATE agents SET state = ?, updated = ? WHERE name = ? RETURNING *"
+        agent = self._change(_agent, f"agent named {name!r}", sql, value, self._clock(), name)
         self._audit.append("agent.state", name=name, state=value)
         return agent
 
@@ -147,12 +115,10 @@ class TaskRows(StoreCore):
         """
         now = self._clock()
         with self._writing() as c:
+            values: dict[str, t.Any] = {"id": task_id, "request": request, "state": "pending"}
+            values |= {"max_rounds": max_rounds, "created": now, "updated": now}
             try:
-                row = c.execute(
-                    "INSERT INTO tasks (id, request, state, round, max_rounds, created, updated)"
-                    " VALUES (?, ?, ?, 0, ?, ?, ?) RETURNING *",
-                    (task_id, request, TaskState.PENDING.value, max_rounds, now, now),
-                ).fetchone()
+                row = insert(c, "tasks", values)
             except sqlite3.IntegrityError as e:
                 msg = f"run store {self._path}: task {task_id!r} exists"
                 raise StoreError(msg) from e
@@ -162,20 +128,13 @@ class TaskRows(StoreCore):
 
     def get_task(self, task_id: str) -> Task | None:
         """Return the task, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
-        return None if row is None else _task(row)
+        return self._one(_task, "SELECT * FROM tasks WHERE id = ?", task_id)
 
     def list_tasks(self, active_only: bool = False) -> list[Task]:
         """Return tasks oldest first; with ``active_only``, those not DONE/FAILED/ABORTED."""
-        sql = "SELECT * FROM tasks"
-        args: list[str] = []
-        if active_only:
-            sql += f" WHERE state NOT IN ({', '.join('?' * len(TERMINAL_TASK_STATES))})"
-            args = [s.value for s in TERMINAL_TASK_STATES]
-        with self._reading() as c:
-            rows = c.execute(sql + " ORDER BY created, rowid", args).fetchall()
-        return [_task(r) for r in rows]
+        active = sorted(set(TaskState) - TERMINAL_TASK_STATES) if active_only else None
+        sql, args = where(state=active)
+        return self._all(_task, f"SELECT * FROM tasks{sql} ORDER BY created, rowid", *args)
 
     def update_task(
         self,
@@ -205,14 +164,10 @@ class TaskRows(StoreCore):
         StoreError
             No such task, or a field is both set and cleared.
         """
-        changes: dict[str, t.Any] = {}
-        if state is not None:
-            changes["state"] = TaskState(state).value
-        if round is not None:
-            changes["round"] = round
-        for name, value in (("report", report), ("error", error), ("question", question)):
-            if value is not None:
-                changes[name] = value
+        given: dict[str, t.Any] = {"state": state and TaskState(state).value, "round": round}
+        given["report"] = report
+        given |= {"error": error, "question": question}
+        changes = {name: value for name, value in given.items() if value is not None}
         for name in clear:
             if name not in ("report", "error", "question"):
                 msg = f"cannot clear task field {name!r}"
@@ -223,15 +178,8 @@ class TaskRows(StoreCore):
             changes[name] = None
         changes["updated"] = self._clock()
         assignments = ", ".join(f"{k} = ?" for k in changes)  # keys are our own names
-        with self._writing() as c:
-            row = c.execute(
-                f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING *",
-                [*changes.values(), task_id],
-            ).fetchone()
-            if row is None:
-                msg = f"run store {self._path}: no task {task_id!r}"
-                raise StoreError(msg)
-            task = _task(row)
+        sql = f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING *"
+        task = self._change(_task, f"task {task_id!r}", sql, *changes.values(), task_id)
         del changes["updated"]
         self._audit.append("task.update", task_id=task_id, **changes)
         return task
@@ -258,35 +206,20 @@ class TaskRows(StoreCore):
         """
         now = self._clock()
         with self._writing() as c:
+            wait = {"sender": sender, "type": type, "deadline": deadline, "nudged": nudged}
+            values = {"task_id": task_id, **wait, "created": now}
             try:
-                row = c.execute(
-                    "INSERT INTO expectations (task_id, sender, type, deadline, nudged, created)"
-                    " VALUES (?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (task_id) DO UPDATE SET sender = excluded.sender,"
-                    " type = excluded.type, deadline = excluded.deadline,"
-                    " nudged = excluded.nudged, created = excluded.created"
-                    " RETURNING *",
-                    (task_id, sender, type, deadline, int(nudged), now),
-                ).fetchone()
+                row = insert(c, "expectations", values, update_set("task_id", [*wait, "created"]))
             except sqlite3.IntegrityError as e:
                 msg = f"run store {self._path}: no task {task_id!r}"
                 raise StoreError(msg) from e
             exp = _expectation(row)
-        self._audit.append(
-            "expectation.set",
-            task_id=task_id,
-            sender=sender,
-            type=type,
-            deadline=deadline,
-            nudged=nudged,
-        )
+        self._audit.append("expectation.set", task_id=task_id, **wait)
         return exp
 
     def get_expectation(self, task_id: str) -> Expectation | None:
         """Return what the router waits for on ``task_id``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM expectations WHERE task_id = ?", (task_id,)).fetchone()
-        return None if row is None else _expectation(row)
+        return self._one(_expectation, "SELECT * FROM expectations WHERE task_id = ?", task_id)
 
     def clear_expectation(self, task_id: str) -> bool:
         """Stop waiting on ``task_id``; return whether there was an expectation."""
@@ -304,19 +237,11 @@ class TaskRows(StoreCore):
         StoreError
             Nothing is expected on ``task_id``.
         """
-        with self._writing() as c:
-            row = c.execute(
-                "UPDATE expectations SET nudged = 1 WHERE task_id = ? RETURNING *", (task_id,)
-            ).fetchone()
-            if row is None:
-                msg = f"run store {self._path}: no expectation on task {task_id!r}"
-                raise StoreError(msg)
-            exp = _expectation(row)
+        sql = "UPDATE expectations SET nudged = 1 WHERE task_id = ? RETURNING *"
+        exp = self._change(_expectation, f"expectation on task {task_id!r}", sql, task_id)
         self._audit.append("expectation.nudged", task_id=task_id)
         return exp
 
     def list_expectations(self) -> list[Expectation]:
         """Return every open expectation, earliest deadline first."""
-        with self._reading() as c:
-            rows = c.execute("SELECT * FROM expectations ORDER BY deadline, task_id").fetchall()
-        return [_expectation(r) for r in rows]
+        return self._all(_expectation, "SELECT * FROM expectations ORDER BY deadline, task_id")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from politerm.errors import TransitionRejected
 from politerm.store._rows import _turn
+from politerm.store._tables import insert
 from politerm.store.journal import JournalRows
 from politerm.store.models import Turn
 from politerm.store.turns import TurnEnd, TurnState, turn_step
@@ -60,42 +61,23 @@ class TurnRows(JournalRows):
                 msg = f"turn of {agent}: turn {prev[0]} is still open; end it first"
                 raise TransitionRejected(msg)
             turn_step(f"turn of {agent}", None, TurnState.DELIVERING)
-            row = c.execute(
-                "INSERT INTO turns (agent, nonce, task_id, message_id, start_line,"
-                " started, state) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                (agent, nonce, task_id, message_id, start_line, now, state.value),
-            ).fetchone()
-            turn = _turn(row)
-        self._audit.append(
-            "turn.start",
-            agent=agent,
-            nonce=nonce,
-            task_id=task_id,
-            message_id=message_id,
-            start_line=start_line,
-            state=state.value,
-        )
+            said = {"agent": agent, "nonce": nonce, "task_id": task_id, "message_id": message_id}
+            said |= {"start_line": start_line, "state": state.value}
+            turn = _turn(insert(c, "turns", said | {"started": now}))
+        self._audit.append("turn.start", **said)
         return turn
 
     def current_turn(self, agent: str) -> Turn | None:
         """Return the prompt outstanding at ``agent``, or None."""
-        with self._reading() as c:
-            row = c.execute("SELECT * FROM turns WHERE agent = ?", (agent,)).fetchone()
-        return None if row is None else _turn(row)
+        return self._one(_turn, "SELECT * FROM turns WHERE agent = ?", agent)
 
     def list_turns(self) -> list[Turn]:
         """Return every open turn (one query, whatever the number of agents)."""
-        with self._reading() as c:
-            rows = c.execute("SELECT * FROM turns ORDER BY agent").fetchall()
-        return [_turn(r) for r in rows]
+        return self._all(_turn, "SELECT * FROM turns ORDER BY agent")
 
     def turns_of_task(self, task_id: str) -> list[Turn]:
         """Every open turn that belongs to ``task_id``."""
-        with self._reading() as c:
-            rows = c.execute(
-                "SELECT * FROM turns WHERE task_id = ? ORDER BY agent", (task_id,)
-            ).fetchall()
-        return [_turn(r) for r in rows]
+        return self._all(_turn, "SELECT * FROM turns WHERE task_id = ? ORDER BY agent", task_id)
 
     def set_turn_state(self, agent: str, nonce: str, state: TurnState) -> Turn | None:
         """Move ``agent``'s turn ``nonce`` to ``state``; None when that turn is not open.

@@ -42,7 +42,7 @@ import pathlib
 import sqlite3
 import typing as t
 
-from politerm._internal.aio import listen
+from politerm._internal.aio import listen, wait_event
 from politerm._internal.inotify import watch_dir
 from politerm.errors import StoreError
 
@@ -211,12 +211,7 @@ class StoreWatch:
         if timeout is None:
             await target.wait()
             return True
-        try:
-            async with asyncio.timeout(max(0.0, timeout)):
-                await target.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(target, timeout)
 
     def _written(self) -> None:
         # The first write of a burst starts the gathering; the rest of it joins in. A write
@@ -281,30 +276,19 @@ class StoreWatch:
             return pathlib.Path(path).name in names
 
         self._stop = stop = anyio.Event()
+        how: dict[str, t.Any] = {"step": self.step_ms, "debounce": self.debounce_ms}
+        how |= {"watch_filter": relevant, "stop_event": stop, "recursive": False}
         try:
+            # The store dir is ours (0700); a denied sibling must not kill the watcher.
             async for _changes in watchfiles.awatch(
-                self.path.parent,
-                watch_filter=relevant,
-                step=self.step_ms,
-                debounce=self.debounce_ms,
-                stop_event=stop,
-                recursive=False,
-                # The store dir is ours (0700); a denied sibling must not kill the watcher.
-                ignore_permission_denied=True,
+                self.path.parent, ignore_permission_denied=True, **how
             ):
                 self._written()
         except OSError as exc:
             # e.g. the inotify watch limit reached: fall back to watchfiles' own polling.
             log.warning("store watch: %s; polling %s instead", exc, self.path.parent)
             async for _changes in watchfiles.awatch(
-                self.path.parent,
-                watch_filter=relevant,
-                step=self.step_ms,
-                debounce=self.debounce_ms,
-                stop_event=stop,
-                recursive=False,
-                force_polling=True,
-                poll_delay_ms=250,
+                self.path.parent, force_polling=True, poll_delay_ms=250, **how
             ):
                 self._written()
 

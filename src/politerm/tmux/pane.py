@@ -12,7 +12,7 @@ import typing as t
 import psutil
 
 from politerm._internal.proctree import kill_processes, process_tree
-from politerm.errors import PaneNotFound, TmuxCommandError
+from politerm.errors import ControlModeError, PaneNotFound, TmuxCommandError
 from politerm.terminal import Snapshot, on_screen
 from politerm.tmux._staging import staged
 
@@ -206,6 +206,23 @@ class Pane:
         """
         lines = await self.client.cmd("display-message", "-p", "-t", self.pane_id, _INFO_FORMAT)
         return _info_of(self.pane_id, lines)
+
+    async def pid(self) -> int | None:
+        """The program's process id; None once it has exited (or the pane is gone)."""
+        try:
+            info = await self.info()
+        except (PaneNotFound, ControlModeError):
+            return None
+        return info.pid if info.pid and not info.dead else None
+
+    def host_gone(self) -> str | None:
+        """Why the pane's tmux server went away; None while it is up."""
+        return self.client.dead_reason
+
+    def live_view(
+        self, *, fields: t.Callable[[], Sequence[str]], on_interrupt: t.Callable[[], None]
+    ) -> None:
+        """None: the operator attaches to a pane with tmux."""
 
     async def is_alive(self) -> bool:
         """False when the pane is gone or its program has exited."""

@@ -21,7 +21,14 @@ from politerm.agents.approval import all_pending
 from politerm.errors import PolitermError
 from politerm.project import project_key
 from politerm.redact import Redactor
-from politerm.status import approval_row, collect, remote_rows, remote_tasks, state_words
+from politerm.status import (
+    approval_row,
+    asked_on_node_row,
+    collect,
+    remote_rows,
+    remote_tasks,
+    state_words,
+)
 from politerm.store.epics import EpicStore
 from politerm.ui.inbox import (
     approval_panes,
@@ -111,6 +118,15 @@ class Cleaner:
         return value
 
 
+def _row(project: ProjectRef, name: str, state: str, **fields: t.Any) -> dict[str, t.Any]:
+    """An agents-table row: ``fields`` over what a row shows of an agent known by name only."""
+    return {
+        "name": name, "state": state, "state_words": state, "limit": None, "pane": None,
+        "session": None, "profile": None, "last_activity": None, "tokens": None, "turn": None,
+        "live": False, "project": project.name, "project_key": project.key, "approval": None,
+    } | fields  # fmt: skip
+
+
 def _agents(
     status: dict[str, t.Any], panes: t.Sequence[PaneEntry], project: ProjectRef
 ) -> list[dict[str, t.Any]]:
@@ -126,45 +142,24 @@ def _agents(
             seen.add((pane.socket, pane.pane_id))
         state = "exited" if pane is not None and pane.dead else a["state"]
         rows.append(
-            {
-                "name": a["name"],
-                "state": state,
+            _row(
+                project, a["name"], state,
                 # What the views print: a LIMITED agent's says when its limit resets.
-                "state_words": state_words({**a, "state": state}),
-                "limit": a.get("limit"),
-                "pane": a["pane"],
-                "session": pane.session if pane else None,
-                "profile": a["profile"],
-                "last_activity": pane.activity if pane else None,
-                "tokens": a.get("tokens"),
-                "turn": a["turn"],
-                "live": pane is not None and not pane.dead,
-                "project": project.name,
-                "project_key": project.key,
-                "approval": None,
-            }
-        )
+                state_words=state_words({**a, "state": state}), limit=a.get("limit"),
+                pane=a["pane"], session=pane.session if pane else None, profile=a["profile"],
+                last_activity=pane.activity if pane else None, tokens=a.get("tokens"),
+                turn=a["turn"], live=pane is not None and not pane.dead,
+            )
+        )  # fmt: skip
     for p in panes:
         if (p.socket, p.pane_id) in seen or not p.agent:
             continue
         rows.append(
-            {
-                "name": p.agent,
-                "state": "exited" if p.dead else "running",
-                "state_words": "exited" if p.dead else "running",
-                "limit": None,
-                "pane": p.pane_id,
-                "session": p.session,
-                "profile": p.command,
-                "last_activity": p.activity,
-                "tokens": None,
-                "turn": None,
-                "live": not p.dead,
-                "project": project.name,
-                "project_key": project.key,
-                "approval": None,
-            }
-        )
+            _row(
+                project, p.agent, "exited" if p.dead else "running", pane=p.pane_id,
+                session=p.session, profile=p.command, last_activity=p.activity, live=not p.dead,
+            )
+        )  # fmt: skip
     return rows
 
 
@@ -193,26 +188,16 @@ def _fleet(
         approval = r.get("approval")
         state = "waiting_approval" if approval else r["state"]
         rows.append(
-            {
-                "name": r["agent"],
-                "state": state,
-                "state_words": state if not r["lost"] else f"node lost (last {r['last_state']})",
-                "limit": None,
-                "pane": None,
-                "session": None,
-                "profile": r["profile"],
-                "last_activity": r["since"],
-                "tokens": None,
-                "turn": r["turn"],
-                "live": not r["lost"],
-                "project": home.name,
-                "project_key": home.key,
-                "approval": None
-                if not approval
-                else {"what": approval.get("what", ""), "command": approval.get("command", "")},
-                "node": r["node"],
-            }
-        )
+            _row(
+                home, r["agent"], state,
+                state_words=state if not r["lost"] else f"node lost (last {r['last_state']})",
+                profile=r["profile"], last_activity=r["since"], turn=r["turn"],
+                live=not r["lost"], node=r["node"],
+                approval=None if not approval else {
+                    "what": approval.get("what", ""), "command": approval.get("command", "")
+                },
+            )
+        )  # fmt: skip
         if approval:
             asks.append(asked_on_node(home, r["agent"], r["node"], approval))
     # This machine's router's tasks are in its own store, so in its inbox already.
@@ -408,14 +393,11 @@ def collect_overview(
     # "epic.<session>"...): list them all, not only the loop's agents'.
     by_key = {(i["project_key"], i["agent"]): i for i in waiting if i["kind"] == "approval"}
     approvals = [
-        {
-            "agent": i["agent"], "tool": "", "command": i["command"], "question": "",
-            "what": i["what"], "asked": i["since"], "answer": None, "evidence": [],
-            "project": home.name, "project_key": home.key, "pane": None, "node": i["node"],
-        }
+        asked_on_node_row(i["agent"], i["what"], i["command"], i["since"], i["node"])
+        | {"project": home.name, "project_key": home.key, "pane": None}
         for i in asked_elsewhere
         if i["kind"] == "approval"
-    ]  # fmt: skip
+    ]
     for ref, st in [(home, store), *others]:
         for p in all_pending(st):
             item = by_key.get((ref.key, p.agent))

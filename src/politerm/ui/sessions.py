@@ -81,7 +81,7 @@ def tmux_sessions(
 
 def bridge_sessions(store: RunStore) -> list[dict[str, t.Any]]:
     """A row for every bridge that serves a queue of this store and is alive."""
-    from politerm.bridge._watch import pid_alive
+    from politerm._internal.waits import pid_alive
 
     rows = []
     for key in store.meta_keys(BRIDGE_KEY):

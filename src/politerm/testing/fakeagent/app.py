@@ -91,6 +91,8 @@ class FakeAgent:
         Shown in the terminal title and logged.
     transcript
         Where prompts and raw replies go, Claude-Code style (``--transcript``).
+    once
+        A prompt answered as the only turn, after which the agent exits (``--print``).
     """
 
     def __init__(
@@ -104,8 +106,10 @@ class FakeAgent:
         fd_in: int = 0,
         fd_out: int = 1,
         transcript: Transcript | None = None,
+        once: str | None = None,
     ) -> None:
         self.scenario = scenario
+        self.once = once
         # Every prompt's matched groups, for rules with ``recall``.
         self.recalled: dict[str, str] = {}
         self.mode = mode
@@ -172,6 +176,9 @@ class FakeAgent:
             self.display.setup(self.name)
             self.display.commit(self.screen.banner(self.cwd, self.display.width))
             self._render()
+            if self.once is not None:
+                self.box.type(self.once.encode())
+                self._submit()
             self._loop()
         except _Exit as stop:
             code, reason, crash = stop.code, stop.reason, stop.crash
@@ -552,6 +559,8 @@ class FakeAgent:
         self.turn = None
         self.hanging = False
         self.phase = Phase.IDLE
+        if self.once is not None:
+            raise _Exit(0, "printed")
         if self.queue:
             self._start_turn(*self.queue.popleft())
         elif self.box.empty and (left := self.faults.leave_text(self.n)) is not None:

@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-alt-screen", action="store_true", help="codex: draw inline, history in scrollback"
     )
+    parser.add_argument(
+        "--print", metavar="PROMPT", help="answer PROMPT as one turn, then exit (a CLI's -p)"
+    )
     return parser
 
 
@@ -82,5 +85,6 @@ def main(argv: t.Sequence[str] | None = None) -> int:
         alt_screen=not args.no_alt_screen,
         name=args.name,
         transcript=transcript,
+        once=args.print,
     )
     return agent.run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from politerm.ui.dash.app import DashApp, attach_argv
+from politerm.driver.panes import attach_argv
+from politerm.ui.dash.app import DashApp
 
 __all__ = ["DashApp", "attach_argv"]

@@ -11,30 +11,30 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
-import os
 import typing as t
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual.app import App
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, TabbedContent
 
+from politerm.driver.panes import attach_argv, attach_env
 from politerm.errors import PolitermError
+from politerm.status import on_node
 from politerm.ui import actions
 from politerm.ui.dash.modals import CSS as MODAL_CSS
 from politerm.ui.dash.modals import AskScreen, ConfirmScreen, GateScreen
 from politerm.ui.dash.screen import render_screen
+from politerm.ui.dash.tables import Row, Tables, differ
 from politerm.ui.live import LiveState
 from politerm.ui.overview import ATTENTION, FINISHED
 
 if t.TYPE_CHECKING:
     import pathlib
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from textual.app import ComposeResult
-    from textual.widgets.data_table import ColumnKey, RowKey
 
     from politerm.config import Config
     from politerm.store import RunStore
@@ -53,27 +53,6 @@ _STATE_STYLE = {
     "busy": "cyan",
     "ready": "green",
 }
-
-
-def attach_argv(socket: str, pane_id: str) -> list[str]:
-    """The tmux command that shows ``pane_id`` of the private server in this terminal.
-
-    Examples
-    --------
-    >>> attach_argv("poli", "%3")  # doctest: +NORMALIZE_WHITESPACE
-    ['tmux', '-L', 'poli', 'select-window', '-t', '%3', ';', 'select-pane', '-t', '%3', ';',
-     'attach-session', '-t', '%3']
-    """
-    return [
-        "tmux", "-L", socket, "select-window", "-t", pane_id, ";",
-        "select-pane", "-t", pane_id, ";", "attach-session", "-t", pane_id,
-    ]  # fmt: skip
-
-
-def _waits(item: t.Mapping[str, t.Any]) -> str:
-    """What an inbox item waits for, and the node that asks when it is another machine's."""
-    node = item.get("node")
-    return f"{item['kind_words']} (node {node})" if node else str(item["kind_words"])
 
 
 def _when(ts: float | None) -> str:
@@ -170,13 +149,8 @@ class DashApp(App[None]):
         self.messages_shown: list[str] = []
         self.overview_frozen = False
         self._mirror_lock = asyncio.Lock()
-        # Each table's column keys and the rows drawn in it (key, cells compared by value):
-        # a refresh redraws the cells that changed, not every row (500 rows at 500 agents).
-        self._columns: dict[str, list[ColumnKey]] = {}
-        self._drawn: dict[str, list[tuple[str, tuple[object, ...]]]] = {}
+        self.tables = Tables()
         self._agent_rows: dict[str, tuple[str | None, str]] = {}  # row key -> pane, agent
-        self.rows_drawn = 0
-        """How many table rows the refreshes added or changed (a row drawn again counts)."""
         self._events_drawn: Text | None = None
         self._inbox_title = ""
 
@@ -192,16 +166,10 @@ class DashApp(App[None]):
                 yield DataTable(id="inbox", cursor_type="row")
                 yield Label("agents", classes="section")
                 yield DataTable(id="agents", cursor_type="row")
-                with TabbedContent(
-                    "tasks", "messages", "mail", "sessions", "pipelines", "work", "manager"
-                ):
-                    yield DataTable(id="tasks", cursor_type="row")
-                    yield DataTable(id="messages", cursor_type="row")
-                    yield DataTable(id="mail", cursor_type="row")
-                    yield DataTable(id="sessions", cursor_type="row")
-                    yield DataTable(id="pipelines", cursor_type="row")
-                    yield DataTable(id="work", cursor_type="row")
-                    yield DataTable(id="manager", cursor_type="row")
+                tabs = ("tasks", "messages", "mail", "sessions", "pipelines", "work", "manager")
+                with TabbedContent(*tabs):
+                    for name in tabs:
+                        yield DataTable(id=name, cursor_type="row")
             with Vertical(id="right"):
                 yield Label("mirror", id="mirror-title")
                 yield MirrorView(id="mirror")
@@ -227,7 +195,7 @@ class DashApp(App[None]):
             "manager": ("project", "state", "agent", "task", "status", "question / error"),
         }
         for name, cols in columns.items():
-            self._columns[name] = self.query_one(f"#{name}", DataTable).add_columns(*cols)
+            self.tables.add_columns(self.query_one(f"#{name}", DataTable), cols)
         await self.live.start()
         if self.selected_agent:
             await self._mirror(self.selected_agent)
@@ -250,46 +218,19 @@ class DashApp(App[None]):
             return True
         return any(self.filter_text in str(c).lower() for c in cells)
 
-    def _fill(self, name: str, rows: Sequence[tuple[str, Sequence[object]]]) -> None:
-        """Show ``rows`` (key, cells) in table ``name``, drawing only what changed.
+    def _fill(self, name: str, rows: Sequence[Row]) -> None:
+        # Refilled, the agents' table keeps its cursor on the mirrored agent.
+        mirrored = self._is_mirrored if name == "agents" else None
+        self.tables.fill(self.query_one(f"#{name}", DataTable), rows, self._keep, mirrored)
 
-        The same keys in the same order: the changed cells are updated in place. Otherwise
-        (rows came, went or moved; the filter changed) the table is filled again.
-        """
-        table = self.query_one(f"#{name}", DataTable)
-        # Textual reads a str cell as markup: agent and user text ("list[/]") is plain Text.
-        kept = [
-            (key, tuple(Text(c) if isinstance(c, str) else c for c in cells))
-            for key, cells in _unique(rows)
-            if self._keep(*cells)
-        ]
-        drawn = self._drawn.get(name)
-        self._drawn[name] = kept
-        if drawn is not None and [k for k, _ in drawn] == [k for k, _ in kept]:
-            columns = self._columns[name]
-            for (key, new), (_, old) in zip(kept, drawn, strict=True):
-                changed = [
-                    i for i, (a, b) in enumerate(zip(new, old, strict=True)) if _differ(a, b)
-                ]
-                for i in changed:
-                    # Widening is cheap; a narrower cell would have the table measure every
-                    # cell of its column again (500 at 500 agents): then the width stays.
-                    wider = _width(new[i]) > table.columns[columns[i]].content_width
-                    table.update_cell(key, columns[i], new[i], update_width=wider)
-                self.rows_drawn += bool(changed)
-            return
-        cursor = table.cursor_row
-        table.clear()
-        for key, cells in kept:
-            table.add_row(*cells, key=key)
-        self.rows_drawn += len(kept)
-        if name == "agents" and self._mirrored is not None:
-            for i, (key, _) in enumerate(kept):  # the cursor stays on the mirrored agent
-                pane, agent = self._agent_rows.get(key, (None, ""))
-                if (pane, agent.upper()) == self._mirrored:
-                    cursor = i
-        if table.row_count:
-            table.move_cursor(row=min(cursor, table.row_count - 1))
+    def _is_mirrored(self, key: str) -> bool:
+        pane, agent = self._agent_rows.get(key, (None, ""))
+        return (pane, agent.upper()) == self._mirrored
+
+    @property
+    def rows_drawn(self) -> int:
+        """How many table rows the refreshes added or changed (a row drawn again counts)."""
+        return self.tables.rows_drawn
 
     def _show(self, data: dict[str, t.Any]) -> None:
         self.overview = data
@@ -325,8 +266,8 @@ class DashApp(App[None]):
         self._fill(
             "inbox",
             [
-                (i["id"], (Text(_waits(i), style="bold yellow"), i["project"],
-                           i["agent"] or "-", i["what"][:80], _when(i["since"]),
+                (i["id"], (Text(on_node(i["kind_words"], i.get("node")), style="bold yellow"),
+                           i["project"], i["agent"] or "-", i["what"][:80], _when(i["since"]),
                            _KEYS.get(i["kind"], "")))
                 for i in waiting
             ],
@@ -334,7 +275,8 @@ class DashApp(App[None]):
         self._fill(
             "tasks",
             [
-                (tk["id"], (_task_id(tk), tk["state"], _or_dash(tk["round"]), tk["request"][:50],
+                (tk["id"], (on_node(tk["id"], tk.get("node")), tk["state"],
+                            "-" if tk["round"] is None else tk["round"], tk["request"][:50],
                             tk["question"] or tk["error"] or (tk["report"] or "")[:80]))
                 for tk in data.get("tasks", [])
             ],
@@ -354,7 +296,7 @@ class DashApp(App[None]):
                 for s in data.get("sessions", [])
             ],
         )
-        rows: list[tuple[str, Sequence[object]]] = []
+        rows: list[Row] = []
         for run in data.get("pipelines", []):
             q = run.get("question") or {}
             for s in run["steps"]:
@@ -362,7 +304,7 @@ class DashApp(App[None]):
                 row = (run["run_id"], s["num"], s["agent"], s["status"], s["gate"], asks)
                 rows.append((f"{run['run_id']}:{s['num']}", row))
         self._fill("pipelines", rows)
-        work: list[tuple[str, Sequence[object]]] = [
+        work: list[Row] = [
             (f"run:{r['id']}", ("epic run", r["id"], r["epic"], r["agent"], r["state"]))
             for r in data.get("epic_runs", [])
         ]
@@ -395,7 +337,7 @@ class DashApp(App[None]):
             who = f"[{e['agent']}] " if e["agent"] else ""
             detail = " ".join(e["detail"].split())[:160]
             lines.append(f"{_when(e['ts'])} {e['kind']:<14} {who}{detail}\n", style=style)
-        if self._events_drawn is None or _differ(lines, self._events_drawn):
+        if self._events_drawn is None or differ(lines, self._events_drawn):
             self._events_drawn = lines
             # Its size is fixed (CSS): no need to lay the screen out again.
             self.query_one("#events", Static).update(lines, layout=False)
@@ -444,7 +386,7 @@ class DashApp(App[None]):
 
     async def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Follow the selection: agents are mirrored, tasks and approvals chosen."""
-        key = _key(event.row_key)
+        key = None if event.row_key.value is None else str(event.row_key.value)
         table = event.data_table.id
         # Refills move the cursor too; only a person moving it (table focused) switches.
         if not event.data_table.has_focus:
@@ -478,11 +420,8 @@ class DashApp(App[None]):
             )
         return chosen or (items[0] if items else None)
 
-    def _open_approval(self) -> dict[str, t.Any] | None:
-        return self._waiting("approval")
-
     def _answer_approval(self, deny: bool) -> None:
-        pending = self._open_approval()
+        pending = self._waiting("approval")
         if pending is None:
             self._say("no approval question is open", error=True)
             return
@@ -497,7 +436,7 @@ class DashApp(App[None]):
             if yes and self.live.remote_node(ref.node):
                 # Answered on the agent's node: waited for off the screen's loop.
                 there = functools.partial(self.live.approve_remote, ref, deny=deny, by="dash")
-                self.run_worker(self._run_remote(there), exclusive=False)
+                self.run_worker(self._run_async(lambda: asyncio.to_thread(there)), exclusive=False)
             elif yes:
 
                 def act() -> str:
@@ -516,10 +455,10 @@ class DashApp(App[None]):
         """Deny the open question of the selected agent (asks first)."""
         self._answer_approval(deny=True)
 
-    async def _run_remote(self, act: Callable[[], str]) -> None:
-        """``act`` (it waits for another node's word) in a thread; what it said, shown."""
+    async def _run_async(self, act: Callable[[], Awaitable[str]]) -> None:
+        """What ``act`` (waited for in a worker, off the screen's loop) said, shown."""
         try:
-            said = await asyncio.to_thread(act)
+            said = await act()
         except PolitermError as exc:
             self._say(f"refused: {exc}", error=True)
             return
@@ -552,7 +491,7 @@ class DashApp(App[None]):
                 there = functools.partial(
                     self.live.answer_remote, task_id, question, text, by="dash"
                 )
-                self.run_worker(self._run_remote(there), exclusive=False)
+                self.run_worker(self._run_async(lambda: asyncio.to_thread(there)), exclusive=False)
             elif text is not None:
 
                 def act() -> str:
@@ -589,18 +528,12 @@ class DashApp(App[None]):
             self._say("select a task to abort (tasks tab)", error=True)
             return
 
-        async def go() -> None:
-            try:
-                said = await actions.abort(self.live.store, self.live.config, task["id"], by="dash")
-            except PolitermError as exc:
-                self._say(f"refused: {exc}", error=True)
-                return
-            self._say(said)
-            self.live.poke()
-
         def done(yes: bool | None) -> None:
             if yes:
-                self.run_worker(go(), exclusive=True)
+                stop = functools.partial(
+                    actions.abort, self.live.store, self.live.config, task["id"], by="dash"
+                )
+                self.run_worker(self._run_async(stop), exclusive=True)
 
         self.push_screen(
             ConfirmScreen("abort this task?", f"{task['id']}: {task['request']}"), done
@@ -616,9 +549,8 @@ class DashApp(App[None]):
         if not self.is_headless:
             import subprocess
 
-            env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
             with self.suspend():
-                subprocess.run(argv, env=env, check=False)
+                subprocess.run(argv, env=attach_env(), check=False)
             return
         self._say("attach: " + " ".join(argv))
 
@@ -646,72 +578,3 @@ class DashApp(App[None]):
         if event.input.id == "filter":
             self.filter_text = event.value.strip().lower()
             self._show(self.overview)
-
-
-def _key(row_key: RowKey) -> str | None:
-    return str(row_key.value) if row_key.value is not None else None
-
-
-def _unique(
-    rows: Sequence[tuple[str, Sequence[object]]],
-) -> list[tuple[str, Sequence[object]]]:
-    """``rows`` with each key made unique (a table refuses a key twice).
-
-    Examples
-    --------
-    >>> [k for k, _ in _unique([("a", ()), ("b", ()), ("a", ()), ("a", ())])]
-    ['a', 'b', 'a#2', 'a#3']
-    """
-    seen: dict[str, int] = {}
-    out: list[tuple[str, Sequence[object]]] = []
-    for key, cells in rows:
-        seen[key] = seen.get(key, 0) + 1
-        out.append((key if seen[key] == 1 else f"{key}#{seen[key]}", cells))
-    return out
-
-
-def _task_id(task: t.Mapping[str, t.Any]) -> str:
-    """A task's id, with the node whose router runs it when that is another machine's.
-
-    Examples
-    --------
-    >>> _task_id({"id": "T-1"}), _task_id({"id": "T-2", "node": "a"})
-    ('T-1', 'T-2 (node a)')
-    """
-    node = task.get("node")
-    return f"{task['id']} (node {node})" if node else str(task["id"])
-
-
-def _or_dash(value: object) -> object:
-    """``value``, or "-" for one that is not known (a task of another node has no round).
-
-    Examples
-    --------
-    >>> _or_dash(None), _or_dash(2)
-    ('-', 2)
-    """
-    return "-" if value is None else value
-
-
-def _width(cell: object) -> int:
-    """The terminal cells ``cell`` takes.
-
-    Examples
-    --------
-    >>> _width(Text("busy")), _width(42), _width("日本")
-    (4, 2, 4)
-    """
-    return cell_len(cell.plain if isinstance(cell, Text) else str(cell))
-
-
-def _differ(a: object, b: object) -> bool:
-    """Whether two cells draw differently (rich's ``Text`` equality ignores the style).
-
-    Examples
-    --------
-    >>> _differ(Text("busy", style="cyan"), Text("busy", style="green")), _differ(3, 3)
-    (True, False)
-    """
-    if isinstance(a, Text) and isinstance(b, Text):
-        return a.plain != b.plain or str(a.style) != str(b.style) or a.spans != b.spans
-    return type(a) is not type(b) or a != b

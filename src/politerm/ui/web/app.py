@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import pathlib
@@ -276,22 +277,14 @@ class WebMonitor:
             by = request.state.who
             if self.live.remote_node(body.node):
                 # Its node presses the keys; waiting for its word must not hold the loop.
-                if not self.allow_actions:
-                    return _read_only()
-                try:
-                    said = await asyncio.to_thread(
-                        self.live.approve_remote, ref, deny=body.deny, by=by
-                    )
-                except PolitermError as exc:
-                    return _refused(exc)
-                self.live.poke()
-                return JSONResponse({"ok": True, "message": said})
+                there = self.live.approve_remote
+                return await self._act(lambda: asyncio.to_thread(there, ref, deny=body.deny, by=by))
 
             def run() -> str:
                 store, _ = self.live.project_of(body.project)
                 return actions.approve(store, ref, deny=body.deny, by=by)
 
-            return self._act(run)
+            return await self._act(run)
 
         @app.post("/api/answer")
         async def answer(request: Request, body: AnswerBody) -> JSONResponse:
@@ -299,23 +292,17 @@ class WebMonitor:
             home = body.project is None or body.project == live.home.key
             if home and live.config.fleet is not None and live.store.get_task(body.task) is None:
                 # Another node's router runs it: waiting for its word must not hold the loop.
-                if not self.allow_actions:
-                    return _read_only()
-                try:
-                    said = await asyncio.to_thread(
-                        live.answer_remote, body.task, body.question, body.text, by=by
-                    )
-                except PolitermError as exc:
-                    return _refused(exc)
-                live.poke()
-                return JSONResponse({"ok": True, "message": said})
+                there = functools.partial(
+                    live.answer_remote, body.task, body.question, body.text, by=by
+                )
+                return await self._act(lambda: asyncio.to_thread(there))
 
             def run() -> str:
                 store, _ = live.project_of(body.project)
                 config = live.config_of(body.project)
                 return actions.answer(store, config, body.task, body.question, body.text, by=by)
 
-            return self._act(run)
+            return await self._act(run)
 
         @app.post("/api/gate")
         async def gate(request: Request, body: GateBody) -> JSONResponse:
@@ -326,20 +313,12 @@ class WebMonitor:
                 project = ref.root or self.live.project or pathlib.Path.cwd()
                 return actions.gate(project, body.run_id, body.seq, body.answer, by=by)
 
-            return self._act(run)
+            return await self._act(run)
 
         @app.post("/api/abort")
         async def abort(request: Request, body: AbortBody) -> JSONResponse:
-            if not self.allow_actions:
-                return _read_only()
-            try:
-                said = await actions.abort(
-                    self.live.store, self.live.config, body.task, by=request.state.who
-                )
-            except PolitermError as exc:
-                return _refused(exc)
-            self.live.poke()
-            return JSONResponse({"ok": True, "message": said})
+            live, by = self.live, request.state.who
+            return await self._act(lambda: actions.abort(live.store, live.config, body.task, by=by))
 
         @app.websocket("/ws/overview")
         async def ws_overview(ws: WebSocket) -> None:
@@ -390,11 +369,14 @@ class WebMonitor:
             return t.cast("FileResponse", JSONResponse({"error": "not found"}, status_code=404))
         return FileResponse(path)
 
-    def _act(self, run: Callable[[], str]) -> JSONResponse:
+    async def _act(self, run: Callable[[], str | Awaitable[str]]) -> JSONResponse:
+        """Run an action (when actions are allowed) and answer with what it said."""
         if not self.allow_actions:
             return _read_only()
         try:
             said = run()
+            if not isinstance(said, str):
+                said = await said
         except PolitermError as exc:
             return _refused(exc)
         self.live.poke()

@@ -9,7 +9,7 @@ import time
 import typing as t
 
 from politerm._internal.aio import wait_event
-from politerm.errors import BridgeError
+from politerm.errors import PolitermError
 
 if t.TYPE_CHECKING:
     import pathlib
@@ -68,13 +68,14 @@ async def wait_until(
     pids: t.Sequence[int] = (),
     timeout: float,
     what: str,
+    error: type[PolitermError] = PolitermError,
 ) -> T:
     """Return ``check()``'s first non-None value, re-checking on every file or process event.
 
     Raises
     ------
-    BridgeError
-        ``timeout`` seconds passed; the message says what was awaited.
+    PolitermError
+        (``error``) ``timeout`` seconds passed; the message says what was awaited.
     """
     deadline = time.monotonic() + timeout
     async with poked_by(dirs, pids) as poke:
@@ -86,7 +87,7 @@ async def wait_until(
             left = deadline - time.monotonic()
             if left <= 0:
                 msg = f"timed out after {timeout:g} s waiting for {what}"
-                raise BridgeError(msg)
+                raise error(msg)
             await wait_event(poke, min(left, BACKSTOP))
 
 

@@ -706,7 +706,7 @@ def main(
             name = f"scale-{n}-{size}.prof"
             prof = str(pathlib.Path(profile, name).resolve()) if profile else ""
             window = 5.0 if quick else 30.0 if n >= LONG_WINDOW_FROM else 10.0
-            tasks = 5 if quick else 15
+            tasks = 5 if quick else 50  # 100 handoffs: a p99 of 30 was nearly their max
             plan = Plan(n, window, tasks, profile=prof, views=views, shard_size=size, dash=dash)
             results.append({"shard size": size, **_child(plan)})
             print(f"(N={n}, shard size {size} measured)")

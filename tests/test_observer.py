@@ -14,6 +14,7 @@ from politerm.driver import AgentDriver
 from politerm.driver.observer import Change, ChangeKind, Observer
 from politerm.status import collect
 from politerm.store import RunStore
+from politerm.store.models import Agent
 from politerm.testing.retry import aretry_until
 from politerm.tmux.pane import new_window
 from tests.loophelpers import started, write_project
@@ -211,3 +212,53 @@ async def test_the_views_observer_asks_for_no_output_but_mirrors_and_the_driver_
             await typed("def", mine)
         finally:
             await observer.close()
+
+
+async def test_a_respawned_pane_is_alive_again_and_its_next_death_is_news(
+    tmux_server: TmuxServer, tmux_session: ControlClient
+) -> None:
+    # A death reaches the views as a notice tmux sends only then (no pane_dead watch, which
+    # tmux formats each second for every pane): a respawn is announced too, or the view would
+    # keep the pane exited and take its next death for the old one.
+    pane = await new_window(
+        tmux_session, tmux_server, session="t", name="w", argv=["sleep", "600"], agent="A"
+    )
+    agent = Agent(
+        name="A", session="t", pane_id=pane.pane_id, command="sleep", cwd="/",
+        profile="generic", resume_command=None, env={}, state="ready", created=0.0,
+        updated=0.0,
+    )  # fmt: skip
+    observer = Observer(tmux_server)
+    changes: list[Change] = []
+    arrived = asyncio.Event()
+
+    def heard(change: Change) -> None:
+        changes.append(change)
+        arrived.set()
+
+    observer.listen(heard)
+
+    async def told(kind: ChangeKind, count: int) -> None:
+        async with asyncio.timeout(30):
+            while sum(c.kind is kind and c.pane_id == pane.pane_id for c in changes) < count:
+                arrived.clear()
+                await arrived.wait()
+
+    async def kill() -> None:
+        pid = (await pane.info()).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+
+    try:
+        assert await observer.states([agent]) == {"A": "ready"}
+        await kill()
+        await told(ChangeKind.EXITED, 1)
+        assert await observer.states([agent]) == {"A": "exited"}
+        await pane.respawn(["sleep", "600"])
+        await told(ChangeKind.LAYOUT, 1)
+        assert await observer.states([agent]) == {"A": "ready"}
+        await kill()
+        await told(ChangeKind.EXITED, 2)
+        assert await observer.states([agent]) == {"A": "exited"}
+    finally:
+        await observer.close()

@@ -312,9 +312,11 @@ async def test_start_returns_only_once_tmux_has_attached_the_client(
     await client.cmd("refresh-client", "-B", "probe:%*:1")
     await client.close()
     log = (tmp_path / "s.log").read_text().splitlines()
-    # The handshake ran before the attach; the dead-pane subscription and the probe after.
+    # The handshake ran before the attach; the death hook, the dead-pane subscription and
+    # the probe after.
     assert log == [
         "display-message attached=False",
+        "set-hook attached=True",
         "refresh-client attached=True",
         "refresh-client attached=True",
     ]

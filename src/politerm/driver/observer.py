@@ -39,6 +39,7 @@ import enum
 import logging
 import typing as t
 
+from politerm._internal.aio import finish
 from politerm.agents.state import AgentState
 from politerm.driver.mirror import start_mirror
 from politerm.driver.panes import FORMAT, mine, parse_panes
@@ -72,9 +73,7 @@ LIMITED = AgentState.LIMITED.value
 # Notifications after which any pane may be gone or dead.
 _STRUCTURAL = frozenset({"window-close", "unlinked-window-close", "exit", "sessions-changed"})
 # Notifications after which the pane list may differ (beside the structural ones).
-_LAYOUT = frozenset(
-    {"session-changed", "window-add", "window-renamed", "layout-change", "pane-mode-changed"}
-)
+_LAYOUT = frozenset({"session-changed", "window-add", "layout-change", "pane-mode-changed"})
 
 _SESSION_FORMAT = "\t".join(  # noqa: FLY002  # one field a line reads better
     [
@@ -141,10 +140,11 @@ class Observer:
         self._clients: dict[Where, ControlClient] = {}
         self._unhook: list[Callable[[], None]] = []
         self._listeners: list[Callable[[Change], None]] = []
-        # (socket, pane id) -> its pane_dead as tmux last announced it ("0"/"1").
-        self._dead_seen: dict[tuple[str, str], str] = {}
-        # (socket, session) -> pane id -> dead, as last listed and then as tmux announced.
+        # (socket, pane id) -> whether its program had exited when last listed.
+        self._dead_seen: dict[tuple[str, str], bool] = {}
+        # (socket, session) -> pane id -> dead, as last listed.
         self._dead: dict[Where, dict[str, bool]] = {}
+        self._relists: set[asyncio.Task[None]] = set()
         self._event = asyncio.Event()
         self._profiles: dict[str, AgentProfile | None] = {}
         self._resets_read: set[str] = set()
@@ -174,6 +174,8 @@ class Observer:
         for undo in self._unhook:
             undo()
         self._unhook.clear()
+        for task in list(self._relists):
+            await finish(task)
         self._clients.clear()
         for server in self._servers.values():
             if self._owned or server is not self._server:
@@ -261,24 +263,14 @@ class Observer:
 
     def _on_note(self, where: Where, note: Notification) -> None:
         socket, session = where
-        if note.name == "subscription-changed":
-            # "%subscription-changed poli-dead $s @w i %p : 1": the pane's program died; 0
-            # is every pane's first report, or a respawn. The listing read last is kept true
-            # by it, so a redraw need not list the session's panes again.
-            pane = next((a for a in note.args if a.startswith("%")), None)
-            if pane is None:
-                return
-            dead = note.args[-1] if note.args else ""
-            before = self._dead_seen.get((socket, pane))
-            self._dead_seen[socket, pane] = dead
-            for (on, _), panes in self._dead.items():
-                if on == socket and pane in panes:
-                    panes[pane] = dead == "1"
-            if dead == "1" and before != "1":
-                self._changed()
-                self._publish(Change(ChangeKind.EXITED, session, pane, socket))
-            elif before == "1" and dead != "1":
-                self._publish(Change(ChangeKind.LAYOUT, session, pane, socket))
+        if note.name == "window-renamed":
+            # A pane of the window died or was respawned (politerm.tmux's death hook renames
+            # its window to its own name, the one notice tmux sends for it): one look at the
+            # session's panes tells which. Nothing else renames windows (allow-rename off).
+            task = asyncio.create_task(self._relist(where), name=f"poli-relist-{session}")
+            self._relists.add(task)
+            task.add_done_callback(self._relists.discard)
+            self._publish(Change(ChangeKind.LAYOUT, session, socket=socket))
         elif note.name in _STRUCTURAL:
             self._forget(socket)
             self._changed()
@@ -288,6 +280,28 @@ class Observer:
                 # A pane killed beside others in its window: gone without a window-close.
                 self._forget(socket)
             self._publish(Change(ChangeKind.LAYOUT, session, socket=socket))
+
+    async def _relist(self, where: Where) -> None:
+        client = self._clients.get(where)
+        if client is not None:
+            self._take(where, await _dead_panes(client, where[1]))
+            self.pane_listings += 1
+
+    def _take(self, where: Where, panes: dict[str, bool]) -> None:
+        """Keep ``where``'s pane list; announce each pane that died or lives again since."""
+        socket, session = where
+        self._dead[where] = panes
+        died = False
+        for pane, dead in panes.items():
+            before = self._dead_seen.get((socket, pane))
+            self._dead_seen[socket, pane] = dead
+            if dead and before is not True:
+                died = True
+                self._publish(Change(ChangeKind.EXITED, session, pane, socket))
+            elif before and not dead:
+                self._publish(Change(ChangeKind.LAYOUT, session, pane, socket))
+        if died:
+            self._changed()
 
     def _forget(self, socket: str) -> None:
         """Forget the pane lists of one server: any of its panes may be gone or dead."""
@@ -361,9 +375,10 @@ class Observer:
                 continue
             panes = self._dead.get(where)
             if panes is None or any(a.pane_id not in panes for a in members):
-                # Listed once, then kept by tmux's announcements (see _on_note): one
+                # Listed once, then again only when tmux announces a death (see _on_note): one
                 # list-panes per redraw would be tmux server work growing with the panes.
-                panes = self._dead[where] = await _dead_panes(client, session)
+                panes = await _dead_panes(client, session)
+                self._take(where, panes)
                 self.pane_listings += 1
             for agent in members:
                 state = EXITED if panes.get(agent.pane_id, True) else agent.state

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+import shlex
 import typing as t
 
 if t.TYPE_CHECKING:
@@ -21,7 +22,36 @@ _SERVER_GONE = re.compile(
     r"no server running|error connecting to|server exited|lost server", re.IGNORECASE
 )
 
+# A pane whose program dies prints nothing more, so no %output tells anyone, and tmux sends
+# control clients no notice of its own. A driver's connection subscribes to #{pane_dead} of
+# every pane (_DEAD_SUB), which tmux formats once a second per pane and per client (issue 25:
+# 1.09 % of a core for 500 idle agents with three processes watching). The views need not:
+# the pane-died hook (remain-on-exit keeps such a pane) renames the pane's window to the
+# name it has, which tmux announces to every control client as %window-renamed, costing
+# nothing until a pane dies. Commands a hook runs announce nothing, so the hook renames as a
+# client of its own (run-shell -b). tmux does not always run the hook (a program killed
+# right after its start), so a driver's connection that sees a death renames too, and so
+# does a respawn (SAME_NAME).
 _DEAD_SUB = "poli-dead"
+SAME_NAME = "#{window_name}"
+"""``rename-window -t PANE`` to this format: the window keeps its name, tmux announces it."""
+
+
+def death_hook(tmux: str) -> str:
+    """The ``pane-died`` hook's command: the dead pane's window renamed to its own name.
+
+    ``tmux`` is the binary the client runs (the hook's shell finds it on its own ``PATH``
+    otherwise).
+
+    >>> print(death_hook("tmux"))
+    run-shell -b "tmux -S #{q:socket_path} rename-window -t #{pane_id} '##{window_name}'"
+    """
+    # run-shell expands formats first ("##" stays a "#" for rename-window to expand).
+    shell = (
+        f"{shlex.quote(tmux)} -S #{{q:socket_path}} rename-window -t #{{pane_id}} '#{SAME_NAME}'"
+    )
+    return f'run-shell -b "{shell}"'
+
 
 OutputCallback = t.Callable[[str, bytes], None]
 NotificationCallback = t.Callable[["Notification"], None]

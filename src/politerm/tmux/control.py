@@ -13,6 +13,7 @@ import collections
 import contextlib
 import logging
 import os
+import shutil
 import time
 import typing as t
 
@@ -33,6 +34,7 @@ from politerm.tmux._wire import (
     _PANE_MISSING,
     _SERVER_GONE,
     _SESSION_MISSING,
+    SAME_NAME,
     Notification,
     NotificationCallback,
     OutputCallback,
@@ -41,6 +43,7 @@ from politerm.tmux._wire import (
     _Lines,
     _Pending,
     _target_of,
+    death_hook,
 )
 
 if t.TYPE_CHECKING:
@@ -50,6 +53,8 @@ log = logging.getLogger(__name__)
 
 # Bytes asked for per read of tmux's replies and notifications.
 _READ_SIZE = 1 << 16
+
+_WATCH_DEAD = f"refresh-client -B '{_DEAD_SUB}:%*:#{{pane_dead}}'"
 
 __all__ = ["ControlClient", "Notification", "NotificationCallback", "OutputCallback"]
 
@@ -227,9 +232,17 @@ class ControlClient:
         self.connections += 1
         self._connected.set()
         # A pane whose program dies prints nothing more, so no %output would wake its
-        # watcher: subscribe to #{pane_dead} and get %subscription-changed instead.
+        # watcher: a driver's connection watches #{pane_dead} of every pane and gets
+        # %subscription-changed. tmux formats that once a second per pane and client, so the
+        # views' connections (quiet) do not; they hear a death as %window-renamed, from the
+        # pane-died hook (death_hook: set by whoever connects, a server a test or the user
+        # started lacks our config) and, for a death the hook missed, from the driver's
+        # connection (see _on_notification).
         with contextlib.suppress(TmuxCommandError, ControlModeError, TmuxLookupError):
-            await self._answer(f"refresh-client -B '{_DEAD_SUB}:%*:#{{pane_dead}}'")
+            hook = death_hook(shutil.which(self.tmux) or self.tmux)
+            await self._answer(command_line(("set-hook", "-g", "pane-died", hook)))
+            if not self._quiet:
+                await self._answer(_WATCH_DEAD)
         # A new connection starts with output on: tell it again what this client wants.
         self._no_output = False
         if self._quiet and self.feeds.subscribers == 0:
@@ -478,6 +491,14 @@ class ControlClient:
                 # change, or a first report of a dead pane, is news for its watcher.
                 if before != dead and (before is not None or dead == "1"):
                     self.feeds.wake(pane)
+                if dead == "1" and before != "1":
+                    # tmux's pane-died hook does not always run (seen with tmux 3.3a): the
+                    # views hear each death this connection sees from it too.
+                    self._queue_now(command_line(("rename-window", "-t", pane, SAME_NAME)))
+        elif note.name in ("window-renamed", "unlinked-window-renamed"):
+            # A pane died or was respawned (see death_hook), which one only a look tells;
+            # that is rare, so every watcher re-checks its pane.
+            self.feeds.wake_all()
         elif note.name == "pane-mode-changed" and note.args:
             # A person scrolling (copy mode) or leaving it: the pane's watcher looks again.
             self.feeds.wake(note.args[0])
@@ -538,6 +559,19 @@ class ControlClient:
 
     # --- quiet and notifications -----------------------------------------------------------
 
+    async def respawned(self, pane_id: str) -> None:
+        """Tell the views that ``pane_id`` lives again; look at its next death afresh.
+
+        tmux reports a subscribed value only when it changed since its last look, once a
+        second: a program that dies within that second of its respawn would go unreported.
+        Subscribing again starts tmux's looks over (every pane reported once more).
+        """
+        self._dead_seen.pop(pane_id, None)
+        lines = [command_line(("rename-window", "-t", pane_id, SAME_NAME))]
+        if not self._quiet:
+            lines.append(_WATCH_DEAD)
+        await self._raw_many(lines, timeout=10.0)
+
     async def quiet(self) -> None:
         """Have tmux send no pane output to this connection while nobody subscribed to one.
 
@@ -547,7 +581,11 @@ class ControlClient:
         subscription (:attr:`feeds`) turns output on for as long as it lasts. Kept over reconnects.
         Needs tmux's ``no-output`` client flag (3.2).
         """
-        self._quiet = True
+        if not self._quiet:
+            self._quiet = True
+            # Deaths come as %window-renamed (see start): no pane_dead watch for the views.
+            with contextlib.suppress(TmuxCommandError):
+                await self._answer(f"refresh-client -B '{_DEAD_SUB}'")
         if self.feeds.subscribers == 0 and not self._no_output:
             await self._set_no_output(True)
 
@@ -573,13 +611,19 @@ class ControlClient:
         off = self._quiet and self.feeds.subscribers == 0
         if off == self._no_output or not self._connected.is_set():
             return  # a reconnect applies the wanted state itself
+        if self._queue_now(self._no_output_line(off)):
+            self._no_output = off
+
+    def _queue_now(self, line: str) -> bool:
+        """Queue ``line`` at once from synchronous code; its answer is only logged.
+
+        False when the connection cannot take it now.
+        """
         proc = self._proc
         if proc is None or proc.stdin is None or proc.returncode is not None:
-            return
+            return False
         fut: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_log_failure)
-        self._no_output = off
-        line = self._no_output_line(off)
         # Appended and written with no await in between: a holder of the write lock has
         # already written its own lines, so replies still come in the order of _pending.
         self._pending.append(_Pending(line, fut, time.monotonic()))
@@ -587,6 +631,7 @@ class ControlClient:
             proc.stdin.write(line.encode() + b"\n")
         except (ConnectionError, BrokenPipeError, RuntimeError) as exc:
             log.debug("could not ask tmux for %s: %s", line, exc)
+        return True
 
     def on_notification(self, callback: NotificationCallback) -> Callable[[], None]:
         """Call ``callback`` with every notification (``%exit``, ``%window-close``, ...)."""
@@ -600,4 +645,4 @@ class ControlClient:
 
 def _log_failure(fut: asyncio.Future[list[str]]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
-        log.debug("tmux refused an output flag: %s", fut.exception())
+        log.debug("tmux refused a command sent unawaited: %s", fut.exception())

@@ -387,6 +387,7 @@ class Pane:
         for key, value in (env or {}).items():
             args += ["-e", f"{key}={value}"]
         await self.client.cmd(*args, *hide_tmux(argv))
+        await self.client.respawned(self.pane_id)
         await asyncio.to_thread(kill_processes, procs, what=f"pane {self.pane_id}")
 
     async def wait_output(self, timeout: float) -> bool:

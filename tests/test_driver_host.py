@@ -7,7 +7,7 @@ import sys
 import typing as t
 
 from politerm.agents import load_profile
-from politerm.driver import AgentDriver, Host
+from politerm.driver import Host
 from politerm.testing.retry import aretry_until
 
 if t.TYPE_CHECKING:
@@ -55,28 +55,6 @@ async def test_launch_lists_respawns_and_stops_agents(
     await host.kill()
     assert not await host.is_up()
     assert await host.pane(first.term.pane_id) is None
-
-
-async def test_find_or_start_attaches_to_the_running_agent(
-    tmux_server: TmuxServer, tmp_path: pathlib.Path
-) -> None:
-    host = Host(tmux_server, "mgr")
-    started = await host.find_or_start(
-        "DEV", "generic", argv=FAKE, cwd=tmp_path, setting="x.command", ready_timeout=30
-    )
-    try:
-        assert started.terminal_name.startswith("%")
-        # A second process (a restart) finds the same agent instead of starting another.
-        again = await host.on("mgr").find_or_start(
-            "DEV", "generic", argv=FAKE, cwd=tmp_path, setting="x.command", ready_timeout=30
-        )
-        assert isinstance(again, AgentDriver)
-        assert again.terminal_name == started.terminal_name
-        assert list(await host.agent_panes()) == ["DEV"]
-        assert load_profile("generic").name == again.profile.name
-    finally:
-        await started.kill(grace=1.0)
-        await host.kill()
 
 
 async def test_ensure_revives_the_first_window_and_attach_takes_an_agent_back(

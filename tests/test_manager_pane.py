@@ -12,7 +12,7 @@ import sys
 import typing as t
 
 from politerm.config import load_config
-from politerm.driver import Host
+from politerm.driver import Expect, Host, TurnOutcome
 from politerm.driver.turn import NUDGE_TEXT
 from politerm.manager.engine import Manager
 from politerm.manager.pane import STEP_RECORD, AgentBrain, PaneChannel, step_id
@@ -448,3 +448,29 @@ async def test_killing_the_dev_agent_leaves_no_tmux_client_behind(
             assert asyncio.all_tasks() - before == set()
         finally:
             await rig.close()
+
+
+async def test_the_dev_agent_started_or_taken_back_has_the_projects_budget(
+    tmp_path: pathlib.Path, tmux_server: TmuxServer
+) -> None:
+    """Its driver has the project's ``[budget]`` (and ``[limits]``) whichever way it came."""
+    with MockLLM(BRAIN_RULES, sides=False) as llm:
+        rig = PaneRig(tmp_path, llm, tmux_server)
+        # The first reply (before the block) costs over 100 tokens; the block never comes.
+        rig.dev("[[rules]]\nmatch = 'DO'\nreply = 'Thinking about it for a long while.'\n")
+        command = [*rig.config.manager.dev_command, "--transcript", ".fake-transcript.jsonl"]
+        manager = rig.config.manager.model_copy(update={"dev_command": command})
+        budget = rig.config.budget.model_copy(update={"turn_tokens": 50})
+        rig.config = rig.config.model_copy(update={"manager": manager, "budget": budget})
+        try:
+            project = rig.manager.start("proj", "Make hello.py")
+            async with asyncio.timeout(BOUND):
+                started = await rig.channel(project).driver()
+                # A restarted manager's channel takes the running agent back.
+                again = await rig.channel(project).driver()
+                assert again.terminal_name == started.terminal_name
+                result = await again.run_turn("DO T3", Expect.block("done"), timeout=60)
+        finally:
+            await rig.close()
+    assert result.outcome is TurnOutcome.OVER_BUDGET, result
+    assert "budget of 50 tokens" in result.error

@@ -24,7 +24,6 @@ import contextlib
 import math
 import typing as t
 
-from politerm.agents.profile import load_profile
 from politerm.driver.agent import AgentDriver
 from politerm.driver.launch import Launched, launch
 from politerm.driver.receipts import PANE_OPTION
@@ -395,48 +394,6 @@ class Host:
             with contextlib.suppress(TmuxError):
                 await launched.term.set_option(PANE_OPTION, launched.option)
         return launched
-
-    async def find_or_start(
-        self,
-        name: str,
-        profile: str,
-        *,
-        argv: Sequence[str] | None,
-        cwd: pathlib.Path,
-        setting: str,
-        ready_timeout: float,
-        store: RunStore | None = None,
-        policy: ApprovalPolicy | None = None,
-    ) -> AgentDriver:
-        """The driver of agent ``name``: attached to its live pane, else started in a window.
-
-        The session is created if needed (in ``cwd``). A started agent is ready when this
-        returns; an attached one has been looked at once.
-
-        Raises
-        ------
-        AgentNotFound
-            Its program is not on PATH (``setting`` names the key that chooses it).
-        AgentExited, AgentTimeout
-            It did not come up ready.
-        """
-        agent_profile = load_profile(profile)
-        await self.ensure(cwd=cwd)
-        driver = await self.attach(name, agent_profile, cwd=cwd, store=store, policy=policy)
-        if driver is not None and await driver.pid() is not None:
-            await driver.observe()
-            return driver
-        return await AgentDriver.start(
-            name,
-            agent_profile,
-            argv=argv or None,
-            host=self,
-            cwd=cwd,
-            setting=setting,
-            ready_timeout=ready_timeout,
-            store=store,
-            policy=policy,
-        )
 
     async def stop_agents(self, names: Iterable[str] | None = None) -> list[str]:
         """Kill the process trees of the session's agents (all, or ``names``); who was stopped."""

@@ -2,11 +2,11 @@
 
 The dev agent of the pane channel and the brain that is a politerm agent (e.g. a ``claude``
 TUI) are both a :class:`PaneAgent`: one agent in its own session, attached if a previous manager
-left it running, else started (:meth:`~politerm.driver.Host.find_or_start`); everything about
-it goes through :class:`~politerm.driver.AgentDriver`: dialogs, confirmed delivery, approvals
-by policy and ``poli approve``, STUCK, timeouts, and the fenced report ``poli:<id>`` that ends
-each turn. The step id (task id + step number) makes a report of an older step useless for a
-newer one. The brain's reply id is fresh per call; the report's ``details`` hold its whole
+left it running (:meth:`~politerm.driver.Host.attach`), else started; everything about it goes
+through :class:`~politerm.driver.AgentDriver`: dialogs, confirmed delivery, approvals by policy
+and ``poli approve``, STUCK, timeouts, and the fenced report ``poli:<id>`` that ends each turn.
+The step id (task id + step number) makes a report of an older step useless for a newer one.
+The brain's reply id is fresh per call; the report's ``details`` hold its whole
 answer (an instruction, ``NEED_USER_INPUT: …``, ``TASK_COMPLETE …`` or ``SYSTEM_ERROR: …``),
 which the engine parses exactly like an API model's reply.
 
@@ -25,9 +25,10 @@ import re
 import secrets
 import typing as t
 
-from politerm.agents.approval import ApprovalPolicy
-from politerm.driver import Expect, Host, TurnOutcome
+from politerm.agents.profile import load_profile
+from politerm.driver import AgentDriver, Expect, Host, TurnOutcome
 from politerm.driver.leftover import resume
+from politerm.driver.limits import driver_settings
 from politerm.errors import (
     AgentError,
     BrainError,
@@ -44,7 +45,6 @@ from politerm.store.journal import Serves, Workflow
 
 if t.TYPE_CHECKING:
     from politerm.config import Config
-    from politerm.driver import AgentDriver
     from politerm.manager.store import Project
     from politerm.store import RunStore
 
@@ -196,23 +196,36 @@ class PaneAgent:
         self._driver: AgentDriver | None = None
 
     async def driver(self) -> AgentDriver:
-        """The agent's driver: attached to its pane if it runs, else started there."""
+        """The agent's driver: attached to its pane if it runs, else started there.
+
+        Either way it has the project's approval policy, ``[limits]`` and ``[budget]``.
+        """
         if self._driver is None or self._driver.dead:
-            routing = self.config.routing
+            profile = load_profile(self.profile)
+            settings = driver_settings(self.config)
             try:
-                self._driver = await self._host.find_or_start(
-                    self.name,
-                    self.profile,
-                    argv=self._argv,
-                    cwd=self._cwd,
-                    setting=self._setting,
-                    ready_timeout=self.config.timeouts.ready,
-                    store=self.store,
-                    policy=ApprovalPolicy.of(routing.approval, routing.approval_patterns),
+                await self._host.ensure(cwd=self._cwd)
+                driver = await self._host.attach(
+                    self.name, profile, cwd=self._cwd, store=self.store, **settings
                 )
+                if driver is not None and await driver.pid() is not None:
+                    await driver.observe()
+                else:
+                    driver = await AgentDriver.start(
+                        self.name,
+                        profile,
+                        argv=self._argv or None,
+                        host=self._host,
+                        setting=self._setting,
+                        ready_timeout=self.config.timeouts.ready,
+                        cwd=self._cwd,
+                        store=self.store,
+                        **settings,
+                    )
             except (AgentError, TmuxError) as exc:
                 msg = f"{self.role} {self.name} ({self.profile}) could not start: {exc}"
                 raise self.error(msg) from None
+            self._driver = driver
         return self._driver
 
     async def _turn(

@@ -15,7 +15,6 @@ import time
 from rich.console import Console
 from rich.live import Live
 
-from politerm.cli._common import format_event
 from politerm.status import collect, render
 from politerm.store import RunStore
 
@@ -23,10 +22,10 @@ from politerm.store import RunStore
 def main(store_path: str) -> None:
     with RunStore.open(pathlib.Path(store_path)) as store:
         console = Console(highlight=False)
-        with Live(render(collect(store), format_event), console=console, screen=False) as live:
+        with Live(render(collect(store)), console=console, screen=False) as live:
             while True:
                 time.sleep(0.5)
-                live.update(render(collect(store), format_event))
+                live.update(render(collect(store)))
 
 
 if __name__ == "__main__":

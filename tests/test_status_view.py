@@ -9,7 +9,6 @@ import pytest
 from rich.console import Console
 
 from politerm._internal.sanitize import escape_controls
-from politerm.cli._common import format_event
 from politerm.status import collect, render
 from politerm.store import RunStore
 from politerm.store.journal import JournalState, Serves, Workflow
@@ -35,15 +34,15 @@ def test_a_capped_agents_table_draws_that_many_rows_and_counts_the_rest(
                     profile="fake-plain", resume_command=None,
                 )  # fmt: skip
         data = collect(store, events=0)
-    every = _text(render(data, format_event))
+    every = _text(render(data))
     assert sum(f"IDLE{i:02d}" in every for i in range(60)) == 60
     assert "more" not in every
-    capped = _text(render(data, format_event, max_agents=10))
+    capped = _text(render(data, max_agents=10))
     drawn = [i for i in range(60) if f"IDLE{i:02d}" in capped]
     assert drawn == list(range(9))
     assert "… 51 more" in capped and "poli status --json lists all" in capped
     # A cap the agents fit under changes nothing.
-    assert _text(render(data, format_event, max_agents=60)) == every
+    assert _text(render(data, max_agents=60)) == every
 
 
 def test_prompts_in_flight_are_listed_from_the_journal_of_turns(tmp_path: pathlib.Path) -> None:
@@ -60,7 +59,7 @@ def test_prompts_in_flight_are_listed_from_the_journal_of_turns(tmp_path: pathli
     assert [(t["id"], t["state"], t["record_key"]) for t in data["turns"]] == [
         (open_row.id, "handed", ["run-1", 2])
     ]
-    shown = _text(render(data, format_event))
+    shown = _text(render(data))
     assert "prompts in flight" in shown and "pipeline-step run-1/2" in shown
 
 
@@ -88,7 +87,7 @@ def test_a_capped_table_escapes_the_rows_it_draws_not_every_agent(
             agents = store.list_agents()
             data = collect(store, events=0, agents=agents)
         calls[0] = 0
-        text = _text(render(data, format_event, max_agents=10))
+        text = _text(render(data, max_agents=10))
         counts.append(calls[0])
         assert f"… {n - 9} more" in text
     assert counts[0] == counts[1] > 0

@@ -6,12 +6,14 @@ import json
 import time
 import typing as t
 
+from politerm._internal.clock import time_of_day
 from politerm._internal.sanitize import escape_controls
 from politerm.agents.approval import list_pending
 from politerm.agents.limits import reset_in_words
 from politerm.agents.state import AgentState
 from politerm.driver.tokens import all_stored_tokens, stored_tokens
 from politerm.engine.fleetmeta import ROUTER_META, budget_paused
+from politerm.redact import map_strings
 from politerm.store.limits import open_limits
 from politerm.store.models import MessageState
 
@@ -59,6 +61,16 @@ def event_row(e: Event) -> dict[str, t.Any]:
         "agent": e.agent,
         "detail": e.detail,
     }
+
+
+def event_line(e: t.Mapping[str, t.Any]) -> str:
+    """One line for an :func:`event_row`: time, task, kind, ``[agent]`` and the detail."""
+    who = f"[{e['agent']}] " if e["agent"] else ""
+    task = f"{e['task']} " if e["task"] else ""
+    detail = " ".join(e["detail"].split())
+    if len(detail) > 160:
+        detail = detail[:157] + "..."
+    return f"{time_of_day(e['ts'])} {task}{e['kind']:<12} {who}{detail}"
 
 
 def on_node(text: str, node: str | None) -> str:
@@ -298,16 +310,6 @@ def _count(value: int | None) -> str:
     return f"{value:,}" if value is not None else "-"
 
 
-def _escaped(value: t.Any) -> t.Any:
-    if isinstance(value, str):
-        return escape_controls(value)
-    if isinstance(value, dict):
-        return {k: _escaped(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_escaped(v) for v in value]
-    return value
-
-
 def router_words(router: dict[str, t.Any] | None) -> str:
     """The line about the project's router service.
 
@@ -372,9 +374,7 @@ def fleet_words(fleet: dict[str, t.Any]) -> str:
     return f"fleet node {fleet['node']}: {running}\nagents: {where}{board}"
 
 
-def render(
-    data: dict[str, t.Any], fmt: t.Callable[[Event], str], *, max_agents: int | None = None
-) -> RenderableType:
+def render(data: dict[str, t.Any], *, max_agents: int | None = None) -> RenderableType:
     """A rich view of :func:`collect`'s data.
 
     ``max_agents`` caps the agents table's rows (the rest are counted in one last row): a
@@ -385,15 +385,13 @@ def render(
     from rich.table import Table
     from rich.text import Text
 
-    from politerm.store.models import Event
-
     rows = data["agents"]
     if max_agents is not None and len(rows) > max_agents:
         rows = rows[: max(1, max_agents - 1)]
     hidden = len(data["agents"]) - len(rows)
     # Everything below may hold agent text: shown escaped, never interpreted. Only the rows
     # drawn are escaped: escaping 500 agents' rows was most of a live redraw's work.
-    data = _escaped({**data, "agents": rows})
+    data = map_strings({**data, "agents": rows}, escape_controls)
     if not (data["agents"] or data["tasks"] or data["messages"] or data["events"]):
         hint = Text(
             "Nothing here yet: no agents are up and no task was given in this project.\n"
@@ -477,8 +475,5 @@ def render(
                 " | ".join(ap["evidence"])[:160],
             )
         parts.append(approvals)
-    lines = [
-        fmt(Event(e["id"], e["ts"], e["kind"], e["task"], e["agent"], e["detail"], {}))
-        for e in data["events"]
-    ]
+    lines = [event_line(e) for e in data["events"]]
     return Group(*parts, queue, Text("recent events", style="bold"), Text("\n".join(lines)))

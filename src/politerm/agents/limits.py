@@ -14,6 +14,7 @@ import time
 import typing as t
 import zoneinfo
 
+from politerm._internal.clock import time_of_day
 from politerm.agents._linememo import shows_any
 
 if t.TYPE_CHECKING:
@@ -147,7 +148,7 @@ def reset_in_words(at: float, now: float) -> str:
     True
     """
     left = max(0, round(at - now))
-    when = dt.datetime.fromtimestamp(at).strftime("%H:%M:%S")
+    when = time_of_day(at)
     if left >= 3600:
         return f"{when} (in {left // 3600}h{left % 3600 // 60:02d}m)"
     if left >= 120:

@@ -271,6 +271,13 @@ class AgentProfile(_Model):
     # enough (an agent that draws each screen in one write).
     block_settle: float = pydantic.Field(default=0.5, ge=0, le=10)
     stuck_after: float = pydantic.Field(default=0.0, ge=0)
+    # Agents of this CLI start one after another: in one bring-up (``poli up``), each waits
+    # until the one of this profile started before it is ready (or failed) before it is
+    # launched; agents of other profiles still start together. For a CLI whose first starts
+    # race on its shared files: two opencode 1.18.33 started at the same moment in a home
+    # where it never ran can leave one stopped after its ``init`` step, blank for good
+    # (docs/realcli.md). See driver/startline.py.
+    start_alone: bool = False
     dialogs: list[Dialog] = []
     # A menu the CLI opens under its limit message: closed with its keys at the reset.
     limit_dialog: Dialog | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import os
 import pathlib
 import typing as t
@@ -126,21 +125,11 @@ def open_store(config: Config) -> RunStore:
     return RunStore.for_config(config)
 
 
-def format_event(event: Event) -> str:
-    """One line for a hop, e.g. ``04:12:03 PLANNER → EXECUTER: plan``."""
-    when = datetime.datetime.fromtimestamp(event.ts).strftime("%H:%M:%S")
-    who = f"[{event.agent}] " if event.agent else ""
-    task = f"{event.task_id} " if event.task_id else ""
-    detail = " ".join(event.detail.split())
-    if len(detail) > 160:
-        detail = detail[:157] + "..."
-    return f"{when} {task}{event.kind:<12} {who}{detail}"
-
-
 def print_event(event: Event) -> None:
     """Print one event as a styled line."""
     from rich.text import Text
 
     from politerm.cli._output import show
+    from politerm.status import event_line, event_row
 
-    show(Text(format_event(event), style=_STYLE.get(event.kind, "")))
+    show(Text(event_line(event_row(event)), style=_STYLE.get(event.kind, "")))

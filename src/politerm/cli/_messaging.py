@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
 import pathlib
@@ -12,6 +11,7 @@ import typing as t
 
 import click
 
+from politerm._internal.clock import time_of_day
 from politerm.cli._common import load, open_store
 from politerm.messaging.service import Messenger
 from politerm.project import ENV_CONFIG
@@ -48,19 +48,13 @@ def read_text_arg(value: str) -> str:
     return value
 
 
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S")
-
-
 def mail_line(mail: Mail) -> str:
     """One table line for a message."""
     reason = f"  ({' '.join((mail.reason or '').split())[:80]})" if mail.reason else ""
     return (
         f"{mail.id:<16} {mail.kind.value:<8} {mail.state.value:<10} "
         f"{mail.sender}→{mail.recipient} {mail.capability.value:<8} "
-        f"{mail.size:>8}B {_when(mail.created)}{reason}"
+        f"{mail.size:>8}B {time_of_day(mail.created)}{reason}"
     )
 
 

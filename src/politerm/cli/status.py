@@ -14,7 +14,7 @@ import click
 from politerm._internal.lineframe import LineFrame
 from politerm._internal.sanitize import color_system, escape_controls, trusted_stdout
 from politerm.cli import _complete
-from politerm.cli._common import as_view, config_option, format_event, load, open_store
+from politerm.cli._common import as_view, config_option, load, open_store
 from politerm.cli._output import show
 from politerm.driver.observer import Observer
 from politerm.engine import service
@@ -151,7 +151,7 @@ def command(
         from rich.text import Text
 
         def view(data: dict[str, t.Any], max_agents: int | None = None) -> Group:
-            parts = [render(with_router(data), format_event, max_agents=max_agents)]
+            parts = [render(with_router(data), max_agents=max_agents)]
             if with_runs:
                 parts.append(Text("\npipeline runs", style="bold"))
                 parts.append(Text(escape_controls(_pipeline_text(_pipelines(here, None)))))

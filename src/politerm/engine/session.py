@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.resources
 import logging
 import os
@@ -21,6 +22,7 @@ from politerm.driver.sessionagent import (
     session_driver,
     stop_session_agents,
 )
+from politerm.driver.startline import StartLine
 from politerm.engine.placement import here_config
 from politerm.engine.resume import resume_work
 from politerm.engine.routebase import Routing
@@ -34,6 +36,7 @@ if t.TYPE_CHECKING:
     from politerm.config import Config
     from politerm.driver.receipts import Receipts
     from politerm.store import RunStore
+    from politerm.tmux.pane import Pane
 
 Drivers = dict[str, AgentDriver]
 
@@ -177,6 +180,7 @@ class Session:
         found = await self.host.agent_panes()  # one listing per server, not one per agent
         # Many agents spread evenly over the servers they need (driver/host.py).
         self.host.plan(len(self.config.agents), found)
+        line = StartLine()  # agents whose CLI must start alone wait for the one before
         for name, acfg in self.config.agents.items():
             pane = found.get(name)
             if pane is not None and await pane.is_alive():
@@ -194,19 +198,18 @@ class Session:
             if resume and self.store.get_agent(name) is not None:
                 extra = self._resume_args(name, profile, records[name].session, say)
                 restarted.append(name)
-            launched = await launch_session_agent(
-                self.config, self.store, self.host, name, extra_args=extra, replace=pane, say=say
-            )
-            if launched.receipts is not None:
-                receipts[name] = launched.receipts
-            drivers[name] = session_driver(
-                self.config, name, launched.term, store=self.store, receipts=launched.receipts
-            )
-            say(f"{name}: started {shlex.join(launched.argv)} in {launched.term.pane_id}")
-        # The drivers wait (dialogs, their session receipts) and prime.
+            start = functools.partial(self._launch, name, extra, pane, receipts, say)
+            before = line.defer(profile, name, start)
+            if before is not None:
+                say(f"{name}: starts once {before} is ready (profile {profile.name}: start_alone)")
+                continue
+            drivers[name] = await start()
+        # The drivers wait (dialogs, their session receipts) and prime; the deferred ones
+        # start in their turn.
         ready = self.config.timeouts.ready
         try:
-            await asyncio.gather(*(d.wait_ready(ready, say=say) for d in drivers.values()))
+            await line.wait_ready(drivers, lambda d: d.wait_ready(ready, say=say))
+            drivers = {n: drivers[n] for n in self.config.agents if n in drivers}
             self.store.sync()  # the rows and ready states above, in one fsync
             if primers:
                 primed = [d for d in drivers.values() if d.name not in restarted]
@@ -222,6 +225,25 @@ class Session:
             router = Router(Routing(self.config, self.store, drivers))
             resume_work(self.store, self.config, respawned, say, records=records, router=router)
         return drivers
+
+    async def _launch(
+        self,
+        name: str,
+        extra: list[str],
+        pane: Pane | None,
+        receipts: dict[str, Receipts],
+        say: t.Callable[[str], None],
+    ) -> AgentDriver:
+        """Launch agent ``name`` (not waited for) and return its driver; said and kept."""
+        launched = await launch_session_agent(
+            self.config, self.store, self.host, name, extra_args=extra, replace=pane, say=say
+        )
+        if launched.receipts is not None:
+            receipts[name] = launched.receipts
+        say(f"{name}: started {shlex.join(launched.argv)} in {launched.term.pane_id}")
+        return session_driver(
+            self.config, name, launched.term, store=self.store, receipts=launched.receipts
+        )
 
     def _resume_args(
         self, name: str, profile: AgentProfile, session: str, say: t.Callable[[str], None]

@@ -19,7 +19,7 @@ import typing as t
 
 from politerm.errors import ManagerProjectError
 from politerm.manager.states import ManagerState, check_transition
-from politerm.store._tables import StoreTables, record_of
+from politerm.store._tables import StoreTables, insert, row_mapper
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -139,12 +139,8 @@ _KEYS: t.Final = ("name", "path", "created", "updated")
 _FIELDS: t.Final = frozenset(f.name for f in dataclasses.fields(Project)).difference(_KEYS)
 
 
-def _project(row: sqlite3.Row) -> Project:
-    return record_of(Project, row, state=ManagerState, overview_sent=bool)
-
-
-def _turn(row: sqlite3.Row) -> Turn:
-    return record_of(Turn, row, summarized=bool)
+_project = row_mapper(Project, state=ManagerState, overview_sent=bool)
+_turn = row_mapper(Turn, summarized=bool)
 
 
 class ManagerStore(StoreTables):
@@ -188,15 +184,13 @@ class ManagerStore(StoreTables):
             raise ManagerProjectError(msg) from None
         goal = self._kept(goal)
         now = self._now()
+        values: dict[str, t.Any] = {"name": name, "path": str(path), "goal": goal}
+        values |= {"channel": channel, "agent": agent, "state": ManagerState.IDLE.value}
+        values |= {"created": now, "updated": now}
         with self.store._writing() as c:
-            if c.execute("SELECT 1 FROM manager_projects WHERE name = ?", (name,)).fetchone():
+            if insert(c, "manager_projects", values, "ON CONFLICT (name) DO NOTHING") is None:
                 msg = f"project {name!r} already exists"
                 raise ManagerProjectError(msg)
-            c.execute(
-                "INSERT INTO manager_projects (name, path, goal, channel, agent, state, created,"
-                " updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, str(path), goal, channel, agent, ManagerState.IDLE.value, now, now),
-            )
         self._audit("manager.project.add", project=name, path=str(path), goal=goal)
         self.store.add_event(
             "manager.project", agent="manager", detail=f"project {name} added ({path})",
@@ -319,12 +313,9 @@ class ManagerStore(StoreTables):
             if p is None or p["task_id"] is None:
                 msg = f"project {name!r} has no task to add a turn to"
                 raise ManagerProjectError(msg)
-            row = c.execute(
-                "INSERT INTO manager_turns (project, task_id, step, role, text, ts)"
-                " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
-                (name, p["task_id"], p["step"], role.value, text, self._now()),
-            ).fetchone()
-            turn = _turn(row)
+            values = {"project": name, "task_id": p["task_id"], "step": p["step"]}
+            values |= {"role": role.value, "text": text, "ts": self._now()}
+            turn = _turn(insert(c, "manager_turns", values))
             c.execute(
                 "UPDATE manager_projects SET turn_count = turn_count + 1 WHERE name = ?", (name,)
             )

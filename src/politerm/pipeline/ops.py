@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import os
 import pathlib
 import shutil
@@ -17,6 +16,7 @@ import typing as t
 
 import psutil
 
+from politerm._internal.clock import time_of_day
 from politerm._internal.proctree import kill_processes
 from politerm.config import load_config
 from politerm.driver import Host
@@ -429,6 +429,5 @@ def format_status(data: dict[str, t.Any]) -> str:
     if data["events"]:
         lines += ["", "recent:"]
         for e in data["events"][-8:]:
-            when = datetime.datetime.fromtimestamp(e["ts"]).strftime("%H:%M:%S")
-            lines.append(f"  {when} {' '.join(e['detail'].split())[:150]}")
+            lines.append(f"  {time_of_day(e['ts'])} {' '.join(e['detail'].split())[:150]}")
     return "\n".join(lines)

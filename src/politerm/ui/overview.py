@@ -20,7 +20,7 @@ import typing as t
 from politerm.agents.approval import all_pending
 from politerm.errors import PolitermError
 from politerm.project import project_key
-from politerm.redact import Redactor
+from politerm.redact import Redactor, map_strings
 from politerm.status import (
     approval_row,
     asked_on_node_row,
@@ -101,21 +101,18 @@ class Cleaner:
 
     def clean(self, value: t.Any) -> t.Any:
         """``value`` (JSON-like) with each string redacted and free of control characters."""
-        if isinstance(value, str):
-            done = self._done.get(value)
-            if done is None:
-                self.redactions += 1
-                done = printable(self.redactor.redact(value))
-                if len(value) <= self.LONGEST_REMEMBERED:
-                    if len(self._done) >= self.MAX_REMEMBERED:
-                        self._done.clear()
-                    self._done[value] = done
-            return done
-        if isinstance(value, dict):
-            return {k: self.clean(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.clean(v) for v in value]
-        return value
+        return map_strings(value, self._clean)
+
+    def _clean(self, value: str) -> str:
+        done = self._done.get(value)
+        if done is None:
+            self.redactions += 1
+            done = printable(self.redactor.redact(value))
+            if len(value) <= self.LONGEST_REMEMBERED:
+                if len(self._done) >= self.MAX_REMEMBERED:
+                    self._done.clear()
+                self._done[value] = done
+        return done
 
 
 def _row(project: ProjectRef, name: str, state: str, **fields: t.Any) -> dict[str, t.Any]:
@@ -242,14 +239,7 @@ def _mail(store: RunStore) -> list[dict[str, t.Any]]:
 def _managers(store: RunStore) -> list[dict[str, t.Any]]:
     from politerm.manager.store import ManagerStore
 
-    return [
-        {
-            "name": p.name, "state": p.state.value, "agent": p.agent, "goal": p.goal,
-            "task": p.task_goal, "task_status": p.task_status, "step": p.step,
-            "question": p.question, "error": p.error,
-        }
-        for p in ManagerStore(store).list_projects()
-    ]  # fmt: skip
+    return [p.to_json() for p in ManagerStore(store).list_projects()]
 
 
 def _pipelines(project: pathlib.Path | None) -> list[dict[str, t.Any]]:

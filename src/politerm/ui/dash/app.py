@@ -9,7 +9,6 @@ pyte. Keys act on the exact question shown (see :mod:`politerm.ui.actions`).
 from __future__ import annotations
 
 import asyncio
-import datetime
 import functools
 import typing as t
 
@@ -19,6 +18,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, TabbedContent
 
+from politerm._internal.clock import time_of_day
 from politerm.driver.panes import attach_argv, attach_env
 from politerm.errors import PolitermError
 from politerm.status import on_node
@@ -53,12 +53,6 @@ _STATE_STYLE = {
     "busy": "cyan",
     "ready": "green",
 }
-
-
-def _when(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S")
 
 
 class MirrorView(Static):
@@ -250,7 +244,7 @@ class DashApp(App[None]):
                     (
                         a["name"], *((a.get("node") or "-",) if fleet else ()),
                         Text(a["state_words"], style=_STATE_STYLE.get(a["state"], "")),
-                        a["session"] or "-", a["pane"] or "-", _when(a["last_activity"]),
+                        a["session"] or "-", a["pane"] or "-", time_of_day(a["last_activity"]),
                         a["tokens"] if a["tokens"] is not None else "-", a["turn"] or "-",
                     ),
                 )
@@ -267,7 +261,7 @@ class DashApp(App[None]):
             "inbox",
             [
                 (i["id"], (Text(on_node(i["kind_words"], i.get("node")), style="bold yellow"),
-                           i["project"], i["agent"] or "-", i["what"][:80], _when(i["since"]),
+                           i["project"], i["agent"] or "-", i["what"][:80], time_of_day(i["since"]),
                            _KEYS.get(i["kind"], "")))
                 for i in waiting
             ],
@@ -324,7 +318,7 @@ class DashApp(App[None]):
         self._fill(
             "manager",
             [
-                (p["name"], (p["name"], p["state"], p["agent"], p["task"] or p["goal"],
+                (p["name"], (p["name"], p["state"], p["agent"], p["task_goal"] or p["goal"],
                              p["task_status"] or "-", p["question"] or p["error"] or ""))
                 for p in data.get("managers", [])
             ],
@@ -336,7 +330,7 @@ class DashApp(App[None]):
             style = "bold red" if e["kind"] in FINISHED - {"done"} else style
             who = f"[{e['agent']}] " if e["agent"] else ""
             detail = " ".join(e["detail"].split())[:160]
-            lines.append(f"{_when(e['ts'])} {e['kind']:<14} {who}{detail}\n", style=style)
+            lines.append(f"{time_of_day(e['ts'])} {e['kind']:<14} {who}{detail}\n", style=style)
         if self._events_drawn is None or differ(lines, self._events_drawn):
             self._events_drawn = lines
             # Its size is fixed (CSS): no need to lay the screen out again.

@@ -308,7 +308,7 @@ function render(data) {
   table("mail", ["id", "kind", "from → to", "state", "attempts", "reason"], data.mail || [],
     (m) => [m.id, m.kind, `${m.from} → ${m.to}`, m.state, m.attempts, m.reason || ""]);
   table("managers", ["project", "state", "agent", "task", "status", "question / error"],
-    data.managers || [], (p) => [p.name, p.state, p.agent, p.task || p.goal,
+    data.managers || [], (p) => [p.name, p.state, p.agent, p.task_goal || p.goal,
       p.task_status || "-", p.question || p.error || ""]);
   pipelines(data.pipelines || []);
   table("epic_runs", ["run", "epic", "state", "agent", "started"], data.epic_runs || [], (r) => [

@@ -65,7 +65,7 @@ async def test_twenty_remote_agents_waiting_share_one_reader_and_leave_the_threa
         node = NodeQueue(WorkQueue(connect(redis_server.url, timeout=3.0), "shop"), "b")
         lease = node.claim(["AGENT7"])
         assert lease is not None
-        node.complete(lease, TurnReply(True, "answered", node="b").payload())
+        node.queue.complete(lease, TurnReply(True, "answered", node="b").payload())
         await asyncio.wait_for(waits[7], 30)
         assert [i for i, w in enumerate(waits) if w.done()] == [7]
         reply = post.reply(works[7])

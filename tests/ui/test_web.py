@@ -9,10 +9,12 @@ import time
 import typing as t
 
 import httpx
+import psutil
 import pytest
 import websockets
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
+from politerm.cli._common import VIEW_NICENESS
 from politerm.store.limits import begin_limit
 from politerm.testing.retry import retry_until
 from tests.loophelpers import started
@@ -320,3 +322,22 @@ async def test_one_agent_changing_redraws_its_row_only(
                     assert changed["len"] == 40 and list(changed["at"]) == ["12"]
                     assert changed["at"]["12"]["name"] == "IDLE12"
                     assert changed["at"]["12"]["state"] == "busy"
+
+
+async def test_the_monitor_stands_back_for_the_router_and_agents(
+    server: libtmux.Server, tmp_path: pathlib.Path
+) -> None:
+    # Its redraws grow with the rows (500 agents: tens of ms a commit): at the router's
+    # priority they stretched the very handoffs the page shows.
+    root = tmp_path / "proj"
+    ask_project(root, _socket(server))
+    async with started(root):
+        proc = poli(root, "web")
+        try:
+            assert proc.stdout is not None
+            assert "http://" in proc.stdout.readline()
+            assert psutil.Process(proc.pid).nice() == VIEW_NICENESS
+            assert psutil.Process().nice() < VIEW_NICENESS
+        finally:
+            proc.terminate()
+            proc.wait(15)

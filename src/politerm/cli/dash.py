@@ -6,7 +6,7 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store, project_option
+from politerm.cli._common import as_view, config_option, load, open_store, project_option
 
 
 @click.command("dash")
@@ -23,6 +23,7 @@ def command(agent: str | None, config_path: pathlib.Path | None) -> None:
     from politerm.ui.projects import shown_with
 
     config = load(config_path)
+    as_view()
     with open_store(config) as store:
         others = shown_with(config)
         DashApp(config, store, project=config.project.root, agent=agent, others=others).run()

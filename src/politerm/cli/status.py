@@ -14,7 +14,7 @@ import click
 from politerm._internal.lineframe import LineFrame
 from politerm._internal.sanitize import color_system, escape_controls, trusted_stdout
 from politerm.cli import _complete
-from politerm.cli._common import config_option, load, open_store
+from politerm.cli._common import as_view, config_option, load, open_store
 from politerm.cli._output import show
 from politerm.driver.observer import Observer
 from politerm.engine import service
@@ -252,6 +252,7 @@ async def _watch(
     draw: t.Callable[[dict[str, t.Any]], None],
     config: Config,
 ) -> None:
+    as_view()
     async with observer:
         if config.fleet is None:
             await watch_status(store, observer, draw, collect=collect)

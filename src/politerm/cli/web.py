@@ -12,7 +12,7 @@ import pathlib
 
 import click
 
-from politerm.cli._common import config_option, load, open_store, project_option
+from politerm.cli._common import as_view, config_option, load, open_store, project_option
 
 _FILE = click.Path(dir_okay=False, exists=True, path_type=pathlib.Path)
 
@@ -110,6 +110,7 @@ def _serve_local(
                 await serve(monitor, sock, started=started)
 
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    as_view()
     asyncio.run(main())
 
 
@@ -186,6 +187,7 @@ def _serve_remote(
                 await serve(monitor, sock, started=started, certificate=certificate)
 
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    as_view()
     asyncio.run(main())
 
 

@@ -127,7 +127,7 @@ class TaskAnswers:
                 return
             said = self.said(lease.work.payload)
             try:
-                await asyncio.to_thread(self.claims.complete, lease, said)
+                await asyncio.to_thread(self.claims.queue.complete, lease, said)
             except (LeaseLost, FleetError) as exc:
                 # Applied here already; a later claim of the same answer finds it stale.
                 log.warning("router on node %s: reporting %s: %s", self.node, lease, exc)
@@ -155,7 +155,7 @@ class TaskAnswers:
 
 def _give_back(claims: NodeQueue, lease: Lease, why: str) -> None:
     try:
-        claims.give_back(lease, why)
+        claims.queue.give_back(lease, why)
     except FleetError as exc:
         # Its lease runs out instead, and the next holder of the role claims it then.
         log.warning("giving back %s: %s", lease, exc)

@@ -123,7 +123,7 @@ class Node:
         self.session = Session(node_config(config, self.agents), store)
         self.drivers: dict[str, AgentDriver] = {}
         self.busy: dict[str, asyncio.Task[None]] = {}
-        self.attempts = Attempts(store, queue, self.name, config.fleet.lease)
+        self.attempts = Attempts(store, queue.queue, self.name, config.fleet.lease)
         self.stopping = asyncio.Event()
         # Agents whose turns a budget cap paused, with the breaker's reason: their turn
         # streams are not claimed until the cap allows a turn again.
@@ -240,7 +240,7 @@ class Node:
         self.paused[agent] = reason
         self.store.add_event("budget-paused", agent=agent, detail=f"{lease.work.id}: {reason}")
         try:
-            await asyncio.to_thread(self.queue.park, lease, reason)
+            await asyncio.to_thread(self.queue.queue.park, lease, reason)
         except FleetError as exc:
             # Its lease runs out instead: the work is claimed again as a new attempt.
             log.warning("node %s: pausing %s: %s", self.name, lease, exc)
@@ -297,7 +297,7 @@ class Node:
             # The agent would not start here: another attempt (maybe on another node) may.
             log.warning("node %s: %s: %s", self.name, lease, exc)
             with contextlib.suppress(FleetError):
-                await asyncio.to_thread(self.queue.give_back, lease, str(exc))
+                await asyncio.to_thread(self.queue.queue.give_back, lease, str(exc))
             return
         if turn is not None:
             reply = await self._turn(driver, turn, lease)
@@ -453,7 +453,7 @@ class Node:
             return True
         why = f"{driver.name} not idle within {timeout:g}s ({look.state.value})"
         with contextlib.suppress(FleetError):
-            await asyncio.to_thread(self.queue.give_back, attempt.lease, why)
+            await asyncio.to_thread(self.queue.queue.give_back, attempt.lease, why)
         return False
 
 

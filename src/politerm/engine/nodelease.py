@@ -24,7 +24,7 @@ from politerm.store.journal import JournalState, Serves, Workflow
 if t.TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from politerm.fleet.nodes import NodeQueue
+    from politerm.fleet.queue import WorkQueue
     from politerm.fleet.work import Lease
     from politerm.store import RunStore
     from politerm.store.journal import JournalRow
@@ -56,14 +56,14 @@ class Attempts:
     store
         This machine's run store (the journal of turns, its events).
     queue
-        The fleet's queue, as the node claims from it.
+        The fleet's queue.
     node
         The node's name (written on each row with the lease).
     lease_seconds
         How long a lease lasts: it is renewed every third of that.
     """
 
-    def __init__(self, store: RunStore, queue: NodeQueue, node: str, lease_seconds: float) -> None:
+    def __init__(self, store: RunStore, queue: WorkQueue, node: str, lease_seconds: float) -> None:
         self.store, self.queue, self.node = store, queue, node
         self.lease_seconds = lease_seconds
         self.by_agent: dict[str, Attempt] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from politerm.fleet.board import Board, BoardRow
 from politerm.fleet.budget import Caps, FleetBudget, Spending, Verdict
-from politerm.fleet.connect import Connection, connect, connect_config, is_loopback
+from politerm.fleet.connect import Connection, connect, connect_config
 from politerm.fleet.keys import GROUP, Keys
 from politerm.fleet.ledger import LateResult, Paused
 from politerm.fleet.nodes import Backlog, NodeQueue, NodeStatus, Registry
@@ -43,5 +43,4 @@ __all__ = [
     "WorkState",
     "connect",
     "connect_config",
-    "is_loopback",
 ]

@@ -13,11 +13,11 @@ password replaced by ``***`` in every message.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import typing as t
 import urllib.parse
 
+from politerm._internal.hosts import is_loopback
 from politerm.config.fleet import redact_url
 from politerm.errors import FleetAuthError, FleetError, FleetRefused, FleetUnavailable
 
@@ -36,27 +36,9 @@ if t.TYPE_CHECKING:
 
     from politerm.config.fleet import FleetConfig
 
-__all__ = ["Connection", "connect", "connect_config", "is_loopback"]
+__all__ = ["Connection", "connect", "connect_config"]
 
 _AUTH_WORDS = ("NOAUTH", "WRONGPASS", "NOPERM", "invalid username-password", "AUTH failed")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine (``localhost``, 127.0.0.0/8, ``::1``).
-
-    Examples
-    --------
-    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("::1")
-    (True, True, True)
-    >>> is_loopback("10.0.0.5"), is_loopback("redis.example"), is_loopback("127.evil.com")
-    (False, False, False)
-    """
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class Connection:

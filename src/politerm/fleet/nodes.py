@@ -178,26 +178,6 @@ class NodeQueue:
         """A new attempt at the next work for one of ``agents``; waits at most ``block`` s."""
         return self.queue.claim(self.name, agents, block_ms=max(0, round(block * 1000)))
 
-    def renew(self, lease: Lease) -> Lease:
-        """:meth:`WorkQueue.renew`."""
-        return self.queue.renew(lease)
-
-    def check(self, lease: Lease, margin: float | None = None) -> Lease:
-        """:meth:`WorkQueue.check`: call it right before typing for ``lease``'s work."""
-        return self.queue.check(lease, margin)
-
-    def complete(self, lease: Lease, outcome: Mapping[str, t.Any]) -> None:
-        """:meth:`WorkQueue.complete`."""
-        self.queue.complete(lease, outcome)
-
-    def give_back(self, lease: Lease, error: str) -> None:
-        """:meth:`WorkQueue.give_back`."""
-        self.queue.give_back(lease, error)
-
-    def park(self, lease: Lease, reason: str) -> None:
-        """:meth:`WorkQueue.park`: a budget cap paused the work before it was typed."""
-        self.queue.park(lease, reason)
-
     def heartbeat(self, agents: Sequence[str], load: Mapping[str, t.Any]) -> None:
         """:meth:`Registry.heartbeat` for this node."""
         self.registry.heartbeat(self.name, agents, load, self.every)

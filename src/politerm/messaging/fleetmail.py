@@ -250,14 +250,14 @@ class FleetMail:
         mail_id = str(said.get("reply_to", ""))
         mail = self.m.mailbox.get(mail_id) if mail_id else None
         if mail is None or mail.recipient_pane != REMOTE_PANE:
-            self._claims.complete(lease, {"error": f"no request {mail_id!r} sent from here"})
+            self._claims.queue.complete(lease, {"error": f"no request {mail_id!r} sent from here"})
             return None
         data = self.m.redactor.redact(str(said.get("body", ""))).encode()
         path = self.m.dir.write(f"{mail.id}.response", data)
         try:
             done = self.m.record_response(mail, path)
         except MessageDead as exc:
-            self._claims.complete(lease, {"error": str(exc)})
+            self._claims.queue.complete(lease, {"error": str(exc)})
             return mail.id
-        self._claims.complete(lease, {"recorded": done.state.value, "node": self.node})
+        self._claims.queue.complete(lease, {"recorded": done.state.value, "node": self.node})
         return mail.id

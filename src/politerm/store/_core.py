@@ -19,6 +19,7 @@ import typing as t
 from politerm._internal import vault
 from politerm.errors import StoreError
 from politerm.redact import Redactor, map_strings
+from politerm.store._tables import insert, update_set
 from politerm.store.audit import AuditLog, audit_path_for
 from politerm.store.db import connect, connect_existing, default_store_path, user_version
 
@@ -440,11 +441,7 @@ class StoreCore:
     def set_meta(self, key: str, value: str) -> None:
         """Set a free-form key to a string value."""
         with self._writing() as c:
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES (?, ?)"
-                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
+            insert(c, "meta", {"key": key, "value": value}, update_set("key", ["value"]))
         self._audit.append("meta.set", key=key, value=value)
 
     def get_meta(self, key: str) -> str | None:

@@ -14,7 +14,7 @@ import re
 import typing as t
 
 from politerm.errors import StoreError, WorkItemError
-from politerm.store._tables import StoreTables, insert, row_mapper, where
+from politerm.store._tables import StoreTables, insert, row_mapper, update_set, where
 
 if t.TYPE_CHECKING:
     import sqlite3
@@ -249,15 +249,14 @@ class EpicStore(StoreTables):
         check_id(name, "epic")
         title, prompt = self._kept(title), self._kept(prompt)
         now = self._now()
+        values = {"name": name, "title": title, "prompt": prompt, "created": now}
+        conflict = (
+            "ON CONFLICT(name) DO UPDATE SET"
+            " title = CASE WHEN excluded.title != '' THEN excluded.title ELSE title END,"
+            " prompt = CASE WHEN excluded.prompt != '' THEN excluded.prompt ELSE prompt END"
+        )
         with self.store._writing() as c:
-            c.execute(
-                "INSERT INTO epics (name, title, prompt, created) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT(name) DO UPDATE SET"
-                " title = CASE WHEN excluded.title != '' THEN excluded.title ELSE title END,"
-                " prompt = CASE WHEN excluded.prompt != '' THEN excluded.prompt ELSE prompt END",
-                (name, title, prompt, now),
-            )
-            row = c.execute("SELECT * FROM epics WHERE name = ?", (name,)).fetchone()
+            row = insert(c, "epics", values, conflict)
         self._audit("epic.ensure", epic=name, title=title)
         return _epic(row)
 
@@ -308,11 +307,9 @@ class EpicStore(StoreTables):
                 if not c.execute("SELECT 1 FROM work_items WHERE id = ?", (dep,)).fetchone():
                     msg = f"work item {item_id!r} depends on {dep!r}, which does not exist"
                     raise WorkItemError(msg)
-            c.execute(
-                "INSERT INTO work_items (id, epic, title, body, priority, state, created, updated)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (item_id, epic, title, body, priority, WorkState.OPEN.value, now, now),
-            )
+            values: dict[str, t.Any] = {"id": item_id, "epic": epic, "title": title, "body": body}
+            values |= {"priority": priority, "state": WorkState.OPEN.value}
+            insert(c, "work_items", values | {"created": now, "updated": now})
             c.executemany(
                 "INSERT OR IGNORE INTO work_deps (item_id, depends_on) VALUES (?, ?)",
                 [(item_id, dep) for dep in depends_on],
@@ -442,27 +439,19 @@ class EpicStore(StoreTables):
             drift=tuple(r.redact(d) for d in record.drift),
         )
 
-    def _row(self, record: SessionRecord) -> tuple[t.Any, ...]:
+    def _row(self, record: SessionRecord) -> dict[str, t.Any]:
         values = dataclasses.asdict(record)
         values["flags"] = json.dumps(list(record.flags), ensure_ascii=False)
         values["drift"] = json.dumps(list(record.drift), ensure_ascii=False)
-        return tuple(values[name] for name in _RECORD_COLUMNS)
+        return values
 
     def add_record(self, record: SessionRecord, *, replace: bool = False) -> bool:
         """Write a record (redacted); False when one with its id exists and not ``replace``."""
         record = self._clean(record)
-        cols = ", ".join(_RECORD_COLUMNS)
-        marks = ", ".join("?" for _ in _RECORD_COLUMNS)
         # An upsert, not INSERT OR REPLACE: the row's turn_id (the journal of turns') stays.
-        upsert = ", ".join(f"{name} = excluded.{name}" for name in _RECORD_COLUMNS)
-        conflict = f"DO UPDATE SET {upsert}" if replace else "DO NOTHING"
+        conflict = update_set("id", _RECORD_COLUMNS) if replace else "ON CONFLICT (id) DO NOTHING"
         with self.store._writing() as c:
-            cur = c.execute(
-                f"INSERT INTO session_records ({cols}) VALUES ({marks})"
-                f" ON CONFLICT (id) {conflict}",
-                self._row(record),
-            )
-        added = cur.rowcount > 0
+            added = insert(c, "session_records", self._row(record), conflict) is not None
         if added:
             self._audit("record.write", **_audit_fields(record))
         return added

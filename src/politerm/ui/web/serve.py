@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 import types
 import typing as t
 
 import uvicorn
 
+from politerm._internal.hosts import is_loopback
 from politerm.errors import UiError
 
 if t.TYPE_CHECKING:
@@ -17,24 +17,6 @@ if t.TYPE_CHECKING:
 
     from politerm.ui.web.app import WebMonitor
     from politerm.ui.web.tls import Certificate
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine.
-
-    Examples
-    --------
-    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("::1")
-    (True, True, True)
-    >>> is_loopback("0.0.0.0"), is_loopback("192.168.1.5")
-    (False, False)
-    """
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(host: str, *, remote: bool) -> None:

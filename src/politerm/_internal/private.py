@@ -123,8 +123,11 @@ class RedactedFile:
 
     Chunks go in as they arrive; each complete line is cleaned (``clean``: a terminal's
     escapes dropped, say), redacted (private key blocks held until they end:
-    :class:`~politerm.redact.LineRedactor`) and written. A line without its newline is
-    written anyway once it is ``max_line`` long, and as it is at :meth:`close`.
+    :class:`~politerm.redact.LineRedactor`) and written. With ``max_line``, a line without
+    its newline is written anyway once it is that long (a secret across the cut is not
+    redacted: only for a transcript, never for a command's output). At :meth:`close` a last
+    line is written as it came; with ``lines_only``, as a line of its own (its newline
+    added, a blank one dropped), so the next session appended starts on a line.
 
     Examples
     --------
@@ -145,7 +148,8 @@ class RedactedFile:
         clean: t.Callable[[str], str] = str,
         header: str = "",
         append: bool = True,
-        max_line: int = 65536,
+        max_line: int | None = None,
+        lines_only: bool = False,
     ) -> None:
         from politerm.redact import LineRedactor
 
@@ -157,6 +161,7 @@ class RedactedFile:
         self._lines = LineRedactor(redactor)
         self._clean = clean
         self._max = max_line
+        self._lines_only = lines_only
         self._tail = ""
         if header:
             self._put([header])
@@ -169,7 +174,7 @@ class RedactedFile:
     def write(self, text: str) -> None:
         """Take the next chunk of the stream."""
         *complete, self._tail = (self._tail + text).split("\n")
-        if len(self._tail) > self._max:
+        if self._max is not None and len(self._tail) > self._max:
             complete.append(self._tail)
             self._tail = ""
         self._put([out for line in complete for out in self._lines.push(self._clean(line))])
@@ -183,8 +188,9 @@ class RedactedFile:
         """Write what is left (redacted; a last line as it came) and close the file."""
         if self._fd is None:
             return
-        if self._tail:
-            self._put(self._lines.push(self._clean(self._tail)), end="")
+        if self._tail.strip() if self._lines_only else self._tail:
+            last = self._lines.push(self._clean(self._tail))
+            self._put(last, end="\n" if self._lines_only else "")
         self._tail = ""
         self._put(self._lines.flush())
         os.close(self._fd)

@@ -28,7 +28,7 @@ from politerm.driver.agent import AgentDriver
 from politerm.driver.launch import Launched, launch
 from politerm.driver.receipts import PANE_OPTION
 from politerm.driver.statedir import state_dir
-from politerm.errors import ServerNotRunning, SessionNotFound, TmuxError
+from politerm.errors import ServerNotRunning, SessionNotFound, TmuxCommandError, TmuxError
 from politerm.project import PROJECT_OPTION, STORE_OPTION
 from politerm.tmux.pane import Pane, agent_panes, hide_tmux, new_window
 from politerm.tmux.server import TmuxServer
@@ -181,9 +181,12 @@ class Host:
         )
         if not created and revive and argv is not None:
             client = await self.server.connect(self.session)
-            lines = await client.cmd(
-                "list-panes", "-t", f"={self.session}:0", "-F", "#{pane_id}\t#{pane_dead}"
-            )
+            try:
+                lines = await client.cmd(
+                    "list-panes", "-t", f"={self.session}:0", "-F", "#{pane_id}\t#{pane_dead}"
+                )
+            except TmuxCommandError:
+                lines = []  # no first window any more: nothing to start again
             for pane_id, _, dead in (line.partition("\t") for line in lines):
                 if dead == "1":
                     await (await self.server.pane(self.session, pane_id)).respawn(argv, cwd=cwd)

@@ -14,12 +14,13 @@ and server (opened on first use, shared with every mirror of that session, close
   sessions, windows or panes changed (``LAYOUT``) or an agent's program exited (``EXITED``,
   once per death: a respawned pane's next death is news again);
 - :meth:`~Observer.states`: each agent's state, EXITED when its pane is gone or dead (as
-  tmux announces it, the pane list read once per connection), else the state its driver
-  last wrote to the store. Agent screens have one reader, the driver: its approvals, turns
-  and states reach the views through the store it writes, never through a second reading
-  that could disagree with it. The one exception is :attr:`~Observer.resets`: when an agent
-  the store calls LIMITED shows when its limit resets, that time is read off its screen,
-  once per limit, for the view to show where no driver recorded one;
+  tmux announces it, the pane list read once per connection and again after a death
+  notice), else the state its driver last wrote to the store. Agent screens have one
+  reader, the driver: its approvals, turns and states reach the views through the store
+  it writes, never through a second reading that could disagree with it. The one
+  exception is :attr:`~Observer.resets`: when an agent the store calls LIMITED shows
+  when its limit resets, that time is read off its screen, once per limit, for the view
+  to show where no driver recorded one;
 - :meth:`~Observer.mirror`: a pane's screen, then its output (:mod:`politerm.driver.mirror`).
 
 Nothing here runs on a timer: an idle session costs the sleeping connections only. An

@@ -399,7 +399,9 @@ class EpicRunner:
         else:
             return None
         header = transcript_header(sid, item)
-        return RedactedFile(path, self.redactor, clean=clean_line, header=header)
+        return RedactedFile(
+            path, self.redactor, clean=clean_line, header=header, max_line=65536, lines_only=True
+        )
 
     # --- sessions -------------------------------------------------------------------------
 

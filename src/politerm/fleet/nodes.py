@@ -156,7 +156,7 @@ def _load(raw: Mapping[str, str]) -> dict[str, t.Any]:
 
 
 class NodeQueue:
-    """The queue as node ``name`` uses it: claims for its agents, its leases, its heartbeat.
+    """The queue as node ``name`` uses it: claims for its agents and its heartbeat.
 
     Parameters
     ----------

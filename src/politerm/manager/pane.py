@@ -201,9 +201,9 @@ class PaneAgent:
         Either way it has the project's approval policy, ``[limits]`` and ``[budget]``.
         """
         if self._driver is None or self._driver.dead:
-            profile = load_profile(self.profile)
-            settings = driver_settings(self.config)
             try:
+                profile = load_profile(self.profile)
+                settings = driver_settings(self.config)
                 await self._host.ensure(cwd=self._cwd)
                 driver = await self._host.attach(
                     self.name, profile, cwd=self._cwd, store=self.store, **settings

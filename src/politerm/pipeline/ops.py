@@ -20,7 +20,7 @@ from politerm._internal.clock import time_of_day
 from politerm._internal.proctree import kill_processes
 from politerm.config import load_config
 from politerm.driver import Host
-from politerm.errors import HookError, PipelineError, TmuxError
+from politerm.errors import AgentError, HookError, PipelineError, TmuxError
 from politerm.hooks.channel import remove_hooks_dir
 from politerm.pipeline import worktrees
 from politerm.pipeline.agents import find_pipeline
@@ -295,7 +295,10 @@ async def _close_session(config: Config, state: RunState) -> bool:
     try:
         if not await host.up_anywhere():
             return False
-        await host.stop_agents()
+        try:
+            await host.stop_agents()
+        except AgentError as exc:  # a survivor must not keep the session and hooks up
+            state.event("pipeline.closed", f"an agent's process outlived SIGKILL: {exc}")
         await host.kill()
     except TmuxError:
         return False  # the server is gone: nothing of the run is left running in it

@@ -164,7 +164,10 @@ class TaskRows(StoreCore):
         StoreError
             No such task, or a field is both set and cleared.
         """
-        given: dict[str, t.Any] = {"state": state and TaskState(state).value, "round": round}
+        given: dict[str, t.Any] = {
+            "state": None if state is None else TaskState(state).value,
+            "round": round,
+        }
         given["report"] = report
         given |= {"error": error, "question": question}
         changes = {name: value for name, value in given.items() if value is not None}

@@ -12,7 +12,7 @@ import typing as t
 import psutil
 
 from politerm._internal.proctree import kill_processes, process_tree
-from politerm.errors import ControlModeError, PaneNotFound, TmuxCommandError
+from politerm.errors import ControlModeError, PaneNotFound, TmuxCommandError, TmuxError
 from politerm.terminal import Snapshot, on_screen
 from politerm.tmux._staging import staged
 
@@ -387,8 +387,10 @@ class Pane:
         for key, value in (env or {}).items():
             args += ["-e", f"{key}={value}"]
         await self.client.cmd(*args, *hide_tmux(argv))
-        await self.client.respawned(self.pane_id)
         await asyncio.to_thread(kill_processes, procs, what=f"pane {self.pane_id}")
+        # The respawn happened: a failure here loses only the views' notice of it.
+        with contextlib.suppress(TmuxError):
+            await self.client.respawned(self.pane_id)
 
     async def wait_output(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the pane's next output; True if it came."""

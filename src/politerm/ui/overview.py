@@ -239,7 +239,14 @@ def _mail(store: RunStore) -> list[dict[str, t.Any]]:
 def _managers(store: RunStore) -> list[dict[str, t.Any]]:
     from politerm.manager.store import ManagerStore
 
-    return [p.to_json() for p in ManagerStore(store).list_projects()]
+    # What the views show, not the whole record: a report, a summary or the last instruction
+    # would be sent to every page and redacted again on each redraw for nothing.
+    shown = ("name", "state", "agent", "goal", "task_goal", "task_status", "step", "question",
+             "error")  # fmt: skip
+    return [
+        {k: v for k, v in p.to_json().items() if k in shown}
+        for p in ManagerStore(store).list_projects()
+    ]
 
 
 def _pipelines(project: pathlib.Path | None) -> list[dict[str, t.Any]]:

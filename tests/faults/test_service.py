@@ -157,6 +157,9 @@ def test_ctrl_c_in_poli_task_detaches_and_the_task_goes_on(
         cwd=str(tmp_path),
         env={**os.environ, "COLUMNS": "200"},
         dimensions=(50, 200),
+        # A user's terminal: Ctrl-C reaches it even when this suite was started in the
+        # background (a shell's `&` leaves SIGINT ignored, and that is inherited).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     out = b""
     try:

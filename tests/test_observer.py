@@ -28,6 +28,28 @@ if t.TYPE_CHECKING:
     from politerm.tmux import ControlClient, TmuxServer
 
 
+class _Heard:
+    """What an observer announced, and a bounded wait for the next of it."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.changes: list[Change] = []
+        self._arrived = asyncio.Event()
+        observer.listen(self._heard)
+
+    def _heard(self, change: Change) -> None:
+        self.changes.append(change)
+        self._arrived.set()
+
+    async def told(
+        self, kind: ChangeKind, pane: str, count: int = 1, *, within: float = 60
+    ) -> None:
+        """Wait (at most ``within`` s) until ``pane`` was announced ``kind`` ``count`` times."""
+        async with asyncio.timeout(within):
+            while sum(c.kind is kind and c.pane_id == pane for c in self.changes) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+
 async def test_a_pane_that_dies_is_reported_exited_once(
     server: libtmux.Server, tmp_path: pathlib.Path
 ) -> None:
@@ -36,34 +58,19 @@ async def test_a_pane_that_dies_is_reported_exited_once(
     async with started(tmp_path) as loop:
         panes = {a.name: a.pane_id for a in loop.store.list_agents()}
         observer = Observer(loop.session.host.server)
-        changes: list[Change] = []
-        arrived = asyncio.Event()
-
-        def heard(change: Change) -> None:
-            changes.append(change)
-            arrived.set()
-
-        observer.listen(heard)
+        heard = _Heard(observer)
+        changes = heard.changes
         try:
             assert await observer.follow("t")
             assert await observer.states(loop.store.list_agents()) == {
                 "PLANNER": "ready",
                 "EXECUTER": "ready",
             }
-
-            async def exited(pane: str) -> None:
-                async with asyncio.timeout(60):
-                    while not any(
-                        c.kind is ChangeKind.EXITED and c.pane_id == pane for c in changes
-                    ):
-                        arrived.clear()
-                        await arrived.wait()
-
             os.kill(loop.pid("EXECUTER"), signal.SIGKILL)
-            await exited(panes["EXECUTER"])
+            await heard.told(ChangeKind.EXITED, panes["EXECUTER"])
             # A later death is news of its own; the first one is not told again.
             os.kill(loop.pid("PLANNER"), signal.SIGKILL)
-            await exited(panes["PLANNER"])
+            await heard.told(ChangeKind.EXITED, panes["PLANNER"])
             deaths = [c.pane_id for c in changes if c.kind is ChangeKind.EXITED]
             assert deaths == [panes["EXECUTER"], panes["PLANNER"]], changes
             assert {c.session for c in changes} == {"t"}
@@ -229,20 +236,7 @@ async def test_a_respawned_pane_is_alive_again_and_its_next_death_is_news(
         updated=0.0,
     )  # fmt: skip
     observer = Observer(tmux_server)
-    changes: list[Change] = []
-    arrived = asyncio.Event()
-
-    def heard(change: Change) -> None:
-        changes.append(change)
-        arrived.set()
-
-    observer.listen(heard)
-
-    async def told(kind: ChangeKind, count: int) -> None:
-        async with asyncio.timeout(30):
-            while sum(c.kind is kind and c.pane_id == pane.pane_id for c in changes) < count:
-                arrived.clear()
-                await arrived.wait()
+    heard = _Heard(observer)
 
     async def kill() -> None:
         pid = (await pane.info()).pid
@@ -252,13 +246,13 @@ async def test_a_respawned_pane_is_alive_again_and_its_next_death_is_news(
     try:
         assert await observer.states([agent]) == {"A": "ready"}
         await kill()
-        await told(ChangeKind.EXITED, 1)
+        await heard.told(ChangeKind.EXITED, pane.pane_id, 1, within=30)
         assert await observer.states([agent]) == {"A": "exited"}
         await pane.respawn(["sleep", "600"])
-        await told(ChangeKind.LAYOUT, 1)
+        await heard.told(ChangeKind.LAYOUT, pane.pane_id, 1, within=30)
         assert await observer.states([agent]) == {"A": "ready"}
         await kill()
-        await told(ChangeKind.EXITED, 2)
+        await heard.told(ChangeKind.EXITED, pane.pane_id, 2, within=30)
         assert await observer.states([agent]) == {"A": "exited"}
     finally:
         await observer.close()
